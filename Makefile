@@ -1,0 +1,51 @@
+# arbor — top-level entry points. See README.md.
+#   make serve   install what is missing, build, start arbor on the default model
+#   make test    install what is missing, build, run every test (Release + ASan/UBSan unit tests)
+#   make bench   benchmarks (slow; not part of make test)
+#   make fuzz    long mutation run over the GGUF reader
+
+SHARED_DIR ?= $(abspath $(CURDIR)/../shared)
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+JOBS       ?= 2
+CMAKE_FLAGS = -G Ninja -DARBOR_SHARED_DIR=$(SHARED_DIR)
+
+.PHONY: all deps build build-asan serve test test-release test-asan bench fuzz clean
+
+all: build
+
+deps:
+	@scripts/install_deps.sh
+
+$(BUILD)/build.ninja:
+	cmake -S . -B $(BUILD) $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=Release
+
+$(ASAN_BUILD)/build.ninja:
+	cmake -S . -B $(ASAN_BUILD) $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DARBOR_SANITIZE=ON
+
+build: deps $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS)
+
+build-asan: deps $(ASAN_BUILD)/build.ninja
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+
+serve: build
+	@ARBOR_SHARED_DIR=$(SHARED_DIR) scripts/serve.sh $(BUILD)/arbor
+
+test: test-release test-asan
+
+test-release: build
+	cd $(BUILD) && ctest -L 'unit|e2e' -LE slow --output-on-failure -j $(JOBS)
+
+test-asan: build-asan
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ctest -L unit -LE slow --output-on-failure -j $(JOBS)
+
+bench: build
+	@ARBOR_SHARED_DIR=$(SHARED_DIR) scripts/bench.sh $(BUILD)
+
+fuzz: build-asan
+	ARBOR_FUZZ_ITERATIONS=200000 $(ASAN_BUILD)/tests/gguf/gguf_fuzz_test
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -1,0 +1,23 @@
+# arbor_add_test(NAME SOURCES a.cc b.cc LIBS arbor_x LABELS unit [TIMEOUT s])
+#
+# One GoogleTest executable, each test registered with CTest and labelled:
+#   unit  fast, runs in Release and under ASan/UBSan
+#   e2e   runs the real binary / server; Release only
+#   slow  kept out of `make test`
+# Every test gets ARBOR_SHARED_DIR and ARBOR_BIN (path of the arbor executable) as macros.
+function(arbor_add_test name)
+  cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 600)
+  endif()
+  add_executable(${name} ${T_SOURCES})
+  target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gmock GTest::gtest_main)
+  target_compile_definitions(${name} PRIVATE
+    ARBOR_SHARED_DIR="${ARBOR_SHARED_DIR}"
+    ARBOR_BIN="$<TARGET_FILE:arbor>"
+    ARBOR_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+  add_dependencies(${name} arbor)
+  gtest_discover_tests(${name}
+    PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
+    DISCOVERY_TIMEOUT 120)
+endfunction()

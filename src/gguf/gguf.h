@@ -1,0 +1,168 @@
+// GGUF reader and writer (versions 2 and 3).
+//
+// File layout (little-endian), see docs/gguf.md:
+//   magic "GGUF" | u32 version | u64 n_tensors | u64 n_kv            (v1 used u32 counts: rejected)
+//   n_kv × { string key | u32 value_type | value }
+//   n_tensors × { string name | u32 n_dims | u64 ne[n_dims] | u32 ggml_type | u64 offset }
+//   padding to `general.alignment` (default 32)
+//   tensor data; each tensor's offset is relative to the start of this section and aligned.
+// string = u64 length + bytes (no terminator). array = u32 elem_type + u64 count + elements;
+// arrays may nest.
+//
+// GgufFile validates everything while parsing (counts against the bytes left, dims, types,
+// offsets and sizes inside the file) so a corrupt file is a Status naming the file, the byte
+// offset and the problem — never a crash. Tensor data stays in the mmap: TensorInfo::data points
+// into it and lives as long as the GgufFile.
+//
+// Thread-safety: a GgufFile is immutable after open() and may be read from any thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "base/mapped_file.h"
+#include "base/status.h"
+#include "gguf/ggml_type.h"
+
+namespace arbor::gguf {
+
+enum class ValueType : uint32_t {
+  kUint8 = 0, kInt8 = 1, kUint16 = 2, kInt16 = 3, kUint32 = 4, kInt32 = 5, kFloat32 = 6,
+  kBool = 7, kString = 8, kArray = 9, kUint64 = 10, kInt64 = 11, kFloat64 = 12,
+};
+std::string_view value_type_name(ValueType t);
+
+struct Value;
+struct Array {
+  ValueType elem_type = ValueType::kUint8;
+  std::vector<Value> items;  // every item has type elem_type
+};
+
+// One metadata value. `bool` is stored as uint8_t-sized bool.
+struct Value {
+  using Storage = std::variant<uint8_t, int8_t, uint16_t, int16_t, uint32_t, int32_t, float, bool,
+                               std::string, Array, uint64_t, int64_t, double>;
+  ValueType type = ValueType::kUint8;
+  Storage data;
+
+  static Value u32(uint32_t v) { return {ValueType::kUint32, v}; }
+  static Value i32(int32_t v) { return {ValueType::kInt32, v}; }
+  static Value u64(uint64_t v) { return {ValueType::kUint64, v}; }
+  static Value f32(float v) { return {ValueType::kFloat32, v}; }
+  static Value boolean(bool v) { return {ValueType::kBool, v}; }
+  static Value str(std::string v) { return {ValueType::kString, std::move(v)}; }
+  static Value string_array(const std::vector<std::string>& v);
+  static Value f32_array(const std::vector<float>& v);
+  static Value i32_array(const std::vector<int32_t>& v);
+};
+
+struct KeyValue {
+  std::string key;
+  Value value;
+};
+
+struct TensorInfo {
+  std::string name;
+  std::vector<int64_t> dims;  // ggml order: dims[0] is the fastest-varying (row length)
+  GgmlType type = GgmlType::kF32;
+  uint64_t offset = 0;        // relative to the data section
+  uint64_t size_bytes = 0;    // ggml_row_size(type, dims[0]) * rows
+  const uint8_t* data = nullptr;  // into the mapping; valid while the GgufFile lives
+
+  int64_t num_elements() const;
+  std::span<const uint8_t> bytes() const { return {data, size_bytes}; }
+};
+
+class GgufFile {
+ public:
+  // Maps and parses `path`. Errors: "FILE: at offset N: problem".
+  static Result<GgufFile> open(const std::string& path);
+  // Parses bytes that the caller keeps alive (fuzz tests, in-memory files).
+  static Result<GgufFile> parse(std::span<const uint8_t> bytes, const std::string& name);
+
+  uint32_t version() const { return version_; }
+  uint64_t alignment() const { return alignment_; }
+  uint64_t data_offset() const { return data_offset_; }  // absolute offset of the data section
+  const std::string& name() const { return name_; }
+  std::span<const uint8_t> file_bytes() const { return bytes_; }
+
+  const std::vector<KeyValue>& metadata() const { return metadata_; }
+  const Value* find(std::string_view key) const;  // nullptr if absent
+
+  // Typed getters. Integer getters accept any integer value type that fits; a missing key is
+  // kNotFound, a wrong type or out-of-range value kInvalidArgument, both naming the key.
+  Result<std::string> get_string(std::string_view key) const;
+  Result<uint32_t> get_u32(std::string_view key) const;
+  Result<uint64_t> get_u64(std::string_view key) const;
+  Result<int64_t> get_i64(std::string_view key) const;
+  Result<float> get_f32(std::string_view key) const;  // accepts f32 and f64
+  Result<bool> get_bool(std::string_view key) const;
+  Result<std::vector<std::string>> get_string_array(std::string_view key) const;
+  Result<std::vector<float>> get_f32_array(std::string_view key) const;
+  Result<std::vector<int32_t>> get_i32_array(std::string_view key) const;  // any integer elems
+
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  const TensorInfo* find_tensor(std::string_view name) const;  // nullptr if absent
+
+ private:
+  std::shared_ptr<MappedFile> mapping_;  // null when parse()d from caller-owned bytes
+  std::span<const uint8_t> bytes_;
+  std::string name_;
+  uint32_t version_ = 3;
+  uint64_t alignment_ = 32;
+  uint64_t data_offset_ = 0;
+  std::vector<KeyValue> metadata_;
+  std::vector<TensorInfo> tensors_;
+};
+
+// Builds a GGUF file. Metadata and tensors are written in insertion order; tensor data is
+// placed at increasing aligned offsets, zero-padded. `general.alignment`, if set as metadata,
+// must agree with set_alignment().
+class GgufWriter {
+ public:
+  // A writer holding `file`'s version, alignment, metadata and tensors (data referenced, not
+  // copied: `file` must outlive the writer). Serialising it reproduces the file byte for byte.
+  static GgufWriter from_file(const GgufFile& file);
+
+  void set_version(uint32_t version) { version_ = version; }  // 2 or 3
+  void set_alignment(uint64_t alignment) { alignment_ = alignment; }
+
+  // Sets or replaces a key (replacing keeps the key's original position).
+  void set(std::string key, Value value);
+  void remove(std::string_view key);
+  const std::vector<KeyValue>& metadata() const { return metadata_; }
+
+  // Adds a tensor whose bytes the writer keeps (owned) or references (caller keeps them alive).
+  // dims in ggml order. CHECKs that data.size() == ggml_nbytes(type, dims).
+  void add_tensor_owned(std::string name, GgmlType type, std::vector<int64_t> dims,
+                        std::vector<uint8_t> data);
+  void add_tensor_ref(std::string name, GgmlType type, std::vector<int64_t> dims,
+                      std::span<const uint8_t> data);
+
+  // The whole file as bytes (small files, tests), or streamed to `path` (atomic rename) with a
+  // progress bar for large files.
+  std::string serialize() const;
+  Status write(const std::string& path) const;
+
+ private:
+  struct PendingTensor {
+    std::string name;
+    GgmlType type;
+    std::vector<int64_t> dims;
+    std::vector<uint8_t> owned;
+    std::span<const uint8_t> data;  // points at `owned` or at caller memory
+    uint64_t offset = 0;  // explicit offset (from_file) or computed when serialising
+    bool fixed_offset = false;
+  };
+  uint32_t version_ = 3;
+  uint64_t alignment_ = 32;
+  std::vector<KeyValue> metadata_;
+  std::vector<std::unique_ptr<PendingTensor>> tensors_;
+};
+
+}  // namespace arbor::gguf
