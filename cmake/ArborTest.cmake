@@ -5,6 +5,7 @@
 #   e2e   runs the real binary / server; Release only
 #   slow  kept out of `make test`
 # Every test gets ARBOR_SHARED_DIR and ARBOR_BIN (path of the arbor executable) as macros.
+# A test that runs the binary adds `add_dependencies(<test> arbor)` itself.
 function(arbor_add_test name)
   cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
   if(NOT T_TIMEOUT)
@@ -16,7 +17,6 @@ function(arbor_add_test name)
     ARBOR_SHARED_DIR="${ARBOR_SHARED_DIR}"
     ARBOR_BIN="$<TARGET_FILE:arbor>"
     ARBOR_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
-  add_dependencies(${name} arbor)
   gtest_discover_tests(${name}
     PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
     DISCOVERY_TIMEOUT 120)
