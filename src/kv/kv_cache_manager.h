@@ -1,0 +1,197 @@
+// KvCacheManager: per-request block tables over a BlockPool, with automatic prefix caching.
+// vLLM v1's kv_cache_manager.py is the model; docs/kv_layout.md has the rules and pictures.
+//
+// Threading: the engine thread only (the thread that owns the Scheduler). No locks; no method
+// may be called concurrently with any other.
+//
+// Ownership: the manager owns the pool and every request's block table. Requests are known by
+// KvRequestId; the caller passes a KvRequest view per call and the manager keeps no pointer into
+// it. A request exists here from its first successful allocate_slots (or fork) until free().
+//
+// Vocabulary (tokens of one request, block_size = B):
+//   token_ids            committed tokens: prompt + accepted outputs (never draft tokens)
+//   num_computed_tokens  leading tokens whose K/V are in the request's blocks
+//   slots                table.size() * B positions the request may write K/V into
+//   hashed blocks        the leading full blocks whose B tokens are all committed and computed;
+//                        only these are ever cached (registered in the pool's hash map)
+//
+// Caching rule (decided here, used by the scheduler): a block is cached once all its tokens are
+// both committed and computed. allocate_slots() caches what its request view allows; the
+// scheduler should also call cache_full_blocks() right after a step (update_from_output), so
+// blocks are shareable one step earlier and a finishing request's last blocks survive free().
+// Consequence: two identical prompts admitted in the same step do not share blocks that step
+// (the second one hits from its next admission on); K/V is never read before it is written.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "kv/block_pool.h"
+#include "kv/kv_cache_utils.h"
+
+namespace arbor::kv {
+
+using KvRequestId = uint64_t;
+
+// What the manager needs to know about a request, built by the caller for each call. Independent
+// of the engine's Request type. Only read during the call.
+struct KvRequest {
+  KvRequestId request_id = 0;
+  // [num_tokens] committed token ids: prompt + accepted outputs so far. Must agree with the
+  // tokens of earlier calls for the same request (append-only).
+  std::span<const int32_t> token_ids{};
+  // Tokens at the front of token_ids whose K/V an executed step has written into this request's
+  // blocks. 0 <= num_computed_tokens <= token_ids.size().
+  int64_t num_computed_tokens = 0;
+  // Requests share cached blocks only if their salts (and adapters) are equal.
+  std::string_view cache_salt{};
+  // LoRA adapter id; 0 = base model.
+  uint32_t adapter_id = 0;
+};
+
+// The longest cached prefix of a request, as found by get_computed_blocks().
+struct ComputedBlocks {
+  std::vector<BlockId> block_ids{};      // [num_blocks] cached blocks, in table order
+  std::vector<BlockHash> block_hashes{}; // [num_blocks] their hashes (checked on allocation)
+  int64_t num_computed_tokens = 0;       // num_blocks * block_size
+};
+
+// Copy the K/V of the first num_tokens slots of src_block into dst_block (every layer, K and V).
+struct BlockCopy {
+  BlockId src_block = kNullBlockId;
+  BlockId dst_block = kNullBlockId;
+  int32_t num_tokens = 0;
+};
+
+struct ForkResult {
+  // Set when the shared prefix ends inside a block: the child got a fresh block that the
+  // executor must fill from the parent's before the child's next step. The source block belongs
+  // to the parent; if the parent is freed or truncated first, src_block may be handed out again,
+  // so the copy must run before any K/V write of the next forward (executors copy first).
+  std::optional<BlockCopy> copy_on_write{};
+};
+
+// Counts follow BlockPool's sets (block_pool.h); the null block is in none of them.
+struct KvCacheStats {
+  int32_t num_usable_blocks = 0;         // num_blocks - 1
+  int32_t num_used_blocks = 0;           // ref_cnt > 0
+  int32_t num_cached_free_blocks = 0;    // ref_cnt == 0, cached (evictable, reusable)
+  int32_t num_free_uncached_blocks = 0;  // ref_cnt == 0, not cached
+  int32_t num_cached_blocks = 0;         // in the hash map, used or free
+  double usage = 0.0;                    // num_used_blocks / num_usable_blocks
+  int64_t num_queries = 0;               // get_computed_blocks() calls
+  int64_t num_hits = 0;                  // ... that found at least one block
+  int64_t num_query_tokens = 0;          // sum of token_ids.size() over queries
+  int64_t num_hit_tokens = 0;            // sum of num_computed_tokens found
+  double prefix_hit_rate = 0.0;          // num_hit_tokens / num_query_tokens (0 if no queries)
+  int64_t num_evictions = 0;             // cached blocks whose hash was dropped for reuse
+};
+
+struct KvCacheManagerOptions {
+  int32_t num_blocks = 0;              // total, including the null block; >= 2
+  int32_t block_size = 16;             // tokens per block; >= 1
+  bool enable_prefix_caching = true;   // false: no hashing, no hits, nothing cached
+};
+
+class KvCacheManager {
+ public:
+  // CHECK-fails on bad options (num_blocks < 2, block_size < 1). O(num_blocks).
+  explicit KvCacheManager(const KvCacheManagerOptions& options);
+  KvCacheManager(const KvCacheManager&) = delete;
+  KvCacheManager& operator=(const KvCacheManager&) = delete;
+
+  // The longest prefix of request.token_ids held in cached blocks, leaving at least one token to
+  // compute (at most (num_tokens - 1) / block_size blocks). Changes no block; counts a query.
+  // The result is valid until the next call that allocates: pass it to allocate_slots() for the
+  // same request right away. O(hit blocks + 1) hashes and lookups.
+  ComputedBlocks get_computed_blocks(const KvRequest& request);
+
+  // Makes the request's table cover
+  //   request.num_computed_tokens + new_computed_blocks.num_computed_tokens
+  //   + num_new_tokens + num_lookahead_tokens
+  // slots: takes references on new_computed_blocks (reviving free ones), then appends fresh
+  // blocks from the free queue (evicting the least recently freed cached blocks). Then caches
+  // every full block that is committed and computed per `request`.
+  // Returns the block ids appended by this call (the computed blocks first), a view into the
+  // table valid until the next call that changes this request; or nullopt when the free blocks
+  // do not suffice, in which case nothing changed. Tables only grow here.
+  // Preconditions: counts >= 0; new_computed_blocks non-empty only for a request without blocks
+  // and with request.num_computed_tokens == 0, and still cached as returned.
+  // O(blocks appended + blocks cached).
+  std::optional<std::span<const BlockId>> allocate_slots(
+      const KvRequest& request, int64_t num_new_tokens,
+      const ComputedBlocks& new_computed_blocks = ComputedBlocks{},
+      int64_t num_lookahead_tokens = 0);
+
+  // Caches the request's full blocks that are committed and computed per `request` and not yet
+  // hashed. Idempotent; no-op for an unknown request. O(newly hashed blocks).
+  void cache_full_blocks(const KvRequest& request);
+
+  // Drops the request's references, tail block first: its cached blocks go to the back of the
+  // free queue in reverse table order (so the tail is evicted first), its uncached blocks to the
+  // front (reused first). Cached blocks keep their hash until evicted. Forgets the request; a
+  // no-op for an unknown id (a waiting request that never got blocks). O(table size).
+  void free(KvRequestId request_id);
+
+  // n > 1 sampling: `child` (unknown so far) shares the K/V of the parent's first num_tokens
+  // tokens. Full blocks are shared (ref_cnt + 1); a partially filled block at num_tokens is
+  // copied on write: the child gets a fresh block and the returned BlockCopy. nullopt (nothing
+  // changed) when that block cannot be allocated. Precondition: the parent exists and
+  // num_tokens <= its slots; num_tokens should not exceed its computed tokens. O(table size).
+  std::optional<ForkResult> fork(KvRequestId parent_id, KvRequestId child_id, int64_t num_tokens);
+
+  // Rolls back to num_tokens slots (rejected speculative tokens): drops the references to the
+  // blocks past ceil(num_tokens / block_size), tail first (speculative blocks are uncached, so
+  // they go to the front of the free queue); keeps the partially filled tail. Preconditions: num_tokens >= 0; it does not cut
+  // into a hashed block; a partially kept tail is held by this request alone and uncached (the
+  // request will overwrite its slots past num_tokens). No-op when num_tokens >= slots.
+  // O(blocks dropped).
+  void truncate(KvRequestId request_id, int64_t num_tokens);
+
+  // The request's block table as int32 page indices ([num_blocks], the executor's
+  // kv_page_indices for this request). Empty for an unknown id. Valid until the next call that
+  // changes this request. O(1).
+  std::span<const BlockId> block_ids(KvRequestId request_id) const;
+  // Hashes of the request's hashed blocks ([num_hashed_blocks], a prefix of the table). O(1).
+  std::span<const BlockHash> block_hashes(KvRequestId request_id) const;
+  // table size * block_size; 0 for an unknown id. O(1).
+  int64_t num_slots(KvRequestId request_id) const;
+  bool has_request(KvRequestId request_id) const { return requests_.contains(request_id); }
+  int64_t num_requests() const { return static_cast<int64_t>(requests_.size()); }
+
+  int32_t block_size() const { return block_size_; }
+  int32_t num_free_blocks() const { return pool_.num_free_blocks(); }
+  double usage() const { return pool_.usage(); }
+  KvCacheStats stats() const;
+  const BlockPool& block_pool() const { return pool_; }
+
+  // CHECK-fails unless pool and tables agree: no null block in a table, no block twice in one
+  // table, every ref_cnt equals the number of table entries holding it, hashed blocks that are
+  // cached carry the request's hash. O(num_blocks + table entries).
+  void check_invariants() const;
+
+ private:
+  struct RequestBlocks {
+    std::vector<BlockId> block_ids;      // the block table, append-only except truncate()
+    std::vector<BlockHash> block_hashes; // [num_hashed_blocks]
+  };
+
+  void cache_blocks(RequestBlocks& blocks, const KvRequest& request);
+  void check_computed_blocks(const ComputedBlocks& computed) const;
+  static std::span<const BlockId> appended(const RequestBlocks& blocks, size_t old_size);
+
+  int32_t block_size_;
+  bool enable_prefix_caching_;
+  BlockPool pool_;
+  std::unordered_map<KvRequestId, RequestBlocks> requests_;
+  int64_t num_queries_ = 0;
+  int64_t num_hits_ = 0;
+  int64_t num_query_tokens_ = 0;
+  int64_t num_hit_tokens_ = 0;
+};
+
+}  // namespace arbor::kv
