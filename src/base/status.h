@@ -127,10 +127,11 @@ const Status& status_of(const Result<T>& r) { return r.status(); }
 #define ARBOR_CONCAT_(a, b) ARBOR_CONCAT_INNER_(a, b)
 
 // Returns the Status from the enclosing function if `expr` (a Status or Result) is an error.
-#define ARBOR_RETURN_IF_ERROR(expr)                                        \
-  do {                                                                     \
-    const auto& arbor_status_ = ::arbor::internal::status_of((expr));      \
-    if (!arbor_status_.ok()) return arbor_status_;                         \
+// `expr` is bound to a reference first so a temporary lives until the status is copied out.
+#define ARBOR_RETURN_IF_ERROR(expr)                                             \
+  do {                                                                          \
+    auto&& arbor_value_ = (expr);                                               \
+    if (!arbor_value_.ok()) return ::arbor::internal::status_of(arbor_value_);  \
   } while (0)
 
 // ARBOR_ASSIGN_OR_RETURN(auto x, make_x()); returns the error, else moves the value into x.
