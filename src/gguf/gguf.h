@@ -22,6 +22,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <variant>
 #include <vector>
 
@@ -41,6 +42,8 @@ struct Value;
 struct Array {
   ValueType elem_type = ValueType::kUint8;
   std::vector<Value> items;  // every item has type elem_type
+
+  friend bool operator==(const Array& a, const Array& b) = default;
 };
 
 // One metadata value. `bool` is stored as uint8_t-sized bool.
@@ -50,16 +53,31 @@ struct Value {
   ValueType type = ValueType::kUint8;
   Storage data;
 
+  static Value u8(uint8_t v) { return {ValueType::kUint8, v}; }
+  static Value i8(int8_t v) { return {ValueType::kInt8, v}; }
+  static Value u16(uint16_t v) { return {ValueType::kUint16, v}; }
+  static Value i16(int16_t v) { return {ValueType::kInt16, v}; }
   static Value u32(uint32_t v) { return {ValueType::kUint32, v}; }
   static Value i32(int32_t v) { return {ValueType::kInt32, v}; }
   static Value u64(uint64_t v) { return {ValueType::kUint64, v}; }
+  static Value i64(int64_t v) { return {ValueType::kInt64, v}; }
+  static Value f64(double v) { return {ValueType::kFloat64, v}; }
   static Value f32(float v) { return {ValueType::kFloat32, v}; }
   static Value boolean(bool v) { return {ValueType::kBool, v}; }
   static Value str(std::string v) { return {ValueType::kString, std::move(v)}; }
   static Value string_array(const std::vector<std::string>& v);
   static Value f32_array(const std::vector<float>& v);
   static Value i32_array(const std::vector<int32_t>& v);
+  // An array; CHECKs that every item has type elem_type.
+  static Value array(ValueType elem_type, std::vector<Value> items);
+
+  // Exact comparison (floats by value, so NaN != NaN).
+  friend bool operator==(const Value& a, const Value& b) = default;
 };
+
+// A readable rendering: strings quoted and escaped, arrays as "[a, b, ... (N items)]" with at
+// most max_items items shown (nested arrays too).
+std::string value_to_string(const Value& v, size_t max_items = 8);
 
 struct KeyValue {
   std::string key;
@@ -78,11 +96,23 @@ struct TensorInfo {
   std::span<const uint8_t> bytes() const { return {data, size_bytes}; }
 };
 
+// Limits that the reader enforces (as ggml does, plus a nesting bound for arrays of arrays).
+inline constexpr uint32_t kGgmlMaxDims = 4;
+inline constexpr size_t kGgmlMaxNameLength = 63;  // ggml's GGML_MAX_NAME (64) minus the NUL
+inline constexpr int kMaxArrayNesting = 16;
+// Each decoded item costs ~48 bytes, so a corrupt count could otherwise turn a multi-GB file
+// into a 50x larger allocation. Real vocabularies and merge lists are < 1M items.
+inline constexpr uint64_t kMaxArrayLength = uint64_t{1} << 24;
+inline constexpr uint64_t kDefaultAlignment = 32;
+
 class GgufFile {
  public:
-  // Maps and parses `path`. Errors: "FILE: at offset N: problem".
+  // Maps and parses `path`. A corrupt file is kDataLoss "FILE: at offset N: problem" (the
+  // rules are in docs/gguf.md); an unreadable one kIoError. O(file metadata), tensor data is
+  // not touched. Copies share the mapping.
   static Result<GgufFile> open(const std::string& path);
-  // Parses bytes that the caller keeps alive (fuzz tests, in-memory files).
+  // Parses bytes that the caller keeps alive (fuzz tests, in-memory files); `name` stands in
+  // for the path in messages.
   static Result<GgufFile> parse(std::span<const uint8_t> bytes, const std::string& name);
 
   uint32_t version() const { return version_; }
@@ -92,7 +122,7 @@ class GgufFile {
   std::span<const uint8_t> file_bytes() const { return bytes_; }
 
   const std::vector<KeyValue>& metadata() const { return metadata_; }
-  const Value* find(std::string_view key) const;  // nullptr if absent
+  const Value* find(std::string_view key) const;  // nullptr if absent; O(1)
 
   // Typed getters. Integer getters accept any integer value type that fits; a missing key is
   // kNotFound, a wrong type or out-of-range value kInvalidArgument, both naming the key.
@@ -107,9 +137,11 @@ class GgufFile {
   Result<std::vector<int32_t>> get_i32_array(std::string_view key) const;  // any integer elems
 
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
-  const TensorInfo* find_tensor(std::string_view name) const;  // nullptr if absent
+  const TensorInfo* find_tensor(std::string_view name) const;  // nullptr if absent; O(1)
 
  private:
+  friend class GgufParser;
+
   std::shared_ptr<MappedFile> mapping_;  // null when parse()d from caller-owned bytes
   std::span<const uint8_t> bytes_;
   std::string name_;
@@ -118,24 +150,39 @@ class GgufFile {
   uint64_t data_offset_ = 0;
   std::vector<KeyValue> metadata_;
   std::vector<TensorInfo> tensors_;
+  std::unordered_map<std::string, size_t> key_index_;     // key -> index in metadata_
+  std::unordered_map<std::string, size_t> tensor_index_;  // name -> index in tensors_
 };
 
 // Builds a GGUF file. Metadata and tensors are written in insertion order; tensor data is
-// placed at increasing aligned offsets, zero-padded. `general.alignment`, if set as metadata,
-// must agree with set_alignment().
+// placed at increasing aligned offsets, zero-padded. The data section is padded to the
+// alignment after every tensor (as ggml and gguf-py do).
+//
+// Alignment and the `general.alignment` key always agree: set_alignment() updates the key
+// (adding it when the alignment is not the default 32), and set("general.alignment", u32)
+// updates the alignment. Caller mistakes (non-power-of-two alignment, a tensor whose byte
+// count does not match its dims, a duplicate or over-long tensor name) are CHECK failures.
+// Not thread-safe.
 class GgufWriter {
  public:
   // A writer holding `file`'s version, alignment, metadata and tensors (data referenced, not
-  // copied: `file` must outlive the writer). Serialising it reproduces the file byte for byte.
+  // copied: `file` must outlive the writer). Serialising it reproduces the file byte for byte
+  // (tensors keep their offsets; the end of the file is padded only if the file's was).
   static GgufWriter from_file(const GgufFile& file);
 
-  void set_version(uint32_t version) { version_ = version; }  // 2 or 3
-  void set_alignment(uint64_t alignment) { alignment_ = alignment; }
+  void set_version(uint32_t version);  // 2 or 3 (CHECKed)
+  void set_alignment(uint64_t alignment);  // a power of two (CHECKed)
+  uint64_t alignment() const { return alignment_; }
+  // Whether the file ends padded to the alignment (default true, as ggml writes it). A file
+  // without tensors ends right after the tensor infos when false.
+  void set_pad_end(bool pad) { pad_end_ = pad; }
 
   // Sets or replaces a key (replacing keeps the key's original position).
   void set(std::string key, Value value);
+  // Removing general.alignment resets the alignment to 32.
   void remove(std::string_view key);
   const std::vector<KeyValue>& metadata() const { return metadata_; }
+  const Value* find(std::string_view key) const;  // nullptr if absent
 
   // Adds a tensor whose bytes the writer keeps (owned) or references (caller keeps them alive).
   // dims in ggml order. CHECKs that data.size() == ggml_nbytes(type, dims).
@@ -143,9 +190,10 @@ class GgufWriter {
                         std::vector<uint8_t> data);
   void add_tensor_ref(std::string name, GgmlType type, std::vector<int64_t> dims,
                       std::span<const uint8_t> data);
+  size_t num_tensors() const { return tensors_.size(); }
 
-  // The whole file as bytes (small files, tests), or streamed to `path` (atomic rename) with a
-  // progress bar for large files.
+  // The whole file as bytes (small files, tests), or streamed to `path` (written to
+  // path + ".tmp", then renamed) with a progress bar on stderr. Errors name the path.
   std::string serialize() const;
   Status write(const std::string& path) const;
 
@@ -159,8 +207,15 @@ class GgufWriter {
     uint64_t offset = 0;  // explicit offset (from_file) or computed when serialising
     bool fixed_offset = false;
   };
+  // Offsets (relative to the data section) of every tensor, in insertion order.
+  std::vector<uint64_t> plan_offsets() const;
+  // Magic, header, metadata and tensor infos, without the padding after them.
+  std::string encode_meta(const std::vector<uint64_t>& offsets) const;
+  void add_tensor(std::unique_ptr<PendingTensor> t);
+
   uint32_t version_ = 3;
-  uint64_t alignment_ = 32;
+  uint64_t alignment_ = kDefaultAlignment;
+  bool pad_end_ = true;
   std::vector<KeyValue> metadata_;
   std::vector<std::unique_ptr<PendingTensor>> tensors_;
 };

@@ -1,0 +1,62 @@
+// `arbor quantize IN.gguf OUT.gguf TYPE`: re-encodes a model's weight matrices to TYPE (see
+// gguf/quantize_model.h for which tensors change) and writes a new GGUF file.
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "base/log.h"
+#include "cli/command.h"
+#include "gguf/gguf.h"
+#include "gguf/quantize_model.h"
+
+namespace arbor::cli {
+namespace {
+
+struct Options {
+  std::string input;
+  std::string output;
+  std::string type;
+};
+
+Status run(const Options& opts) {
+  auto target = gguf::parse_quantize_target(opts.type);
+  if (!target.ok()) return target.status();
+  if (opts.input == opts.output) {
+    return invalid_argument("output ", opts.output, " would overwrite the input");
+  }
+  auto in = gguf::GgufFile::open(opts.input);
+  if (!in.ok()) return in.status();
+  gguf::QuantizeOptions options;
+  options.target = *target;
+  options.show_progress = true;
+  gguf::QuantizeReport report;
+  auto writer = gguf::quantize_model(*in, options, &report);
+  if (!writer.ok()) return writer.status().with_context(opts.input);
+  if (Status s = writer->write(opts.output); !s.ok()) return s;
+  std::fprintf(stderr,
+               "quantized %s -> %s (%s): %lld tensors converted (%lld with a fallback type), "
+               "%lld kept; tensor data %.2f MiB -> %.2f MiB\n",
+               opts.input.c_str(), opts.output.c_str(),
+               std::string(gguf::ggml_type_name(*target)).c_str(),
+               static_cast<long long>(report.num_converted),
+               static_cast<long long>(report.num_fallback),
+               static_cast<long long>(report.num_kept), report.bytes_in / 1048576.0,
+               report.bytes_out / 1048576.0);
+  return ok_status();
+}
+
+void setup(CLI::App& app) {
+  auto* sub = app.add_subcommand("quantize", "Re-encode a GGUF model's weights to another type");
+  auto opts = std::make_shared<Options>();
+  sub->add_option("input", opts->input, "Input GGUF file")->required();
+  sub->add_option("output", opts->output, "Output GGUF file")->required();
+  sub->add_option("type", opts->type,
+                  "Target type: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_K, q3_K, q4_K, "
+                  "q5_K, q6_K")
+      ->required();
+  sub->callback([opts] { exit_on_error(run(*opts)); });
+}
+ARBOR_REGISTER_COMMAND(setup);
+
+}  // namespace
+}  // namespace arbor::cli

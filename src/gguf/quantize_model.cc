@@ -1,0 +1,156 @@
+#include "gguf/quantize_model.h"
+
+#include <optional>
+
+#include "base/progress.h"
+#include "gguf/quants.h"
+
+namespace arbor::gguf {
+
+namespace {
+
+struct TargetInfo {
+  GgmlType type;
+  uint32_t file_type;  // LLAMA_FTYPE_*
+};
+
+constexpr TargetInfo kTargets[] = {
+    {GgmlType::kF32, 0},   {GgmlType::kF16, 1},   {GgmlType::kQ4_0, 2},  {GgmlType::kQ4_1, 3},
+    {GgmlType::kQ8_0, 7},  {GgmlType::kQ5_0, 8},  {GgmlType::kQ5_1, 9},  {GgmlType::kQ2_K, 10},
+    {GgmlType::kQ3_K, 11}, {GgmlType::kQ4_K, 14}, {GgmlType::kQ5_K, 16}, {GgmlType::kQ6_K, 18},
+    {GgmlType::kBF16, 32},
+};
+
+std::optional<TargetInfo> find_target(GgmlType type) {
+  for (const TargetInfo& t : kTargets) {
+    if (t.type == type) return t;
+  }
+  return std::nullopt;
+}
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+bool fits(GgmlType type, int64_t row_length) {
+  return row_length % ggml_traits(type).block_size == 0;
+}
+
+// llama.cpp's fallback when the row length is not a multiple of the target's block size.
+GgmlType fallback_type(GgmlType target) {
+  switch (target) {
+    case GgmlType::kQ4_K: return GgmlType::kQ5_0;
+    case GgmlType::kQ5_K: return GgmlType::kQ5_1;
+    case GgmlType::kQ6_K: return GgmlType::kQ8_0;
+    case GgmlType::kQ2_K: case GgmlType::kQ3_K: return GgmlType::kQ4_0;
+    default: return GgmlType::kF16;
+  }
+}
+
+bool is_quantized(GgmlType type) {
+  return type != GgmlType::kF32 && type != GgmlType::kF16 && type != GgmlType::kBF16;
+}
+
+}  // namespace
+
+bool is_quantize_target(GgmlType type) { return find_target(type).has_value(); }
+
+Result<GgmlType> parse_quantize_target(std::string_view name) {
+  auto parsed = parse_ggml_type(name);
+  if (parsed.ok() && is_quantize_target(*parsed)) return *parsed;
+  std::string accepted;
+  for (const TargetInfo& t : kTargets) {
+    if (!accepted.empty()) accepted += ", ";
+    accepted += ggml_type_name(t.type);
+  }
+  return invalid_argument("unknown or unsupported quantisation type '", name,
+                          "'; accepted: ", accepted);
+}
+
+uint32_t llama_file_type(GgmlType type) {
+  const auto t = find_target(type);
+  ARBOR_CHECK(t.has_value()) << ggml_type_name(type) << " is not a quantisation target";
+  return t->file_type;
+}
+
+GgmlType choose_tensor_type(std::string_view name, const std::vector<int64_t>& dims,
+                            GgmlType source_type, GgmlType target) {
+  if (dims.size() < 2 || !ends_with(name, "weight") || ends_with(name, "ffn_gate_inp.weight")) {
+    return source_type;
+  }
+  if (fits(target, dims[0])) return target;
+  const GgmlType fallback = fallback_type(target);
+  return fits(fallback, dims[0]) ? fallback : GgmlType::kF16;
+}
+
+Result<std::vector<uint8_t>> convert_tensor_data(GgmlType src_type, std::span<const uint8_t> src,
+                                                 const std::vector<int64_t>& dims,
+                                                 GgmlType dst_type) {
+  const auto src_bytes = ggml_nbytes(src_type, dims);
+  ARBOR_CHECK(src_bytes.has_value() && *src_bytes == src.size())
+      << "tensor data of " << src.size() << " bytes does not match its dims";
+  if (src_type == dst_type) return std::vector<uint8_t>(src.begin(), src.end());
+  if (!can_dequantize(src_type)) {
+    return unimplemented("cannot decode ", ggml_type_name(src_type), " tensors");
+  }
+  if (!can_quantize(dst_type)) {
+    return unimplemented("cannot encode ", ggml_type_name(dst_type), " tensors");
+  }
+  const auto dst_bytes = ggml_nbytes(dst_type, dims);
+  if (!dst_bytes) {
+    return invalid_argument("row length ", dims[0], " is not a multiple of the ",
+                            ggml_type_name(dst_type), " block size ",
+                            ggml_traits(dst_type).block_size);
+  }
+  const int64_t row = dims[0];
+  const int64_t rows = static_cast<int64_t>(*src_bytes / ggml_row_size(src_type, row));
+  const uint64_t src_row_bytes = ggml_row_size(src_type, row);
+  const uint64_t dst_row_bytes = ggml_row_size(dst_type, row);
+  std::vector<uint8_t> out(*dst_bytes);
+  std::vector<float> buf(static_cast<size_t>(row));
+  for (int64_t r = 0; r < rows; ++r) {
+    ARBOR_RETURN_IF_ERROR(dequantize_row(src_type, src.data() + r * src_row_bytes, buf.data(), row));
+    ARBOR_RETURN_IF_ERROR(quantize_row(dst_type, buf.data(), out.data() + r * dst_row_bytes, row));
+  }
+  return out;
+}
+
+Result<GgufWriter> quantize_model(const GgufFile& in, const QuantizeOptions& options,
+                                  QuantizeReport* report) {
+  if (!is_quantize_target(options.target)) {
+    return invalid_argument(ggml_type_name(options.target), " is not a quantisation target");
+  }
+  QuantizeReport local;
+  QuantizeReport& rep = report != nullptr ? *report : local;
+  rep = QuantizeReport{};
+  GgufWriter w;
+  w.set_version(in.version());
+  w.set_alignment(in.alignment());
+  for (const KeyValue& kv : in.metadata()) w.set(kv.key, kv.value);
+  w.set("general.file_type", Value::u32(llama_file_type(options.target)));
+  if (is_quantized(options.target)) w.set("general.quantization_version", Value::u32(2));
+
+  std::optional<ProgressBar> bar;
+  if (options.show_progress) bar.emplace("quantizing", in.tensors().size(), "tensors");
+  for (const TensorInfo& t : in.tensors()) {
+    const GgmlType type = choose_tensor_type(t.name, t.dims, t.type, options.target);
+    rep.bytes_in += t.size_bytes;
+    if (type == t.type) {
+      w.add_tensor_ref(t.name, t.type, t.dims, t.bytes());
+      rep.bytes_out += t.size_bytes;
+      ++rep.num_kept;
+    } else {
+      auto data = convert_tensor_data(t.type, t.bytes(), t.dims, type);
+      if (!data.ok()) return data.status().with_context(str_cat("tensor '", t.name, "'"));
+      rep.bytes_out += data->size();
+      w.add_tensor_owned(t.name, type, t.dims, std::move(data).value());
+      ++rep.num_converted;
+      if (type != options.target) ++rep.num_fallback;
+    }
+    if (bar) bar->add(1);
+  }
+  if (bar) bar->finish();
+  return w;
+}
+
+}  // namespace arbor::gguf

@@ -1,0 +1,138 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "gguf/quantize_model.h"
+#include "gguf/quants.h"
+#include "test_files.h"
+
+namespace arbor::gguf {
+namespace {
+
+std::vector<float> tensor_floats(const TensorInfo& t) {
+  std::vector<float> out(static_cast<size_t>(t.num_elements()));
+  const Status s = dequantize_row(t.type, t.data, out.data(), t.num_elements());
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  return out;
+}
+
+TEST(QuantizeModel, TensorTypeRules) {
+  EXPECT_EQ(choose_tensor_type("blk.0.attn_q.weight", {64, 64}, GgmlType::kF32, GgmlType::kQ4_0),
+            GgmlType::kQ4_0);
+  EXPECT_EQ(choose_tensor_type("blk.0.attn_norm.weight", {64}, GgmlType::kF32, GgmlType::kQ4_0),
+            GgmlType::kF32);
+  EXPECT_EQ(choose_tensor_type("blk.0.attn_q.bias", {64, 2}, GgmlType::kF32, GgmlType::kQ4_0),
+            GgmlType::kF32);
+  EXPECT_EQ(choose_tensor_type("blk.0.ffn_gate_inp.weight", {64, 8}, GgmlType::kF32,
+                               GgmlType::kQ4_0),
+            GgmlType::kF32);
+  // Row length 172: no 32-block fits, so f16; 64 fits q5_0 but not q4_K's 256.
+  EXPECT_EQ(choose_tensor_type("w.weight", {172, 64}, GgmlType::kF32, GgmlType::kQ8_0),
+            GgmlType::kF16);
+  EXPECT_EQ(choose_tensor_type("w.weight", {64, 64}, GgmlType::kF32, GgmlType::kQ4_K),
+            GgmlType::kQ5_0);
+  EXPECT_EQ(choose_tensor_type("w.weight", {64, 64}, GgmlType::kF32, GgmlType::kQ6_K),
+            GgmlType::kQ8_0);
+  EXPECT_EQ(choose_tensor_type("w.weight", {512, 64}, GgmlType::kF32, GgmlType::kQ6_K),
+            GgmlType::kQ6_K);
+}
+
+TEST(QuantizeModel, TargetsAndFileTypes) {
+  EXPECT_EQ(*parse_quantize_target("Q4_K"), GgmlType::kQ4_K);
+  const auto bad = parse_quantize_target("q8_K");  // a ggml type, but not a weight format
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("accepted: f32, f16, q4_0, q4_1, q8_0"),
+            std::string::npos);
+  EXPECT_EQ(llama_file_type(GgmlType::kF32), 0u);
+  EXPECT_EQ(llama_file_type(GgmlType::kF16), 1u);
+  EXPECT_EQ(llama_file_type(GgmlType::kQ4_0), 2u);
+  EXPECT_EQ(llama_file_type(GgmlType::kQ8_0), 7u);
+  EXPECT_EQ(llama_file_type(GgmlType::kQ5_1), 9u);
+  EXPECT_EQ(llama_file_type(GgmlType::kQ4_K), 14u);
+  EXPECT_EQ(llama_file_type(GgmlType::kQ6_K), 18u);
+  EXPECT_EQ(llama_file_type(GgmlType::kBF16), 32u);
+}
+
+TEST(QuantizeModel, ConvertTensorData) {
+  std::vector<float> x(64);
+  for (int i = 0; i < 64; ++i) x[i] = std::sin(0.1f * i);
+  std::span<const uint8_t> src(reinterpret_cast<const uint8_t*>(x.data()), x.size() * 4);
+  auto f16 = convert_tensor_data(GgmlType::kF32, src, {32, 2}, GgmlType::kF16);
+  ASSERT_TRUE(f16.ok());
+  EXPECT_EQ(f16->size(), 128u);
+  auto q8 = convert_tensor_data(GgmlType::kF16, *f16, {32, 2}, GgmlType::kQ8_0);
+  ASSERT_TRUE(q8.ok());
+  EXPECT_EQ(q8->size(), 68u);
+  auto bad = convert_tensor_data(GgmlType::kF32, src, {16, 4}, GgmlType::kQ8_0);
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  auto iq = convert_tensor_data(GgmlType::kF32, src, {64}, GgmlType::kIQ4_NL);
+  EXPECT_EQ(iq.status().code(), StatusCode::kUnimplemented);
+}
+
+TEST(QuantizeModel, Stories260KToQ8_0) {
+  const std::string path = test_files::shared_path("models/stories260K/stories260K.gguf");
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is missing";
+  auto in = GgufFile::open(path);
+  ASSERT_TRUE(in.ok());
+  QuantizeReport report;
+  auto w = quantize_model(*in, {GgmlType::kQ8_0, false}, &report);
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  EXPECT_EQ(report.num_converted, 37);  // 2-D weights
+  EXPECT_EQ(report.num_fallback, 5);    // ffn_down has rows of 172 -> f16
+  EXPECT_EQ(report.num_kept, 11);       // norms
+  const std::string bytes = w->serialize();
+  auto out = GgufFile::parse({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()},
+                             "q8.gguf");
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_EQ(report.bytes_out, [&] {
+    uint64_t n = 0;
+    for (const auto& t : out->tensors()) n += t.size_bytes;
+    return n;
+  }());
+  EXPECT_EQ(*out->get_u32("general.file_type"), 7u);
+  EXPECT_EQ(*out->get_u32("general.quantization_version"), 2u);
+  EXPECT_EQ(*out->get_u32("llama.block_count"), 5u);
+  EXPECT_EQ(out->metadata().size(), in->metadata().size() + 2);
+  ASSERT_EQ(out->tensors().size(), in->tensors().size());
+  EXPECT_EQ(out->find_tensor("blk.0.ffn_down.weight")->type, GgmlType::kF16);
+  EXPECT_EQ(out->find_tensor("blk.0.attn_norm.weight")->type, GgmlType::kF32);
+  for (const char* name : {"token_embd.weight", "blk.3.attn_q.weight", "blk.4.ffn_down.weight"}) {
+    const TensorInfo* a = in->find_tensor(name);
+    const TensorInfo* b = out->find_tensor(name);
+    ASSERT_NE(b, nullptr);
+    const auto x = tensor_floats(*a);
+    const auto y = tensor_floats(*b);
+    double err2 = 0, x2 = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      err2 += double(y[i] - x[i]) * (y[i] - x[i]);
+      x2 += double(x[i]) * x[i];
+    }
+    EXPECT_LT(std::sqrt(err2 / x2), 0.01) << name;
+  }
+}
+
+// A quantised source is decoded first: Q8_0 -> Q4_0 works and keeps the f32 norms.
+TEST(QuantizeModel, RequantisesAQuantisedModel) {
+  const std::string path =
+      test_files::shared_path("models/tinystories-656K/TinyStories-656K-Q8_0.gguf");
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is missing";
+  auto in = GgufFile::open(path);
+  ASSERT_TRUE(in.ok());
+  auto w = quantize_model(*in, {GgmlType::kQ4_0, false}, nullptr);
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  const std::string bytes = w->serialize();
+  auto out = GgufFile::parse({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()},
+                             "q4.gguf");
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_EQ(*out->get_u32("general.file_type"), 2u);
+  EXPECT_EQ(out->find_tensor("token_embd.weight")->type, GgmlType::kQ4_0);
+  EXPECT_EQ(out->find_tensor("output_norm.weight")->type, GgmlType::kF32);
+}
+
+}  // namespace
+}  // namespace arbor::gguf
