@@ -1,0 +1,417 @@
+// Paged attention: block-wise online softmax over a paged KV cache. See attention.h.
+#include "kernels/attention.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "base/check.h"
+#include "base/fp16.h"
+#include "kernels/cpu_features.h"
+
+namespace arbor::kernels {
+namespace {
+
+// Query tokens per work item. A tile re-reads its sequence's K/V once, so larger tiles read
+// less; smaller tiles give more work items for parallelism.
+constexpr int kQueryTile = 16;
+// A KV split covers at least this many keys (flash-decoding only pays off on long contexts).
+constexpr int kMinSplitKeys = 256;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// ---- Vector helpers: AVX2 (+FMA, F16C) and portable scalar twins. ----
+
+__attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* b, int n) {
+  // Two accumulators hide the FMA latency on head_dim 64..128.
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+  }
+  for (; i + 8 <= n; i += 8) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+  }
+  const __m256 acc = _mm256_add_ps(acc0, acc1);
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  s = _mm_hadd_ps(s, s);
+  s = _mm_hadd_ps(s, s);
+  float r = _mm_cvtss_f32(s);
+  for (; i < n; ++i) r += a[i] * b[i];
+  return r;
+}
+
+float dot_scalar(const float* a, const float* b, int n) {
+  float r = 0.0f;
+  for (int i = 0; i < n; ++i) r += a[i] * b[i];
+  return r;
+}
+
+// y += p * x
+__attribute__((target("avx2,fma"))) void axpy_avx2(float* y, float p, const float* x, int n) {
+  const __m256 vp = _mm256_set1_ps(p);
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(vp, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  }
+  for (; i < n; ++i) y[i] += p * x[i];
+}
+
+void axpy_scalar(float* y, float p, const float* x, int n) {
+  for (int i = 0; i < n; ++i) y[i] += p * x[i];
+}
+
+__attribute__((target("avx2,f16c"))) void f16_to_f32_avx2(const uint16_t* src, float* dst,
+                                                          int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+  }
+  for (; i < n; ++i) dst[i] = fp16_to_fp32(src[i]);
+}
+
+void f16_to_f32_scalar(const uint16_t* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_fp32(src[i]);
+}
+
+struct VecOps {
+  float (*dot)(const float*, const float*, int);
+  void (*axpy)(float*, float, const float*, int);
+  void (*f16_to_f32)(const uint16_t*, float*, int64_t);
+};
+
+VecOps vec_ops() {
+  if (active_isa() >= Isa::kAvx2) return {dot_avx2, axpy_avx2, f16_to_f32_avx2};
+  return {dot_scalar, axpy_scalar, f16_to_f32_scalar};
+}
+
+// ---- Work decomposition. ----
+
+// One unit of work: query rows [i0, i1) of sequence b against kv head g, keys [k0, k1).
+// partial < 0: the item covers all keys its rows can see and writes p.out directly; otherwise
+// it writes (m, l, acc) per row at partial * stride floats of the shared partial buffer.
+struct WorkItem {
+  int32_t b, g, i0, i1, k0, k1;
+  int32_t partial;
+};
+
+// A query tile split over several KV ranges: items [first_item, first_item + num_splits).
+struct SplitGroup {
+  int32_t first_item, num_splits;
+};
+
+struct Plan {
+  std::vector<WorkItem> items;
+  std::vector<SplitGroup> groups;
+  int32_t num_partials = 0;
+};
+
+int32_t seq_len_q(const PagedAttentionParams& p, int b) {
+  return p.qo_indptr[b + 1] - p.qo_indptr[b];
+}
+
+// Last key (exclusive) any row of tile [i0, i1) can see.
+int32_t tile_key_end(const PagedAttentionParams& p, int b, int32_t i1) {
+  const int32_t committed = p.kv_len[b] - seq_len_q(p, b);
+  const bool masked = p.mask_indptr != nullptr && p.mask_indptr[b + 1] > p.mask_indptr[b];
+  return masked ? p.kv_len[b] : committed + i1;
+}
+
+void build_plan(const PagedAttentionParams& p, int num_threads, Plan& plan) {
+  plan.items.clear();
+  plan.groups.clear();
+  plan.num_partials = 0;
+  int64_t base_items = 0;
+  for (int b = 0; b < p.num_seqs; ++b) {
+    base_items += (int64_t)p.num_kv_heads * ((seq_len_q(p, b) + kQueryTile - 1) / kQueryTile);
+  }
+  // Split KV only when there are fewer tiles than threads.
+  const int64_t want = base_items > 0 && base_items < num_threads
+                           ? (num_threads + base_items - 1) / base_items : 1;
+  for (int b = 0; b < p.num_seqs; ++b) {
+    const int32_t n = seq_len_q(p, b);
+    for (int32_t i0 = 0; i0 < n; i0 += kQueryTile) {
+      const int32_t i1 = std::min(n, i0 + kQueryTile);
+      const int32_t kend = tile_key_end(p, b, i1);
+      int32_t splits = (int32_t)std::min<int64_t>(want, std::max(1, kend / kMinSplitKeys));
+      // Split at block boundaries so no block is converted twice.
+      const int32_t blocks = (kend + p.block_size - 1) / p.block_size;
+      splits = std::max(1, std::min(splits, blocks));
+      const int32_t blocks_per_split = (blocks + splits - 1) / splits;
+      splits = (blocks + blocks_per_split - 1) / blocks_per_split;
+      for (int g = 0; g < p.num_kv_heads; ++g) {
+        if (splits > 1) plan.groups.push_back({(int32_t)plan.items.size(), splits});
+        for (int32_t s = 0; s < splits; ++s) {
+          const int32_t k0 = s * blocks_per_split * p.block_size;
+          const int32_t k1 = std::min(kend, (s + 1) * blocks_per_split * p.block_size);
+          const int32_t partial = splits > 1 ? plan.num_partials++ : -1;
+          plan.items.push_back({b, g, i0, i1, k0, k1, partial});
+        }
+      }
+    }
+  }
+}
+
+// ---- Per-item compute. ----
+
+// Per-thread scratch for one work item.
+struct Scratch {
+  float* m;      // [rows]
+  float* l;      // [rows]
+  float* acc;    // [rows, head_dim]
+  float* s;      // [block_size]
+  float* kbuf;   // [block_size, head_dim]
+  float* vbuf;   // [block_size, head_dim]
+};
+
+size_t scratch_floats(const PagedAttentionParams& p) {
+  const size_t rows = (size_t)kQueryTile * (p.num_q_heads / p.num_kv_heads);
+  return rows * (2 + p.head_dim) + p.block_size * (1 + 2 * (size_t)p.head_dim) + 64;
+}
+
+Scratch carve_scratch(float* base, const PagedAttentionParams& p) {
+  const size_t rows = (size_t)kQueryTile * (p.num_q_heads / p.num_kv_heads);
+  Scratch s;
+  s.m = base;
+  s.l = s.m + rows;
+  s.acc = s.l + rows;
+  s.s = s.acc + rows * p.head_dim;
+  s.kbuf = s.s + p.block_size;
+  s.vbuf = s.kbuf + (size_t)p.block_size * p.head_dim;
+  return s;
+}
+
+// Pointer to the f32 rows [block_size, head_dim] of (block_id, kv head g) in `cache`,
+// converting F16 into `buf`.
+const float* block_rows(const PagedAttentionParams& p, const void* cache, int32_t block_id, int g,
+                        int32_t count, float* buf, const VecOps& ops) {
+  const size_t off = ((size_t)block_id * p.num_kv_heads + g) * p.block_size * p.head_dim;
+  if (p.kv_dtype == KvDtype::kF32) return static_cast<const float*>(cache) + off;
+  ops.f16_to_f32(static_cast<const uint16_t*>(cache) + off, buf, (int64_t)count * p.head_dim);
+  return buf;
+}
+
+// Whether new token i sees key k (a logical index of sequence b).
+struct Visibility {
+  int32_t committed;
+  int32_t n;  // new tokens
+  const uint8_t* bits;  // null: causal
+  int64_t offset;
+  bool operator()(int32_t i, int32_t k) const {
+    if (k < committed) return true;
+    const int32_t j = k - committed;
+    return bits == nullptr ? j <= i : mask_bit(bits, offset, n, i, j);
+  }
+};
+
+Visibility visibility(const PagedAttentionParams& p, int b) {
+  Visibility v{p.kv_len[b] - seq_len_q(p, b), seq_len_q(p, b), nullptr, 0};
+  if (p.mask_indptr != nullptr && p.mask_indptr[b + 1] > p.mask_indptr[b]) {
+    v.bits = p.mask_bits;
+    v.offset = p.mask_indptr[b];
+  }
+  return v;
+}
+
+// Online-softmax update of one query row with keys [kb0, kb1) of one block (rows of k/v are
+// relative to the block start `kbase`).
+void update_row(const PagedAttentionParams& p, const float* q, const float* k, const float* v,
+                int32_t kbase, int32_t kb0, int32_t kb1, int32_t full_end, int32_t i,
+                const Visibility& vis, float& m, float& l, float* acc, float* s,
+                const VecOps& ops) {
+  const int hd = p.head_dim;
+  float bmax = kNegInf;
+  for (int32_t kk = kb0; kk < kb1; ++kk) {
+    float x = kNegInf;
+    if (kk < full_end || vis(i, kk)) x = ops.dot(q, k + (size_t)(kk - kbase) * hd, hd) * p.scale;
+    s[kk - kb0] = x;
+    bmax = std::max(bmax, x);
+  }
+  if (bmax == kNegInf) return;
+  const float m_new = std::max(m, bmax);
+  // Rescale the running sum once per block, then accumulate this block's keys.
+  const float corr = m == kNegInf ? 0.0f : std::exp(m - m_new);
+  if (corr != 1.0f) {
+    l *= corr;
+    for (int d = 0; d < hd; ++d) acc[d] *= corr;
+  }
+  for (int32_t kk = kb0; kk < kb1; ++kk) {
+    const float x = s[kk - kb0];
+    if (x == kNegInf) continue;
+    const float e = std::exp(x - m_new);
+    l += e;
+    ops.axpy(acc, e, v + (size_t)(kk - kbase) * hd, hd);
+  }
+  m = m_new;
+}
+
+void run_item(const PagedAttentionParams& p, const WorkItem& w, const Scratch& sc, float* partials,
+              const VecOps& ops) {
+  const int r = p.num_q_heads / p.num_kv_heads;
+  const int hd = p.head_dim;
+  const int32_t rows = (w.i1 - w.i0) * r;
+  std::fill(sc.m, sc.m + rows, kNegInf);
+  std::fill(sc.l, sc.l + rows, 0.0f);
+  std::fill(sc.acc, sc.acc + (size_t)rows * hd, 0.0f);
+  const Visibility vis = visibility(p, w.b);
+  // Keys below full_end are visible to every row of the tile: no per-key mask test.
+  const int32_t full_end = vis.bits ? vis.committed : vis.committed + w.i0 + 1;
+  const int32_t* table = p.kv_page_indices + p.kv_indptr[w.b];
+  const int64_t q_row0 = p.qo_indptr[w.b] + w.i0;
+  for (int32_t kbase = w.k0 - w.k0 % p.block_size; kbase < w.k1; kbase += p.block_size) {
+    const int32_t kb0 = std::max(kbase, w.k0), kb1 = std::min(kbase + p.block_size, w.k1);
+    const int32_t block_id = table[kbase / p.block_size];
+    const float* k = block_rows(p, p.k_cache, block_id, w.g, kb1 - kbase, sc.kbuf, ops);
+    const float* v = block_rows(p, p.v_cache, block_id, w.g, kb1 - kbase, sc.vbuf, ops);
+    for (int32_t i = w.i0; i < w.i1; ++i) {
+      for (int hh = 0; hh < r; ++hh) {
+        const int32_t row = (i - w.i0) * r + hh;
+        const float* q = p.q + ((q_row0 + i - w.i0) * p.num_q_heads + w.g * r + hh) * hd;
+        update_row(p, q, k, v, kbase, kb0, kb1, full_end, i, vis, sc.m[row], sc.l[row],
+                   sc.acc + (size_t)row * hd, sc.s, ops);
+      }
+    }
+  }
+  for (int32_t row = 0; row < rows; ++row) {
+    const float* a = sc.acc + (size_t)row * hd;
+    if (w.partial >= 0) {
+      float* dst = partials + ((size_t)w.partial * kQueryTile * r + row) * (hd + 2);
+      dst[0] = sc.m[row];
+      dst[1] = sc.l[row];
+      std::memcpy(dst + 2, a, sizeof(float) * hd);
+      continue;
+    }
+    const int32_t i = w.i0 + row / r, h = w.g * r + row % r;
+    float* o = p.out + ((q_row0 + i - w.i0) * p.num_q_heads + h) * hd;
+    const float inv = sc.l[row] > 0.0f ? 1.0f / sc.l[row] : 0.0f;
+    for (int d = 0; d < hd; ++d) o[d] = a[d] * inv;
+  }
+}
+
+// Merges the partial (m, l, acc) of a split group into p.out.
+void merge_group(const PagedAttentionParams& p, const Plan& plan, const SplitGroup& grp,
+                 const float* partials) {
+  const int r = p.num_q_heads / p.num_kv_heads;
+  const int hd = p.head_dim;
+  const WorkItem& w0 = plan.items[grp.first_item];
+  const int32_t rows = (w0.i1 - w0.i0) * r;
+  const int64_t q_row0 = p.qo_indptr[w0.b] + w0.i0;
+  for (int32_t row = 0; row < rows; ++row) {
+    float mmax = kNegInf;
+    for (int32_t s = 0; s < grp.num_splits; ++s) {
+      const int32_t part = plan.items[grp.first_item + s].partial;
+      mmax = std::max(mmax, partials[((size_t)part * kQueryTile * r + row) * (hd + 2)]);
+    }
+    const int32_t i = w0.i0 + row / r, h = w0.g * r + row % r;
+    float* o = p.out + ((q_row0 + i - w0.i0) * p.num_q_heads + h) * hd;
+    std::fill(o, o + hd, 0.0f);
+    if (mmax == kNegInf) continue;
+    float l = 0.0f;
+    for (int32_t s = 0; s < grp.num_splits; ++s) {
+      const int32_t part = plan.items[grp.first_item + s].partial;
+      const float* src = partials + ((size_t)part * kQueryTile * r + row) * (hd + 2);
+      if (src[0] == kNegInf) continue;
+      const float c = std::exp(src[0] - mmax);
+      l += src[1] * c;
+      for (int d = 0; d < hd; ++d) o[d] += src[2 + d] * c;
+    }
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    for (int d = 0; d < hd; ++d) o[d] *= inv;
+  }
+}
+
+}  // namespace
+
+void check_paged_attention_params(const PagedAttentionParams& p) {
+  ARBOR_CHECK(p.num_seqs >= 0 && p.head_dim > 0 && p.block_size > 0);
+  ARBOR_CHECK(p.num_kv_heads > 0 && p.num_q_heads % p.num_kv_heads == 0)
+      << p.num_q_heads << " query heads, " << p.num_kv_heads << " kv heads";
+  ARBOR_CHECK(p.q && p.out && p.k_cache && p.v_cache && p.qo_indptr && p.kv_indptr &&
+              p.kv_page_indices && p.kv_len);
+  ARBOR_CHECK_EQ(p.qo_indptr[0], 0);
+  for (int b = 0; b < p.num_seqs; ++b) {
+    const int32_t n = p.qo_indptr[b + 1] - p.qo_indptr[b];
+    ARBOR_CHECK(n >= 0 && p.kv_len[b] >= n)
+        << "sequence " << b << ": " << n << " new tokens, kv_len " << p.kv_len[b];
+    const int64_t blocks = p.kv_indptr[b + 1] - p.kv_indptr[b];
+    ARBOR_CHECK(blocks * p.block_size >= p.kv_len[b])
+        << "sequence " << b << ": " << blocks << " blocks of " << p.block_size << " for kv_len "
+        << p.kv_len[b];
+    if (p.mask_indptr != nullptr) {
+      const int64_t bits = p.mask_indptr[b + 1] - p.mask_indptr[b];
+      ARBOR_CHECK(bits == 0 || bits == (int64_t)n * n)
+          << "sequence " << b << ": mask has " << bits << " bits for " << n << " new tokens";
+    }
+  }
+}
+
+void paged_attention(const PagedAttentionParams& p, ThreadPool& pool) {
+  ARBOR_DCHECK((check_paged_attention_params(p), true));
+  if (p.num_seqs == 0) return;
+  // Grow-only plan and partials of the calling thread. Workers see them through these pointers
+  // (naming a thread_local inside the lambda would name the worker's own instance).
+  thread_local Plan tl_plan;
+  thread_local std::vector<float> tl_partials;
+  build_plan(p, pool.num_threads(), tl_plan);
+  const Plan* plan = &tl_plan;
+  const int r = p.num_q_heads / p.num_kv_heads;
+  const size_t partial_floats = (size_t)plan->num_partials * kQueryTile * r * (p.head_dim + 2);
+  if (tl_partials.size() < partial_floats) tl_partials.resize(partial_floats);
+  float* partials = tl_partials.data();
+  const VecOps ops = vec_ops();
+  const size_t scratch_bytes = scratch_floats(p) * sizeof(float);
+  pool.parallel_for(
+      (int64_t)plan->items.size(),
+      [&](int64_t begin, int64_t end, int thread) {
+        float* base = static_cast<float*>(pool.workspace(1 + thread, scratch_bytes));
+        const Scratch sc = carve_scratch(base, p);
+        for (int64_t it = begin; it < end; ++it) run_item(p, plan->items[it], sc, partials, ops);
+      },
+      1);
+  if (plan->groups.empty()) return;
+  pool.parallel_for(
+      (int64_t)plan->groups.size(),
+      [&](int64_t begin, int64_t end, int) {
+        for (int64_t gi = begin; gi < end; ++gi) merge_group(p, *plan, plan->groups[gi], partials);
+      },
+      1);
+}
+
+void attention_ref(const RefAttentionParams& p) {
+  const int r = p.num_q_heads / p.num_kv_heads;
+  const int hd = p.head_dim;
+  std::vector<double> s(p.num_kv);
+  for (int i = 0; i < p.num_q; ++i) {
+    for (int h = 0; h < p.num_q_heads; ++h) {
+      const float* q = p.q + ((size_t)i * p.num_q_heads + h) * hd;
+      const int g = h / r;
+      double mmax = -std::numeric_limits<double>::infinity();
+      for (int j = 0; j < p.num_kv; ++j) {
+        if (!p.visible[(size_t)i * p.num_kv + j]) continue;
+        const float* k = p.k + ((size_t)j * p.num_kv_heads + g) * hd;
+        double d = 0.0;
+        for (int c = 0; c < hd; ++c) d += (double)q[c] * k[c];
+        s[j] = d * p.scale;
+        mmax = std::max(mmax, s[j]);
+      }
+      std::vector<double> o(hd, 0.0);
+      double sum = 0.0;
+      for (int j = 0; j < p.num_kv; ++j) {
+        if (!p.visible[(size_t)i * p.num_kv + j]) continue;
+        const double e = std::exp(s[j] - mmax);
+        sum += e;
+        const float* v = p.v + ((size_t)j * p.num_kv_heads + g) * hd;
+        for (int c = 0; c < hd; ++c) o[c] += e * v[c];
+      }
+      float* out = p.out + ((size_t)i * p.num_q_heads + h) * hd;
+      for (int c = 0; c < hd; ++c) out[c] = sum > 0.0 ? (float)(o[c] / sum) : 0.0f;
+    }
+  }
+}
+
+}  // namespace arbor::kernels

@@ -1,0 +1,87 @@
+// Paged attention over a ragged batch (see docs/batch_layout.md for the arrays and a diagram).
+//
+// One operator for decode (one query per sequence) and multi-query steps (prefill chunks,
+// draft tokens, token trees with a custom mask), over a paged KV cache with layout
+//   k_cache, v_cache: [num_blocks][num_kv_heads][block_size][head_dim], F32 or F16.
+//
+// For sequence b with n_b = qo_indptr[b+1] - qo_indptr[b] new tokens and kv_len[b] tokens in all,
+// committed = kv_len[b] - n_b. New token i (query row qo_indptr[b] + i) sees every committed
+// token, and new token j when mask(i, j) (custom mask) or j <= i (causal). New tokens' K/V must
+// already be in the cache at logical indices committed .. kv_len[b]-1 of the block table.
+//
+// GQA: query head h reads kv head h / (num_q_heads / num_kv_heads). Scores are scaled by
+// `scale`, softmax is online with f32 accumulation. Work is split over (sequence, kv head,
+// query tile) and, when that leaves threads idle on long contexts, over KV ranges that are merged
+// afterwards (flash-decoding).
+//
+// Never includes engine or model headers: raw pointers plus this parameter struct.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/thread_pool.h"
+
+namespace arbor::kernels {
+
+enum class KvDtype : uint8_t { kF32 = 0, kF16 = 1 };
+
+inline int kv_dtype_size(KvDtype dtype) { return dtype == KvDtype::kF32 ? 4 : 2; }
+
+struct PagedAttentionParams {
+  int num_seqs = 0;       // B
+  int num_q_heads = 0;    // multiple of num_kv_heads
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int block_size = 0;     // tokens per KV block
+  float scale = 0.0f;     // usually 1 / sqrt(head_dim)
+
+  const float* q = nullptr;  // [num_tokens, num_q_heads, head_dim]
+  float* out = nullptr;      // [num_tokens, num_q_heads, head_dim]
+  KvDtype kv_dtype = KvDtype::kF16;
+  const void* k_cache = nullptr;  // [num_blocks, num_kv_heads, block_size, head_dim]
+  const void* v_cache = nullptr;  // [num_blocks, num_kv_heads, block_size, head_dim]
+
+  const int32_t* qo_indptr = nullptr;        // [B+1]
+  const int32_t* kv_indptr = nullptr;        // [B+1] into kv_page_indices
+  const int32_t* kv_page_indices = nullptr;  // [kv_indptr[B]] block ids, per sequence in order
+  const int32_t* kv_len = nullptr;           // [B] committed + new tokens
+
+  // Optional custom mask among new tokens; null = causal for every sequence. mask_indptr[b] is
+  // a bit offset into mask_bits; an empty segment means causal for that sequence, otherwise it
+  // has n_b * n_b bits, row-major (query i, key j), little-endian bit order within each byte.
+  const int32_t* mask_indptr = nullptr;  // [B+1]
+  const uint8_t* mask_bits = nullptr;    // [ceil(mask_indptr[B] / 8)]
+};
+
+// Validates the geometry (CHECK): head counts, indptr monotone, kv_len >= n_b, block tables
+// long enough for kv_len, mask segment sizes. O(B).
+void check_paged_attention_params(const PagedAttentionParams& p);
+
+// Computes p.out. Thread-safe for distinct outputs; uses `pool` for parallelism. Allocates only
+// when a call needs more scratch than any earlier call on this thread.
+void paged_attention(const PagedAttentionParams& p, ThreadPool& pool);
+
+// Naive reference for one sequence with contiguous K/V and an explicit mask. Two-pass softmax in
+// double precision; for tests.
+struct RefAttentionParams {
+  int num_q = 0;   // query tokens
+  int num_kv = 0;  // key tokens
+  int num_q_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  float scale = 0.0f;
+  const float* q = nullptr;        // [num_q, num_q_heads, head_dim]
+  const float* k = nullptr;        // [num_kv, num_kv_heads, head_dim]
+  const float* v = nullptr;        // [num_kv, num_kv_heads, head_dim]
+  const uint8_t* visible = nullptr;  // [num_q, num_kv], nonzero = query i sees key j
+  float* out = nullptr;            // [num_q, num_q_heads, head_dim]; zeros for a row seeing nothing
+};
+void attention_ref(const RefAttentionParams& p);
+
+// Reads bit (i, j) of an n x n mask segment starting at bit `offset`.
+inline bool mask_bit(const uint8_t* bits, int64_t offset, int n, int i, int j) {
+  const int64_t bit = offset + (int64_t)i * n + j;
+  return (bits[bit >> 3] >> (bit & 7)) & 1;
+}
+
+}  // namespace arbor::kernels

@@ -1,0 +1,89 @@
+#include "kernels/bandwidth.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "base/check.h"
+#include "kernels/cpu_features.h"
+
+namespace arbor::kernels {
+namespace {
+
+// Sums [p, p + bytes) as 32-bit integers with four independent accumulators so the loads, not
+// the adds, are the limit. bytes is a multiple of 128.
+__attribute__((target("avx2"))) uint32_t read_reduce_avx2(const uint8_t* p, size_t bytes) {
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i < bytes; i += 128) {
+    a0 = _mm256_add_epi32(a0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
+    a1 = _mm256_add_epi32(a1, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
+    a2 = _mm256_add_epi32(a2, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
+    a3 = _mm256_add_epi32(a3, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
+  }
+  const __m256i s = _mm256_add_epi32(_mm256_add_epi32(a0, a1), _mm256_add_epi32(a2, a3));
+  alignas(32) uint32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), s);
+  uint32_t r = 0;
+  for (uint32_t v : lanes) r += v;
+  return r;
+}
+
+uint32_t read_reduce_scalar(const uint8_t* p, size_t bytes) {
+  uint64_t a0 = 0, a1 = 0;
+  for (size_t i = 0; i < bytes; i += 16) {
+    uint64_t v0, v1;
+    std::memcpy(&v0, p + i, 8);
+    std::memcpy(&v1, p + i + 8, 8);
+    a0 += v0;
+    a1 += v1;
+  }
+  return static_cast<uint32_t>(a0 ^ a1);
+}
+
+struct BufferDeleter {
+  void operator()(uint8_t* p) const { std::free(p); }
+};
+
+}  // namespace
+
+double measure_read_bandwidth_gbs(ThreadPool& pool, size_t bytes, int reps) {
+  ARBOR_CHECK_GE(reps, 1);
+  constexpr size_t kPage = 4096;
+  bytes = std::max(kPage, (bytes + kPage - 1) / kPage * kPage);
+  std::unique_ptr<uint8_t, BufferDeleter> buf(
+      static_cast<uint8_t*>(std::aligned_alloc(kPage, bytes)));
+  ARBOR_CHECK(buf != nullptr) << "cannot allocate " << bytes << " bytes";
+  uint8_t* data = buf.get();
+  const int64_t num_pages = static_cast<int64_t>(bytes / kPage);
+  // Each thread first-touches the pages it later reads (NUMA-local where it matters).
+  pool.parallel_for(num_pages, [data](int64_t begin, int64_t end, int) {
+    std::memset(data + begin * kPage, 1, static_cast<size_t>(end - begin) * kPage);
+  });
+  const bool avx2 = active_isa() >= Isa::kAvx2;
+  std::vector<uint32_t> sink(static_cast<size_t>(pool.num_threads()) * 16);
+  std::vector<double> rates;
+  for (int rep = 0; rep < reps; ++rep) {
+    const auto start = std::chrono::steady_clock::now();
+    pool.parallel_for(num_pages, [&](int64_t begin, int64_t end, int tid) {
+      const uint8_t* p = data + begin * kPage;
+      const size_t n = static_cast<size_t>(end - begin) * kPage;
+      sink[static_cast<size_t>(tid) * 16] +=
+          avx2 ? read_reduce_avx2(p, n) : read_reduce_scalar(p, n);
+    });
+    const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - start;
+    rates.push_back(static_cast<double>(bytes) / dt.count() / 1e9);
+  }
+  // The sums must be observable or the reads could be optimised away.
+  volatile uint32_t keep = 0;
+  for (uint32_t s : sink) keep = keep + s;
+  std::sort(rates.begin(), rates.end());
+  return rates[rates.size() / 2];
+}
+
+}  // namespace arbor::kernels

@@ -1,0 +1,46 @@
+// CPU feature detection and the runtime ISA choice for the kernels.
+//
+// The default build targets baseline x86-64; ISA-specific kernels are compiled with function
+// target attributes and chosen at run time from active_isa(). ARBOR_ISA=scalar|avx2|avx512 in the
+// environment forces a path (read once, at the first call of active_isa()); asking for an ISA the
+// CPU lacks falls back to the best supported one with a warning. Tests and benchmarks switch
+// paths with set_active_isa().
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace arbor::kernels {
+
+struct CpuFeatures {
+  bool avx2 = false;
+  bool fma = false;
+  bool f16c = false;
+  bool avx512f = false;
+  bool avx512bw = false;
+  bool avx512vl = false;
+  bool avx512vnni = false;
+  bool avxvnni = false;
+};
+
+// Detected once (thread-safe static); never changes.
+const CpuFeatures& cpu_features();
+
+// Kernel families, best last; each includes the ones before it. kAvx2 means AVX2 + FMA + F16C;
+// kAvx512 adds AVX-512 F/BW/VL + VNNI (the Q8_0/Q4_0 matmul tiles on 512-bit registers; other
+// kernels use their AVX2 versions). Compare with >=, never ==.
+enum class Isa : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+
+std::string_view isa_name(Isa isa);
+// Best ISA the CPU supports.
+Isa best_isa();
+// The ISA kernels dispatch on: ARBOR_ISA if set, else best_isa().
+Isa active_isa();
+// Overrides active_isa() (tests, benchmarks). CHECKs that the CPU supports `isa`.
+// Not synchronised with running kernels: call it between matmuls, from one thread.
+void set_active_isa(Isa isa);
+
+// "avx2 fma f16c avx512f ... | kernels: avx2" for logs and `arbor bench`.
+std::string isa_summary();
+
+}  // namespace arbor::kernels

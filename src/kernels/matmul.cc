@@ -1,0 +1,382 @@
+#include "kernels/matmul.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "base/check.h"
+#include "base/fp16.h"
+#include "gguf/quants.h"
+#include "kernels/cpu_features.h"
+#include "kernels/matmul_internal.h"
+#include "kernels/ops.h"
+
+namespace arbor::kernels {
+
+using gguf::GgmlType;
+using internal::BlockQ4_0;
+using internal::BlockQ8_0;
+using internal::kQBlock;
+using internal::MatmulArgs;
+using internal::QuantizedActs;
+
+namespace {
+
+// Types with their own kernels; other types that gguf can dequantise run a generic path.
+bool has_native_kernels(GgmlType type) {
+  switch (type) {
+    case GgmlType::kF32:
+    case GgmlType::kF16:
+    case GgmlType::kBF16:
+    case GgmlType::kQ8_0:
+    case GgmlType::kQ4_0:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+bool matmul_supported(GgmlType type) {
+  return has_native_kernels(type) || gguf::can_dequantize(type);
+}
+
+int64_t weight_block_size(GgmlType type) {
+  ARBOR_CHECK(matmul_supported(type)) << "unsupported weight type " << ggml_type_name(type);
+  return gguf::ggml_traits(type).block_size;
+}
+
+size_t weight_block_bytes(GgmlType type) {
+  ARBOR_CHECK(matmul_supported(type)) << "unsupported weight type " << ggml_type_name(type);
+  return gguf::ggml_traits(type).type_size;
+}
+
+size_t weight_row_bytes(GgmlType type, int64_t cols) {
+  const int64_t bs = weight_block_size(type);
+  ARBOR_CHECK(cols >= 0 && cols % bs == 0) << "cols " << cols << " is not a multiple of "
+                                           << ggml_type_name(type) << "'s block size " << bs;
+  return static_cast<size_t>(cols / bs) * weight_block_bytes(type);
+}
+
+WeightView make_weight_view(GgmlType type, const void* data, int64_t rows, int64_t cols) {
+  return WeightView{type, data, rows, cols, weight_row_bytes(type, cols)};
+}
+
+namespace {
+
+const uint8_t* row_ptr(const WeightView& w, int64_t r) {
+  return static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r) * w.row_stride;
+}
+
+// Dequantises one row of w to f32. out: [w.cols].
+void dequantize_row(const WeightView& w, int64_t r, float* out) {
+  const uint8_t* p = row_ptr(w, r);
+  const int64_t n = w.cols;
+  switch (w.type) {
+    case GgmlType::kF32:
+      std::copy_n(reinterpret_cast<const float*>(p), n, out);
+      return;
+    case GgmlType::kF16:
+      for (int64_t i = 0; i < n; ++i)
+        out[i] = fp16_to_fp32(reinterpret_cast<const uint16_t*>(p)[i]);
+      return;
+    case GgmlType::kBF16:
+      for (int64_t i = 0; i < n; ++i)
+        out[i] = bf16_to_fp32(reinterpret_cast<const uint16_t*>(p)[i]);
+      return;
+    case GgmlType::kQ8_0:
+      for (int64_t b = 0; b < n / kQBlock; ++b) {
+        const auto* blk = reinterpret_cast<const BlockQ8_0*>(p) + b;
+        const float d = fp16_to_fp32(blk->d);
+        for (int j = 0; j < kQBlock; ++j) out[b * kQBlock + j] = d * static_cast<float>(blk->qs[j]);
+      }
+      return;
+    case GgmlType::kQ4_0:
+      for (int64_t b = 0; b < n / kQBlock; ++b) {
+        const auto* blk = reinterpret_cast<const BlockQ4_0*>(p) + b;
+        const float d = fp16_to_fp32(blk->d);
+        for (int j = 0; j < 16; ++j) {
+          out[b * kQBlock + j] = d * static_cast<float>((blk->qs[j] & 0xF) - 8);
+          out[b * kQBlock + j + 16] = d * static_cast<float>((blk->qs[j] >> 4) - 8);
+        }
+      }
+      return;
+    default: {
+      const Status st = gguf::dequantize_row(w.type, p, out, n);
+      ARBOR_CHECK(st.ok()) << st.to_string();
+    }
+  }
+}
+
+void check_view(const WeightView& w) {
+  ARBOR_CHECK(matmul_supported(w.type)) << "unsupported weight type " << ggml_type_name(w.type);
+  ARBOR_CHECK(w.rows >= 0 && w.cols >= 0) << w.rows << " x " << w.cols;
+  ARBOR_CHECK_GE(w.row_stride, weight_row_bytes(w.type, w.cols));
+  ARBOR_CHECK(w.data != nullptr || w.rows == 0);
+}
+
+bool is_quantized(GgmlType t) { return t == GgmlType::kQ8_0 || t == GgmlType::kQ4_0; }
+
+// Integer dot product of one weight block with one activation block.
+int32_t block_dot(const WeightView& w, const uint8_t* row, int64_t b, const int8_t* aq) {
+  int32_t s = 0;
+  if (w.type == GgmlType::kQ8_0) {
+    const auto* blk = reinterpret_cast<const BlockQ8_0*>(row) + b;
+    for (int j = 0; j < kQBlock; ++j) s += static_cast<int32_t>(blk->qs[j]) * aq[j];
+  } else {
+    const auto* blk = reinterpret_cast<const BlockQ4_0*>(row) + b;
+    for (int j = 0; j < 16; ++j) {
+      s += ((blk->qs[j] & 0xF) - 8) * static_cast<int32_t>(aq[j]);
+      s += ((blk->qs[j] >> 4) - 8) * static_cast<int32_t>(aq[j + 16]);
+    }
+  }
+  return s;
+}
+
+// fp16 scale of block b of a Q8_0/Q4_0 row (both layouts start with it).
+float block_scale(const WeightView& w, const uint8_t* row, int64_t b) {
+  const uint8_t* blk = row + static_cast<size_t>(b) * weight_block_bytes(w.type);
+  uint16_t d;
+  std::memcpy(&d, blk, sizeof(d));
+  return fp16_to_fp32(d);
+}
+
+// Scalar kernel for Q8_0/Q4_0: integer block dots, f32 accumulation.
+void scalar_quant_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
+  const WeightView& w = *a.w;
+  const int64_t nb = w.cols / kQBlock;
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const uint8_t* row = row_ptr(w, r);
+    for (int64_t t = 0; t < a.num_tokens; ++t) {
+      const int8_t* aq = a.q.qs + t * w.cols;
+      const float* ad = a.q.d + t * nb;
+      float acc = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        const float scale = block_scale(w, row, b) * ad[b];
+        acc += static_cast<float>(block_dot(w, row, b, aq + b * kQBlock)) * scale;
+      }
+      a.y[t * w.rows + r] = acc;
+    }
+  }
+}
+
+// Element c of row r of a float-typed weight matrix.
+float float_weight(const WeightView& w, const uint8_t* row, int64_t c) {
+  uint16_t h;
+  switch (w.type) {
+    case GgmlType::kF32: {
+      float f;
+      std::memcpy(&f, row + c * 4, sizeof(f));
+      return f;
+    }
+    case GgmlType::kF16:
+      std::memcpy(&h, row + c * 2, sizeof(h));
+      return fp16_to_fp32(h);
+    default:
+      std::memcpy(&h, row + c * 2, sizeof(h));
+      return bf16_to_fp32(h);
+  }
+}
+
+// Scalar kernel for float weights: converts a chunk of the row into a stack buffer (no heap on
+// the hot path) and reuses it for every token; f32 accumulation.
+void scalar_float_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
+  const WeightView& w = *a.w;
+  constexpr int64_t kChunk = 256;
+  float buf[kChunk];
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const uint8_t* row = row_ptr(w, r);
+    for (int64_t t = 0; t < a.num_tokens; ++t) a.y[t * w.rows + r] = 0.0f;
+    for (int64_t c0 = 0; c0 < w.cols; c0 += kChunk) {
+      const int64_t n = std::min(kChunk, w.cols - c0);
+      for (int64_t c = 0; c < n; ++c) buf[c] = float_weight(w, row, c0 + c);
+      for (int64_t t = 0; t < a.num_tokens; ++t) {
+        const float* x = a.x + t * w.cols + c0;
+        float acc = 0.0f;
+        for (int64_t c = 0; c < n; ++c) acc += buf[c] * x[c];
+        a.y[t * w.rows + r] += acc;
+      }
+    }
+  }
+}
+
+// Types without their own kernels (Q4_K, Q6_K, Q5_0, ...): each row is dequantised once per
+// call into a per-thread buffer (grown, never shrunk) and dotted with every token.
+void generic_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
+  const WeightView& w = *a.w;
+  thread_local std::vector<float> row;
+  if (row.size() < static_cast<size_t>(w.cols)) row.resize(static_cast<size_t>(w.cols));
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    dequantize_row(w, r, row.data());
+    for (int64_t t = 0; t < a.num_tokens; ++t) {
+      a.y[t * w.rows + r] = dot_f32(row.data(), a.x + t * w.cols, w.cols);
+    }
+  }
+}
+
+}  // namespace
+
+namespace internal {
+
+void quantize_act_row_scalar(const float* x, int64_t cols, int8_t* qs, float* d) {
+  for (int64_t b = 0; b < cols / kQBlock; ++b) {
+    const float* xb = x + b * kQBlock;
+    float amax = 0.0f;
+    for (int j = 0; j < kQBlock; ++j) amax = std::max(amax, std::fabs(xb[j]));
+    const float db = amax / 127.0f;
+    const float id = db != 0.0f ? 1.0f / db : 0.0f;
+    d[b] = db;
+    for (int j = 0; j < kQBlock; ++j) {
+      qs[b * kQBlock + j] = static_cast<int8_t>(std::nearbyint(xb[j] * id));
+    }
+  }
+}
+
+RowKernel scalar_kernel(GgmlType type) {
+  return is_quantized(type) ? scalar_quant_rows : scalar_float_rows;
+}
+
+}  // namespace internal
+
+namespace {
+
+struct MatmulJob {
+  MatmulArgs args;
+  internal::RowKernel kernel;
+};
+
+// Below this many multiply-adds a matmul runs on the calling thread: waking workers costs more.
+constexpr int64_t kMinParallelMacs = 1 << 15;
+constexpr int64_t kChunksPerThread = 4;
+
+// Runs fn(t) for every token t, split over the pool when there is enough work.
+template <class Fn>
+void for_each_token(int64_t num_tokens, int64_t cols, ThreadPool& pool, const Fn& fn) {
+  if (num_tokens < 2 * pool.num_threads() || num_tokens * cols < kMinParallelMacs) {
+    for (int64_t t = 0; t < num_tokens; ++t) fn(t);
+    return;
+  }
+  // Capture one pointer so the std::function stores it inline (no allocation).
+  pool.parallel_for(num_tokens, [&fn](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) fn(t);
+  });
+}
+
+// Quantises x for the Q8_0/Q4_0 kernels into the pool's workspace and fills job.args.
+void prepare_quantized_acts(const WeightView& w, const float* x, int64_t num_tokens, Isa isa,
+                            ThreadPool& pool, MatmulJob& job) {
+  const int64_t cols = w.cols, nb = cols / kQBlock;
+  if (isa >= Isa::kAvx512) {
+    const int64_t np = (nb + 1) / 2;
+    auto* packed = static_cast<internal::PackedActPair*>(
+        pool.workspace(0, static_cast<size_t>(num_tokens * np) * sizeof(internal::PackedActPair)));
+    const int32_t k = w.type == GgmlType::kQ4_0 ? 8 : 128;
+    for_each_token(num_tokens, cols, pool, [&](int64_t t) {
+      internal::pack_act_row_avx512(x + t * cols, cols, k, packed + t * np);
+    });
+    job.args.packed = packed;
+    job.args.num_pairs = np;
+    job.kernel = internal::avx512_kernel(w.type);
+    return;
+  }
+  const size_t qs_bytes = (static_cast<size_t>(num_tokens * cols) + 63) / 64 * 64;
+  const size_t d_bytes = (static_cast<size_t>(num_tokens * nb) * sizeof(float) + 63) / 64 * 64;
+  const bool q4_sums =
+      isa >= Isa::kAvx2 && w.type == GgmlType::kQ4_0 && num_tokens < kGemmMinTokens;
+  const size_t sums_bytes = q4_sums ? static_cast<size_t>(num_tokens * nb) * 16 : 0;
+  auto* ws = static_cast<uint8_t*>(pool.workspace(0, qs_bytes + d_bytes + sums_bytes));
+  auto* qs = reinterpret_cast<int8_t*>(ws);
+  auto* d = reinterpret_cast<float*>(ws + qs_bytes);
+  auto* sums = q4_sums ? reinterpret_cast<int16_t*>(ws + qs_bytes + d_bytes) : nullptr;
+  const auto quantize =
+      isa >= Isa::kAvx2 ? internal::quantize_act_row_avx2 : internal::quantize_act_row_scalar;
+  for_each_token(num_tokens, cols, pool, [&](int64_t t) {
+    quantize(x + t * cols, cols, qs + t * cols, d + t * nb);
+    if (sums != nullptr) internal::act_q4_sums_avx2(qs + t * cols, cols, sums + t * nb * 8);
+  });
+  job.args.q = QuantizedActs{qs, d, cols, sums};
+}
+
+}  // namespace
+
+void matmul(const WeightView& w, const float* x, float* y, int64_t num_tokens, ThreadPool& pool) {
+  check_view(w);
+  if (num_tokens <= 0 || w.rows == 0) return;
+  const Isa isa = active_isa();
+  MatmulJob job;
+  job.args.w = &w;
+  job.args.x = x;
+  job.args.num_tokens = num_tokens;
+  job.args.y = y;
+  job.kernel = !has_native_kernels(w.type) ? generic_rows
+               : isa >= Isa::kAvx2         ? internal::avx2_kernel(w.type)
+                                           : internal::scalar_kernel(w.type);
+  if (is_quantized(w.type)) prepare_quantized_acts(w, x, num_tokens, isa, pool, job);
+  if (pool.num_threads() == 1 || w.rows * w.cols * num_tokens < kMinParallelMacs) {
+    job.kernel(job.args, 0, w.rows);
+    return;
+  }
+  // About four chunks per thread, claimed dynamically: a thread that the OS preempts (or that
+  // runs slower) leaves its remaining chunks to the others instead of stalling the call. Each
+  // chunk is still a long contiguous run of rows, so weight reads stay sequential.
+  const int64_t tile = internal::kRowTile;
+  const int64_t groups = (w.rows + tile - 1) / tile;
+  const int64_t grain = std::max<int64_t>(1, groups / (kChunksPerThread * pool.num_threads()));
+  pool.parallel_for(
+      groups,
+      [&job, tile](int64_t begin, int64_t end, int) {
+        job.kernel(job.args, begin * tile, std::min(job.args.w->rows, end * tile));
+      },
+      grain);
+}
+
+void matmul_ref(const WeightView& w, const float* x, float* y, int64_t num_tokens) {
+  check_view(w);
+  std::vector<float> row(static_cast<size_t>(w.cols));
+  for (int64_t r = 0; r < w.rows; ++r) {
+    dequantize_row(w, r, row.data());
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      double acc = 0.0;
+      for (int64_t c = 0; c < w.cols; ++c) acc += static_cast<double>(row[c]) * x[t * w.cols + c];
+      y[t * w.rows + r] = static_cast<float>(acc);
+    }
+  }
+}
+
+void matmul_ref_quantized_act(const WeightView& w, const float* x, float* y, int64_t num_tokens) {
+  check_view(w);
+  if (!is_quantized(w.type)) {
+    matmul_ref(w, x, y, num_tokens);
+    return;
+  }
+  const int64_t nb = w.cols / kQBlock;
+  std::vector<int8_t> qs(static_cast<size_t>(num_tokens * w.cols));
+  std::vector<float> d(static_cast<size_t>(num_tokens * nb));
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    internal::quantize_act_row_scalar(x + t * w.cols, w.cols, qs.data() + t * w.cols,
+                                      d.data() + t * nb);
+  }
+  for (int64_t r = 0; r < w.rows; ++r) {
+    const uint8_t* row = row_ptr(w, r);
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      double acc = 0.0;
+      for (int64_t b = 0; b < nb; ++b) {
+        // The kernels form the block scale as an f32 product; so does the reference.
+        const float scale = block_scale(w, row, b) * d[t * nb + b];
+        const int32_t dot = block_dot(w, row, b, qs.data() + t * w.cols + b * kQBlock);
+        acc += static_cast<double>(dot) * static_cast<double>(scale);
+      }
+      y[t * w.rows + r] = static_cast<float>(acc);
+    }
+  }
+}
+
+void get_row(const WeightView& w, int64_t id, float* out) {
+  check_view(w);
+  ARBOR_CHECK(id >= 0 && id < w.rows) << "row " << id << " of " << w.rows;
+  dequantize_row(w, id, out);
+}
+
+}  // namespace arbor::kernels

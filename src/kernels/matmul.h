@@ -1,0 +1,66 @@
+// Matrix multiplication of a (possibly quantised) weight matrix with f32 activations.
+//
+//   y[t, r] = sum_c W[r, c] * x[t, c]
+//   W: [rows, cols] in ggml block encoding (WeightView), x: [num_tokens, cols] f32 row-major,
+//   y: [num_tokens, rows] f32 row-major.
+//
+// Weight types with their own kernels: F32, F16, BF16, Q8_0, Q4_0. Every other type that
+// gguf::dequantize_row decodes (Q4_1, Q5_0, Q5_1, Q2_K..Q6_K) takes a generic path: each row is
+// dequantised to f32 once per call and dotted with every token — correct, not fast.
+// For Q8_0 and Q4_0 the activations are quantised
+// to int8 blocks of 32 with one f32 scale per block (d = max|x| / 127, q = round_even(x / d)),
+// once per call and token, and the dot products run in int8 -> int32 with one float multiply
+// per block pair; see docs/kernels.md. F16/BF16 weights are widened to f32 and use FMA.
+// Kernels: scalar, AVX2 (all types), AVX-512 VNNI (Q8_0/Q4_0), chosen by active_isa().
+//
+// matmul() picks a GEMV kernel (few tokens: streams each weight row once, several rows at a
+// time) or a tiled GEMM (many tokens: each weight block is loaded once per tile of tokens), and
+// splits rows across the pool's threads. Scratch comes from the pool's workspace, so a
+// steady-state call does not allocate.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "gguf/ggml_type.h"
+#include "kernels/thread_pool.h"
+
+namespace arbor::kernels {
+
+struct WeightView {
+  gguf::GgmlType type = gguf::GgmlType::kF32;  // see matmul_supported()
+  const void* data = nullptr;  // `rows` rows of `cols` elements each, ggml block encoding
+  int64_t rows = 0;            // output features
+  int64_t cols = 0;            // input features (a multiple of the type's block size)
+  size_t row_stride = 0;       // bytes between rows (weight_row_bytes(type, cols) when dense)
+};
+
+// True for the weight types matmul() and get_row() accept (see above).
+bool matmul_supported(gguf::GgmlType type);
+
+// Elements per block (1 for float types) and bytes per block; CHECKs matmul_supported(type).
+int64_t weight_block_size(gguf::GgmlType type);
+size_t weight_block_bytes(gguf::GgmlType type);
+// Bytes of one dense row of `cols` elements; CHECKs that cols is a multiple of the block size.
+size_t weight_row_bytes(gguf::GgmlType type, int64_t cols);
+// A dense view (row_stride = weight_row_bytes(type, cols)).
+WeightView make_weight_view(gguf::GgmlType type, const void* data, int64_t rows, int64_t cols);
+
+// y = x W^T as above. x: [num_tokens, cols], y: [num_tokens, rows]; y must not alias x.
+// Called from one thread (the pool's caller); uses all of the pool's threads.
+void matmul(const WeightView& w, const float* x, float* y, int64_t num_tokens, ThreadPool& pool);
+
+// Naive twin: dequantises each weight row to f32 and accumulates in double with f32
+// activations (no activation quantisation). The accuracy yardstick for every type.
+void matmul_ref(const WeightView& w, const float* x, float* y, int64_t num_tokens);
+
+// Naive twin of the quantised path: quantises x exactly as matmul() does (for Q8_0/Q4_0; for
+// float types it equals matmul_ref) and accumulates integer block dot products, so matmul()
+// must agree with it up to f32 summation order.
+void matmul_ref_quantized_act(const WeightView& w, const float* x, float* y, int64_t num_tokens);
+
+// Threshold on num_tokens at and above which matmul() uses the tiled GEMM (exposed for tests and
+// benchmarks, which exercise both sides).
+inline constexpr int64_t kGemmMinTokens = 4;
+
+}  // namespace arbor::kernels

@@ -1,0 +1,81 @@
+// Internal to the kernels module: the layout of quantised activations and the per-ISA kernel
+// entry points that matmul() dispatches to. Not for use outside src/kernels and its tests.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/matmul.h"
+
+namespace arbor::kernels::internal {
+
+inline constexpr int64_t kQBlock = 32;  // activation (and Q8_0/Q4_0 weight) block size
+
+// ggml block layouts.
+struct BlockQ8_0 {
+  uint16_t d;  // fp16 scale
+  int8_t qs[32];
+};
+struct BlockQ4_0 {
+  uint16_t d;      // fp16 scale
+  uint8_t qs[16];  // element j = (qs[j] & 0xF) - 8, element j + 16 = (qs[j] >> 4) - 8
+};
+static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18);
+
+// Activations quantised to int8 blocks of 32, one f32 scale per block.
+//   qs: [num_tokens, cols] int8, d: [num_tokens, cols / 32] f32.
+struct QuantizedActs {
+  const int8_t* qs = nullptr;
+  const float* d = nullptr;
+  int64_t cols = 0;
+  // Q4_0 GEMV on AVX2 only (else null): [num_tokens, cols / 32, 8] int16, entry i of a block =
+  // 8 * (q[2i] + q[2i+1] + q[16+2i] + q[17+2i]); see act_q4_sums_avx2.
+  const int16_t* q4_sums = nullptr;
+};
+
+// Quantises one row x: [cols] (cols % 32 == 0) into qs: [cols], d: [cols / 32].
+// d = max|x| / 127, q = round-half-even(x * (1 / d)); a zero block gets d = 0 and q = 0.
+void quantize_act_row_scalar(const float* x, int64_t cols, int8_t* qs, float* d);
+void quantize_act_row_avx2(const float* x, int64_t cols, int8_t* qs, float* d);
+// The q4_sums entries of one token row: qs: [cols], out: [cols / 32, 8].
+void act_q4_sums_avx2(const int8_t* qs, int64_t cols, int16_t* out);
+
+// Activations for the AVX-512 VNNI tiles, which work on two blocks per 512-bit register:
+// per token, [num_pairs = ceil(cols / 64)] of these. VNNI's dpbusd multiplies unsigned by signed
+// bytes, so weights are made unsigned (Q4_0: the raw nibble u = w + 8; Q8_0: u = w + 128) and
+// the offset is removed by starting each int32 lane at -k * (sum of its 4 activations).
+struct alignas(64) PackedActPair {
+  int8_t qs[64];         // blocks 2p and 2p+1 (zeros past the last block)
+  float d[16];           // d of block 2p in lanes 0..7, of block 2p+1 in lanes 8..15
+  int32_t neg_sums[16];  // lane i: -k * (qs[4i] + ... + qs[4i+3]); k = 8 (Q4_0), 128 (Q8_0)
+};
+static_assert(sizeof(PackedActPair) == 192);
+
+// Quantises one token row x: [cols] exactly like quantize_act_row_avx2 and packs it.
+// out: [ceil(cols / 64)].
+void pack_act_row_avx512(const float* x, int64_t cols, int32_t k, PackedActPair* out);
+
+// Everything a kernel needs for one matmul call. `act` is x (float types) or QuantizedActs.
+struct MatmulArgs {
+  const WeightView* w = nullptr;
+  const float* x = nullptr;               // [num_tokens, cols], float weight types
+  QuantizedActs q;                        // Q8_0 / Q4_0 weight types
+  const PackedActPair* packed = nullptr;  // AVX-512: [num_tokens, num_pairs]
+  int64_t num_pairs = 0;
+  int64_t num_tokens = 0;
+  float* y = nullptr;  // [num_tokens, w->rows]
+};
+
+// Computes y[t, r] for rows [row_begin, row_end) and all tokens. Row ranges of different calls
+// may run concurrently (they write disjoint y entries).
+using RowKernel = void (*)(const MatmulArgs& a, int64_t row_begin, int64_t row_end);
+
+RowKernel scalar_kernel(gguf::GgmlType type);
+RowKernel avx2_kernel(gguf::GgmlType type);
+// Q8_0 / Q4_0 GEMV and GEMM on packed activations.
+RowKernel avx512_kernel(gguf::GgmlType type);
+
+// Rows per tile of the AVX2 kernels; matmul() splits rows across threads in multiples of it.
+inline constexpr int64_t kRowTile = 4;
+
+}  // namespace arbor::kernels::internal

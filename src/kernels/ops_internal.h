@@ -1,0 +1,17 @@
+// Internal to the kernels module: AVX2 versions of the row ops (ops_avx2.cc), called by ops.cc
+// when active_isa() is kAvx2.
+#pragma once
+
+#include <cstdint>
+
+namespace arbor::kernels::internal {
+
+void rms_norm_avx2(const float* x, const float* weight, float* y, int64_t n, float eps);
+void silu_mul_avx2(float* gate, const float* up, int64_t n);
+void softmax_avx2(float* x, int64_t n);
+void add_avx2(float* y, const float* x, int64_t n);
+void axpy_avx2(float* y, float a, const float* x, int64_t n);
+void scale_avx2(float* x, float s, int64_t n);
+float dot_f32_avx2(const float* a, const float* b, int64_t n);
+
+}  // namespace arbor::kernels::internal

@@ -1,0 +1,235 @@
+// matmul() against its naive twins for every weight type, token count and ISA.
+//
+// Tolerances, per output y[t, r], with s = sum_c |W[r, c]| * |x[t, c]| (W dequantised):
+//  * float weights (F32/F16/BF16) vs matmul_ref (double accumulation): 2e-5 * s. f32 sums of
+//    up to 4096 products err by ~sqrt(n) * 6e-8 * s; dropping or doubling one product errs by
+//    ~s / cols >= 2.4e-4 * s, so index bugs fail.
+//  * Q8_0/Q4_0 vs matmul_ref_quantized_act (same int8 activations, exact integer block dots,
+//    double accumulation): 1e-5 * s — only the f32 order of the per-block products differs.
+//  * Q8_0/Q4_0 vs the f32 matmul_ref: the activation-quantisation bound
+//    sum_c |W[r, c]| * d_block(c) / 2 (each quantised activation is within half a step), plus
+//    1e-5 * s.
+#include "kernels/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gguf/quants.h"
+#include "kernels/matmul_internal.h"
+#include "kernels/ops.h"
+#include "kernels_test_util.h"
+
+namespace arbor::kernels {
+namespace {
+
+using gguf::GgmlType;
+using testing::IsaScope;
+
+struct Shape {
+  int64_t rows, cols;
+};
+
+struct Case {
+  GgmlType type;
+  Shape shape;
+  int64_t num_tokens;
+  size_t pad;  // extra bytes per row (non-dense row_stride)
+};
+
+std::string describe(const Case& c, Isa isa, int threads, uint32_t seed) {
+  return std::string(gguf::ggml_type_name(c.type)) + " rows=" + std::to_string(c.shape.rows) +
+         " cols=" + std::to_string(c.shape.cols) + " tokens=" + std::to_string(c.num_tokens) +
+         " pad=" + std::to_string(c.pad) + " isa=" + std::string(isa_name(isa)) +
+         " threads=" + std::to_string(threads) + " seed=" + std::to_string(seed);
+}
+
+bool quantized(GgmlType t) { return t == GgmlType::kQ8_0 || t == GgmlType::kQ4_0; }
+
+// Runs one case on every ISA and thread count and checks all three tolerances above.
+void check_case(const Case& c, uint32_t seed, const std::vector<ThreadPool*>& pools) {
+  std::mt19937 rng(seed);
+  const int64_t rows = c.shape.rows, cols = c.shape.cols, nt = c.num_tokens;
+  const std::vector<float> wf = testing::random_floats(rng, rows * cols);
+  std::vector<float> x = testing::random_floats(rng, nt * cols);
+  if (nt > 1) {  // one all-zero token exercises d = 0 activation blocks
+    std::fill(x.begin() + (nt - 1) * cols, x.end(), 0.0f);
+  }
+  const size_t stride = weight_row_bytes(c.type, cols) + c.pad;
+  const std::vector<uint8_t> wdata = testing::encode_weights(c.type, wf, rows, cols, stride);
+  const WeightView w{c.type, wdata.data(), rows, cols, stride};
+
+  std::vector<float> ref(static_cast<size_t>(nt * rows)), ref_q(ref.size());
+  matmul_ref(w, x.data(), ref.data(), nt);
+  matmul_ref_quantized_act(w, x.data(), ref_q.data(), nt);
+  // Per-output magnitude s and activation-quantisation bound.
+  std::vector<double> mag(ref.size()), qbound(ref.size());
+  std::vector<float> row(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    get_row(w, r, row.data());
+    for (int64_t t = 0; t < nt; ++t) {
+      double s = 0.0, qb = 0.0;
+      for (int64_t k = 0; k < cols; ++k) s += std::fabs(row[k]) * std::fabs(x[t * cols + k]);
+      for (int64_t b = 0; quantized(c.type) && b < cols / 32; ++b) {
+        float amax = 0.0f;
+        for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[t * cols + b * 32 + j]));
+        for (int j = 0; j < 32; ++j) qb += std::fabs(row[b * 32 + j]) * (amax / 127.0) / 2.0;
+      }
+      mag[t * rows + r] = s;
+      qbound[t * rows + r] = qb * 1.001;
+    }
+  }
+  std::vector<float> y(ref.size());
+  for (Isa isa : testing::testable_isas()) {
+    IsaScope scope(isa);
+    for (ThreadPool* pool : pools) {
+      SCOPED_TRACE(describe(c, isa, pool->num_threads(), seed));
+      std::fill(y.begin(), y.end(), NAN);
+      matmul(w, x.data(), y.data(), nt, *pool);
+      for (size_t i = 0; i < y.size(); ++i) {
+        const double s = mag[i];
+        if (quantized(c.type)) {
+          ASSERT_NEAR(y[i], ref_q[i], 1e-5 * s + 1e-30) << "vs quantised-activation ref, i=" << i;
+          ASSERT_NEAR(y[i], ref[i], qbound[i] + 1e-5 * s + 1e-30) << "vs f32 ref, i=" << i;
+        } else {
+          ASSERT_NEAR(y[i], ref[i], 2e-5 * s + 1e-30) << "vs f32 ref, i=" << i;
+        }
+      }
+    }
+  }
+}
+
+class MatmulTest : public ::testing::TestWithParam<GgmlType> {};
+
+TEST_P(MatmulTest, MatchesReferenceAcrossShapesTokensIsas) {
+  ThreadPool p1(1), p2(2), p3(3);
+  const std::vector<ThreadPool*> pools{&p1, &p2, &p3};
+  const GgmlType type = GetParam();
+  uint32_t seed = 1000 + static_cast<uint32_t>(type) * 100;
+  for (int64_t nt : {1, 2, 3, 5, 8, 17, 64}) {
+    for (int64_t rows : {1, 7, 33, 250}) {
+      for (int64_t cols : {32, 64, 256}) {
+        check_case({type, {rows, cols}, nt, 0}, ++seed, pools);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+  // One long row (GEMV and GEMM), and a padded row stride.
+  check_case({type, {33, 4096}, 1, 0}, ++seed, pools);
+  check_case({type, {9, 4096}, 6, 0}, ++seed, pools);
+  check_case({type, {13, 96}, 5, 64}, ++seed, pools);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest,
+                         ::testing::Values(GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16,
+                                           GgmlType::kQ8_0, GgmlType::kQ4_0),
+                         [](const ::testing::TestParamInfo<GgmlType>& info) {
+                           return std::string(gguf::ggml_type_name(info.param));
+                         });
+
+// Types without their own kernels take the generic dequantise-and-dot path.
+TEST(Matmul, GenericPathForOtherTypes) {
+  ThreadPool pool(2);
+  uint32_t seed = 77;
+  for (GgmlType t : {GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kQ5_0, GgmlType::kQ4_1}) {
+    ASSERT_TRUE(matmul_supported(t)) << gguf::ggml_type_name(t);
+    for (int64_t nt : {1, 5}) check_case({t, {33, 512}, nt, 0}, ++seed, {&pool});
+  }
+}
+
+TEST(Matmul, FloatTypesAcceptColsNotMultipleOfEight) {
+  ThreadPool pool(2);
+  for (GgmlType t : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16}) {
+    check_case({t, {11, 45}, 1, 0}, 7, {&pool});
+    check_case({t, {11, 13}, 9, 0}, 8, {&pool});
+  }
+}
+
+TEST(Matmul, ActivationQuantisationIsIdenticalOnAllIsas) {
+  std::mt19937 rng(42);
+  constexpr int64_t kCols = 256;
+  std::vector<float> x = testing::random_floats(rng, kCols, -3.0f, 3.0f);
+  std::fill(x.begin() + 32, x.begin() + 64, 0.0f);           // a zero block: d = 0, q = 0
+  for (int j = 0; j < 32; ++j) x[64 + j] = (j - 16) * 0.5f;  // exact .5 ties after scaling
+  x[96] = 1e-30f;                                            // tiny block
+  std::vector<int8_t> q_scalar(kCols), q_avx2(kCols);
+  std::vector<float> d_scalar(kCols / 32), d_avx2(kCols / 32);
+  internal::quantize_act_row_scalar(x.data(), kCols, q_scalar.data(), d_scalar.data());
+  for (int64_t i = 0; i < kCols; ++i) {
+    ASSERT_LE(std::abs(q_scalar[i]), 127);
+    const float d = d_scalar[i / 32];
+    ASSERT_LE(std::fabs(q_scalar[i] * d - x[i]), d / 2 * 1.0001f + 1e-38f) << i;
+  }
+  EXPECT_EQ(d_scalar[1], 0.0f);
+  if (best_isa() < Isa::kAvx2) GTEST_SKIP() << "no AVX2";
+  internal::quantize_act_row_avx2(x.data(), kCols, q_avx2.data(), d_avx2.data());
+  EXPECT_EQ(q_scalar, q_avx2);
+  EXPECT_EQ(d_scalar, d_avx2);
+  if (best_isa() < Isa::kAvx512) return;
+  // The AVX-512 packing: same bytes and scales, pairs of blocks, -k * group sums, zero tail.
+  constexpr int64_t kOddCols = kCols - 32;  // 7 blocks: the last pair has one
+  std::vector<internal::PackedActPair> packed(4);
+  internal::pack_act_row_avx512(x.data(), kOddCols, 8, packed.data());
+  for (int64_t i = 0; i < 4 * 64; ++i) {
+    const internal::PackedActPair& pa = packed[static_cast<size_t>(i / 64)];
+    const int64_t j = i % 64;
+    const bool real = i < kOddCols;
+    ASSERT_EQ(pa.qs[j], real ? q_scalar[i] : 0) << i;
+    ASSERT_EQ(pa.d[j / 32 * 8 + j % 8], real ? d_scalar[i / 32] : 0.0f) << i;
+    if (j % 4 == 0) {
+      const int32_t sum = pa.qs[j] + pa.qs[j + 1] + pa.qs[j + 2] + pa.qs[j + 3];
+      ASSERT_EQ(pa.neg_sums[j / 4], -8 * sum) << i;
+    }
+  }
+}
+
+TEST(Matmul, GetRowDequantises) {
+  std::mt19937 rng(5);
+  const std::vector<float> wf = testing::random_floats(rng, 3 * 64);
+  const std::vector<uint8_t> q4 = testing::encode_weights(GgmlType::kQ4_0, wf, 3, 64);
+  const WeightView w = make_weight_view(GgmlType::kQ4_0, q4.data(), 3, 64);
+  std::vector<float> out(64);
+  get_row(w, 2, out.data());
+  // Q4_0 has 16 levels over [-amax, amax]: every value within one step (amax / 8) of the input.
+  for (int c = 0; c < 64; ++c) EXPECT_NEAR(out[c], wf[2 * 64 + c], 1.0f / 8 + 1e-3f) << c;
+  const std::vector<uint8_t> f32 = testing::encode_weights(GgmlType::kF32, wf, 3, 64);
+  get_row(make_weight_view(GgmlType::kF32, f32.data(), 3, 64), 1, out.data());
+  for (int c = 0; c < 64; ++c) EXPECT_EQ(out[c], wf[64 + c]);
+}
+
+// get_row (and so matmul_ref, which shares its dequantiser) agrees bit for bit with the gguf
+// module's independent ggml-exact codecs.
+TEST(Matmul, DequantisationMatchesGgufCodecs) {
+  std::mt19937 rng(9);
+  constexpr int64_t kRows = 5, kCols = 256;
+  const std::vector<float> wf = testing::random_floats(rng, kRows * kCols, -2.0f, 2.0f);
+  for (GgmlType t : {GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_0}) {
+    const std::vector<uint8_t> data = testing::encode_weights(t, wf, kRows, kCols);
+    const WeightView w = make_weight_view(t, data.data(), kRows, kCols);
+    std::vector<float> ours(kCols), theirs(kCols);
+    for (int64_t r = 0; r < kRows; ++r) {
+      get_row(w, r, ours.data());
+      const Status st =
+          gguf::dequantize_row(t, data.data() + r * w.row_stride, theirs.data(), kCols);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      ASSERT_EQ(ours, theirs) << gguf::ggml_type_name(t) << " row " << r;
+    }
+  }
+}
+
+TEST(Matmul, SupportedTypesAndRowBytes) {
+  EXPECT_TRUE(matmul_supported(GgmlType::kQ4_0));
+  EXPECT_TRUE(matmul_supported(GgmlType::kBF16));
+  EXPECT_TRUE(matmul_supported(GgmlType::kQ6_K));
+  EXPECT_FALSE(matmul_supported(GgmlType::kIQ2_XXS));
+  EXPECT_EQ(weight_row_bytes(GgmlType::kQ4_0, 2048), 2048u / 32 * 18);
+  EXPECT_EQ(weight_row_bytes(GgmlType::kQ8_0, 64), 68u);
+  EXPECT_EQ(weight_row_bytes(GgmlType::kF16, 7), 14u);
+  EXPECT_EQ(weight_row_bytes(GgmlType::kQ4_0, 2048), gguf::ggml_row_size(GgmlType::kQ4_0, 2048));
+}
+
+}  // namespace
+}  // namespace arbor::kernels

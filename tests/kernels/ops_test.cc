@@ -1,0 +1,191 @@
+// Row ops against their scalar, double-precision twins on every ISA.
+#include "kernels/ops.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "kernels_test_util.h"
+
+namespace arbor::kernels {
+namespace {
+
+using testing::IsaScope;
+
+TEST(Ops, RmsNormMatchesReference) {
+  std::mt19937 rng(1);
+  for (Isa isa : testing::testable_isas()) {
+    IsaScope scope(isa);
+    for (int64_t n : {1, 7, 16, 64, 2048, 2051}) {
+      const std::vector<float> x = testing::random_floats(rng, n, -4.0f, 4.0f);
+      const std::vector<float> wt = testing::random_floats(rng, n, 0.5f, 1.5f);
+      std::vector<float> y(n), ref(n);
+      rms_norm(x.data(), wt.data(), y.data(), n, 1e-5f);
+      rms_norm_ref(x.data(), wt.data(), ref.data(), n, 1e-5f);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_NEAR(y[i], ref[i], 2e-6f * std::fabs(ref[i]) + 1e-7f) << isa_name(isa) << " n=" << n;
+      }
+      // In place (y aliases x).
+      std::vector<float> inplace = x;
+      rms_norm(inplace.data(), wt.data(), inplace.data(), n, 1e-5f);
+      EXPECT_EQ(inplace, y);
+    }
+  }
+}
+
+TEST(Ops, RopeInterleavedAndNeoxByHand) {
+  // head_dim 4, theta 10000: inv_freq = {1, 0.01}; pos 1 rotates pair 0 by 1 rad, pair 1 by
+  // 0.01 rad. Interleaved pairs are (0,1),(2,3); NeoX pairs are (0,2),(1,3).
+  const float in[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+  const double c1 = std::cos(1.0), s1 = std::sin(1.0), c2 = std::cos(0.01), s2 = std::sin(0.01);
+  const double inter[4] = {1 * c1 - 2 * s1, 1 * s1 + 2 * c1, 3 * c2 - 4 * s2, 3 * s2 + 4 * c2};
+  const double neox[4] = {1 * c1 - 3 * s1, 2 * c2 - 4 * s2, 1 * s1 + 3 * c1, 2 * s2 + 4 * c2};
+  for (bool is_neox : {false, true}) {
+    RopeParams p;
+    p.theta = 10000.0f;
+    p.neox = is_neox;
+    float x[4] = {in[0], in[1], in[2], in[3]};
+    rope(x, 1, 4, 4, 1, p);
+    for (int i = 0; i < 4; ++i) EXPECT_NEAR(x[i], is_neox ? neox[i] : inter[i], 1e-6) << i;
+  }
+}
+
+TEST(Ops, RopeMatchesReferenceWithPartialRotation) {
+  std::mt19937 rng(2);
+  for (bool neox : {false, true}) {
+    for (float factor : {0.0f, 8.0f}) {
+      RopeParams p;
+      p.theta = 500000.0f;
+      p.neox = neox;
+      p.factor = factor;
+      constexpr int kHeads = 3, kHeadDim = 128;
+      for (int rot_dim : {128, 64}) {
+        for (int32_t pos : {0, 1, 17, 4095, 100000}) {
+          std::vector<float> x = testing::random_floats(rng, kHeads * kHeadDim);
+          std::vector<float> ref = x;
+          rope(x.data(), kHeads, kHeadDim, rot_dim, pos, p);
+          rope_ref(ref.data(), kHeads, kHeadDim, rot_dim, pos, p);
+          for (size_t i = 0; i < x.size(); ++i) {
+            // Both compute angles in double; they differ only in the f32 rounding of cos/sin
+            // and of the rotated values.
+            ASSERT_NEAR(x[i], ref[i], 1e-6f) << "neox=" << neox << " factor=" << factor
+                                             << " rot=" << rot_dim << " pos=" << pos << " i=" << i;
+          }
+          if (rot_dim < kHeadDim) {  // dims past rot_dim are untouched
+            EXPECT_EQ(x[kHeadDim - 1], ref[kHeadDim - 1]);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Ops, RopeLlama3FrequenciesByHand) {
+  // Llama 3.1: theta 500000, factor 8, low 1, high 4, original context 8192, rot_dim 128.
+  // Expected values computed independently (Python, float64) from Meta's apply_scaling.
+  RopeParams p;
+  p.theta = 500000.0f;
+  p.factor = 8.0f;
+  p.low_freq_factor = 1.0f;
+  p.high_freq_factor = 4.0f;
+  p.original_context = 8192;
+  std::vector<float> f(64);
+  rope_inv_freqs(p, 128, f.data());
+  EXPECT_FLOAT_EQ(f[0], 1.0f);                     // short wavelength (6.28): kept
+  EXPECT_FLOAT_EQ(f[20], 0.016560440080994446f);   // wavelength 379 < 2048: kept
+  EXPECT_FLOAT_EQ(f[30], 0.0013718935677611381f);  // 2948, in the band: interpolated
+  EXPECT_FLOAT_EQ(f[34], 0.0001785078127679964f);  // 6695, in the band
+  EXPECT_FLOAT_EQ(f[63], 3.068925988914511e-07f);  // 2.56e6 > 8192: divided by 8
+  p.factor = 0.0f;
+  rope_inv_freqs(p, 128, f.data());
+  EXPECT_FLOAT_EQ(f[63], 2.455140791131609e-06f);  // unscaled
+}
+
+TEST(Ops, SiluMulMatchesReference) {
+  std::mt19937 rng(3);
+  for (Isa isa : testing::testable_isas()) {
+    IsaScope scope(isa);
+    for (int64_t n : {1, 8, 13, 5632}) {
+      std::vector<float> g = testing::random_floats(rng, n, -20.0f, 20.0f);
+      if (n > 8) {
+        g[0] = -100.0f;
+        g[1] = 100.0f;
+        g[2] = 0.0f;
+        g[3] = -87.0f;
+      }
+      const std::vector<float> up = testing::random_floats(rng, n, -2.0f, 2.0f);
+      std::vector<float> y = g, ref = g;
+      silu_mul(y.data(), up.data(), n);
+      silu_mul_ref(ref.data(), up.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_FALSE(std::isnan(y[i]));
+        ASSERT_NEAR(y[i], ref[i], 2e-6f * std::fabs(ref[i]) + 1e-30f)
+            << isa_name(isa) << " g=" << g[i];
+      }
+    }
+  }
+}
+
+TEST(Ops, SoftmaxLargeValuesNoNan) {
+  std::mt19937 rng(4);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (Isa isa : testing::testable_isas()) {
+    IsaScope scope(isa);
+    for (int64_t n : {1, 5, 8, 100, 4099}) {
+      for (float spread : {1.0f, 100.0f, 1e4f, 1e30f}) {
+        std::vector<float> x = testing::random_floats(rng, n, -spread, spread);
+        if (n > 4) {
+          x[1] = -inf;  // masked entry
+          x[3] = 3e38f;
+        }
+        std::vector<float> ref = x;
+        softmax(x.data(), n);
+        softmax_ref(ref.data(), n);
+        double sum = 0.0;
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_TRUE(std::isfinite(x[i])) << isa_name(isa) << " n=" << n << " i=" << i;
+          ASSERT_NEAR(x[i], ref[i], 2e-6f * ref[i] + 1e-37f) << isa_name(isa) << " i=" << i;
+          sum += x[i];
+        }
+        EXPECT_NEAR(sum, 1.0, 1e-5);
+        if (n > 4) {
+          EXPECT_EQ(x[1], 0.0f);
+          EXPECT_NEAR(x[3], 1.0f, 1e-6f);
+        }
+      }
+    }
+  }
+}
+
+TEST(Ops, AddAxpyScaleDot) {
+  std::mt19937 rng(5);
+  for (Isa isa : testing::testable_isas()) {
+    IsaScope scope(isa);
+    for (int64_t n : {1, 9, 1000}) {
+      const std::vector<float> a = testing::random_floats(rng, n);
+      const std::vector<float> b = testing::random_floats(rng, n);
+      std::vector<float> y = a;
+      add(y.data(), b.data(), n);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(y[i], a[i] + b[i]);
+      y = a;
+      axpy(y.data(), 0.5f, b.data(), n);
+      for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(y[i], a[i] + 0.5f * b[i], 1e-6f);
+      y = a;
+      scale(y.data(), -3.0f, n);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(y[i], a[i] * -3.0f);
+      double ref = 0.0, mag = 0.0;
+      for (int64_t i = 0; i < n; ++i) {
+        ref += static_cast<double>(a[i]) * b[i];
+        mag += std::fabs(a[i] * b[i]);
+      }
+      EXPECT_NEAR(dot_f32(a.data(), b.data(), n), ref, 1e-6 * mag + 1e-7) << isa_name(isa);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace arbor::kernels
