@@ -9,10 +9,13 @@
 // token, and new token j when mask(i, j) (custom mask) or j <= i (causal). New tokens' K/V must
 // already be in the cache at logical indices committed .. kv_len[b]-1 of the block table.
 //
-// GQA: query head h reads kv head h / (num_q_heads / num_kv_heads). Scores are scaled by
-// `scale`, softmax is online with f32 accumulation. Work is split over (sequence, kv head,
-// query tile) and, when that leaves threads idle on long contexts, over KV ranges that are merged
-// afterwards (flash-decoding).
+// GQA: query head h reads kv head h / (num_q_heads / num_kv_heads); one work item serves all
+// query heads of its kv head, so each K/V block is read (and widened from F16) once per item.
+// Scores are scaled by `scale`, softmax is online (per block) with f32 accumulation. Work is
+// split over (sequence, kv head, tile of 16 query tokens) and, when that leaves threads idle on
+// long contexts (>= 256 keys per split), over KV ranges merged afterwards (flash-decoding).
+// Decode (n_b = 1) and every block a tile sees in full skip the per-key visibility test; only
+// blocks holding new tokens test causal order or the mask bits key by key.
 //
 // Never includes engine or model headers: raw pointers plus this parameter struct.
 #pragma once

@@ -1,0 +1,61 @@
+// ForwardBatch: the geometry of one ragged-batch forward step (see docs/batch_layout.md).
+//
+// Non-owning views; whoever builds the batch (the executor, BatchBuilder, SingleSequence) keeps
+// the arrays alive for the forward call. B = qo_indptr.size() - 1 sequences, T = tokens.size()
+// new tokens, L = logits_indices.size() output rows.
+//
+//   tokens          [T]      token ids of the new tokens, sequences back to back
+//   positions       [T]      RoPE positions (token trees: siblings share a position)
+//   qo_indptr       [B+1]    sequence b's new tokens are rows [qo_indptr[b], qo_indptr[b+1])
+//   kv_indptr       [B+1]    sequence b's block table is
+//                            kv_page_indices[kv_indptr[b] .. kv_indptr[b+1])
+//   kv_page_indices [nnz]    block ids covering committed + new tokens, in order
+//   kv_len          [B]      committed + new tokens of b after this step
+//   slot_mapping    [T]      block_id * block_size + offset where each new token's K/V goes; for
+//                            new token i of b it must be the slot of logical index
+//                            kv_len[b] - n_b + i in b's block table
+//   logits_indices  [L]      rows of `tokens` whose logits are wanted
+//   mask_indptr     [B+1]    optional (empty = causal everywhere): bit offsets into mask_bits;
+//                            an empty segment = causal for that sequence, else n_b * n_b bits
+//   mask_bits       [bytes]  row-major bit (i, j) = new token i sees new token j, bit k of the
+//                            batch in byte k / 8 at bit k % 8; diagonal bits must be set
+// Output of a forward: logits [L, vocab_size] f32.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "base/status.h"
+
+namespace arbor::model {
+
+struct ForwardBatch {
+  std::span<const int32_t> tokens;
+  std::span<const int32_t> positions;
+  std::span<const int32_t> qo_indptr;
+  std::span<const int32_t> kv_indptr;
+  std::span<const int32_t> kv_page_indices;
+  std::span<const int32_t> kv_len;
+  std::span<const int32_t> slot_mapping;
+  std::span<const int32_t> logits_indices;
+  std::span<const int32_t> mask_indptr;
+  std::span<const uint8_t> mask_bits;
+
+  int32_t num_seqs() const { return qo_indptr.empty() ? 0 : (int32_t)qo_indptr.size() - 1; }
+  int32_t num_tokens() const { return (int32_t)tokens.size(); }
+  int32_t num_logits() const { return (int32_t)logits_indices.size(); }
+};
+
+// What validate_batch checks against.
+struct BatchLimits {
+  int32_t vocab_size = 0;
+  int32_t block_size = 0;
+  int64_t num_blocks = 0;
+};
+
+// Checks every array's size, monotone indptrs, token ids, block ids, that block tables cover
+// kv_len, that slot_mapping matches the block tables, logits rows, mask sizes and diagonals.
+// O(T + nnz + B + mask bits); the error names the array, the index and the numbers.
+Status validate_batch(const ForwardBatch& batch, const BatchLimits& limits);
+
+}  // namespace arbor::model

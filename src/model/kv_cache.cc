@@ -1,0 +1,120 @@
+#include "model/kv_cache.h"
+
+#include <sys/mman.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "base/check.h"
+#include "base/fp16.h"
+
+namespace arbor::model {
+
+size_t PagedKvCache::bytes_per_block(const KvCacheShape& s) {
+  return (size_t)s.num_layers * 2 * s.num_kv_heads * s.block_size * s.head_dim *
+         kernels::kv_dtype_size(s.dtype);
+}
+
+int64_t PagedKvCache::blocks_for_budget(const KvCacheShape& shape, double gib) {
+  const size_t per_block = bytes_per_block(shape);
+  if (per_block == 0 || gib <= 0) return 0;
+  return (int64_t)(gib * 1024.0 * 1024.0 * 1024.0 / (double)per_block);
+}
+
+Result<std::unique_ptr<PagedKvCache>> PagedKvCache::create(const KvCacheShape& shape,
+                                                          int64_t num_blocks) {
+  if (shape.num_layers < 1 || shape.num_kv_heads < 1 || shape.head_dim < 1 ||
+      shape.block_size < 1) {
+    return invalid_argument("KV cache shape: ", shape.num_layers, " layers, ", shape.num_kv_heads,
+                            " kv heads, head_dim ", shape.head_dim, ", block_size ",
+                            shape.block_size, " (all must be >= 1)");
+  }
+  if (num_blocks < 1) {
+    return invalid_argument("KV cache needs at least 1 block, got ", num_blocks,
+                            " (one block is ", bytes_per_block(shape), " bytes)");
+  }
+  const size_t bytes = bytes_per_block(shape) * (size_t)num_blocks;
+  // Anonymous mmap: page-aligned, zeroed, and committed lazily, so a generous budget costs
+  // nothing until blocks are written.
+  void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (data == MAP_FAILED) {
+    return resource_exhausted("cannot map ", bytes, " bytes for ", num_blocks, " KV blocks");
+  }
+  return std::unique_ptr<PagedKvCache>(
+      new PagedKvCache(shape, num_blocks, static_cast<uint8_t*>(data), bytes));
+}
+
+PagedKvCache::PagedKvCache(const KvCacheShape& shape, int64_t num_blocks, uint8_t* data,
+                           size_t bytes)
+    : shape_(shape), num_blocks_(num_blocks), data_(data), bytes_(bytes) {}
+
+PagedKvCache::~PagedKvCache() { munmap(data_, bytes_); }
+
+size_t PagedKvCache::pool_bytes() const {
+  return bytes_per_block(shape_) / (2 * (size_t)shape_.num_layers) * (size_t)num_blocks_;
+}
+
+void* PagedKvCache::k_pool(int layer) { return data_ + (size_t)layer * 2 * pool_bytes(); }
+void* PagedKvCache::v_pool(int layer) { return data_ + ((size_t)layer * 2 + 1) * pool_bytes(); }
+const void* PagedKvCache::k_pool(int layer) const {
+  return data_ + (size_t)layer * 2 * pool_bytes();
+}
+const void* PagedKvCache::v_pool(int layer) const {
+  return data_ + ((size_t)layer * 2 + 1) * pool_bytes();
+}
+
+size_t PagedKvCache::elem_offset(int64_t slot, int kv_head) const {
+  const int64_t block = slot / shape_.block_size, offset = slot % shape_.block_size;
+  return (((size_t)block * shape_.num_kv_heads + kv_head) * shape_.block_size + offset) *
+         shape_.head_dim;
+}
+
+void PagedKvCache::write_token(int layer, int64_t slot, const float* k, const float* v) {
+  ARBOR_DCHECK(layer >= 0 && layer < shape_.num_layers);
+  ARBOR_CHECK(slot >= 0 && slot < num_blocks_ * shape_.block_size)
+      << "slot " << slot << " outside " << num_blocks_ << " blocks of " << shape_.block_size;
+  const int hd = shape_.head_dim;
+  for (int h = 0; h < shape_.num_kv_heads; ++h) {
+    const size_t off = elem_offset(slot, h);
+    const float* ks = k + (size_t)h * hd;
+    const float* vs = v + (size_t)h * hd;
+    if (shape_.dtype == kernels::KvDtype::kF32) {
+      std::memcpy(static_cast<float*>(k_pool(layer)) + off, ks, sizeof(float) * hd);
+      std::memcpy(static_cast<float*>(v_pool(layer)) + off, vs, sizeof(float) * hd);
+    } else {
+      uint16_t* kd = static_cast<uint16_t*>(k_pool(layer)) + off;
+      uint16_t* vd = static_cast<uint16_t*>(v_pool(layer)) + off;
+      for (int d = 0; d < hd; ++d) {
+        kd[d] = fp32_to_fp16(ks[d]);
+        vd[d] = fp32_to_fp16(vs[d]);
+      }
+    }
+  }
+}
+
+void PagedKvCache::read_token(int layer, int64_t slot, int kv_head, bool value, float* out) const {
+  ARBOR_CHECK(slot >= 0 && slot < num_blocks_ * shape_.block_size);
+  const size_t off = elem_offset(slot, kv_head);
+  const void* pool = value ? v_pool(layer) : k_pool(layer);
+  for (int d = 0; d < shape_.head_dim; ++d) {
+    out[d] = shape_.dtype == kernels::KvDtype::kF32
+                 ? static_cast<const float*>(pool)[off + d]
+                 : fp16_to_fp32(static_cast<const uint16_t*>(pool)[off + d]);
+  }
+}
+
+void PagedKvCache::copy_block(int32_t src, int32_t dst) {
+  ARBOR_CHECK(src >= 0 && src < num_blocks_ && dst >= 0 && dst < num_blocks_)
+      << "copy_block(" << src << ", " << dst << ") with " << num_blocks_ << " blocks";
+  if (src == dst) return;
+  const size_t block_bytes = bytes_per_block(shape_) / (2 * (size_t)shape_.num_layers);
+  for (int layer = 0; layer < shape_.num_layers; ++layer) {
+    for (uint8_t* pool : {static_cast<uint8_t*>(k_pool(layer)),
+                          static_cast<uint8_t*>(v_pool(layer))}) {
+      std::memcpy(pool + (size_t)dst * block_bytes, pool + (size_t)src * block_bytes, block_bytes);
+    }
+  }
+}
+
+}  // namespace arbor::model

@@ -1,0 +1,77 @@
+// PagedKvCache: the K and V pools of every layer, in fixed-size blocks.
+//
+// Layout, per layer and for K and V separately:
+//   [num_blocks][num_kv_heads][block_size][head_dim]   elements of `dtype` (F16 default, or F32)
+// Token slot s = block_id * block_size + offset. Head-major inside a block lets one
+// (sequence, kv head) attention work item stream block_size * head_dim contiguous values.
+//
+// The cache knows nothing about which request owns which block: block ids come from the KV
+// manager (src/kv) as plain int32 arrays. All memory is mapped once, in create().
+// Not thread-safe: the forward pass writes it while no one else touches the same slots.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "base/status.h"
+#include "kernels/attention.h"
+
+namespace arbor::model {
+
+struct KvCacheShape {
+  int num_layers = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int block_size = 16;  // tokens per block
+  kernels::KvDtype dtype = kernels::KvDtype::kF16;
+};
+
+class PagedKvCache {
+ public:
+  // Bytes one block takes over all layers, K and V.
+  static size_t bytes_per_block(const KvCacheShape& shape);
+  // Blocks that fit in `gib` GiB (floor); at least 0.
+  static int64_t blocks_for_budget(const KvCacheShape& shape, double gib);
+
+  // Maps num_blocks blocks, zero-filled (pages committed on first write). Errors:
+  // num_blocks < 1, bad shape, or the mapping failing (the message has the byte count).
+  static Result<std::unique_ptr<PagedKvCache>> create(const KvCacheShape& shape,
+                                                      int64_t num_blocks);
+  ~PagedKvCache();
+  PagedKvCache(const PagedKvCache&) = delete;
+  PagedKvCache& operator=(const PagedKvCache&) = delete;
+
+  const KvCacheShape& shape() const { return shape_; }
+  int64_t num_blocks() const { return num_blocks_; }
+  int block_size() const { return shape_.block_size; }
+  size_t total_bytes() const { return bytes_; }
+
+  // Base of layer `layer`'s K / V pool: [num_blocks, num_kv_heads, block_size, head_dim].
+  void* k_pool(int layer);
+  void* v_pool(int layer);
+  const void* k_pool(int layer) const;
+  const void* v_pool(int layer) const;
+
+  // Writes one token's K and V (f32, [num_kv_heads, head_dim] each) into `slot` of `layer`,
+  // converting to the cache dtype.
+  void write_token(int layer, int64_t slot, const float* k, const float* v);
+  // Reads back one token's K or V of one kv head as f32 ([head_dim]); for tests and debugging.
+  void read_token(int layer, int64_t slot, int kv_head, bool value, float* out) const;
+
+  // Copies block `src` onto block `dst` in every layer, K and V (copy-on-write of a shared
+  // block). src == dst is a no-op.
+  void copy_block(int32_t src, int32_t dst);
+
+ private:
+  PagedKvCache(const KvCacheShape& shape, int64_t num_blocks, uint8_t* data, size_t bytes);
+  size_t pool_bytes() const;  // one layer, K or V
+  size_t elem_offset(int64_t slot, int kv_head) const;  // elements from a pool base
+
+  KvCacheShape shape_;
+  int64_t num_blocks_;
+  uint8_t* data_;  // [num_layers][2 (K, V)][pool]
+  size_t bytes_;
+};
+
+}  // namespace arbor::model

@@ -1,0 +1,108 @@
+#include "model/runner.h"
+#include "base/status.h"
+
+#include <algorithm>
+
+namespace arbor::model {
+
+Result<std::unique_ptr<ModelRunner>> ModelRunner::load(const std::string& path,
+                                                       const RunnerOptions& options) {
+  ARBOR_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, LlamaModel::load(path));
+  return create(std::move(model), options);
+}
+
+Result<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<LlamaModel> model,
+                                                         const RunnerOptions& options) {
+  const ModelConfig& c = model->config();
+  KvCacheShape shape;
+  shape.num_layers = c.num_layers;
+  shape.num_kv_heads = c.num_kv_heads;
+  shape.head_dim = c.head_dim;
+  shape.block_size = options.block_size;
+  shape.dtype = options.kv_dtype;
+  if (options.block_size < 1) {
+    return invalid_argument("block size must be >= 1, got ", options.block_size);
+  }
+  int64_t num_blocks = options.num_blocks;
+  if (num_blocks <= 0) {
+    num_blocks = PagedKvCache::blocks_for_budget(shape, options.kv_cache_gib);
+    if (num_blocks < 1) {
+      return invalid_argument("KV cache budget of ", options.kv_cache_gib,
+                              " GiB holds no block (one block of ", options.block_size,
+                              " tokens takes ", PagedKvCache::bytes_per_block(shape), " bytes)");
+    }
+  }
+  std::unique_ptr<ModelRunner> r(new ModelRunner());
+  ARBOR_ASSIGN_OR_RETURN(r->cache_, PagedKvCache::create(shape, num_blocks));
+  r->pool_ = std::make_unique<kernels::ThreadPool>(options.num_threads);
+  r->forward_ = std::make_unique<LlamaForward>(*model, options.reserve_tokens);
+  r->model_ = std::move(model);
+  return r;
+}
+
+Status ModelRunner::forward(const ForwardBatch& batch, float* logits) {
+  BatchLimits limits;
+  limits.vocab_size = config().vocab_size;
+  limits.block_size = cache_->block_size();
+  limits.num_blocks = cache_->num_blocks();
+  ARBOR_RETURN_IF_ERROR(validate_batch(batch, limits));
+  forward_->run(batch, *cache_, *pool_, logits);
+  return ok_status();
+}
+
+SingleSequence::SingleSequence(ModelRunner& runner, std::vector<int32_t> blocks)
+    : runner_(runner), blocks_(std::move(blocks)), builder_(runner.kv_cache().block_size()) {}
+
+std::vector<int32_t> SingleSequence::contiguous_blocks(int32_t first, int32_t count) {
+  std::vector<int32_t> ids(count);
+  for (int32_t i = 0; i < count; ++i) ids[i] = first + i;
+  return ids;
+}
+
+int32_t SingleSequence::capacity() const {
+  return (int32_t)blocks_.size() * runner_.kv_cache().block_size();
+}
+
+void SingleSequence::truncate(int32_t n) {
+  ARBOR_CHECK(n >= 0 && n <= num_tokens_) << "truncate(" << n << ") of " << num_tokens_;
+  num_tokens_ = n;
+}
+
+Result<std::span<const float>> SingleSequence::run_chunk(std::span<const int32_t> tokens,
+                                                         LogitsMode mode) {
+  if (tokens.empty()) return invalid_argument("append: no tokens");
+  if (num_tokens_ + (int64_t)tokens.size() > capacity()) {
+    return out_of_range("sequence has ", num_tokens_, " tokens, appending ", tokens.size(),
+                        " exceeds its capacity of ", capacity(), " tokens");
+  }
+  builder_.clear();
+  SequenceInput in;
+  in.block_table = blocks_;
+  in.num_committed = num_tokens_;
+  in.tokens = tokens;
+  in.logits = mode;
+  builder_.add(in);
+  const size_t vocab = runner_.config().vocab_size;
+  logits_.resize(builder_.num_logits() * vocab);
+  ARBOR_RETURN_IF_ERROR(runner_.forward(builder_.batch(), logits_.data()));
+  num_tokens_ += (int32_t)tokens.size();
+  return std::span<const float>(logits_);
+}
+
+Result<std::span<const float>> SingleSequence::append(std::span<const int32_t> tokens,
+                                                      int32_t max_chunk) {
+  if (tokens.empty()) return invalid_argument("append: no tokens");
+  const size_t chunk = max_chunk > 0 ? (size_t)max_chunk : tokens.size();
+  std::span<const float> last;
+  for (size_t i = 0; i < tokens.size(); i += chunk) {
+    const size_t n = std::min(chunk, tokens.size() - i);
+    ARBOR_ASSIGN_OR_RETURN(last, run_chunk(tokens.subspan(i, n), LogitsMode::kLast));
+  }
+  return last;
+}
+
+Result<std::span<const float>> SingleSequence::append_all_logits(std::span<const int32_t> tokens) {
+  return run_chunk(tokens, LogitsMode::kAll);
+}
+
+}  // namespace arbor::model

@@ -1,0 +1,102 @@
+// ModelRunner: a loaded model + its paged KV cache + a thread pool, running ragged-batch
+// forwards. SingleSequence: one sequence on a fixed list of blocks, for tests and
+// `arbor generate` (no prefix caching or block sharing: that is the KV manager's job).
+//
+// Typical use (greedy decoding, one sequence):
+//   ARBOR_ASSIGN_OR_RETURN(auto runner, ModelRunner::load(path, {.num_blocks = 64}));
+//   SingleSequence seq(*runner, SingleSequence::contiguous_blocks(0, 64));
+//   ARBOR_ASSIGN_OR_RETURN(auto logits, seq.append(prompt_ids));    // [vocab]
+//   while (...) {
+//     int32_t next = argmax(logits);
+//     ARBOR_ASSIGN_OR_RETURN(logits, seq.append({&next, 1}));
+//   }
+//
+// Thread-safety: a ModelRunner and its sequences are used from one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "kernels/thread_pool.h"
+#include "model/batch_builder.h"
+#include "model/forward_batch.h"
+#include "model/kv_cache.h"
+#include "model/llama_forward.h"
+#include "model/llama_model.h"
+
+namespace arbor::model {
+
+struct RunnerOptions {
+  int32_t block_size = 16;     // tokens per KV block
+  int64_t num_blocks = 0;      // > 0: exactly this many blocks; 0: from kv_cache_gib
+  double kv_cache_gib = 1.0;   // KV memory budget when num_blocks == 0 (--kv-cache-gib)
+  kernels::KvDtype kv_dtype = kernels::KvDtype::kF16;
+  int num_threads = 0;         // 0: std::thread::hardware_concurrency()
+  int32_t reserve_tokens = 0;  // activation scratch sized up front (grows on demand anyway)
+};
+
+class ModelRunner {
+ public:
+  // Loads the GGUF at `path` (weights stay mmapped) and allocates the KV cache. Errors name the
+  // file, key or tensor; a budget too small for one block is kInvalidArgument.
+  static Result<std::unique_ptr<ModelRunner>> load(const std::string& path,
+                                                   const RunnerOptions& options);
+  // Same with an already loaded model (taken over).
+  static Result<std::unique_ptr<ModelRunner>> create(std::unique_ptr<LlamaModel> model,
+                                                     const RunnerOptions& options);
+
+  const ModelConfig& config() const { return model_->config(); }
+  const LlamaModel& model() const { return *model_; }
+  PagedKvCache& kv_cache() { return *cache_; }
+  kernels::ThreadPool& pool() { return *pool_; }
+
+  // Validates `batch` (validate_batch; an invalid batch is kInvalidArgument and changes
+  // nothing), writes the new tokens' K/V into the cache and fills
+  // logits: [batch.num_logits(), vocab_size].
+  Status forward(const ForwardBatch& batch, float* logits);
+
+ private:
+  ModelRunner() = default;
+
+  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<PagedKvCache> cache_;
+  std::unique_ptr<kernels::ThreadPool> pool_;
+  std::unique_ptr<LlamaForward> forward_;
+};
+
+class SingleSequence {
+ public:
+  // The sequence uses `blocks` of runner's cache, in order; the caller guarantees nobody else
+  // writes them while this sequence lives. capacity() = blocks.size() * block_size.
+  SingleSequence(ModelRunner& runner, std::vector<int32_t> blocks);
+  // Block ids [first, first + count).
+  static std::vector<int32_t> contiguous_blocks(int32_t first, int32_t count);
+
+  // Runs `tokens` after the current ones (positions num_tokens() ...), in chunks of at most
+  // max_chunk tokens (0 = one chunk). Returns the last token's logits [vocab_size], valid until
+  // the next call. Errors: empty tokens, capacity exceeded, invalid token ids.
+  Result<std::span<const float>> append(std::span<const int32_t> tokens, int32_t max_chunk = 0);
+  // Same in one chunk, returning every new token's logits [tokens.size(), vocab_size].
+  Result<std::span<const float>> append_all_logits(std::span<const int32_t> tokens);
+
+  int32_t num_tokens() const { return num_tokens_; }
+  int32_t capacity() const;
+  // Forgets tokens from index n on (n <= num_tokens()), e.g. rejected draft tokens; their slots
+  // are overwritten by the next append.
+  void truncate(int32_t n);
+
+ private:
+  Result<std::span<const float>> run_chunk(std::span<const int32_t> tokens, LogitsMode mode);
+
+  ModelRunner& runner_;
+  std::vector<int32_t> blocks_;
+  int32_t num_tokens_ = 0;
+  BatchBuilder builder_;
+  std::vector<float> logits_;
+};
+
+}  // namespace arbor::model

@@ -1,0 +1,368 @@
+// ModelConfig, LlamaModel binding, PagedKvCache, ForwardBatch validation, BatchBuilder, and
+// forward-pass metamorphic checks on stories260K (token tree == linear branches, copy-on-write
+// fork == independent runs).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+
+#include "golden_util.h"
+#include "model/batch_builder.h"
+#include "model/forward_batch.h"
+#include "model/kv_cache.h"
+#include "model/model_config.h"
+
+namespace arbor::model::testing {
+namespace {
+
+gguf::GgufFile open_stories() {
+  auto f = gguf::GgufFile::open(shared_path(kStories260K));
+  EXPECT_TRUE(f.ok()) << f.status().to_string();
+  return std::move(f).value();
+}
+
+TEST(ModelConfigTest, Stories260K) {
+  const gguf::GgufFile f = open_stories();
+  auto c = ModelConfig::from_gguf(f);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->arch, Arch::kLlama);
+  EXPECT_EQ(c->dim, 64);
+  EXPECT_EQ(c->ffn_dim, 172);
+  EXPECT_EQ(c->num_layers, 5);
+  EXPECT_EQ(c->num_heads, 8);
+  EXPECT_EQ(c->num_kv_heads, 4);
+  EXPECT_EQ(c->head_dim, 8);
+  EXPECT_EQ(c->vocab_size, 512);
+  EXPECT_EQ(c->context_length, 2048);
+  EXPECT_EQ(c->rope_dim, 8);
+  EXPECT_FALSE(c->rope_neox);
+  EXPECT_FLOAT_EQ(c->rope_theta, 10000.0f);  // key absent: default
+  EXPECT_NEAR(c->rms_eps, 1e-5f, 1e-9f);
+}
+
+TEST(ModelConfigTest, TinyStoriesQ8IsTied) {
+  auto m = LlamaModel::load(shared_path("models/tinystories-656K/TinyStories-656K-Q8_0.gguf"));
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const ModelConfig& c = (*m)->config();
+  EXPECT_EQ(c.dim, 128);
+  EXPECT_EQ(c.num_layers, 2);
+  EXPECT_EQ(c.vocab_size, 2048);
+  EXPECT_EQ(c.rope_dim, 16);
+  EXPECT_NEAR(c.rms_eps, 1e-6f, 1e-10f);
+  EXPECT_TRUE((*m)->weights().tied_output);
+  EXPECT_EQ((*m)->weights().output.data, (*m)->weights().token_embd.data);
+  EXPECT_EQ((*m)->weights().token_embd.type, gguf::GgmlType::kQ8_0);
+}
+
+// Rewrites stories260K's metadata/tensors and expects from_file() to fail naming `needle`.
+void expect_load_error(const std::function<void(gguf::GgufWriter&)>& edit,
+                       const std::string& needle) {
+  const gguf::GgufFile f = open_stories();
+  gguf::GgufWriter w = gguf::GgufWriter::from_file(f);
+  edit(w);
+  const std::string bytes = w.serialize();
+  auto parsed = gguf::GgufFile::parse(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
+      "edited.gguf");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  auto m = LlamaModel::from_file(std::move(parsed).value());
+  ASSERT_FALSE(m.ok()) << "expected an error naming " << needle;
+  EXPECT_NE(m.status().message().find(needle), std::string::npos) << m.status().to_string();
+}
+
+// Edits that set one key.
+std::function<void(gguf::GgufWriter&)> set_key(const std::string& key, gguf::Value value) {
+  return [=](gguf::GgufWriter& w) { w.set(key, value); };
+}
+
+std::function<void(gguf::GgufWriter&)> remove_key(const std::string& key) {
+  return [=](gguf::GgufWriter& w) { w.remove(key); };
+}
+
+TEST(ModelConfigTest, ErrorsNameTheKeyOrTensor) {
+  expect_load_error(remove_key("llama.block_count"), "llama.block_count");
+  expect_load_error(remove_key("llama.attention.layer_norm_rms_epsilon"),
+                    "llama.attention.layer_norm_rms_epsilon");
+  expect_load_error(set_key("general.architecture", gguf::Value::str("gpt2")),
+                    "general.architecture");
+  expect_load_error(set_key("llama.attention.head_count_kv", gguf::Value::u32(3)),
+                    "llama.attention.head_count_kv");
+  expect_load_error(set_key("llama.rope.scaling.type", gguf::Value::str("yarn")),
+                    "llama.rope.scaling.type");
+  // A config that disagrees with the tensors: the tensor is named with both shapes.
+  expect_load_error(set_key("llama.feed_forward_length", gguf::Value::u32(128)),
+                    "blk.0.ffn_gate.weight has dims [64, 172], expected [64, 128]");
+}
+
+TEST(KvCacheTest, SizesRoundTripAndCopyBlock) {
+  KvCacheShape s{.num_layers = 2, .num_kv_heads = 3, .head_dim = 4, .block_size = 5,
+                 .dtype = kernels::KvDtype::kF16};
+  EXPECT_EQ(PagedKvCache::bytes_per_block(s), 2u * 2 * 3 * 5 * 4 * 2);
+  EXPECT_EQ(PagedKvCache::blocks_for_budget(s, 1.0 / 1024), 1048576 / 480);
+  for (kernels::KvDtype dtype : {kernels::KvDtype::kF32, kernels::KvDtype::kF16}) {
+    s.dtype = dtype;
+    auto cache = PagedKvCache::create(s, 4);
+    ASSERT_TRUE(cache.ok());
+    PagedKvCache& kv = **cache;
+    std::vector<float> k(12), v(12), out(4);
+    for (int i = 0; i < 12; ++i) k[i] = 0.5f * i, v[i] = -0.25f * i;  // exact in F16
+    kv.write_token(1, /*slot=*/7, k.data(), v.data());  // block 1, offset 2
+    kv.read_token(1, 7, 2, /*value=*/false, out.data());
+    EXPECT_EQ(out, std::vector<float>(k.begin() + 8, k.end()));
+    // Layout: layer 1's K pool, block 1, head 2, offset 2.
+    const size_t elem = ((1 * 3 + 2) * 5 + 2) * 4;
+    if (dtype == kernels::KvDtype::kF32) {
+      EXPECT_EQ(static_cast<const float*>(kv.k_pool(1))[elem], 4.0f);
+    }
+    kv.copy_block(1, 3);
+    kv.read_token(1, 3 * 5 + 2, 2, /*value=*/true, out.data());
+    EXPECT_EQ(out, std::vector<float>(v.begin() + 8, v.end()));
+    kv.read_token(0, 3 * 5 + 2, 2, /*value=*/true, out.data());  // layer 0 untouched
+    EXPECT_EQ(out, std::vector<float>(4, 0.0f));
+  }
+  EXPECT_FALSE(PagedKvCache::create(s, 0).ok());
+}
+
+// The example of docs/batch_layout.md, built with BatchBuilder.
+TEST(BatchBuilderTest, DocExample) {
+  BatchBuilder b(4);
+  const std::vector<int32_t> t0 = {10, 11, 12}, t1 = {20}, t2 = {30, 31, 32, 33};
+  const std::vector<int32_t> bt0 = {7, 3}, bt1 = {4, 0, 9}, bt2 = {2, 5};
+  const std::vector<int32_t> pos2 = {2, 3, 3, 4};
+  const std::vector<uint8_t> tree = {1, 0, 0, 0, 1, 1, 0, 0, 1, 0, 1, 0, 1, 1, 0, 1};
+  EXPECT_EQ(b.add({.block_table = bt0, .num_committed = 5, .tokens = t0}), 0);
+  EXPECT_EQ(b.add({.block_table = bt1, .num_committed = 9, .tokens = t1}), 1);
+  EXPECT_EQ(b.add({.block_table = bt2, .num_committed = 2, .tokens = t2, .positions = pos2,
+                   .mask = tree, .logits = LogitsMode::kAll}),
+            2);
+  const ForwardBatch fb = b.batch();
+  using V = std::vector<int32_t>;
+  EXPECT_EQ(V(fb.positions.begin(), fb.positions.end()), (V{5, 6, 7, 9, 2, 3, 3, 4}));
+  EXPECT_EQ(V(fb.qo_indptr.begin(), fb.qo_indptr.end()), (V{0, 3, 4, 8}));
+  EXPECT_EQ(V(fb.kv_len.begin(), fb.kv_len.end()), (V{8, 10, 6}));
+  EXPECT_EQ(V(fb.kv_indptr.begin(), fb.kv_indptr.end()), (V{0, 2, 5, 7}));
+  EXPECT_EQ(V(fb.kv_page_indices.begin(), fb.kv_page_indices.end()), (V{7, 3, 4, 0, 9, 2, 5}));
+  EXPECT_EQ(V(fb.slot_mapping.begin(), fb.slot_mapping.end()),
+            (V{13, 14, 15, 37, 10, 11, 20, 21}));
+  EXPECT_EQ(V(fb.logits_indices.begin(), fb.logits_indices.end()), (V{2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(V(fb.mask_indptr.begin(), fb.mask_indptr.end()), (V{0, 0, 0, 16}));
+  // Rows 0b0001, 0b0011, 0b0101, 0b1011, little-endian bit order: bytes 0x31, 0xB5.
+  ASSERT_EQ(fb.mask_bits.size(), 2u);
+  EXPECT_EQ(fb.mask_bits[0], 0x31);
+  EXPECT_EQ(fb.mask_bits[1], 0xB5);
+  EXPECT_TRUE(validate_batch(fb, {.vocab_size = 64, .block_size = 4, .num_blocks = 10}).ok());
+}
+
+TEST(ForwardBatchTest, ValidateRejectsBadGeometry) {
+  BatchBuilder b(4);
+  const std::vector<int32_t> toks = {1, 2, 3}, table = {3, 1};
+  const std::vector<uint8_t> mask = {1, 0, 0, 1, 1, 0, 1, 0, 1};
+  b.add({.block_table = table, .num_committed = 2, .tokens = toks, .mask = mask});
+  const BatchLimits lim{.vocab_size = 16, .block_size = 4, .num_blocks = 4};
+  ForwardBatch ok = b.batch();
+  ASSERT_TRUE(validate_batch(ok, lim).ok());
+  auto expect_bad = [&](ForwardBatch fb, const std::string& needle) {
+    const Status s = validate_batch(fb, lim);
+    ASSERT_FALSE(s.ok()) << needle;
+    EXPECT_NE(s.message().find(needle), std::string::npos) << s.to_string();
+  };
+  const std::vector<int32_t> bad_slots = {14, 15, 5};  // last should be 4 (block 1, offset 0)
+  ForwardBatch fb = ok;
+  fb.slot_mapping = bad_slots;
+  expect_bad(fb, "slot_mapping[2] = 5");
+  const std::vector<int32_t> big_token = {1, 2, 16};
+  fb = ok;
+  fb.tokens = big_token;
+  expect_bad(fb, "tokens[2] = 16");
+  EXPECT_FALSE(validate_batch(ok, {.vocab_size = 16, .block_size = 4, .num_blocks = 3}).ok());
+  const std::vector<int32_t> short_len = {2};
+  fb = ok;
+  fb.kv_len = short_len;
+  expect_bad(fb, "kv_len 2 < 3 new tokens");
+  const std::vector<uint8_t> no_diag = {0x00, 0x00};
+  fb = ok;
+  fb.mask_bits = no_diag;
+  expect_bad(fb, "mask bit (0, 0) is clear");
+  const std::vector<int32_t> bad_logits = {3};
+  fb = ok;
+  fb.logits_indices = bad_logits;
+  expect_bad(fb, "logits_indices[0] = 3");
+}
+
+std::unique_ptr<ModelRunner> stories_runner(int32_t block_size, int64_t num_blocks) {
+  RunnerOptions opt{.block_size = block_size, .num_blocks = num_blocks,
+                    .kv_dtype = kernels::KvDtype::kF32, .num_threads = 2};
+  auto r = ModelRunner::load(shared_path(kStories260K), opt);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  return std::move(r).value();
+}
+
+float max_abs_diff(const float* a, const float* b, size_t n) {
+  float m = 0.0f;
+  for (size_t i = 0; i < n; ++i) m = std::max(m, std::abs(a[i] - b[i]));
+  return m;
+}
+
+// Logits of `tokens` run linearly after `prefix` on a fresh sequence, all rows.
+std::vector<float> linear_logits(ModelRunner& runner, const std::vector<int32_t>& blocks,
+                                 const std::vector<int32_t>& prefix,
+                                 const std::vector<int32_t>& tokens) {
+  SingleSequence seq(runner, blocks);
+  EXPECT_TRUE(seq.append(prefix).ok());
+  auto l = seq.append_all_logits(tokens);
+  EXPECT_TRUE(l.ok());
+  return std::vector<float>(l->begin(), l->end());
+}
+
+TEST(ForwardTest, TokenTreeEqualsLinearBranches) {
+  // Block size 4, 11 committed tokens: the tree's first token shares block 2 with the prefix.
+  auto runner = stories_runner(4, 64);
+  const int32_t vocab = runner->config().vocab_size;
+  const std::vector<int32_t> prefix = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298};
+  //   a(315) -> b(421) -> d(395);  a -> c(317)       parent: -1, 0, 0, 1
+  const std::vector<int32_t> tree = {315, 421, 317, 395};
+  const std::vector<int32_t> positions = {11, 12, 12, 13};
+  const std::vector<uint8_t> mask = {1, 0, 0, 0, 1, 1, 0, 0, 1, 0, 1, 0, 1, 1, 0, 1};
+  const std::vector<int32_t> blocks = SingleSequence::contiguous_blocks(0, 8);
+  SingleSequence seq(*runner, blocks);
+  ASSERT_TRUE(seq.append(prefix).ok());
+  BatchBuilder b(4);
+  b.add({.block_table = blocks, .num_committed = 11, .tokens = tree, .positions = positions,
+         .mask = mask, .logits = LogitsMode::kAll});
+  std::vector<float> tree_logits(4 * vocab);
+  ASSERT_TRUE(runner->forward(b.batch(), tree_logits.data()).ok());
+
+  const auto abd = linear_logits(*runner, SingleSequence::contiguous_blocks(8, 8), prefix,
+                                 {315, 421, 395});
+  const auto ac = linear_logits(*runner, SingleSequence::contiguous_blocks(16, 8), prefix,
+                                {315, 317});
+  const float tol = 1e-4f;
+  EXPECT_LT(max_abs_diff(&tree_logits[0 * vocab], &abd[0 * vocab], vocab), tol);  // a
+  EXPECT_LT(max_abs_diff(&tree_logits[1 * vocab], &abd[1 * vocab], vocab), tol);  // b
+  EXPECT_LT(max_abs_diff(&tree_logits[3 * vocab], &abd[2 * vocab], vocab), tol);  // d
+  EXPECT_LT(max_abs_diff(&tree_logits[2 * vocab], &ac[1 * vocab], vocab), tol);   // c
+  // Under a causal mask c would see b, and its logits would differ.
+  const auto abc = linear_logits(*runner, SingleSequence::contiguous_blocks(24, 8), prefix,
+                                 {315, 421, 317});
+  EXPECT_GT(max_abs_diff(&tree_logits[2 * vocab], &abc[2 * vocab], vocab), 1e-3f);
+}
+
+TEST(ForwardTest, CopyOnWriteForkMatchesIndependentRuns) {
+  // Two sequences share a 10-token prefix: full blocks 0 and 1 are shared, the partial block 2
+  // (tokens 8, 9) is copied to block 5 for the second sequence. Both then run in one batch.
+  auto runner = stories_runner(4, 16);
+  const int32_t vocab = runner->config().vocab_size;
+  const std::vector<int32_t> prefix = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376};
+  const std::vector<int32_t> blocks_a = {0, 1, 2, 3}, blocks_b = {0, 1, 5, 6};
+  SingleSequence seq(*runner, blocks_a);
+  ASSERT_TRUE(seq.append(prefix).ok());
+  runner->kv_cache().copy_block(2, 5);
+  const std::vector<int32_t> next_a = {298, 315, 421}, next_b = {432, 13};
+  BatchBuilder b(4);
+  b.add({.block_table = blocks_a, .num_committed = 10, .tokens = next_a,
+         .logits = LogitsMode::kAll});
+  b.add({.block_table = blocks_b, .num_committed = 10, .tokens = next_b,
+         .logits = LogitsMode::kAll});
+  std::vector<float> logits(5 * vocab);
+  ASSERT_TRUE(runner->forward(b.batch(), logits.data()).ok());
+  const auto want_a = linear_logits(*runner, {8, 9, 10, 11}, prefix, next_a);
+  const auto want_b = linear_logits(*runner, {12, 13, 14, 15}, prefix, next_b);
+  EXPECT_LT(max_abs_diff(logits.data(), want_a.data(), 3 * vocab), 1e-4f);
+  EXPECT_LT(max_abs_diff(logits.data() + 3 * vocab, want_b.data(), 2 * vocab), 1e-4f);
+}
+
+TEST(ForwardTest, InvalidBatchIsAnErrorAndSequenceLimits) {
+  auto runner = stories_runner(16, 4);
+  BatchBuilder b(16);
+  const std::vector<int32_t> toks = {1, 600}, table = {0};
+  b.add({.block_table = table, .num_committed = 0, .tokens = toks});
+  std::vector<float> logits(512);
+  const Status s = runner->forward(b.batch(), logits.data());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("tokens[1] = 600"), std::string::npos) << s.to_string();
+  SingleSequence seq(*runner, {2});
+  std::vector<int32_t> many(17, 5);
+  EXPECT_EQ(seq.append(many).status().code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(seq.num_tokens(), 0);
+}
+
+TEST(ForwardTest, KvBudgetSizesTheCache) {
+  RunnerOptions opt{.block_size = 16, .kv_cache_gib = 1.0 / 1024, .num_threads = 1};
+  auto r = ModelRunner::load(shared_path(kStories260K), opt);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  // F16, 5 layers x K/V x 4 kv heads x 16 tokens x 8 dims x 2 bytes = 10240 bytes per block.
+  EXPECT_EQ(PagedKvCache::bytes_per_block((*r)->kv_cache().shape()), 10240u);
+  EXPECT_EQ((*r)->kv_cache().num_blocks(), 1024 * 1024 / 10240);
+  opt.kv_cache_gib = 1e-9;
+  EXPECT_EQ(ModelRunner::load(shared_path(kStories260K), opt).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+// stories260K rewritten as a qwen2 file: q/k rows permuted from GGUF's interleaved-pair layout
+// to Hugging Face's half-split layout (which NeoX RoPE expects), zero q/k/v biases.
+std::string stories_as_qwen2(const gguf::GgufFile& f, bool with_biases) {
+  gguf::GgufWriter w;
+  for (const gguf::KeyValue& kv : f.metadata()) {
+    std::string key = kv.key;
+    if (key.starts_with("llama.")) key = "qwen2." + key.substr(6);
+    w.set(key, key == "general.architecture" ? gguf::Value::str("qwen2") : kv.value);
+  }
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    if (!t.name.ends_with("attn_q.weight") && !t.name.ends_with("attn_k.weight")) {
+      w.add_tensor_ref(t.name, t.type, t.dims, t.bytes());
+      continue;
+    }
+    const int64_t row_len = t.dims[0], rows = t.dims[1], hd = 8;
+    const float* src = reinterpret_cast<const float*>(t.data);
+    std::vector<uint8_t> out(t.size_bytes);
+    float* dst = reinterpret_cast<float*>(out.data());
+    for (int64_t r = 0; r < rows; ++r) {  // HF row h*hd + j*hd/2 + i = GGUF row h*hd + 2i + j
+      const int64_t h = r / hd, j = (r % hd) / (hd / 2), i = r % (hd / 2);
+      std::copy_n(src + (h * hd + 2 * i + j) * row_len, row_len, dst + r * row_len);
+    }
+    w.add_tensor_owned(t.name, t.type, t.dims, std::move(out));
+  }
+  for (int l = 0; with_biases && l < 5; ++l) {
+    for (auto [name, n] : {std::pair{"attn_q", 64}, {"attn_k", 32}, {"attn_v", 32}}) {
+      w.add_tensor_owned(str_cat("blk.", l, ".", name, ".bias"), gguf::GgmlType::kF32, {n},
+                         std::vector<uint8_t>(n * sizeof(float), 0));
+    }
+  }
+  return w.serialize();
+}
+
+TEST(ForwardTest, Qwen2NeoxRopeMatchesLlamaOnPermutedWeights) {
+  const gguf::GgufFile f = open_stories();
+  const std::string bytes = stories_as_qwen2(f, /*with_biases=*/true);
+  auto parsed = gguf::GgufFile::parse(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
+      "qwen2.gguf");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  auto model = LlamaModel::from_file(std::move(parsed).value());
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  EXPECT_TRUE((*model)->config().rope_neox);
+  EXPECT_NE((*model)->weights().layers[4].bv, nullptr);
+  auto qwen = ModelRunner::create(std::move(model).value(),
+                                  {.num_blocks = 4, .kv_dtype = kernels::KvDtype::kF32, .num_threads = 1});
+  ASSERT_TRUE(qwen.ok());
+  auto llama = stories_runner(16, 4);
+  const std::vector<int32_t> ids = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315};
+  SingleSequence a(*llama, {0}), b(**qwen, {0});
+  auto la = a.append_all_logits(ids);
+  auto lb = b.append_all_logits(ids);
+  ASSERT_TRUE(la.ok() && lb.ok());
+  EXPECT_LT(max_abs_diff(la->data(), lb->data(), la->size()), 1e-4f);
+
+  const std::string no_bias = stories_as_qwen2(f, /*with_biases=*/false);
+  auto parsed2 = gguf::GgufFile::parse(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(no_bias.data()), no_bias.size()),
+      "qwen2_nobias.gguf");
+  ASSERT_TRUE(parsed2.ok());
+  auto bad = LlamaModel::from_file(std::move(parsed2).value());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("blk.0.attn_q.bias"), std::string::npos)
+      << bad.status().to_string();
+}
+
+}  // namespace
+}  // namespace arbor::model::testing
