@@ -1,0 +1,326 @@
+// arbor bench: CPU model benchmark (and the parent of other benchmarks, see bench_command.h).
+//
+//   pp<P>      one sequence, a prompt of P random tokens in one forward
+//   tg<N>      one sequence, N single-token forwards after a 1-token prompt
+//   batch <B>  B sequences (prompts of --batch-prompt tokens), then --batch-steps steps that each
+//              run one ragged forward with one new token per sequence; aggregate tokens/s
+// Each test runs once untimed (pages the mmapped weights in, sizes the scratch), then --reps
+// timed runs; the table shows min / median / max tokens/s. Decode is memory bound, so it is also
+// stated as a fraction of the measured read bandwidth: (weight bytes + KV bytes read per step)
+// x steps/s / bandwidth. Tokens are random ids from a fixed seed; no sampling is timed.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "base/log.h"
+#include "base/progress.h"
+#include "cli/bench_command.h"
+#include "cli/command.h"
+#include "kernels/bandwidth.h"
+#include "kernels/cpu_features.h"
+#include "model/runner.h"
+#include "sampling/rng.h"
+
+namespace arbor::cli {
+namespace {
+
+struct Options {
+  std::string model;
+  int threads = 0;
+  int reps = 5;
+  int32_t prompt = 512;
+  int32_t gen = 128;
+  std::vector<int32_t> batches = {1, 2, 4, 8, 16};
+  int32_t batch_prompt = 16;
+  int32_t batch_steps = 32;
+  int32_t block_size = 16;
+  std::string kv_dtype = "f16";
+  int bandwidth_mib = 256;
+  bool json = false;
+};
+
+using Clock = std::chrono::steady_clock;
+
+struct TestResult {
+  std::string name;
+  int64_t tokens = 0;        // tokens per timed run
+  std::vector<double> rates;  // tokens/s of each timed run
+  double bytes_per_step = 0;  // bytes read per forward (decode tests), 0 for prefill
+  int32_t seqs = 1;           // tokens per forward step (decode tests)
+
+  double stat(double q) const {  // q = 0 min, 0.5 median, 1 max
+    std::vector<double> v = rates;
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    if (q == 0.5 && n % 2 == 0) return (v[n / 2 - 1] + v[n / 2]) / 2;
+    return v[static_cast<size_t>(q * (n - 1))];
+  }
+};
+
+class ModelBench {
+ public:
+  ModelBench(model::ModelRunner& runner, const Options& o, int32_t blocks_per_seq)
+      : runner_(runner), o_(o), blocks_per_seq_(blocks_per_seq), rng_(1234) {}
+
+  Result<double> prefill_rate();
+  Result<double> decode_rate();
+  Result<double> batch_rate(int32_t num_seqs);
+
+ private:
+  std::vector<int32_t> random_tokens(int32_t n) {
+    std::vector<int32_t> t(n);
+    for (int32_t& id : t) id = static_cast<int32_t>(rng_.next_u64() % runner_.config().vocab_size);
+    return t;
+  }
+  std::vector<int32_t> blocks_of(int32_t seq) const {
+    return model::SingleSequence::contiguous_blocks(seq * blocks_per_seq_, blocks_per_seq_);
+  }
+
+  model::ModelRunner& runner_;
+  const Options& o_;
+  int32_t blocks_per_seq_;
+  sampling::Rng rng_;
+};
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+Result<double> ModelBench::prefill_rate() {
+  model::SingleSequence seq(runner_, blocks_of(0));
+  const std::vector<int32_t> tokens = random_tokens(o_.prompt);
+  const Clock::time_point start = Clock::now();
+  ARBOR_ASSIGN_OR_RETURN(auto logits, seq.append(tokens));
+  (void)logits;
+  return o_.prompt / seconds_since(start);
+}
+
+Result<double> ModelBench::decode_rate() {
+  model::SingleSequence seq(runner_, blocks_of(0));
+  const std::vector<int32_t> tokens = random_tokens(o_.gen + 1);
+  ARBOR_ASSIGN_OR_RETURN(auto logits, seq.append({tokens.data(), 1}));
+  const Clock::time_point start = Clock::now();
+  for (int32_t i = 1; i <= o_.gen; ++i) {
+    ARBOR_ASSIGN_OR_RETURN(logits, seq.append({&tokens[i], 1}));
+  }
+  return o_.gen / seconds_since(start);
+}
+
+Result<double> ModelBench::batch_rate(int32_t num_seqs) {
+  std::vector<std::vector<int32_t>> tables(num_seqs), prompts(num_seqs);
+  model::BatchBuilder builder(runner_.kv_cache().block_size());
+  for (int32_t b = 0; b < num_seqs; ++b) {
+    tables[b] = blocks_of(b);
+    prompts[b] = random_tokens(o_.batch_prompt);
+    builder.add({tables[b], 0, prompts[b], {}, {}, model::LogitsMode::kLast});
+  }
+  std::vector<float> logits(static_cast<size_t>(num_seqs) * runner_.config().vocab_size);
+  ARBOR_RETURN_IF_ERROR(runner_.forward(builder.batch(), logits.data()));  // prefill, untimed
+  const std::vector<int32_t> steps = random_tokens(num_seqs * o_.batch_steps);
+  const Clock::time_point start = Clock::now();
+  for (int32_t step = 0; step < o_.batch_steps; ++step) {
+    builder.clear();
+    for (int32_t b = 0; b < num_seqs; ++b) {
+      builder.add({tables[b], o_.batch_prompt + step, {&steps[step * num_seqs + b], 1}, {}, {},
+                   model::LogitsMode::kLast});
+    }
+    ARBOR_RETURN_IF_ERROR(runner_.forward(builder.batch(), logits.data()));
+  }
+  return static_cast<double>(num_seqs) * o_.batch_steps / seconds_since(start);
+}
+
+// Bytes a decode step streams: every weight matrix once (the embedding only one row per token,
+// unless it doubles as the classifier) plus K and V of `kv_tokens` cached positions.
+struct ByteModel {
+  double weight_bytes = 0;
+  double kv_bytes_per_token = 0;
+};
+
+ByteModel byte_model(model::ModelRunner& runner) {
+  ByteModel m;
+  const auto& file = runner.model().file();
+  for (const gguf::TensorInfo& t : file.tensors()) {
+    if (t.name == "token_embd.weight" && !runner.model().weights().tied_output) continue;
+    m.weight_bytes += static_cast<double>(t.size_bytes);
+  }
+  const model::KvCacheShape& kv = runner.kv_cache().shape();
+  m.kv_bytes_per_token =
+      2.0 * kv.num_layers * kv.num_kv_heads * kv.head_dim * kernels::kv_dtype_size(kv.dtype);
+  return m;
+}
+
+
+Result<kernels::KvDtype> parse_kv_dtype(const std::string& name) {
+  if (name == "f16") return kernels::KvDtype::kF16;
+  if (name == "f32") return kernels::KvDtype::kF32;
+  return invalid_argument("--kv-dtype is ", name, ", must be f16 or f32");
+}
+
+Status validate(const Options& o) {
+  if (o.reps < 1) return invalid_argument("--reps is ", o.reps, ", must be >= 1");
+  if (o.prompt < 1 || o.gen < 1 || o.batch_prompt < 1 || o.batch_steps < 1) {
+    return invalid_argument("-p, -n, --batch-prompt and --batch-steps must be >= 1 (got ", o.prompt,
+                            ", ", o.gen, ", ", o.batch_prompt, ", ", o.batch_steps, ")");
+  }
+  for (int32_t b : o.batches) {
+    if (b < 1 || b > 256) return invalid_argument("--batch entry ", b, " must be in [1, 256]");
+  }
+  if (o.block_size < 1) return invalid_argument("--block-size is ", o.block_size, ", must be >= 1");
+  return ok_status();
+}
+
+// One untimed run, then o.reps timed ones.
+template <typename Fn>
+Status run_test(TestResult& t, const Options& o, ProgressBar& bar, Fn fn) {
+  for (int rep = 0; rep <= o.reps; ++rep) {
+    Result<double> rate = fn();
+    if (!rate.ok()) return rate.status().with_context(t.name);
+    if (rep > 0) t.rates.push_back(*rate);
+    bar.add(1);
+  }
+  return ok_status();
+}
+
+double bandwidth_fraction(const TestResult& t, double gbs) {
+  if (t.bytes_per_step == 0 || gbs <= 0) return 0;
+  return t.bytes_per_step * (t.stat(0.5) / t.seqs) / (gbs * 1e9);
+}
+
+void print_table(const std::vector<TestResult>& tests, double gbs) {
+  std::printf("| %-12s | %7s | %10s | %10s | %10s | %12s | %9s |\n", "test", "tokens", "min t/s",
+              "median t/s", "max t/s", "MB read/step", "% of bw");
+  std::printf("|--------------|---------|------------|------------|------------|--------------|"
+              "-----------|\n");
+  for (const TestResult& t : tests) {
+    std::printf("| %-12s | %7lld | %10.2f | %10.2f | %10.2f |", t.name.c_str(),
+                static_cast<long long>(t.tokens), t.stat(0), t.stat(0.5), t.stat(1));
+    if (t.bytes_per_step > 0) {
+      std::printf(" %12.1f | %8.1f%% |\n", t.bytes_per_step / 1e6,
+                  100 * bandwidth_fraction(t, gbs));
+    } else {
+      std::printf(" %12s | %9s |\n", "-", "-");
+    }
+  }
+}
+
+void print_json(const std::vector<TestResult>& tests, double gbs, const Options& o,
+                model::ModelRunner& runner) {
+  nlohmann::json j;
+  j["model"] = o.model;
+  j["config"] = runner.config().summary();
+  j["threads"] = runner.pool().num_threads();
+  j["isa"] = kernels::isa_summary();
+  j["bandwidth_gbs"] = gbs;
+  for (const TestResult& t : tests) {
+    j["tests"].push_back({{"name", t.name},
+                          {"tokens", t.tokens},
+                          {"tokens_per_second", t.rates},
+                          {"min", t.stat(0)},
+                          {"median", t.stat(0.5)},
+                          {"max", t.stat(1)},
+                          {"bytes_per_step", t.bytes_per_step},
+                          {"bandwidth_fraction", bandwidth_fraction(t, gbs)}});
+  }
+  std::printf("%s\n", j.dump(2).c_str());
+}
+
+Result<std::unique_ptr<model::ModelRunner>> load_runner(const Options& o, int32_t* blocks_per_seq) {
+  ARBOR_ASSIGN_OR_RETURN(kernels::KvDtype kv_dtype, parse_kv_dtype(o.kv_dtype));
+  ARBOR_ASSIGN_OR_RETURN(auto model, model::LlamaModel::load(o.model));
+  const int32_t longest = std::max({o.prompt, o.gen + 1, o.batch_prompt + o.batch_steps});
+  if (longest > model->config().context_length) {
+    return out_of_range("a test needs ", longest, " positions; the model's context_length is ",
+                        model->config().context_length);
+  }
+  *blocks_per_seq = (longest + o.block_size - 1) / o.block_size;
+  const int32_t max_batch = *std::max_element(o.batches.begin(), o.batches.end());
+  model::RunnerOptions r;
+  r.block_size = o.block_size;
+  r.num_blocks = static_cast<int64_t>(*blocks_per_seq) * std::max(1, max_batch);
+  r.kv_dtype = kv_dtype;
+  r.num_threads = o.threads;
+  r.reserve_tokens = std::max(o.prompt, max_batch * o.batch_prompt);
+  return model::ModelRunner::create(std::move(model), r);
+}
+
+Status run(const Options& o) {
+  ARBOR_RETURN_IF_ERROR(validate(o));
+  int32_t blocks_per_seq = 0;
+  ARBOR_ASSIGN_OR_RETURN(auto runner, load_runner(o, &blocks_per_seq));
+  ARBOR_LOG(kInfo) << "model " << o.model << ": " << runner->config().summary();
+  ARBOR_LOG(kInfo) << "threads " << runner->pool().num_threads() << ", cpu "
+                   << kernels::isa_summary();
+  const double gbs = kernels::measure_read_bandwidth_gbs(
+      runner->pool(), static_cast<size_t>(o.bandwidth_mib) << 20, 5);
+  const ByteModel bytes = byte_model(*runner);
+  ModelBench bench(*runner, o, blocks_per_seq);
+  std::vector<TestResult> tests;
+  tests.push_back({"pp" + std::to_string(o.prompt), o.prompt, {}, 0.0, 1});
+  tests.push_back({"tg" + std::to_string(o.gen), o.gen, {},
+                   bytes.weight_bytes + bytes.kv_bytes_per_token * (1 + o.gen / 2.0), 1});
+  for (int32_t b : o.batches) {
+    const double kv = bytes.kv_bytes_per_token * b * (o.batch_prompt + o.batch_steps / 2.0);
+    tests.push_back({"batch " + std::to_string(b), int64_t{b} * o.batch_steps, {},
+                     bytes.weight_bytes + kv, b});
+  }
+  ProgressBar bar("benchmarking", static_cast<uint64_t>(tests.size()) * (o.reps + 1), "runs");
+  ARBOR_RETURN_IF_ERROR(run_test(tests[0], o, bar, [&] { return bench.prefill_rate(); }));
+  ARBOR_RETURN_IF_ERROR(run_test(tests[1], o, bar, [&] { return bench.decode_rate(); }));
+  for (size_t i = 0; i < o.batches.size(); ++i) {
+    const int32_t b = o.batches[i];
+    ARBOR_RETURN_IF_ERROR(run_test(tests[2 + i], o, bar, [&] { return bench.batch_rate(b); }));
+  }
+  bar.finish();
+  if (o.json) {
+    print_json(tests, gbs, o, *runner);
+    return ok_status();
+  }
+  std::printf("model: %s\n%s\nthreads: %d, cpu: %s\nread bandwidth: %.1f GB/s; weights read per "
+              "decode step: %.1f MB\n\n",
+              o.model.c_str(), runner->config().summary().c_str(), runner->pool().num_threads(),
+              kernels::isa_summary().c_str(), gbs, bytes.weight_bytes / 1e6);
+  print_table(tests, gbs);
+  return ok_status();
+}
+
+void setup(CLI::App& app) {
+  auto* sub = app.add_subcommand(
+      "bench", "Benchmark a model: prefill, decode, batched decode, memory bandwidth");
+  auto o = std::make_shared<Options>();
+  sub->add_option("-m,--model", o->model, "GGUF model (required without a subcommand)");
+  sub->add_option("-t,--threads", o->threads, "Threads; 0 = all cores")->capture_default_str();
+  sub->add_option("-r,--reps", o->reps, "Timed runs per test (after one warm-up)")
+      ->capture_default_str();
+  sub->add_option("-p,--n-prompt", o->prompt, "Prompt tokens of the prefill test")
+      ->capture_default_str();
+  sub->add_option("-n,--n-gen", o->gen, "Generated tokens of the decode test")
+      ->capture_default_str();
+  sub->add_option("--batch", o->batches, "Sequence counts of the batched decode tests")
+      ->delimiter(',')
+      ->capture_default_str();
+  sub->add_option("--batch-prompt", o->batch_prompt, "Prompt tokens per batched sequence")
+      ->capture_default_str();
+  sub->add_option("--batch-steps", o->batch_steps, "Decode steps of each batched test")
+      ->capture_default_str();
+  sub->add_option("--block-size", o->block_size, "KV block size")->capture_default_str();
+  sub->add_option("--kv-dtype", o->kv_dtype, "KV element type: f16 or f32")->capture_default_str();
+  sub->add_option("--bandwidth-mib", o->bandwidth_mib, "Buffer of the bandwidth test (MiB)")
+      ->capture_default_str();
+  sub->add_flag("--json", o->json, "Print JSON instead of the table");
+  for (BenchSetup bench_setup : bench_commands()) bench_setup(*sub);
+  sub->require_subcommand(0, 1);
+  sub->callback([o, sub] {
+    if (!sub->get_subcommands().empty()) return;  // `arbor bench <name>` ran its own callback
+    if (o->model.empty()) exit_on_error(invalid_argument("arbor bench needs -m MODEL"));
+    exit_on_error(run(*o));
+  });
+}
+ARBOR_REGISTER_COMMAND(setup);
+
+}  // namespace
+}  // namespace arbor::cli

@@ -1,0 +1,232 @@
+#include "sampling/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "base/check.h"
+
+namespace arbor::sampling {
+
+namespace {
+
+// First index of the maximum; NaN entries never win.
+int32_t argmax(std::span<const float> row) {
+  int32_t best = 0;
+  float best_value = -std::numeric_limits<float>::infinity();
+  for (size_t i = 0; i < row.size(); ++i) {
+    if (row[i] > best_value) {
+      best_value = row[i];
+      best = static_cast<int32_t>(i);
+    }
+  }
+  return best;
+}
+
+// The smallest top_p prefix is searched among this many best candidates first, then 4x more.
+constexpr size_t kTopPFirstPrefix = 256;
+// top_k up to this size selects with a heap of k; larger k with nth_element over all survivors.
+constexpr size_t kHeapTopK = 1024;
+
+}  // namespace
+
+void Sampler::apply_penalties(std::span<float> logits, const SamplingParams& params,
+                              const TokenHistory& history) {
+  const size_t vocab = logits.size();
+  for (const auto& [token_id, bias] : params.logit_bias) {
+    ARBOR_CHECK(token_id >= 0 && static_cast<size_t>(token_id) < vocab) << token_id;
+    logits[token_id] += bias;
+  }
+  const bool repetition = params.repetition_penalty != 1.0f;
+  const bool counted = params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f;
+  if (!repetition && !counted) return;
+  if (counts_.size() != vocab) {
+    counts_.assign(vocab, 0);
+    seen_.assign(vocab, 0);
+  }
+  touched_.clear();
+  // seen_ marks every id touched (deduplicates touched_); counts_ counts generated ids.
+  auto touch = [&](int32_t id) {
+    ARBOR_CHECK(id >= 0 && static_cast<size_t>(id) < vocab)
+        << "token id " << id << " outside vocabulary of " << vocab;
+    if (seen_[id] == 0) touched_.push_back(id);
+    seen_[id] = 1;
+  };
+  if (repetition) {
+    for (int32_t id : history.prompt_ids) touch(id);
+  }
+  for (int32_t id : history.output_ids) {
+    touch(id);
+    ++counts_[id];
+  }
+  for (int32_t id : touched_) {
+    float& x = logits[id];
+    if (repetition) x = x > 0.0f ? x / params.repetition_penalty : x * params.repetition_penalty;
+    if (counted && counts_[id] > 0) {
+      x -= params.presence_penalty + params.frequency_penalty * static_cast<float>(counts_[id]);
+    }
+    seen_[id] = 0;
+    counts_[id] = 0;
+  }
+}
+
+// Strict weak order of candidates: higher score first, ties by lower id.
+bool Sampler::before(const Scored& a, const Scored& b) {
+  return a.score > b.score || (a.score == b.score && a.token_id < b.token_id);
+}
+
+// kept_ = the best min(k, survivors) tokens with score >= min_score, sorted. A small k keeps a
+// heap of k (most tokens are rejected by one comparison with its worst element); a large k
+// collects every survivor and uses nth_element.
+void Sampler::collect_top_k(std::span<const float> logits, float max_logit, float inv_t,
+                            float min_score, size_t k) {
+  kept_.clear();
+  if (k > kHeapTopK) {
+    collect_all(logits, max_logit, inv_t, min_score);
+    k = std::min(k, kept_.size());
+    std::nth_element(kept_.begin(), kept_.begin() + (k - 1), kept_.end(), before);
+    kept_.resize(k);
+  } else {
+    for (size_t i = 0; i < logits.size(); ++i) {
+      const Scored c{(logits[i] - max_logit) * inv_t, 0.0f, static_cast<int32_t>(i)};
+      if (!(c.score >= min_score)) continue;
+      if (kept_.size() < k) {
+        kept_.push_back(c);
+        std::push_heap(kept_.begin(), kept_.end(), before);  // front = worst kept
+      } else if (before(c, kept_.front())) {
+        std::pop_heap(kept_.begin(), kept_.end(), before);
+        kept_.back() = c;
+        std::push_heap(kept_.begin(), kept_.end(), before);
+      }
+    }
+  }
+  std::sort(kept_.begin(), kept_.end(), before);
+}
+
+void Sampler::collect_all(std::span<const float> logits, float max_logit, float inv_t,
+                          float min_score) {
+  kept_.clear();
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const float score = (logits[i] - max_logit) * inv_t;
+    if (score >= min_score) kept_.push_back({score, 0.0f, static_cast<int32_t>(i)});
+  }
+}
+
+double Sampler::select_candidates(std::span<const float> logits, const SamplingParams& params,
+                                  bool& sorted) {
+  const float max_logit = logits[argmax(logits)];
+  ARBOR_CHECK(std::isfinite(max_logit)) << "logits row has no finite maximum";
+  const float inv_t = 1.0f / params.temperature;
+  // min_p keeps p_i >= min_p * p_max, i.e. exp(score_i) >= min_p with score = (x - max) / T.
+  const float min_score =
+      params.min_p > 0.0f ? std::log(params.min_p) : -std::numeric_limits<float>::infinity();
+  sorted = params.top_k_enabled();
+  if (sorted) {
+    collect_top_k(logits, max_logit, inv_t, min_score, static_cast<size_t>(params.top_k));
+  } else {
+    collect_all(logits, max_logit, inv_t, min_score);
+  }
+  double total = 0.0;
+  for (Scored& c : kept_) {
+    c.weight = std::exp(c.score);
+    total += c.weight;
+  }
+  if (params.top_p < 1.0f) {
+    total = top_p_prefix(params, total);
+    sorted = true;
+  }
+  return total;
+}
+
+// Truncates kept_ (weights filled) to the smallest best-first prefix whose mass reaches
+// top_p * total: a token is kept when the mass strictly before it is below that target.
+// The sorted prefix grows 256, 1024, 4096, ...: each round selects the next best candidates
+// from the unsorted rest with nth_element and sorts only them, O(V + kept log kept) overall.
+double Sampler::top_p_prefix(const SamplingParams& params, double total_mass) {
+  const double target = static_cast<double>(params.top_p) * total_mass;
+  const size_t n = kept_.size();
+  size_t sorted = 0;
+  double cum = 0.0;
+  while (sorted < n) {
+    const size_t next = std::min(n, std::max(kTopPFirstPrefix, sorted * 4));
+    const auto first = kept_.begin() + sorted, last = kept_.begin() + next;
+    if (next < n) std::nth_element(first, last, kept_.end(), before);
+    std::sort(first, last, before);
+    for (size_t i = sorted; i < next; ++i) {
+      if (cum >= target) {
+        kept_.resize(i);
+        return cum;
+      }
+      cum += kept_[i].weight;
+    }
+    sorted = next;
+  }
+  return cum;
+}
+
+std::vector<Candidate> Sampler::distribution(std::span<const float> logits,
+                                             const SamplingParams& params) {
+  if (params.greedy()) return {{argmax(logits), 1.0f}};
+  bool sorted = false;
+  const double total = select_candidates(logits, params, sorted);
+  if (!sorted) {
+    std::sort(kept_.begin(), kept_.end(), before);
+  }
+  std::vector<Candidate> out;
+  out.reserve(kept_.size());
+  for (const Scored& c : kept_) {
+    out.push_back({c.token_id, static_cast<float>(c.weight / total)});
+  }
+  return out;
+}
+
+void Sampler::compute_logprobs(std::span<const float> logits, int32_t num_top,
+                               SampleResult& result) {
+  const float max_logit = logits[argmax(logits)];
+  double sum = 0.0;
+  for (float x : logits) sum += std::exp(x - max_logit);  // f32 exp, f64 sum
+  const double lse = max_logit + std::log(sum);
+  result.logprob = static_cast<float>(logits[result.token_id] - lse);
+  // Insertion into a small sorted list: ids are scanned in increasing order and only a strictly
+  // larger logit moves ahead, so ties stay ordered by id.
+  std::vector<TokenLogprob>& top = result.top_logprobs;
+  top.clear();
+  if (num_top <= 0) return;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const float x = logits[i];
+    if (top.size() == static_cast<size_t>(num_top) && !(x > top.back().logprob)) continue;
+    auto pos = std::find_if(top.begin(), top.end(),
+                            [x](const TokenLogprob& t) { return x > t.logprob; });
+    top.insert(pos, {static_cast<int32_t>(i), x});
+    if (top.size() > static_cast<size_t>(num_top)) top.pop_back();
+  }
+  for (TokenLogprob& t : top) t.logprob = static_cast<float>(t.logprob - lse);
+}
+
+SampleResult Sampler::sample(std::span<const float> logits, const SamplingParams& params,
+                             const TokenHistory& history, Rng& rng) {
+  ARBOR_CHECK(!logits.empty());
+  work_.assign(logits.begin(), logits.end());
+  apply_penalties(work_, params, history);
+  const double u = rng.next_double();  // always exactly one draw per token
+  SampleResult result;
+  if (params.greedy()) {
+    result.token_id = argmax(work_);
+  } else {
+    bool sorted = false;
+    const double total = select_candidates(work_, params, sorted);
+    const double target = u * total;
+    double cum = 0.0;
+    result.token_id = kept_.front().token_id;
+    for (const Scored& c : kept_) {
+      if (c.weight <= 0.0f) continue;
+      cum += c.weight;
+      result.token_id = c.token_id;  // rounding at the end falls back to the last positive one
+      if (target < cum) break;
+    }
+  }
+  if (params.logprobs) compute_logprobs(logits, *params.logprobs, result);
+  return result;
+}
+
+}  // namespace arbor::sampling

@@ -1,0 +1,67 @@
+// arbor bench: the model benchmark runs every test and reports sane figures.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_test_util.h"
+
+namespace arbor::cli_test {
+namespace {
+
+const std::string kModel = std::string(ARBOR_SHARED_DIR) + "/models/stories260K/stories260K.gguf";
+
+class BenchTest : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = make_temp_dir("bench"); ASSERT_FALSE(dir_.empty()); }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string dir_;
+};
+
+TEST_F(BenchTest, JsonHasEveryTestWithOrderedStatistics) {
+  CommandResult r = run_arbor("bench -m " + kModel +
+                                  " -t 1 -r 3 -p 32 -n 8 --batch 1,3 --batch-steps 4"
+                                  " --bandwidth-mib 16 --json",
+                              dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_GT(j["bandwidth_gbs"].get<double>(), 0.1);
+  EXPECT_EQ(j["threads"], 1);
+  const std::vector<std::string> names = {"pp32", "tg8", "batch 1", "batch 3"};
+  const std::vector<int> tokens = {32, 8, 4, 12};
+  ASSERT_EQ(j["tests"].size(), names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    const nlohmann::json& t = j["tests"][i];
+    EXPECT_EQ(t["name"], names[i]);
+    EXPECT_EQ(t["tokens"], tokens[i]);
+    EXPECT_EQ(t["tokens_per_second"].size(), 3u);
+    EXPECT_GT(t["min"].get<double>(), 0.0);
+    EXPECT_LE(t["min"].get<double>(), t["median"].get<double>());
+    EXPECT_LE(t["median"].get<double>(), t["max"].get<double>());
+  }
+  // Decode tests read at least every weight once per step: stories260K holds ~1 MB of f32.
+  EXPECT_EQ(j["tests"][0]["bytes_per_step"].get<double>(), 0.0);
+  EXPECT_GT(j["tests"][1]["bytes_per_step"].get<double>(), 0.9e6);
+}
+
+TEST_F(BenchTest, TablePrintsAndArgumentsAreChecked) {
+  CommandResult r = run_arbor("bench -m " + kModel + " -t 1 -r 1 -p 16 -n 4 --batch 2 "
+                                  "--batch-steps 2 --bandwidth-mib 16", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("| pp16 "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| batch 2 "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("read bandwidth:"), std::string::npos) << r.out;
+  r = run_arbor("bench", dir_);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("needs -m MODEL"), std::string::npos) << r.err;
+  r = run_arbor("bench -m " + kModel + " -p 4096", dir_);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("needs 4096 positions; the model's context_length is 2048"),
+            std::string::npos) << r.err;
+  r = run_arbor("bench -m " + kModel + " --batch 0", dir_);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--batch entry 0 must be in [1, 256]"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace arbor::cli_test

@@ -1,0 +1,137 @@
+// arbor synth: determinism, shapes, types and the copied tokenizer metadata.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "cli_test_util.h"
+#include "gguf/gguf.h"
+
+namespace arbor::cli_test {
+namespace {
+
+const std::string kVocab = std::string(ARBOR_SHARED_DIR) + "/models/stories260K/stories260K.gguf";
+const std::string kTiny =
+    "synth --shape custom --dim 64 --ffn 128 --layers 2 --heads 4 --kv-heads 2 --context 256 "
+    "--vocab " + kVocab;
+
+class SynthTest : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = make_temp_dir("synth"); ASSERT_FALSE(dir_.empty()); }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // Runs synth with `extra` flags into dir_/name and returns the file's bytes.
+  std::string synth(const std::string& extra, const std::string& name) {
+    const std::string path = dir_ + "/" + name;
+    CommandResult r = run_arbor(kTiny + " " + extra + " -o " + path, dir_);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return read_all(path);
+  }
+
+  std::string dir_;
+};
+
+TEST_F(SynthTest, SameSeedSameBytesAcrossThreadCountsDifferentSeedDiffers) {
+  const std::string a = synth("--type q4_0 --seed 7 --threads 1", "a.gguf");
+  const std::string b = synth("--type q4_0 --seed 7 --threads 2", "b.gguf");
+  const std::string c = synth("--type q4_0 --seed 8", "c.gguf");
+  ASSERT_GT(a.size(), 50000u);
+  EXPECT_TRUE(a == b) << "same seed gave different bytes";
+  EXPECT_EQ(a.size(), c.size());
+  EXPECT_FALSE(a == c) << "different seeds gave the same bytes";
+}
+
+TEST_F(SynthTest, FileHasShapeTypesMetadataAndTokenizer) {
+  synth("--type q8_0 --seed 3", "m.gguf");
+  auto file = gguf::GgufFile::open(dir_ + "/m.gguf");
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
+  EXPECT_EQ(*file->get_string("general.architecture"), "llama");
+  EXPECT_EQ(*file->get_u32("llama.embedding_length"), 64u);
+  EXPECT_EQ(*file->get_u32("llama.feed_forward_length"), 128u);
+  EXPECT_EQ(*file->get_u32("llama.block_count"), 2u);
+  EXPECT_EQ(*file->get_u32("llama.attention.head_count"), 4u);
+  EXPECT_EQ(*file->get_u32("llama.attention.head_count_kv"), 2u);
+  EXPECT_EQ(*file->get_u32("llama.context_length"), 256u);
+  EXPECT_EQ(*file->get_u32("general.file_type"), 7u);  // MOSTLY_Q8_0
+  // 1 embedding + 2 layers x 9 + output_norm + output.
+  EXPECT_EQ(file->tensors().size(), 21u);
+  const gguf::TensorInfo* embd = file->find_tensor("token_embd.weight");
+  ASSERT_NE(embd, nullptr);
+  EXPECT_EQ(embd->dims, (std::vector<int64_t>{64, 512}));
+  EXPECT_EQ(embd->type, gguf::GgmlType::kQ8_0);
+  const gguf::TensorInfo* wk = file->find_tensor("blk.1.attn_k.weight");
+  ASSERT_NE(wk, nullptr);
+  EXPECT_EQ(wk->dims, (std::vector<int64_t>{64, 32}));  // kv_dim = 2 heads x 16
+  EXPECT_EQ(file->find_tensor("blk.1.ffn_down.weight")->dims, (std::vector<int64_t>{128, 64}));
+  ASSERT_NE(file->find_tensor("output.weight"), nullptr);
+  const gguf::TensorInfo* norm = file->find_tensor("blk.0.attn_norm.weight");
+  ASSERT_EQ(norm->type, gguf::GgmlType::kF32);
+  const float* w = reinterpret_cast<const float*>(norm->data);
+  for (int i = 0; i < 64; ++i) EXPECT_EQ(w[i], 1.0f);
+
+  auto src = gguf::GgufFile::open(kVocab);
+  ASSERT_TRUE(src.ok());
+  int copied = 0;
+  for (const gguf::KeyValue& kv : src->metadata()) {
+    if (!kv.key.starts_with("tokenizer.")) continue;
+    const gguf::Value* v = file->find(kv.key);
+    ASSERT_NE(v, nullptr) << kv.key;
+    EXPECT_TRUE(v->type == kv.value.type && v->data == kv.value.data) << kv.key;
+    ++copied;
+  }
+  EXPECT_GE(copied, 3);
+}
+
+TEST_F(SynthTest, F32WeightsHaveFanInScale) {
+  synth("--type f32 --seed 5", "f.gguf");
+  auto file = gguf::GgufFile::open(dir_ + "/f.gguf");
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
+  const gguf::TensorInfo* t = file->find_tensor("blk.0.ffn_down.weight");  // fan-in 128
+  ASSERT_EQ(t->type, gguf::GgmlType::kF32);
+  const float* x = reinterpret_cast<const float*>(t->data);
+  const int64_t n = t->num_elements();
+  double sum = 0.0, sq = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    sum += x[i];
+    sq += double(x[i]) * x[i];
+  }
+  const double mean = sum / n, stddev = std::sqrt(sq / n - mean * mean);
+  EXPECT_NEAR(stddev, 1.0 / std::sqrt(128.0), 0.05 / std::sqrt(128.0));
+  EXPECT_NEAR(mean, 0.0, 0.01);
+}
+
+TEST_F(SynthTest, Qwen2ArchTiedWithBiasesAndPaddedVocab) {
+  synth("--type f16 --arch qwen2 --tied --vocab-size 600", "q.gguf");
+  auto file = gguf::GgufFile::open(dir_ + "/q.gguf");
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
+  EXPECT_EQ(*file->get_string("general.architecture"), "qwen2");
+  EXPECT_EQ(file->find_tensor("output.weight"), nullptr);
+  ASSERT_NE(file->find_tensor("blk.1.attn_v.bias"), nullptr);
+  EXPECT_EQ(file->find_tensor("blk.1.attn_v.bias")->dims, (std::vector<int64_t>{32}));
+  EXPECT_EQ(file->find_tensor("token_embd.weight")->dims, (std::vector<int64_t>{64, 600}));
+  EXPECT_EQ(file->find_tensor("token_embd.weight")->type, gguf::GgmlType::kF16);
+  auto tokens = file->get_string_array("tokenizer.ggml.tokens");
+  ASSERT_TRUE(tokens.ok());
+  ASSERT_EQ(tokens->size(), 600u);
+  EXPECT_EQ((*tokens)[599], "[PAD599]");
+  EXPECT_EQ(file->get_f32_array("tokenizer.ggml.scores")->size(), 600u);
+}
+
+TEST_F(SynthTest, BadShapesAreRejectedWithTheLimit) {
+  CommandResult r = run_arbor("synth --shape custom --vocab " + kVocab + " -o " + dir_ + "/x.gguf",
+                              dir_);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("needs --dim, --ffn, --layers and --heads"), std::string::npos) << r.err;
+  r = run_arbor("synth --shape custom --dim 48 --ffn 128 --layers 1 --heads 4 --type q4_0 --vocab " +
+                    kVocab + " -o " + dir_ + "/x.gguf",
+                dir_);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("must be multiples of 32"), std::string::npos) << r.err;
+  r = run_arbor(kTiny + " --vocab-size 100 -o " + dir_ + "/x.gguf", dir_);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("smaller than the tokenizer's 512 tokens"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/x.gguf"));
+}
+
+}  // namespace
+}  // namespace arbor::cli_test
