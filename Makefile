@@ -16,6 +16,7 @@ all: build
 
 deps:
 	@scripts/install_deps.sh
+	@scripts/install_js_deps.sh
 
 $(BUILD)/build.ninja:
 	cmake -S . -B $(BUILD) $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=Release

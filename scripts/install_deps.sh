@@ -10,6 +10,11 @@ packages=(
   curl
 )
 
+# node and npm run the official `openai` client in the end-to-end tests. Debian's packages are
+# installed only when the commands are absent (a NodeSource nodejs already bundles npm).
+command -v node >/dev/null 2>&1 || packages+=(nodejs)
+command -v npm >/dev/null 2>&1 || packages+=(npm)
+
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
