@@ -114,7 +114,10 @@ void ThreadPool::run_chunks(int index, uint32_t generation) {
     uint64_t c = claim_.load(std::memory_order_acquire);
     if (static_cast<uint32_t>(c >> 32) != generation) return;
     const uint32_t chunk = static_cast<uint32_t>(c);
-    const uint32_t num_chunks = num_chunks_.load(std::memory_order_relaxed);
+    const uint64_t job = job_.load(std::memory_order_acquire);
+    // A newer job is being set up, so ours has finished (it cannot start before ours ends).
+    if (static_cast<uint32_t>(job >> 32) != generation) return;
+    const uint32_t num_chunks = static_cast<uint32_t>(job);
     if (chunk >= num_chunks) return;
     if (!claim_.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel)) continue;
     // Claimed: the job cannot finish (nor be replaced) before this chunk is done.
@@ -143,9 +146,10 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   fn_ = &fn;
   n_ = n;
   grain_ = grain;
-  num_chunks_.store(static_cast<uint32_t>(chunks), std::memory_order_relaxed);
   done_.store(0, std::memory_order_relaxed);
   const uint32_t generation = generation_.load(std::memory_order_relaxed) + 1;
+  job_.store((static_cast<uint64_t>(generation) << 32) | static_cast<uint64_t>(chunks),
+             std::memory_order_release);
   claim_.store(static_cast<uint64_t>(generation) << 32, std::memory_order_release);
   if (num_threads_ > 1 && chunks > 1) {
     generation_.store(generation, std::memory_order_seq_cst);

@@ -67,7 +67,11 @@ class ThreadPool {
   const std::function<void(int64_t, int64_t, int)>* fn_ = nullptr;
   int64_t n_ = 0;
   int64_t grain_ = 0;
-  std::atomic<uint32_t> num_chunks_{0};
+  // (generation << 32) | number of chunks, stored before claim_ publishes the job. A thread
+  // reads the chunk count from here and checks the generation: a count read on its own could
+  // belong to the next job (written before that job's claim_), and a claim checked against it
+  // would take a chunk that does not exist in the finished job.
+  std::atomic<uint64_t> job_{0};
   // (generation << 32) | next unclaimed chunk: a claim is a CAS, so a thread still holding an
   // old generation can never take a chunk of a newer job.
   alignas(64) std::atomic<uint64_t> claim_{0};

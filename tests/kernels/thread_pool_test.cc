@@ -123,6 +123,36 @@ TEST(ThreadPool, WakesSleepingWorkers) {
   }
 }
 
+// Back-to-back jobs whose chunk counts differ: no chunk may run for a job whose parallel_for has
+// returned, and each job's chunks cover it exactly once. (Regression: a worker that read the
+// next job's chunk count with the finished job's claim word took a chunk that did not exist,
+// ran it after the caller had returned, and counted it towards the next job.) More threads
+// than cores, so the OS preempts workers between their reads.
+TEST(ThreadPool, NoChunkRunsAfterItsJobReturned) {
+  const int threads = static_cast<int>(std::max(2u, std::thread::hardware_concurrency())) * 2;
+  ThreadPool pool(threads);
+  std::atomic<int64_t> current_job{-1};
+  std::atomic<int> stale_runs{0};
+  for (int64_t job = 0; job < 100000; ++job) {
+    const int64_t n = 1 + (job * 7) % (2 * threads + 3);
+    const int64_t grain = job % 3 == 0 ? 0 : 1 + job % 2;
+    std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+    current_job.store(job);
+    pool.parallel_for(
+        n,
+        [&, job](int64_t begin, int64_t end, int) {
+          if (current_job.load() != job) stale_runs.fetch_add(1);
+          for (int64_t i = begin; i < end; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+        },
+        grain);
+    current_job.store(-1);
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "job " << job << " index " << i;
+    }
+  }
+  EXPECT_EQ(stale_runs.load(), 0);
+}
+
 TEST(ThreadPool, WorkspaceIsAlignedAndStable) {
   ThreadPool pool(2);
   void* a = pool.workspace(0, 100);
