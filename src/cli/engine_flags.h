@@ -1,0 +1,73 @@
+// Engine flags shared by every command that runs the engine (`arbor serve`, `arbor bench
+// throughput`), so they have one spelling and one set of defaults:
+//
+//   --max-num-seqs N                  running sequences per step (default 64)
+//   --max-num-batched-tokens N        token budget per step (default 2048)
+//   --long-prefill-token-threshold N  per-request chunk cap per step; 0 = the budget (default 0)
+//   --max-waiting-requests N          admission control: queue bound (default 1024)
+//   --block-size N                    tokens per KV block (default 16)
+//   --kv-cache-gib X                  KV memory budget in GiB (default 1.0)
+//   --num-kv-blocks N                 exact KV pool size in blocks, overrides --kv-cache-gib
+//                                     (default 0 = use the budget; tests use it to force
+//                                     preemption)
+//   --kv-dtype f16|f32                KV element type (default f16)
+//   --scheduling-policy fcfs|priority (default fcfs)
+//   --no-prefix-caching               disable automatic prefix caching
+//
+// Header-only: only cmd_*.cc files are compiled into the executable, and this needs CLI11,
+// which the engine library does not link.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <map>
+#include <string>
+
+#include "engine/engine_options.h"
+
+namespace arbor::cli {
+
+// Adds the flags to `app`; parsing writes into *options, which must outlive the parse. The
+// defaults shown in --help are the values *options holds when this is called.
+inline void add_engine_flags(CLI::App& app, engine::EngineOptions* options) {
+  app.add_option("--max-num-seqs", options->max_num_seqs, "Running sequences per step")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--max-num-batched-tokens", options->max_num_batched_tokens,
+                 "Token budget per step (prompt chunks + decode tokens)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--long-prefill-token-threshold", options->long_prefill_token_threshold,
+                 "Per-request chunk cap per step; 0 = the token budget")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--max-waiting-requests", options->max_waiting_requests,
+                 "Waiting requests beyond this are rejected")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--block-size", options->block_size, "Tokens per KV block")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  app.add_option("--kv-cache-gib", options->kv_cache_gib, "KV cache memory budget (GiB)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--num-kv-blocks", options->num_kv_blocks,
+                 "KV pool size in blocks (incl. the null block); overrides --kv-cache-gib")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  static const std::map<std::string, kernels::KvDtype> kDtypes{{"f16", kernels::KvDtype::kF16},
+                                                               {"f32", kernels::KvDtype::kF32}};
+  app.add_option("--kv-dtype", options->kv_dtype, "KV element type: f16 or f32")
+      ->transform(CLI::CheckedTransformer(kDtypes, CLI::ignore_case).description(""))
+      ->type_name("f16|f32")
+      ->default_str("f16");
+  static const std::map<std::string, sched::SchedulingPolicy> kPolicies{
+      {"fcfs", sched::SchedulingPolicy::kFcfs}, {"priority", sched::SchedulingPolicy::kPriority}};
+  app.add_option("--scheduling-policy", options->policy, "fcfs or priority")
+      ->transform(CLI::CheckedTransformer(kPolicies, CLI::ignore_case).description(""))
+      ->type_name("fcfs|priority")
+      ->default_str("fcfs");
+  app.add_flag("!--no-prefix-caching", options->enable_prefix_caching,
+               "Disable automatic prefix caching");
+}
+
+}  // namespace arbor::cli

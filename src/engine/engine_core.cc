@@ -1,0 +1,157 @@
+// EngineCore's thread-safe surface: streams, submit, abort, construction and shutdown. The
+// engine thread's loop is in engine_loop.cc.
+#include <chrono>
+#include <utility>
+
+#include "engine/engine_core.h"
+#include "engine/engine_core_internal.h"
+
+namespace arbor::engine {
+
+double engine_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::optional<StreamEvent> RequestStream::next() {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (final_popped_) return std::nullopt;
+  cv_.wait(lock, [this] { return !queue_.empty(); });
+  StreamEvent e = std::move(queue_.front());
+  queue_.pop_front();
+  if (e.final) final_popped_ = true;
+  return e;
+}
+
+std::optional<StreamEvent> RequestStream::try_next() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (final_popped_ || queue_.empty()) return std::nullopt;
+  StreamEvent e = std::move(queue_.front());
+  queue_.pop_front();
+  if (e.final) final_popped_ = true;
+  return e;
+}
+
+void RequestStream::set_notify(std::function<void()> notify) {
+  bool pending = false;
+  std::function<void()> copy;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    notify_ = std::move(notify);
+    pending = !queue_.empty();
+    copy = notify_;
+  }
+  if (pending && copy) copy();
+}
+
+void RequestStream::push(StreamEvent event) {
+  std::function<void()> notify;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ARBOR_CHECK(!final_pushed_) << "event pushed after the final one for " << request_id_;
+    final_pushed_ = event.final;
+    queue_.push_back(std::move(event));
+    notify = notify_;
+  }
+  cv_.notify_one();
+  if (notify) notify();
+}
+
+namespace {
+
+sched::SchedulerOptions scheduler_options(const EngineOptions& o, int32_t vocab_size) {
+  sched::SchedulerOptions s;
+  s.max_num_seqs = o.max_num_seqs;
+  s.max_num_batched_tokens = o.max_num_batched_tokens;
+  s.long_prefill_token_threshold = o.long_prefill_token_threshold;
+  s.max_waiting_requests = o.max_waiting_requests;
+  s.policy = o.policy;
+  return s;
+}
+
+}  // namespace
+
+EngineCore::EngineCore(std::unique_ptr<ModelExecutor> executor, const EngineCoreConfig& config)
+    : executor_(std::move(executor)), config_(config), vocab_size_(executor_->vocab_size()) {
+  if (config_.eos_token_ids) {
+    eos_ids_ = *config_.eos_token_ids;
+  } else if (config_.tokenizer != nullptr) {
+    eos_ids_ = config_.tokenizer->eog_ids();
+  }
+  kv::KvCacheManagerOptions ko;
+  ko.num_blocks = static_cast<int32_t>(executor_->num_kv_blocks());
+  ko.block_size = executor_->block_size();
+  ko.enable_prefix_caching = config_.options.enable_prefix_caching;
+  kv_ = std::make_unique<kv::KvCacheManager>(ko);
+  num_free_blocks_ = kv_->num_free_blocks();
+  scheduler_ = std::make_unique<sched::Scheduler>(
+      scheduler_options(config_.options, vocab_size_), *kv_);
+  thread_ = std::thread([this] { run(); });
+}
+
+EngineCore::~EngineCore() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    inbox_.stop = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+Result<std::shared_ptr<RequestStream>> EngineCore::submit(GenerateRequest request) {
+  sched::RequestSpec spec;
+  spec.prompt_token_ids = std::move(request.prompt_token_ids);
+  spec.sampling = request.sampling;
+  spec.stop.max_tokens = request.max_tokens;
+  spec.stop.ignore_eos = request.ignore_eos;
+  spec.stop.eos_token_ids = eos_ids_;
+  spec.stop.stop_token_ids = request.stop_token_ids;
+  spec.n = request.n;
+  spec.best_of = request.best_of;
+  spec.priority = request.priority;
+  spec.arrival_time = engine_now();
+  spec.cache_salt = request.cache_salt;
+  if (!request.stop.empty() && config_.tokenizer == nullptr) {
+    return invalid_argument("stop strings need a tokenizer; the engine has none");
+  }
+  auto group = std::make_unique<Group>();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    spec.request_id = next_id_;
+    const Status valid = sched::validate_request_spec(spec, vocab_size_);
+    if (!valid.ok()) return valid;
+    ++next_id_;
+    if (request.request_id.empty()) request.request_id = str_cat("req-", spec.request_id);
+    if (live_names_.contains(request.request_id)) {
+      return invalid_argument("request id '", request.request_id, "' is already in use");
+    }
+    live_names_.insert(request.request_id);
+    ++num_live_;
+    idle_published_ = false;
+    group->id = spec.request_id;
+    group->name = request.request_id;
+    group->stream = std::make_shared<RequestStream>(request.request_id);
+    group->arrival_time = spec.arrival_time;
+    group->num_prompt_tokens = static_cast<int64_t>(spec.prompt_token_ids.size());
+    group->request = std::move(request);
+    std::shared_ptr<RequestStream> stream = group->stream;
+    inbox_.adds.emplace_back(std::move(group), sched::make_request(std::move(spec)));
+    cv_.notify_all();
+    return stream;
+  }
+}
+
+void EngineCore::abort(const std::string& request_id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    inbox_.aborts.push_back(request_id);
+  }
+  cv_.notify_all();
+}
+
+void EngineCore::wait_idle() {
+  std::unique_lock<std::mutex> lock(mu_);
+  idle_cv_.wait(lock, [this] { return num_live_ == 0 && idle_published_; });
+}
+
+}  // namespace arbor::engine

@@ -1,0 +1,26 @@
+// EngineOptions: the knobs shared by every command that runs the engine (`arbor serve`,
+// `arbor bench throughput`). cli/engine_flags.h maps them to command-line flags.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/attention.h"
+#include "sched/scheduler.h"
+
+namespace arbor::engine {
+
+struct EngineOptions {
+  int32_t max_num_seqs = 64;              // --max-num-seqs: running sequences per step
+  int32_t max_num_batched_tokens = 2048;  // --max-num-batched-tokens: token budget per step
+  int32_t long_prefill_token_threshold = 0;  // per-request chunk cap; 0 = the budget
+  int32_t max_waiting_requests = 1024;    // admission control: more waiting ones are rejected
+  int32_t block_size = 16;                // --block-size: tokens per KV block
+  double kv_cache_gib = 1.0;              // --kv-cache-gib: KV memory budget
+  int64_t num_kv_blocks = 0;              // --num-kv-blocks: > 0 overrides kv_cache_gib
+  bool enable_prefix_caching = true;
+  sched::SchedulingPolicy policy = sched::SchedulingPolicy::kFcfs;
+  int num_threads = 0;                    // forward threads; 0 = hardware concurrency
+  kernels::KvDtype kv_dtype = kernels::KvDtype::kF16;
+};
+
+}  // namespace arbor::engine

@@ -1,0 +1,46 @@
+// FakeExecutor: a deterministic stand-in for the model, for engine tests without weights.
+//
+// The "logits" of a request depend only on its tokens: greedy requests get
+// next = hash(last token, num_tokens) % vocab_size; sampling ones mix in one draw of the
+// request's Rng, so seeded requests are reproducible and unseeded ones vary. The logprob of a
+// sampled token is -((token % 13) + 1) / 10. Tokens are in [min_token_id, vocab_size), so
+// BOS/EOS (low ids) never appear unless a test lowers min_token_id. No KV is touched.
+// Thread-safety: engine thread only.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "engine/model_executor.h"
+
+namespace arbor::engine {
+
+struct FakeExecutorOptions {
+  int32_t vocab_size = 512;
+  int64_t num_kv_blocks = 256;
+  int32_t block_size = 16;
+  // Tokens below this id are never produced (keeps BOS/EOS out unless the test wants them).
+  int32_t min_token_id = 3;
+  // Sleep per step, to make timing metrics non-zero.
+  int32_t step_delay_us = 0;
+};
+
+// The token the fake produces after `tokens` for a greedy request.
+int32_t fake_greedy_token(std::span<const int32_t> tokens, const FakeExecutorOptions& options);
+
+class FakeExecutor : public ModelExecutor {
+ public:
+  explicit FakeExecutor(const FakeExecutorOptions& options) : options_(options) {}
+
+  Result<sched::StepResult> execute(const sched::SchedulerOutput& output) override;
+  int32_t vocab_size() const override { return options_.vocab_size; }
+  int64_t num_kv_blocks() const override { return options_.num_kv_blocks; }
+  int32_t block_size() const override { return options_.block_size; }
+  int64_t num_steps() const { return num_steps_; }
+
+ private:
+  FakeExecutorOptions options_;
+  int64_t num_steps_ = 0;
+};
+
+}  // namespace arbor::engine

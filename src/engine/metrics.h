@@ -1,0 +1,79 @@
+// Engine metrics: latency histograms and counters, published by the engine thread after every
+// step as an immutable snapshot that any thread may read (EngineCore::metrics()).
+//
+// Histograms keep bucket counts (Prometheus-style cumulative buckets are derived by the
+// exporter), a sum and a count — enough for rates, means and approximate quantiles.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+namespace arbor::engine {
+
+class Histogram {
+ public:
+  Histogram() = default;
+  // `bounds`: increasing upper bounds; a last +inf bucket is implicit.
+  explicit Histogram(std::vector<double> bounds);
+  // Exponential bounds: first, first * factor, ... (count bounds).
+  static Histogram exponential(double first, double factor, int count);
+
+  void observe(double value);
+  const std::vector<double>& bounds() const { return bounds_; }
+  // [bounds.size() + 1] observations per bucket (not cumulative); the last one is +inf.
+  const std::vector<uint64_t>& counts() const { return counts_; }
+  uint64_t count() const { return count_; }
+  double sum() const { return sum_; }
+  double mean() const { return count_ == 0 ? 0.0 : sum_ / static_cast<double>(count_); }
+  // Upper bound of the bucket holding quantile q in [0, 1] (0 if empty).
+  double quantile_upper_bound(double q) const;
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_ = std::vector<uint64_t>(1, 0);
+  uint64_t count_ = 0;
+  double sum_ = 0.0;
+};
+
+struct EngineMetricsSnapshot {
+  // Seconds.
+  Histogram queue_time_s = Histogram::exponential(1e-4, 2.0, 20);   // arrival -> first scheduled
+  Histogram ttft_s = Histogram::exponential(1e-4, 2.0, 20);         // arrival -> first token
+  Histogram inter_token_s = Histogram::exponential(1e-4, 2.0, 20);  // between tokens of a sample
+  Histogram e2e_s = Histogram::exponential(1e-3, 2.0, 20);          // arrival -> finished
+  // Per step.
+  Histogram batch_size = Histogram::exponential(1, 2.0, 11);        // requests scheduled
+  Histogram tokens_per_step = Histogram::exponential(1, 2.0, 14);   // tokens scheduled
+  int64_t num_requests_submitted = 0;
+  int64_t num_requests_finished = 0;   // including aborted ones
+  int64_t num_requests_aborted = 0;
+  int64_t num_requests_rejected = 0;   // admission control / invalid
+  int64_t num_prompt_tokens = 0;       // of admitted requests
+  int64_t num_generation_tokens = 0;
+  int64_t num_preemptions = 0;
+  int64_t num_steps = 0;
+  int32_t num_running = 0;
+  int32_t num_waiting = 0;
+  double kv_usage = 0.0;               // used / usable blocks, after the last step
+  double prefix_cache_hit_rate = 0.0;  // hit tokens / queried tokens
+};
+
+// The published snapshot. publish() from the engine thread, read() from any thread.
+class MetricsBoard {
+ public:
+  void publish(const EngineMetricsSnapshot& snapshot) {
+    std::lock_guard<std::mutex> lock(mu_);
+    snapshot_ = snapshot;
+  }
+  EngineMetricsSnapshot read() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return snapshot_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  EngineMetricsSnapshot snapshot_;
+};
+
+}  // namespace arbor::engine

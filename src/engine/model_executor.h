@@ -1,0 +1,37 @@
+// ModelExecutor: runs one scheduler step. One step is one execute() call.
+//
+// The in-process CPU executor (cpu_executor.h) is the only real one today; a CUDA executor or
+// remote model shards (gRPC, as text-generation-inference's router talks to its shards) plug in
+// behind the same interface. A remote executor serialises the SchedulerOutput (token ids, block
+// tables, sampling params) and returns the sampled tokens; the Rng state then lives with the
+// shard (seeded from the request's seed), which is why every sample draws exactly one value.
+//
+// Threading: called by the engine thread only, one call at a time.
+#pragma once
+
+#include <cstdint>
+
+#include "base/status.h"
+#include "sched/scheduler.h"
+
+namespace arbor::engine {
+
+class ModelExecutor {
+ public:
+  virtual ~ModelExecutor() = default;
+
+  // In this order: performs output.block_copies (copy-on-write of forks) on the KV cache; runs
+  // the model over every request's scheduled tokens, writing their K/V into the slots of their
+  // block tables; for each request with sample == true draws one token from its last logits row
+  // with the request's own params and Rng (and its logprobs when asked). Returns one
+  // SampledToken per sampling request. An error means the step did not happen.
+  virtual Result<sched::StepResult> execute(const sched::SchedulerOutput& output) = 0;
+
+  virtual int32_t vocab_size() const = 0;
+  // The KV pool the scheduler's KvCacheManager must mirror: blocks (including the null block
+  // 0) and tokens per block.
+  virtual int64_t num_kv_blocks() const = 0;
+  virtual int32_t block_size() const = 0;
+};
+
+}  // namespace arbor::engine

@@ -1,0 +1,212 @@
+// Scheduler bookkeeping: admission, finishing, preemption, forks. The per-step policy is in
+// scheduler_step.cc.
+#include <algorithm>
+#include <utility>
+
+#include "sched/scheduler.h"
+
+namespace arbor::sched {
+
+namespace {
+
+// Running-list order: earlier = scheduled first, later = preempted first.
+bool runs_before(const Request& a, const Request& b, SchedulingPolicy policy) {
+  switch (policy) {
+    case SchedulingPolicy::kFcfs:
+      return std::tie(a.admit_seq, a.request_id) < std::tie(b.admit_seq, b.request_id);
+    case SchedulingPolicy::kPriority:
+      return std::tie(a.priority, a.admit_seq, a.request_id) <
+             std::tie(b.priority, b.admit_seq, b.request_id);
+  }
+  return false;
+}
+
+bool waits_before(const Request& a, const Request& b) {
+  return std::tie(a.priority, a.arrival_time, a.request_id) <
+         std::tie(b.priority, b.arrival_time, b.request_id);
+}
+
+std::unique_ptr<Request> make_child(const Request& parent, int32_t index) {
+  auto c = std::make_unique<Request>();
+  c->request_id = child_request_id(parent.request_id, index);
+  c->parent_id = parent.request_id;
+  c->sample_index = index;
+  c->prompt_token_ids = parent.prompt_token_ids;
+  c->all_token_ids = parent.all_token_ids;
+  c->sampling = parent.sampling;
+  // best_of > n ranks samples by cumulative logprob, so every sample needs its logprob.
+  if (parent.best_of > parent.n && !c->sampling.logprobs) c->sampling.logprobs = 0;
+  c->seed = derive_sample_seed(parent.seed, index);
+  c->rng = sampling::Rng(c->seed);
+  c->stop = parent.stop;
+  c->priority = parent.priority;
+  c->arrival_time = parent.arrival_time;
+  c->cache_salt = parent.cache_salt;
+  c->admit_seq = parent.admit_seq;
+  return c;
+}
+
+}  // namespace
+
+Scheduler::Scheduler(const SchedulerOptions& options, kv::KvCacheManager& kv)
+    : options_(options), kv_(kv) {
+  ARBOR_CHECK_GE(options_.max_num_seqs, 1);
+  ARBOR_CHECK_GE(options_.max_num_batched_tokens, 1);
+  ARBOR_CHECK_GE(options_.long_prefill_token_threshold, 0);
+  ARBOR_CHECK_GE(options_.max_waiting_requests, 1);
+  ARBOR_CHECK_GE(options_.num_lookahead_tokens, 0);
+}
+
+int64_t Scheduler::blocks_needed(int64_t num_tokens) const {
+  return (num_tokens + kv_.block_size() - 1) / kv_.block_size();
+}
+
+Status Scheduler::add_request(Request request) {
+  const RequestId id = request.request_id;
+  if (id == 0 || id >= kMaxUserRequestId) {
+    return invalid_argument("request id ", id, " is outside [1, 2^48)");
+  }
+  if (requests_.contains(id)) return invalid_argument("request id ", id, " is already queued");
+  const int64_t len = request.num_prompt_tokens() + request.stop.max_tokens;
+  if (options_.max_model_len > 0 && len > options_.max_model_len) {
+    return invalid_argument("prompt (", request.num_prompt_tokens(), " tokens) + max_tokens (",
+                            request.stop.max_tokens, ") is ", len, ", max_model_len is ",
+                            options_.max_model_len);
+  }
+  const int64_t blocks = blocks_needed(len + options_.num_lookahead_tokens);
+  if (blocks > kv_.block_pool().num_usable_blocks()) {
+    return invalid_argument("prompt + max_tokens is ", len, " tokens (", blocks,
+                            " KV blocks), the KV pool has ", kv_.block_pool().num_usable_blocks(),
+                            " blocks of ", kv_.block_size(), " tokens");
+  }
+  if (request.best_of > options_.max_num_seqs) {
+    return invalid_argument("best_of is ", request.best_of, ", max_num_seqs is ",
+                            options_.max_num_seqs);
+  }
+  if (num_waiting() >= options_.max_waiting_requests) {
+    return resource_exhausted("waiting queue is full: ", num_waiting(),
+                              " requests waiting, max_waiting_requests is ",
+                              options_.max_waiting_requests);
+  }
+  request.status = RequestStatus::kWaiting;
+  if (request.is_fork_parent() && request.num_prompt_tokens() == 1) {
+    // Nothing to share before the last prompt token: the samples start as plain requests.
+    for (int32_t i = 0; i < request.best_of; ++i) {
+      std::unique_ptr<Request> child = make_child(request, i);
+      Request* c = child.get();
+      requests_.emplace(c->request_id, std::move(child));
+      enqueue_waiting(c, /*front=*/false);
+    }
+    return ok_status();
+  }
+  auto owned = std::make_unique<Request>(std::move(request));
+  Request* r = owned.get();
+  requests_.emplace(id, std::move(owned));
+  enqueue_waiting(r, /*front=*/false);
+  return ok_status();
+}
+
+void Scheduler::enqueue_waiting(Request* req, bool front) {
+  switch (options_.policy) {
+    case SchedulingPolicy::kFcfs:
+      if (front) {
+        waiting_.push_front(req);
+      } else {
+        waiting_.push_back(req);
+      }
+      return;
+    case SchedulingPolicy::kPriority: {
+      auto it = std::upper_bound(waiting_.begin(), waiting_.end(), req,
+                                 [](const Request* a, const Request* b) {
+                                   return waits_before(*a, *b);
+                                 });
+      waiting_.insert(it, req);
+      return;
+    }
+  }
+}
+
+void Scheduler::insert_running(Request* req) {
+  auto it = std::upper_bound(running_.begin(), running_.end(), req,
+                             [this](const Request* a, const Request* b) {
+                               return runs_before(*a, *b, options_.policy);
+                             });
+  running_.insert(it, req);
+}
+
+void Scheduler::preempt(Request& req) {
+  kv_.free(req.request_id);
+  req.num_computed_tokens = 0;
+  req.status = RequestStatus::kPreempted;
+  ++req.num_preemptions;
+  ++num_preemptions_;
+  enqueue_waiting(&req, /*front=*/true);
+}
+
+void Scheduler::finish(Request& req, FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop: req.status = RequestStatus::kFinishedStopped; break;
+    case FinishReason::kLength: req.status = RequestStatus::kFinishedLength; break;
+    case FinishReason::kAbort: req.status = RequestStatus::kFinishedAborted; break;
+  }
+  req.finish_reason = reason;
+  kv_.free(req.request_id);
+  std::erase(running_, &req);
+  std::erase(waiting_, &req);
+  finished_since_schedule_.push_back(req.request_id);
+}
+
+std::vector<RequestId> Scheduler::finish_request(RequestId request_id, FinishReason reason) {
+  std::vector<RequestId> ids;
+  for (auto& [id, req] : requests_) {
+    if ((id == request_id || req->parent_id == request_id) && !is_finished(req->status)) {
+      ids.push_back(id);
+    }
+  }
+  std::sort(ids.begin(), ids.end());
+  for (RequestId id : ids) {
+    finish(*requests_.at(id), reason);
+    requests_.erase(id);
+  }
+  return ids;
+}
+
+void Scheduler::fork_parent(Request& parent) {
+  const int64_t shared = parent.num_computed_tokens;
+  for (int32_t i = 0; i < parent.best_of; ++i) {
+    std::unique_ptr<Request> child = make_child(parent, i);
+    Request* c = child.get();
+    requests_.emplace(c->request_id, std::move(child));
+    std::optional<kv::ForkResult> fr = kv_.fork(parent.request_id, c->request_id, shared);
+    if (!fr) {
+      // No block for the copy-on-write tail: recompute later, mostly from the prefix cache.
+      c->status = RequestStatus::kWaiting;
+      enqueue_waiting(c, /*front=*/false);
+      continue;
+    }
+    c->num_computed_tokens = shared;
+    c->status = RequestStatus::kRunning;
+    insert_running(c);
+    if (fr->copy_on_write) pending_copies_.push_back(*fr->copy_on_write);
+  }
+  kv_.free(parent.request_id);
+  std::erase(running_, &parent);
+  parent.status = RequestStatus::kForked;
+}
+
+const Request* Scheduler::find(RequestId id) const {
+  auto it = requests_.find(id);
+  return it == requests_.end() ? nullptr : it->second.get();
+}
+
+SchedulerStats Scheduler::stats() const {
+  return SchedulerStats{
+      .num_running = num_running(),
+      .num_waiting = num_waiting(),
+      .num_preemptions = num_preemptions_,
+      .num_steps = num_steps_,
+      .kv = kv_.stats(),
+  };
+}
+
+}  // namespace arbor::sched

@@ -1,0 +1,164 @@
+// Scheduler: decides, each step, which requests run with how many tokens.
+//
+// Step protocol (docs/scheduler.md):
+//   SchedulerOutput out = scheduler.schedule();
+//   StepResult res = executor.execute(out);          // copies blocks, runs the model, samples
+//   std::vector<RequestOutput> outs = scheduler.update_from_output(out, res);
+//
+// schedule() spends a per-step token budget (max_num_batched_tokens) on running requests first
+// (in admission order: decode tokens and the next chunk of unfinished prompts), then on waiting
+// ones (FCFS, or by (priority, arrival) with SchedulingPolicy::kPriority), capping a request's
+// chunk at long_prefill_token_threshold and the running set at max_num_seqs. A newly admitted
+// request skips its prefix-cache hit. When allocate_slots() fails the scheduler preempts the
+// running request with the lowest priority that was admitted last (frees its blocks, queues it
+// at the front of the waiting queue; it later recomputes prompt + outputs, mostly from the
+// prefix cache). A step that preempted admits nobody.
+//
+// Threading: engine thread only; no locks. The spans in a SchedulerOutput point into the
+// scheduler's requests and the KV manager's tables and stay valid until update_from_output().
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "base/status.h"
+#include "kv/kv_cache_manager.h"
+#include "sampling/sampler.h"
+#include "sched/request.h"
+
+namespace arbor::sched {
+
+enum class SchedulingPolicy : uint8_t { kFcfs, kPriority };
+
+struct SchedulerOptions {
+  int32_t max_num_seqs = 64;               // running requests (fork children count), >= 1
+  int32_t max_num_batched_tokens = 2048;   // tokens per step, >= 1
+  // Per-request chunk cap per step; 0 = max_num_batched_tokens (vLLM's name).
+  int32_t long_prefill_token_threshold = 0;
+  int32_t max_waiting_requests = 1024;     // add_request() beyond this is kResourceExhausted
+  // Longest prompt + max_tokens a request may ask for; 0 = only the KV pool bounds it.
+  int64_t max_model_len = 0;
+  SchedulingPolicy policy = SchedulingPolicy::kFcfs;
+  int32_t num_lookahead_tokens = 0;        // speculative slots per running request (later)
+};
+
+// One request's work in a step. The new tokens are
+// token_ids[num_computed_tokens, num_computed_tokens + num_scheduled_tokens).
+struct ScheduledRequest {
+  RequestId request_id = 0;
+  int32_t num_scheduled_tokens = 0;
+  int64_t num_computed_tokens = 0;            // before this step
+  bool is_prompt_chunk = false;               // the new tokens include prompt tokens
+  bool is_new = false;                        // admitted (or resumed) this step
+  bool sample = false;                        // the last new token's logits are sampled
+  std::span<const int32_t> token_ids;         // [num_tokens] prompt + outputs
+  std::span<const int32_t> prompt_token_ids;  // [num_prompt_tokens] (penalties)
+  std::span<const int32_t> output_token_ids;  // [num_output_tokens] (penalties)
+  std::span<const int32_t> block_ids;         // [num_blocks] the whole block table
+  const sampling::SamplingParams* sampling = nullptr;
+  sampling::Rng* rng = nullptr;               // the request's own stream; one draw per sample
+};
+
+struct SchedulerOutput {
+  int64_t step = 0;
+  std::vector<ScheduledRequest> requests;     // running first, then newly admitted
+  std::vector<kv::BlockCopy> block_copies;    // copy-on-write of forks: do before the forward
+  std::vector<RequestId> preempted_ids;       // preempted this step
+  std::vector<RequestId> finished_ids;        // finished since the previous schedule()
+  int32_t total_num_scheduled_tokens = 0;
+  bool empty() const { return requests.empty(); }
+};
+
+struct SampledToken {
+  RequestId request_id = 0;
+  int32_t token_id = 0;
+  float logprob = 0.0f;                              // 0 unless logprobs were asked for
+  std::vector<sampling::TokenLogprob> top_logprobs;  // [num_top] by decreasing logprob
+};
+
+// What the executor returns: one SampledToken per ScheduledRequest with sample == true, in any
+// order.
+struct StepResult {
+  std::vector<SampledToken> sampled;
+};
+
+// What a step changed for one request, for the output path.
+struct RequestOutput {
+  RequestId request_id = 0;
+  RequestId parent_id = 0;        // the user request a fork child belongs to; 0 otherwise
+  int32_t sample_index = 0;
+  std::vector<SampledToken> new_tokens;  // 0 or 1 today; more with speculation
+  std::optional<FinishReason> finish_reason;
+  int64_t num_prompt_tokens = 0;
+  int64_t num_cached_tokens = 0;  // prefix-cache hit at first admission
+  bool first_scheduled = false;   // its first tokens ran this step (queue time ends)
+};
+
+struct SchedulerStats {
+  int32_t num_running = 0;
+  int32_t num_waiting = 0;
+  int64_t num_preemptions = 0;     // total since construction
+  int64_t num_steps = 0;
+  kv::KvCacheStats kv{};
+};
+
+class Scheduler {
+ public:
+  // Takes the KV manager by reference; it must outlive the scheduler. CHECKs the options.
+  Scheduler(const SchedulerOptions& options, kv::KvCacheManager& kv);
+
+  // Queues a validated request (validate_request_spec). Errors: kResourceExhausted when
+  // max_waiting_requests are waiting; kInvalidArgument when prompt + max_tokens exceeds
+  // max_model_len or could never fit in the KV pool, or best_of > max_num_seqs, or a duplicate id.
+  Status add_request(Request request);
+
+  SchedulerOutput schedule();
+  // Appends sampled tokens, checks max_tokens / EOS / stop ids, caches full blocks, forks
+  // parents whose prompt is computed, frees finished requests (forgotten after this call).
+  std::vector<RequestOutput> update_from_output(const SchedulerOutput& output,
+                                                const StepResult& result);
+
+  // Finishes a request from outside (abort, or a stop string seen by the engine) and its fork
+  // children; frees their blocks. Returns the ids finished; empty for an unknown id.
+  std::vector<RequestId> finish_request(RequestId request_id, FinishReason reason);
+
+  bool has_unfinished_requests() const { return !requests_.empty(); }
+  int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
+  int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
+  const Request* find(RequestId id) const;
+  SchedulerStats stats() const;
+  const SchedulerOptions& options() const { return options_; }
+
+ private:
+  struct Budget;
+  void schedule_running(SchedulerOutput& out, Budget& budget);
+  void schedule_waiting(SchedulerOutput& out, Budget& budget);
+  bool try_allocate_running(Request& req, int64_t num_new, std::vector<RequestId>& preempted);
+  void preempt(Request& req);
+  void enqueue_waiting(Request* req, bool front);
+  void insert_running(Request* req);
+  int64_t chunk_size(const Request& req, int64_t num_new, int64_t budget) const;
+  ScheduledRequest make_scheduled(Request& req, int64_t num_new, bool is_new) const;
+  void fork_parent(Request& parent);
+  std::optional<FinishReason> check_stop(const Request& req, int32_t token_id) const;
+  void finish(Request& req, FinishReason reason);
+  int64_t blocks_needed(int64_t num_tokens) const;
+
+  SchedulerOptions options_;
+  kv::KvCacheManager& kv_;
+  std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
+  std::vector<Request*> running_;   // sorted by (priority if kPriority, admit_seq, id)
+  std::deque<Request*> waiting_;    // FCFS order, or (priority, arrival) with kPriority
+  std::vector<kv::BlockCopy> pending_copies_;
+  std::vector<RequestId> finished_since_schedule_;
+  int64_t next_admit_seq_ = 0;
+  int64_t num_preemptions_ = 0;
+  int64_t num_steps_ = 0;
+};
+
+}  // namespace arbor::sched

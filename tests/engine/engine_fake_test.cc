@@ -1,0 +1,212 @@
+// EngineCore with the fake executor: streaming, n / best_of, abort, admission, metrics.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "engine/engine_core.h"
+#include "engine/fake_executor.h"
+#include "engine_test_util.h"
+
+namespace arbor::engine {
+namespace {
+
+using testing::drain;
+
+struct FakeEngine {
+  explicit FakeEngine(EngineOptions o = {}, FakeExecutorOptions f = {}) : fopts(f) {
+    EngineCoreConfig cfg;
+    cfg.options = o;
+    cfg.eos_token_ids = std::vector<int32_t>{2};
+    engine = std::make_unique<EngineCore>(std::make_unique<FakeExecutor>(f), cfg);
+  }
+  std::shared_ptr<RequestStream> submit(GenerateRequest r) {
+    auto s = engine->submit(std::move(r));
+    EXPECT_TRUE(s.ok()) << s.status().to_string();
+    return s.ok() ? *s : nullptr;
+  }
+  FakeExecutorOptions fopts;
+  std::unique_ptr<EngineCore> engine;
+};
+
+GenerateRequest greedy(std::vector<int32_t> prompt, int32_t max_tokens) {
+  GenerateRequest r;
+  r.prompt_token_ids = std::move(prompt);
+  r.sampling.temperature = 0.0f;
+  r.max_tokens = max_tokens;
+  return r;
+}
+
+std::vector<int32_t> fake_alone(std::vector<int32_t> tokens, int32_t n,
+                                const FakeExecutorOptions& o) {
+  std::vector<int32_t> out;
+  for (int32_t i = 0; i < n; ++i) {
+    out.push_back(fake_greedy_token(tokens, o));
+    tokens.push_back(out.back());
+  }
+  return out;
+}
+
+TEST(EngineFake, StreamsOneEventPerTokenThenFinal) {
+  FakeEngine fe;
+  auto s = fe.submit(greedy({5, 6, 7}, 5));
+  const testing::Collected c = drain(*s);
+  EXPECT_EQ(c.token_ids[0], fake_alone({5, 6, 7}, 5, fe.fopts));
+  EXPECT_EQ(c.finish[0], sched::FinishReason::kLength);
+  EXPECT_EQ(c.num_events, 6);  // 5 token events (the last with the finish reason) + final
+  EXPECT_EQ(c.final_event.usage.prompt_tokens, 3);
+  EXPECT_EQ(c.final_event.usage.completion_tokens, 5);
+}
+
+TEST(EngineFake, StopTokenIdEndsTheSample) {
+  FakeEngine fe;
+  const std::vector<int32_t> expect = fake_alone({9, 9}, 6, fe.fopts);
+  GenerateRequest r = greedy({9, 9}, 50);
+  r.stop_token_ids = {expect[3]};
+  const testing::Collected c = drain(*fe.submit(std::move(r)));
+  // The stop id is the last token (as vLLM reports it); nothing after it.
+  EXPECT_EQ(c.token_ids[0], std::vector<int32_t>(expect.begin(), expect.begin() + 4));
+  EXPECT_EQ(c.finish[0], sched::FinishReason::kStop);
+}
+
+TEST(EngineFake, SeededParallelSamplingIsReproducible) {
+  auto run = [] {
+    FakeEngine fe;
+    GenerateRequest r;
+    r.prompt_token_ids = {4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21};
+    r.sampling.temperature = 0.8f;
+    r.sampling.seed = 1234;
+    r.n = 4;
+    r.max_tokens = 12;
+    return drain(*fe.submit(std::move(r)), 4).token_ids;
+  };
+  const auto a = run();
+  const auto b = run();
+  EXPECT_EQ(a, b);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(a[i].size(), 12u);
+  EXPECT_NE(a[0], a[1]);  // each sample has its own Rng stream
+  EXPECT_NE(a[2], a[3]);
+}
+
+TEST(EngineFake, BestOfReturnsTheHighestCumulativeLogprobs) {
+  FakeEngine fe;
+  GenerateRequest r;
+  r.prompt_token_ids = {3, 4, 5, 6, 7};
+  r.sampling.temperature = 1.0f;
+  r.sampling.seed = 99;
+  r.n = 2;
+  r.best_of = 6;
+  r.max_tokens = 8;
+  const testing::Collected c = drain(*fe.submit(std::move(r)), 2);
+  // Recompute every sample's cumulative logprob: the fake's logprob is -((t % 13) + 1) / 10.
+  EXPECT_GE(c.cumulative_logprob[0], c.cumulative_logprob[1]);
+  for (int i = 0; i < 2; ++i) {
+    double sum = 0;
+    for (int32_t t : c.token_ids[i]) sum += -static_cast<float>((t % 13) + 1) / 10.0f;
+    EXPECT_NEAR(c.cumulative_logprob[i], sum, 1e-4);
+  }
+  EXPECT_EQ(c.final_event.usage.completion_tokens, 6 * 8);  // all best_of samples count
+}
+
+TEST(EngineFake, AbortReturnsEveryBlock) {
+  EngineOptions o;
+  o.block_size = 4;
+  FakeExecutorOptions f;
+  f.block_size = 4;
+  f.num_kv_blocks = 400;
+  f.step_delay_us = 500;
+  FakeEngine fe(o, f);
+  const int32_t free_at_start = fe.engine->num_free_blocks();
+  GenerateRequest r = greedy(std::vector<int32_t>(37, 8), 300);
+  r.request_id = "victim";
+  r.n = 4;
+  r.sampling.temperature = 1.0f;
+  auto s = fe.submit(std::move(r));
+  auto other = fe.submit(greedy({4, 4, 4}, 300));
+  // Wait for a few tokens, then abort mid-generation.
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(s->next().has_value());
+  for (int i = 0; i < 200 && fe.engine->num_free_blocks() == free_at_start; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_LT(fe.engine->num_free_blocks(), free_at_start);
+  fe.engine->abort("victim");
+  fe.engine->abort(other->request_id());
+  const testing::Collected c = drain(*s, 4);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(c.finish[i], sched::FinishReason::kAbort);
+  drain(*other);
+  fe.engine->wait_idle();
+  // The engine publishes after the aborts are handled; poll the next publication.
+  for (int i = 0; i < 100 && fe.engine->num_free_blocks() != free_at_start; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(fe.engine->num_free_blocks(), free_at_start);
+  EXPECT_EQ(fe.engine->metrics().num_requests_aborted, 2);
+}
+
+TEST(EngineFake, AdmissionControlRejectsOverflowWithAClearError) {
+  EngineOptions o;
+  o.max_num_seqs = 1;
+  o.max_waiting_requests = 2;
+  FakeExecutorOptions f;
+  f.step_delay_us = 20000;  // 100 ms per request: the 10 submissions outpace the engine
+  FakeEngine fe(o, f);
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 10; ++i) streams.push_back(fe.submit(greedy({5, 6}, 5)));
+  int rejected = 0;
+  int completed = 0;
+  for (auto& s : streams) {
+    const testing::Collected c = drain(*s);
+    if (c.final_event.error.ok()) {
+      ++completed;
+      EXPECT_EQ(c.token_ids[0].size(), 5u);
+    } else {
+      ++rejected;
+      EXPECT_EQ(c.final_event.error.code(), StatusCode::kResourceExhausted);
+      EXPECT_NE(c.final_event.error.message().find("waiting queue is full"), std::string::npos);
+    }
+  }
+  EXPECT_GT(rejected, 0);
+  EXPECT_GE(completed, 2);  // at least the two that fit the waiting queue
+  EXPECT_EQ(fe.engine->metrics().num_requests_rejected, rejected);
+}
+
+TEST(EngineFake, InvalidRequestsFailAtSubmit) {
+  FakeEngine fe;
+  EXPECT_EQ(fe.engine->submit(greedy({}, 5)).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(fe.engine->submit(greedy({600}, 5)).status().code(), StatusCode::kInvalidArgument);
+  GenerateRequest r = greedy({5}, 5);
+  r.stop = {"x"};  // no tokenizer
+  EXPECT_EQ(fe.engine->submit(std::move(r)).status().code(), StatusCode::kInvalidArgument);
+  GenerateRequest a = greedy({5}, 3);
+  a.request_id = "same";
+  auto s = fe.submit(a);
+  EXPECT_EQ(fe.engine->submit(a).status().code(), StatusCode::kInvalidArgument);
+  drain(*s);
+}
+
+TEST(EngineFake, MetricsCountTokensAndLatencies) {
+  FakeExecutorOptions f;
+  f.step_delay_us = 200;
+  FakeEngine fe({}, f);
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 8; ++i) streams.push_back(fe.submit(greedy({5, 6, 7, 8}, 10)));
+  for (auto& s : streams) drain(*s);
+  fe.engine->wait_idle();
+  const EngineMetricsSnapshot m = fe.engine->metrics();
+  EXPECT_EQ(m.num_requests_finished, 8);
+  EXPECT_EQ(m.num_prompt_tokens, 32);
+  EXPECT_EQ(m.num_generation_tokens, 80);
+  EXPECT_EQ(m.ttft_s.count(), 8u);
+  EXPECT_EQ(m.e2e_s.count(), 8u);
+  EXPECT_EQ(m.queue_time_s.count(), 8u);
+  EXPECT_EQ(m.inter_token_s.count(), 72u);
+  EXPECT_GT(m.inter_token_s.sum(), 0.0);
+  uint64_t buckets = 0;
+  for (uint64_t b : m.inter_token_s.counts()) buckets += b;
+  EXPECT_EQ(buckets, 72u);
+  EXPECT_EQ(m.batch_size.count(), static_cast<uint64_t>(m.num_steps));
+  EXPECT_EQ(m.tokens_per_step.sum(), 32 + 80 - 8);  // the last token of each is never run
+  EXPECT_EQ(m.kv_usage, 0.0);
+}
+
+}  // namespace
+}  // namespace arbor::engine

@@ -1,0 +1,64 @@
+// Helpers for engine tests: drain a stream, random prompts, the stories260K model path.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/engine_core.h"
+
+namespace arbor::engine::testing {
+
+inline std::string stories260k_path() {
+  return std::string(ARBOR_SHARED_DIR) + "/models/stories260K/stories260K.gguf";
+}
+
+struct Collected {
+  std::vector<std::vector<int32_t>> token_ids;  // [n] per sample index
+  std::vector<std::string> text;                // [n]
+  std::vector<std::optional<sched::FinishReason>> finish;  // [n]
+  std::vector<double> cumulative_logprob;       // [n]
+  StreamEvent final_event;
+  int num_events = 0;
+};
+
+// Reads every event of `stream` until the final one.
+inline Collected drain(RequestStream& stream, int32_t n = 1) {
+  Collected c;
+  c.token_ids.resize(n);
+  c.text.resize(n);
+  c.finish.resize(n);
+  c.cumulative_logprob.resize(n);
+  while (std::optional<StreamEvent> e = stream.next()) {
+    ++c.num_events;
+    if (e->final) {
+      c.final_event = std::move(*e);
+      break;
+    }
+    EXPECT_LT(e->index, n);
+    if (e->index >= n) continue;
+    auto& ids = c.token_ids[e->index];
+    ids.insert(ids.end(), e->token_ids.begin(), e->token_ids.end());
+    c.text[e->index] += e->text;
+    c.cumulative_logprob[e->index] = e->cumulative_logprob;
+    if (e->finish_reason) {
+      EXPECT_FALSE(c.finish[e->index].has_value()) << "two finish events for one sample";
+      c.finish[e->index] = e->finish_reason;
+    }
+  }
+  EXPECT_TRUE(c.final_event.final);
+  EXPECT_FALSE(stream.next().has_value());
+  return c;
+}
+
+// Token ids in [3, vocab) (no BOS/EOS/unk).
+inline std::vector<int32_t> random_prompt(std::mt19937_64& rng, int32_t length, int32_t vocab) {
+  std::uniform_int_distribution<int32_t> tok(3, vocab - 1);
+  std::vector<int32_t> p(length);
+  for (int32_t& t : p) t = tok(rng);
+  return p;
+}
+
+}  // namespace arbor::engine::testing

@@ -1,0 +1,84 @@
+// SampleText: stop strings matched across token boundaries, never leaked; valid UTF-8 deltas.
+#include <gtest/gtest.h>
+
+#include "engine/output_processor.h"
+#include "engine_test_util.h"
+#include "gguf/gguf.h"
+#include "tokenizer/tokenizer.h"
+
+namespace arbor::engine {
+namespace {
+
+std::unique_ptr<tokenizer::Tokenizer> load_tokenizer() {
+  auto t = tokenizer::Tokenizer::from_file(testing::stories260k_path());
+  EXPECT_TRUE(t.ok()) << t.status().to_string();
+  return std::move(*t);
+}
+
+struct Fed {
+  std::string text;
+  std::vector<std::string> deltas;
+  bool stopped = false;
+  size_t tokens_fed = 0;
+};
+
+Fed feed(const tokenizer::Tokenizer& tok, const std::vector<int32_t>& ids,
+         std::vector<std::string> stops) {
+  SampleText st(tok, {}, std::move(stops));
+  Fed f;
+  for (int32_t id : ids) {
+    ++f.tokens_fed;
+    SampleText::Delta d = st.add(id);
+    f.deltas.push_back(d.text);
+    f.text += d.text;
+    if (d.stopped) {
+      f.stopped = true;
+      return f;
+    }
+  }
+  f.deltas.push_back(st.finish());
+  f.text += f.deltas.back();
+  return f;
+}
+
+TEST(SampleText, StopStringAcrossTokensIsCutAndNeverLeaked) {
+  auto tok = load_tokenizer();
+  const std::string text = "Once upon a time, there was a little girl named Lily.";
+  const std::vector<int32_t> ids = tok->encode(text, {.add_bos = false});
+  const std::string decoded = tok->decode(ids);
+  ASSERT_GT(ids.size(), 5u);
+  for (const std::string stop : {"little girl", "e w", "Lily", "ce upon", ".", "zzz"}) {
+    SCOPED_TRACE(stop);
+    const Fed f = feed(*tok, ids, {stop, "never appears"});
+    const size_t at = decoded.find(stop);
+    EXPECT_EQ(f.text, decoded.substr(0, at));
+    EXPECT_EQ(f.stopped, at != std::string::npos);
+    for (const std::string& d : f.deltas) EXPECT_EQ(d.find(stop), std::string::npos);
+  }
+}
+
+TEST(SampleText, HoldsBackOnlyAPossibleStopPrefix) {
+  auto tok = load_tokenizer();
+  const std::vector<int32_t> ids = tok->encode("the cat sat", {.add_bos = false});
+  // "sat down" never completes: "sat" is held until the end, then released by finish().
+  const Fed f = feed(*tok, ids, {"sat down"});
+  EXPECT_FALSE(f.stopped);
+  EXPECT_EQ(f.text, tok->decode(ids));
+  EXPECT_EQ(f.deltas.back().find("sat"), f.deltas.back().size() - 3) << f.deltas.back();
+}
+
+TEST(SampleText, MultibyteCharactersAreNeverSplit) {
+  auto tok = load_tokenizer();
+  const std::vector<int32_t> ids = tok->encode("café ☃ naïve", {.add_bos = false});
+  const Fed f = feed(*tok, ids, {"ve!"});
+  EXPECT_EQ(f.text, tok->decode(ids));
+  for (const std::string& d : f.deltas) {
+    // No delta ends inside a UTF-8 sequence: continuation bytes only follow a lead byte.
+    if (!d.empty()) {
+      EXPECT_NE(static_cast<unsigned char>(d[0]) & 0xC0, 0x80) << d;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace arbor::engine

@@ -1,0 +1,176 @@
+// Iteration tables: which requests run with how many tokens at each step.
+#include <gtest/gtest.h>
+
+#include "sched_harness.h"
+
+namespace arbor::sched {
+namespace {
+
+using testing::Harness;
+using testing::iota_prompt;
+using Table = std::vector<std::string>;
+
+SchedulerOptions sopts(int32_t budget, int32_t max_seqs = 8, int32_t chunk_cap = 0) {
+  SchedulerOptions o;
+  o.max_num_batched_tokens = budget;
+  o.max_num_seqs = max_seqs;
+  o.long_prefill_token_threshold = chunk_cap;
+  return o;
+}
+
+kv::KvCacheManagerOptions kopts(int32_t num_blocks, int32_t block_size = 4) {
+  return {.num_blocks = num_blocks, .block_size = block_size};
+}
+
+TEST(SchedulerTable, ChunkedPrefillFillsTheBudgetRunningFirst) {
+  Harness h(sopts(32), kopts(64));
+  ASSERT_TRUE(h.add("A", iota_prompt(50), 3).ok());
+  ASSERT_TRUE(h.add("B", iota_prompt(10, 40), 2).ok());
+  // Step 0: A's first chunk takes the whole budget, B waits. Step 1: A's last 18 prompt
+  // tokens, B's whole prompt in the remaining 14. Then one decode token each.
+  EXPECT_EQ(h.run(), (Table{"A:32", "A:18 B:10", "A:1 B:1 done:B", "A:1 done:A"}));
+  EXPECT_EQ(h.kv.num_free_blocks(), 63);
+}
+
+TEST(SchedulerTable, LongPrefillThresholdCapsEachChunk) {
+  Harness h(sopts(16, 8, /*chunk_cap=*/8), kopts(64));
+  ASSERT_TRUE(h.add("A", iota_prompt(20), 2).ok());
+  ASSERT_TRUE(h.add("B", iota_prompt(5, 40), 2).ok());
+  ASSERT_TRUE(h.add("C", iota_prompt(3, 60), 1).ok());
+  EXPECT_EQ(h.run(), (Table{"A:8 B:5 C:3 done:C", "A:8 B:1 done:B", "A:4", "A:1 done:A"}));
+}
+
+TEST(SchedulerTable, PrefixHitSkipsCachedBlocks) {
+  Harness h(sopts(64), kopts(64));
+  ASSERT_TRUE(h.add("A", iota_prompt(12), 2).ok());
+  EXPECT_EQ(h.run(), (Table{"A:12", "A:1 done:A"}));
+  // B extends A's prompt: A's 3 full prompt blocks (12 tokens) hit, 3 tokens remain.
+  std::vector<int32_t> longer = iota_prompt(12);
+  longer.insert(longer.end(), {70, 71, 72});
+  ASSERT_TRUE(h.add("B", longer, 1).ok());
+  EXPECT_EQ(h.run(), (Table{"B:3 done:B"}));
+  ASSERT_EQ(h.last_outputs.size(), 1u);
+  EXPECT_EQ(h.last_outputs[0].num_cached_tokens, 12);
+  // C equals A's prompt: one token must stay to compute, so only 2 blocks (8 tokens) hit.
+  ASSERT_TRUE(h.add("C", iota_prompt(12), 1).ok());
+  EXPECT_EQ(h.run(), (Table{"C:4 done:C"}));
+  EXPECT_EQ(h.tokens["C"][0], h.tokens["A"][0]);
+}
+
+TEST(SchedulerTable, PreemptsMostRecentlyAdmittedAndRecomputes) {
+  // 6 usable blocks of 4 tokens; three requests of 4 + 10 tokens need 4 blocks each.
+  Harness h(sopts(64), kopts(7));
+  ASSERT_TRUE(h.add("A", iota_prompt(4, 3), 10).ok());
+  ASSERT_TRUE(h.add("B", iota_prompt(4, 20), 10).ok());
+  ASSERT_TRUE(h.add("C", iota_prompt(4, 40), 10).ok());
+  const Table expected{
+      "A:4 B:4 C:4", "A:1 B:1 C:1", "A:1 B:1 C:1", "A:1 B:1 C:1", "A:1 B:1 C:1",
+      // A and B need a third block: C (admitted last) goes, and nobody is admitted that step.
+      "A:1 B:1 preempt:C", "A:1 B:1", "A:1 B:1", "A:1 B:1",
+      // A needs a fourth block: B (now the last admitted) goes and A takes B's freed tail
+      // block (evicting its hash).
+      "A:1 preempt:B done:A",
+      // B resumes from its 2 surviving cached blocks (8 of 13 tokens); C needs 3 blocks for its
+      // prompt + 5 outputs but only 2 are free, so it waits one more step.
+      "B:5 done:B", "C:9", "C:1", "C:1", "C:1", "C:1 done:C"};
+  EXPECT_EQ(h.run(), expected);
+  EXPECT_EQ(h.sched.stats().num_preemptions, 2);
+  EXPECT_EQ(h.kv.num_free_blocks(), 6);
+}
+
+TEST(SchedulerTable, PriorityPolicyPreemptsLowestPriorityFirst) {
+  SchedulerOptions o = sopts(64);
+  o.policy = SchedulingPolicy::kPriority;
+  Harness h(o, kopts(7));
+  ASSERT_TRUE(h.add("A", iota_prompt(4, 3), 12, /*priority=*/1).ok());
+  EXPECT_EQ(h.step(), "A:4");
+  ASSERT_TRUE(h.add("B", iota_prompt(4, 20), 12, /*priority=*/0).ok());
+  Table rows;
+  for (int i = 0; i < 9; ++i) rows.push_back(h.step());
+  // B (priority 0) runs before A once admitted; when blocks run out, A (admitted first but
+  // priority 1) is the victim.
+  EXPECT_EQ(rows, (Table{"A:1 B:4", "B:1 A:1", "B:1 A:1", "B:1 A:1", "B:1 A:1", "B:1 A:1",
+                         "B:1 A:1", "B:1 A:1", "B:1 preempt:A"}));
+}
+
+TEST(SchedulerTable, AdmissionLimits) {
+  SchedulerOptions o = sopts(64, /*max_seqs=*/2);
+  o.max_waiting_requests = 2;
+  Harness h(o, kopts(9));  // 8 usable blocks = 32 tokens
+  ASSERT_TRUE(h.add("A", iota_prompt(4), 3).ok());
+  ASSERT_TRUE(h.add("B", iota_prompt(4, 20), 3).ok());
+  const Status full = h.add("C", iota_prompt(4, 40), 3);
+  EXPECT_EQ(full.code(), StatusCode::kResourceExhausted) << full.to_string();
+  EXPECT_NE(full.message().find("waiting queue is full"), std::string::npos);
+  const Status too_long = h.add("X", iota_prompt(20), 13);  // 33 tokens > 32 slots
+  EXPECT_EQ(too_long.code(), StatusCode::kInvalidArgument) << too_long.to_string();
+  EXPECT_EQ(h.step(), "A:4 B:4");
+  ASSERT_TRUE(h.add("C", iota_prompt(4, 40), 3).ok());
+  // max_num_seqs = 2: C waits until a slot frees.
+  EXPECT_EQ(h.run(), (Table{"A:1 B:1", "A:1 B:1 done:A done:B", "C:4", "C:1", "C:1 done:C"}));
+}
+
+TEST(SchedulerTable, ForkSharesPromptBlocksAndCopiesTheTail) {
+  Harness h(sopts(64), kopts(64));
+  const int32_t free_at_start = h.kv.num_free_blocks();
+  ASSERT_TRUE(h.add("P", iota_prompt(10), 2, 0, /*best_of=*/3).ok());
+  // The parent computes 9 of 10 prompt tokens, then forks into P0..P2.
+  EXPECT_EQ(h.step(), "P:9");
+  const RequestId p = h.id("P");
+  std::vector<std::span<const kv::BlockId>> tables;
+  for (int i = 0; i < 3; ++i) tables.push_back(h.kv.block_ids(child_request_id(p, i)));
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(tables[i].size(), 3u);
+    EXPECT_EQ(tables[i][0], tables[0][0]);
+    EXPECT_EQ(tables[i][1], tables[0][1]);
+  }
+  EXPECT_NE(tables[0][2], tables[1][2]);
+  EXPECT_NE(tables[1][2], tables[2][2]);
+  EXPECT_FALSE(h.kv.has_request(p));
+  const std::string copies = "copy:3>" + std::to_string(tables[0][2]) + " copy:3>" +
+                             std::to_string(tables[1][2]) + " copy:3>" +
+                             std::to_string(tables[2][2]) + " ";
+  EXPECT_EQ(h.step(), copies + "P.0:1 P.1:1 P.2:1");
+  EXPECT_EQ(h.run(), (Table{"P.0:1 P.1:1 P.2:1 done:P.0 done:P.1 done:P.2"}));
+  EXPECT_EQ(h.tokens["P.0"], h.tokens["P.1"]);  // greedy fake: same tokens
+  EXPECT_EQ(h.kv.num_free_blocks(), free_at_start);
+}
+
+TEST(SchedulerTable, AbortMidGenerationReturnsEveryBlock) {
+  Harness h(sopts(16), kopts(32));
+  const int32_t free_at_start = h.kv.num_free_blocks();
+  ASSERT_TRUE(h.add("P", iota_prompt(30), 20, 0, /*best_of=*/4).ok());
+  ASSERT_TRUE(h.add("Q", iota_prompt(7, 50), 20).ok());
+  for (int i = 0; i < 4; ++i) h.step();
+  EXPECT_GT(h.kv.stats().num_used_blocks, 0);
+  const std::vector<RequestId> ids = h.sched.finish_request(h.id("P"), FinishReason::kAbort);
+  EXPECT_EQ(ids.size(), 4u);
+  EXPECT_EQ(h.sched.finish_request(h.id("Q"), FinishReason::kAbort).size(), 1u);
+  EXPECT_FALSE(h.sched.has_unfinished_requests());
+  EXPECT_EQ(h.kv.num_free_blocks(), free_at_start);
+  EXPECT_EQ(h.kv.stats().num_used_blocks, 0);
+  EXPECT_TRUE(h.sched.finish_request(h.id("P"), FinishReason::kAbort).empty());
+}
+
+TEST(SchedulerTable, StopTokenAndEos) {
+  Harness h(sopts(64), kopts(64));
+  RequestSpec spec;
+  spec.request_id = 7;
+  spec.prompt_token_ids = iota_prompt(5);
+  spec.stop.max_tokens = 50;
+  spec.sampling.temperature = 0;
+  const int32_t first = testing::fake_next_token(spec.prompt_token_ids);
+  spec.stop.eos_token_ids = {first};
+  spec.stop.ignore_eos = true;  // EOS ignored ...
+  std::vector<int32_t> with_first = spec.prompt_token_ids;
+  with_first.push_back(first);
+  spec.stop.stop_token_ids = {testing::fake_next_token(with_first)};  // ... the stop id is not
+  ASSERT_TRUE(h.sched.add_request(make_request(spec)).ok());
+  h.run();
+  ASSERT_EQ(h.last_outputs.size(), 1u);
+  EXPECT_EQ(h.last_outputs[0].finish_reason, FinishReason::kStop);
+  EXPECT_EQ(h.tokens["?"].size(), 2u);
+}
+
+}  // namespace
+}  // namespace arbor::sched
