@@ -1,0 +1,140 @@
+// arbor serve: the OpenAI- and TGI-compatible HTTP server (docs/server.md).
+//
+//   arbor serve -m MODEL [--host 127.0.0.1] [--port 8080] [engine flags]
+//
+// Loads the model and its tokenizer, starts the engine thread, and serves HTTP on one I/O
+// thread until SIGINT/SIGTERM, then drains (--shutdown-timeout) and exits 0.
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "base/log.h"
+#include "base/mapped_file.h"
+#include "cli/command.h"
+#include "cli/engine_flags.h"
+#include "engine/cpu_executor.h"
+#include "engine/engine_core.h"
+#include "kernels/cpu_features.h"
+#include "server/chat_renderer.h"
+#include "server/server.h"
+
+namespace arbor::cli {
+namespace {
+
+struct Options {
+  std::string model;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string port_file;
+  std::string served_model_name;
+  std::string chat_template;
+  engine::EngineOptions engine;
+  double body_limit_mib = 8.0;
+  double shutdown_timeout_s = 10.0;
+  double sse_keepalive_s = 15.0;
+  double idle_timeout_s = 120.0;
+  int32_t max_n = 16;
+};
+
+void log_configuration(const Options& o, engine::CpuModelExecutor& exec, int64_t free_blocks,
+                       const server::ModelInfo& info, uint16_t port) {
+  auto& runner = exec.runner();
+  ARBOR_LOG(kInfo) << "model " << o.model << " served as '" << info.name
+                   << "': " << runner.config().summary();
+  ARBOR_LOG(kInfo) << "kv cache: " << free_blocks << " usable blocks x " << exec.block_size()
+                   << " tokens; max_num_seqs " << o.engine.max_num_seqs
+                   << ", max_num_batched_tokens " << o.engine.max_num_batched_tokens
+                   << ", max_waiting_requests " << o.engine.max_waiting_requests
+                   << ", prefix caching " << (o.engine.enable_prefix_caching ? "on" : "off");
+  ARBOR_LOG(kInfo) << "threads " << runner.pool().num_threads() << ", cpu "
+                   << kernels::isa_summary() << "; context " << info.context_length
+                   << ", chat template " << (info.chat != nullptr ? "yes" : "none");
+  ARBOR_LOG(kInfo) << "listening on http://" << o.host << ":" << port;
+}
+
+Status run(const Options& o) {
+  engine::EngineOptions eo = o.engine;
+  ARBOR_ASSIGN_OR_RETURN(auto exec, engine::CpuModelExecutor::load(o.model, eo));
+  ARBOR_ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::from_file(o.model));
+  engine::CpuModelExecutor& exec_ref = *exec;
+  ARBOR_ASSIGN_OR_RETURN(auto chat, server::make_chat_renderer(*tok, o.chat_template));
+  server::ModelInfo info;
+  info.name = o.served_model_name.empty() ? std::filesystem::path(o.model).stem().string()
+                                          : o.served_model_name;
+  info.path = o.model;
+  info.tokenizer = tok.get();
+  info.context_length = exec->runner().config().context_length;
+  info.vocab_size = exec->vocab_size();
+  info.created = std::chrono::duration_cast<std::chrono::seconds>(
+                     std::chrono::system_clock::now().time_since_epoch())
+                     .count();
+  info.max_n = o.max_n;
+  info.chat = chat.get();
+  engine::EngineCoreConfig cfg;
+  cfg.options = eo;
+  cfg.tokenizer = tok.get();
+  engine::EngineCore core(std::move(exec), cfg);
+  server::ApiServerOptions so;
+  so.http.host = o.host;
+  so.http.port = static_cast<uint16_t>(o.port);
+  so.http.body_limit = static_cast<size_t>(o.body_limit_mib * (1 << 20));
+  so.http.sse_keepalive_s = o.sse_keepalive_s;
+  so.http.idle_timeout_s = o.idle_timeout_s;
+  so.shutdown_timeout_s = o.shutdown_timeout_s;
+  so.kv_blocks_total = core.num_free_blocks();
+  so.max_concurrent_requests = eo.max_num_seqs;
+  ARBOR_ASSIGN_OR_RETURN(auto server, server::ApiServer::create(core, info, so));
+  log_configuration(o, exec_ref, so.kv_blocks_total, info, server->port());
+  if (!o.port_file.empty()) {
+    ARBOR_RETURN_IF_ERROR(write_file_atomic(o.port_file, std::to_string(server->port())));
+  }
+  server->run();
+  ARBOR_LOG(kInfo) << "server stopped";
+  return ok_status();
+}
+
+void setup(CLI::App& app) {
+  auto* sub = app.add_subcommand("serve", "Serve a model over HTTP (OpenAI and TGI APIs)");
+  auto o = std::make_shared<Options>();
+  sub->add_option("-m,--model", o->model, "GGUF model file")->required();
+  sub->add_option("--host", o->host, "Address to bind")->capture_default_str();
+  sub->add_option("--port", o->port, "Port to bind; 0 = any free port")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  sub->add_option("--port-file", o->port_file, "Write the bound port to this file once listening");
+  sub->add_option("--served-model-name", o->served_model_name,
+                  "Model name in the API (default: the file name without extension)");
+  sub->add_option("--chat-template", o->chat_template,
+                  "Chat template: a builtin name or a file; default: the model's own");
+  sub->add_option("-t,--threads", o->engine.num_threads, "Forward threads; 0 = all cores")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  sub->add_option("--max-body-mib", o->body_limit_mib, "Request body limit (MiB); larger is 413")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sub->add_option("--shutdown-timeout", o->shutdown_timeout_s,
+                  "Seconds running requests get to finish after SIGTERM/SIGINT")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  sub->add_option("--sse-keepalive", o->sse_keepalive_s,
+                  "Seconds of stream silence before a keep-alive comment; 0 = never")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  sub->add_option("--idle-timeout", o->idle_timeout_s,
+                  "Seconds an idle connection stays open between requests; 0 = forever")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  sub->add_option("--max-n", o->max_n, "Limit on n and best_of per request")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  add_engine_flags(*sub, &o->engine);
+  sub->callback([o] { exit_on_error(run(*o)); });
+}
+
+ARBOR_REGISTER_COMMAND(setup);
+
+}  // namespace
+}  // namespace arbor::cli

@@ -1,0 +1,231 @@
+#include "server/api_common.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace arbor::server {
+
+using nlohmann::json;
+
+namespace {
+
+const char* type_name(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::object: return "an object";
+    case json::value_t::array: return "an array";
+    case json::value_t::string: return "a string";
+    case json::value_t::boolean: return "a boolean";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned: return "an integer";
+    case json::value_t::number_float: return "a number";
+    case json::value_t::binary:
+    case json::value_t::discarded: return "a value";
+  }
+  return "a value";
+}
+
+ApiError wrong_type(const char* name, const char* expected, const json& v) {
+  return invalid_param(name, str_cat("'", name, "' must be ", expected, ", got ", type_name(v)));
+}
+
+const json* field(const json& o, const char* name) {
+  auto it = o.find(name);
+  if (it == o.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+}  // namespace
+
+// nlohmann's parser and destructor recurse per nesting level, so a deep body ("[[[[...") would
+// overflow the stack. Requests never need much depth: reject it before parsing.
+constexpr int kMaxJsonDepth = 64;
+
+int json_depth(std::string_view body) {
+  int depth = 0;
+  int max_depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < body.size(); ++i) {
+    const char c = body[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      max_depth = std::max(max_depth, ++depth);
+      if (max_depth > kMaxJsonDepth) break;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return max_depth;
+}
+
+std::optional<ApiError> parse_json_object(std::string_view body, json* out) {
+  if (body.empty()) return malformed_body("the request body is empty; expected a JSON object");
+  if (json_depth(body) > kMaxJsonDepth) {
+    return malformed_body(str_cat("the request body nests deeper than ", kMaxJsonDepth, " levels"));
+  }
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::exception& e) {
+    // nlohmann reports where parsing stopped ("at line 1, column 9: ...").
+    return malformed_body(str_cat("the request body is not valid JSON: ", e.what()));
+  }
+  if (!j.is_object()) {
+    return malformed_body(str_cat("the request body must be a JSON object, got ", type_name(j)));
+  }
+  *out = std::move(j);
+  return std::nullopt;
+}
+
+std::optional<ApiError> read_bool(const json& o, const char* name, bool* out) {
+  const json* v = field(o, name);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_boolean()) return wrong_type(name, "a boolean", *v);
+  *out = v->get<bool>();
+  return std::nullopt;
+}
+
+std::optional<ApiError> read_int(const json& o, const char* name, int64_t lo, int64_t hi,
+                                 int64_t* out) {
+  const json* v = field(o, name);
+  if (v == nullptr) return std::nullopt;
+  if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+    return invalid_param(name, str_cat("'", name, "' is ", v->get<uint64_t>(),
+                                       ", must be at most ", hi));
+  }
+  if (!v->is_number_integer()) return wrong_type(name, "an integer", *v);
+  const int64_t x = v->get<int64_t>();
+  if (x < lo || x > hi) {
+    return invalid_param(name, str_cat("'", name, "' is ", x, ", must be in [", lo, ", ", hi,
+                                       "]"));
+  }
+  *out = x;
+  return std::nullopt;
+}
+
+std::optional<ApiError> read_int32(const json& o, const char* name, int64_t lo, int64_t hi,
+                                   int32_t* out) {
+  int64_t x = *out;
+  ARBOR_API_TRY(read_int(o, name, lo, hi, &x));
+  *out = static_cast<int32_t>(x);
+  return std::nullopt;
+}
+
+std::optional<ApiError> read_float(const json& o, const char* name, double lo, double hi,
+                                   bool lo_open, float* out) {
+  const json* v = field(o, name);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_number()) return wrong_type(name, "a number", *v);
+  const double x = v->get<double>();
+  const bool below = lo_open ? !(x > lo) : !(x >= lo);
+  if (!std::isfinite(x) || below || x > hi) {
+    return invalid_param(name, str_cat("'", name, "' is ", x, ", must be in ",
+                                       lo_open ? "(" : "[", lo, ", ", hi, "]"));
+  }
+  *out = static_cast<float>(x);
+  return std::nullopt;
+}
+
+std::optional<ApiError> read_string(const json& o, const char* name, std::string* out) {
+  const json* v = field(o, name);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_string()) return wrong_type(name, "a string", *v);
+  *out = v->get<std::string>();
+  return std::nullopt;
+}
+
+std::optional<ApiError> read_stop(const json& o, const char* name, size_t max,
+                                  std::vector<std::string>* out) {
+  const json* v = field(o, name);
+  if (v == nullptr) return std::nullopt;
+  std::vector<std::string> stops;
+  if (v->is_string()) {
+    stops.push_back(v->get<std::string>());
+  } else if (v->is_array()) {
+    for (const json& s : *v) {
+      if (!s.is_string()) return wrong_type(name, "a string or an array of strings", s);
+      stops.push_back(s.get<std::string>());
+    }
+  } else {
+    return wrong_type(name, "a string or an array of strings", *v);
+  }
+  if (stops.size() > max) {
+    return invalid_param(name, str_cat("'", name, "' has ", stops.size(),
+                                       " strings, at most ", max, " are allowed"));
+  }
+  for (const std::string& s : stops) {
+    if (s.empty()) return invalid_param(name, str_cat("'", name, "' has an empty string"));
+  }
+  *out = std::move(stops);
+  return std::nullopt;
+}
+
+std::optional<ApiError> check_model(const json& o, const ModelInfo& model) {
+  const json* v = field(o, "model");
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_string()) return wrong_type("model", "a string", *v);
+  const std::string name = v->get<std::string>();
+  if (name != model.name && name != model.path) return model_not_found(name);
+  return std::nullopt;
+}
+
+std::optional<ApiError> check_lengths(const ModelInfo& model, size_t num_prompt_tokens,
+                                      bool explicit_max, const char* max_name,
+                                      int32_t* max_tokens) {
+  const int64_t ctx = model.context_length;
+  const int64_t len = static_cast<int64_t>(num_prompt_tokens);
+  if (len >= ctx) {
+    ApiError e = invalid_param("prompt", str_cat("the prompt has ", len,
+                                                 " tokens, the model's context length is ", ctx,
+                                                 " (at least one token must be generated)"));
+    e.code = "context_length_exceeded";
+    return e;
+  }
+  if (!explicit_max) {
+    *max_tokens = static_cast<int32_t>(std::min<int64_t>(*max_tokens, ctx - len));
+    return std::nullopt;
+  }
+  if (len + *max_tokens > ctx) {
+    ApiError e = invalid_param(max_name, str_cat("the prompt has ", len, " tokens and '", max_name,
+                                                 "' is ", *max_tokens, ": ", len + *max_tokens,
+                                                 " exceeds the model's context length of ", ctx));
+    e.code = "context_length_exceeded";
+    return e;
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> read_token_ids(const json& array, const char* name,
+                                       const ModelInfo& model, std::vector<int32_t>* out) {
+  out->clear();
+  for (const json& t : array) {
+    if (!t.is_number_integer()) return wrong_type(name, "an array of token ids", t);
+    const int64_t id = t.get<int64_t>();
+    if (id < 0 || id >= model.vocab_size) {
+      return invalid_param(name, str_cat("token id ", id, " in '", name, "' is outside [0, ",
+                                         model.vocab_size, ")"));
+    }
+    out->push_back(static_cast<int32_t>(id));
+  }
+  return std::nullopt;
+}
+
+std::string finish_reason_string(const std::optional<sched::FinishReason>& reason) {
+  if (!reason) return "";
+  return std::string(sched::finish_reason_name(*reason));
+}
+
+std::string dump_json(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string sse_data(const json& j) { return str_cat("data: ", dump_json(j), "\n\n"); }
+
+}  // namespace arbor::server

@@ -1,0 +1,99 @@
+// What the API layers (openai_api, tgi_api) share: the served model's facts, the per-request
+// ResponseBuilder that turns engine events into bytes, and typed readers of JSON request fields
+// that produce ApiErrors naming the field and the limit.
+//
+// Unknown fields are ignored (as the OpenAI API and vLLM's default do), so clients that send
+// newer or vendor-specific fields keep working; they are logged at debug level.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "engine/engine_core.h"
+#include "server/api_errors.h"
+#include "tokenizer/tokenizer.h"
+
+namespace arbor::server {
+
+class ChatRenderer;
+
+// Facts about the served model. Immutable after startup; any thread.
+struct ModelInfo {
+  std::string name;                               // served model name ("model" field)
+  std::string path;                               // the GGUF file
+  const tokenizer::Tokenizer* tokenizer = nullptr;
+  int32_t context_length = 0;                     // tokens (prompt + generated)
+  int32_t vocab_size = 0;
+  int64_t created = 0;                            // unix seconds of startup
+  int32_t max_n = 16;                             // limit on n and best_of
+  const ChatRenderer* chat = nullptr;             // nullptr: /v1/chat/completions answers 400
+};
+
+// Turns one request's engine events into response bytes. I/O thread only.
+class ResponseBuilder {
+ public:
+  virtual ~ResponseBuilder() = default;
+  virtual bool streaming() const = 0;
+  virtual ApiFlavor flavor() const = 0;
+  // A non-final event: bytes to stream now ("" for none), or nothing while collecting.
+  virtual std::string on_event(const engine::StreamEvent& ev) = 0;
+  // The final event (ok): the whole body (non-streaming) or the stream's closing bytes.
+  virtual std::string on_final(const engine::StreamEvent& ev) = 0;
+  // An error after the stream started, as stream bytes.
+  virtual std::string on_stream_error(const ApiError& error) = 0;
+};
+
+// A validated request ready for EngineCore::submit.
+// A batch of prompts (OpenAI completions with a list of prompts) is one request per prompt, all
+// with the same parameters; the events of prompt p carry choice indices p * n + i.
+struct PreparedRequest {
+  engine::GenerateRequest request;                 // the first prompt
+  std::vector<std::vector<int32_t>> more_prompts;  // prompts 2.. of a batch
+  std::unique_ptr<ResponseBuilder> builder;
+};
+
+// Parses a body that must be a JSON object; errors are malformed_body (400).
+std::optional<ApiError> parse_json_object(std::string_view body, nlohmann::json* out);
+
+// Typed field readers. Absent or null fields leave *out unchanged and return nullopt.
+std::optional<ApiError> read_bool(const nlohmann::json& o, const char* name, bool* out);
+std::optional<ApiError> read_int(const nlohmann::json& o, const char* name, int64_t lo,
+                                 int64_t hi, int64_t* out);
+std::optional<ApiError> read_int32(const nlohmann::json& o, const char* name, int64_t lo,
+                                   int64_t hi, int32_t* out);
+// Finite number in [lo, hi]; `lo_open` excludes lo itself.
+std::optional<ApiError> read_float(const nlohmann::json& o, const char* name, double lo,
+                                   double hi, bool lo_open, float* out);
+std::optional<ApiError> read_string(const nlohmann::json& o, const char* name, std::string* out);
+// A string or an array of non-empty strings (at most `max` of them).
+std::optional<ApiError> read_stop(const nlohmann::json& o, const char* name, size_t max,
+                                  std::vector<std::string>* out);
+// The "model" field, when present, must name the served model (404 otherwise).
+std::optional<ApiError> check_model(const nlohmann::json& o, const ModelInfo& model);
+// Keeps the prompt within the context and fixes max_tokens: explicit values must fit with the
+// prompt; an absent one (`explicit_max` false) is cut to what fits.
+std::optional<ApiError> check_lengths(const ModelInfo& model, size_t num_prompt_tokens,
+                                      bool explicit_max, const char* max_name,
+                                      int32_t* max_tokens);
+// Text must be valid UTF-8 (the JSON parser already guarantees it; token ids do not).
+std::optional<ApiError> read_token_ids(const nlohmann::json& array, const char* name,
+                                       const ModelInfo& model, std::vector<int32_t>* out);
+
+// "stop" | "length" | "abort" in OpenAI's words ("abort" stays "abort", as vLLM).
+std::string finish_reason_string(const std::optional<sched::FinishReason>& reason);
+// JSON dump that replaces invalid UTF-8 rather than throwing.
+std::string dump_json(const nlohmann::json& j);
+// "data: <json>\n\n"
+std::string sse_data(const nlohmann::json& j);
+
+#define ARBOR_API_TRY(expr)        \
+  do {                             \
+    auto arbor_api_err_ = (expr);  \
+    if (arbor_api_err_) return *arbor_api_err_; \
+  } while (0)
+
+}  // namespace arbor::server

@@ -1,0 +1,89 @@
+// HttpServer: an HTTP/1.1 server on Boost.Asio/Beast with one I/O thread.
+//
+// Every connection is a state machine on that thread (no thread per connection), so thousands of
+// idle or streaming clients cost memory, not threads. Requests are parsed with Beast (body limit,
+// header limit, keep-alive); responses are written as plain bytes: a complete response with
+// Content-Length, or a chunked stream (server-sent events) with keep-alive comments while idle.
+// While a request is being handled the connection keeps a read pending, so a client that hangs
+// up is noticed at once and the handler's disconnect callback runs (the engine request is
+// aborted there). Beast and Asio appear only in http_server.cc.
+//
+// Threading: the handler, every HttpExchange method and every post()ed function run on the I/O
+// thread (the one inside run()); post() and stop() may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+
+namespace arbor::server {
+
+struct HttpRequest {
+  std::string method;  // "GET", "POST", ...
+  std::string target;  // "/v1/completions?x=1"
+  std::string body;
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+};
+
+// One request/response exchange on a connection. The handler answers exactly once: respond(),
+// or start_stream() + write()* + finish_stream(). Calls after the client disconnected are ignored.
+class HttpExchange {
+ public:
+  virtual ~HttpExchange() = default;
+  virtual void respond(HttpResponse response) = 0;
+  // Sends the status line and headers of a chunked response ("text/event-stream").
+  virtual void start_stream(int status, const std::string& content_type) = 0;
+  virtual void write(std::string data) = 0;
+  virtual void finish_stream() = 0;
+  // `fn` runs once if the client disconnects before the exchange ends; replaced by a later call.
+  virtual void set_on_disconnect(std::function<void()> fn) = 0;
+  virtual bool disconnected() const = 0;
+};
+
+using HttpHandler = std::function<void(HttpRequest, std::shared_ptr<HttpExchange>)>;
+
+struct HttpServerOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 8080;                       // 0 = any free port (see HttpServer::port())
+  size_t body_limit = 8u << 20;               // bytes; larger bodies get 413
+  double sse_keepalive_s = 15.0;              // ": keep-alive" comment after this much silence
+  double idle_timeout_s = 120.0;              // close a connection idle between requests
+};
+
+class HttpServer {
+ public:
+  // Binds and listens; errors name the address. `handler` must stay valid until run() returns.
+  static Result<std::unique_ptr<HttpServer>> create(const HttpServerOptions& options,
+                                                    HttpHandler handler);
+  ~HttpServer();
+
+  uint16_t port() const;
+  // Runs the event loop on the calling thread until stop().
+  void run();
+  // Any thread: ends run() (pending connections are dropped).
+  void stop();
+  // Any thread: runs `fn` on the I/O thread.
+  void post(std::function<void()> fn);
+  // I/O thread: runs `fn` there after `seconds`.
+  void run_after(double seconds, std::function<void()> fn);
+  // I/O thread: closes the listening socket; open connections keep going.
+  void stop_accepting();
+  // Runs `fn(signal)` on the I/O thread on each SIGINT or SIGTERM.
+  void on_signal(std::function<void(int)> fn);
+
+  struct Impl;
+
+ private:
+  explicit HttpServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace arbor::server

@@ -1,0 +1,124 @@
+// Value: the data model of the Jinja interpreter (jinja.h).
+//
+// A Value is what a Python object is to Jinja2: undefined, none, bool, int, float, string, list,
+// dict or a callable (a template macro). Lists and dicts are shared by reference like Python
+// objects (copying a Value copies a pointer); dicts keep insertion order, as Python dicts do, so
+// `tojson` and `items()` print keys in the order they were written. A dict flagged as a namespace
+// is the only object whose attributes `{% set ns.x = ... %}` may assign.
+//
+// Strings are UTF-8 bytes; `length`, indexing and slicing of strings count code points, as Python
+// does. Case mapping (upper/lower/title/capitalize) is ASCII only.
+//
+// Thread safety: a Value tree is not synchronised; one render owns its values.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace arbor::server::jinja {
+
+class Value;
+using ValueList = std::vector<Value>;
+using ValueDict = std::vector<std::pair<std::string, Value>>;  // insertion-ordered
+
+struct MacroNode;  // defined in jinja_ast.h
+
+class Value {
+ public:
+  enum class Kind : uint8_t {
+    kUndefined,
+    kNone,
+    kBool,
+    kInt,
+    kFloat,
+    kString,
+    kList,
+    kDict,
+    kMacro
+  };
+
+  Value() = default;                                                  // undefined
+  Value(bool b) : kind_(Kind::kBool), int_(b ? 1 : 0) {}              // NOLINT
+  Value(int i) : kind_(Kind::kInt), int_(i) {}                        // NOLINT
+  Value(int64_t i) : kind_(Kind::kInt), int_(i) {}                    // NOLINT
+  Value(double d) : kind_(Kind::kFloat), float_(d) {}                 // NOLINT
+  Value(std::string s) : kind_(Kind::kString), str_(std::move(s)) {}  // NOLINT
+  Value(const char* s) : kind_(Kind::kString), str_(s) {}             // NOLINT
+  Value(std::string_view s) : kind_(Kind::kString), str_(s) {}        // NOLINT
+
+  static Value none();
+  static Value list(ValueList items = {});
+  // A list that prints as a Python tuple: `(1, 2)` literals, dict items() pairs.
+  static Value tuple(ValueList items);
+  static Value dict(ValueDict items = {});
+  static Value namespace_dict(ValueDict items = {});
+  static Value macro(const MacroNode* node);
+  // Converts JSON. Objects keep the key order of the JSON type: sorted for nlohmann::json,
+  // insertion (the client's) order for nlohmann::ordered_json.
+  static Value from_json(const nlohmann::json& j);
+  static Value from_json(const nlohmann::ordered_json& j);
+
+  Kind kind() const { return kind_; }
+  bool is_undefined() const { return kind_ == Kind::kUndefined; }
+  bool is_none() const { return kind_ == Kind::kNone; }
+  bool is_bool() const { return kind_ == Kind::kBool; }
+  bool is_int() const { return kind_ == Kind::kInt; }
+  bool is_float() const { return kind_ == Kind::kFloat; }
+  // Python numbers include bool.
+  bool is_number() const { return is_int() || is_float() || is_bool(); }
+  bool is_string() const { return kind_ == Kind::kString; }
+  bool is_list() const { return kind_ == Kind::kList; }
+  bool is_dict() const { return kind_ == Kind::kDict; }
+  bool is_namespace() const { return is_dict() && namespace_; }
+  bool is_macro() const { return kind_ == Kind::kMacro; }
+
+  bool as_bool() const { return int_ != 0; }
+  int64_t as_int() const { return is_float() ? static_cast<int64_t>(float_) : int_; }
+  double as_float() const { return is_float() ? float_ : static_cast<double>(int_); }
+  const std::string& as_string() const { return str_; }
+  // Precondition: is_list() / is_dict().
+  ValueList& items() const { return *list_; }
+  ValueDict& entries() const { return *dict_; }
+  const MacroNode* macro_node() const { return macro_; }
+
+  // Dict lookup; nullptr when absent or not a dict.
+  const Value* find(std::string_view key) const;
+  // Inserts or replaces a dict entry. Precondition: is_dict().
+  void set(std::string_view key, Value v) const;
+
+  // Python truthiness; undefined is false.
+  bool truthy() const;
+  // Python str(): what `{{ value }}` prints (undefined prints nothing, none prints "None").
+  std::string str() const;
+  // Python repr(): strings quoted, used inside list/dict printing.
+  std::string repr() const;
+  // Python ==, with 1 == 1.0 == True and element-wise containers.
+  bool equals(const Value& other) const;
+  // Jinja type name for messages: "string", "list", ...
+  std::string_view type_name() const;
+
+ private:
+  Kind kind_ = Kind::kUndefined;
+  bool namespace_ = false;
+  bool tuple_ = false;
+  int64_t int_ = 0;
+  double float_ = 0.0;
+  std::string str_;
+  std::shared_ptr<ValueList> list_;
+  std::shared_ptr<ValueDict> dict_;
+  const MacroNode* macro_ = nullptr;
+};
+
+// Number of Unicode code points in UTF-8 `s` (continuation bytes are not counted).
+size_t utf8_length(std::string_view s);
+// Byte offsets of each code point start, plus s.size() at the end.
+std::vector<size_t> utf8_offsets(std::string_view s);
+// Python float repr: shortest round-trip digits, always with a '.' or exponent.
+std::string format_float(double d);
+
+}  // namespace arbor::server::jinja

@@ -1,0 +1,488 @@
+#include "server/openai_api.h"
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <random>
+#include <set>
+
+#include "base/log.h"
+
+namespace arbor::server {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr size_t kMaxStopStrings = 16;
+
+std::string new_id(std::string_view prefix) {
+  static std::atomic<uint64_t> counter{std::random_device{}()};
+  char buf[24];
+  std::snprintf(buf, sizeof(buf), "%016llx",
+                static_cast<unsigned long long>(counter.fetch_add(1) * 0x9e3779b97f4a7c15ull));
+  return str_cat(prefix, buf);
+}
+
+std::optional<ApiError> read_logit_bias(const json& b, const ModelInfo& m,
+                                        sampling::SamplingParams* s) {
+  auto it = b.find("logit_bias");
+  if (it == b.end() || it->is_null()) return std::nullopt;
+  if (!it->is_object()) {
+    return invalid_param("logit_bias", "'logit_bias' must be an object of token id -> bias");
+  }
+  for (const auto& [key, value] : it->items()) {
+    char* end = nullptr;
+    errno = 0;
+    const long long id = std::strtoll(key.c_str(), &end, 10);
+    if (key.empty() || *end != '\0' || errno != 0 || id < 0 || id >= m.vocab_size) {
+      return invalid_param("logit_bias", str_cat("'logit_bias' key '", key, "' is not a token id in [0, ",
+                                                 m.vocab_size, ")"));
+    }
+    if (!value.is_number() || !(std::abs(value.get<double>()) <= sampling::kMaxAbsLogitBias)) {
+      return invalid_param("logit_bias", str_cat("'logit_bias' value for token ", key,
+                                                 " must be a number in [-",
+                                                 sampling::kMaxAbsLogitBias, ", ",
+                                                 sampling::kMaxAbsLogitBias, "]"));
+    }
+    s->logit_bias.emplace_back(static_cast<int32_t>(id), value.get<float>());
+  }
+  return std::nullopt;
+}
+
+// Sampling, n/best_of, stop and ignore_eos: the fields both endpoints share.
+std::optional<ApiError> read_common(const json& b, const ModelInfo& m, engine::GenerateRequest* r) {
+  sampling::SamplingParams& s = r->sampling;
+  ARBOR_API_TRY(read_float(b, "temperature", 0.0, sampling::kMaxTemperature, false, &s.temperature));
+  ARBOR_API_TRY(read_float(b, "top_p", 0.0, 1.0, true, &s.top_p));
+  ARBOR_API_TRY(read_int32(b, "top_k", -1, m.vocab_size, &s.top_k));
+  ARBOR_API_TRY(read_float(b, "min_p", 0.0, 1.0, false, &s.min_p));
+  ARBOR_API_TRY(read_float(b, "repetition_penalty", 0.0, sampling::kMaxRepetitionPenalty, true,
+                           &s.repetition_penalty));
+  ARBOR_API_TRY(read_float(b, "presence_penalty", -sampling::kMaxAbsPenalty,
+                           sampling::kMaxAbsPenalty, false, &s.presence_penalty));
+  ARBOR_API_TRY(read_float(b, "frequency_penalty", -sampling::kMaxAbsPenalty,
+                           sampling::kMaxAbsPenalty, false, &s.frequency_penalty));
+  if (b.contains("seed") && !b["seed"].is_null()) {
+    int64_t seed = 0;
+    ARBOR_API_TRY(read_int(b, "seed", std::numeric_limits<int64_t>::min(),
+                           std::numeric_limits<int64_t>::max(), &seed));
+    s.seed = static_cast<uint64_t>(seed);
+  }
+  ARBOR_API_TRY(read_logit_bias(b, m, &s));
+  ARBOR_API_TRY(read_int32(b, "n", 1, m.max_n, &r->n));
+  ARBOR_API_TRY(read_int32(b, "best_of", 1, m.max_n, &r->best_of));
+  if (r->best_of != 0 && r->best_of < r->n) {
+    return invalid_param("best_of", str_cat("'best_of' is ", r->best_of, ", must be >= n (",
+                                            r->n, ")"));
+  }
+  ARBOR_API_TRY(read_stop(b, "stop", kMaxStopStrings, &r->stop));
+  ARBOR_API_TRY(read_bool(b, "ignore_eos", &r->ignore_eos));
+  if (!r->ignore_eos && m.tokenizer != nullptr && m.tokenizer->bos_id() >= 0) {
+    // llama2.c-trained models start the next document with BOS instead of emitting EOS.
+    r->stop_token_ids.push_back(m.tokenizer->bos_id());
+  }
+  return std::nullopt;
+}
+
+// max_tokens (or max_completion_tokens), then the context-length check.
+std::optional<ApiError> read_max_tokens(const json& b, const ModelInfo& m, size_t num_prompt,
+                                        engine::GenerateRequest* r) {
+  const char* name = "max_tokens";
+  if (b.contains("max_completion_tokens") && !b["max_completion_tokens"].is_null()) {
+    name = "max_completion_tokens";
+  }
+  const bool explicit_max = b.contains(name) && !b[name].is_null();
+  r->max_tokens = 16;
+  ARBOR_API_TRY(read_int32(b, name, 1, m.context_length, &r->max_tokens));
+  return check_lengths(m, num_prompt, explicit_max, name, &r->max_tokens);
+}
+
+std::optional<ApiError> read_stream(const json& b, bool* stream, bool* include_usage) {
+  ARBOR_API_TRY(read_bool(b, "stream", stream));
+  auto it = b.find("stream_options");
+  if (it == b.end() || it->is_null()) return std::nullopt;
+  if (!it->is_object()) return invalid_param("stream_options", "'stream_options' must be an object");
+  if (!*stream) {
+    return invalid_param("stream_options", "'stream_options' is only allowed when 'stream' is true");
+  }
+  return read_bool(*it, "include_usage", include_usage);
+}
+
+constexpr size_t kMaxBatchPrompts = 64;
+
+std::optional<ApiError> read_one_prompt(const json& p, const ModelInfo& m,
+                                        std::vector<int32_t>* ids) {
+  if (p.is_string()) {
+    const std::string text = p.get<std::string>();
+    if (text.empty()) return invalid_param("prompt", "'prompt' is empty");
+    *ids = m.tokenizer->encode(text);
+    if (ids->empty()) return invalid_param("prompt", "'prompt' encodes to no tokens");
+    return std::nullopt;
+  }
+  if (!p.is_array()) {
+    return invalid_param("prompt", "'prompt' must be a string, a list of strings, a list of "
+                                   "token ids or a list of such lists");
+  }
+  if (p.empty()) return invalid_param("prompt", "'prompt' is empty");
+  return read_token_ids(p, "prompt", m, ids);
+}
+
+// A string, a list of token ids, or a batch: a list of strings or of token-id lists.
+std::optional<ApiError> read_prompts(const json& b, const ModelInfo& m,
+                                     std::vector<std::vector<int32_t>>* prompts) {
+  auto it = b.find("prompt");
+  if (it == b.end() || it->is_null()) return invalid_param("prompt", "'prompt' is required");
+  const json& p = *it;
+  const bool batch = p.is_array() && !p.empty() && (p[0].is_string() || p[0].is_array());
+  if (!batch) {
+    prompts->resize(1);
+    return read_one_prompt(p, m, &(*prompts)[0]);
+  }
+  if (p.size() > kMaxBatchPrompts) {
+    return invalid_param("prompt", str_cat("'prompt' has ", p.size(), " prompts, at most ",
+                                           kMaxBatchPrompts, " are allowed"));
+  }
+  prompts->resize(p.size());
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (!p[i].is_string() && !p[i].is_array()) {
+      return invalid_param("prompt", "a batch 'prompt' must hold only strings or only lists");
+    }
+    ARBOR_API_TRY(read_one_prompt(p[i], m, &(*prompts)[i]));
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> truncate_prompt(const json& b, const ModelInfo& m, std::vector<int32_t>* ids) {
+  int32_t keep = 0;
+  ARBOR_API_TRY(read_int32(b, "truncate_prompt_tokens", 1, m.context_length, &keep));
+  if (keep > 0 && static_cast<int32_t>(ids->size()) > keep) {
+    ids->erase(ids->begin(), ids->end() - keep);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+namespace {
+
+struct BuilderOptions {
+  bool chat = false;
+  bool stream = false;
+  bool include_usage = false;
+  bool logprobs = false;
+  int32_t n = 1;
+  int32_t num_prompts = 1;          // choices: num_prompts * n
+  std::vector<std::string> echo;    // completions: per prompt, text put before its choices
+  std::string model;
+  const tokenizer::Tokenizer* tokenizer = nullptr;
+};
+
+// Builds completion and chat-completion bodies and chunks, for n choices.
+class OpenAiBuilder : public ResponseBuilder {
+ public:
+  explicit OpenAiBuilder(BuilderOptions o)
+      : o_(std::move(o)), id_(new_id(o_.chat ? "chatcmpl-" : "cmpl-")),
+        created_(std::chrono::duration_cast<std::chrono::seconds>(
+                     std::chrono::system_clock::now().time_since_epoch())
+                     .count()),
+        choices_(static_cast<size_t>(o_.n) * o_.num_prompts) {
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      choices_[i].text = echo_of(i);
+      choices_[i].echo_size = choices_[i].text.size();
+    }
+  }
+
+  bool streaming() const override { return o_.stream; }
+  ApiFlavor flavor() const override { return ApiFlavor::kOpenAi; }
+
+  std::string on_event(const engine::StreamEvent& ev) override {
+    if (ev.index < 0 || ev.index >= static_cast<int32_t>(choices_.size())) return "";
+    Choice& c = choices_[static_cast<size_t>(ev.index)];
+    if (!o_.stream) {
+      c.text += ev.text;
+      c.logprobs.insert(c.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
+      c.finish = ev.finish_reason;
+      return "";
+    }
+    std::string out;
+    if (o_.chat && !c.started) {
+      out += sse_data(chunk(ev.index, {{"role", "assistant"}, {"content", ""}}, nullptr,
+                            nullptr));
+    }
+    std::string text = ev.text;
+    if (!o_.chat && !c.started) text = echo_of(ev.index) + text;
+    c.started = true;
+    if (text.empty() && ev.token_ids.empty() && !ev.finish_reason) return out;
+    const json lp = o_.logprobs ? logprobs_json(c, ev.logprobs) : json(nullptr);
+    const json reason = ev.finish_reason ? json(finish_reason_string(ev.finish_reason)) : json();
+    json delta = o_.chat ? json{{"content", text}} : json(text);
+    if (o_.chat && text.empty() && ev.finish_reason) delta = json::object();
+    return out + sse_data(chunk(ev.index, delta, lp, reason));
+  }
+
+  std::string on_final(const engine::StreamEvent& ev) override {
+    const json usage = usage_json(ev.usage);
+    if (o_.stream) {
+      std::string out;
+      if (o_.include_usage) {
+        json j = envelope();
+        j["choices"] = json::array();
+        j["usage"] = usage;
+        out += sse_data(j);
+      }
+      return out + "data: [DONE]\n\n";
+    }
+    json j = envelope();
+    j["choices"] = json::array();
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      Choice& c = choices_[i];
+      json choice{{"index", i}, {"finish_reason", finish_reason_string(c.finish)}};
+      if (o_.chat) {
+        choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      } else {
+        choice["text"] = c.text;
+      }
+      choice["logprobs"] = o_.logprobs ? logprobs_json(c, c.logprobs) : json(nullptr);
+      j["choices"].push_back(std::move(choice));
+    }
+    j["usage"] = usage;
+    return dump_json(j);
+  }
+
+  std::string on_stream_error(const ApiError& error) override {
+    return sse_data(json::parse(error_body(error, ApiFlavor::kOpenAi))) + "data: [DONE]\n\n";
+  }
+
+ private:
+  struct Choice {
+    std::string text;
+    std::vector<engine::TokenLogprobs> logprobs;
+    std::optional<sched::FinishReason> finish;
+    bool started = false;
+    size_t text_offset = 0;  // completions logprobs: offset of the next token's text
+    size_t echo_size = 0;
+  };
+
+  json envelope() const {
+    return {{"id", id_},
+            {"object", o_.chat ? (o_.stream ? "chat.completion.chunk" : "chat.completion")
+                               : "text_completion"},
+            {"created", created_},
+            {"model", o_.model}};
+  }
+
+  json chunk(int32_t index, json delta, json logprobs, json reason) const {
+    json j = envelope();
+    json choice{{"index", index}, {"logprobs", std::move(logprobs)},
+                {"finish_reason", std::move(reason)}};
+    choice[o_.chat ? "delta" : "text"] = std::move(delta);
+    j["choices"] = json::array({std::move(choice)});
+    return j;
+  }
+
+  static json usage_json(const engine::Usage& u) {
+    json j{{"prompt_tokens", u.prompt_tokens},
+           {"completion_tokens", u.completion_tokens},
+           {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+    if (u.cached_tokens > 0) j["prompt_tokens_details"] = {{"cached_tokens", u.cached_tokens}};
+    return j;
+  }
+
+  std::string echo_of(size_t choice) const {
+    const size_t p = choice / static_cast<size_t>(o_.n);
+    return p < o_.echo.size() ? o_.echo[p] : "";
+  }
+
+  std::string piece(int32_t id) const { return o_.tokenizer->token_to_piece(id); }
+
+  json logprobs_json(Choice& c, const std::vector<engine::TokenLogprobs>& lps) const {
+    if (o_.chat) {
+      json content = json::array();
+      for (const auto& t : lps) {
+        json top = json::array();
+        for (const auto& a : t.top) top.push_back(chat_token(a.token_id, a.logprob));
+        json e = chat_token(t.token_id, t.logprob);
+        e["top_logprobs"] = std::move(top);
+        content.push_back(std::move(e));
+      }
+      return {{"content", std::move(content)}};
+    }
+    json j{{"tokens", json::array()}, {"token_logprobs", json::array()},
+           {"top_logprobs", json::array()}, {"text_offset", json::array()}};
+    if (c.text_offset == 0) c.text_offset = c.echo_size;
+    for (const auto& t : lps) {
+      j["tokens"].push_back(piece(t.token_id));
+      j["token_logprobs"].push_back(t.logprob);
+      json top = json::object();
+      for (const auto& a : t.top) top[piece(a.token_id)] = a.logprob;
+      j["top_logprobs"].push_back(std::move(top));
+      j["text_offset"].push_back(c.text_offset);
+      c.text_offset += piece(t.token_id).size();
+    }
+    return j;
+  }
+
+  json chat_token(int32_t id, float logprob) const {
+    const std::string p = piece(id);
+    std::vector<int> bytes;
+    for (unsigned char ch : p) bytes.push_back(ch);
+    return {{"token", p}, {"logprob", logprob}, {"bytes", std::move(bytes)}};
+  }
+
+  BuilderOptions o_;
+  std::string id_;
+  int64_t created_;
+  std::vector<Choice> choices_;
+};
+
+// Unknown fields are ignored (docs/server.md); a debug line helps find misspelt ones.
+void log_unknown_fields(const json& body, bool chat) {
+  static const std::set<std::string> kKnown = {
+      "model", "prompt", "messages", "max_tokens", "max_completion_tokens", "temperature",
+      "top_p", "n", "best_of", "stop", "seed", "presence_penalty", "frequency_penalty",
+      "logit_bias", "logprobs", "top_logprobs", "echo", "stream", "stream_options", "user",
+      "top_k", "min_p", "repetition_penalty", "ignore_eos", "truncate_prompt_tokens",
+      "add_generation_prompt", "suffix"};
+  if (!log_enabled(LogLevel::kDebug)) return;
+  for (const auto& [key, value] : body.items()) {
+    if (!kKnown.contains(key)) {
+      ARBOR_LOG(kDebug) << (chat ? "chat" : "completion") << " request: ignoring unknown field '"
+                        << key << "'";
+    }
+  }
+}
+
+}  // namespace
+
+std::optional<ApiError> prepare_completion(const json& body, const ModelInfo& model,
+                                           PreparedRequest* out) {
+  ARBOR_API_TRY(check_model(body, model));
+  log_unknown_fields(body, false);
+  engine::GenerateRequest& r = out->request;
+  std::vector<std::vector<int32_t>> prompts;
+  ARBOR_API_TRY(read_prompts(body, model, &prompts));
+  size_t longest = 0;
+  for (auto& ids : prompts) {
+    ARBOR_API_TRY(truncate_prompt(body, model, &ids));
+    longest = std::max(longest, ids.size());
+  }
+  ARBOR_API_TRY(read_max_tokens(body, model, longest, &r));
+  ARBOR_API_TRY(read_common(body, model, &r));
+  if (body.contains("suffix") && !body["suffix"].is_null()) {
+    return invalid_param("suffix", "'suffix' is not supported");
+  }
+  BuilderOptions o;
+  o.model = model.name;
+  o.tokenizer = model.tokenizer;
+  o.n = r.n;
+  o.num_prompts = static_cast<int32_t>(prompts.size());
+  int32_t logprobs = -1;
+  ARBOR_API_TRY(read_int32(body, "logprobs", 0, sampling::kMaxLogprobs, &logprobs));
+  if (logprobs >= 0) {
+    r.sampling.logprobs = logprobs;
+    o.logprobs = true;
+  }
+  bool echo = false;
+  ARBOR_API_TRY(read_bool(body, "echo", &echo));
+  if (echo && o.logprobs) {
+    return invalid_param("echo", "'echo' together with 'logprobs' (prompt logprobs) is not supported");
+  }
+  for (const auto& ids : prompts) o.echo.push_back(echo ? model.tokenizer->decode(ids) : "");
+  ARBOR_API_TRY(read_stream(body, &o.stream, &o.include_usage));
+  const Status valid = r.sampling.validate(model.vocab_size);
+  if (!valid.ok()) return error_from_status(valid);
+  r.prompt_token_ids = std::move(prompts[0]);
+  out->more_prompts.assign(std::make_move_iterator(prompts.begin() + 1),
+                           std::make_move_iterator(prompts.end()));
+  out->builder = std::make_unique<OpenAiBuilder>(std::move(o));
+  return std::nullopt;
+}
+
+namespace {
+
+std::optional<ApiError> check_messages(const json& body) {
+  auto it = body.find("messages");
+  if (it == body.end() || it->is_null()) return invalid_param("messages", "'messages' is required");
+  if (!it->is_array()) return invalid_param("messages", "'messages' must be an array");
+  if (it->empty()) return invalid_param("messages", "'messages' is empty");
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& m = (*it)[i];
+    const std::string where = str_cat("messages[", i, "]");
+    if (!m.is_object()) return invalid_param("messages", str_cat(where, " must be an object"));
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) {
+      return invalid_param("messages", str_cat(where, ".role must be a string"));
+    }
+    const std::string r = role->get<std::string>();
+    if (r != "system" && r != "user" && r != "assistant" && r != "tool" && r != "developer") {
+      return invalid_param("messages", str_cat(where, ".role '", r,
+                                               "' is not system, developer, user, assistant or tool"));
+    }
+    auto content = m.find("content");
+    const bool ok_content = content != m.end() && (content->is_string() || content->is_array() ||
+                                                   (content->is_null() && r == "assistant"));
+    if (!ok_content) {
+      return invalid_param("messages", str_cat(where, ".content must be a string or an array of parts"));
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<ApiError> prepare_chat(const json& body, const ModelInfo& model,
+                                     PreparedRequest* out) {
+  ARBOR_API_TRY(check_model(body, model));
+  ARBOR_API_TRY(check_messages(body));
+  log_unknown_fields(body, true);
+  if (model.chat == nullptr) {
+    return invalid_param("messages", "the model has no chat template; start the server with "
+                                     "--chat-template NAME");
+  }
+  bool add_generation_prompt = true;
+  ARBOR_API_TRY(read_bool(body, "add_generation_prompt", &add_generation_prompt));
+  Result<std::string> prompt = model.chat->render(body["messages"], add_generation_prompt);
+  if (!prompt.ok()) return error_from_status(prompt.status(), "messages");
+  engine::GenerateRequest& r = out->request;
+  tokenizer::EncodeOptions enc;
+  enc.add_bos = false;  // the template writes BOS itself (as vLLM: no special tokens added)
+  enc.parse_special = true;
+  r.prompt_token_ids = model.tokenizer->encode(*prompt, enc);
+  if (r.prompt_token_ids.empty()) return invalid_param("messages", "the rendered chat prompt is empty");
+  ARBOR_API_TRY(truncate_prompt(body, model, &r.prompt_token_ids));
+  ARBOR_API_TRY(read_max_tokens(body, model, r.prompt_token_ids.size(), &r));
+  ARBOR_API_TRY(read_common(body, model, &r));
+  BuilderOptions o;
+  o.chat = true;
+  o.model = model.name;
+  o.tokenizer = model.tokenizer;
+  o.n = r.n;
+  ARBOR_API_TRY(read_bool(body, "logprobs", &o.logprobs));
+  int32_t top = 0;
+  ARBOR_API_TRY(read_int32(body, "top_logprobs", 0, sampling::kMaxLogprobs, &top));
+  if (top > 0 && !o.logprobs) {
+    return invalid_param("top_logprobs", "'top_logprobs' needs 'logprobs' set to true");
+  }
+  if (o.logprobs) r.sampling.logprobs = top;
+  ARBOR_API_TRY(read_stream(body, &o.stream, &o.include_usage));
+  const Status valid = r.sampling.validate(model.vocab_size);
+  if (!valid.ok()) return error_from_status(valid);
+  out->builder = std::make_unique<OpenAiBuilder>(std::move(o));
+  return std::nullopt;
+}
+
+std::string models_json(const ModelInfo& model) {
+  json m{{"id", model.name},
+         {"object", "model"},
+         {"created", model.created},
+         {"owned_by", "arbor"},
+         {"root", model.path},
+         {"max_model_len", model.context_length}};
+  return dump_json(json{{"object", "list"}, {"data", json::array({m})}});
+}
+
+}  // namespace arbor::server

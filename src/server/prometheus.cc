@@ -1,0 +1,86 @@
+#include "server/prometheus.h"
+
+#include <cstdio>
+
+#include "base/status.h"
+
+namespace arbor::server {
+
+namespace {
+
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.9g", v);
+  return buf;
+}
+
+void header(std::string& out, const char* name, const char* type, const char* help) {
+  out += str_cat("# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
+}
+
+void scalar(std::string& out, const char* name, const char* type, const char* help, double v) {
+  header(out, name, type, help);
+  out += str_cat(name, " ", num(v), "\n");
+}
+
+// Engine histograms keep per-bucket counts; Prometheus wants cumulative ones plus +Inf.
+void histogram(std::string& out, const char* name, const char* help, const engine::Histogram& h) {
+  header(out, name, "histogram", help);
+  uint64_t cumulative = 0;
+  const auto& counts = h.counts();
+  for (size_t i = 0; i < h.bounds().size(); ++i) {
+    cumulative += i < counts.size() ? counts[i] : 0;
+    out += str_cat(name, "_bucket{le=\"", num(h.bounds()[i]), "\"} ", cumulative, "\n");
+  }
+  out += str_cat(name, "_bucket{le=\"+Inf\"} ", h.count(), "\n");
+  out += str_cat(name, "_sum ", num(h.sum()), "\n", name, "_count ", h.count(), "\n");
+}
+
+}  // namespace
+
+std::string prometheus_text(const engine::EngineMetricsSnapshot& m, const ServerMetrics& s) {
+  std::string out;
+  histogram(out, "arbor_time_to_first_token_seconds", "Arrival to first generated token.",
+            m.ttft_s);
+  histogram(out, "arbor_inter_token_latency_seconds", "Time between tokens of a sample.",
+            m.inter_token_s);
+  histogram(out, "arbor_e2e_request_latency_seconds", "Arrival to finish.", m.e2e_s);
+  histogram(out, "arbor_request_queue_time_seconds", "Arrival to first scheduled.", m.queue_time_s);
+  histogram(out, "arbor_batch_size", "Requests scheduled per engine step.", m.batch_size);
+  histogram(out, "arbor_tokens_per_step", "Tokens scheduled per engine step.", m.tokens_per_step);
+  scalar(out, "arbor_num_requests_running", "gauge", "Requests running in the engine.",
+         m.num_running);
+  scalar(out, "arbor_num_requests_waiting", "gauge", "Requests waiting in the engine.",
+         m.num_waiting);
+  scalar(out, "arbor_kv_cache_usage_perc", "gauge", "Used KV blocks / usable blocks (0-1).",
+         m.kv_usage);
+  scalar(out, "arbor_kv_blocks_total", "gauge", "Usable KV blocks.", s.kv_blocks_total);
+  scalar(out, "arbor_kv_blocks_free", "gauge", "Free KV blocks (prefix-cached ones included).",
+         s.kv_blocks_free);
+  scalar(out, "arbor_kv_blocks_used", "gauge", "KV blocks held by requests.",
+         s.kv_blocks_total - s.kv_blocks_free);
+  scalar(out, "arbor_prefix_cache_hit_rate", "gauge", "Prefix-cache hit tokens / queried tokens.",
+         m.prefix_cache_hit_rate);
+  scalar(out, "arbor_http_active_requests", "gauge", "Generation requests being answered.",
+         s.active_requests);
+  scalar(out, "arbor_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.",
+         m.num_prompt_tokens);
+  scalar(out, "arbor_generation_tokens_total", "counter", "Generated tokens.",
+         m.num_generation_tokens);
+  scalar(out, "arbor_num_preemptions_total", "counter", "Preemptions.", m.num_preemptions);
+  scalar(out, "arbor_request_submitted_total", "counter", "Requests admitted by the engine.",
+         m.num_requests_submitted);
+  scalar(out, "arbor_request_finished_total", "counter", "Requests finished (aborted included).",
+         m.num_requests_finished);
+  scalar(out, "arbor_request_aborted_total", "counter", "Requests aborted.", m.num_requests_aborted);
+  scalar(out, "arbor_request_rejected_total", "counter", "Requests rejected by the engine.",
+         m.num_requests_rejected);
+  scalar(out, "arbor_engine_steps_total", "counter", "Engine steps.", m.num_steps);
+  header(out, "arbor_http_requests_total", "counter", "HTTP responses by status code.");
+  for (const auto& [code, count] : s.responses_by_status) {
+    out += str_cat("arbor_http_requests_total{code=\"", code, "\"} ", count, "\n");
+  }
+  return out;
+}
+
+}  // namespace arbor::server

@@ -1,0 +1,53 @@
+// ApiServer: the HTTP routes of `arbor serve` over one EngineCore.
+//
+//   POST /v1/completions, /v1/chat/completions   OpenAI (openai_api.h)
+//   GET  /v1/models
+//   POST /generate, /generate_stream             TGI (tgi_api.h)
+//   GET  /info, /health
+//   GET  /metrics                                Prometheus (prometheus.h)
+//   POST /tokenize, /detokenize
+//
+// A generation request is validated on the I/O thread, submitted to the engine, and its
+// RequestStream is drained on the I/O thread whenever the engine pushes (RequestStream::
+// set_notify posts there), so a request costs no thread. A client that disconnects aborts its
+// engine request, which frees its KV blocks. SIGINT/SIGTERM drain: stop accepting, answer new
+// requests 503, let running ones finish until the deadline, abort the rest, then run() returns.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "base/status.h"
+#include "engine/engine_core.h"
+#include "server/api_common.h"
+#include "server/http_server.h"
+
+namespace arbor::server {
+
+struct ApiServerOptions {
+  HttpServerOptions http{};
+  double shutdown_timeout_s = 10.0;  // drain: running requests get this long to finish
+  int64_t kv_blocks_total = 0;       // usable KV blocks, for /metrics
+  int32_t max_concurrent_requests = 64;  // reported by /info
+};
+
+class ApiServer {
+ public:
+  // Binds the port. `engine` and everything `model` points to must outlive the ApiServer.
+  static Result<std::unique_ptr<ApiServer>> create(engine::EngineCore& engine, ModelInfo model,
+                                                   const ApiServerOptions& options);
+  ~ApiServer();
+
+  uint16_t port() const;
+  // Serves on the calling thread until a signal's drain completes. All requests are finished
+  // (or aborted) when it returns.
+  void run();
+
+  struct State;
+
+ private:
+  explicit ApiServer(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace arbor::server

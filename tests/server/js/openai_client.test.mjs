@@ -1,0 +1,72 @@
+// The official openai npm client against a live arbor server.
+// ARBOR_BASE_URL: e.g. http://127.0.0.1:8080/v1 (set by tests/server/server_js_test.cc).
+// ARBOR_CHAT=1: the server has a chat template (chat must work); otherwise chat must fail with
+// a 400 that the client surfaces as BadRequestError.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+
+const baseURL = process.env.ARBOR_BASE_URL;
+assert.ok(baseURL, 'ARBOR_BASE_URL must be set');
+const client = new OpenAI({ baseURL, apiKey: 'unused', maxRetries: 0, timeout: 60_000 });
+const model = 'stories260K';
+const greedy = { model, prompt: 'Once upon a time', max_tokens: 10, temperature: 0, ignore_eos: true };
+
+test('models.list names the served model', async () => {
+  const page = await client.models.list();
+  assert.equal(page.data[0].id, model);
+});
+
+test('completions non-streaming and streaming agree', async () => {
+  const full = await client.completions.create(greedy);
+  assert.equal(full.object, 'text_completion');
+  assert.equal(full.choices.length, 1);
+  assert.equal(full.choices[0].finish_reason, 'length');
+  assert.equal(full.usage.completion_tokens, 10);
+  assert.ok(full.choices[0].text.length > 0);
+
+  const stream = await client.completions.create({
+    ...greedy, stream: true, stream_options: { include_usage: true } });
+  let text = '';
+  let usage = null;
+  for await (const chunk of stream) {
+    if (chunk.usage) usage = chunk.usage;
+    for (const c of chunk.choices) text += c.text;
+  }
+  assert.equal(text, full.choices[0].text);
+  assert.equal(usage.completion_tokens, 10);
+});
+
+test('completions n = 2 and logprobs', async () => {
+  const r = await client.completions.create({
+    model, prompt: 'Once upon a time', max_tokens: 4, n: 2, seed: 3, logprobs: 2, ignore_eos: true });
+  assert.deepEqual(r.choices.map((c) => c.index).sort(), [0, 1]);
+  for (const c of r.choices) assert.equal(c.logprobs.tokens.length, 4);
+});
+
+test('bad requests surface as BadRequestError / NotFoundError', async () => {
+  await assert.rejects(client.completions.create({ ...greedy, top_p: 7 }),
+    (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && /top_p/.test(e.message));
+  await assert.rejects(client.completions.create({ ...greedy, model: 'nope' }),
+    (e) => e instanceof OpenAI.NotFoundError && e.status === 404);
+});
+
+const messages = [{ role: 'user', content: 'Tell me a story.' }];
+if (process.env.ARBOR_CHAT === '1') {
+  test('chat non-streaming and streaming agree', async () => {
+    const full = await client.chat.completions.create({
+      model, messages, max_tokens: 8, temperature: 0, ignore_eos: true });
+    assert.equal(full.object, 'chat.completion');
+    assert.equal(full.choices[0].message.role, 'assistant');
+    const stream = await client.chat.completions.create({
+      model, messages, max_tokens: 8, temperature: 0, ignore_eos: true, stream: true });
+    let text = '';
+    for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? '';
+    assert.equal(text, full.choices[0].message.content);
+  });
+} else {
+  test('chat without a template is a 400', async () => {
+    await assert.rejects(client.chat.completions.create({ model, messages, max_tokens: 4 }),
+      (e) => e instanceof OpenAI.BadRequestError && /chat template/.test(e.message));
+  });
+}

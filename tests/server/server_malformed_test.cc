@@ -1,0 +1,267 @@
+// Malformed input: every case gets the expected status and a JSON error in the route's shape
+// (OpenAI: {"error": {"message", "type", "param", "code"}}; TGI: {"error", "error_type"}), the
+// server stays up, and no KV block is leaked afterwards.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "server_test_util.h"
+
+namespace arbor::server::testing {
+namespace {
+
+using nlohmann::json;
+
+struct Case {
+  std::string name;
+  std::string method;
+  std::string path;
+  std::string body;
+  int status;
+  std::string param;  // expected error.param ("" = not checked)
+};
+
+std::string many_ids(int n) {
+  std::string s = "[";
+  for (int i = 0; i < n; ++i) s += (i ? ",5" : "5");
+  return s + "]";
+}
+
+std::vector<Case> cases() {
+  const std::string c = "/v1/completions";
+  auto p = [](const std::string& extra) {
+    return std::string("{\"prompt\":\"Once upon a time\",\"max_tokens\":2") + extra + "}";
+  };
+  std::string seventeen = "[";
+  for (int i = 0; i < 17; ++i) seventeen += (i ? ",\"s" : "\"s") + std::to_string(i) + "\"";
+  seventeen += "]";
+  std::string sixty_five;
+  for (int i = 0; i < 65; ++i) sixty_five += i ? ",\"x\"" : "\"x\"";
+  return {
+      {"empty body", "POST", c, "", 400, ""},
+      {"deeply nested json", "POST", c,
+       "{\"prompt\":" + std::string(100000, '[') + std::string(100000, ']') + "}", 400, ""},
+      {"prompt of one nested list", "POST", c, "{\"prompt\":[[\"a\"]]}", 400, "prompt"},
+      {"truncated json", "POST", c, "{\"prompt\":", 400, ""},
+      {"not json", "POST", c, "hello", 400, ""},
+      {"array body", "POST", c, "[1,2]", 400, ""},
+      {"null body", "POST", c, "null", 400, ""},
+      {"trailing garbage", "POST", c, "{\"prompt\":\"a\"} x", 400, ""},
+      {"invalid utf-8", "POST", c, "{\"prompt\":\"\xff\xfe\"}", 400, ""},
+      {"missing prompt", "POST", c, "{}", 400, "prompt"},
+      {"prompt number", "POST", c, "{\"prompt\":5}", 400, "prompt"},
+      {"prompt object", "POST", c, "{\"prompt\":{}}", 400, "prompt"},
+      {"empty prompt", "POST", c, "{\"prompt\":\"\"}", 400, "prompt"},
+      {"empty prompt list", "POST", c, "{\"prompt\":[]}", 400, "prompt"},
+      {"mixed prompt list", "POST", c, "{\"prompt\":[1,\"a\"]}", 400, "prompt"},
+      {"token id too large", "POST", c, "{\"prompt\":[1,100000]}", 400, "prompt"},
+      {"negative token id", "POST", c, "{\"prompt\":[-1]}", 400, "prompt"},
+      {"batch of 65 prompts", "POST", c, "{\"prompt\":[" + sixty_five + "]}", 400, "prompt"},
+      {"batch mixing strings and numbers", "POST", c, "{\"prompt\":[\"a\",5]}", 400, "prompt"},
+      {"batch with an empty prompt", "POST", c, "{\"prompt\":[\"a\",\"\"]}", 400, "prompt"},
+      {"prompt longer than context", "POST", c, "{\"prompt\":" + many_ids(2100) + "}", 400,
+       "prompt"},
+      {"prompt + max_tokens over context", "POST", c,
+       "{\"prompt\":" + many_ids(2000) + ",\"max_tokens\":100}", 400, "max_tokens"},
+      {"max_tokens negative", "POST", c, p(",\"max_tokens\":-1"), 400, "max_tokens"},
+      {"max_tokens zero", "POST", c, "{\"prompt\":\"a\",\"max_tokens\":0}", 400, "max_tokens"},
+      {"max_tokens string", "POST", c, "{\"prompt\":\"a\",\"max_tokens\":\"10\"}", 400,
+       "max_tokens"},
+      {"max_tokens float", "POST", c, "{\"prompt\":\"a\",\"max_tokens\":1e30}", 400,
+       "max_tokens"},
+      {"max_tokens huge", "POST", c, "{\"prompt\":\"a\",\"max_tokens\":99999999999999999999}",
+       400, "max_tokens"},
+      {"temperature negative", "POST", c, p(",\"temperature\":-1"), 400, "temperature"},
+      {"temperature string", "POST", c, p(",\"temperature\":\"hot\""), 400, "temperature"},
+      {"temperature huge", "POST", c, p(",\"temperature\":1e9"), 400, "temperature"},
+      {"top_p zero", "POST", c, p(",\"top_p\":0"), 400, "top_p"},
+      {"top_p above one", "POST", c, p(",\"top_p\":1.5"), 400, "top_p"},
+      {"top_k negative", "POST", c, p(",\"top_k\":-5"), 400, "top_k"},
+      {"top_k above vocab", "POST", c, p(",\"top_k\":100000"), 400, "top_k"},
+      {"min_p above one", "POST", c, p(",\"min_p\":2"), 400, "min_p"},
+      {"repetition_penalty zero", "POST", c, p(",\"repetition_penalty\":0"), 400,
+       "repetition_penalty"},
+      {"presence_penalty out of range", "POST", c, p(",\"presence_penalty\":3"), 400,
+       "presence_penalty"},
+      {"frequency_penalty out of range", "POST", c, p(",\"frequency_penalty\":-2.5"), 400,
+       "frequency_penalty"},
+      {"n zero", "POST", c, p(",\"n\":0"), 400, "n"},
+      {"n huge", "POST", c, p(",\"n\":1000"), 400, "n"},
+      {"best_of below n", "POST", c, p(",\"n\":3,\"best_of\":2"), 400, "best_of"},
+      {"stop number", "POST", c, p(",\"stop\":5"), 400, "stop"},
+      {"stop empty string", "POST", c, p(",\"stop\":[\"\"]"), 400, "stop"},
+      {"stop too many", "POST", c, p(",\"stop\":" + seventeen), 400, "stop"},
+      {"seed string", "POST", c, p(",\"seed\":\"x\""), 400, "seed"},
+      {"logit_bias array", "POST", c, p(",\"logit_bias\":[]"), 400, "logit_bias"},
+      {"logit_bias bad key", "POST", c, p(",\"logit_bias\":{\"abc\":1}"), 400, "logit_bias"},
+      {"logit_bias huge value", "POST", c, p(",\"logit_bias\":{\"1\":500}"), 400, "logit_bias"},
+      {"logprobs too many", "POST", c, p(",\"logprobs\":21"), 400, "logprobs"},
+      {"logprobs bool", "POST", c, p(",\"logprobs\":true"), 400, "logprobs"},
+      {"echo with logprobs", "POST", c, p(",\"echo\":true,\"logprobs\":1"), 400, "echo"},
+      {"stream string", "POST", c, p(",\"stream\":\"yes\""), 400, "stream"},
+      {"stream_options without stream", "POST", c,
+       p(",\"stream_options\":{\"include_usage\":true}"), 400, "stream_options"},
+      {"suffix", "POST", c, p(",\"suffix\":\"x\""), 400, "suffix"},
+      {"truncate_prompt_tokens zero", "POST", c, p(",\"truncate_prompt_tokens\":0"), 400,
+       "truncate_prompt_tokens"},
+      {"unknown model", "POST", c, p(",\"model\":\"gpt-9\""), 404, "model"},
+      {"model number", "POST", c, p(",\"model\":5"), 400, "model"},
+      {"unknown field is ignored", "POST", c, p(",\"frobnicate\":1"), 200, ""},
+      {"chat missing messages", "POST", "/v1/chat/completions", "{}", 400, "messages"},
+      {"chat empty messages", "POST", "/v1/chat/completions", "{\"messages\":[]}", 400,
+       "messages"},
+      {"chat bad role", "POST", "/v1/chat/completions",
+       "{\"messages\":[{\"role\":\"robot\",\"content\":\"x\"}]}", 400, "messages"},
+      {"chat content number", "POST", "/v1/chat/completions",
+       "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400, "messages"},
+      {"tgi missing inputs", "POST", "/generate", "{}", 422, ""},
+      {"tgi inputs number", "POST", "/generate", "{\"inputs\":5}", 422, ""},
+      {"tgi max_new_tokens negative", "POST", "/generate",
+       "{\"inputs\":\"a\",\"parameters\":{\"max_new_tokens\":-1}}", 422, ""},
+      {"tgi temperature zero", "POST", "/generate_stream",
+       "{\"inputs\":\"a\",\"parameters\":{\"temperature\":0}}", 422, ""},
+      {"tgi parameters string", "POST", "/generate", "{\"inputs\":\"a\",\"parameters\":\"x\"}",
+       422, ""},
+      {"tokenize prompt number", "POST", "/tokenize", "{\"prompt\":5}", 400, "prompt"},
+      {"detokenize bad id", "POST", "/detokenize", "{\"tokens\":[99999]}", 400, "tokens"},
+      {"wrong method on completions", "GET", c, "", 405, ""},
+      {"wrong method on models", "POST", "/v1/models", "{}", 405, ""},
+      {"unknown route", "GET", "/v2/nothing", "", 404, ""},
+  };
+}
+
+void expect_error_shape(const Case& k, const HttpResult& r) {
+  const json j = r.json();
+  ASSERT_TRUE(j.is_object()) << "error body is not JSON: " << r.body;
+  if (k.status == 422) {
+    EXPECT_TRUE(j["error"].is_string()) << r.body;
+    EXPECT_EQ(j["error_type"], "validation") << r.body;
+    return;
+  }
+  ASSERT_TRUE(j["error"].is_object()) << r.body;
+  EXPECT_FALSE(j["error"]["message"].get<std::string>().empty());
+  EXPECT_TRUE(j["error"]["type"].is_string());
+  EXPECT_TRUE(j["error"].contains("param"));
+  EXPECT_TRUE(j["error"].contains("code"));
+  if (!k.param.empty()) {
+    EXPECT_EQ(j["error"]["param"], k.param) << r.body;
+  }
+}
+
+TEST(ServerMalformed, EveryCaseGetsItsStatusAndAJsonError) {
+  ServerProcess server;
+  ASSERT_TRUE(server.ok());
+  const std::vector<Case> all = cases();
+  ASSERT_GE(all.size(), 40u);
+  for (const Case& k : all) {
+    SCOPED_TRACE(k.name);
+    const HttpResult r = server.request(k.method, k.path, k.body);
+    EXPECT_EQ(r.status, k.status) << r.body;
+    if (k.status != 200) expect_error_shape(k, r);
+  }
+  EXPECT_EQ(server.get("/health").status, 200) << "the server must stay up";
+  EXPECT_TRUE(server.wait_no_blocks_used()) << "KV blocks leaked";
+  EXPECT_EQ(server.terminate(), 0);
+}
+
+TEST(ServerMalformed, LimitsNameTheNumbers) {
+  ServerProcess server;
+  ASSERT_TRUE(server.ok());
+  HttpResult r = server.request("POST", "/v1/completions", "{\"prompt\":" + many_ids(2100) + "}");
+  ASSERT_EQ(r.status, 400);
+  std::string msg = r.json()["error"]["message"];
+  EXPECT_NE(msg.find("2100"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("2048"), std::string::npos) << msg;
+  EXPECT_EQ(r.json()["error"]["code"], "context_length_exceeded");
+  r = server.request("POST", "/v1/completions", "{\"prompt\":\"a\",\"top_p\":1.5}");
+  msg = r.json()["error"]["message"];
+  EXPECT_NE(msg.find("1.5"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("1]"), std::string::npos) << msg;
+}
+
+TEST(ServerMalformed, TenMegabyteBodyIs413) {
+  ServerProcess server;
+  ASSERT_TRUE(server.ok());
+  const std::string big = "{\"prompt\":\"" + std::string(10u << 20, 'a') + "\"}";
+  const HttpResult r = server.request("POST", "/v1/completions", big);
+  EXPECT_EQ(r.status, 413) << r.body.substr(0, 200);
+  EXPECT_TRUE(r.json()["error"].is_object());
+  EXPECT_EQ(server.get("/health").status, 200);
+  EXPECT_EQ(server.terminate(), 0);
+}
+
+TEST(ServerMalformed, QueueFullIs429) {
+  ServerProcess server({"--max-waiting-requests", "1", "--max-num-seqs", "1"});
+  ASSERT_TRUE(server.ok());
+  // Many concurrent long requests with one running slot and one waiting slot: some get 429.
+  const std::string body =
+      "{\"prompt\":\"Once upon a time\",\"max_tokens\":200,\"ignore_eos\":true}";
+  std::string cmd = "for i in $(seq 1 8); do curl -s -o /dev/null -w '%{http_code}\\n' -X POST "
+                    "-H 'Content-Type: application/json' -d '" + body + "' " +
+                    server.url("/v1/completions") + " & done; wait";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[256];
+  while (fgets(buf, sizeof(buf), p)) out += buf;
+  pclose(p);
+  EXPECT_NE(out.find("429"), std::string::npos) << out;
+  EXPECT_NE(out.find("200"), std::string::npos) << out;
+  EXPECT_TRUE(server.wait_no_blocks_used());
+}
+
+}  // namespace
+}  // namespace arbor::server::testing
+
+namespace arbor::server::testing {
+namespace {
+
+// Seeded mutations of valid bodies (byte flips, cuts, inserted JSON punctuation and numbers):
+// the server answers every one with 200 or a 4xx JSON error and never goes down.
+TEST(ServerMalformed, MutatedBodiesNeverCrashTheServer) {
+  ServerProcess server;
+  ASSERT_TRUE(server.ok());
+  const std::vector<std::pair<std::string, std::string>> seeds = {
+      {"/v1/completions",
+       "{\"prompt\":\"Once upon a time\",\"max_tokens\":3,\"n\":2,\"stop\":[\"x\"],"
+       "\"logit_bias\":{\"5\":1},\"logprobs\":2,\"temperature\":0.5}"},
+      {"/v1/completions", "{\"prompt\":[1,2,3],\"max_tokens\":2,\"stream\":true}"},
+      {"/generate", "{\"inputs\":\"Once\",\"parameters\":{\"max_new_tokens\":2,\"details\":true}}"},
+      {"/tokenize", "{\"prompt\":\"hello\"}"}};
+  const char* inserts[] = {"[", "]", "{", "}", "\"", ",", ":", "-1", "1e999", "null", "\\u0000",
+                           "\xff", "99999999999999999999"};
+  const unsigned seed = 12345;
+  std::srand(seed);
+  for (int i = 0; i < 150; ++i) {
+    const auto& [path, base] = seeds[i % seeds.size()];
+    std::string body = base;
+    for (int m = 0; m < 1 + std::rand() % 3; ++m) {
+      const size_t at = std::rand() % (body.size() + 1);
+      switch (std::rand() % 3) {
+        case 0:
+          body.insert(at, inserts[std::rand() % (sizeof(inserts) / sizeof(inserts[0]))]);
+          break;
+        case 1:
+          body = body.substr(0, at);
+          break;
+        case 2:
+          if (at < body.size()) body[at] = static_cast<char>(std::rand() % 256);
+          break;
+      }
+    }
+    const HttpResult r = server.request("POST", path, body);
+    SCOPED_TRACE("seed " + std::to_string(seed) + " case " + std::to_string(i) + ": " + body);
+    ASSERT_TRUE(r.status == 200 || (r.status >= 400 && r.status < 500)) << r.status << r.body;
+    if (r.status != 200) {
+      EXPECT_TRUE(r.json().is_object()) << r.body;
+    }
+  }
+  EXPECT_EQ(server.get("/health").status, 200);
+  EXPECT_TRUE(server.wait_no_blocks_used());
+  EXPECT_EQ(server.terminate(), 0);
+}
+
+}  // namespace
+}  // namespace arbor::server::testing

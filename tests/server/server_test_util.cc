@@ -1,0 +1,188 @@
+#include "server_test_util.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace arbor::server::testing {
+
+namespace {
+
+std::string read_all(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+
+}  // namespace
+
+nlohmann::json HttpResult::json() const {
+  return nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+}
+
+ServerProcess::ServerProcess(std::vector<std::string> extra_args) {
+  char tmpl[] = "/tmp/arbor_srv_test_XXXXXX";
+  dir_ = mkdtemp(tmpl);
+  const std::string port_file = dir_ + "/port";
+  std::vector<std::string> args = {ARBOR_BIN, "--log-level", "warn", "serve", "-m",
+                                   std::string(ARBOR_SHARED_DIR) + "/models/stories260K/stories260K.gguf",
+                                   "--host", "127.0.0.1", "--port", "0", "--port-file", port_file,
+                                   "--threads", "1", "--num-kv-blocks", "4096"};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  pid_ = fork();
+  if (pid_ == 0) {
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  for (int i = 0; i < 600 && port_ == 0; ++i) {  // up to 30 s
+    const std::string p = read_all(port_file);
+    if (!p.empty()) port_ = std::atoi(p.c_str());
+    if (port_ == 0) {
+      if (!running()) return;
+      sleep_ms(50);
+    }
+  }
+  for (int i = 0; i < 100; ++i) {
+    if (get("/health").status == 200) return;
+    sleep_ms(50);
+  }
+  port_ = 0;
+}
+
+ServerProcess::~ServerProcess() {
+  if (running()) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  std::system(("rm -rf " + dir_).c_str());
+}
+
+bool ServerProcess::running() const {
+  if (pid_ <= 0) return false;
+  return waitpid(pid_, nullptr, WNOHANG) == 0;
+}
+
+int ServerProcess::terminate(double timeout_s) {
+  if (pid_ <= 0) return -1;
+  kill(pid_, SIGTERM);
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    }
+    sleep_ms(20);
+  }
+  return -1;
+}
+
+std::string ServerProcess::url(const std::string& path) const {
+  return "http://127.0.0.1:" + std::to_string(port_) + path;
+}
+
+HttpResult ServerProcess::request(const std::string& method, const std::string& path,
+                                  const std::string& body, const std::string& extra_curl) const {
+  const std::string body_file = dir_ + "/body";
+  {
+    std::ofstream f(body_file, std::ios::binary);
+    f << body;
+  }
+  std::string cmd = "curl -s -N --max-time 60 -o - -w '\\n%{http_code}' -X " + method +
+                    " -H 'Content-Type: application/json' " + extra_curl;
+  if (!body.empty()) cmd += " --data-binary @" + body_file;
+  cmd += " '" + url(path) + "'";
+  FILE* p = popen(cmd.c_str(), "r");
+  HttpResult r;
+  if (p == nullptr) return r;
+  std::string out;
+  char buf[65536];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  pclose(p);
+  const size_t nl = out.rfind('\n');
+  if (nl == std::string::npos) return r;
+  r.status = std::atoi(out.c_str() + nl + 1);
+  r.body = out.substr(0, nl);
+  return r;
+}
+
+double ServerProcess::metric(const std::string& name) const {
+  const HttpResult r = get("/metrics");
+  std::istringstream in(r.body);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(name + " ", 0) == 0) return std::atof(line.c_str() + name.size() + 1);
+  }
+  return -1;
+}
+
+bool ServerProcess::wait_no_blocks_used(double timeout_s) const {
+  for (int i = 0; i < static_cast<int>(timeout_s * 20); ++i) {
+    if (metric("arbor_kv_blocks_used") == 0 && metric("arbor_http_active_requests") == 0 &&
+        metric("arbor_num_requests_running") == 0) {
+      return true;
+    }
+    sleep_ms(50);
+  }
+  return false;
+}
+
+std::vector<std::string> sse_payloads(const std::string& body) {
+  std::vector<std::string> out;
+  std::istringstream in(body);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.rfind("data:", 0) != 0) continue;
+    std::string payload = line.substr(5);
+    if (!payload.empty() && payload[0] == ' ') payload.erase(0, 1);
+    out.push_back(payload);
+  }
+  return out;
+}
+
+std::string raw_exchange(int port, const std::string& raw, size_t min_bytes, int* keep_fd) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string got;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      send(fd, raw.data(), raw.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(raw.size())) {
+    timeval tv{10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char buf[4096];
+    while (got.size() < min_bytes) {
+      const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+      if (n <= 0) break;
+      got.append(buf, static_cast<size_t>(n));
+    }
+  }
+  if (keep_fd != nullptr) {
+    *keep_fd = fd;
+  } else {
+    close(fd);
+  }
+  return got;
+}
+
+}  // namespace arbor::server::testing

@@ -1,0 +1,59 @@
+// Helpers for the server end-to-end tests: a live `arbor serve` child process on 127.0.0.1 (a
+// free port chosen by the server, read back from --port-file), curl for requests, and raw
+// sockets for clients that hang up mid-stream.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace arbor::server::testing {
+
+struct HttpResult {
+  int status = 0;  // 0: curl failed
+  std::string body;
+  nlohmann::json json() const;  // discarded value when the body is not JSON
+};
+
+class ServerProcess {
+ public:
+  // Starts ARBOR_BIN serve on the stories260K model with `extra_args`; waits for /health.
+  explicit ServerProcess(std::vector<std::string> extra_args = {});
+  // Sends SIGKILL if still running.
+  ~ServerProcess();
+  ServerProcess(const ServerProcess&) = delete;
+  ServerProcess& operator=(const ServerProcess&) = delete;
+
+  bool ok() const { return port_ > 0; }
+  int pid() const { return pid_; }
+  int port() const { return port_; }
+  std::string url(const std::string& path) const;
+  // SIGTERM, then waits up to `timeout_s`; returns the exit status (-1 on timeout / signal).
+  int terminate(double timeout_s = 20.0);
+  bool running() const;
+
+  HttpResult request(const std::string& method, const std::string& path,
+                     const std::string& body = "", const std::string& extra_curl = "") const;
+  HttpResult post(const std::string& path, const nlohmann::json& body) const {
+    return request("POST", path, body.dump());
+  }
+  HttpResult get(const std::string& path) const { return request("GET", path); }
+  // A Prometheus sample's value ("arbor_kv_blocks_used"); -1 if absent.
+  double metric(const std::string& name) const;
+  // Polls until arbor_kv_blocks_used and arbor_http_active_requests are 0.
+  bool wait_no_blocks_used(double timeout_s = 10.0) const;
+
+ private:
+  int pid_ = -1;
+  int port_ = 0;
+  std::string dir_;
+};
+
+// "data: {...}" payloads of an SSE body, in order ("[DONE]" included as a string).
+std::vector<std::string> sse_payloads(const std::string& body);
+
+// Opens a connection, sends `raw`, reads until `min_bytes` arrived (or the peer closed) and
+// returns what was read; the socket is closed on return unless `keep_fd` receives it.
+std::string raw_exchange(int port, const std::string& raw, size_t min_bytes, int* keep_fd = nullptr);
+
+}  // namespace arbor::server::testing
