@@ -27,8 +27,9 @@ $(ASAN_BUILD)/build.ninja:
 build: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
 
+# The sanitizer build compiles only what the unit tests need.
 build-asan: deps $(ASAN_BUILD)/build.ninja
-	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cmake --build $(ASAN_BUILD) -j $(JOBS) --target arbor_unit_tests
 
 serve: build
 	@ARBOR_SHARED_DIR=$(SHARED_DIR) scripts/serve.sh $(BUILD)/arbor

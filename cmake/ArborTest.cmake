@@ -17,6 +17,9 @@ function(arbor_add_test name)
     ARBOR_SHARED_DIR="${ARBOR_SHARED_DIR}"
     ARBOR_BIN="$<TARGET_FILE:arbor>"
     ARBOR_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+  if("unit" IN_LIST T_LABELS)
+    add_dependencies(arbor_unit_tests ${name})
+  endif()
   gtest_discover_tests(${name}
     PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
     DISCOVERY_TIMEOUT 120)
