@@ -256,6 +256,8 @@ void EngineCore::publish_metrics() {
   metrics_.num_preemptions = st.num_preemptions;
   metrics_.kv_usage = st.kv.usage;
   metrics_.prefix_cache_hit_rate = st.kv.prefix_hit_rate;
+  metrics_.num_prefix_cache_query_tokens = st.kv.num_query_tokens;
+  metrics_.num_prefix_cache_hit_tokens = st.kv.num_hit_tokens;
   num_free_blocks_ = kv_->num_free_blocks();
   board_.publish(metrics_);
   std::lock_guard<std::mutex> lock(mu_);

@@ -57,6 +57,8 @@ struct EngineMetricsSnapshot {
   int32_t num_waiting = 0;
   double kv_usage = 0.0;               // used / usable blocks, after the last step
   double prefix_cache_hit_rate = 0.0;  // hit tokens / queried tokens
+  int64_t num_prefix_cache_query_tokens = 0;  // prompt tokens looked up in the prefix cache
+  int64_t num_prefix_cache_hit_tokens = 0;    // ... of which served from cached blocks
 };
 
 // The published snapshot. publish() from the engine thread, read() from any thread.

@@ -61,6 +61,10 @@ std::string prometheus_text(const engine::EngineMetricsSnapshot& m, const Server
          s.kv_blocks_total - s.kv_blocks_free);
   scalar(out, "arbor_prefix_cache_hit_rate", "gauge", "Prefix-cache hit tokens / queried tokens.",
          m.prefix_cache_hit_rate);
+  scalar(out, "arbor_prefix_cache_queries_total", "counter",
+         "Prompt tokens looked up in the prefix cache.", m.num_prefix_cache_query_tokens);
+  scalar(out, "arbor_prefix_cache_hits_total", "counter",
+         "Prompt tokens served from cached KV blocks.", m.num_prefix_cache_hit_tokens);
   scalar(out, "arbor_http_active_requests", "gauge", "Generation requests being answered.",
          s.active_requests);
   scalar(out, "arbor_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.",

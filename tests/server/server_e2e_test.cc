@@ -231,6 +231,22 @@ TEST_F(ServerE2e, ModelsHealthAndMetrics) {
   EXPECT_TRUE(server_->wait_no_blocks_used());
 }
 
+// The same long prompt twice: the second request is served from the first one's cached full
+// blocks, and the token counters say so.
+TEST_F(ServerE2e, PrefixCacheHitsAreCounted) {
+  std::vector<int> prompt;
+  for (int i = 0; i < 40; ++i) prompt.push_back(300 + i);  // 40 tokens: two full blocks of 16
+  const double hits_before = server_->metric("arbor_prefix_cache_hits_total");
+  const double queries_before = server_->metric("arbor_prefix_cache_queries_total");
+  for (int round = 0; round < 2; ++round) {
+    const json j = completion({{"prompt", prompt}, {"max_tokens", 2}, {"ignore_eos", true}});
+    ASSERT_EQ(j["usage"]["prompt_tokens"], 40) << j.dump();
+    ASSERT_TRUE(server_->wait_no_blocks_used());
+  }
+  EXPECT_GE(server_->metric("arbor_prefix_cache_queries_total") - queries_before, 80);
+  EXPECT_EQ(server_->metric("arbor_prefix_cache_hits_total") - hits_before, 32);
+}
+
 TEST(ServerChat, BuiltinTemplateStreamingMatchesNonStreaming) {
   ServerProcess server({"--chat-template", "llama2"});
   ASSERT_TRUE(server.ok());
