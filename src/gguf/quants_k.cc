@@ -23,19 +23,28 @@ int nearest_int(float x) {
   return (i & 0x007fffff) - 0x00400000;
 }
 
+// The value of largest magnitude among x[0..n) (the first one on ties) and that magnitude.
+struct SignedAbsMax {
+  float max;   // signed
+  float amax;  // |max|
+};
+SignedAbsMax signed_absmax(const float* x, int n) {
+  SignedAbsMax r{0.f, 0.f};
+  for (int i = 0; i < n; ++i) {
+    const float ax = std::fabs(x[i]);
+    if (ax > r.amax) {
+      r.amax = ax;
+      r.max = x[i];
+    }
+  }
+  return r;
+}
+
 // Symmetric quantisation of n values to [-nmax, nmax-1] with an RMSE-weighted scale search
 // (ggml's make_qx_quants with rmse_type 1 and no importance weights: w = x^2).
 // L receives quants offset by nmax, in [0, 2*nmax-1].
 float make_qx_quants(int n, int nmax, const float* x, int8_t* L) {
-  float max = 0;
-  float amax = 0;
-  for (int i = 0; i < n; ++i) {
-    const float ax = std::fabs(x[i]);
-    if (ax > amax) {
-      amax = ax;
-      max = x[i];
-    }
-  }
+  const auto [max, amax] = signed_absmax(x, n);
   if (amax < kGroupMaxEps) {
     for (int i = 0; i < n; ++i) L[i] = 0;
     return 0.f;
@@ -77,15 +86,7 @@ float make_qx_quants(int n, int nmax, const float* x, int8_t* L) {
 // ggml's make_q3_quants with do_rmse = true: an initial symmetric fit, then up to five passes
 // that move single quants while that lowers the weighted error. L receives quants + nmax.
 float make_q3_quants(int n, int nmax, const float* x, int8_t* L) {
-  float max = 0;
-  float amax = 0;
-  for (int i = 0; i < n; ++i) {
-    const float ax = std::fabs(x[i]);
-    if (ax > amax) {
-      amax = ax;
-      max = x[i];
-    }
-  }
+  const auto [max, amax] = signed_absmax(x, n);
   if (amax < kGroupMaxEps) {
     for (int i = 0; i < n; ++i) L[i] = 0;
     return 0.f;
@@ -608,15 +609,7 @@ void dequantize_block_q6_K(const BlockQ6_K& x, float* y) {
 // ------------------------------------------------------------------------------------- Q8_K
 
 void quantize_block_q8_K(const float* x, BlockQ8_K* y) {
-  float max = 0;
-  float amax = 0;
-  for (int j = 0; j < kQK_K; ++j) {
-    const float ax = std::fabs(x[j]);
-    if (ax > amax) {
-      amax = ax;
-      max = x[j];
-    }
-  }
+  const auto [max, amax] = signed_absmax(x, kQK_K);
   if (amax == 0) {
     y->d = 0;
     std::memset(y->qs, 0, sizeof(y->qs));
