@@ -58,10 +58,19 @@ std::vector<uint8_t> random_weights(GgmlType type, int64_t rows, int64_t cols) {
   return data;
 }
 
-void run_matmul(benchmark::State& state, GgmlType type, int64_t num_tokens) {
+void run_matmul(benchmark::State& state, GgmlType type, int64_t num_tokens, bool packed = false) {
   const int64_t rows = state.range(0), cols = state.range(1);
   const std::vector<uint8_t> data = random_weights(type, rows, cols);
-  const WeightView w = make_weight_view(type, data.data(), rows, cols);
+  WeightView w = make_weight_view(type, data.data(), rows, cols);
+  PackedWeights pk;
+  if (packed) {
+    if (!packing_available(type)) {
+      state.SkipWithError("no packed kernel on this CPU");
+      return;
+    }
+    pk = pack_weights(w);
+    w.packed = pk.data();
+  }
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   std::vector<float> x(static_cast<size_t>(num_tokens * cols)),
@@ -79,7 +88,8 @@ void run_matmul(benchmark::State& state, GgmlType type, int64_t num_tokens) {
       benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * rows * cols * num_tokens / 1e9,
                                                  benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(std::string(ggml_type_name(type)) + " " + std::string(isa_name(active_isa())) +
+  state.SetLabel(std::string(ggml_type_name(type)) + (packed ? " packed " : " ") +
+                 std::string(isa_name(active_isa())) +
                  " threads=" + std::to_string(pool.num_threads()));
 }
 
@@ -89,6 +99,11 @@ void BM_GemvF16(benchmark::State& s) { run_matmul(s, GgmlType::kF16, 1); }
 void BM_GemmQ4_0(benchmark::State& s) { run_matmul(s, GgmlType::kQ4_0, 64); }
 void BM_GemmQ8_0(benchmark::State& s) { run_matmul(s, GgmlType::kQ8_0, 64); }
 void BM_GemmF16(benchmark::State& s) { run_matmul(s, GgmlType::kF16, 64); }
+void BM_GemvQ4_0Packed(benchmark::State& s) { run_matmul(s, GgmlType::kQ4_0, 1, true); }
+void BM_GemvQ8_0Packed(benchmark::State& s) { run_matmul(s, GgmlType::kQ8_0, 1, true); }
+void BM_GemmQ4_0Packed(benchmark::State& s) { run_matmul(s, GgmlType::kQ4_0, s.range(2), true); }
+void BM_GemmQ8_0Packed(benchmark::State& s) { run_matmul(s, GgmlType::kQ8_0, s.range(2), true); }
+void BM_GemmQ4_0Tokens(benchmark::State& s) { run_matmul(s, GgmlType::kQ4_0, s.range(2)); }
 
 void tinyllama_shapes(benchmark::internal::Benchmark* b) {
   b->Args({2048, 2048})->Args({5632, 2048})->Args({2048, 5632})->Args({32000, 2048});
@@ -103,6 +118,16 @@ BENCHMARK(BM_GemmQ4_0)
     ->Args({5632, 2048})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_GemvQ4_0Packed)->Apply(tinyllama_shapes);
+BENCHMARK(BM_GemvQ8_0Packed)->Apply(tinyllama_shapes);
+// Token counts of batched decode (4, 16) and prefill (64), packed and plain.
+void token_shapes(benchmark::internal::Benchmark* b) {
+  for (int64_t t : {4, 16, 64}) b->Args({2048, 2048, t});
+  b->UseRealTime()->Unit(benchmark::kMicrosecond);
+}
+BENCHMARK(BM_GemmQ4_0Tokens)->Apply(token_shapes);
+BENCHMARK(BM_GemmQ4_0Packed)->Apply(token_shapes);
+BENCHMARK(BM_GemmQ8_0Packed)->Apply(token_shapes);
 BENCHMARK(BM_GemmQ8_0)->Args({2048, 2048})->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_GemmF16)->Args({2048, 2048})->UseRealTime()->Unit(benchmark::kMillisecond);
 

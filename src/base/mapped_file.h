@@ -34,6 +34,11 @@ class MappedFile {
   std::string path_;
 };
 
+// Drops the whole pages inside [p, p + n) of a read-only file mapping from this process's
+// resident set (madvise MADV_DONTNEED). The bytes stay readable: a later read faults them back
+// in from the page cache. For weights that were copied into another layout.
+void release_mapped_pages(const void* p, size_t n);
+
 // Whole-file helpers. Errors name the path.
 Result<std::string> read_file(const std::string& path);
 // Writes to path.tmp then renames, so readers never see a half-written file.

@@ -11,6 +11,7 @@
 
 #include "base/check.h"
 #include "base/fp16.h"
+#include "kernels/attention_internal.h"
 #include "kernels/cpu_features.h"
 
 namespace arbor::kernels {
@@ -79,16 +80,89 @@ void f16_to_f32_scalar(const uint16_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_fp32(src[i]);
 }
 
-struct VecOps {
-  float (*dot)(const float*, const float*, int);
-  void (*axpy)(float*, float, const float*, int);
-  void (*f16_to_f32)(const uint16_t*, float*, int64_t);
-};
-
-VecOps vec_ops() {
-  if (active_isa() >= Isa::kAvx2) return {dot_avx2, axpy_avx2, f16_to_f32_avx2};
-  return {dot_scalar, axpy_scalar, f16_to_f32_scalar};
+// Block operations (attention_internal.h) on top of the row helpers above: F16 rows are widened
+// eight elements at a time into a stack buffer, so no path needs the scratch copy.
+template <float (*kDot)(const float*, const float*, int), void (*kWiden)(const uint16_t*, float*,
+                                                                       int64_t)>
+void scores_rows(const float* q, const void* k, bool f16, int n, int hd, float scale, float* s) {
+  float row[512];
+  for (int j = 0; j < n; ++j) {
+    const float* kr;
+    if (f16 && hd <= 512) {
+      kWiden(static_cast<const uint16_t*>(k) + (size_t)j * hd, row, hd);
+      kr = row;
+    } else if (f16) {
+      float acc = 0.0f;
+      for (int d = 0; d < hd; ++d) {
+        acc += q[d] * fp16_to_fp32(static_cast<const uint16_t*>(k)[(size_t)j * hd + d]);
+      }
+      s[j] = acc * scale;
+      continue;
+    } else {
+      kr = static_cast<const float*>(k) + (size_t)j * hd;
+    }
+    s[j] = kDot(q, kr, hd) * scale;
+  }
 }
+
+template <void (*kAxpy)(float*, float, const float*, int), void (*kWiden)(const uint16_t*, float*,
+                                                                        int64_t)>
+void accumulate_rows(float* acc, const float* e, const void* v, bool f16, int n, int hd) {
+  float row[512];
+  for (int j = 0; j < n; ++j) {
+    if (e[j] == 0.0f) continue;
+    if (f16 && hd <= 512) {
+      kWiden(static_cast<const uint16_t*>(v) + (size_t)j * hd, row, hd);
+      kAxpy(acc, e[j], row, hd);
+    } else if (f16) {
+      for (int d = 0; d < hd; ++d) {
+        acc[d] += e[j] * fp16_to_fp32(static_cast<const uint16_t*>(v)[(size_t)j * hd + d]);
+      }
+    } else {
+      kAxpy(acc, e[j], static_cast<const float*>(v) + (size_t)j * hd, hd);
+    }
+  }
+}
+
+float exp_block(float* s, int n, float m) {
+  float sum = 0.0f;
+  for (int j = 0; j < n; ++j) {
+    s[j] = s[j] == kNegInf ? 0.0f : std::exp(s[j] - m);
+    sum += s[j];
+  }
+  return sum;
+}
+
+}  // namespace
+
+namespace internal {
+
+AttnBlockOps attn_block_ops_scalar() {
+  return {scores_rows<dot_scalar, f16_to_f32_scalar>, exp_block,
+          accumulate_rows<axpy_scalar, f16_to_f32_scalar>, f16_to_f32_scalar};
+}
+
+AttnBlockOps attn_block_ops_avx2() {
+  return {scores_rows<dot_avx2, f16_to_f32_avx2>, exp_block,
+          accumulate_rows<axpy_avx2, f16_to_f32_avx2>, f16_to_f32_avx2};
+}
+
+}  // namespace internal
+
+namespace {
+
+using internal::AttnBlockOps;
+
+AttnBlockOps block_ops(int head_dim) {
+  const Isa isa = active_isa();
+  if (isa >= Isa::kAvx512 && head_dim % 16 == 0) return internal::attn_block_ops_avx512();
+  if (isa >= Isa::kAvx2) return internal::attn_block_ops_avx2();
+  return internal::attn_block_ops_scalar();
+}
+
+// A work item with at least this many query rows (tile tokens x query heads per kv head) widens
+// each F16 block once into scratch; smaller items read the cache directly.
+constexpr int kWidenRows = 4;
 
 // ---- Work decomposition. ----
 
@@ -186,14 +260,17 @@ Scratch carve_scratch(float* base, const PagedAttentionParams& p) {
   return s;
 }
 
-// Pointer to the f32 rows [block_size, head_dim] of (block_id, kv head g) in `cache`,
-// converting F16 into `buf`.
-const float* block_rows(const PagedAttentionParams& p, const void* cache, int32_t block_id, int g,
-                        int32_t count, float* buf, const VecOps& ops) {
+// Rows [block_size, head_dim] of (block_id, kv head g) in `cache`, in the cache's element type.
+const void* block_rows(const PagedAttentionParams& p, const void* cache, int32_t block_id, int g) {
   const size_t off = ((size_t)block_id * p.num_kv_heads + g) * p.block_size * p.head_dim;
-  if (p.kv_dtype == KvDtype::kF32) return static_cast<const float*>(cache) + off;
-  ops.f16_to_f32(static_cast<const uint16_t*>(cache) + off, buf, (int64_t)count * p.head_dim);
-  return buf;
+  return static_cast<const uint8_t*>(cache) + off * kv_dtype_size(p.kv_dtype);
+}
+
+// Brings the rows [block_size, head_dim] at `rows` towards L1.
+void prefetch_block(const PagedAttentionParams& p, const void* rows) {
+  const size_t bytes = (size_t)p.block_size * p.head_dim * kv_dtype_size(p.kv_dtype);
+  const char* c = static_cast<const char*>(rows);
+  for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, 0, 3);
 }
 
 // Whether new token i sees key k (a logical index of sequence b).
@@ -218,19 +295,18 @@ Visibility visibility(const PagedAttentionParams& p, int b) {
   return v;
 }
 
-// Online-softmax update of one query row with keys [kb0, kb1) of one block (rows of k/v are
-// relative to the block start `kbase`).
-void update_row(const PagedAttentionParams& p, const float* q, const float* k, const float* v,
-                int32_t kbase, int32_t kb0, int32_t kb1, int32_t full_end, int32_t i,
+// Online-softmax update of one query row with keys [kb0, kb1) of one block. k and v point at
+// key kb0's row (F16 when `f16`); keys at or past full_end are tested with `vis`.
+void update_row(const PagedAttentionParams& p, const float* q, const void* k, const void* v,
+                bool f16, int32_t kb0, int32_t kb1, int32_t full_end, int32_t i,
                 const Visibility& vis, float& m, float& l, float* acc, float* s,
-                const VecOps& ops) {
-  const int hd = p.head_dim;
+                const AttnBlockOps& ops) {
+  const int n = kb1 - kb0;
+  ops.scores(q, k, f16, n, p.head_dim, p.scale, s);
   float bmax = kNegInf;
-  for (int32_t kk = kb0; kk < kb1; ++kk) {
-    float x = kNegInf;
-    if (kk < full_end || vis(i, kk)) x = ops.dot(q, k + (size_t)(kk - kbase) * hd, hd) * p.scale;
-    s[kk - kb0] = x;
-    bmax = std::max(bmax, x);
+  for (int j = 0; j < n; ++j) {
+    if (kb0 + j >= full_end && !vis(i, kb0 + j)) s[j] = kNegInf;
+    bmax = std::max(bmax, s[j]);
   }
   if (bmax == kNegInf) return;
   const float m_new = std::max(m, bmax);
@@ -238,20 +314,15 @@ void update_row(const PagedAttentionParams& p, const float* q, const float* k, c
   const float corr = m == kNegInf ? 0.0f : std::exp(m - m_new);
   if (corr != 1.0f) {
     l *= corr;
-    for (int d = 0; d < hd; ++d) acc[d] *= corr;
+    for (int d = 0; d < p.head_dim; ++d) acc[d] *= corr;
   }
-  for (int32_t kk = kb0; kk < kb1; ++kk) {
-    const float x = s[kk - kb0];
-    if (x == kNegInf) continue;
-    const float e = std::exp(x - m_new);
-    l += e;
-    ops.axpy(acc, e, v + (size_t)(kk - kbase) * hd, hd);
-  }
+  l += ops.exp_block(s, n, m_new);
+  ops.accumulate(acc, s, v, f16, n, p.head_dim);
   m = m_new;
 }
 
 void run_item(const PagedAttentionParams& p, const WorkItem& w, const Scratch& sc, float* partials,
-              const VecOps& ops) {
+              const AttnBlockOps& ops) {
   const int r = p.num_q_heads / p.num_kv_heads;
   const int hd = p.head_dim;
   const int32_t rows = (w.i1 - w.i0) * r;
@@ -263,17 +334,38 @@ void run_item(const PagedAttentionParams& p, const WorkItem& w, const Scratch& s
   const int32_t full_end = vis.bits ? vis.committed : vis.committed + w.i0 + 1;
   const int32_t* table = p.kv_page_indices + p.kv_indptr[w.b];
   const int64_t q_row0 = p.qo_indptr[w.b] + w.i0;
+  const bool f16 = p.kv_dtype == KvDtype::kF16;
+  const bool widen = f16 && rows >= kWidenRows;  // widen each block once, then read f32
+  const size_t elem = widen ? sizeof(float) : kv_dtype_size(p.kv_dtype);
   for (int32_t kbase = w.k0 - w.k0 % p.block_size; kbase < w.k1; kbase += p.block_size) {
     const int32_t kb0 = std::max(kbase, w.k0), kb1 = std::min(kbase + p.block_size, w.k1);
     const int32_t block_id = table[kbase / p.block_size];
-    const float* k = block_rows(p, p.k_cache, block_id, w.g, kb1 - kbase, sc.kbuf, ops);
-    const float* v = block_rows(p, p.v_cache, block_id, w.g, kb1 - kbase, sc.vbuf, ops);
+    const void* k = block_rows(p, p.k_cache, block_id, w.g);
+    const void* v = block_rows(p, p.v_cache, block_id, w.g);
+    if (kbase + p.block_size < w.k1) {
+      // Blocks are scattered, so the hardware prefetcher cannot run ahead: fetch the next one's
+      // K and V rows while this one is computed.
+      const int32_t next = table[kbase / p.block_size + 1];
+      prefetch_block(p, block_rows(p, p.k_cache, next, w.g));
+      prefetch_block(p, block_rows(p, p.v_cache, next, w.g));
+    }
+    if (widen) {
+      const int64_t count = (int64_t)(kb1 - kbase) * hd;
+      ops.f16_to_f32(static_cast<const uint16_t*>(k), sc.kbuf, count);
+      ops.f16_to_f32(static_cast<const uint16_t*>(v), sc.vbuf, count);
+      k = sc.kbuf;
+      v = sc.vbuf;
+    }
+    // Key kb0's row.
+    const size_t skip = (size_t)(kb0 - kbase) * hd * elem;
+    const void* k0 = static_cast<const uint8_t*>(k) + skip;
+    const void* v0 = static_cast<const uint8_t*>(v) + skip;
     for (int32_t i = w.i0; i < w.i1; ++i) {
       for (int hh = 0; hh < r; ++hh) {
         const int32_t row = (i - w.i0) * r + hh;
         const float* q = p.q + ((q_row0 + i - w.i0) * p.num_q_heads + w.g * r + hh) * hd;
-        update_row(p, q, k, v, kbase, kb0, kb1, full_end, i, vis, sc.m[row], sc.l[row],
-                   sc.acc + (size_t)row * hd, sc.s, ops);
+        update_row(p, q, k0, v0, f16 && !widen, kb0, kb1, full_end, i, vis, sc.m[row],
+                   sc.l[row], sc.acc + (size_t)row * hd, sc.s, ops);
       }
     }
   }
@@ -363,7 +455,7 @@ void paged_attention(const PagedAttentionParams& p, ThreadPool& pool) {
   const size_t partial_floats = (size_t)plan->num_partials * kQueryTile * r * (p.head_dim + 2);
   if (tl_partials.size() < partial_floats) tl_partials.resize(partial_floats);
   float* partials = tl_partials.data();
-  const VecOps ops = vec_ops();
+  const AttnBlockOps ops = block_ops(p.head_dim);
   const size_t scratch_bytes = scratch_floats(p) * sizeof(float);
   pool.parallel_for(
       (int64_t)plan->items.size(),

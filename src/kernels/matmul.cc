@@ -299,12 +299,45 @@ void prepare_quantized_acts(const WeightView& w, const float* x, int64_t num_tok
   job.args.q = QuantizedActs{qs, d, cols, sums};
 }
 
+// The packed path: activations into ActBlockVnni records, then row groups over the pool.
+void matmul_packed(const WeightView& w, const float* x, float* y, int64_t num_tokens,
+                   ThreadPool& pool) {
+  const int64_t cols = w.cols, nb = cols / kQBlock;
+  auto* acts = static_cast<internal::ActBlockVnni*>(
+      pool.workspace(0, static_cast<size_t>(num_tokens * nb) * sizeof(internal::ActBlockVnni)));
+  const int32_t k = w.type == GgmlType::kQ4_0 ? 8 : 128;
+  for_each_token(num_tokens, cols, pool, [&](int64_t t) {
+    internal::pack_act_row_vnni(x + t * cols, cols, k, acts + t * nb);
+  });
+  const int64_t groups = (w.rows + internal::kPackRows - 1) / internal::kPackRows;
+  if (pool.num_threads() == 1 || w.rows * w.cols * num_tokens < kMinParallelMacs) {
+    internal::packed_rows_avx512(w, acts, num_tokens, y, 0, groups);
+    return;
+  }
+  // Units of the kernel's group tile (packed_rows_avx512: 4 groups for one token, 2 for two or
+  // three, else 1), claimed dynamically as in matmul() below.
+  const int64_t unit = num_tokens == 1 ? 4 : num_tokens <= 3 ? 2 : 1;
+  const int64_t units = (groups + unit - 1) / unit;
+  const int64_t grain = std::max<int64_t>(1, units / (kChunksPerThread * pool.num_threads()));
+  pool.parallel_for(
+      units,
+      [&](int64_t begin, int64_t end, int) {
+        internal::packed_rows_avx512(w, acts, num_tokens, y, begin * unit,
+                                     std::min(groups, end * unit));
+      },
+      grain);
+}
+
 }  // namespace
 
 void matmul(const WeightView& w, const float* x, float* y, int64_t num_tokens, ThreadPool& pool) {
   check_view(w);
   if (num_tokens <= 0 || w.rows == 0) return;
   const Isa isa = active_isa();
+  if (w.packed != nullptr && isa >= Isa::kAvx512 && is_quantized(w.type)) {
+    matmul_packed(w, x, y, num_tokens, pool);
+    return;
+  }
   MatmulJob job;
   job.args.w = &w;
   job.args.x = x;

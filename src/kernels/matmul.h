@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "gguf/ggml_type.h"
 #include "kernels/thread_pool.h"
@@ -33,7 +34,35 @@ struct WeightView {
   int64_t rows = 0;            // output features
   int64_t cols = 0;            // input features (a multiple of the type's block size)
   size_t row_stride = 0;       // bytes between rows (weight_row_bytes(type, cols) when dense)
+  // Optional: the same matrix as pack_weights() laid it out (owned elsewhere, e.g. by the model).
+  // matmul() reads it instead of `data` when the active ISA has the packed kernel.
+  const void* packed = nullptr;
 };
+
+// Weights repacked once (at model load) into the layout of the fastest kernel for this CPU:
+// today Q8_0 and Q4_0 on AVX-512 VNNI, 16 rows interleaved per block so one vpdpbusd serves 16
+// rows (layout: docs/kernels.md, "Packed weights"). Same size as the original tensor, padded to
+// 16 rows. Move-only owner of a 64-byte-aligned buffer.
+class PackedWeights {
+ public:
+  const void* data() const { return data_.get(); }
+  size_t bytes() const { return bytes_; }
+  explicit operator bool() const { return data_ != nullptr; }
+
+ private:
+  friend PackedWeights pack_weights(const WeightView& w);
+  struct Free {
+    void operator()(uint8_t* p) const;
+  };
+  std::unique_ptr<uint8_t, Free> data_;
+  size_t bytes_ = 0;
+};
+
+// True when this CPU has a packed kernel for `type` (independent of ARBOR_ISA, so a model packed
+// once still runs when a test switches ISAs: the other kernels read `data`).
+bool packing_available(gguf::GgmlType type);
+// Repacks w (any row_stride). CHECKs packing_available(w.type).
+PackedWeights pack_weights(const WeightView& w);
 
 // True for the weight types matmul() and get_row() accept (see above).
 bool matmul_supported(gguf::GgmlType type);

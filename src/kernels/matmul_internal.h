@@ -75,6 +75,39 @@ RowKernel avx2_kernel(gguf::GgmlType type);
 // Q8_0 / Q4_0 GEMV and GEMM on packed activations.
 RowKernel avx512_kernel(gguf::GgmlType type);
 
+// ---- Packed weights (pack_weights) and their AVX-512 VNNI kernels ----
+// Rows are taken 16 at a time (a group; the last one padded with scale-0 rows). Group g, block b
+// (32 columns) is one record at (g * num_blocks + b) * packed_block_bytes(type):
+//   [0, 32)   the 16 rows' fp16 scales, in row order;
+//   then      Q4_0: 4 x 64 bytes, record j holding row i's original qs bytes 4j..4j+3 at 4i..4i+3
+//                   (low nibbles: elements 4j..4j+3 + 8; high: elements 16+4j..16+4j+3 + 8);
+//             Q8_0: 8 x 64 bytes, record j holding row i's elements 4j..4j+3 + 128 at 4i..4i+3.
+// So a 64-byte record is one zmm whose int32 lane i belongs to row i: vpdpbusd against an
+// activation dword broadcast to all lanes adds 4 products to each of the 16 rows at once.
+inline constexpr int64_t kPackRows = 16;
+inline constexpr size_t kPackScaleBytes = 32;
+inline size_t packed_block_bytes(gguf::GgmlType type) {
+  return kPackScaleBytes + (type == gguf::GgmlType::kQ8_0 ? 512 : 256);
+}
+
+// One activation block for the packed kernels: the int8 values (quantised exactly like
+// quantize_act_row_avx2), their scale, and -k * sum(qs) (k = 8 for Q4_0, 128 for Q8_0), which
+// removes the weights' unsigned offset.
+struct ActBlockVnni {
+  int8_t qs[32];
+  float d;
+  int32_t neg_sum;
+};
+static_assert(sizeof(ActBlockVnni) == 40);
+
+// x: [cols] -> out: [cols / 32].
+void pack_act_row_vnni(const float* x, int64_t cols, int32_t k, ActBlockVnni* out);
+
+// Computes y for row groups [group_begin, group_end) and all tokens from w->packed and
+// acts: [num_tokens, cols / 32].
+void packed_rows_avx512(const WeightView& w, const ActBlockVnni* acts, int64_t num_tokens,
+                        float* y, int64_t group_begin, int64_t group_end);
+
 // Rows per tile of the AVX2 kernels; matmul() splits rows across threads in multiples of it.
 inline constexpr int64_t kRowTile = 4;
 

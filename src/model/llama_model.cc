@@ -1,4 +1,9 @@
 #include "model/llama_model.h"
+
+#include <chrono>
+
+#include "base/log.h"
+#include "base/mapped_file.h"
 #include "base/status.h"
 
 namespace arbor::model {
@@ -61,7 +66,35 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::from_file(gguf::GgufFile file) {
   ARBOR_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::from_gguf(file));
   std::unique_ptr<LlamaModel> model(new LlamaModel(std::move(file), std::move(config)));
   ARBOR_RETURN_IF_ERROR(model->bind_weights());
+  model->pack_matrices();
   return model;
+}
+
+void LlamaModel::pack_matrices() {
+  std::vector<kernels::WeightView*> views;
+  for (LayerWeights& l : weights_.layers) {
+    for (kernels::WeightView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+      views.push_back(v);
+    }
+  }
+  views.push_back(&weights_.output);
+  const auto start = std::chrono::steady_clock::now();
+  size_t bytes = 0;
+  for (kernels::WeightView* v : views) {
+    if (!kernels::packing_available(v->type)) continue;
+    packed_.push_back(kernels::pack_weights(*v));
+    v->packed = packed_.back().data();
+    bytes += packed_.back().bytes();
+    // The embedding's rows are still read from the mapping when the classifier is tied to it.
+    if (!(v == &weights_.output && weights_.tied_output)) {
+      release_mapped_pages(v->data, static_cast<size_t>(v->rows) * v->row_stride);
+    }
+  }
+  if (packed_.empty()) return;
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ARBOR_LOG(kInfo) << "packed " << packed_.size() << " matrices (" << bytes / (1 << 20)
+                   << " MiB) for the AVX-512 VNNI kernels in " << secs << " s";
 }
 
 Status LlamaModel::bind_weights() {

@@ -7,7 +7,9 @@
 // any type kernels::matmul_supported() accepts; norms and biases must be F32. load() checks every
 // tensor's dims against the config and names the tensor on mismatch.
 //
-// Immutable after load; any thread may read it.
+// Q8_0/Q4_0 matrices are repacked at load for the CPU's packed kernels when it has them
+// (kernels::pack_weights; each view's `packed` points into this model) and their mmapped pages are
+// released, so the resident copy is the packed one. Immutable after load; any thread may read it.
 #pragma once
 
 #include <memory>
@@ -62,7 +64,10 @@ class LlamaModel {
       : file_(std::move(file)), config_(std::move(config)) {}
   Status bind_weights();
   Status bind_layer(int layer);
+  // Packs every matrix matmul() reads that has a packed kernel on this CPU.
+  void pack_matrices();
 
+  std::vector<kernels::PackedWeights> packed_;
   gguf::GgufFile file_;
   ModelConfig config_;
   LlamaWeights weights_;

@@ -83,12 +83,23 @@ void check_case(const Case& c, uint32_t seed, const std::vector<ThreadPool*>& po
     }
   }
   std::vector<float> y(ref.size());
+  // Every ISA on the plain view and, where this CPU has a packed kernel, on the packed view too
+  // (the AVX-512 run reads the packed layout, the others fall back to `data`).
+  PackedWeights packed;
+  WeightView wp = w;
+  if (packing_available(c.type)) {
+    packed = pack_weights(w);
+    wp.packed = packed.data();
+  }
   for (Isa isa : testing::testable_isas()) {
     IsaScope scope(isa);
     for (ThreadPool* pool : pools) {
-      SCOPED_TRACE(describe(c, isa, pool->num_threads(), seed));
+     for (const WeightView* view : {&w, static_cast<const WeightView*>(&wp)}) {
+      if (view == &wp && wp.packed == nullptr) continue;
+      SCOPED_TRACE(describe(c, isa, pool->num_threads(), seed) +
+                   (view == &wp ? " packed" : ""));
       std::fill(y.begin(), y.end(), NAN);
-      matmul(w, x.data(), y.data(), nt, *pool);
+      matmul(*view, x.data(), y.data(), nt, *pool);
       for (size_t i = 0; i < y.size(); ++i) {
         const double s = mag[i];
         if (quantized(c.type)) {
@@ -98,6 +109,7 @@ void check_case(const Case& c, uint32_t seed, const std::vector<ThreadPool*>& po
           ASSERT_NEAR(y[i], ref[i], 2e-5 * s + 1e-30) << "vs f32 ref, i=" << i;
         }
       }
+     }
     }
   }
 }
@@ -131,6 +143,34 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest,
                          });
 
 // Types without their own kernels take the generic dequantise-and-dot path.
+TEST(Matmul, PackedKernelsAreBatchInvariant) {
+  // A token's outputs must not depend on the tokens beside it (the engine's "batched equals
+  // alone" guarantee): each of 19 tokens multiplied alone equals its row of the batched call,
+  // bit for bit, for row counts that leave partial 16-row groups.
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0}) {
+    if (!packing_available(type)) GTEST_SKIP() << "no packed kernel on this CPU";
+    std::mt19937 rng(77);
+    const int64_t rows = 70, cols = 320, nt = 19;
+    const std::vector<float> wf = testing::random_floats(rng, rows * cols);
+    const std::vector<float> x = testing::random_floats(rng, nt * cols);
+    const std::vector<uint8_t> data =
+        testing::encode_weights(type, wf, rows, cols, weight_row_bytes(type, cols));
+    WeightView w = make_weight_view(type, data.data(), rows, cols);
+    const PackedWeights packed = pack_weights(w);
+    w.packed = packed.data();
+    ThreadPool pool(2);
+    std::vector<float> all(static_cast<size_t>(nt * rows)), one(static_cast<size_t>(rows));
+    matmul(w, x.data(), all.data(), nt, pool);
+    for (int64_t t = 0; t < nt; ++t) {
+      matmul(w, x.data() + t * cols, one.data(), 1, pool);
+      for (int64_t r = 0; r < rows; ++r) {
+        ASSERT_EQ(one[r], all[t * rows + r]) << gguf::ggml_type_name(type) << " t=" << t
+                                             << " r=" << r;
+      }
+    }
+  }
+}
+
 TEST(Matmul, GenericPathForOtherTypes) {
   ThreadPool pool(2);
   uint32_t seed = 77;

@@ -1,0 +1,172 @@
+// AVX-512 block operations of paged attention (see attention_internal.h). Keys are read straight
+// from the cache, F16 widened in registers (no scratch copy), four keys per pass so each pass
+// over q (scores) or acc (accumulate) serves four K/V rows. head_dim must be a multiple of 16.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/attention_internal.h"
+
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#define ARBOR_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
+#define ARBOR_AVX512_INLINE \
+  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl"), always_inline)) inline
+
+namespace arbor::kernels::internal {
+namespace {
+
+// 16 elements of row `row` starting at column d, widened to f32.
+template <bool kF16>
+ARBOR_AVX512_INLINE __m512 load16(const void* base, int64_t row, int hd, int d) {
+  if constexpr (kF16) {
+    const auto* p = static_cast<const uint16_t*>(base) + row * hd + d;
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  } else {
+    return _mm512_loadu_ps(static_cast<const float*>(base) + row * hd + d);
+  }
+}
+
+// Low plus high 256-bit half.
+ARBOR_AVX512_INLINE __m256 fold(__m512 a) {
+  return _mm256_add_ps(_mm512_castps512_ps256(a),
+                       _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+}
+
+// The four horizontal sums of a0..a3, in lanes 0..3.
+ARBOR_AVX512_INLINE __m128 reduce4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+  // hadd pairs lanes within each 128-bit half: [a0 a0 a1 a1 | a0 a0 a1 a1] per half, then again.
+  const __m256 h01 = _mm256_hadd_ps(fold(a0), fold(a1));
+  const __m256 h23 = _mm256_hadd_ps(fold(a2), fold(a3));
+  const __m256 h = _mm256_hadd_ps(h01, h23);  // [s0 s1 s2 s3 | s0' s1' s2' s3']
+  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+template <bool kF16>
+ARBOR_AVX512 void scores_impl(const float* q, const void* k, int n, int hd, float scale,
+                              float* s) {
+  // Every key goes through reduce4 (the tail with zero accumulators beside it), so a key's score
+  // does not depend on where the block range starts or ends.
+  const __m128 vscale = _mm_set1_ps(scale);
+  for (int j = 0; j < n; j += 4) {
+    const int m = n - j < 4 ? n - j : 4;
+    __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                   _mm512_setzero_ps()};
+    if (m == 4) {
+      for (int d = 0; d < hd; d += 16) {
+        const __m512 qv = _mm512_loadu_ps(q + d);
+        a[0] = _mm512_fmadd_ps(qv, load16<kF16>(k, j, hd, d), a[0]);
+        a[1] = _mm512_fmadd_ps(qv, load16<kF16>(k, j + 1, hd, d), a[1]);
+        a[2] = _mm512_fmadd_ps(qv, load16<kF16>(k, j + 2, hd, d), a[2]);
+        a[3] = _mm512_fmadd_ps(qv, load16<kF16>(k, j + 3, hd, d), a[3]);
+      }
+      _mm_storeu_ps(s + j, _mm_mul_ps(reduce4(a[0], a[1], a[2], a[3]), vscale));
+      continue;
+    }
+    for (int t = 0; t < m; ++t) {
+      for (int d = 0; d < hd; d += 16) {
+        a[t] = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), load16<kF16>(k, j + t, hd, d), a[t]);
+      }
+    }
+    alignas(16) float out[4];
+    _mm_store_ps(out, _mm_mul_ps(reduce4(a[0], a[1], a[2], a[3]), vscale));
+    for (int t = 0; t < m; ++t) s[j + t] = out[t];
+  }
+}
+
+// exp(x) for x <= 0 (scores minus their running max): x = n ln2 + r, |r| <= ln2 / 2, exp(r) by a
+// degree-6 Taylor polynomial (relative error < 2e-7 on that range), times 2^n by scalef.
+// Lanes below -87 (and -inf) give 0.
+ARBOR_AVX512_INLINE __m512 exp_nonpositive(__m512 x) {
+  const __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_GE_OQ);
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 720);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_maskz_scalef_ps(live, p, n);
+}
+
+ARBOR_AVX512 float exp_block_avx512(float* s, int n, float m) {
+  const __m512 vm = _mm512_set1_ps(m);
+  __m512 sum = _mm512_setzero_ps();
+  for (int j = 0; j < n; j += 16) {
+    const __mmask16 k = n - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - j)) - 1);
+    const __m512 x = _mm512_maskz_loadu_ps(k, s + j);
+    const __m512 e = _mm512_maskz_mov_ps(k, exp_nonpositive(_mm512_sub_ps(x, vm)));
+    _mm512_mask_storeu_ps(s + j, k, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  return _mm512_reduce_add_ps(sum);
+}
+
+// acc += sum over t < m of e[idx[t]] * v_idx[t]: one load and store of acc per m rows.
+template <bool kF16>
+ARBOR_AVX512_INLINE void accumulate_rows(float* acc, const float* e, const void* v,
+                                         const int* idx, int m, int hd) {
+  for (int d = 0; d < hd; d += 16) {
+    __m512 a = _mm512_loadu_ps(acc + d);
+    for (int t = 0; t < m; ++t) {
+      a = _mm512_fmadd_ps(_mm512_set1_ps(e[idx[t]]), load16<kF16>(v, idx[t], hd, d), a);
+    }
+    _mm512_storeu_ps(acc + d, a);
+  }
+}
+
+template <bool kF16>
+ARBOR_AVX512 void accumulate_impl(float* acc, const float* e, const void* v, int n, int hd) {
+  int idx[4];  // the next keys that contribute (e != 0), four at a time
+  int cnt = 0;
+  for (int j = 0; j < n; ++j) {
+    if (e[j] == 0.0f) continue;
+    idx[cnt++] = j;
+    if (cnt == 4) {
+      accumulate_rows<kF16>(acc, e, v, idx, 4, hd);
+      cnt = 0;
+    }
+  }
+  if (cnt > 0) accumulate_rows<kF16>(acc, e, v, idx, cnt, hd);
+}
+
+ARBOR_AVX512 void scores_avx512(const float* q, const void* k, bool f16, int n, int hd,
+                                float scale, float* s) {
+  if (f16) {
+    scores_impl<true>(q, k, n, hd, scale, s);
+  } else {
+    scores_impl<false>(q, k, n, hd, scale, s);
+  }
+}
+
+ARBOR_AVX512 void accumulate_avx512(float* acc, const float* e, const void* v, bool f16, int n,
+                                    int hd) {
+  if (f16) {
+    accumulate_impl<true>(acc, e, v, n, hd);
+  } else {
+    accumulate_impl<false>(acc, e, v, n, hd);
+  }
+}
+
+ARBOR_AVX512 void f16_to_f32_avx512(const uint16_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(
+                                  reinterpret_cast<const __m256i*>(src + i))));
+  }
+  for (; i < n; ++i) dst[i] = _cvtsh_ss(src[i]);
+}
+
+}  // namespace
+
+AttnBlockOps attn_block_ops_avx512() {
+  return {scores_avx512, exp_block_avx512, accumulate_avx512, f16_to_f32_avx512};
+}
+
+}  // namespace arbor::kernels::internal

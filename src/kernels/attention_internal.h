@@ -1,0 +1,27 @@
+// Internal to the kernels module: the per-block vector operations of paged attention, one set
+// per ISA (scalar and AVX2 in attention.cc, AVX-512 in attention_avx512.cc). attention.cc picks a
+// set from active_isa() and calls it once per (query row, KV block).
+#pragma once
+
+#include <cstdint>
+
+namespace arbor::kernels::internal {
+
+struct AttnBlockOps {
+  // s[j] = scale * <q, k_j> for j in [0, n). q: [hd] f32; k: n rows of hd elements, F16 when
+  // `f16`, else F32, row j at k + j * hd.
+  void (*scores)(const float* q, const void* k, bool f16, int n, int hd, float scale, float* s);
+  // s[j] = exp(s[j] - m) for j in [0, n), with exp(-inf) = 0; m >= every s[j]. Returns the sum.
+  float (*exp_block)(float* s, int n, float m);
+  // acc[0, hd) += sum over j in [0, n) with e[j] != 0 of e[j] * v_j (rows laid out like k above).
+  void (*accumulate)(float* acc, const float* e, const void* v, bool f16, int n, int hd);
+  // dst[0, n) = src widened to f32.
+  void (*f16_to_f32)(const uint16_t* src, float* dst, int64_t n);
+};
+
+AttnBlockOps attn_block_ops_scalar();
+AttnBlockOps attn_block_ops_avx2();
+// Requires head_dim % 16 == 0 (attention.cc falls back to AVX2 otherwise).
+AttnBlockOps attn_block_ops_avx512();
+
+}  // namespace arbor::kernels::internal
