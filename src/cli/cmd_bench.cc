@@ -7,7 +7,10 @@
 // Each test runs once untimed (pages the mmapped weights in, sizes the scratch), then --reps
 // timed runs; the table shows min / median / max tokens/s. Decode is memory bound, so it is also
 // stated as a fraction of the measured read bandwidth: (weight bytes + KV bytes read per step)
-// x steps/s / bandwidth. Tokens are random ids from a fixed seed; no sampling is timed.
+// x steps/s / bandwidth. Prefill and batched decode (>= 2 sequences) are compute bound and are
+// stated as a fraction of the measured arithmetic peak (kernels/peak.h: int8 dot products for
+// Q8_0/Q4_0 models, f32 FMA otherwise), counting 2 ops per weight element per token.
+// Tokens are random ids from a fixed seed; no sampling is timed.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -23,6 +26,7 @@
 #include "cli/command.h"
 #include "kernels/bandwidth.h"
 #include "kernels/cpu_features.h"
+#include "kernels/peak.h"
 #include "model/runner.h"
 #include "sampling/rng.h"
 
@@ -52,6 +56,7 @@ struct TestResult {
   std::vector<double> rates;  // tokens/s of each timed run
   double bytes_per_step = 0;  // bytes read per forward (decode tests), 0 for prefill
   int32_t seqs = 1;           // tokens per forward step (decode tests)
+  bool compute_bound = false;  // stated against the arithmetic peak
 
   double stat(double q) const {  // q = 0 min, 0.5 median, 1 max
     std::vector<double> v = rates;
@@ -139,14 +144,23 @@ Result<double> ModelBench::batch_rate(int32_t num_seqs) {
 struct ByteModel {
   double weight_bytes = 0;
   double kv_bytes_per_token = 0;
+  double ops_per_token = 0;  // 2 x weight elements of the matrices a token goes through
+  bool int8 = false;         // the largest matrices are Q8_0/Q4_0 (int8 dot-product kernels)
 };
 
 ByteModel byte_model(model::ModelRunner& runner) {
   ByteModel m;
   const auto& file = runner.model().file();
+  uint64_t largest = 0;
   for (const gguf::TensorInfo& t : file.tensors()) {
     if (t.name == "token_embd.weight" && !runner.model().weights().tied_output) continue;
     m.weight_bytes += static_cast<double>(t.size_bytes);
+    if (t.dims.size() != 2) continue;
+    m.ops_per_token += 2.0 * static_cast<double>(t.num_elements());
+    if (t.size_bytes > largest) {
+      largest = t.size_bytes;
+      m.int8 = t.type == gguf::GgmlType::kQ8_0 || t.type == gguf::GgmlType::kQ4_0;
+    }
   }
   const model::KvCacheShape& kv = runner.kv_cache().shape();
   m.kv_bytes_per_token =
@@ -191,31 +205,49 @@ double bandwidth_fraction(const TestResult& t, double gbs) {
   return t.bytes_per_step * (t.stat(0.5) / t.seqs) / (gbs * 1e9);
 }
 
-void print_table(const std::vector<TestResult>& tests, double gbs) {
-  std::printf("| %-12s | %7s | %10s | %10s | %10s | %12s | %9s |\n", "test", "tokens", "min t/s",
-              "median t/s", "max t/s", "MB read/step", "% of bw");
+// The peak a model's matrices run against, in ops/s.
+double model_peak(const ByteModel& m, const kernels::ComputePeak& peak) {
+  return (m.int8 ? peak.int8_gops : peak.f32_gflops) * 1e9;
+}
+
+double peak_fraction(const TestResult& t, const ByteModel& m, double peak_ops) {
+  if (!t.compute_bound || peak_ops <= 0) return 0;
+  return t.stat(0.5) * m.ops_per_token / peak_ops;
+}
+
+void print_table(const std::vector<TestResult>& tests, double gbs, const ByteModel& m,
+                 double peak_ops) {
+  std::printf("| %-12s | %7s | %10s | %10s | %10s | %12s | %9s | %9s |\n", "test", "tokens",
+              "min t/s", "median t/s", "max t/s", "MB read/step", "% of bw", "% of peak");
   std::printf("|--------------|---------|------------|------------|------------|--------------|"
-              "-----------|\n");
+              "-----------|-----------|\n");
   for (const TestResult& t : tests) {
     std::printf("| %-12s | %7lld | %10.2f | %10.2f | %10.2f |", t.name.c_str(),
                 static_cast<long long>(t.tokens), t.stat(0), t.stat(0.5), t.stat(1));
     if (t.bytes_per_step > 0) {
-      std::printf(" %12.1f | %8.1f%% |\n", t.bytes_per_step / 1e6,
-                  100 * bandwidth_fraction(t, gbs));
+      std::printf(" %12.1f | %8.1f%% |", t.bytes_per_step / 1e6, 100 * bandwidth_fraction(t, gbs));
     } else {
-      std::printf(" %12s | %9s |\n", "-", "-");
+      std::printf(" %12s | %9s |", "-", "-");
+    }
+    if (t.compute_bound) {
+      std::printf(" %8.1f%% |\n", 100 * peak_fraction(t, m, peak_ops));
+    } else {
+      std::printf(" %9s |\n", "-");
     }
   }
 }
 
-void print_json(const std::vector<TestResult>& tests, double gbs, const Options& o,
-                model::ModelRunner& runner) {
+void print_json(const std::vector<TestResult>& tests, double gbs, const kernels::ComputePeak& peak,
+                const ByteModel& m, const Options& o, model::ModelRunner& runner) {
   nlohmann::json j;
   j["model"] = o.model;
   j["config"] = runner.config().summary();
   j["threads"] = runner.pool().num_threads();
   j["isa"] = kernels::isa_summary();
   j["bandwidth_gbs"] = gbs;
+  j["peak_f32_gflops"] = peak.f32_gflops;
+  j["peak_int8_gops"] = peak.int8_gops;
+  j["ops_per_token"] = m.ops_per_token;
   for (const TestResult& t : tests) {
     j["tests"].push_back({{"name", t.name},
                           {"tokens", t.tokens},
@@ -224,7 +256,8 @@ void print_json(const std::vector<TestResult>& tests, double gbs, const Options&
                           {"median", t.stat(0.5)},
                           {"max", t.stat(1)},
                           {"bytes_per_step", t.bytes_per_step},
-                          {"bandwidth_fraction", bandwidth_fraction(t, gbs)}});
+                          {"bandwidth_fraction", bandwidth_fraction(t, gbs)},
+                          {"peak_fraction", peak_fraction(t, m, model_peak(m, peak))}});
   }
   std::printf("%s\n", j.dump(2).c_str());
 }
@@ -257,16 +290,17 @@ Status run(const Options& o) {
                    << kernels::isa_summary();
   const double gbs = kernels::measure_read_bandwidth_gbs(
       runner->pool(), static_cast<size_t>(o.bandwidth_mib) << 20, 5);
+  const kernels::ComputePeak peak = kernels::measure_compute_peak(runner->pool());
   const ByteModel bytes = byte_model(*runner);
   ModelBench bench(*runner, o, blocks_per_seq);
   std::vector<TestResult> tests;
-  tests.push_back({"pp" + std::to_string(o.prompt), o.prompt, {}, 0.0, 1});
+  tests.push_back({"pp" + std::to_string(o.prompt), o.prompt, {}, 0.0, 1, true});
   tests.push_back({"tg" + std::to_string(o.gen), o.gen, {},
                    bytes.weight_bytes + bytes.kv_bytes_per_token * (1 + o.gen / 2.0), 1});
   for (int32_t b : o.batches) {
     const double kv = bytes.kv_bytes_per_token * b * (o.batch_prompt + o.batch_steps / 2.0);
     tests.push_back({"batch " + std::to_string(b), int64_t{b} * o.batch_steps, {},
-                     bytes.weight_bytes + kv, b});
+                     bytes.weight_bytes + kv, b, b >= 2});
   }
   ProgressBar bar("benchmarking", static_cast<uint64_t>(tests.size()) * (o.reps + 1), "runs");
   ARBOR_RETURN_IF_ERROR(run_test(tests[0], o, bar, [&] { return bench.prefill_rate(); }));
@@ -277,14 +311,18 @@ Status run(const Options& o) {
   }
   bar.finish();
   if (o.json) {
-    print_json(tests, gbs, o, *runner);
+    print_json(tests, gbs, peak, bytes, o, *runner);
     return ok_status();
   }
   std::printf("model: %s\n%s\nthreads: %d, cpu: %s\nread bandwidth: %.1f GB/s; weights read per "
-              "decode step: %.1f MB\n\n",
+              "decode step: %.1f MB\n",
               o.model.c_str(), runner->config().summary().c_str(), runner->pool().num_threads(),
               kernels::isa_summary().c_str(), gbs, bytes.weight_bytes / 1e6);
-  print_table(tests, gbs);
+  std::printf("compute peak: f32 FMA %.0f GFLOP/s, int8 dot %.0f GOP/s; %.2f GOP per token, "
+              "stated against the %s peak\n\n",
+              peak.f32_gflops, peak.int8_gops, bytes.ops_per_token / 1e9,
+              bytes.int8 ? "int8" : "f32");
+  print_table(tests, gbs, bytes, model_peak(bytes, peak));
   return ok_status();
 }
 

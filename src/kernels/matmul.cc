@@ -347,6 +347,10 @@ void matmul(const WeightView& w, const float* x, float* y, int64_t num_tokens, T
                : isa >= Isa::kAvx2         ? internal::avx2_kernel(w.type)
                                            : internal::scalar_kernel(w.type);
   if (is_quantized(w.type)) prepare_quantized_acts(w, x, num_tokens, isa, pool, job);
+  if (isa >= Isa::kAvx512 && has_native_kernels(w.type) && !is_quantized(w.type) &&
+      num_tokens >= kGemmMinTokens) {
+    job.kernel = internal::avx512_float_gemm_kernel(w.type);
+  }
   if (pool.num_threads() == 1 || w.rows * w.cols * num_tokens < kMinParallelMacs) {
     job.kernel(job.args, 0, w.rows);
     return;

@@ -158,7 +158,99 @@ ARBOR_AVX512 void int8_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_
   }
 }
 
+// ---- float weights (F32 / F16 / BF16) x f32 activations, GEMM only ----------------------------
+
+// 16 weights of row `row` from column c (the first `n` of them, zeros after), widened to f32.
+template <GgmlType kType>
+ARBOR_AVX512_INLINE __m512 load_w16(const uint8_t* row, int64_t c, __mmask16 m) {
+  if constexpr (kType == GgmlType::kF32) {
+    const float* p = reinterpret_cast<const float*>(row) + c;
+    return m == 0xFFFF ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, p);
+  } else {
+    const __m256i h = m == 0xFFFF ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + c * 2))
+                                  : _mm256_maskz_loadu_epi16(m, row + c * 2);
+    if constexpr (kType == GgmlType::kF16) {
+      return _mm512_cvtph_ps(h);
+    } else {
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+  }
+}
+
+// y for an R x T tile: each 16-column weight vector is widened once and used for T tokens.
+template <GgmlType kType, int R, int T>
+ARBOR_AVX512 void float_tile(const MatmulArgs& a, int64_t r0, int64_t t0) {
+  const WeightView& w = *a.w;
+  const int64_t cols = w.cols;
+  const uint8_t* rows[R];
+  for (int r = 0; r < R; ++r) rows[r] = static_cast<const uint8_t*>(w.data) + (r0 + r) * w.row_stride;
+  const float* xs[T];
+  for (int t = 0; t < T; ++t) xs[t] = a.x + (t0 + t) * cols;
+  __m512 acc[R][T];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  }
+  // Full 16-column steps unmasked, then one masked step for cols % 16.
+  const int64_t full = cols / 16 * 16;
+  for (int64_t c = 0; c < cols; c += 16) {
+    const __mmask16 m = c < full ? 0xFFFF : static_cast<__mmask16>((1u << (cols - c)) - 1);
+    __m512 wv[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) wv[r] = load_w16<kType>(rows[r], c, m);
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+      const __m512 xv = c < full ? _mm512_loadu_ps(xs[t] + c) : _mm512_maskz_loadu_ps(m, xs[t] + c);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) a.y[(t0 + t) * w.rows + r0 + r] = _mm512_reduce_add_ps(acc[r][t]);
+  }
+}
+
+template <GgmlType kType, int R, int T>
+ARBOR_AVX512 void float_token_tiles(const MatmulArgs& a, int64_t r0, int64_t t0, int64_t t1) {
+  int64_t t = t0;
+  for (; t + T <= t1; t += T) float_tile<kType, R, T>(a, r0, t);
+  if constexpr (T > 1) {
+    if (t < t1) float_token_tiles<kType, R, T - 1>(a, r0, t, t1);
+  }
+}
+
+// Token blocks of 32 (f32 activations: 256 KiB at 2048 cols, in L2) and 4-row weight tiles that
+// stay in L1 across the block's 4-token tiles.
+template <GgmlType kType>
+ARBOR_AVX512 void float_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
+  constexpr int R = 4, T = 4;
+  constexpr int64_t kTokenBlock = 32;
+  for (int64_t tb = 0; tb < a.num_tokens; tb += kTokenBlock) {
+    const int64_t te = std::min(a.num_tokens, tb + kTokenBlock);
+    int64_t r = row_begin;
+    for (; r + R <= row_end; r += R) float_token_tiles<kType, R, T>(a, r, tb, te);
+    for (; r < row_end; ++r) float_token_tiles<kType, 1, T>(a, r, tb, te);
+  }
+}
+
 }  // namespace
+
+RowKernel avx512_float_gemm_kernel(GgmlType type) {
+  switch (type) {
+    case GgmlType::kF32:
+      return float_rows<GgmlType::kF32>;
+    case GgmlType::kF16:
+      return float_rows<GgmlType::kF16>;
+    case GgmlType::kBF16:
+      return float_rows<GgmlType::kBF16>;
+    default:
+      ARBOR_CHECK(false) << "no AVX-512 float kernel for " << gguf::ggml_type_name(type);
+      return nullptr;
+  }
+}
 
 ARBOR_AVX512 void pack_act_row_avx512(const float* x, int64_t cols, int32_t k, PackedActPair* out) {
   const int64_t nb = cols / kQBlock;

@@ -74,6 +74,8 @@ RowKernel scalar_kernel(gguf::GgmlType type);
 RowKernel avx2_kernel(gguf::GgmlType type);
 // Q8_0 / Q4_0 GEMV and GEMM on packed activations.
 RowKernel avx512_kernel(gguf::GgmlType type);
+// F32 / F16 / BF16 GEMM (num_tokens >= kGemmMinTokens; GEMV stays on AVX2, it is memory bound).
+RowKernel avx512_float_gemm_kernel(gguf::GgmlType type);
 
 // ---- Packed weights (pack_weights) and their AVX-512 VNNI kernels ----
 // Rows are taken 16 at a time (a group; the last one padded with scale-0 rows). Group g, block b
