@@ -299,33 +299,54 @@ void prepare_quantized_acts(const WeightView& w, const float* x, int64_t num_tok
   job.args.q = QuantizedActs{qs, d, cols, sums};
 }
 
-// The packed path: activations into ActBlockVnni records, then row groups over the pool.
-void matmul_packed(const WeightView& w, const float* x, float* y, int64_t num_tokens,
-                   ThreadPool& pool) {
-  const int64_t cols = w.cols, nb = cols / kQBlock;
+bool uses_packed(const WeightView& w, Isa isa) {
+  return w.packed != nullptr && isa >= Isa::kAvx512 && is_quantized(w.type);
+}
+
+// The packed path for one or more matrices sharing x (same type and cols): activations into
+// ActBlockVnni records once, then every matrix's row groups over the pool in one job.
+void matmul_packed(std::span<const WeightView* const> ws, const float* x,
+                   std::span<float* const> ys, int64_t num_tokens, ThreadPool& pool) {
+  const WeightView& w0 = *ws[0];
+  const int64_t cols = w0.cols, nb = cols / kQBlock;
   auto* acts = static_cast<internal::ActBlockVnni*>(
       pool.workspace(0, static_cast<size_t>(num_tokens * nb) * sizeof(internal::ActBlockVnni)));
-  const int32_t k = w.type == GgmlType::kQ4_0 ? 8 : 128;
+  const int32_t k = w0.type == GgmlType::kQ4_0 ? 8 : 128;
   for_each_token(num_tokens, cols, pool, [&](int64_t t) {
     internal::pack_act_row_vnni(x + t * cols, cols, k, acts + t * nb);
   });
-  const int64_t groups = (w.rows + internal::kPackRows - 1) / internal::kPackRows;
-  if (pool.num_threads() == 1 || w.rows * w.cols * num_tokens < kMinParallelMacs) {
-    internal::packed_rows_avx512(w, acts, num_tokens, y, 0, groups);
+  // Work units: the kernel's group tile (packed_rows_avx512: 4 groups for one token, 2 for two
+  // or three, else 1); unit_end[i] = units of matrices 0..i.
+  const int64_t unit = num_tokens == 1 ? 4 : num_tokens <= 3 ? 2 : 1;
+  int64_t unit_end[8];
+  ARBOR_CHECK_LE(ws.size(), 8u);
+  int64_t units = 0, macs = 0;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    const int64_t groups = (ws[i]->rows + internal::kPackRows - 1) / internal::kPackRows;
+    units += (groups + unit - 1) / unit;
+    unit_end[i] = units;
+    macs += ws[i]->rows * cols * num_tokens;
+  }
+  // Runs units [begin, end), which may span several matrices.
+  const auto run_units = [&](int64_t begin, int64_t end) {
+    for (size_t i = 0; i < ws.size() && begin < end; ++i) {
+      const int64_t first = i == 0 ? 0 : unit_end[i - 1];
+      if (begin >= unit_end[i]) continue;
+      const int64_t groups = (ws[i]->rows + internal::kPackRows - 1) / internal::kPackRows;
+      const int64_t stop = std::min(end, unit_end[i]);
+      internal::packed_rows_avx512(*ws[i], acts, num_tokens, ys[i], (begin - first) * unit,
+                                   std::min(groups, (stop - first) * unit));
+      begin = stop;
+    }
+  };
+  if (pool.num_threads() == 1 || macs < kMinParallelMacs) {
+    run_units(0, units);
     return;
   }
-  // Units of the kernel's group tile (packed_rows_avx512: 4 groups for one token, 2 for two or
-  // three, else 1), claimed dynamically as in matmul() below.
-  const int64_t unit = num_tokens == 1 ? 4 : num_tokens <= 3 ? 2 : 1;
-  const int64_t units = (groups + unit - 1) / unit;
+  // Claimed dynamically, about four chunks per thread, as in matmul() below.
   const int64_t grain = std::max<int64_t>(1, units / (kChunksPerThread * pool.num_threads()));
   pool.parallel_for(
-      units,
-      [&](int64_t begin, int64_t end, int) {
-        internal::packed_rows_avx512(w, acts, num_tokens, y, begin * unit,
-                                     std::min(groups, end * unit));
-      },
-      grain);
+      units, [&](int64_t begin, int64_t end, int) { run_units(begin, end); }, grain);
 }
 
 }  // namespace
@@ -334,8 +355,10 @@ void matmul(const WeightView& w, const float* x, float* y, int64_t num_tokens, T
   check_view(w);
   if (num_tokens <= 0 || w.rows == 0) return;
   const Isa isa = active_isa();
-  if (w.packed != nullptr && isa >= Isa::kAvx512 && is_quantized(w.type)) {
-    matmul_packed(w, x, y, num_tokens, pool);
+  if (uses_packed(w, isa)) {
+    const WeightView* ws[1] = {&w};
+    float* ys[1] = {y};
+    matmul_packed(ws, x, ys, num_tokens, pool);
     return;
   }
   MatmulJob job;
@@ -367,6 +390,24 @@ void matmul(const WeightView& w, const float* x, float* y, int64_t num_tokens, T
         job.kernel(job.args, begin * tile, std::min(job.args.w->rows, end * tile));
       },
       grain);
+}
+
+void matmul_multi(std::span<const WeightView* const> ws, const float* x, std::span<float* const> ys,
+                  int64_t num_tokens, ThreadPool& pool) {
+  ARBOR_CHECK_EQ(ws.size(), ys.size());
+  if (ws.empty() || num_tokens <= 0) return;
+  const Isa isa = active_isa();
+  bool fused = ws.size() <= 8;
+  for (const WeightView* w : ws) {
+    check_view(*w);
+    fused = fused && uses_packed(*w, isa) && w->type == ws[0]->type && w->cols == ws[0]->cols &&
+            w->rows > 0;
+  }
+  if (fused) {
+    matmul_packed(ws, x, ys, num_tokens, pool);
+    return;
+  }
+  for (size_t i = 0; i < ws.size(); ++i) matmul(*ws[i], x, ys[i], num_tokens, pool);
 }
 
 void matmul_ref(const WeightView& w, const float* x, float* y, int64_t num_tokens) {

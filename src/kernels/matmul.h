@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "gguf/ggml_type.h"
 #include "kernels/thread_pool.h"
@@ -78,6 +79,13 @@ WeightView make_weight_view(gguf::GgmlType type, const void* data, int64_t rows,
 // y = x W^T as above. x: [num_tokens, cols], y: [num_tokens, rows]; y must not alias x.
 // Called from one thread (the pool's caller); uses all of the pool's threads.
 void matmul(const WeightView& w, const float* x, float* y, int64_t num_tokens, ThreadPool& pool);
+
+// Several matrices applied to the same x: ys[i] = x ws[i]^T, each [num_tokens, ws[i]->rows].
+// Equal to calling matmul() per matrix (bit for bit); when every matrix has the packed kernel
+// with one type and cols, the activations are quantised once and all rows share one
+// parallel_for (the Q/K/V and gate/up projections: fewer thread wake-ups per layer).
+void matmul_multi(std::span<const WeightView* const> ws, const float* x, std::span<float* const> ys,
+                  int64_t num_tokens, ThreadPool& pool);
 
 // Naive twin: dequantises each weight row to f32 and accumulates in double with f32
 // activations (no activation quantisation). The accuracy yardstick for every type.

@@ -84,9 +84,9 @@ void LlamaForward::qkv_rope_store(int layer, const ForwardBatch& batch, PagedKvC
   const LayerWeights& w = model_.weights().layers[layer];
   const int32_t nt = batch.num_tokens();
   const int qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), half = cfg_.rope_dim / 2;
-  kernels::matmul(w.wq, xb_.data(), q_.data(), nt, pool);
-  kernels::matmul(w.wk, xb_.data(), k_.data(), nt, pool);
-  kernels::matmul(w.wv, xb_.data(), v_.data(), nt, pool);
+  const kernels::WeightView* qkv[] = {&w.wq, &w.wk, &w.wv};
+  float* qkv_out[] = {q_.data(), k_.data(), v_.data()};
+  kernels::matmul_multi(qkv, xb_.data(), qkv_out, nt, pool);
   pool.parallel_for(nt, [&](int64_t begin, int64_t end, int) {
     for (int64_t t = begin; t < end; ++t) {
       float* q = q_.data() + t * qd;
@@ -141,8 +141,9 @@ void LlamaForward::attention_block(int layer, const ForwardBatch& batch, PagedKv
 void LlamaForward::ffn_block(int layer, int32_t nt, ThreadPool& pool) {
   const LayerWeights& w = model_.weights().layers[layer];
   norm_rows(x_.data(), w.ffn_norm, xb_.data(), nt, pool);
-  kernels::matmul(w.w_gate, xb_.data(), hb_.data(), nt, pool);
-  kernels::matmul(w.w_up, xb_.data(), hb2_.data(), nt, pool);
+  const kernels::WeightView* gate_up[] = {&w.w_gate, &w.w_up};
+  float* gate_up_out[] = {hb_.data(), hb2_.data()};
+  kernels::matmul_multi(gate_up, xb_.data(), gate_up_out, nt, pool);
   kernels::silu_mul(hb_.data(), hb2_.data(), (int64_t)nt * cfg_.ffn_dim);
   kernels::matmul(w.w_down, hb_.data(), xb_.data(), nt, pool);
   kernels::add(x_.data(), xb_.data(), (int64_t)nt * cfg_.dim);

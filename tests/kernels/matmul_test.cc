@@ -171,6 +171,48 @@ TEST(Matmul, PackedKernelsAreBatchInvariant) {
   }
 }
 
+TEST(Matmul, MultiEqualsOneCallPerMatrix) {
+  // Q/K/V-like shapes (rows 70, 16, 33 leave partial groups), packed and plain, every token
+  // count regime and thread count: matmul_multi must give matmul()'s bits.
+  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kF16}) {
+    std::mt19937 rng(5);
+    const int64_t cols = 256;
+    const int64_t rows[] = {70, 16, 33};
+    std::vector<std::vector<uint8_t>> data;
+    std::vector<PackedWeights> packed;
+    std::vector<WeightView> views;
+    for (int64_t r : rows) {
+      const std::vector<float> wf = testing::random_floats(rng, r * cols);
+      data.push_back(testing::encode_weights(type, wf, r, cols, weight_row_bytes(type, cols)));
+      views.push_back(make_weight_view(type, data.back().data(), r, cols));
+      if (packing_available(type)) {
+        packed.push_back(pack_weights(views.back()));
+        views.back().packed = packed.back().data();
+      }
+    }
+    const WeightView* ws[] = {&views[0], &views[1], &views[2]};
+    for (int threads : {1, 2, 3}) {
+      ThreadPool pool(threads);
+      for (int64_t nt : {1, 2, 5, 17}) {
+        const std::vector<float> x = testing::random_floats(rng, nt * cols);
+        std::vector<std::vector<float>> want(3), got(3);
+        float* outs[3];
+        for (int i = 0; i < 3; ++i) {
+          want[i].resize(static_cast<size_t>(nt * rows[i]));
+          got[i].assign(want[i].size(), NAN);
+          matmul(views[i], x.data(), want[i].data(), nt, pool);
+          outs[i] = got[i].data();
+        }
+        matmul_multi(ws, x.data(), outs, nt, pool);
+        for (int i = 0; i < 3; ++i) {
+          EXPECT_EQ(got[i], want[i]) << gguf::ggml_type_name(type) << " matrix " << i
+                                     << " tokens " << nt << " threads " << threads;
+        }
+      }
+    }
+  }
+}
+
 TEST(Matmul, GenericPathForOtherTypes) {
   ThreadPool pool(2);
   uint32_t seed = 77;
