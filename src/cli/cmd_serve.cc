@@ -50,7 +50,7 @@ void log_configuration(const Options& o, engine::CpuModelExecutor& exec, int64_t
                    << ", max_waiting_requests " << o.engine.max_waiting_requests
                    << ", prefix caching " << (o.engine.enable_prefix_caching ? "on" : "off");
   ARBOR_LOG(kInfo) << "threads " << runner.pool().num_threads() << ", cpu "
-                   << kernels::isa_summary() << "; context " << info.context_length
+                   << kernels::isa_summary() << "; max_model_len " << info.context_length
                    << ", chat template " << (info.chat != nullptr ? "yes" : "none");
   ARBOR_LOG(kInfo) << "listening on http://" << o.host << ":" << port;
 }
@@ -66,7 +66,6 @@ Status run(const Options& o) {
                                           : o.served_model_name;
   info.path = o.model;
   info.tokenizer = tok.get();
-  info.context_length = exec->runner().config().context_length;
   info.vocab_size = exec->vocab_size();
   info.created = std::chrono::duration_cast<std::chrono::seconds>(
                      std::chrono::system_clock::now().time_since_epoch())
@@ -77,6 +76,7 @@ Status run(const Options& o) {
   cfg.options = eo;
   cfg.tokenizer = tok.get();
   engine::EngineCore core(std::move(exec), cfg);
+  info.context_length = static_cast<int32_t>(core.max_model_len());  // ApiServer does the same
   server::ApiServerOptions so;
   so.http.host = o.host;
   so.http.port = static_cast<uint16_t>(o.port);

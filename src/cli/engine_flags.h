@@ -5,6 +5,9 @@
 //   --max-num-batched-tokens N        token budget per step (default 2048)
 //   --long-prefill-token-threshold N  per-request chunk cap per step; 0 = the budget (default 0)
 //   --max-waiting-requests N          admission control: queue bound (default 1024)
+//   --max-model-len N                 longest sequence, prompt + generated tokens (default 0 =
+//                                     the model's context length, capped by the KV pool; more
+//                                     than that is a startup error)
 //   --block-size N                    tokens per KV block (default 16)
 //   --kv-cache-gib X                  KV memory budget in GiB (default 1.0)
 //   --num-kv-blocks N                 exact KV pool size in blocks, overrides --kv-cache-gib
@@ -43,6 +46,11 @@ inline void add_engine_flags(CLI::App& app, engine::EngineOptions* options) {
   app.add_option("--max-waiting-requests", options->max_waiting_requests,
                  "Waiting requests beyond this are rejected")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--max-model-len", options->max_model_len,
+                 "Longest sequence (prompt + generated tokens); 0 = the model's context length "
+                 "(capped by the KV pool)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--block-size", options->block_size, "Tokens per KV block")
       ->check(CLI::Range(1, 1024))

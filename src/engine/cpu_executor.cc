@@ -1,5 +1,6 @@
 #include "engine/cpu_executor.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace arbor::engine {
@@ -19,7 +20,31 @@ Result<std::unique_ptr<CpuModelExecutor>> CpuModelExecutor::load(const std::stri
     return invalid_argument("KV cache of ", runner->kv_cache().num_blocks(),
                             " blocks: need at least 2 (the null block and one more)");
   }
-  return std::make_unique<CpuModelExecutor>(std::move(runner));
+  auto exec = std::make_unique<CpuModelExecutor>(std::move(runner));
+  const Status st = exec->check_max_model_len(options.max_model_len);
+  if (!st.ok()) return st;
+  return exec;
+}
+
+Status CpuModelExecutor::check_max_model_len(int64_t max_model_len) const {
+  const int64_t context = runner_->config().context_length;
+  const int64_t usable_blocks = runner_->kv_cache().num_blocks() - 1;
+  if (max_model_len < 0) return invalid_argument("--max-model-len is ", max_model_len);
+  if (max_model_len > context) {
+    return invalid_argument("--max-model-len is ", max_model_len,
+                            ", the model's context length is ", context);
+  }
+  if (max_model_len > usable_blocks * block_size()) {
+    return invalid_argument("--max-model-len is ", max_model_len, ", the KV pool holds only ",
+                            usable_blocks * block_size(), " tokens (", usable_blocks,
+                            " blocks of ", block_size(), ")");
+  }
+  return ok_status();
+}
+
+int64_t CpuModelExecutor::max_model_len() const {
+  const int64_t pool_tokens = (runner_->kv_cache().num_blocks() - 1) * int64_t{block_size()};
+  return std::min<int64_t>(runner_->config().context_length, pool_tokens);
 }
 
 CpuModelExecutor::CpuModelExecutor(std::unique_ptr<model::ModelRunner> runner)

@@ -59,8 +59,9 @@ void RequestStream::push(StreamEvent event) {
 
 namespace {
 
-sched::SchedulerOptions scheduler_options(const EngineOptions& o, int32_t vocab_size) {
+sched::SchedulerOptions scheduler_options(const EngineOptions& o, int64_t max_model_len) {
   sched::SchedulerOptions s;
+  s.max_model_len = max_model_len;
   s.max_num_seqs = o.max_num_seqs;
   s.max_num_batched_tokens = o.max_num_batched_tokens;
   s.long_prefill_token_threshold = o.long_prefill_token_threshold;
@@ -78,6 +79,10 @@ EngineCore::EngineCore(std::unique_ptr<ModelExecutor> executor, const EngineCore
   } else if (config_.tokenizer != nullptr) {
     eos_ids_ = config_.tokenizer->eog_ids();
   }
+  const int64_t limit = executor_->max_model_len();
+  max_model_len_ = config_.options.max_model_len > 0 ? config_.options.max_model_len : limit;
+  ARBOR_CHECK(max_model_len_ > 0 && max_model_len_ <= limit)
+      << "max_model_len " << max_model_len_ << ", the executor runs at most " << limit;
   kv::KvCacheManagerOptions ko;
   ko.num_blocks = static_cast<int32_t>(executor_->num_kv_blocks());
   ko.block_size = executor_->block_size();
@@ -85,7 +90,7 @@ EngineCore::EngineCore(std::unique_ptr<ModelExecutor> executor, const EngineCore
   kv_ = std::make_unique<kv::KvCacheManager>(ko);
   num_free_blocks_ = kv_->num_free_blocks();
   scheduler_ = std::make_unique<sched::Scheduler>(
-      scheduler_options(config_.options, vocab_size_), *kv_);
+      scheduler_options(config_.options, max_model_len_), *kv_);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -113,6 +118,11 @@ Result<std::shared_ptr<RequestStream>> EngineCore::submit(GenerateRequest reques
   spec.cache_salt = request.cache_salt;
   if (!request.stop.empty() && config_.tokenizer == nullptr) {
     return invalid_argument("stop strings need a tokenizer; the engine has none");
+  }
+  const auto num_prompt_tokens = static_cast<int64_t>(spec.prompt_token_ids.size());
+  if (num_prompt_tokens >= max_model_len_) {
+    return invalid_argument("prompt has ", num_prompt_tokens, " tokens, max_model_len is ",
+                            max_model_len_, " (at least one token must be generated)");
   }
   auto group = std::make_unique<Group>();
   {

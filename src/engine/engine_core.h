@@ -114,16 +114,20 @@ struct EngineCoreConfig {
 
 class EngineCore {
  public:
-  // Sizes the KvCacheManager from the executor's pool and starts the engine thread.
+  // Sizes the KvCacheManager from the executor's pool and starts the engine thread. The
+  // scheduler gets max_model_len(). Precondition (CHECKed; CpuModelExecutor::load validates
+  // it): config.options.max_model_len is 0 or at most executor->max_model_len().
   EngineCore(std::unique_ptr<ModelExecutor> executor, const EngineCoreConfig& config);
   // Stops the thread; requests still running get a final event with a kFailedPrecondition error.
   ~EngineCore();
   EngineCore(const EngineCore&) = delete;
   EngineCore& operator=(const EngineCore&) = delete;
 
-  // Any thread. Validates the request (errors: kInvalidArgument with the field and numbers; a
-  // duplicate live id) and queues it for the engine thread. Admission control happens there: a
-  // full waiting queue ends the stream with a final kResourceExhausted event.
+  // Any thread. Validates the request (errors: kInvalidArgument with the field and numbers,
+  // among them a prompt of max_model_len() tokens or more; a duplicate live id) and queues it
+  // for the engine thread. Admission control happens there: a full waiting queue ends the
+  // stream with a final kResourceExhausted event. A sample stops with kLength when prompt +
+  // generated tokens reach max_model_len(), even if max_tokens allows more.
   Result<std::shared_ptr<RequestStream>> submit(GenerateRequest request);
   // Any thread. Ends the request (all its samples) with finish reason kAbort and frees its
   // blocks; unknown or finished ids are ignored.
@@ -132,6 +136,10 @@ class EngineCore {
   // Any thread: the snapshot published after the last step.
   EngineMetricsSnapshot metrics() const { return board_.read(); }
   int32_t vocab_size() const { return vocab_size_; }
+  // Any thread: the longest sequence (prompt + generated tokens) the engine runs:
+  // options.max_model_len, or the executor's max_model_len() when that is 0. Fixed at
+  // construction; the server's context-length checks use it.
+  int64_t max_model_len() const { return max_model_len_; }
   // Any thread: the KV pool's free blocks as of the last step (for tests).
   int32_t num_free_blocks() const { return num_free_blocks_.load(); }
   // Any thread: blocks until no request is queued or running and the metrics (and
@@ -165,6 +173,7 @@ class EngineCore {
   EngineCoreConfig config_;
   std::vector<int32_t> eos_ids_;
   int32_t vocab_size_ = 0;
+  int64_t max_model_len_ = 0;
   std::unique_ptr<kv::KvCacheManager> kv_;
   std::unique_ptr<sched::Scheduler> scheduler_;
 

@@ -254,6 +254,7 @@ void EngineCore::publish_metrics() {
   metrics_.num_running = st.num_running;
   metrics_.num_waiting = st.num_waiting;
   metrics_.num_preemptions = st.num_preemptions;
+  metrics_.num_priority_preemptions = st.num_priority_preemptions;
   metrics_.kv_usage = st.kv.usage;
   metrics_.prefix_cache_hit_rate = st.kv.prefix_hit_rate;
   metrics_.num_prefix_cache_query_tokens = st.kv.num_query_tokens;

@@ -14,6 +14,10 @@ struct EngineOptions {
   int32_t max_num_batched_tokens = 2048;  // --max-num-batched-tokens: token budget per step
   int32_t long_prefill_token_threshold = 0;  // per-request chunk cap; 0 = the budget
   int32_t max_waiting_requests = 1024;    // admission control: more waiting ones are rejected
+  // --max-model-len: longest sequence (prompt + generated tokens); 0 = the executor's
+  // max_model_len() (the model's context length, capped by the KV pool). Larger than that is a
+  // startup error (CpuModelExecutor::load).
+  int64_t max_model_len = 0;
   int32_t block_size = 16;                // --block-size: tokens per KV block
   double kv_cache_gib = 1.0;              // --kv-cache-gib: KV memory budget
   int64_t num_kv_blocks = 0;              // --num-kv-blocks: > 0 overrides kv_cache_gib

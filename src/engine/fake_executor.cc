@@ -1,5 +1,6 @@
 #include "engine/fake_executor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -20,6 +21,10 @@ int32_t to_token(uint64_t h, const FakeExecutorOptions& o) {
 
 int32_t fake_greedy_token(std::span<const int32_t> tokens, const FakeExecutorOptions& options) {
   return to_token(mix(static_cast<uint64_t>(tokens.back()) * 1000003u + tokens.size()), options);
+}
+
+int64_t FakeExecutor::max_model_len() const {
+  return std::min(options_.context_length, (options_.num_kv_blocks - 1) * options_.block_size);
 }
 
 Result<sched::StepResult> FakeExecutor::execute(const sched::SchedulerOutput& output) {

@@ -19,6 +19,8 @@ struct FakeExecutorOptions {
   int32_t vocab_size = 512;
   int64_t num_kv_blocks = 256;
   int32_t block_size = 16;
+  // The fake model's context length; max_model_len() is this capped by the KV pool.
+  int64_t context_length = 1 << 20;
   // Tokens below this id are never produced (keeps BOS/EOS out unless the test wants them).
   int32_t min_token_id = 3;
   // Sleep per step, to make timing metrics non-zero.
@@ -34,6 +36,7 @@ class FakeExecutor : public ModelExecutor {
 
   Result<sched::StepResult> execute(const sched::SchedulerOutput& output) override;
   int32_t vocab_size() const override { return options_.vocab_size; }
+  int64_t max_model_len() const override;
   int64_t num_kv_blocks() const override { return options_.num_kv_blocks; }
   int32_t block_size() const override { return options_.block_size; }
   int64_t num_steps() const { return num_steps_; }

@@ -52,6 +52,7 @@ struct EngineMetricsSnapshot {
   int64_t num_prompt_tokens = 0;       // of admitted requests
   int64_t num_generation_tokens = 0;
   int64_t num_preemptions = 0;
+  int64_t num_priority_preemptions = 0;  // ... of those, for a more important waiting request
   int64_t num_steps = 0;
   int32_t num_running = 0;
   int32_t num_waiting = 0;

@@ -28,6 +28,9 @@ class ModelExecutor {
   virtual Result<sched::StepResult> execute(const sched::SchedulerOutput& output) = 0;
 
   virtual int32_t vocab_size() const = 0;
+  // The longest sequence (prompt + generated tokens) this executor can run: the model's context
+  // length, capped by what the KV pool holds ((num_kv_blocks() - 1) * block_size()). > 0.
+  virtual int64_t max_model_len() const = 0;
   // The KV pool the scheduler's KvCacheManager must mirror: blocks (including the null block
   // 0) and tokens per block.
   virtual int64_t num_kv_blocks() const = 0;

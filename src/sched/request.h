@@ -40,7 +40,7 @@ enum class RequestStatus : uint8_t {
   kPreempted,         // was running, blocks freed, queued again; recomputes prompt + outputs
   kForked,            // a parent whose children took over (terminal for the parent)
   kFinishedStopped,   // EOS, a stop token id, or (decided by the engine) a stop string
-  kFinishedLength,    // max_tokens reached
+  kFinishedLength,    // max_tokens or max_model_len reached
   kFinishedAborted,   // abort() by the client
 };
 bool is_finished(RequestStatus status);
@@ -65,7 +65,7 @@ struct RequestSpec {
   StopConditions stop{};
   int32_t n = 1;                       // samples returned, >= 1
   int32_t best_of = 0;                 // samples generated; 0 = n; >= n
-  int32_t priority = 0;                // lower runs first (priority policy only)
+  int32_t priority = 0;                // lower runs first and may preempt higher (priority policy)
   double arrival_time = 0.0;           // seconds, any monotonic clock; orders FCFS ties
   std::string cache_salt;              // requests share cached blocks only with equal salts
 };
@@ -93,7 +93,7 @@ struct Request {
   int32_t priority = 0;
   double arrival_time = 0.0;
   std::string cache_salt;
-  int64_t admit_seq = 0;               // order of (re)admission; preemption victims are latest
+  int64_t admit_seq = 0;               // order of (re)admission; FCFS victims are the latest
   int32_t num_preemptions = 0;
   std::optional<FinishReason> finish_reason;
 

@@ -9,21 +9,21 @@ namespace arbor::sched {
 
 namespace {
 
+// The priority policy's order (vLLM): lower priority value first, then earlier arrival.
+bool priority_before(const Request& a, const Request& b) {
+  return std::tie(a.priority, a.arrival_time, a.request_id) <
+         std::tie(b.priority, b.arrival_time, b.request_id);
+}
+
 // Running-list order: earlier = scheduled first, later = preempted first.
 bool runs_before(const Request& a, const Request& b, SchedulingPolicy policy) {
   switch (policy) {
     case SchedulingPolicy::kFcfs:
       return std::tie(a.admit_seq, a.request_id) < std::tie(b.admit_seq, b.request_id);
     case SchedulingPolicy::kPriority:
-      return std::tie(a.priority, a.admit_seq, a.request_id) <
-             std::tie(b.priority, b.admit_seq, b.request_id);
+      return priority_before(a, b);
   }
   return false;
-}
-
-bool waits_before(const Request& a, const Request& b) {
-  return std::tie(a.priority, a.arrival_time, a.request_id) <
-         std::tie(b.priority, b.arrival_time, b.request_id);
 }
 
 std::unique_ptr<Request> make_child(const Request& parent, int32_t index) {
@@ -55,27 +55,35 @@ Scheduler::Scheduler(const SchedulerOptions& options, kv::KvCacheManager& kv)
   ARBOR_CHECK_GE(options_.long_prefill_token_threshold, 0);
   ARBOR_CHECK_GE(options_.max_waiting_requests, 1);
   ARBOR_CHECK_GE(options_.num_lookahead_tokens, 0);
+  ARBOR_CHECK_GE(options_.max_model_len, 0);
 }
 
 int64_t Scheduler::blocks_needed(int64_t num_tokens) const {
   return (num_tokens + kv_.block_size() - 1) / kv_.block_size();
 }
 
-Status Scheduler::add_request(Request request) {
+int64_t Scheduler::max_sequence_len(const Request& req) const {
+  const int64_t len = req.num_prompt_tokens() + req.stop.max_tokens;
+  return options_.max_model_len > 0 ? std::min(len, options_.max_model_len) : len;
+}
+
+// The admission checks of add_request(), in its documented order.
+Status Scheduler::check_admission(const Request& request) const {
   const RequestId id = request.request_id;
   if (id == 0 || id >= kMaxUserRequestId) {
     return invalid_argument("request id ", id, " is outside [1, 2^48)");
   }
   if (requests_.contains(id)) return invalid_argument("request id ", id, " is already queued");
-  const int64_t len = request.num_prompt_tokens() + request.stop.max_tokens;
-  if (options_.max_model_len > 0 && len > options_.max_model_len) {
-    return invalid_argument("prompt (", request.num_prompt_tokens(), " tokens) + max_tokens (",
-                            request.stop.max_tokens, ") is ", len, ", max_model_len is ",
-                            options_.max_model_len);
+  if (options_.max_model_len > 0 && request.num_prompt_tokens() >= options_.max_model_len) {
+    return invalid_argument("prompt has ", request.num_prompt_tokens(),
+                            " tokens, max_model_len is ", options_.max_model_len,
+                            " (at least one token must be generated)");
   }
+  const int64_t len = max_sequence_len(request);
   const int64_t blocks = blocks_needed(len + options_.num_lookahead_tokens);
   if (blocks > kv_.block_pool().num_usable_blocks()) {
-    return invalid_argument("prompt + max_tokens is ", len, " tokens (", blocks,
+    return invalid_argument("prompt (", request.num_prompt_tokens(), " tokens) + max_tokens (",
+                            request.stop.max_tokens, ") needs up to ", len, " tokens (", blocks,
                             " KV blocks), the KV pool has ", kv_.block_pool().num_usable_blocks(),
                             " blocks of ", kv_.block_size(), " tokens");
   }
@@ -88,6 +96,13 @@ Status Scheduler::add_request(Request request) {
                               " requests waiting, max_waiting_requests is ",
                               options_.max_waiting_requests);
   }
+  return ok_status();
+}
+
+Status Scheduler::add_request(Request request) {
+  const Status admissible = check_admission(request);
+  if (!admissible.ok()) return admissible;
+  const RequestId id = request.request_id;
   request.status = RequestStatus::kWaiting;
   if (request.is_fork_parent() && request.num_prompt_tokens() == 1) {
     // Nothing to share before the last prompt token: the samples start as plain requests.
@@ -118,7 +133,7 @@ void Scheduler::enqueue_waiting(Request* req, bool front) {
     case SchedulingPolicy::kPriority: {
       auto it = std::upper_bound(waiting_.begin(), waiting_.end(), req,
                                  [](const Request* a, const Request* b) {
-                                   return waits_before(*a, *b);
+                                   return priority_before(*a, *b);
                                  });
       waiting_.insert(it, req);
       return;
@@ -204,6 +219,7 @@ SchedulerStats Scheduler::stats() const {
       .num_running = num_running(),
       .num_waiting = num_waiting(),
       .num_preemptions = num_preemptions_,
+      .num_priority_preemptions = num_priority_preemptions_,
       .num_steps = num_steps_,
       .kv = kv_.stats(),
   };

@@ -6,13 +6,26 @@
 //   std::vector<RequestOutput> outs = scheduler.update_from_output(out, res);
 //
 // schedule() spends a per-step token budget (max_num_batched_tokens) on running requests first
-// (in admission order: decode tokens and the next chunk of unfinished prompts), then on waiting
-// ones (FCFS, or by (priority, arrival) with SchedulingPolicy::kPriority), capping a request's
-// chunk at long_prefill_token_threshold and the running set at max_num_seqs. A newly admitted
-// request skips its prefix-cache hit. When allocate_slots() fails the scheduler preempts the
-// running request with the lowest priority that was admitted last (frees its blocks, queues it
-// at the front of the waiting queue; it later recomputes prompt + outputs, mostly from the
-// prefix cache). A step that preempted admits nobody.
+// (in list order: decode tokens and the next chunk of unfinished prompts), then on waiting ones
+// (FCFS, or by (priority, arrival) with SchedulingPolicy::kPriority), capping a request's chunk
+// at long_prefill_token_threshold and the running set at max_num_seqs. A newly admitted request
+// skips its prefix-cache hit. The running list is in admission order (FCFS) or by (priority,
+// arrival) (kPriority); its back is the preemption victim.
+//
+// Preemption (frees the victim's blocks and queues it again; it later recomputes prompt +
+// outputs, mostly from the prefix cache):
+//   * When allocate_slots() fails for a running request, the back of the running list goes
+//     until the allocation succeeds or the request itself was the victim. A step that preempted
+//     this way admits nobody.
+//   * kPriority only: when the head of the waiting queue does not fit (KV blocks or
+//     max_num_seqs), the fewest running requests with a strictly larger priority value, taken
+//     from the back, that make room for it are preempted (and unscheduled from this step), as
+//     vLLM's priority scheduler does. If even all of them would not make room, nobody is
+//     preempted. A request preempted in a step is not readmitted in that step.
+//
+// max_model_len bounds every sequence (prompt + generated tokens): a prompt of max_model_len
+// tokens or more is rejected by add_request(); a request finishes with kLength when it reaches
+// max_model_len tokens, so K/V is written for at most max_model_len - 1 positions.
 //
 // Threading: engine thread only; no locks. The spans in a SchedulerOutput point into the
 // scheduler's requests and the KV manager's tables and stay valid until update_from_output().
@@ -41,7 +54,9 @@ struct SchedulerOptions {
   // Per-request chunk cap per step; 0 = max_num_batched_tokens (vLLM's name).
   int32_t long_prefill_token_threshold = 0;
   int32_t max_waiting_requests = 1024;     // add_request() beyond this is kResourceExhausted
-  // Longest prompt + max_tokens a request may ask for; 0 = only the KV pool bounds it.
+  // Longest sequence (prompt + generated tokens), >= 0; 0 = unbounded (only the KV pool and
+  // max_tokens bound it). Prompts of max_model_len tokens or more are rejected; generation
+  // stops with kLength at max_model_len tokens even if max_tokens allows more.
   int64_t max_model_len = 0;
   SchedulingPolicy policy = SchedulingPolicy::kFcfs;
   int32_t num_lookahead_tokens = 0;        // speculative slots per running request (later)
@@ -68,7 +83,7 @@ struct SchedulerOutput {
   int64_t step = 0;
   std::vector<ScheduledRequest> requests;     // running first, then newly admitted
   std::vector<kv::BlockCopy> block_copies;    // copy-on-write of forks: do before the forward
-  std::vector<RequestId> preempted_ids;       // preempted this step
+  std::vector<RequestId> preempted_ids;       // preempted this step, in order
   std::vector<RequestId> finished_ids;        // finished since the previous schedule()
   int32_t total_num_scheduled_tokens = 0;
   bool empty() const { return requests.empty(); }
@@ -103,6 +118,7 @@ struct SchedulerStats {
   int32_t num_running = 0;
   int32_t num_waiting = 0;
   int64_t num_preemptions = 0;     // total since construction
+  int64_t num_priority_preemptions = 0;  // ... of those, made for a waiting request (kPriority)
   int64_t num_steps = 0;
   kv::KvCacheStats kv{};
 };
@@ -113,13 +129,15 @@ class Scheduler {
   Scheduler(const SchedulerOptions& options, kv::KvCacheManager& kv);
 
   // Queues a validated request (validate_request_spec). Errors: kResourceExhausted when
-  // max_waiting_requests are waiting; kInvalidArgument when prompt + max_tokens exceeds
-  // max_model_len or could never fit in the KV pool, or best_of > max_num_seqs, or a duplicate id.
+  // max_waiting_requests are waiting; kInvalidArgument when the prompt has max_model_len tokens
+  // or more, when min(prompt + max_tokens, max_model_len) tokens could never fit in the KV pool,
+  // when best_of > max_num_seqs, or for a duplicate id. A rejected request holds no block.
   Status add_request(Request request);
 
   SchedulerOutput schedule();
-  // Appends sampled tokens, checks max_tokens / EOS / stop ids, caches full blocks, forks
-  // parents whose prompt is computed, frees finished requests (forgotten after this call).
+  // Appends sampled tokens, checks max_tokens / max_model_len / EOS / stop ids, caches full
+  // blocks, forks parents whose prompt is computed, frees finished requests (forgotten after
+  // this call).
   std::vector<RequestOutput> update_from_output(const SchedulerOutput& output,
                                                 const StepResult& result);
 
@@ -136,9 +154,15 @@ class Scheduler {
 
  private:
   struct Budget;
+  Status check_admission(const Request& request) const;
   void schedule_running(SchedulerOutput& out, Budget& budget);
   void schedule_waiting(SchedulerOutput& out, Budget& budget);
   bool try_allocate_running(Request& req, int64_t num_new, std::vector<RequestId>& preempted);
+  bool preempt_for_waiting(const Request& req, const kv::ComputedBlocks& hit, int64_t num_new,
+                           SchedulerOutput& out, Budget& budget);
+  std::optional<size_t> num_victims_needed(const Request& req, const kv::ComputedBlocks& hit,
+                                           int64_t num_new) const;
+  void admit(Request& req, const kv::ComputedBlocks& hit, int64_t num_new, SchedulerOutput& out);
   void preempt(Request& req);
   void enqueue_waiting(Request* req, bool front);
   void insert_running(Request* req);
@@ -148,16 +172,19 @@ class Scheduler {
   std::optional<FinishReason> check_stop(const Request& req, int32_t token_id) const;
   void finish(Request& req, FinishReason reason);
   int64_t blocks_needed(int64_t num_tokens) const;
+  int64_t max_sequence_len(const Request& req) const;
 
   SchedulerOptions options_;
   kv::KvCacheManager& kv_;
   std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
-  std::vector<Request*> running_;   // sorted by (priority if kPriority, admit_seq, id)
+  // Sorted: FCFS by (admit_seq, id); kPriority by (priority, arrival_time, id).
+  std::vector<Request*> running_;
   std::deque<Request*> waiting_;    // FCFS order, or (priority, arrival) with kPriority
   std::vector<kv::BlockCopy> pending_copies_;
   std::vector<RequestId> finished_since_schedule_;
   int64_t next_admit_seq_ = 0;
   int64_t num_preemptions_ = 0;
+  int64_t num_priority_preemptions_ = 0;
   int64_t num_steps_ = 0;
 };
 

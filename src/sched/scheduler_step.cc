@@ -69,22 +69,100 @@ void Scheduler::schedule_running(SchedulerOutput& out, Budget& budget) {
   }
 }
 
+void Scheduler::admit(Request& req, const kv::ComputedBlocks& hit, int64_t num_new,
+                      SchedulerOutput& out) {
+  waiting_.erase(std::find(waiting_.begin(), waiting_.end(), &req));
+  if (req.status == RequestStatus::kWaiting) req.num_cached_tokens = hit.num_computed_tokens;
+  req.num_computed_tokens = hit.num_computed_tokens;
+  req.status = RequestStatus::kRunning;
+  req.admit_seq = next_admit_seq_++;
+  insert_running(&req);
+  out.requests.push_back(make_scheduled(req, num_new, /*is_new=*/true));
+}
+
+// How many requests from the back of the running list must be preempted so that `req` (waiting,
+// no blocks) fits: max_num_seqs and the KV blocks allocate_slots(req, num_new, hit) takes from
+// the free queue. Only requests with a larger priority value count; nullopt when they do not
+// suffice. Exact: a victim's block is freed when the victims hold all its references; blocks of
+// `hit` are left out (freeing then reviving them nets zero). O(victims' table entries).
+std::optional<size_t> Scheduler::num_victims_needed(const Request& req,
+                                                    const kv::ComputedBlocks& hit,
+                                                    int64_t num_new) const {
+  const kv::BlockPool& pool = kv_.block_pool();
+  const int32_t seqs = req.is_fork_parent() ? req.best_of : 1;
+  int64_t need = blocks_needed(hit.num_computed_tokens + num_new + options_.num_lookahead_tokens) -
+                 static_cast<int64_t>(hit.block_ids.size());
+  for (kv::BlockId b : hit.block_ids) need += pool.block(b).ref_cnt == 0;
+  int64_t available = kv_.num_free_blocks();
+  std::unordered_map<kv::BlockId, int32_t> victim_refs;
+  for (size_t k = 0;; ++k) {
+    if (available >= need &&
+        static_cast<int64_t>(running_.size() - k) + seqs <= options_.max_num_seqs) {
+      return k;
+    }
+    if (k == running_.size()) return std::nullopt;
+    const Request& victim = *running_[running_.size() - 1 - k];
+    if (victim.priority <= req.priority) return std::nullopt;
+    for (kv::BlockId b : kv_.block_ids(victim.request_id)) {
+      const bool in_hit =
+          std::find(hit.block_ids.begin(), hit.block_ids.end(), b) != hit.block_ids.end();
+      if (++victim_refs[b] == pool.block(b).ref_cnt && !in_hit) ++available;
+    }
+  }
+}
+
+// Priority policy: preempts the fewest lowest-priority running requests that make room for
+// `req` (see num_victims_needed), taking them out of this step's output and giving their tokens
+// back to the budget. Returns false, changing nothing, when there is no such set.
+bool Scheduler::preempt_for_waiting(const Request& req, const kv::ComputedBlocks& hit,
+                                    int64_t num_new, SchedulerOutput& out, Budget& budget) {
+  if (options_.policy != SchedulingPolicy::kPriority) return false;
+  const std::optional<size_t> num_victims = num_victims_needed(req, hit, num_new);
+  if (!num_victims || *num_victims == 0) return false;
+  for (size_t i = 0; i < *num_victims; ++i) {
+    Request* victim = running_.back();
+    running_.pop_back();
+    auto it = std::find_if(out.requests.begin(), out.requests.end(),
+                           [&](const ScheduledRequest& s) {
+                             return s.request_id == victim->request_id;
+                           });
+    if (it != out.requests.end()) {
+      budget.tokens += it->num_scheduled_tokens;
+      out.requests.erase(it);
+    }
+    preempt(*victim);
+    ++num_priority_preemptions_;
+    out.preempted_ids.push_back(victim->request_id);
+  }
+  return true;
+}
+
 void Scheduler::schedule_waiting(SchedulerOutput& out, Budget& budget) {
   while (!waiting_.empty() && budget.tokens > 0) {
     Request& req = *waiting_.front();
+    // A request preempted in this step waits for the next one (no thrashing within a step).
+    if (std::find(out.preempted_ids.begin(), out.preempted_ids.end(), req.request_id) !=
+        out.preempted_ids.end()) {
+      break;
+    }
     const int32_t seqs = req.is_fork_parent() ? req.best_of : 1;
-    if (num_running() + seqs > options_.max_num_seqs) break;
-    kv::ComputedBlocks hit = kv_.get_computed_blocks(req.kv_view());
+    const kv::ComputedBlocks hit = kv_.get_computed_blocks(req.kv_view());
     const int64_t num_new =
         chunk_size(req, req.target_tokens() - hit.num_computed_tokens, budget.tokens);
-    if (!kv_.allocate_slots(req.kv_view(), num_new, hit, options_.num_lookahead_tokens)) break;
-    waiting_.pop_front();
-    if (req.status == RequestStatus::kWaiting) req.num_cached_tokens = hit.num_computed_tokens;
-    req.num_computed_tokens = hit.num_computed_tokens;
-    req.status = RequestStatus::kRunning;
-    req.admit_seq = next_admit_seq_++;
-    insert_running(&req);
-    out.requests.push_back(make_scheduled(req, num_new, /*is_new=*/true));
+    const bool fits =
+        num_running() + seqs <= options_.max_num_seqs &&
+        kv_.allocate_slots(req.kv_view(), num_new, hit, options_.num_lookahead_tokens).has_value();
+    if (!fits) {
+      // Head-of-line: nobody behind `req` is admitted before it.
+      if (!preempt_for_waiting(req, hit, num_new, out, budget)) break;
+      // Preemption frees blocks but caches none, so `hit` is still valid.
+      const bool allocated =
+          kv_.allocate_slots(req.kv_view(), num_new, hit, options_.num_lookahead_tokens)
+              .has_value();
+      ARBOR_CHECK(allocated) << "request " << req.request_id
+                             << " does not fit after preempting for it";
+    }
+    admit(req, hit, num_new, out);
     budget.tokens -= num_new;
   }
 }

@@ -183,7 +183,7 @@ std::optional<ApiError> check_lengths(const ModelInfo& model, size_t num_prompt_
   const int64_t len = static_cast<int64_t>(num_prompt_tokens);
   if (len >= ctx) {
     ApiError e = invalid_param("prompt", str_cat("the prompt has ", len,
-                                                 " tokens, the model's context length is ", ctx,
+                                                 " tokens, the maximum context length is ", ctx,
                                                  " (at least one token must be generated)"));
     e.code = "context_length_exceeded";
     return e;
@@ -195,7 +195,7 @@ std::optional<ApiError> check_lengths(const ModelInfo& model, size_t num_prompt_
   if (len + *max_tokens > ctx) {
     ApiError e = invalid_param(max_name, str_cat("the prompt has ", len, " tokens and '", max_name,
                                                  "' is ", *max_tokens, ": ", len + *max_tokens,
-                                                 " exceeds the model's context length of ", ctx));
+                                                 " exceeds the maximum context length of ", ctx));
     e.code = "context_length_exceeded";
     return e;
   }

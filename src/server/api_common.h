@@ -26,7 +26,9 @@ struct ModelInfo {
   std::string name;                               // served model name ("model" field)
   std::string path;                               // the GGUF file
   const tokenizer::Tokenizer* tokenizer = nullptr;
-  int32_t context_length = 0;                     // tokens (prompt + generated)
+  // Longest sequence (prompt + generated tokens): the engine's max_model_len, which
+  // ApiServer::create copies from EngineCore::max_model_len() (one source of truth).
+  int32_t context_length = 0;
   int32_t vocab_size = 0;
   int64_t created = 0;                            // unix seconds of startup
   int32_t max_n = 16;                             // limit on n and best_of

@@ -402,6 +402,7 @@ Result<std::unique_ptr<ApiServer>> ApiServer::create(engine::EngineCore& engine,
   auto state = std::make_unique<State>();
   state->engine = &engine;
   state->model = std::move(model);
+  state->model.context_length = static_cast<int32_t>(engine.max_model_len());
   state->options = options;
   State* s = state.get();
   ARBOR_ASSIGN_OR_RETURN(state->http,

@@ -34,6 +34,7 @@ struct ApiServerOptions {
 class ApiServer {
  public:
   // Binds the port. `engine` and everything `model` points to must outlive the ApiServer.
+  // model.context_length is replaced by engine.max_model_len().
   static Result<std::unique_ptr<ApiServer>> create(engine::EngineCore& engine, ModelInfo model,
                                                    const ApiServerOptions& options);
   ~ApiServer();

@@ -1,6 +1,7 @@
 // Batched equals alone: greedy requests submitted at staggered times to one engine produce
 // exactly the tokens each produces run alone through model::SingleSequence (no scheduler, no
-// executor, one chunk per prompt).
+// executor, one chunk per prompt) — under FCFS, and under the priority policy with a small KV
+// pool, where important requests preempt running ones.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -19,6 +20,7 @@ namespace arbor::engine::testing {
 struct AloneCase {
   std::vector<int32_t> prompt;
   int32_t max_tokens = 1;
+  int32_t priority = 0;  // 2, 1, 0 by thirds of the submission order (later = more important)
 };
 
 inline std::vector<AloneCase> make_cases(uint64_t seed, int num, int32_t max_prompt,
@@ -33,6 +35,7 @@ inline std::vector<AloneCase> make_cases(uint64_t seed, int num, int32_t max_pro
     cases.push_back({random_prompt(rng, len, vocab), out});
   }
   std::shuffle(cases.begin(), cases.end(), rng);
+  for (int i = 0; i < num; ++i) cases[i].priority = 2 - (3 * i) / num;
   return cases;
 }
 
@@ -69,7 +72,18 @@ struct BatchedRun {
   EngineMetricsSnapshot metrics;
 };
 
-// Submits every case (8 at a time, 2 ms apart) to one engine and collects the tokens.
+// Waits (at most 2 s) until requests run and hold at least half of the KV pool.
+inline void wait_until_kv_busy(const EngineCore& engine) {
+  for (int i = 0; i < 20000; ++i) {
+    const EngineMetricsSnapshot m = engine.metrics();
+    if (m.num_running > 0 && m.kv_usage >= 0.5) return;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
+// Submits every case (8 at a time, 2 ms apart) to one engine and collects the tokens. With the
+// priority policy, a more important third is submitted only once the less important ones hold
+// the KV pool, so that it has to preempt them.
 inline BatchedRun run_batched(const std::vector<AloneCase>& cases, const EngineOptions& opts) {
   auto exec = CpuModelExecutor::load(stories260k_path(), opts);
   EXPECT_TRUE(exec.ok()) << exec.status().to_string();
@@ -80,10 +94,15 @@ inline BatchedRun run_batched(const std::vector<AloneCase>& cases, const EngineO
   const int32_t free_at_start = engine.num_free_blocks();
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (size_t i = 0; i < cases.size(); ++i) {
+    if (opts.policy == sched::SchedulingPolicy::kPriority && i > 0 &&
+        cases[i].priority < cases[i - 1].priority) {
+      wait_until_kv_busy(engine);
+    }
     GenerateRequest r;
     r.prompt_token_ids = cases[i].prompt;
     r.sampling.temperature = 0.0f;
     r.max_tokens = cases[i].max_tokens;
+    r.priority = cases[i].priority;
     auto s = engine.submit(std::move(r));
     EXPECT_TRUE(s.ok()) << s.status().to_string();
     streams.push_back(*s);
@@ -118,14 +137,21 @@ inline void check_batched_equals_alone(int num, int32_t max_prompt, int32_t max_
                                        int64_t small_pool_blocks) {
   const std::vector<AloneCase> cases = make_cases(42, num, max_prompt, max_out, 512);
   const std::vector<std::vector<int32_t>> alone = run_alone(cases);
+  using sched::SchedulingPolicy;
   struct Config {
     int32_t budget;
     int64_t blocks;
+    SchedulingPolicy policy = SchedulingPolicy::kFcfs;
   };
   for (const Config& c : {Config{32, 2048}, Config{256, 2048}, Config{2048, 2048},
-                          Config{256, small_pool_blocks}}) {
-    SCOPED_TRACE(str_cat("budget ", c.budget, ", ", c.blocks, " KV blocks"));
-    const BatchedRun run = run_batched(cases, alone_options(c.budget, c.blocks));
+                          Config{256, small_pool_blocks},
+                          Config{256, small_pool_blocks, SchedulingPolicy::kPriority}}) {
+    const bool priority = c.policy == SchedulingPolicy::kPriority;
+    SCOPED_TRACE(str_cat("budget ", c.budget, ", ", c.blocks, " KV blocks",
+                         priority ? ", priority policy" : ""));
+    EngineOptions opts = alone_options(c.budget, c.blocks);
+    opts.policy = c.policy;
+    const BatchedRun run = run_batched(cases, opts);
     ASSERT_EQ(run.tokens.size(), alone.size());
     for (size_t i = 0; i < alone.size(); ++i) {
       EXPECT_EQ(run.tokens[i], alone[i]) << "request " << i << ", prompt of "
@@ -135,10 +161,17 @@ inline void check_batched_equals_alone(int num, int32_t max_prompt, int32_t max_
     if (c.blocks == small_pool_blocks) {
       EXPECT_GT(run.metrics.num_preemptions, 0);
     }
-    std::printf("budget %d, %lld blocks: %lld steps, mean batch %.1f, preemptions %lld\n",
-                c.budget, static_cast<long long>(c.blocks),
+    if (priority) {
+      EXPECT_GT(run.metrics.num_priority_preemptions, 0);
+    } else {
+      EXPECT_EQ(run.metrics.num_priority_preemptions, 0);
+    }
+    std::printf("budget %d, %lld blocks%s: %lld steps, mean batch %.1f, preemptions %lld "
+                "(%lld for priority)\n",
+                c.budget, static_cast<long long>(c.blocks), priority ? ", priority" : "",
                 static_cast<long long>(run.metrics.num_steps), run.metrics.batch_size.mean(),
-                static_cast<long long>(run.metrics.num_preemptions));
+                static_cast<long long>(run.metrics.num_preemptions),
+                static_cast<long long>(run.metrics.num_priority_preemptions));
   }
 }
 

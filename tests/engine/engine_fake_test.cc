@@ -183,6 +183,58 @@ TEST(EngineFake, InvalidRequestsFailAtSubmit) {
   drain(*s);
 }
 
+TEST(EngineFake, MaxModelLenDefaultsToTheExecutorsAndIsCappedByTheKvPool) {
+  FakeExecutorOptions f;
+  f.context_length = 32;
+  EXPECT_EQ(FakeEngine({}, f).engine->max_model_len(), 32);
+  EngineOptions o;
+  o.max_model_len = 20;
+  EXPECT_EQ(FakeEngine(o, f).engine->max_model_len(), 20);
+  FakeExecutorOptions small_pool;
+  small_pool.num_kv_blocks = 5;  // 4 usable blocks of 16 tokens
+  EXPECT_EQ(FakeEngine({}, small_pool).engine->max_model_len(), 64);
+}
+
+TEST(EngineFake, GenerationStopsWithLengthAtMaxModelLen) {
+  FakeExecutorOptions f;
+  f.context_length = 32;
+  for (int64_t limit : {int64_t{0}, int64_t{20}}) {
+    EngineOptions o;
+    o.max_model_len = limit;
+    FakeEngine fe(o, f);
+    const int32_t free_at_start = fe.engine->num_free_blocks();
+    const int64_t max_len = fe.engine->max_model_len();
+    const testing::Collected c = drain(*fe.submit(greedy({5, 6, 7}, 100)));
+    // Exactly max_model_len tokens: 3 prompt + the rest generated, as alone.
+    const auto num_out = static_cast<int32_t>(max_len - 3);
+    EXPECT_EQ(c.token_ids[0], fake_alone({5, 6, 7}, num_out, fe.fopts)) << "limit " << max_len;
+    EXPECT_EQ(c.finish[0], sched::FinishReason::kLength);
+    EXPECT_EQ(c.final_event.usage.completion_tokens, num_out);
+    fe.engine->wait_idle();
+    EXPECT_EQ(fe.engine->num_free_blocks(), free_at_start);
+  }
+}
+
+TEST(EngineFake, PromptOfMaxModelLenIsRejectedAtSubmit) {
+  FakeExecutorOptions f;
+  f.context_length = 32;
+  FakeEngine fe({}, f);
+  const int32_t free_at_start = fe.engine->num_free_blocks();
+  auto rejected = fe.engine->submit(greedy(std::vector<int32_t>(32, 9), 5));
+  ASSERT_FALSE(rejected.ok());
+  EXPECT_EQ(rejected.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(rejected.status().message().find("prompt has 32 tokens, max_model_len is 32"),
+            std::string::npos)
+      << rejected.status().to_string();
+  // One token shorter fits and generates exactly one token.
+  const testing::Collected c = drain(*fe.submit(greedy(std::vector<int32_t>(31, 9), 5)));
+  EXPECT_EQ(c.token_ids[0].size(), 1u);
+  EXPECT_EQ(c.finish[0], sched::FinishReason::kLength);
+  fe.engine->wait_idle();
+  EXPECT_EQ(fe.engine->num_free_blocks(), free_at_start);
+  EXPECT_EQ(fe.engine->metrics().num_requests_submitted, 1);
+}
+
 TEST(EngineFake, MetricsCountTokensAndLatencies) {
   FakeExecutorOptions f;
   f.step_delay_us = 200;

@@ -77,6 +77,48 @@ TEST(EngineModel, AbortMidGenerationReturnsEveryBlock) {
   EXPECT_EQ(engine->num_free_blocks(), free_at_start);
 }
 
+TEST(EngineModel, MaxModelLenIsCheckedAtLoad) {
+  // stories260K has a context length of 2048.
+  EngineOptions o = testing::alone_options(64, 2048);
+  auto exec = CpuModelExecutor::load(testing::stories260k_path(), o);
+  ASSERT_TRUE(exec.ok()) << exec.status().to_string();
+  EXPECT_EQ((*exec)->max_model_len(), 2048);
+  o.max_model_len = 4096;
+  exec = CpuModelExecutor::load(testing::stories260k_path(), o);
+  ASSERT_FALSE(exec.ok());
+  EXPECT_EQ(exec.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(exec.status().message().find("--max-model-len is 4096, the model's context length "
+                                         "is 2048"),
+            std::string::npos)
+      << exec.status().to_string();
+  // 5 blocks of 16 tokens: the null block and 4 usable ones cap sequences at 64 tokens.
+  o = testing::alone_options(64, 5);
+  exec = CpuModelExecutor::load(testing::stories260k_path(), o);
+  ASSERT_TRUE(exec.ok()) << exec.status().to_string();
+  EXPECT_EQ((*exec)->max_model_len(), 64);
+  o.max_model_len = 100;
+  exec = CpuModelExecutor::load(testing::stories260k_path(), o);
+  ASSERT_FALSE(exec.ok());
+  EXPECT_NE(exec.status().message().find("the KV pool holds only 64 tokens"), std::string::npos)
+      << exec.status().to_string();
+}
+
+TEST(EngineModel, MaxModelLenCutsGreedyOutputWithLength) {
+  EngineOptions o = testing::alone_options(256, 256);
+  std::mt19937_64 rng(11);
+  GenerateRequest r;
+  r.prompt_token_ids = testing::random_prompt(rng, 30, 512);
+  r.sampling.temperature = 0.0f;
+  r.max_tokens = 10;
+  const testing::Collected full = drain(**make_engine(o)->submit(r));
+  o.max_model_len = 40;  // 30 prompt tokens + 10 generated
+  auto engine = make_engine(o);
+  r.max_tokens = 50;
+  const testing::Collected cut = drain(**engine->submit(r));
+  EXPECT_EQ(cut.token_ids[0], full.token_ids[0]);
+  EXPECT_EQ(cut.finish[0], sched::FinishReason::kLength);
+}
+
 TEST(EngineModel, StopStringEndsTheTextBeforeIt) {
   auto tok = tokenizer::Tokenizer::from_file(testing::stories260k_path());
   ASSERT_TRUE(tok.ok());

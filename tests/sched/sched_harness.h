@@ -4,6 +4,7 @@
 // tokens depend only on the request, never on the batch around it.
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -28,6 +29,16 @@ inline StepResult fake_execute(const SchedulerOutput& out) {
     r.sampled.push_back(t);
   }
   return r;
+}
+
+// The tokens a request generates alone: max_tokens fake tokens after `tokens`.
+inline std::vector<int32_t> alone_tokens(std::vector<int32_t> tokens, int32_t max_tokens) {
+  std::vector<int32_t> out;
+  for (int32_t i = 0; i < max_tokens; ++i) {
+    out.push_back(fake_next_token(tokens));
+    tokens.push_back(out.back());
+  }
+  return out;
 }
 
 class Harness {
@@ -75,6 +86,9 @@ class Harness {
     }
     for (const ScheduledRequest& s : out.requests) {
       row += name(s.request_id) + ":" + std::to_string(s.num_scheduled_tokens) + " ";
+      tokens_run[name(s.request_id)] += s.num_scheduled_tokens;
+      int64_t& blocks = max_blocks[name(s.request_id)];
+      blocks = std::max(blocks, static_cast<int64_t>(s.block_ids.size()));
     }
     for (RequestId p : out.preempted_ids) row += "preempt:" + name(p) + " ";
     last_outputs = sched.update_from_output(out, fake_execute(out));
@@ -96,6 +110,8 @@ class Harness {
   Scheduler sched;
   std::vector<RequestOutput> last_outputs;
   std::map<std::string, std::vector<int32_t>> tokens;  // generated, by name
+  std::map<std::string, int64_t> tokens_run;  // scheduled tokens over all steps, by name
+  std::map<std::string, int64_t> max_blocks;  // largest block table seen when scheduled
 
  private:
   RequestId next_id_ = 1;

@@ -1,5 +1,6 @@
-// Seeded random runs: random arrivals, lengths, n, aborts and a small KV pool. Invariants every
-// step; every request that finishes by length produced exactly the tokens it produces alone.
+// Seeded random runs: random arrivals, lengths, n, priorities, aborts, max_model_len and a small
+// KV pool. Invariants every step; every request that finishes by length produced exactly the
+// tokens it produces alone (cut at max_model_len).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -10,17 +11,9 @@
 namespace arbor::sched {
 namespace {
 
-std::vector<int32_t> alone(std::vector<int32_t> tokens, int32_t max_tokens) {
-  std::vector<int32_t> out;
-  for (int32_t i = 0; i < max_tokens; ++i) {
-    out.push_back(testing::fake_next_token(tokens));
-    tokens.push_back(out.back());
-  }
-  return out;
-}
-
 struct Counts {
   int64_t preemptions = 0;
+  int64_t priority_preemptions = 0;
   int64_t compared = 0;
   int64_t forks = 0;
 };
@@ -34,6 +27,7 @@ void run_seed(uint64_t seed, Counts& counts) {
   so.max_num_batched_tokens = uniform(4, 64);
   so.long_prefill_token_threshold = uniform(0, 1) ? 0 : uniform(1, 16);
   so.policy = uniform(0, 1) ? SchedulingPolicy::kFcfs : SchedulingPolicy::kPriority;
+  so.max_model_len = uniform(0, 2) == 0 ? uniform(8, 40) : 0;
   kv::KvCacheManagerOptions ko{.num_blocks = uniform(12, 40), .block_size = uniform(1, 8)};
   testing::Harness h(so, ko);
   const int32_t free_at_start = h.kv.num_free_blocks();
@@ -48,21 +42,27 @@ void run_seed(uint64_t seed, Counts& counts) {
     const Status s = h.add(name, prompt, mt, uniform(0, 2), std::min(best_of, so.max_num_seqs));
     if (s.ok()) {
       prompts[name] = prompt;
-      max_tokens[name] = mt;
+      // max_model_len cuts generation short: prompt + outputs never exceed it.
+      const auto len = static_cast<int32_t>(prompt.size());
+      max_tokens[name] = so.max_model_len > 0 ? std::min<int32_t>(mt, so.max_model_len - len) : mt;
     }
     for (int k = uniform(0, 3); k > 0; --k) h.step();
     if (uniform(0, 9) == 0) h.sched.finish_request(h.id(name), FinishReason::kAbort);
   }
   h.run(100000);
   counts.preemptions += h.sched.stats().num_preemptions;
+  counts.priority_preemptions += h.sched.stats().num_priority_preemptions;
   ASSERT_FALSE(h.sched.has_unfinished_requests());
   EXPECT_EQ(h.kv.num_free_blocks(), free_at_start);
   for (const auto& [name, toks] : h.tokens) {
     const std::string base = name.substr(0, name.find('.'));
     auto p = prompts.find(base);
     if (p == prompts.end()) continue;
+    if (so.max_model_len > 0) {
+      EXPECT_LE(static_cast<int64_t>(p->second.size() + toks.size()), so.max_model_len) << name;
+    }
     if (static_cast<int32_t>(toks.size()) != max_tokens[base]) continue;  // aborted
-    EXPECT_EQ(toks, alone(p->second, max_tokens[base])) << name;
+    EXPECT_EQ(toks, testing::alone_tokens(p->second, max_tokens[base])) << name;
     ++counts.compared;
     if (name != base) ++counts.forks;
   }
@@ -76,10 +76,13 @@ TEST(SchedulerRandom, InvariantsAndBatchedEqualsAlone) {
   }
   // The runs must exercise what they claim to check.
   EXPECT_GT(counts.preemptions, 100);
+  EXPECT_GT(counts.priority_preemptions, 50);
   EXPECT_GT(counts.compared, 2000);
   EXPECT_GT(counts.forks, 100);
-  std::printf("preemptions %lld, compared %lld, fork children %lld\n",
-              static_cast<long long>(counts.preemptions), static_cast<long long>(counts.compared),
+  std::printf("preemptions %lld (for priority %lld), compared %lld, fork children %lld\n",
+              static_cast<long long>(counts.preemptions),
+              static_cast<long long>(counts.priority_preemptions),
+              static_cast<long long>(counts.compared),
               static_cast<long long>(counts.forks));
 }
 

@@ -93,6 +93,158 @@ TEST(SchedulerTable, PriorityPolicyPreemptsLowestPriorityFirst) {
                          "B:1 A:1", "B:1 A:1", "B:1 preempt:A"}));
 }
 
+// Priority policy, 6 usable blocks of 4 tokens: A (priority 1), B and C (priority 2, C arrived
+// last) have 6-token prompts and 3 outputs, so each holds exactly 2 blocks to the end and the
+// pool is full after step 0. H arrives after step 0.
+SchedulerOptions with_policy(SchedulerOptions o, SchedulingPolicy policy) {
+  o.policy = policy;
+  return o;
+}
+
+struct PriorityCase {
+  explicit PriorityCase(SchedulingPolicy policy, const SchedulerOptions& o = sopts(64),
+                        const kv::KvCacheManagerOptions& k = kopts(7))
+      : h(with_policy(o, policy), k) {
+    EXPECT_TRUE(h.add("A", iota_prompt(6, 3), 3, /*priority=*/1).ok());
+    EXPECT_TRUE(h.add("B", iota_prompt(6, 20), 3, /*priority=*/2).ok());
+    EXPECT_TRUE(h.add("C", iota_prompt(6, 40), 3, /*priority=*/2).ok());
+  }
+  // Every request's tokens equal those it generates alone.
+  void expect_solo_outputs(const std::map<std::string, std::pair<std::vector<int32_t>, int32_t>>&
+                               requests) {
+    for (const auto& [name, r] : requests) {
+      EXPECT_EQ(h.tokens[name], testing::alone_tokens(r.first, r.second)) << name;
+    }
+  }
+  Harness h;
+};
+
+TEST(SchedulerTable, WaitingHigherPriorityPreemptsLowestPriorityLatestArrival) {
+  PriorityCase c(SchedulingPolicy::kPriority);
+  EXPECT_EQ(c.h.step(), "A:6 B:6 C:6");
+  ASSERT_TRUE(c.h.add("H", iota_prompt(4, 60), 2, /*priority=*/0).ok());
+  // H needs 1 block, none is free: C (priority 2, arrived after B) is preempted and taken out of
+  // this step, and H runs at once. A and B are left alone: one victim suffices.
+  EXPECT_EQ(c.h.step(), "A:1 B:1 H:4 preempt:C");
+  EXPECT_EQ(c.h.sched.stats().num_priority_preemptions, 1);
+  EXPECT_EQ(c.h.run(), (Table{"H:1 A:1 B:1 done:H done:A done:B",
+                              // C recomputes its prompt + 1 output (its blocks were reused).
+                              "C:7", "C:1 done:C"}));
+  EXPECT_EQ(c.h.sched.stats().num_preemptions, 1);
+  EXPECT_EQ(c.h.kv.num_free_blocks(), 6);
+  c.expect_solo_outputs({{"A", {iota_prompt(6, 3), 3}},
+                         {"B", {iota_prompt(6, 20), 3}},
+                         {"C", {iota_prompt(6, 40), 3}},
+                         {"H", {iota_prompt(4, 60), 2}}});
+}
+
+TEST(SchedulerTable, FcfsAndEqualPriorityNeverPreemptForWaiting) {
+  // The same arrivals under FCFS, and under priority with H's priority equal to B's and C's:
+  // H waits until blocks free up.
+  const Table expected{"A:1 B:1 C:1", "A:1 B:1 C:1 done:A done:B done:C", "H:4", "H:1 done:H"};
+  for (SchedulingPolicy policy : {SchedulingPolicy::kFcfs, SchedulingPolicy::kPriority}) {
+    PriorityCase c(policy);
+    EXPECT_EQ(c.h.step(), "A:6 B:6 C:6");
+    ASSERT_TRUE(c.h.add("H", iota_prompt(4, 60), 2, /*priority=*/2).ok());
+    EXPECT_EQ(c.h.run(), expected);
+    EXPECT_EQ(c.h.sched.stats().num_preemptions, 0);
+  }
+}
+
+TEST(SchedulerTable, PriorityPreemptsAsManyAsNeededLatestFirst) {
+  PriorityCase c(SchedulingPolicy::kPriority);
+  EXPECT_EQ(c.h.step(), "A:6 B:6 C:6");
+  // H needs 3 blocks: C's 2 do not suffice, C's and B's 4 do; A keeps running.
+  ASSERT_TRUE(c.h.add("H", iota_prompt(12, 60), 1, /*priority=*/0).ok());
+  EXPECT_EQ(c.h.step(), "A:1 H:12 preempt:C preempt:B done:H");
+  c.h.run();
+  EXPECT_EQ(c.h.sched.stats().num_preemptions, 2);
+  c.expect_solo_outputs({{"A", {iota_prompt(6, 3), 3}},
+                         {"B", {iota_prompt(6, 20), 3}},
+                         {"C", {iota_prompt(6, 40), 3}},
+                         {"H", {iota_prompt(12, 60), 1}}});
+}
+
+TEST(SchedulerTable, PriorityDoesNotPreemptWhenVictimsCannotMakeRoom) {
+  PriorityCase c(SchedulingPolicy::kPriority);
+  EXPECT_EQ(c.h.step(), "A:6 B:6 C:6");
+  // H (priority 1) needs 5 blocks; only B and C (4 blocks) have a lower priority, and A's equal
+  // priority protects it: nobody is preempted in vain.
+  ASSERT_TRUE(c.h.add("H", iota_prompt(17, 60), 1, /*priority=*/1).ok());
+  EXPECT_EQ(c.h.run(), (Table{"A:1 B:1 C:1", "A:1 B:1 C:1 done:A done:B done:C", "H:17 done:H"}));
+  EXPECT_EQ(c.h.sched.stats().num_preemptions, 0);
+}
+
+TEST(SchedulerTable, PriorityPreemptsForMaxNumSeqs) {
+  SchedulerOptions o = sopts(64, /*max_seqs=*/2);
+  o.policy = SchedulingPolicy::kPriority;
+  Harness h(o, kopts(64));
+  ASSERT_TRUE(h.add("A", iota_prompt(4, 3), 3, /*priority=*/1).ok());
+  ASSERT_TRUE(h.add("B", iota_prompt(4, 20), 3, /*priority=*/2).ok());
+  EXPECT_EQ(h.step(), "A:4 B:4");
+  ASSERT_TRUE(h.add("H", iota_prompt(4, 40), 2, /*priority=*/0).ok());
+  // Blocks are plenty but both sequence slots are taken: B (the lowest priority) goes.
+  EXPECT_EQ(h.step(), "A:1 H:4 preempt:B");
+  // B resumes from its cached prompt block: 4 of its 5 tokens hit.
+  EXPECT_EQ(h.run(), (Table{"H:1 A:1 done:H done:A", "B:1", "B:1 done:B"}));
+  EXPECT_EQ(h.tokens["B"], testing::alone_tokens(iota_prompt(4, 20), 3));
+  EXPECT_EQ(h.tokens["H"], testing::alone_tokens(iota_prompt(4, 40), 2));
+}
+
+TEST(SchedulerTable, RequestPreemptedForPriorityIsNotReadmittedInTheSameStep) {
+  // Chunks of at most 4 tokens and no prefix caching: after H takes one of C's two freed
+  // blocks, C's next 4-token chunk would fit in the other. It must wait for the next step.
+  SchedulerOptions o = sopts(64, 8, /*chunk_cap=*/4);
+  kv::KvCacheManagerOptions k = kopts(7);
+  k.enable_prefix_caching = false;
+  PriorityCase c(SchedulingPolicy::kPriority, o, k);
+  EXPECT_EQ(c.h.step(), "A:4 B:4 C:4");
+  EXPECT_EQ(c.h.step(), "A:2 B:2 C:2");
+  ASSERT_TRUE(c.h.add("H", iota_prompt(4, 60), 1, /*priority=*/0).ok());
+  EXPECT_EQ(c.h.step(), "A:1 B:1 H:4 preempt:C done:H");
+  EXPECT_EQ(c.h.run(), (Table{"A:1 B:1 C:4 done:A done:B", "C:3", "C:1 done:C"}));
+  c.expect_solo_outputs({{"A", {iota_prompt(6, 3), 3}},
+                         {"B", {iota_prompt(6, 20), 3}},
+                         {"C", {iota_prompt(6, 40), 3}},
+                         {"H", {iota_prompt(4, 60), 1}}});
+}
+
+TEST(SchedulerTable, MaxModelLenFinishesWithLengthAtExactlyTheLimit) {
+  SchedulerOptions o = sopts(64);
+  o.max_model_len = 10;
+  Harness h(o, kopts(64));
+  ASSERT_TRUE(h.add("A", iota_prompt(4), 50).ok());      // max_tokens allows far more
+  ASSERT_TRUE(h.add("B", iota_prompt(4, 40), 3).ok());   // max_tokens comes first
+  // 4 prompt + 6 generated = max_model_len; the 10th token is sampled, never run.
+  EXPECT_EQ(h.run(), (Table{"A:4 B:4", "A:1 B:1", "A:1 B:1 done:B", "A:1", "A:1", "A:1 done:A"}));
+  EXPECT_EQ(h.tokens["A"], testing::alone_tokens(iota_prompt(4), 6));
+  EXPECT_EQ(h.tokens["B"].size(), 3u);
+  ASSERT_EQ(h.last_outputs.size(), 1u);
+  EXPECT_EQ(h.last_outputs[0].finish_reason, FinishReason::kLength);
+  // K/V written for 9 positions, in 3 blocks of 4: nothing at or past max_model_len.
+  EXPECT_EQ(h.tokens_run["A"], 9);
+  EXPECT_EQ(h.max_blocks["A"], 3);
+  EXPECT_EQ(h.kv.num_free_blocks(), 63);
+}
+
+TEST(SchedulerTable, PromptOfMaxModelLenIsRejectedAndHoldsNoBlock) {
+  SchedulerOptions o = sopts(64);
+  o.max_model_len = 10;
+  Harness h(o, kopts(64));
+  const Status s = h.add("X", iota_prompt(10), 5);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+  EXPECT_NE(s.message().find("prompt has 10 tokens, max_model_len is 10"), std::string::npos)
+      << s.message();
+  EXPECT_FALSE(h.sched.has_unfinished_requests());
+  EXPECT_EQ(h.kv.num_requests(), 0);
+  EXPECT_EQ(h.kv.num_free_blocks(), 63);
+  // One token shorter: admitted, generates exactly one token.
+  ASSERT_TRUE(h.add("Y", iota_prompt(9), 5).ok());
+  EXPECT_EQ(h.run(), (Table{"Y:9 done:Y"}));
+  EXPECT_EQ(h.last_outputs[0].finish_reason, FinishReason::kLength);
+  EXPECT_EQ(h.kv.num_free_blocks(), 63);
+}
+
 TEST(SchedulerTable, AdmissionLimits) {
   SchedulerOptions o = sopts(64, /*max_seqs=*/2);
   o.max_waiting_requests = 2;
