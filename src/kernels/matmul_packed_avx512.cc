@@ -63,7 +63,9 @@ ARBOR_VNNI void tile(const WeightView& w, const ActBlockVnni* acts, float* y, in
   const ActBlockVnni* a[T];
   for (int t = 0; t < T; ++t) a[t] = acts + (t0 + t) * nb;
   __m512 acc[G][T];
+#pragma GCC unroll 4
   for (int g = 0; g < G; ++g) {
+#pragma GCC unroll 8
     for (int t = 0; t < T; ++t) acc[g][t] = _mm512_setzero_ps();
   }
   for (int64_t b = 0; b < nb; ++b) {
@@ -89,10 +91,12 @@ ARBOR_VNNI void tile(const WeightView& w, const ActBlockVnni* acts, float* y, in
       }
     }
   }
+#pragma GCC unroll 4
   for (int g = 0; g < G; ++g) {
     const int64_t r0 = (g0 + g) * kPackRows;
     const int64_t n = std::min<int64_t>(kPackRows, w.rows - r0);
     const __mmask16 m = n == kPackRows ? 0xFFFF : static_cast<__mmask16>((1u << n) - 1);
+#pragma GCC unroll 8
     for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + (t0 + t) * w.rows + r0, m, acc[g][t]);
   }
 }
