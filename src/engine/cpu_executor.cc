@@ -10,6 +10,7 @@ Result<std::unique_ptr<CpuModelExecutor>> CpuModelExecutor::load(const std::stri
   model::RunnerOptions ro;
   ro.block_size = options.block_size;
   ro.num_blocks = options.num_kv_blocks;
+  ro.populate_kv = true;
   ro.kv_cache_gib = options.kv_cache_gib;
   ro.kv_dtype = options.kv_dtype;
   ro.num_threads = options.num_threads;

@@ -266,6 +266,8 @@ const void* block_rows(const PagedAttentionParams& p, const void* cache, int32_t
   return static_cast<const uint8_t*>(cache) + off * kv_dtype_size(p.kv_dtype);
 }
 
+constexpr int32_t kPrefetchBlocks = 4;
+
 // Brings the rows [block_size, head_dim] at `rows` towards L1.
 void prefetch_block(const PagedAttentionParams& p, const void* rows) {
   const size_t bytes = (size_t)p.block_size * p.head_dim * kv_dtype_size(p.kv_dtype);
@@ -337,15 +339,21 @@ void run_item(const PagedAttentionParams& p, const WorkItem& w, const Scratch& s
   const bool f16 = p.kv_dtype == KvDtype::kF16;
   const bool widen = f16 && rows >= kWidenRows;  // widen each block once, then read f32
   const size_t elem = widen ? sizeof(float) : kv_dtype_size(p.kv_dtype);
-  for (int32_t kbase = w.k0 - w.k0 % p.block_size; kbase < w.k1; kbase += p.block_size) {
+  const int32_t first_kbase = w.k0 - w.k0 % p.block_size;
+  for (int32_t kbase = first_kbase; kbase < w.k1; kbase += p.block_size) {
     const int32_t kb0 = std::max(kbase, w.k0), kb1 = std::min(kbase + p.block_size, w.k1);
     const int32_t block_id = table[kbase / p.block_size];
     const void* k = block_rows(p, p.k_cache, block_id, w.g);
     const void* v = block_rows(p, p.v_cache, block_id, w.g);
-    if (kbase + p.block_size < w.k1) {
-      // Blocks are scattered, so the hardware prefetcher cannot run ahead: fetch the next one's
-      // K and V rows while this one is computed.
-      const int32_t next = table[kbase / p.block_size + 1];
+    // Blocks are scattered, so the hardware prefetcher cannot run ahead: fetch the K and V rows
+    // kPrefetchBlocks ahead (the first call also fetches the ones before that). One block's
+    // compute is shorter than a DRAM miss, so one block ahead was not enough.
+    const int32_t bi = kbase / p.block_size;
+    const int32_t last = (w.k1 - 1) / p.block_size;
+    for (int32_t ahead = kbase == first_kbase ? 1 : kPrefetchBlocks; ahead <= kPrefetchBlocks;
+         ++ahead) {
+      if (bi + ahead > last) break;
+      const int32_t next = table[bi + ahead];
       prefetch_block(p, block_rows(p, p.k_cache, next, w.g));
       prefetch_block(p, block_rows(p, p.v_cache, next, w.g));
     }

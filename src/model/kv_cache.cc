@@ -23,7 +23,7 @@ int64_t PagedKvCache::blocks_for_budget(const KvCacheShape& shape, double gib) {
 }
 
 Result<std::unique_ptr<PagedKvCache>> PagedKvCache::create(const KvCacheShape& shape,
-                                                          int64_t num_blocks) {
+                                                          int64_t num_blocks, bool populate) {
   if (shape.num_layers < 1 || shape.num_kv_heads < 1 || shape.head_dim < 1 ||
       shape.block_size < 1) {
     return invalid_argument("KV cache shape: ", shape.num_layers, " layers, ", shape.num_kv_heads,
@@ -35,9 +35,10 @@ Result<std::unique_ptr<PagedKvCache>> PagedKvCache::create(const KvCacheShape& s
                             " (one block is ", bytes_per_block(shape), " bytes)");
   }
   const size_t bytes = bytes_per_block(shape) * (size_t)num_blocks;
-  // Anonymous mmap: page-aligned, zeroed, and committed lazily, so a generous budget costs
-  // nothing until blocks are written.
-  void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  // Anonymous mmap: page-aligned, zeroed, and (unless `populate`) committed lazily, so a
+  // generous budget costs nothing until blocks are written.
+  const int flags = MAP_PRIVATE | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0);
+  void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, flags, -1, 0);
   if (data == MAP_FAILED) {
     return resource_exhausted("cannot map ", bytes, " bytes for ", num_blocks, " KV blocks");
   }

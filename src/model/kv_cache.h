@@ -34,10 +34,11 @@ class PagedKvCache {
   // Blocks that fit in `gib` GiB (floor); at least 0.
   static int64_t blocks_for_budget(const KvCacheShape& shape, double gib);
 
-  // Maps num_blocks blocks, zero-filled (pages committed on first write). Errors:
-  // num_blocks < 1, bad shape, or the mapping failing (the message has the byte count).
+  // Maps num_blocks blocks, zero-filled: pages committed on first write, or all at once when
+  // `populate`. Errors: num_blocks < 1, bad shape, or the mapping failing (the message has the
+  // byte count).
   static Result<std::unique_ptr<PagedKvCache>> create(const KvCacheShape& shape,
-                                                      int64_t num_blocks);
+                                                      int64_t num_blocks, bool populate = false);
   ~PagedKvCache();
   PagedKvCache(const PagedKvCache&) = delete;
   PagedKvCache& operator=(const PagedKvCache&) = delete;
