@@ -4,6 +4,10 @@
 //   tg<N>      one sequence, N single-token forwards after a 1-token prompt
 //   batch <B>  B sequences (prompts of --batch-prompt tokens), then --batch-steps steps that each
 //              run one ragged forward with one new token per sequence; aggregate tokens/s
+//   verify <K> the cost of checking K speculative tokens: one sequence with --verify-context
+//              cached tokens runs a (K+1)-token multi-query step with logits for every token,
+//              then truncates back (as rejected drafts are dropped); ms per step and the ratio
+//              to a 1-token step (K = 0), which bounds the speed-up speculation can give
 // Each test runs once untimed (pages the mmapped weights in, sizes the scratch), then --reps
 // timed runs; the table shows min / median / max tokens/s. Decode is memory bound, so it is also
 // stated as a fraction of the measured read bandwidth: (weight bytes + KV bytes read per step)
@@ -40,6 +44,8 @@ struct Options {
   int32_t prompt = 512;
   int32_t gen = 128;
   std::vector<int32_t> batches = {1, 2, 4, 8, 16};
+  std::vector<int32_t> verify = {4, 8};
+  int32_t verify_context = 256;
   int32_t batch_prompt = 16;
   int32_t batch_steps = 32;
   int32_t block_size = 16;
@@ -75,6 +81,8 @@ class ModelBench {
   Result<double> prefill_rate();
   Result<double> decode_rate();
   Result<double> batch_rate(int32_t num_seqs);
+  // Seconds per (k+1)-token verification step (see the file comment).
+  Result<double> verify_seconds(int32_t k);
 
  private:
   std::vector<int32_t> random_tokens(int32_t n) {
@@ -139,6 +147,22 @@ Result<double> ModelBench::batch_rate(int32_t num_seqs) {
   return static_cast<double>(num_seqs) * o_.batch_steps / seconds_since(start);
 }
 
+Result<double> ModelBench::verify_seconds(int32_t k) {
+  constexpr int32_t kSteps = 16;
+  model::SingleSequence seq(runner_, blocks_of(0));
+  const std::vector<int32_t> context = random_tokens(o_.verify_context);
+  ARBOR_ASSIGN_OR_RETURN(auto logits, seq.append(context));
+  (void)logits;
+  const std::vector<int32_t> drafts = random_tokens(k + 1);
+  const Clock::time_point start = Clock::now();
+  for (int32_t step = 0; step < kSteps; ++step) {
+    ARBOR_ASSIGN_OR_RETURN(auto all, seq.append_all_logits(drafts));
+    (void)all;
+    seq.truncate(o_.verify_context);
+  }
+  return seconds_since(start) / kSteps;
+}
+
 // Bytes a decode step streams: every weight matrix once (the embedding only one row per token,
 // unless it doubles as the classifier) plus K and V of `kv_tokens` cached positions.
 struct ByteModel {
@@ -183,6 +207,12 @@ Status validate(const Options& o) {
   }
   for (int32_t b : o.batches) {
     if (b < 1 || b > 256) return invalid_argument("--batch entry ", b, " must be in [1, 256]");
+  }
+  for (int32_t k : o.verify) {
+    if (k < 1 || k > 64) return invalid_argument("--verify entry ", k, " must be in [1, 64]");
+  }
+  if (o.verify_context < 1) {
+    return invalid_argument("--verify-context is ", o.verify_context, ", must be >= 1");
   }
   if (o.block_size < 1) return invalid_argument("--block-size is ", o.block_size, ", must be >= 1");
   return ok_status();
@@ -237,7 +267,23 @@ void print_table(const std::vector<TestResult>& tests, double gbs, const ByteMod
   }
 }
 
-void print_json(const std::vector<TestResult>& tests, double gbs, const kernels::ComputePeak& peak,
+// verify[0] is the 1-token step; each row's cost is relative to it.
+void print_verify_table(const std::vector<TestResult>& verify, const Options& o) {
+  if (verify.empty()) return;
+  std::printf("\nverification over %d cached tokens (median of %d):\n\n", o.verify_context,
+              o.reps);
+  std::printf("| %-12s | %11s | %10s | %13s |\n", "test", "tokens/step", "ms/step",
+              "x decode step");
+  std::printf("|--------------|-------------|------------|---------------|\n");
+  const double base = verify[0].stat(0.5);
+  for (const TestResult& t : verify) {
+    std::printf("| %-12s | %11lld | %10.2f | %13.2f |\n", t.name.c_str(),
+                static_cast<long long>(t.tokens), 1e3 * t.stat(0.5), t.stat(0.5) / base);
+  }
+}
+
+void print_json(const std::vector<TestResult>& tests, const std::vector<TestResult>& verify,
+                double gbs, const kernels::ComputePeak& peak,
                 const ByteModel& m, const Options& o, model::ModelRunner& runner) {
   nlohmann::json j;
   j["model"] = o.model;
@@ -259,13 +305,22 @@ void print_json(const std::vector<TestResult>& tests, double gbs, const kernels:
                           {"bandwidth_fraction", bandwidth_fraction(t, gbs)},
                           {"peak_fraction", peak_fraction(t, m, model_peak(m, peak))}});
   }
+  for (const TestResult& t : verify) {
+    j["verify"].push_back({{"name", t.name},
+                           {"tokens_per_step", t.tokens},
+                           {"seconds_per_step", t.rates},
+                           {"median_seconds", t.stat(0.5)},
+                           {"cost_vs_decode_step", t.stat(0.5) / verify[0].stat(0.5)}});
+  }
   std::printf("%s\n", j.dump(2).c_str());
 }
 
 Result<std::unique_ptr<model::ModelRunner>> load_runner(const Options& o, int32_t* blocks_per_seq) {
   ARBOR_ASSIGN_OR_RETURN(kernels::KvDtype kv_dtype, parse_kv_dtype(o.kv_dtype));
   ARBOR_ASSIGN_OR_RETURN(auto model, model::LlamaModel::load(o.model));
-  const int32_t longest = std::max({o.prompt, o.gen + 1, o.batch_prompt + o.batch_steps});
+  const int32_t max_verify = o.verify.empty() ? 0 : *std::max_element(o.verify.begin(), o.verify.end());
+  const int32_t longest = std::max({o.prompt, o.gen + 1, o.batch_prompt + o.batch_steps,
+                                    o.verify.empty() ? 0 : o.verify_context + max_verify + 1});
   if (longest > model->config().context_length) {
     return out_of_range("a test needs ", longest, " positions; the model's context_length is ",
                         model->config().context_length);
@@ -302,16 +357,32 @@ Status run(const Options& o) {
     tests.push_back({"batch " + std::to_string(b), int64_t{b} * o.batch_steps, {},
                      bytes.weight_bytes + kv, b, b >= 2});
   }
-  ProgressBar bar("benchmarking", static_cast<uint64_t>(tests.size()) * (o.reps + 1), "runs");
+  // Verification: K = 0 (a plain decode step) first, then every --verify entry.
+  std::vector<int32_t> verify_ks = {0};
+  verify_ks.insert(verify_ks.end(), o.verify.begin(), o.verify.end());
+  std::vector<TestResult> verify(verify_ks.size());
+  for (size_t i = 0; i < verify_ks.size(); ++i) {
+    verify[i].name = "verify " + std::to_string(verify_ks[i]);
+    verify[i].tokens = verify_ks[i] + 1;
+  }
+  ProgressBar bar("benchmarking",
+                  static_cast<uint64_t>(tests.size() + (o.verify.empty() ? 0 : verify.size())) *
+                      (o.reps + 1),
+                  "runs");
   ARBOR_RETURN_IF_ERROR(run_test(tests[0], o, bar, [&] { return bench.prefill_rate(); }));
   ARBOR_RETURN_IF_ERROR(run_test(tests[1], o, bar, [&] { return bench.decode_rate(); }));
   for (size_t i = 0; i < o.batches.size(); ++i) {
     const int32_t b = o.batches[i];
     ARBOR_RETURN_IF_ERROR(run_test(tests[2 + i], o, bar, [&] { return bench.batch_rate(b); }));
   }
+  if (o.verify.empty()) verify.clear();
+  for (size_t i = 0; i < verify.size(); ++i) {  // "rates" hold seconds per step here
+    const int32_t k = verify_ks[i];
+    ARBOR_RETURN_IF_ERROR(run_test(verify[i], o, bar, [&] { return bench.verify_seconds(k); }));
+  }
   bar.finish();
   if (o.json) {
-    print_json(tests, gbs, peak, bytes, o, *runner);
+    print_json(tests, verify, gbs, peak, bytes, o, *runner);
     return ok_status();
   }
   std::printf("model: %s\n%s\nthreads: %d, cpu: %s\nread bandwidth: %.1f GB/s; weights read per "
@@ -323,6 +394,7 @@ Status run(const Options& o) {
               peak.f32_gflops, peak.int8_gops, bytes.ops_per_token / 1e9,
               bytes.int8 ? "int8" : "f32");
   print_table(tests, gbs, bytes, model_peak(bytes, peak));
+  print_verify_table(verify, o);
   return ok_status();
 }
 
@@ -344,6 +416,12 @@ void setup(CLI::App& app) {
   sub->add_option("--batch-prompt", o->batch_prompt, "Prompt tokens per batched sequence")
       ->capture_default_str();
   sub->add_option("--batch-steps", o->batch_steps, "Decode steps of each batched test")
+      ->capture_default_str();
+  sub->add_option("--verify", o->verify,
+                  "Draft lengths K of the verification tests (K+1-token multi-query steps)")
+      ->delimiter(',')
+      ->capture_default_str();
+  sub->add_option("--verify-context", o->verify_context, "Cached tokens before each verification")
       ->capture_default_str();
   sub->add_option("--block-size", o->block_size, "KV block size")->capture_default_str();
   sub->add_option("--kv-dtype", o->kv_dtype, "KV element type: f16 or f32")->capture_default_str();
