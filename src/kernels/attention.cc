@@ -166,11 +166,14 @@ constexpr int kWidenRows = 4;
 
 // ---- Work decomposition. ----
 
-// One unit of work: query rows [i0, i1) of sequence b against kv head g, keys [k0, k1).
+// One unit of work: query rows [i0, i1) of sequence b against kv heads [g0, g1), keys [k0, k1).
 // partial < 0: the item covers all keys its rows can see and writes p.out directly; otherwise
-// it writes (m, l, acc) per row at partial * stride floats of the shared partial buffer.
+// it writes (m, l, acc) per row at partial * stride floats of the shared partial buffer (only
+// single-head items are split). Decode items of a large batch take every kv head: a block's
+// K (and V) rows of all heads are one contiguous run, so the item reads it front to back
+// instead of jumping between 2 KiB pieces of many blocks.
 struct WorkItem {
-  int32_t b, g, i0, i1, k0, k1;
+  int32_t b, g0, g1, i0, i1, k0, k1;
   int32_t partial;
 };
 
@@ -196,19 +199,35 @@ int32_t tile_key_end(const PagedAttentionParams& p, int b, int32_t i1) {
   return masked ? p.kv_len[b] : committed + i1;
 }
 
+// Whether decode sequences (one query) get one all-heads item each: only when they alone keep
+// every thread busy, so a small batch still spreads its heads over the threads.
+bool all_heads_decode(const PagedAttentionParams& p, int num_threads) {
+  int64_t decode_seqs = 0;
+  for (int b = 0; b < p.num_seqs; ++b) decode_seqs += seq_len_q(p, b) == 1;
+  return decode_seqs >= 2 * (int64_t)num_threads && p.num_kv_heads > 1;
+}
+
 void build_plan(const PagedAttentionParams& p, int num_threads, Plan& plan) {
   plan.items.clear();
   plan.groups.clear();
   plan.num_partials = 0;
+  const bool all_heads = all_heads_decode(p, num_threads);
   int64_t base_items = 0;
   for (int b = 0; b < p.num_seqs; ++b) {
-    base_items += (int64_t)p.num_kv_heads * ((seq_len_q(p, b) + kQueryTile - 1) / kQueryTile);
+    const int32_t n = seq_len_q(p, b);
+    base_items += all_heads && n == 1
+                      ? 1
+                      : (int64_t)p.num_kv_heads * ((n + kQueryTile - 1) / kQueryTile);
   }
   // Split KV only when there are fewer tiles than threads.
   const int64_t want = base_items > 0 && base_items < num_threads
                            ? (num_threads + base_items - 1) / base_items : 1;
   for (int b = 0; b < p.num_seqs; ++b) {
     const int32_t n = seq_len_q(p, b);
+    if (all_heads && n == 1) {
+      plan.items.push_back({b, 0, p.num_kv_heads, 0, 1, 0, tile_key_end(p, b, 1), -1});
+      continue;
+    }
     for (int32_t i0 = 0; i0 < n; i0 += kQueryTile) {
       const int32_t i1 = std::min(n, i0 + kQueryTile);
       const int32_t kend = tile_key_end(p, b, i1);
@@ -224,7 +243,7 @@ void build_plan(const PagedAttentionParams& p, int num_threads, Plan& plan) {
           const int32_t k0 = s * blocks_per_split * p.block_size;
           const int32_t k1 = std::min(kend, (s + 1) * blocks_per_split * p.block_size);
           const int32_t partial = splits > 1 ? plan.num_partials++ : -1;
-          plan.items.push_back({b, g, i0, i1, k0, k1, partial});
+          plan.items.push_back({b, g, g + 1, i0, i1, k0, k1, partial});
         }
       }
     }
@@ -243,13 +262,18 @@ struct Scratch {
   float* vbuf;   // [block_size, head_dim]
 };
 
+// Query rows an item can have: a tile of one kv head's query heads, or one decode token of all.
+size_t max_item_rows(const PagedAttentionParams& p) {
+  return std::max((size_t)kQueryTile * (p.num_q_heads / p.num_kv_heads), (size_t)p.num_q_heads);
+}
+
 size_t scratch_floats(const PagedAttentionParams& p) {
-  const size_t rows = (size_t)kQueryTile * (p.num_q_heads / p.num_kv_heads);
+  const size_t rows = max_item_rows(p);
   return rows * (2 + p.head_dim) + p.block_size * (1 + 2 * (size_t)p.head_dim) + 64;
 }
 
 Scratch carve_scratch(float* base, const PagedAttentionParams& p) {
-  const size_t rows = (size_t)kQueryTile * (p.num_q_heads / p.num_kv_heads);
+  const size_t rows = max_item_rows(p);
   Scratch s;
   s.m = base;
   s.l = s.m + rows;
@@ -268,9 +292,9 @@ const void* block_rows(const PagedAttentionParams& p, const void* cache, int32_t
 
 constexpr int32_t kPrefetchBlocks = 4;
 
-// Brings the rows [block_size, head_dim] at `rows` towards L1.
-void prefetch_block(const PagedAttentionParams& p, const void* rows) {
-  const size_t bytes = (size_t)p.block_size * p.head_dim * kv_dtype_size(p.kv_dtype);
+// Brings `heads` consecutive kv heads' rows [block_size, head_dim] at `rows` towards L1.
+void prefetch_block(const PagedAttentionParams& p, const void* rows, int heads) {
+  const size_t bytes = (size_t)heads * p.block_size * p.head_dim * kv_dtype_size(p.kv_dtype);
   const char* c = static_cast<const char*>(rows);
   for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, 0, 3);
 }
@@ -323,11 +347,15 @@ void update_row(const PagedAttentionParams& p, const float* q, const void* k, co
   m = m_new;
 }
 
+// Rows of an item: head gi (of g0..g1), token i, query head hh at
+// gi * per_head + (i - i0) * r + hh, per_head = (i1 - i0) * r.
 void run_item(const PagedAttentionParams& p, const WorkItem& w, const Scratch& sc, float* partials,
               const AttnBlockOps& ops) {
   const int r = p.num_q_heads / p.num_kv_heads;
   const int hd = p.head_dim;
-  const int32_t rows = (w.i1 - w.i0) * r;
+  const int heads = w.g1 - w.g0;
+  const int32_t per_head = (w.i1 - w.i0) * r;
+  const int32_t rows = per_head * heads;
   std::fill(sc.m, sc.m + rows, kNegInf);
   std::fill(sc.l, sc.l + rows, 0.0f);
   std::fill(sc.acc, sc.acc + (size_t)rows * hd, 0.0f);
@@ -337,14 +365,12 @@ void run_item(const PagedAttentionParams& p, const WorkItem& w, const Scratch& s
   const int32_t* table = p.kv_page_indices + p.kv_indptr[w.b];
   const int64_t q_row0 = p.qo_indptr[w.b] + w.i0;
   const bool f16 = p.kv_dtype == KvDtype::kF16;
-  const bool widen = f16 && rows >= kWidenRows;  // widen each block once, then read f32
+  const bool widen = f16 && per_head >= kWidenRows;  // widen each block once, then read f32
   const size_t elem = widen ? sizeof(float) : kv_dtype_size(p.kv_dtype);
   const int32_t first_kbase = w.k0 - w.k0 % p.block_size;
   for (int32_t kbase = first_kbase; kbase < w.k1; kbase += p.block_size) {
     const int32_t kb0 = std::max(kbase, w.k0), kb1 = std::min(kbase + p.block_size, w.k1);
     const int32_t block_id = table[kbase / p.block_size];
-    const void* k = block_rows(p, p.k_cache, block_id, w.g);
-    const void* v = block_rows(p, p.v_cache, block_id, w.g);
     // Blocks are scattered, so the hardware prefetcher cannot run ahead: fetch the K and V rows
     // kPrefetchBlocks ahead (the first call also fetches the ones before that). One block's
     // compute is shorter than a DRAM miss, so one block ahead was not enough.
@@ -354,39 +380,45 @@ void run_item(const PagedAttentionParams& p, const WorkItem& w, const Scratch& s
          ++ahead) {
       if (bi + ahead > last) break;
       const int32_t next = table[bi + ahead];
-      prefetch_block(p, block_rows(p, p.k_cache, next, w.g));
-      prefetch_block(p, block_rows(p, p.v_cache, next, w.g));
+      prefetch_block(p, block_rows(p, p.k_cache, next, w.g0), heads);
+      prefetch_block(p, block_rows(p, p.v_cache, next, w.g0), heads);
     }
-    if (widen) {
-      const int64_t count = (int64_t)(kb1 - kbase) * hd;
-      ops.f16_to_f32(static_cast<const uint16_t*>(k), sc.kbuf, count);
-      ops.f16_to_f32(static_cast<const uint16_t*>(v), sc.vbuf, count);
-      k = sc.kbuf;
-      v = sc.vbuf;
-    }
-    // Key kb0's row.
-    const size_t skip = (size_t)(kb0 - kbase) * hd * elem;
-    const void* k0 = static_cast<const uint8_t*>(k) + skip;
-    const void* v0 = static_cast<const uint8_t*>(v) + skip;
-    for (int32_t i = w.i0; i < w.i1; ++i) {
-      for (int hh = 0; hh < r; ++hh) {
-        const int32_t row = (i - w.i0) * r + hh;
-        const float* q = p.q + ((q_row0 + i - w.i0) * p.num_q_heads + w.g * r + hh) * hd;
-        update_row(p, q, k0, v0, f16 && !widen, kb0, kb1, full_end, i, vis, sc.m[row],
-                   sc.l[row], sc.acc + (size_t)row * hd, sc.s, ops);
+    for (int gi = 0; gi < heads; ++gi) {
+      const int g = w.g0 + gi;
+      const void* k = block_rows(p, p.k_cache, block_id, g);
+      const void* v = block_rows(p, p.v_cache, block_id, g);
+      if (widen) {
+        const int64_t count = (int64_t)(kb1 - kbase) * hd;
+        ops.f16_to_f32(static_cast<const uint16_t*>(k), sc.kbuf, count);
+        ops.f16_to_f32(static_cast<const uint16_t*>(v), sc.vbuf, count);
+        k = sc.kbuf;
+        v = sc.vbuf;
+      }
+      // Key kb0's row.
+      const size_t skip = (size_t)(kb0 - kbase) * hd * elem;
+      const void* k0 = static_cast<const uint8_t*>(k) + skip;
+      const void* v0 = static_cast<const uint8_t*>(v) + skip;
+      for (int32_t i = w.i0; i < w.i1; ++i) {
+        for (int hh = 0; hh < r; ++hh) {
+          const int32_t row = gi * per_head + (i - w.i0) * r + hh;
+          const float* q = p.q + ((q_row0 + i - w.i0) * p.num_q_heads + g * r + hh) * hd;
+          update_row(p, q, k0, v0, f16 && !widen, kb0, kb1, full_end, i, vis, sc.m[row],
+                     sc.l[row], sc.acc + (size_t)row * hd, sc.s, ops);
+        }
       }
     }
   }
   for (int32_t row = 0; row < rows; ++row) {
     const float* a = sc.acc + (size_t)row * hd;
-    if (w.partial >= 0) {
+    if (w.partial >= 0) {  // single-head items only (heads == 1, row < per_head)
       float* dst = partials + ((size_t)w.partial * kQueryTile * r + row) * (hd + 2);
       dst[0] = sc.m[row];
       dst[1] = sc.l[row];
       std::memcpy(dst + 2, a, sizeof(float) * hd);
       continue;
     }
-    const int32_t i = w.i0 + row / r, h = w.g * r + row % r;
+    const int32_t in_head = row % per_head;
+    const int32_t i = w.i0 + in_head / r, h = (w.g0 + row / per_head) * r + in_head % r;
     float* o = p.out + ((q_row0 + i - w.i0) * p.num_q_heads + h) * hd;
     const float inv = sc.l[row] > 0.0f ? 1.0f / sc.l[row] : 0.0f;
     for (int d = 0; d < hd; ++d) o[d] = a[d] * inv;
@@ -407,7 +439,7 @@ void merge_group(const PagedAttentionParams& p, const Plan& plan, const SplitGro
       const int32_t part = plan.items[grp.first_item + s].partial;
       mmax = std::max(mmax, partials[((size_t)part * kQueryTile * r + row) * (hd + 2)]);
     }
-    const int32_t i = w0.i0 + row / r, h = w0.g * r + row % r;
+    const int32_t i = w0.i0 + row / r, h = w0.g0 * r + row % r;
     float* o = p.out + ((q_row0 + i - w0.i0) * p.num_q_heads + h) * hd;
     std::fill(o, o + hd, 0.0f);
     if (mmax == kNegInf) continue;

@@ -322,6 +322,29 @@ TEST(AttentionTest, SplitKvMatchesUnsplit) {
   EXPECT_LT(max_abs_diff(run_paged(multi, 4), multi.reference()), kTol);
 }
 
+TEST(AttentionTest, LargeDecodeBatchMatchesReference) {
+  // 9 decode sequences on 2 threads: each gets one item over all its kv heads (with GQA, F16
+  // read directly or widened), beside a prefill tile that keeps per-head items.
+  const Isa saved = active_isa();
+  for (int ratio : {1, 4}) {
+    for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16}) {
+      Geometry g{.num_q_heads = 4 * ratio, .num_kv_heads = 4, .head_dim = 64, .block_size = 16,
+                 .dtype = dtype};
+      std::vector<SeqSpec> seqs = {{21, 9}};
+      for (int c : {0, 1, 15, 16, 17, 40, 63, 100, 300}) seqs.push_back({c, 1});
+      PagedFixture f(g, seqs, 31 + ratio);
+      const std::vector<float> ref = f.reference();
+      for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+        if (isa > best_isa()) continue;
+        set_active_isa(isa);
+        EXPECT_LT(max_abs_diff(run_paged(f, 2), ref), kTol)
+            << "isa " << isa_name(isa) << " ratio " << ratio << " dtype " << (int)dtype;
+      }
+    }
+  }
+  set_active_isa(saved);
+}
+
 TEST(AttentionTest, EveryIsaMatchesReference) {
   // head_dim 24 takes the AVX2 block ops even on AVX-512; 64 and 128 the 512-bit ones. Decode
   // rows (few per item: direct F16 reads) and a prefill tile (widened once) on both dtypes.
