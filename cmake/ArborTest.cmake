@@ -1,4 +1,4 @@
-# arbor_add_test(NAME SOURCES a.cc b.cc LIBS arbor_x LABELS unit [TIMEOUT s])
+# arbor_add_test(NAME SOURCES a.cc b.cc LIBS arbor_x LABELS unit [TIMEOUT s] [PREFIX p.])
 #
 # One GoogleTest executable, each test registered with CTest and labelled:
 #   unit  fast, runs in Release and under ASan/UBSan
@@ -6,8 +6,9 @@
 #   slow  kept out of `make test`
 # Every test gets ARBOR_SHARED_DIR and ARBOR_BIN (path of the arbor executable) as macros.
 # A test that runs the binary adds `add_dependencies(<test> arbor)` itself.
+# PREFIX is put before every CTest name ("loadgen." makes `ctest -R loadgen` select them).
 function(arbor_add_test name)
-  cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(T "" "TIMEOUT;PREFIX" "SOURCES;LIBS;LABELS" ${ARGN})
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 600)
   endif()
@@ -20,7 +21,11 @@ function(arbor_add_test name)
   if("unit" IN_LIST T_LABELS)
     add_dependencies(arbor_unit_tests ${name})
   endif()
-  gtest_discover_tests(${name}
+  set(prefix_args)
+  if(T_PREFIX)
+    set(prefix_args TEST_PREFIX "${T_PREFIX}")
+  endif()
+  gtest_discover_tests(${name} ${prefix_args}
     PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
     DISCOVERY_TIMEOUT 120)
 endfunction()

@@ -6,8 +6,14 @@
 # Synthesises the benchmark models it needs (deterministic, cached in $BENCH_MODELS), runs the
 # Google Benchmark microbenchmarks and `arbor bench` on them, prints everything, and appends a
 # section with the commit, the machine and the raw results to docs/benchmarks.md.
+# The serving section starts `arbor serve` on the stories15M-shape model on a free loopback
+# port and drives it with `arbor bench serve` at several request rates, then measures the load
+# generator's own overhead against `arbor bench null-server`; its Markdown tables go into the
+# appended section, the JSON and plots into BUILD_DIR/bench-results/.
 # Knobs: BENCH_MODELS (default BUILD_DIR/bench-models), BENCH_THREADS (default: all cores),
-#        BENCH_QUICK=1 (fewer shapes and repetitions), BENCH_NO_DOC=1 (don't touch the doc).
+#        BENCH_QUICK=1 (fewer shapes, repetitions and rates), BENCH_NO_DOC=1 (don't touch the
+#        doc), BENCH_NO_SERVE=1 (skip the serving section), BENCH_SERVE_ONLY=1 (only the
+#        serving section).
 set -euo pipefail
 build=${1:?usage: scripts/bench.sh BUILD_DIR}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,7 +26,15 @@ reps=5
 [ "${BENCH_QUICK:-0}" = 1 ] && reps=3
 mkdir -p "$models"
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+results="$build/bench-results"
+mkdir -p "$results"
+server_pids=()
+port=0
+cleanup() {
+  for pid in "${server_pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  rm -f "$log"
+}
+trap cleanup EXIT
 
 say() { echo "$@" | tee -a "$log"; }
 run() {  # run CMD... : echo the command, tee its stdout into the log
@@ -45,20 +59,21 @@ say ""
 say "Machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB;"
 say "load average before the run: $(cut -d' ' -f1-3 /proc/loadavg); threads: $threads"
 say ""
-say '```'
+serve_only=${BENCH_SERVE_ONLY:-0}
+[ "$serve_only" != 1 ] && say '```'
 
 gbench="--benchmark_repetitions=$reps --benchmark_report_aggregates_only=true"
 for b in kv/kv_bench tokenizer/tokenizer_bench kernels/kernels_bench; do
-  if [ -x "$build/bench/$b" ]; then
+  if [ -x "$build/bench/$b" ] && [ "$serve_only" != 1 ]; then
     # shellcheck disable=SC2086
     run "$build/bench/$b" $gbench
   fi
 done
 
 s15=$(synth stories15m q4_0 --context 1024)
-run "$arbor" bench -m "$s15" -t "$threads" -r "$reps"
+[ "$serve_only" != 1 ] && run "$arbor" bench -m "$s15" -t "$threads" -r "$reps"
 
-if [ "${BENCH_QUICK:-0}" != 1 ]; then
+if [ "${BENCH_QUICK:-0}" != 1 ] && [ "$serve_only" != 1 ]; then
   for type in q4_0 q8_0 f16; do
     m=$(synth tinyllama-1.1b "$type")
     run "$arbor" bench -m "$m" -t "$threads" -r "$reps" -p 512 -n 128 --batch 1,2,4,8,16
@@ -69,7 +84,87 @@ if [ "${BENCH_QUICK:-0}" != 1 ]; then
     run "$arbor" bench throughput -m "$s110" -t "$threads"
   fi
 fi
-say '```'
+[ "$serve_only" != 1 ] && say '```'
+
+# start_server NAME CMD...: runs CMD (an arbor server taking --port 0 --port-file) in the
+# background and waits until it answers /health; sets $port.
+start_server() {
+  local name=$1; shift
+  local pf="$results/$name.port"
+  rm -f "$pf"
+  "$@" --port 0 --port-file "$pf" >"$results/$name.log" 2>&1 &
+  server_pids+=($!)
+  for _ in $(seq 1 600); do
+    if [ -s "$pf" ] && curl -sf "http://127.0.0.1:$(cat "$pf")/health" >/dev/null 2>&1; then
+      port=$(cat "$pf")
+      return 0
+    fi
+    kill -0 "${server_pids[-1]}" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "error: $name did not start; see $results/$name.log" >&2
+  return 1
+}
+
+stop_server() {  # stop_server: SIGTERM the last started server and wait for it
+  local pid=${server_pids[-1]}
+  kill -TERM "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  unset 'server_pids[-1]'
+}
+
+serve_section() {
+  local n=48 rates=1,4,16,64,inf
+  [ "${BENCH_QUICK:-0}" = 1 ] && { n=16; rates=4,inf; }
+  start_server serve "$arbor" --log-level warn serve -m "$s15" --host 127.0.0.1 -t "$threads" ||
+    return 1
+  say ""
+  say "### Serving (arbor bench serve)"
+  say ""
+  say "\`arbor serve -m stories15m-q4_0.gguf -t $threads\` (default engine flags), driven by"
+  say '```'
+  say "arbor bench serve --url http://127.0.0.1:PORT -n $n --input-len 128 --output-len 64 \\"
+  say "    --request-rate $rates --max-seconds 120 --goodput ttft:1000 tpot:100"
+  say '```'
+  "$arbor" --log-level warn bench serve --url "http://127.0.0.1:$port" -n "$n" --input-len 128 \
+    --output-len 64 --request-rate "$rates" --max-seconds 120 --goodput ttft:1000 tpot:100 \
+    --result-json "$results/serve.json" --result-md "$results/serve.md" \
+    --plot "$results/serve" >/dev/null
+  say ""
+  tail -n +3 "$results/serve.md" | tee -a "$log"
+  stop_server
+  say ""
+  say "Plots: \`$results/serve.svg\`, \`.png\`; JSON: \`$results/serve.json\`."
+
+  # The load generator's own overhead: the null server answers at once (or paced at 100
+  # tokens/s), so what the generator reports beyond that is its own cost.
+  local nn=2000 nrates=500,2000
+  [ "${BENCH_QUICK:-0}" = 1 ] && { nn=500; nrates=500; }
+  start_server null "$arbor" --log-level warn bench null-server --host 127.0.0.1 || return 1
+  say ""
+  say "Load generator overhead against \`arbor bench null-server\` (no model; 64-token streams"
+  say "written at once):"
+  say ""
+  "$arbor" --log-level warn bench serve --url "http://127.0.0.1:$port" -n "$nn" --output-len 64 \
+    --request-rate "$nrates" --max-seconds 60 --result-json "$results/null.json" \
+    --result-md "$results/null.md" >/dev/null
+  tail -n +3 "$results/null.md" | tee -a "$log"
+  stop_server
+  start_server null-paced "$arbor" --log-level warn bench null-server --host 127.0.0.1 \
+    --tokens-per-second 100 || return 1
+  say ""
+  say "Against \`arbor bench null-server --tokens-per-second 100\` (true ITL 10 ms):"
+  say ""
+  "$arbor" --log-level warn bench serve --url "http://127.0.0.1:$port" -n 200 --output-len 64 \
+    --request-rate 50 --max-seconds 60 --result-json "$results/null-paced.json" \
+    --result-md "$results/null-paced.md" >/dev/null
+  tail -n +3 "$results/null-paced.md" | tee -a "$log"
+  stop_server
+}
+
+if [ "${BENCH_NO_SERVE:-0}" != 1 ]; then
+  serve_section || say "serving section failed (see $results/*.log)"
+fi
 
 if [ "${BENCH_NO_DOC:-0}" != 1 ]; then
   { echo; cat "$log"; } >> "$root/docs/benchmarks.md"

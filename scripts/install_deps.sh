@@ -7,7 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libxxhash-dev libpcre2-dev libboost-dev
-  curl
+  curl gnuplot-nox
 )
 
 # node and npm run the official `openai` client in the end-to-end tests. Debian's packages are

@@ -376,7 +376,8 @@ void HttpServer::post(std::function<void()> fn) { asio::post(impl_->ioc, std::mo
 
 void HttpServer::run_after(double seconds, std::function<void()> fn) {
   auto timer = std::make_shared<asio::steady_timer>(
-      impl_->ioc, std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)));
+      impl_->ioc, std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                      std::chrono::duration<double>(seconds)));
   timer->async_wait([timer, fn = std::move(fn)](beast::error_code ec) {
     if (!ec) fn();
   });
