@@ -176,10 +176,16 @@ TEST(EngineFake, InvalidRequestsFailAtSubmit) {
   GenerateRequest r = greedy({5}, 5);
   r.stop = {"x"};  // no tokenizer
   EXPECT_EQ(fe.engine->submit(std::move(r)).status().code(), StatusCode::kInvalidArgument);
-  GenerateRequest a = greedy({5}, 3);
+  // A duplicate id while the first is still running: 1 ms per step, so the first (aborted
+  // afterwards) cannot finish before the second submit even on a busy machine.
+  FakeExecutorOptions slow;
+  slow.step_delay_us = 1000;
+  FakeEngine fs({}, slow);
+  GenerateRequest a = greedy({5}, 1000);
   a.request_id = "same";
-  auto s = fe.submit(a);
-  EXPECT_EQ(fe.engine->submit(a).status().code(), StatusCode::kInvalidArgument);
+  auto s = fs.submit(a);
+  EXPECT_EQ(fs.engine->submit(a).status().code(), StatusCode::kInvalidArgument);
+  fs.engine->abort("same");
   drain(*s);
 }
 
