@@ -79,10 +79,9 @@ if [ "${BENCH_QUICK:-0}" != 1 ] && [ "$serve_only" != 1 ]; then
     run "$arbor" bench -m "$m" -t "$threads" -r "$reps" -p 512 -n 128 --batch 1,2,4,8,16
   done
   s110=$(synth stories110m q4_0)
-  run "$arbor" bench -m "$s110" -t "$threads" -r "$reps" -p 512 -n 128 --batch 1,8
-  if "$arbor" bench throughput --help >/dev/null 2>&1; then
-    run "$arbor" bench throughput -m "$s110" -t "$threads"
-  fi
+  run "$arbor" bench -m "$s110" -t "$threads" -r "$reps" -p 512 -n 128 --batch 1,8,16
+  # Offline engine throughput (issue 6): 128 requests, 128 prompt / 128 output tokens.
+  run "$arbor" bench throughput -m "$s110" -t "$threads" --sweep-max-num-seqs 1,4,16,32
 fi
 [ "$serve_only" != 1 ] && say '```'
 
