@@ -82,8 +82,9 @@ double measure_read_bandwidth_gbs(ThreadPool& pool, size_t bytes, int reps) {
   // The sums must be observable or the reads could be optimised away.
   volatile uint32_t keep = 0;
   for (uint32_t s : sink) keep = keep + s;
-  std::sort(rates.begin(), rates.end());
-  return rates[rates.size() / 2];
+  // The best run: a limit is what the machine can do, and on a shared host (this VM) single runs
+  // vary by 2x with other tenants' memory traffic.
+  return *std::max_element(rates.begin(), rates.end());
 }
 
 }  // namespace arbor::kernels

@@ -10,7 +10,7 @@
 namespace arbor::kernels {
 
 // Allocates and touches `bytes` (rounded up to 4 KiB), then times `reps` full reads and
-// returns the median rate in GB/s (1e9 bytes per second). reps >= 1.
+// returns the best rate in GB/s (1e9 bytes per second). reps >= 1.
 double measure_read_bandwidth_gbs(ThreadPool& pool, size_t bytes = size_t{256} << 20, int reps = 5);
 
 }  // namespace arbor::kernels

@@ -13,7 +13,7 @@ struct ComputePeak {
                           // 2 ops per multiply-add
 };
 
-// Times `seconds` of each loop on all threads (median of 3) with active_isa()'s instructions.
+// Times `seconds` of each loop on all threads (best of 3) with active_isa()'s instructions.
 ComputePeak measure_compute_peak(ThreadPool& pool, double seconds = 0.05);
 
 }  // namespace arbor::kernels

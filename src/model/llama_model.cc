@@ -1,9 +1,8 @@
 #include "model/llama_model.h"
 
-#include <chrono>
-
 #include "base/log.h"
 #include "base/mapped_file.h"
+#include "base/progress.h"
 #include "base/status.h"
 
 namespace arbor::model {
@@ -74,27 +73,25 @@ void LlamaModel::pack_matrices() {
   std::vector<kernels::WeightView*> views;
   for (LayerWeights& l : weights_.layers) {
     for (kernels::WeightView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
-      views.push_back(v);
+      if (kernels::packing_available(v->type)) views.push_back(v);
     }
   }
-  views.push_back(&weights_.output);
-  const auto start = std::chrono::steady_clock::now();
-  size_t bytes = 0;
+  if (kernels::packing_available(weights_.output.type)) views.push_back(&weights_.output);
+  if (views.empty()) return;
+  uint64_t total_mib = 0;
+  for (const kernels::WeightView* v : views) total_mib += v->rows * v->row_stride >> 20;
+  // Reads the whole file once (page faults on a cold cache dominate), so it shows progress.
+  ProgressBar bar("packing weights", total_mib, "MiB");
   for (kernels::WeightView* v : views) {
-    if (!kernels::packing_available(v->type)) continue;
     packed_.push_back(kernels::pack_weights(*v));
     v->packed = packed_.back().data();
-    bytes += packed_.back().bytes();
     // The embedding's rows are still read from the mapping when the classifier is tied to it.
     if (!(v == &weights_.output && weights_.tied_output)) {
       release_mapped_pages(v->data, static_cast<size_t>(v->rows) * v->row_stride);
     }
+    bar.add(v->rows * v->row_stride >> 20);
   }
-  if (packed_.empty()) return;
-  const double secs =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  ARBOR_LOG(kInfo) << "packed " << packed_.size() << " matrices (" << bytes / (1 << 20)
-                   << " MiB) for the AVX-512 VNNI kernels in " << secs << " s";
+  bar.finish();
 }
 
 Status LlamaModel::bind_weights() {
