@@ -78,6 +78,14 @@ if [ "${BENCH_QUICK:-0}" != 1 ] && [ "$serve_only" != 1 ]; then
     m=$(synth tinyllama-1.1b "$type")
     run "$arbor" bench -m "$m" -t "$threads" -r "$reps" -p 512 -n 128 --batch 1,2,4,8,16
   done
+  # Peak RSS of the Q4_0 1.1B model with a full 2048-token KV cache (issue 4: at most file +
+  # KV + 150 MB): a ~540-token prompt, then generation to 2048 positions.
+  m=$(synth tinyllama-1.1b q4_0)
+  prompt=$(printf 'the cat sat on the mat %.0s' $(seq 1 90))
+  say ""
+  say "\$ $arbor generate -m $m -p '<the cat sat on the mat x 90>' -n 1500 --temp 0 --ignore-eos"
+  "$arbor" --log-level warn generate -m "$m" -p "$prompt" -n 1500 --temp 0 --ignore-eos \
+    2>&1 >/dev/null | grep -E '^(prompt|generation|memory):' | tee -a "$log"
   s110=$(synth stories110m q4_0)
   run "$arbor" bench -m "$s110" -t "$threads" -r "$reps" -p 512 -n 128 --batch 1,8,16
   # Offline engine throughput (issue 6): 128 requests, 128 prompt / 128 output tokens.

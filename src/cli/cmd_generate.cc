@@ -7,6 +7,9 @@
 // document, and llama2.c-trained models (stories*) separate stories with BOS and never emit
 // their vocabulary's EOS. Timings go to stderr; --json prints one object with the ids, the
 // generated text and the timings instead of streaming.
+#include <sys/resource.h>
+
+#include <filesystem>
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
@@ -59,7 +62,17 @@ struct Generation {
   double prompt_seconds = 0.0;
   double decode_seconds = 0.0;  // forwards of generated tokens and all sampling after prefill
   int32_t decode_forwards = 0;
+  // Memory: the process's peak resident set, against the model file and the KV cache.
+  uint64_t peak_rss_bytes = 0;
+  uint64_t file_bytes = 0;
+  uint64_t kv_bytes = 0;
 };
+
+uint64_t peak_rss_bytes() {
+  struct rusage u {};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<uint64_t>(u.ru_maxrss) * 1024;  // Linux reports KiB
+}
 
 Result<sampling::SamplingParams> sampling_params(const Options& o, int64_t vocab_size) {
   sampling::SamplingParams p;
@@ -144,6 +157,9 @@ void report(const Options& o, const Generation& g) {
                     {"decode_forwards", g.decode_forwards},
                     {"decode_seconds", g.decode_seconds},
                     {"generation_tokens_per_second", tg}};
+    j["memory"] = {{"peak_rss_bytes", g.peak_rss_bytes},
+                   {"model_file_bytes", g.file_bytes},
+                   {"kv_cache_bytes", g.kv_bytes}};
     std::printf("%s\n", j.dump().c_str());
     return;
   }
@@ -153,12 +169,19 @@ void report(const Options& o, const Generation& g) {
                g.prompt_seconds, pp);
   std::fprintf(stderr, "generation: %zu tokens, %d forwards in %.3f s (%.2f tok/s), stop: %s\n",
                g.ids.size(), g.decode_forwards, g.decode_seconds, tg, g.stop_reason.c_str());
+  const double mib = 1024.0 * 1024.0;
+  std::fprintf(stderr,
+               "memory:     peak RSS %.1f MiB = model file %.1f MiB + KV cache %.1f MiB + %.1f MiB\n",
+               g.peak_rss_bytes / mib, g.file_bytes / mib, g.kv_bytes / mib,
+               (static_cast<double>(g.peak_rss_bytes) - g.file_bytes - g.kv_bytes) / mib);
 }
 
 Status run(const Options& o) {
   ARBOR_ASSIGN_OR_RETURN(kernels::KvDtype kv_dtype, parse_kv_dtype(o.kv_dtype));
   if (o.n < 1) return invalid_argument("-n is ", o.n, ", must be >= 1");
   ARBOR_ASSIGN_OR_RETURN(std::unique_ptr<model::LlamaModel> model, model::LlamaModel::load(o.model));
+  std::error_code size_error;
+  const uint64_t file_bytes = std::filesystem::file_size(o.model, size_error);
   ARBOR_ASSIGN_OR_RETURN(std::unique_ptr<tokenizer::Tokenizer> tok,
                          tokenizer::Tokenizer::from_gguf(model->file()));
   const model::ModelConfig cfg = model->config();
@@ -195,6 +218,9 @@ Status run(const Options& o) {
   ARBOR_ASSIGN_OR_RETURN(std::span<const float> logits, seq.append(g.prompt_ids));
   g.prompt_seconds = seconds_since(start);
   ARBOR_RETURN_IF_ERROR(decode_loop(o, *tok, seq, logits, params, detok, g));
+  g.peak_rss_bytes = peak_rss_bytes();
+  g.file_bytes = file_bytes;
+  g.kv_bytes = runner->kv_cache().total_bytes();
   report(o, g);
   return ok_status();
 }
