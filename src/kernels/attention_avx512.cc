@@ -6,13 +6,7 @@
 #include <cstring>
 
 #include "kernels/attention_internal.h"
-
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
-#define ARBOR_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
-#define ARBOR_AVX512_INLINE \
-  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl"), always_inline)) inline
+#include "kernels/avx512_target.h"
 
 namespace arbor::kernels::internal {
 namespace {

@@ -9,17 +9,8 @@
 #include <cstring>
 
 #include "base/check.h"
+#include "kernels/avx512_target.h"
 #include "kernels/matmul_internal.h"
-
-// GCC 12 flags the _mm512_undefined_* placeholders inside its own AVX-512 intrinsics as
-// uninitialised (GCC bug 105593, fixed in 12.3); the code here reads nothing uninitialised.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
-#define ARBOR_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
-#define ARBOR_AVX512_INLINE                                                    \
-  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"), \
-                 always_inline)) inline
 
 namespace arbor::kernels::internal {
 namespace {

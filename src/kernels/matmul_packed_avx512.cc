@@ -9,15 +9,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/avx512_target.h"
 #include "kernels/matmul_internal.h"
-
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
-#define ARBOR_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
-#define ARBOR_VNNI_INLINE                                                      \
-  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"), \
-                 always_inline)) inline
 
 namespace arbor::kernels::internal {
 namespace {
@@ -30,7 +23,7 @@ constexpr size_t kRecordBytes = kPackScaleBytes + (kType == GgmlType::kQ8_0 ? 51
 // The 8 weight registers of one record: z[j] lane i holds row i's unsigned weights for
 // activation dword j (elements 4j..4j+3).
 template <GgmlType kType>
-ARBOR_VNNI_INLINE void load_record(const uint8_t* rec, __m512i (&z)[8]) {
+ARBOR_AVX512_INLINE void load_record(const uint8_t* rec, __m512i (&z)[8]) {
   const uint8_t* q = rec + kPackScaleBytes;
   if constexpr (kType == GgmlType::kQ8_0) {
     for (int j = 0; j < 8; ++j) z[j] = _mm512_loadu_si512(q + 64 * j);
@@ -44,7 +37,7 @@ ARBOR_VNNI_INLINE void load_record(const uint8_t* rec, __m512i (&z)[8]) {
   }
 }
 
-ARBOR_VNNI_INLINE int32_t load_i32(const int8_t* p) {
+ARBOR_AVX512_INLINE int32_t load_i32(const int8_t* p) {
   int32_t v;
   std::memcpy(&v, p, sizeof(v));
   return v;
@@ -52,7 +45,7 @@ ARBOR_VNNI_INLINE int32_t load_i32(const int8_t* p) {
 
 // acc[g][t] += rows of groups g0.. x tokens t0.. over every block.
 template <GgmlType kType, int G, int T>
-ARBOR_VNNI void tile(const WeightView& w, const ActBlockVnni* acts, float* y, int64_t g0,
+ARBOR_AVX512 void tile(const WeightView& w, const ActBlockVnni* acts, float* y, int64_t g0,
                      int64_t t0) {
   constexpr size_t kRec = kRecordBytes<kType>;
   const int64_t nb = w.cols / kQBlock;
@@ -103,7 +96,7 @@ ARBOR_VNNI void tile(const WeightView& w, const ActBlockVnni* acts, float* y, in
 
 // Tokens [t0, t1) for groups g0 .. g0 + G - 1, T at a time, then smaller tiles for the rest.
 template <GgmlType kType, int G, int T>
-ARBOR_VNNI void token_tiles(const WeightView& w, const ActBlockVnni* acts, float* y, int64_t g0,
+ARBOR_AVX512 void token_tiles(const WeightView& w, const ActBlockVnni* acts, float* y, int64_t g0,
                             int64_t t0, int64_t t1) {
   int64_t t = t0;
   for (; t + T <= t1; t += T) tile<kType, G, T>(w, acts, y, g0, t);
@@ -114,7 +107,7 @@ ARBOR_VNNI void token_tiles(const WeightView& w, const ActBlockVnni* acts, float
 
 // Groups [gb, ge) x tokens [t0, t1): G groups at a time, then one at a time.
 template <GgmlType kType, int G, int T>
-ARBOR_VNNI void group_tiles(const WeightView& w, const ActBlockVnni* acts, float* y, int64_t gb,
+ARBOR_AVX512 void group_tiles(const WeightView& w, const ActBlockVnni* acts, float* y, int64_t gb,
                             int64_t ge, int64_t t0, int64_t t1) {
   int64_t g = gb;
   for (; g + G <= ge; g += G) token_tiles<kType, G, T>(w, acts, y, g, t0, t1);
@@ -126,7 +119,7 @@ ARBOR_VNNI void group_tiles(const WeightView& w, const ActBlockVnni* acts, float
 // registers; two groups would spill), over token blocks whose activations stay in L2 while the
 // group's weights stay in L1 across the block's tiles.
 template <GgmlType kType>
-ARBOR_VNNI void packed_rows(const WeightView& w, const ActBlockVnni* acts, int64_t num_tokens,
+ARBOR_AVX512 void packed_rows(const WeightView& w, const ActBlockVnni* acts, int64_t num_tokens,
                             float* y, int64_t gb, int64_t ge) {
   constexpr int64_t kTokenBlock = 64;
   if (num_tokens == 1) {
@@ -145,7 +138,7 @@ ARBOR_VNNI void packed_rows(const WeightView& w, const ActBlockVnni* acts, int64
 
 }  // namespace
 
-ARBOR_VNNI void pack_act_row_vnni(const float* x, int64_t cols, int32_t k, ActBlockVnni* out) {
+ARBOR_AVX512 void pack_act_row_vnni(const float* x, int64_t cols, int32_t k, ActBlockVnni* out) {
   const __m256i ones = _mm256_set1_epi8(1);
   for (int64_t b = 0; b < cols / kQBlock; ++b) {
     ActBlockVnni& ab = out[b];
