@@ -72,6 +72,9 @@ std::string prometheus_text(const engine::EngineMetricsSnapshot& m, const Server
   scalar(out, "arbor_generation_tokens_total", "counter", "Generated tokens.",
          m.num_generation_tokens);
   scalar(out, "arbor_num_preemptions_total", "counter", "Preemptions.", m.num_preemptions);
+  scalar(out, "arbor_num_priority_preemptions_total", "counter",
+         "Preemptions made for a more important waiting request (priority policy).",
+         m.num_priority_preemptions);
   scalar(out, "arbor_request_submitted_total", "counter", "Requests admitted by the engine.",
          m.num_requests_submitted);
   scalar(out, "arbor_request_finished_total", "counter", "Requests finished (aborted included).",

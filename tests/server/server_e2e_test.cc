@@ -223,7 +223,8 @@ TEST_F(ServerE2e, ModelsHealthAndMetrics) {
        {"arbor_time_to_first_token_seconds_bucket", "arbor_inter_token_latency_seconds_count",
         "arbor_e2e_request_latency_seconds_sum", "arbor_request_queue_time_seconds_count",
         "arbor_num_requests_running", "arbor_num_requests_waiting", "arbor_kv_cache_usage_perc",
-        "arbor_num_preemptions_total", "arbor_prefix_cache_hit_rate"}) {
+        "arbor_num_preemptions_total", "arbor_num_priority_preemptions_total",
+        "arbor_prefix_cache_hit_rate"}) {
     EXPECT_NE(metrics.body.find(name), std::string::npos) << name;
   }
   EXPECT_GE(server_->metric("arbor_generation_tokens_total"), 4);
