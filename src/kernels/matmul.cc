@@ -268,19 +268,6 @@ void for_each_token(int64_t num_tokens, int64_t cols, ThreadPool& pool, const Fn
 void prepare_quantized_acts(const WeightView& w, const float* x, int64_t num_tokens, Isa isa,
                             ThreadPool& pool, MatmulJob& job) {
   const int64_t cols = w.cols, nb = cols / kQBlock;
-  if (isa >= Isa::kAvx512) {
-    const int64_t np = (nb + 1) / 2;
-    auto* packed = static_cast<internal::PackedActPair*>(
-        pool.workspace(0, static_cast<size_t>(num_tokens * np) * sizeof(internal::PackedActPair)));
-    const int32_t k = w.type == GgmlType::kQ4_0 ? 8 : 128;
-    for_each_token(num_tokens, cols, pool, [&](int64_t t) {
-      internal::pack_act_row_avx512(x + t * cols, cols, k, packed + t * np);
-    });
-    job.args.packed = packed;
-    job.args.num_pairs = np;
-    job.kernel = internal::avx512_kernel(w.type);
-    return;
-  }
   const size_t qs_bytes = (static_cast<size_t>(num_tokens * cols) + 63) / 64 * 64;
   const size_t d_bytes = (static_cast<size_t>(num_tokens * nb) * sizeof(float) + 63) / 64 * 64;
   const bool q4_sums =

@@ -11,7 +11,8 @@
 // to int8 blocks of 32 with one f32 scale per block (d = max|x| / 127, q = round_even(x / d)),
 // once per call and token, and the dot products run in int8 -> int32 with one float multiply
 // per block pair; see docs/kernels.md. F16/BF16 weights are widened to f32 and use FMA.
-// Kernels: scalar, AVX2 (all types), AVX-512 VNNI (Q8_0/Q4_0), chosen by active_isa().
+// Kernels: scalar, AVX2 (all types), AVX-512 (F32/F16/BF16 GEMM; Q8_0/Q4_0 on packed weights,
+// see PackedWeights), chosen by active_isa().
 //
 // matmul() picks a GEMV kernel (few tokens: streams each weight row once, several rows at a
 // time) or a tiled GEMM (many tokens: each weight block is loaded once per tile of tokens), and

@@ -40,28 +40,11 @@ void quantize_act_row_avx2(const float* x, int64_t cols, int8_t* qs, float* d);
 // The q4_sums entries of one token row: qs: [cols], out: [cols / 32, 8].
 void act_q4_sums_avx2(const int8_t* qs, int64_t cols, int16_t* out);
 
-// Activations for the AVX-512 VNNI tiles, which work on two blocks per 512-bit register:
-// per token, [num_pairs = ceil(cols / 64)] of these. VNNI's dpbusd multiplies unsigned by signed
-// bytes, so weights are made unsigned (Q4_0: the raw nibble u = w + 8; Q8_0: u = w + 128) and
-// the offset is removed by starting each int32 lane at -k * (sum of its 4 activations).
-struct alignas(64) PackedActPair {
-  int8_t qs[64];         // blocks 2p and 2p+1 (zeros past the last block)
-  float d[16];           // d of block 2p in lanes 0..7, of block 2p+1 in lanes 8..15
-  int32_t neg_sums[16];  // lane i: -k * (qs[4i] + ... + qs[4i+3]); k = 8 (Q4_0), 128 (Q8_0)
-};
-static_assert(sizeof(PackedActPair) == 192);
-
-// Quantises one token row x: [cols] exactly like quantize_act_row_avx2 and packs it.
-// out: [ceil(cols / 64)].
-void pack_act_row_avx512(const float* x, int64_t cols, int32_t k, PackedActPair* out);
-
 // Everything a kernel needs for one matmul call. `act` is x (float types) or QuantizedActs.
 struct MatmulArgs {
   const WeightView* w = nullptr;
   const float* x = nullptr;               // [num_tokens, cols], float weight types
   QuantizedActs q;                        // Q8_0 / Q4_0 weight types
-  const PackedActPair* packed = nullptr;  // AVX-512: [num_tokens, num_pairs]
-  int64_t num_pairs = 0;
   int64_t num_tokens = 0;
   float* y = nullptr;  // [num_tokens, w->rows]
 };
@@ -72,8 +55,6 @@ using RowKernel = void (*)(const MatmulArgs& a, int64_t row_begin, int64_t row_e
 
 RowKernel scalar_kernel(gguf::GgmlType type);
 RowKernel avx2_kernel(gguf::GgmlType type);
-// Q8_0 / Q4_0 GEMV and GEMM on packed activations.
-RowKernel avx512_kernel(gguf::GgmlType type);
 // F32 / F16 / BF16 GEMM (num_tokens >= kGemmMinTokens; GEMV stays on AVX2, it is memory bound).
 RowKernel avx512_float_gemm_kernel(gguf::GgmlType type);
 

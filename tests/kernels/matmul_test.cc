@@ -251,19 +251,21 @@ TEST(Matmul, ActivationQuantisationIsIdenticalOnAllIsas) {
   EXPECT_EQ(q_scalar, q_avx2);
   EXPECT_EQ(d_scalar, d_avx2);
   if (best_isa() < Isa::kAvx512) return;
-  // The AVX-512 packing: same bytes and scales, pairs of blocks, -k * group sums, zero tail.
-  constexpr int64_t kOddCols = kCols - 32;  // 7 blocks: the last pair has one
-  std::vector<internal::PackedActPair> packed(4);
-  internal::pack_act_row_avx512(x.data(), kOddCols, 8, packed.data());
-  for (int64_t i = 0; i < 4 * 64; ++i) {
-    const internal::PackedActPair& pa = packed[static_cast<size_t>(i / 64)];
-    const int64_t j = i % 64;
-    const bool real = i < kOddCols;
-    ASSERT_EQ(pa.qs[j], real ? q_scalar[i] : 0) << i;
-    ASSERT_EQ(pa.d[j / 32 * 8 + j % 8], real ? d_scalar[i / 32] : 0.0f) << i;
-    if (j % 4 == 0) {
-      const int32_t sum = pa.qs[j] + pa.qs[j + 1] + pa.qs[j + 2] + pa.qs[j + 3];
-      ASSERT_EQ(pa.neg_sums[j / 4], -8 * sum) << i;
+  // The packed kernels' activation records: same bytes and scales, one record per block,
+  // neg_sum = -k * sum of the block's 32 values.
+  constexpr int64_t kOddCols = kCols - 32;  // 7 blocks
+  for (int32_t k : {8, 128}) {
+    std::vector<internal::ActBlockVnni> acts(kOddCols / 32);
+    internal::pack_act_row_vnni(x.data(), kOddCols, k, acts.data());
+    for (int64_t b = 0; b < kOddCols / 32; ++b) {
+      const internal::ActBlockVnni& ab = acts[static_cast<size_t>(b)];
+      int32_t sum = 0;
+      for (int j = 0; j < 32; ++j) {
+        ASSERT_EQ(ab.qs[j], q_scalar[b * 32 + j]) << b << " " << j;
+        sum += ab.qs[j];
+      }
+      ASSERT_EQ(ab.d, d_scalar[b]) << b;
+      ASSERT_EQ(ab.neg_sum, -k * sum) << b;
     }
   }
 }
