@@ -20,7 +20,7 @@
 #include "cli/bench_command.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
-#include "engine/cpu_executor.h"
+#include "executor/cpu_executor.h"
 #include "engine/engine_core.h"
 #include "kernels/cpu_features.h"
 
@@ -29,7 +29,7 @@ namespace {
 
 struct Options {
   std::string model;
-  engine::EngineOptions engine;
+  ServingOptions serving;
   int32_t num_requests = 128;
   int32_t input_len = 128;
   int32_t output_len = 128;
@@ -60,13 +60,14 @@ std::vector<std::vector<int32_t>> make_prompts(const Options& o, int32_t vocab) 
 }
 
 Result<RunResult> run_once(const Options& o, int32_t max_num_seqs) {
-  engine::EngineOptions eo = o.engine;
+  engine::EngineOptions eo = o.serving.engine;
   eo.max_num_seqs = max_num_seqs;
-  ARBOR_ASSIGN_OR_RETURN(auto exec, engine::CpuModelExecutor::load(o.model, eo));
+  ARBOR_ASSIGN_OR_RETURN(auto exec, executor::CpuModelExecutor::load(o.model, cpu_options(o.serving)));
   const int32_t vocab = exec->vocab_size();
   engine::EngineCoreConfig cfg;
   cfg.options = eo;
   cfg.eos_token_ids = std::vector<int32_t>{};
+  ARBOR_RETURN_IF_ERROR(engine::EngineCore::validate_config(*exec, cfg));
   engine::EngineCore core(std::move(exec), cfg);
   const auto prompts = make_prompts(o, vocab);
   {
@@ -156,7 +157,7 @@ Status run(const Options& o) {
   if (o.num_requests < 1 || o.input_len < 1 || o.output_len < 1 || o.reps < 1) {
     return invalid_argument("--num-requests, --input-len, --output-len and --reps must be >= 1");
   }
-  std::vector<int32_t> values = o.sweep.empty() ? std::vector<int32_t>{o.engine.max_num_seqs}
+  std::vector<int32_t> values = o.sweep.empty() ? std::vector<int32_t>{o.serving.engine.max_num_seqs}
                                                  : o.sweep;
   std::vector<RunResult> results;
   for (int32_t seqs : values) {
@@ -174,7 +175,7 @@ Status run(const Options& o) {
     std::printf("model %s: %d requests, %d prompt + %d output tokens, budget %d tokens/step, "
                 "cpu %s, median of %d\n\n",
                 o.model.c_str(), o.num_requests, o.input_len, o.output_len,
-                o.engine.max_num_batched_tokens, kernels::isa_summary().c_str(), o.reps);
+                o.serving.engine.max_num_batched_tokens, kernels::isa_summary().c_str(), o.reps);
   }
   print_results(o, results);
   return ok_status();
@@ -185,9 +186,7 @@ void setup(CLI::App& bench) {
       "throughput", "Offline engine throughput: N requests at once, fixed prompt/output lengths");
   auto o = std::make_shared<Options>();
   sub->add_option("-m,--model", o->model, "GGUF model")->required();
-  add_engine_flags(*sub, &o->engine);
-  sub->add_option("-t,--threads", o->engine.num_threads, "Forward threads; 0 = all cores")
-      ->capture_default_str();
+  add_engine_flags(*sub, &o->serving);
   sub->add_option("--num-requests", o->num_requests, "Requests")->capture_default_str();
   sub->add_option("--input-len", o->input_len, "Prompt tokens per request")->capture_default_str();
   sub->add_option("--output-len", o->output_len, "Generated tokens per request")

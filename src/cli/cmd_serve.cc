@@ -15,7 +15,7 @@
 #include "base/mapped_file.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
-#include "engine/cpu_executor.h"
+#include "executor/cpu_executor.h"
 #include "engine/engine_core.h"
 #include "kernels/cpu_features.h"
 #include "server/chat_renderer.h"
@@ -31,7 +31,7 @@ struct Options {
   std::string port_file;
   std::string served_model_name;
   std::string chat_template;
-  engine::EngineOptions engine;
+  ServingOptions serving;
   double body_limit_mib = 8.0;
   double shutdown_timeout_s = 10.0;
   double sse_keepalive_s = 15.0;
@@ -39,16 +39,16 @@ struct Options {
   int32_t max_n = 16;
 };
 
-void log_configuration(const Options& o, engine::CpuModelExecutor& exec, int64_t free_blocks,
+void log_configuration(const Options& o, executor::CpuModelExecutor& exec, int64_t free_blocks,
                        const server::ModelInfo& info, uint16_t port) {
   auto& runner = exec.runner();
   ARBOR_LOG(kInfo) << "model " << o.model << " served as '" << info.name
                    << "': " << runner.config().summary();
   ARBOR_LOG(kInfo) << "kv cache: " << free_blocks << " usable blocks x " << exec.block_size()
-                   << " tokens; max_num_seqs " << o.engine.max_num_seqs
-                   << ", max_num_batched_tokens " << o.engine.max_num_batched_tokens
-                   << ", max_waiting_requests " << o.engine.max_waiting_requests
-                   << ", prefix caching " << (o.engine.enable_prefix_caching ? "on" : "off");
+                   << " tokens; max_num_seqs " << o.serving.engine.max_num_seqs
+                   << ", max_num_batched_tokens " << o.serving.engine.max_num_batched_tokens
+                   << ", max_waiting_requests " << o.serving.engine.max_waiting_requests
+                   << ", prefix caching " << (o.serving.engine.enable_prefix_caching ? "on" : "off");
   ARBOR_LOG(kInfo) << "threads " << runner.pool().num_threads() << ", cpu "
                    << kernels::isa_summary() << "; max_model_len " << info.context_length
                    << ", chat template " << (info.chat != nullptr ? "yes" : "none");
@@ -56,10 +56,10 @@ void log_configuration(const Options& o, engine::CpuModelExecutor& exec, int64_t
 }
 
 Status run(const Options& o) {
-  engine::EngineOptions eo = o.engine;
-  ARBOR_ASSIGN_OR_RETURN(auto exec, engine::CpuModelExecutor::load(o.model, eo));
+  const engine::EngineOptions& eo = o.serving.engine;
+  ARBOR_ASSIGN_OR_RETURN(auto exec, executor::CpuModelExecutor::load(o.model, cpu_options(o.serving)));
   ARBOR_ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::from_file(o.model));
-  engine::CpuModelExecutor& exec_ref = *exec;
+  executor::CpuModelExecutor& exec_ref = *exec;
   ARBOR_ASSIGN_OR_RETURN(auto chat, server::make_chat_renderer(*tok, o.chat_template));
   server::ModelInfo info;
   info.name = o.served_model_name.empty() ? std::filesystem::path(o.model).stem().string()
@@ -75,6 +75,7 @@ Status run(const Options& o) {
   engine::EngineCoreConfig cfg;
   cfg.options = eo;
   cfg.tokenizer = tok.get();
+  ARBOR_RETURN_IF_ERROR(engine::EngineCore::validate_config(*exec, cfg));
   engine::EngineCore core(std::move(exec), cfg);
   info.context_length = static_cast<int32_t>(core.max_model_len());  // ApiServer does the same
   server::ApiServerOptions so;
@@ -109,9 +110,6 @@ void setup(CLI::App& app) {
                   "Model name in the API (default: the file name without extension)");
   sub->add_option("--chat-template", o->chat_template,
                   "Chat template: a builtin name or a file; default: the model's own");
-  sub->add_option("-t,--threads", o->engine.num_threads, "Forward threads; 0 = all cores")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
   sub->add_option("--max-body-mib", o->body_limit_mib, "Request body limit (MiB); larger is 413")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -130,7 +128,7 @@ void setup(CLI::App& app) {
   sub->add_option("--max-n", o->max_n, "Limit on n and best_of per request")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
-  add_engine_flags(*sub, &o->engine);
+  add_engine_flags(*sub, &o->serving);
   sub->callback([o] { exit_on_error(run(*o)); });
 }
 

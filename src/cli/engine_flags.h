@@ -26,12 +26,21 @@
 #include <string>
 
 #include "engine/engine_options.h"
+#include "executor/executor_options.h"
 
 namespace arbor::cli {
 
-// Adds the flags to `app`; parsing writes into *options, which must outlive the parse. The
-// defaults shown in --help are the values *options holds when this is called.
-inline void add_engine_flags(CLI::App& app, engine::EngineOptions* options) {
+// What the flags below fill: the engine's scheduling knobs and the CPU executor's.
+struct ServingOptions {
+  engine::EngineOptions engine;
+  executor::CpuExecutorOptions cpu;
+};
+
+// Adds the flags to `app`; parsing writes into *serving, which must outlive the parse. The
+// defaults shown in --help are the values *serving holds when this is called.
+inline void add_engine_flags(CLI::App& app, ServingOptions* serving) {
+  engine::EngineOptions* options = &serving->engine;
+  executor::CpuExecutorOptions* cpu = &serving->cpu;
   app.add_option("--max-num-seqs", options->max_num_seqs, "Running sequences per step")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -52,19 +61,19 @@ inline void add_engine_flags(CLI::App& app, engine::EngineOptions* options) {
                  "(capped by the KV pool)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  app.add_option("--block-size", options->block_size, "Tokens per KV block")
+  app.add_option("--block-size", cpu->block_size, "Tokens per KV block")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
-  app.add_option("--kv-cache-gib", options->kv_cache_gib, "KV cache memory budget (GiB)")
+  app.add_option("--kv-cache-gib", cpu->kv_cache_gib, "KV cache memory budget (GiB)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app.add_option("--num-kv-blocks", options->num_kv_blocks,
+  app.add_option("--num-kv-blocks", cpu->num_kv_blocks,
                  "KV pool size in blocks (incl. the null block); overrides --kv-cache-gib")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   static const std::map<std::string, kernels::KvDtype> kDtypes{{"f16", kernels::KvDtype::kF16},
                                                                {"f32", kernels::KvDtype::kF32}};
-  app.add_option("--kv-dtype", options->kv_dtype, "KV element type: f16 or f32")
+  app.add_option("--kv-dtype", cpu->kv_dtype, "KV element type: f16 or f32")
       ->transform(CLI::CheckedTransformer(kDtypes, CLI::ignore_case).description(""))
       ->type_name("f16|f32")
       ->default_str("f16");
@@ -76,6 +85,16 @@ inline void add_engine_flags(CLI::App& app, engine::EngineOptions* options) {
       ->default_str("fcfs");
   app.add_flag("!--no-prefix-caching", options->enable_prefix_caching,
                "Disable automatic prefix caching");
+  app.add_option("-t,--threads", cpu->num_threads, "Forward threads; 0 = all cores")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+}
+
+// The executor's activation scratch follows the engine's token budget.
+inline executor::CpuExecutorOptions cpu_options(const ServingOptions& s) {
+  executor::CpuExecutorOptions cpu = s.cpu;
+  cpu.reserve_tokens = s.engine.max_num_batched_tokens;
+  return cpu;
 }
 
 }  // namespace arbor::cli

@@ -72,7 +72,12 @@ sched::SchedulerOptions scheduler_options(const EngineOptions& o, int64_t max_mo
 
 }  // namespace
 
-EngineCore::EngineCore(std::unique_ptr<ModelExecutor> executor, const EngineCoreConfig& config)
+Status EngineCore::validate_config(const step::ModelExecutor& executor,
+                                  const EngineCoreConfig& config) {
+  return executor.check_max_model_len(config.options.max_model_len);
+}
+
+EngineCore::EngineCore(std::unique_ptr<step::ModelExecutor> executor, const EngineCoreConfig& config)
     : executor_(std::move(executor)), config_(config), vocab_size_(executor_->vocab_size()) {
   if (config_.eos_token_ids) {
     eos_ids_ = *config_.eos_token_ids;

@@ -27,7 +27,7 @@
 #include "base/status.h"
 #include "engine/engine_options.h"
 #include "engine/metrics.h"
-#include "engine/model_executor.h"
+#include "step/model_executor.h"
 #include "kv/kv_cache_manager.h"
 #include "sampling/sampling_params.h"
 #include "sched/scheduler.h"
@@ -114,10 +114,12 @@ struct EngineCoreConfig {
 
 class EngineCore {
  public:
+  // Whether `config` can run on `executor`: config.options.max_model_len must be 0 or at most
+  // executor.max_model_len() (the error names the limit). Commands call it before constructing.
+  static Status validate_config(const step::ModelExecutor& executor, const EngineCoreConfig& config);
   // Sizes the KvCacheManager from the executor's pool and starts the engine thread. The
-  // scheduler gets max_model_len(). Precondition (CHECKed; CpuModelExecutor::load validates
-  // it): config.options.max_model_len is 0 or at most executor->max_model_len().
-  EngineCore(std::unique_ptr<ModelExecutor> executor, const EngineCoreConfig& config);
+  // scheduler gets max_model_len(). Precondition (CHECKed): validate_config() is ok.
+  EngineCore(std::unique_ptr<step::ModelExecutor> executor, const EngineCoreConfig& config);
   // Stops the thread; requests still running get a final event with a kFailedPrecondition error.
   ~EngineCore();
   EngineCore(const EngineCore&) = delete;
@@ -169,7 +171,7 @@ class EngineCore {
   void finish_group(sched::RequestId id, Status error);
   void publish_metrics();
 
-  std::unique_ptr<ModelExecutor> executor_;
+  std::unique_ptr<step::ModelExecutor> executor_;
   EngineCoreConfig config_;
   std::vector<int32_t> eos_ids_;
   int32_t vocab_size_ = 0;

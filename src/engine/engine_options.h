@@ -1,10 +1,10 @@
-// EngineOptions: the knobs shared by every command that runs the engine (`arbor serve`,
-// `arbor bench throughput`). cli/engine_flags.h maps them to command-line flags.
+// EngineOptions: the scheduling knobs shared by every command that runs the engine (`arbor
+// serve`, `arbor bench throughput`). cli/engine_flags.h maps them to command-line flags; the
+// executor's own knobs (KV pool, threads) are executor::CpuExecutorOptions.
 #pragma once
 
 #include <cstdint>
 
-#include "kernels/attention.h"
 #include "sched/scheduler.h"
 
 namespace arbor::engine {
@@ -16,15 +16,10 @@ struct EngineOptions {
   int32_t max_waiting_requests = 1024;    // admission control: more waiting ones are rejected
   // --max-model-len: longest sequence (prompt + generated tokens); 0 = the executor's
   // max_model_len() (the model's context length, capped by the KV pool). Larger than that is a
-  // startup error (CpuModelExecutor::load).
+  // startup error (the executor's load checks it).
   int64_t max_model_len = 0;
-  int32_t block_size = 16;                // --block-size: tokens per KV block
-  double kv_cache_gib = 1.0;              // --kv-cache-gib: KV memory budget
-  int64_t num_kv_blocks = 0;              // --num-kv-blocks: > 0 overrides kv_cache_gib
   bool enable_prefix_caching = true;
   sched::SchedulingPolicy policy = sched::SchedulingPolicy::kFcfs;
-  int num_threads = 0;                    // forward threads; 0 = hardware concurrency
-  kernels::KvDtype kv_dtype = kernels::KvDtype::kF16;
 };
 
 }  // namespace arbor::engine

@@ -78,7 +78,7 @@ int64_t prompt_tokens(const json& body, bool chat) {
 
 using Clock = std::chrono::steady_clock;
 
-server::HttpResponse error_response(int status, const std::string& message) {
+http::HttpResponse error_response(int status, const std::string& message) {
   return {status, "application/json",
           json{{"error", {{"message", message}, {"type", "invalid_request_error"}}}}.dump()};
 }
@@ -89,16 +89,16 @@ struct NullServer::State {
   NullServerOptions o;
   Chunks completion_chunks;
   Chunks chat_chunks;
-  std::unique_ptr<server::HttpServer> http;
+  std::unique_ptr<http::HttpServer> http;
 
-  void handle(const server::HttpRequest& req, const std::shared_ptr<server::HttpExchange>& ex);
-  void generate(const json& body, bool chat, const std::shared_ptr<server::HttpExchange>& ex);
-  void paced(std::shared_ptr<server::HttpExchange> ex, const Chunks* c, int64_t i, int64_t n,
+  void handle(const http::HttpRequest& req, const std::shared_ptr<http::HttpExchange>& ex);
+  void generate(const json& body, bool chat, const std::shared_ptr<http::HttpExchange>& ex);
+  void paced(std::shared_ptr<http::HttpExchange> ex, const Chunks* c, int64_t i, int64_t n,
              std::string tail, Clock::time_point start);
 };
 
-void NullServer::State::handle(const server::HttpRequest& req,
-                               const std::shared_ptr<server::HttpExchange>& ex) {
+void NullServer::State::handle(const http::HttpRequest& req,
+                               const std::shared_ptr<http::HttpExchange>& ex) {
   const std::string path = req.target.substr(0, req.target.find('?'));
   if (req.method == "GET" && path == "/health") return ex->respond({200, "application/json", "{}"});
   if (req.method == "GET" && path == "/v1/models") {
@@ -119,7 +119,7 @@ void NullServer::State::handle(const server::HttpRequest& req,
 }
 
 void NullServer::State::generate(const json& body, bool chat,
-                                 const std::shared_ptr<server::HttpExchange>& ex) {
+                                 const std::shared_ptr<http::HttpExchange>& ex) {
   int64_t n = o.default_max_tokens;
   for (const char* key : {"max_tokens", "max_completion_tokens"}) {
     auto it = body.find(key);
@@ -175,7 +175,7 @@ void NullServer::State::generate(const json& body, bool chat,
 
 // Chunk i is due at start + ttft + i / tokens_per_second (absolute, so timer slack does not
 // accumulate).
-void NullServer::State::paced(std::shared_ptr<server::HttpExchange> ex, const Chunks* c, int64_t i,
+void NullServer::State::paced(std::shared_ptr<http::HttpExchange> ex, const Chunks* c, int64_t i,
                               int64_t n, std::string tail, Clock::time_point start) {
   const double gap = o.tokens_per_second > 0 ? 1.0 / o.tokens_per_second : 0.0;
   const double due_s = o.ttft_ms / 1000.0 + static_cast<double>(i) * gap;
@@ -204,11 +204,11 @@ Result<std::unique_ptr<NullServer>> NullServer::create(const NullServerOptions& 
   State* s = state.get();
   ARBOR_ASSIGN_OR_RETURN(
       state->http,
-      server::HttpServer::create(
-          options.http, [s](server::HttpRequest req, std::shared_ptr<server::HttpExchange> ex) {
+      http::HttpServer::create(
+          options.http, [s](http::HttpRequest req, std::shared_ptr<http::HttpExchange> ex) {
             s->handle(req, ex);
           }));
-  server::HttpServer* http = state->http.get();
+  http::HttpServer* http = state->http.get();
   state->http->on_signal([http](int) { http->stop(); });
   return std::unique_ptr<NullServer>(new NullServer(std::move(state)));
 }

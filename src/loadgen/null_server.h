@@ -15,12 +15,12 @@
 #include <string>
 
 #include "base/status.h"
-#include "server/http_server.h"
+#include "http/http_server.h"
 
 namespace arbor::loadgen {
 
 struct NullServerOptions {
-  server::HttpServerOptions http{};
+  http::HttpServerOptions http{};
   double tokens_per_second = 0;  // 0 = no pacing
   double ttft_ms = 0;            // delay before the first chunk (only with pacing or > 0)
   std::string model = "null";

@@ -20,7 +20,7 @@ using Clock = std::chrono::steady_clock;
 // Lets engine-thread callbacks reach the I/O loop only while it exists.
 class Poster {
  public:
-  explicit Poster(HttpServer* http) : http_(http) {}
+  explicit Poster(http::HttpServer* http) : http_(http) {}
   void post(std::function<void()> fn) {
     std::lock_guard<std::mutex> lock(mu_);
     if (http_ != nullptr) http_->post(std::move(fn));
@@ -32,7 +32,7 @@ class Poster {
 
  private:
   std::mutex mu_;
-  HttpServer* http_;
+  http::HttpServer* http_;
 };
 
 class Generation;
@@ -41,7 +41,7 @@ struct ApiServer::State {
   engine::EngineCore* engine = nullptr;
   ModelInfo model;
   ApiServerOptions options;
-  std::unique_ptr<HttpServer> http;
+  std::unique_ptr<http::HttpServer> http;
   std::shared_ptr<Poster> poster;
   // I/O thread only.
   std::unordered_map<uint64_t, std::shared_ptr<Generation>> active;
@@ -51,15 +51,15 @@ struct ApiServer::State {
   Clock::time_point drain_deadline;
   bool aborted_all = false;
 
-  void handle(HttpRequest req, std::shared_ptr<HttpExchange> ex);
-  bool route(const std::string& method, const std::string& path, HttpRequest& req,
-             const std::shared_ptr<HttpExchange>& ex);
-  void send(HttpExchange& ex, int status, std::string body,
+  void handle(http::HttpRequest req, std::shared_ptr<http::HttpExchange> ex);
+  bool route(const std::string& method, const std::string& path, http::HttpRequest& req,
+             const std::shared_ptr<http::HttpExchange>& ex);
+  void send(http::HttpExchange& ex, int status, std::string body,
             const std::string& content_type = "application/json");
-  void send_error(HttpExchange& ex, const ApiError& e, ApiFlavor flavor);
-  void generate(HttpRequest& req, const std::shared_ptr<HttpExchange>& ex, const std::string& path);
-  void tokenize(HttpRequest& req, HttpExchange& ex);
-  void detokenize(HttpRequest& req, HttpExchange& ex);
+  void send_error(http::HttpExchange& ex, const ApiError& e, ApiFlavor flavor);
+  void generate(http::HttpRequest& req, const std::shared_ptr<http::HttpExchange>& ex, const std::string& path);
+  void tokenize(http::HttpRequest& req, http::HttpExchange& ex);
+  void detokenize(http::HttpRequest& req, http::HttpExchange& ex);
   void begin_drain(int signal);
   void check_drain();
 };
@@ -68,7 +68,7 @@ struct ApiServer::State {
 class Generation : public std::enable_shared_from_this<Generation> {
  public:
   Generation(ApiServer::State& s, uint64_t id, std::string path,
-             std::shared_ptr<HttpExchange> ex, PreparedRequest prepared)
+             std::shared_ptr<http::HttpExchange> ex, PreparedRequest prepared)
       : s_(s), id_(id), path_(std::move(path)), ex_(std::move(ex)),
         builder_(std::move(prepared.builder)), start_(Clock::now()) {}
 
@@ -193,7 +193,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
   ApiServer::State& s_;
   uint64_t id_;
   std::string path_;
-  std::shared_ptr<HttpExchange> ex_;
+  std::shared_ptr<http::HttpExchange> ex_;
   std::unique_ptr<ResponseBuilder> builder_;
   std::vector<std::shared_ptr<engine::RequestStream>> streams_;  // one per prompt
   std::vector<bool> final_seen_;
@@ -204,19 +204,19 @@ class Generation : public std::enable_shared_from_this<Generation> {
   bool done_ = false;
 };
 
-void ApiServer::State::send(HttpExchange& ex, int status, std::string body,
+void ApiServer::State::send(http::HttpExchange& ex, int status, std::string body,
                             const std::string& content_type) {
   ++responses_by_status[status];
   ex.respond({status, content_type, std::move(body)});
 }
 
-void ApiServer::State::send_error(HttpExchange& ex, const ApiError& e, ApiFlavor flavor) {
+void ApiServer::State::send_error(http::HttpExchange& ex, const ApiError& e, ApiFlavor flavor) {
   const int status = error_http_status(e, flavor);
   ARBOR_LOG(kDebug) << "error " << status << ": " << e.message;
   send(ex, status, error_body(e, flavor));
 }
 
-void ApiServer::State::handle(HttpRequest req, std::shared_ptr<HttpExchange> ex) {
+void ApiServer::State::handle(http::HttpRequest req, std::shared_ptr<http::HttpExchange> ex) {
   std::string path = req.target.substr(0, req.target.find('?'));
   if (path.size() > 1 && path.back() == '/') path.pop_back();
   ARBOR_LOG(kDebug) << req.method << " " << req.target << " (" << req.body.size() << " bytes)";
@@ -231,7 +231,7 @@ void ApiServer::State::handle(HttpRequest req, std::shared_ptr<HttpExchange> ex)
 }
 
 bool ApiServer::State::route(const std::string& method, const std::string& path,
-                             HttpRequest& req, const std::shared_ptr<HttpExchange>& ex) {
+                             http::HttpRequest& req, const std::shared_ptr<http::HttpExchange>& ex) {
   static const std::map<std::string, std::string> kRoutes{
       {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"}, {"/generate", "POST"},
       {"/generate_stream", "POST"}, {"/tokenize", "POST"}, {"/detokenize", "POST"},
@@ -269,7 +269,7 @@ bool ApiServer::State::route(const std::string& method, const std::string& path,
   return true;
 }
 
-void ApiServer::State::generate(HttpRequest& req, const std::shared_ptr<HttpExchange>& ex,
+void ApiServer::State::generate(http::HttpRequest& req, const std::shared_ptr<http::HttpExchange>& ex,
                                 const std::string& path) {
   const bool tgi = path == "/generate" || path == "/generate_stream";
   const ApiFlavor flavor = tgi ? ApiFlavor::kTgi : ApiFlavor::kOpenAi;
@@ -319,7 +319,7 @@ void ApiServer::State::generate(HttpRequest& req, const std::shared_ptr<HttpExch
   g->start(std::move(streams), n);
 }
 
-void ApiServer::State::tokenize(HttpRequest& req, HttpExchange& ex) {
+void ApiServer::State::tokenize(http::HttpRequest& req, http::HttpExchange& ex) {
   json body;
   std::optional<ApiError> err = parse_json_object(req.body, &body);
   std::string text;
@@ -338,7 +338,7 @@ void ApiServer::State::tokenize(HttpRequest& req, HttpExchange& ex) {
   send(ex, 200, dump_json(out));
 }
 
-void ApiServer::State::detokenize(HttpRequest& req, HttpExchange& ex) {
+void ApiServer::State::detokenize(http::HttpRequest& req, http::HttpExchange& ex) {
   json body;
   std::optional<ApiError> err = parse_json_object(req.body, &body);
   std::vector<int32_t> ids;
@@ -404,10 +404,19 @@ Result<std::unique_ptr<ApiServer>> ApiServer::create(engine::EngineCore& engine,
   state->model = std::move(model);
   state->model.context_length = static_cast<int32_t>(engine.max_model_len());
   state->options = options;
+  // Errors the HTTP layer answers itself (413, malformed requests) in the API's shape.
+  state->options.http.error_body = [](int status, std::string_view code, std::string_view msg) {
+    ApiError e;
+    e.http_status = status;
+    e.message = std::string(msg);
+    e.code = std::string(code);
+    if (status >= 500) e.type = "internal_error";
+    return error_body(e, ApiFlavor::kOpenAi);
+  };
   State* s = state.get();
   ARBOR_ASSIGN_OR_RETURN(state->http,
-                         HttpServer::create(options.http, [s](HttpRequest req,
-                                                              std::shared_ptr<HttpExchange> ex) {
+                         http::HttpServer::create(state->options.http, [s](http::HttpRequest req,
+                                                              std::shared_ptr<http::HttpExchange> ex) {
                            s->handle(std::move(req), std::move(ex));
                          }));
   state->poster = std::make_shared<Poster>(state->http.get());

@@ -20,12 +20,12 @@
 #include "base/status.h"
 #include "engine/engine_core.h"
 #include "server/api_common.h"
-#include "server/http_server.h"
+#include "http/http_server.h"
 
 namespace arbor::server {
 
 struct ApiServerOptions {
-  HttpServerOptions http{};
+  http::HttpServerOptions http{};
   double shutdown_timeout_s = 10.0;  // drain: running requests get this long to finish
   int64_t kv_blocks_total = 0;       // usable KV blocks, for /metrics
   int32_t max_concurrent_requests = 64;  // reported by /info

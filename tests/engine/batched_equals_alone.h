@@ -10,7 +10,7 @@
 #include <random>
 #include <thread>
 
-#include "engine/cpu_executor.h"
+#include "executor/cpu_executor.h"
 #include "engine_test_util.h"
 #include "model/runner.h"
 #include "sampling/sampler.h"
@@ -67,6 +67,12 @@ inline std::vector<std::vector<int32_t>> run_alone(const std::vector<AloneCase>&
   return out;
 }
 
+// The engine's and the CPU executor's options of one test run.
+struct RunOptions {
+  EngineOptions engine;
+  executor::CpuExecutorOptions cpu;
+};
+
 struct BatchedRun {
   std::vector<std::vector<int32_t>> tokens;
   EngineMetricsSnapshot metrics;
@@ -84,8 +90,9 @@ inline void wait_until_kv_busy(const EngineCore& engine) {
 // Submits every case (8 at a time, 2 ms apart) to one engine and collects the tokens. With the
 // priority policy, a more important third is submitted only once the less important ones hold
 // the KV pool, so that it has to preempt them.
-inline BatchedRun run_batched(const std::vector<AloneCase>& cases, const EngineOptions& opts) {
-  auto exec = CpuModelExecutor::load(stories260k_path(), opts);
+inline BatchedRun run_batched(const std::vector<AloneCase>& cases, const RunOptions& run_opts) {
+  const EngineOptions& opts = run_opts.engine;
+  auto exec = executor::CpuModelExecutor::load(stories260k_path(), run_opts.cpu);
   EXPECT_TRUE(exec.ok()) << exec.status().to_string();
   EngineCoreConfig cfg;
   cfg.options = opts;
@@ -123,13 +130,14 @@ inline BatchedRun run_batched(const std::vector<AloneCase>& cases, const EngineO
   return run;
 }
 
-inline EngineOptions alone_options(int32_t budget, int64_t num_blocks) {
-  EngineOptions o;
-  o.max_num_seqs = 64;
-  o.max_num_batched_tokens = budget;
-  o.block_size = 16;
-  o.num_kv_blocks = num_blocks;
-  o.num_threads = 1;
+inline RunOptions alone_options(int32_t budget, int64_t num_blocks) {
+  RunOptions o;
+  o.engine.max_num_seqs = 64;
+  o.engine.max_num_batched_tokens = budget;
+  o.cpu.block_size = 16;
+  o.cpu.num_kv_blocks = num_blocks;
+  o.cpu.num_threads = 1;
+  o.cpu.reserve_tokens = budget;
   return o;
 }
 
@@ -149,8 +157,8 @@ inline void check_batched_equals_alone(int num, int32_t max_prompt, int32_t max_
     const bool priority = c.policy == SchedulingPolicy::kPriority;
     SCOPED_TRACE(str_cat("budget ", c.budget, ", ", c.blocks, " KV blocks",
                          priority ? ", priority policy" : ""));
-    EngineOptions opts = alone_options(c.budget, c.blocks);
-    opts.policy = c.policy;
+    RunOptions opts = alone_options(c.budget, c.blocks);
+    opts.engine.policy = c.policy;
     const BatchedRun run = run_batched(cases, opts);
     ASSERT_EQ(run.tokens.size(), alone.size());
     for (size_t i = 0; i < alone.size(); ++i) {

@@ -4,11 +4,14 @@
 #include <thread>
 
 #include "engine/engine_core.h"
-#include "engine/fake_executor.h"
+#include "executor/fake_executor.h"
 #include "engine_test_util.h"
 
 namespace arbor::engine {
 namespace {
+
+using executor::FakeExecutor;
+using executor::FakeExecutorOptions;
 
 using testing::drain;
 
@@ -108,13 +111,11 @@ TEST(EngineFake, BestOfReturnsTheHighestCumulativeLogprobs) {
 }
 
 TEST(EngineFake, AbortReturnsEveryBlock) {
-  EngineOptions o;
-  o.block_size = 4;
   FakeExecutorOptions f;
   f.block_size = 4;
   f.num_kv_blocks = 400;
   f.step_delay_us = 500;
-  FakeEngine fe(o, f);
+  FakeEngine fe({}, f);
   const int32_t free_at_start = fe.engine->num_free_blocks();
   GenerateRequest r = greedy(std::vector<int32_t>(37, 8), 300);
   r.request_id = "victim";

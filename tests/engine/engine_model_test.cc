@@ -17,12 +17,12 @@ TEST(EngineModel, BatchedEqualsAloneSmall) {
   testing::check_batched_equals_alone(12, 100, 16, 12);
 }
 
-std::unique_ptr<EngineCore> make_engine(const EngineOptions& o,
+std::unique_ptr<EngineCore> make_engine(const testing::RunOptions& o,
                                         const tokenizer::Tokenizer* tok = nullptr) {
-  auto exec = CpuModelExecutor::load(testing::stories260k_path(), o);
+  auto exec = executor::CpuModelExecutor::load(testing::stories260k_path(), o.cpu);
   EXPECT_TRUE(exec.ok()) << exec.status().to_string();
   EngineCoreConfig cfg;
-  cfg.options = o;
+  cfg.options = o.engine;
   cfg.tokenizer = tok;
   if (tok == nullptr) cfg.eos_token_ids = std::vector<int32_t>{};
   return std::make_unique<EngineCore>(std::move(*exec), cfg);
@@ -40,7 +40,7 @@ GenerateRequest sampled_request(uint64_t seed, int32_t n) {
 }
 
 TEST(EngineModel, SeededNEquals4IsReproducible) {
-  EngineOptions o = testing::alone_options(256, 256);
+  testing::RunOptions o = testing::alone_options(256, 256);
   std::vector<std::vector<std::vector<int32_t>>> runs;
   for (int run = 0; run < 2; ++run) {
     auto engine = make_engine(o);
@@ -58,7 +58,7 @@ TEST(EngineModel, SeededNEquals4IsReproducible) {
 }
 
 TEST(EngineModel, AbortMidGenerationReturnsEveryBlock) {
-  EngineOptions o = testing::alone_options(64, 128);
+  testing::RunOptions o = testing::alone_options(64, 128);
   auto engine = make_engine(o);
   const int32_t free_at_start = engine->num_free_blocks();
   GenerateRequest r = sampled_request(3, 4);
@@ -77,41 +77,41 @@ TEST(EngineModel, AbortMidGenerationReturnsEveryBlock) {
   EXPECT_EQ(engine->num_free_blocks(), free_at_start);
 }
 
-TEST(EngineModel, MaxModelLenIsCheckedAtLoad) {
+TEST(EngineModel, MaxModelLenIsCheckedBeforeTheEngineStarts) {
   // stories260K has a context length of 2048.
-  EngineOptions o = testing::alone_options(64, 2048);
-  auto exec = CpuModelExecutor::load(testing::stories260k_path(), o);
+  testing::RunOptions o = testing::alone_options(64, 2048);
+  auto exec = executor::CpuModelExecutor::load(testing::stories260k_path(), o.cpu);
   ASSERT_TRUE(exec.ok()) << exec.status().to_string();
   EXPECT_EQ((*exec)->max_model_len(), 2048);
-  o.max_model_len = 4096;
-  exec = CpuModelExecutor::load(testing::stories260k_path(), o);
-  ASSERT_FALSE(exec.ok());
-  EXPECT_EQ(exec.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(exec.status().message().find("--max-model-len is 4096, the model's context length "
-                                         "is 2048"),
+  EngineCoreConfig cfg;
+  cfg.options.max_model_len = 2048;
+  EXPECT_TRUE(EngineCore::validate_config(**exec, cfg).ok());
+  cfg.options.max_model_len = 4096;
+  Status st = EngineCore::validate_config(**exec, cfg);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("--max-model-len is 4096, the model's context length is 2048"),
             std::string::npos)
-      << exec.status().to_string();
+      << st.to_string();
   // 5 blocks of 16 tokens: the null block and 4 usable ones cap sequences at 64 tokens.
   o = testing::alone_options(64, 5);
-  exec = CpuModelExecutor::load(testing::stories260k_path(), o);
+  exec = executor::CpuModelExecutor::load(testing::stories260k_path(), o.cpu);
   ASSERT_TRUE(exec.ok()) << exec.status().to_string();
   EXPECT_EQ((*exec)->max_model_len(), 64);
-  o.max_model_len = 100;
-  exec = CpuModelExecutor::load(testing::stories260k_path(), o);
-  ASSERT_FALSE(exec.ok());
-  EXPECT_NE(exec.status().message().find("the KV pool holds only 64 tokens"), std::string::npos)
-      << exec.status().to_string();
+  cfg.options.max_model_len = 100;
+  st = EngineCore::validate_config(**exec, cfg);
+  EXPECT_NE(st.message().find("the KV pool holds only 64 tokens"), std::string::npos)
+      << st.to_string();
 }
 
 TEST(EngineModel, MaxModelLenCutsGreedyOutputWithLength) {
-  EngineOptions o = testing::alone_options(256, 256);
+  testing::RunOptions o = testing::alone_options(256, 256);
   std::mt19937_64 rng(11);
   GenerateRequest r;
   r.prompt_token_ids = testing::random_prompt(rng, 30, 512);
   r.sampling.temperature = 0.0f;
   r.max_tokens = 10;
   const testing::Collected full = drain(**make_engine(o)->submit(r));
-  o.max_model_len = 40;  // 30 prompt tokens + 10 generated
+  o.engine.max_model_len = 40;  // 30 prompt tokens + 10 generated
   auto engine = make_engine(o);
   r.max_tokens = 50;
   const testing::Collected cut = drain(**engine->submit(r));
@@ -122,7 +122,7 @@ TEST(EngineModel, MaxModelLenCutsGreedyOutputWithLength) {
 TEST(EngineModel, StopStringEndsTheTextBeforeIt) {
   auto tok = tokenizer::Tokenizer::from_file(testing::stories260k_path());
   ASSERT_TRUE(tok.ok());
-  EngineOptions o = testing::alone_options(256, 256);
+  testing::RunOptions o = testing::alone_options(256, 256);
   auto engine = make_engine(o, tok->get());
   GenerateRequest r;
   r.prompt_token_ids = (*tok)->encode("Once upon a time");

@@ -5,9 +5,9 @@
 #include <array>
 #include <utility>
 
-#include "server/chat_template.h"
+#include "chat/chat_template.h"
 
-namespace arbor::server {
+namespace arbor::chat {
 namespace {
 
 // meta-llama/Llama-2-7b-chat-hf
@@ -99,4 +99,4 @@ std::optional<std::string_view> builtin_chat_template_source(std::string_view na
   return std::nullopt;
 }
 
-}  // namespace arbor::server
+}  // namespace arbor::chat

@@ -3,9 +3,9 @@
 // < postfix (. [] ()).
 #include <initializer_list>
 
-#include "server/jinja_ast.h"
+#include "chat/jinja_ast.h"
 
-namespace arbor::server::jinja {
+namespace arbor::chat::jinja {
 namespace {
 
 class Parser {
@@ -603,4 +603,4 @@ class Parser {
 
 Body parse_tokens(const std::vector<Token>& tokens) { return Parser(tokens).parse_all(); }
 
-}  // namespace arbor::server::jinja
+}  // namespace arbor::chat::jinja

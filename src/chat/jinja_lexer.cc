@@ -3,9 +3,9 @@
 #include <cerrno>
 #include <cstdlib>
 
-#include "server/jinja_ast.h"
+#include "chat/jinja_ast.h"
 
-namespace arbor::server::jinja {
+namespace arbor::chat::jinja {
 namespace {
 
 bool is_space(char c) {
@@ -277,4 +277,4 @@ std::vector<Token> tokenize(std::string_view source) {
   return Lexer(source).run();
 }
 
-}  // namespace arbor::server::jinja
+}  // namespace arbor::chat::jinja

@@ -12,9 +12,9 @@
 #include <cstdint>
 
 #include "base/status.h"
-#include "sched/scheduler.h"
+#include "step/step.h"
 
-namespace arbor::engine {
+namespace arbor::step {
 
 class ModelExecutor {
  public:
@@ -25,16 +25,19 @@ class ModelExecutor {
   // block tables; for each request with sample == true draws one token from its last logits row
   // with the request's own params and Rng (and its logprobs when asked). Returns one
   // SampledToken per sampling request. An error means the step did not happen.
-  virtual Result<sched::StepResult> execute(const sched::SchedulerOutput& output) = 0;
+  virtual Result<StepResult> execute(const SchedulerOutput& output) = 0;
 
   virtual int32_t vocab_size() const = 0;
   // The longest sequence (prompt + generated tokens) this executor can run: the model's context
   // length, capped by what the KV pool holds ((num_kv_blocks() - 1) * block_size()). > 0.
   virtual int64_t max_model_len() const = 0;
+  // ok when 0 <= max_model_len <= max_model_len(); otherwise kInvalidArgument naming the limit
+  // it exceeds ("--max-model-len is 4096, the model's context length is 2048").
+  virtual Status check_max_model_len(int64_t max_model_len) const = 0;
   // The KV pool the scheduler's KvCacheManager must mirror: blocks (including the null block
   // 0) and tokens per block.
   virtual int64_t num_kv_blocks() const = 0;
   virtual int32_t block_size() const = 0;
 };
 
-}  // namespace arbor::engine
+}  // namespace arbor::step

@@ -20,7 +20,7 @@
 #include <utility>
 #include <vector>
 
-namespace arbor::server::jinja {
+namespace arbor::chat::jinja {
 
 class Value;
 using ValueList = std::vector<Value>;
@@ -121,4 +121,4 @@ std::vector<size_t> utf8_offsets(std::string_view s);
 // Python float repr: shortest round-trip digits, always with a '.' or exponent.
 std::string format_float(double d);
 
-}  // namespace arbor::server::jinja
+}  // namespace arbor::chat::jinja

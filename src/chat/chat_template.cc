@@ -1,8 +1,8 @@
-#include "server/chat_template.h"
+#include "chat/chat_template.h"
 
 #include <utility>
 
-namespace arbor::server {
+namespace arbor::chat {
 namespace {
 
 // A special token in tokenizer_config.json is a string or an AddedToken object {"content": ...}.
@@ -203,4 +203,4 @@ Result<TokenizerChatConfig> read_tokenizer_chat_config(const nlohmann::json& con
       "tokenizer_config.json chat_template list has no template named 'default'");
 }
 
-}  // namespace arbor::server
+}  // namespace arbor::chat

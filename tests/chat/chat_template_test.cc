@@ -1,15 +1,15 @@
 // Chat templates: golden renderings of every built-in family, the real templates shipped in
 // shared/tokenizers, and unit tests of the Jinja interpreter (syntax, semantics, errors, limits).
-#include "server/chat_template.h"
+#include "chat/chat_template.h"
 
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <sstream>
 
-#include "server/jinja.h"
+#include "chat/jinja.h"
 
-namespace arbor::server {
+namespace arbor::chat {
 namespace {
 
 using nlohmann::json;
@@ -702,4 +702,4 @@ TEST(Jinja, TemplateIsReusableAndCopyable) {
 }
 
 }  // namespace
-}  // namespace arbor::server
+}  // namespace arbor::chat

@@ -1,10 +1,10 @@
-#include "engine/fake_executor.h"
+#include "executor/fake_executor.h"
 
 #include <algorithm>
 #include <chrono>
 #include <thread>
 
-namespace arbor::engine {
+namespace arbor::executor {
 
 namespace {
 uint64_t mix(uint64_t z) {
@@ -27,19 +27,27 @@ int64_t FakeExecutor::max_model_len() const {
   return std::min(options_.context_length, (options_.num_kv_blocks - 1) * options_.block_size);
 }
 
-Result<sched::StepResult> FakeExecutor::execute(const sched::SchedulerOutput& output) {
+Status FakeExecutor::check_max_model_len(int64_t max_model_len) const {
+  if (max_model_len < 0 || max_model_len > this->max_model_len()) {
+    return invalid_argument("--max-model-len is ", max_model_len, ", the fake executor runs at most ",
+                            this->max_model_len());
+  }
+  return ok_status();
+}
+
+Result<step::StepResult> FakeExecutor::execute(const step::SchedulerOutput& output) {
   ++num_steps_;
   if (options_.step_delay_us > 0) {
     std::this_thread::sleep_for(std::chrono::microseconds(options_.step_delay_us));
   }
-  sched::StepResult result;
-  for (const sched::ScheduledRequest& s : output.requests) {
+  step::StepResult result;
+  for (const step::ScheduledRequest& s : output.requests) {
     if (!s.sample) continue;
     const auto upto = s.token_ids.first(s.num_computed_tokens + s.num_scheduled_tokens);
     int32_t token = fake_greedy_token(upto, options_);
     const uint64_t draw = s.rng->next_u64();  // one draw per sample, as the real Sampler does
     if (!s.sampling->greedy()) token = to_token(mix(draw ^ static_cast<uint64_t>(token)), options_);
-    sched::SampledToken t;
+    step::SampledToken t;
     t.request_id = s.request_id;
     t.token_id = token;
     t.logprob = -static_cast<float>((token % 13) + 1) / 10.0f;
@@ -48,4 +56,4 @@ Result<sched::StepResult> FakeExecutor::execute(const sched::SchedulerOutput& ou
   return result;
 }
 
-}  // namespace arbor::engine
+}  // namespace arbor::executor

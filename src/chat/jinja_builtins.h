@@ -8,10 +8,10 @@
 #include <utility>
 #include <vector>
 
-#include "server/jinja_ast.h"
-#include "server/jinja_value.h"
+#include "chat/jinja_ast.h"
+#include "chat/jinja_value.h"
 
-namespace arbor::server::jinja {
+namespace arbor::chat::jinja {
 
 struct CallArgs {
   std::vector<Value> args;
@@ -57,4 +57,4 @@ std::string string_capitalize(std::string s);
 std::string string_replace(const std::string& s, const Value& old_v, const Value& new_v,
                            const Value& count, SourcePos pos);
 
-}  // namespace arbor::server::jinja
+}  // namespace arbor::chat::jinja

@@ -27,9 +27,9 @@
 #include <string>
 
 #include "base/status.h"
-#include "server/jinja_value.h"
+#include "chat/jinja_value.h"
 
-namespace arbor::server::jinja {
+namespace arbor::chat::jinja {
 
 struct Program;  // the parsed syntax tree
 
@@ -57,4 +57,4 @@ class Template {
   std::shared_ptr<const Program> program_;
 };
 
-}  // namespace arbor::server::jinja
+}  // namespace arbor::chat::jinja

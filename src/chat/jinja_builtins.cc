@@ -1,5 +1,5 @@
 // Filters, tests and global functions of the Jinja interpreter.
-#include "server/jinja_builtins.h"
+#include "chat/jinja_builtins.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <ctime>
 
-namespace arbor::server::jinja {
+namespace arbor::chat::jinja {
 namespace {
 
 // Jinja's sandbox caps range() at this many items.
@@ -275,4 +275,4 @@ std::optional<Value> call_global(std::string_view name, const CallArgs& a) {
   return std::nullopt;
 }
 
-}  // namespace arbor::server::jinja
+}  // namespace arbor::chat::jinja

@@ -1,9 +1,9 @@
-#include "server/jinja_value.h"
+#include "chat/jinja_value.h"
 
 #include <charconv>
 #include <cmath>
 
-namespace arbor::server::jinja {
+namespace arbor::chat::jinja {
 
 Value Value::none() {
   Value v;
@@ -244,4 +244,4 @@ std::vector<size_t> utf8_offsets(std::string_view s) {
   return offsets;
 }
 
-}  // namespace arbor::server::jinja
+}  // namespace arbor::chat::jinja

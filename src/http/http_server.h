@@ -16,10 +16,11 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "base/status.h"
 
-namespace arbor::server {
+namespace arbor::http {
 
 struct HttpRequest {
   std::string method;  // "GET", "POST", ...
@@ -56,7 +57,14 @@ struct HttpServerOptions {
   size_t body_limit = 8u << 20;               // bytes; larger bodies get 413
   double sse_keepalive_s = 15.0;              // ": keep-alive" comment after this much silence
   double idle_timeout_s = 120.0;              // close a connection idle between requests
+  // Body of the errors the server answers itself (413, malformed request line or headers, a
+  // handler that threw): (status, code, message) -> JSON. Empty = {"error": {"message": ...,
+  // "type": ..., "code": ...}}, OpenAI's shape; the API layer passes its own.
+  std::function<std::string(int, std::string_view, std::string_view)> error_body;
 };
+
+// The default error_body: OpenAI's shape with `message` JSON-escaped.
+std::string default_error_body(int status, std::string_view code, std::string_view message);
 
 class HttpServer {
  public:
@@ -86,4 +94,4 @@ class HttpServer {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace arbor::server
+}  // namespace arbor::http

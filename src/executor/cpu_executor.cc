@@ -1,12 +1,12 @@
-#include "engine/cpu_executor.h"
+#include "executor/cpu_executor.h"
 
 #include <algorithm>
 #include <utility>
 
-namespace arbor::engine {
+namespace arbor::executor {
 
 Result<std::unique_ptr<CpuModelExecutor>> CpuModelExecutor::load(const std::string& path,
-                                                                 const EngineOptions& options) {
+                                                                 const CpuExecutorOptions& options) {
   model::RunnerOptions ro;
   ro.block_size = options.block_size;
   ro.num_blocks = options.num_kv_blocks;
@@ -14,17 +14,14 @@ Result<std::unique_ptr<CpuModelExecutor>> CpuModelExecutor::load(const std::stri
   ro.kv_cache_gib = options.kv_cache_gib;
   ro.kv_dtype = options.kv_dtype;
   ro.num_threads = options.num_threads;
-  ro.reserve_tokens = options.max_num_batched_tokens;
+  ro.reserve_tokens = options.reserve_tokens;
   ARBOR_ASSIGN_OR_RETURN(std::unique_ptr<model::ModelRunner> runner,
                          model::ModelRunner::load(path, ro));
   if (runner->kv_cache().num_blocks() < 2) {
     return invalid_argument("KV cache of ", runner->kv_cache().num_blocks(),
                             " blocks: need at least 2 (the null block and one more)");
   }
-  auto exec = std::make_unique<CpuModelExecutor>(std::move(runner));
-  const Status st = exec->check_max_model_len(options.max_model_len);
-  if (!st.ok()) return st;
-  return exec;
+  return std::make_unique<CpuModelExecutor>(std::move(runner));
 }
 
 Status CpuModelExecutor::check_max_model_len(int64_t max_model_len) const {
@@ -54,14 +51,14 @@ CpuModelExecutor::CpuModelExecutor(std::unique_ptr<model::ModelRunner> runner)
 int64_t CpuModelExecutor::num_kv_blocks() const { return runner_->kv_cache().num_blocks(); }
 int32_t CpuModelExecutor::block_size() const { return runner_->kv_cache().block_size(); }
 
-Result<sched::StepResult> CpuModelExecutor::execute(const sched::SchedulerOutput& output) {
+Result<step::StepResult> CpuModelExecutor::execute(const step::SchedulerOutput& output) {
   for (const kv::BlockCopy& c : output.block_copies) {
     runner_->kv_cache().copy_block(c.src_block, c.dst_block);
   }
   builder_.clear();
   std::vector<int32_t> rows(output.requests.size(), -1);
   for (size_t i = 0; i < output.requests.size(); ++i) {
-    const sched::ScheduledRequest& s = output.requests[i];
+    const step::ScheduledRequest& s = output.requests[i];
     model::SequenceInput in;
     in.block_table = s.block_ids;
     in.num_committed = static_cast<int32_t>(s.num_computed_tokens);
@@ -70,7 +67,7 @@ Result<sched::StepResult> CpuModelExecutor::execute(const sched::SchedulerOutput
     const int32_t row = builder_.add(in);
     if (s.sample) rows[i] = row;
   }
-  sched::StepResult result;
+  step::StepResult result;
   if (output.requests.empty()) return result;
   const int32_t vocab = vocab_size();
   logits_.resize(static_cast<size_t>(builder_.num_logits()) * vocab);
@@ -79,11 +76,11 @@ Result<sched::StepResult> CpuModelExecutor::execute(const sched::SchedulerOutput
   if (!st.ok()) return st;
   for (size_t i = 0; i < output.requests.size(); ++i) {
     if (rows[i] < 0) continue;
-    const sched::ScheduledRequest& s = output.requests[i];
+    const step::ScheduledRequest& s = output.requests[i];
     std::span<const float> row(logits_.data() + static_cast<size_t>(rows[i]) * vocab, vocab);
     sampling::SampleResult r =
         sampler_.sample(row, *s.sampling, {s.prompt_token_ids, s.output_token_ids}, *s.rng);
-    sched::SampledToken t;
+    step::SampledToken t;
     t.request_id = s.request_id;
     t.token_id = r.token_id;
     t.logprob = r.logprob;
@@ -93,4 +90,4 @@ Result<sched::StepResult> CpuModelExecutor::execute(const sched::SchedulerOutput
   return result;
 }
 
-}  // namespace arbor::engine
+}  // namespace arbor::executor

@@ -1,5 +1,5 @@
 // Beast/Asio implementation of HttpServer (the only file that includes them).
-#include "server/http_server.h"
+#include "http/http_server.h"
 
 #include <array>
 #include <boost/asio.hpp>
@@ -11,13 +11,12 @@
 #include <optional>
 
 #include "base/log.h"
-#include "server/api_errors.h"
 
-namespace arbor::server {
+namespace arbor::http {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
-namespace http = beast::http;
+namespace bhttp = beast::http;
 using tcp = asio::ip::tcp;
 
 namespace {
@@ -28,7 +27,7 @@ constexpr size_t kHeaderLimit = 16u << 10;
 constexpr size_t kLingerBytes = 64u << 20;
 
 std::string status_line(int status) {
-  const auto reason = http::obsolete_reason(static_cast<http::status>(status));
+  const auto reason = bhttp::obsolete_reason(static_cast<bhttp::status>(status));
   return str_cat("HTTP/1.1 ", status, " ", std::string_view(reason.data(), reason.size()),
                  "\r\n");
 }
@@ -41,6 +40,25 @@ std::string chunk(std::string_view data) {
 
 }  // namespace
 
+std::string default_error_body(int status, std::string_view code, std::string_view message) {
+  std::string escaped;
+  for (const char c : message) {
+    if (c == '"' || c == '\\') {
+      escaped += '\\';
+      escaped += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      escaped += buf;
+    } else {
+      escaped += c;
+    }
+  }
+  const char* type = status >= 500 ? "internal_error" : "invalid_request_error";
+  return str_cat("{\"error\": {\"message\": \"", escaped, "\", \"type\": \"", type,
+                 "\", \"param\": null, \"code\": \"", code, "\"}}");
+}
+
 struct HttpServer::Impl {
   HttpServerOptions options;
   HttpHandler handler;
@@ -52,6 +70,10 @@ struct HttpServer::Impl {
 
   void accept();
   void wait_signal();
+  std::string error_body(int status, std::string_view code, std::string_view message) const {
+    return options.error_body ? options.error_body(status, code, message)
+                              : default_error_body(status, code, message);
+  }
 };
 
 namespace {
@@ -112,7 +134,7 @@ class Session : public HttpExchange, public std::enable_shared_from_this<Session
     parser_.emplace();
     parser_->body_limit(server_.options.body_limit);
     parser_->header_limit(kHeaderLimit);
-    http::async_read(socket_, buffer_, *parser_,
+    bhttp::async_read(socket_, buffer_, *parser_,
                      [self = shared_from_this()](beast::error_code ec, size_t) {
                        self->on_read(ec);
                      });
@@ -120,14 +142,16 @@ class Session : public HttpExchange, public std::enable_shared_from_this<Session
 
   void on_read(beast::error_code ec) {
     if (closed_) return;
-    if (ec == http::error::body_limit) {
-      reject(413, error_body(body_too_large(server_.options.body_limit), ApiFlavor::kOpenAi));
+    if (ec == bhttp::error::body_limit) {
+      reject(413, server_.error_body(413, "body_too_large",
+                                     str_cat("request body exceeds the limit of ",
+                                             server_.options.body_limit, " bytes")));
       return;
     }
-    if (ec == http::error::header_limit || ec == http::error::bad_target ||
-        ec == http::error::bad_method || ec == http::error::bad_version) {
-      ApiError e = malformed_body(str_cat("malformed HTTP request: ", ec.message()));
-      reject(400, error_body(e, ApiFlavor::kOpenAi));
+    if (ec == bhttp::error::header_limit || ec == bhttp::error::bad_target ||
+        ec == bhttp::error::bad_method || ec == bhttp::error::bad_version) {
+      reject(400, server_.error_body(400, "malformed_request",
+                                     str_cat("malformed HTTP request: ", ec.message())));
       return;
     }
     if (ec) {
@@ -147,8 +171,7 @@ class Session : public HttpExchange, public std::enable_shared_from_this<Session
     } catch (const std::exception& e) {
       ARBOR_LOG(kError) << "handler threw: " << e.what();
       respond({500, "application/json",
-               error_body(error_from_status(internal_error("handler failed: ", e.what())),
-                          ApiFlavor::kOpenAi)});
+               server_.error_body(500, "internal_error", str_cat("handler failed: ", e.what()))});
     }
   }
 
@@ -307,7 +330,7 @@ class Session : public HttpExchange, public std::enable_shared_from_this<Session
   asio::steady_timer keepalive_timer_;
   asio::steady_timer idle_timer_;
   beast::flat_buffer buffer_;
-  std::optional<http::request_parser<http::string_body>> parser_;
+  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   std::deque<std::string> out_;
   std::function<void()> on_disconnect_;
   bool writing_ = false;
@@ -390,4 +413,4 @@ void HttpServer::stop_accepting() {
 
 void HttpServer::on_signal(std::function<void(int)> fn) { impl_->on_signal = std::move(fn); }
 
-}  // namespace arbor::server
+}  // namespace arbor::http

@@ -1,4 +1,4 @@
-#include "server/jinja.h"
+#include "chat/jinja.h"
 
 #include <climits>
 #include <cmath>
@@ -6,10 +6,10 @@
 #include <new>
 #include <unordered_map>
 
-#include "server/jinja_ast.h"
-#include "server/jinja_builtins.h"
+#include "chat/jinja_ast.h"
+#include "chat/jinja_builtins.h"
 
-namespace arbor::server::jinja {
+namespace arbor::chat::jinja {
 
 struct Program {
   Body body;
@@ -530,4 +530,4 @@ Result<std::string> Template::render(const Value& globals, const RenderLimits& l
   }
 }
 
-}  // namespace arbor::server::jinja
+}  // namespace arbor::chat::jinja

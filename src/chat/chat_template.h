@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "base/status.h"
-#include "server/jinja.h"
+#include "chat/jinja.h"
 
-namespace arbor::server {
+namespace arbor::chat {
 
 struct ChatMessage {
   std::string role;                 // "system", "user", "assistant", "tool", ...
@@ -112,4 +112,4 @@ struct TokenizerChatConfig {
 // bos_token / eos_token (a string or an {"content": ...} object) from a tokenizer_config.json.
 Result<TokenizerChatConfig> read_tokenizer_chat_config(const nlohmann::json& config);
 
-}  // namespace arbor::server
+}  // namespace arbor::chat

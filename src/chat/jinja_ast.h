@@ -13,9 +13,9 @@
 #include <utility>
 #include <vector>
 
-#include "server/jinja_value.h"
+#include "chat/jinja_value.h"
 
-namespace arbor::server::jinja {
+namespace arbor::chat::jinja {
 
 struct SourcePos {
   int line = 1;
@@ -147,4 +147,4 @@ inline constexpr int kMaxNestingDepth = 128;
 inline constexpr int kMaxExprDepth = 256;
 Body parse_tokens(const std::vector<Token>& tokens);
 
-}  // namespace arbor::server::jinja
+}  // namespace arbor::chat::jinja

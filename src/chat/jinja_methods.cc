@@ -2,9 +2,9 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "server/jinja_builtins.h"
+#include "chat/jinja_builtins.h"
 
-namespace arbor::server::jinja {
+namespace arbor::chat::jinja {
 namespace {
 
 constexpr std::string_view kPyWhitespace = " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f";
@@ -346,4 +346,4 @@ int64_t length_of(const Value& v, SourcePos pos) {
   }
 }
 
-}  // namespace arbor::server::jinja
+}  // namespace arbor::chat::jinja

@@ -11,9 +11,9 @@
 #include <cstdint>
 #include <span>
 
-#include "engine/model_executor.h"
+#include "step/model_executor.h"
 
-namespace arbor::engine {
+namespace arbor::executor {
 
 struct FakeExecutorOptions {
   int32_t vocab_size = 512;
@@ -30,13 +30,14 @@ struct FakeExecutorOptions {
 // The token the fake produces after `tokens` for a greedy request.
 int32_t fake_greedy_token(std::span<const int32_t> tokens, const FakeExecutorOptions& options);
 
-class FakeExecutor : public ModelExecutor {
+class FakeExecutor : public step::ModelExecutor {
  public:
   explicit FakeExecutor(const FakeExecutorOptions& options) : options_(options) {}
 
-  Result<sched::StepResult> execute(const sched::SchedulerOutput& output) override;
+  Result<step::StepResult> execute(const step::SchedulerOutput& output) override;
   int32_t vocab_size() const override { return options_.vocab_size; }
   int64_t max_model_len() const override;
+  Status check_max_model_len(int64_t max_model_len) const override;
   int64_t num_kv_blocks() const override { return options_.num_kv_blocks; }
   int32_t block_size() const override { return options_.block_size; }
   int64_t num_steps() const { return num_steps_; }
@@ -46,4 +47,4 @@ class FakeExecutor : public ModelExecutor {
   int64_t num_steps_ = 0;
 };
 
-}  // namespace arbor::engine
+}  // namespace arbor::executor

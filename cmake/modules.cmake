@@ -1,0 +1,54 @@
+# The module table: every library under src/ and the modules it may use. It is the one place
+# this is decided: CMakeLists.txt links each arbor_<module> against exactly these, and the
+# include check (cmake/check_includes.cmake, run by `make test`) fails when a source file of a
+# module includes a header of a module outside the transitive closure of its list. The list is
+# in dependency order: a module names only modules before it.
+set(ARBOR_MODULES
+  base gguf tokenizer convert kv kernels model sampling step sched executor engine http chat
+  server loadgen)
+
+set(ARBOR_DEPS_base "")
+set(ARBOR_DEPS_gguf base)
+set(ARBOR_DEPS_tokenizer base gguf)
+set(ARBOR_DEPS_convert base gguf tokenizer)
+set(ARBOR_DEPS_kv base)
+set(ARBOR_DEPS_kernels base gguf)
+set(ARBOR_DEPS_model base gguf kernels)
+set(ARBOR_DEPS_sampling base)
+# The step protocol's values and the executor interface: what crosses the executor boundary.
+set(ARBOR_DEPS_step base sampling kv)
+# Pure scheduling logic: never tensors or kernels.
+set(ARBOR_DEPS_sched base kv sampling step)
+# Executors run the model behind the step protocol; the engine never sees them.
+set(ARBOR_DEPS_executor base gguf kernels model sampling step)
+set(ARBOR_DEPS_engine base kv sampling step sched tokenizer)
+set(ARBOR_DEPS_http base)
+set(ARBOR_DEPS_chat base)
+set(ARBOR_DEPS_server base tokenizer sampling step sched engine http chat)
+set(ARBOR_DEPS_loadgen base http)
+
+# ARBOR_CLOSURE_<module>: the module itself and every module it may use, transitively.
+foreach(m IN LISTS ARBOR_MODULES)
+  set(closure ${m})
+  foreach(d IN LISTS ARBOR_DEPS_${m})
+    list(APPEND closure ${ARBOR_CLOSURE_${d}})
+  endforeach()
+  list(REMOVE_DUPLICATES closure)
+  set(ARBOR_CLOSURE_${m} ${closure})
+endforeach()
+
+# arbor_module(<name> SOURCES ... [PRIVATE_LIBS ...] [PUBLIC_LIBS ...]): the library of src/<name>,
+# linked PUBLIC against the modules of its table entry.
+function(arbor_module name)
+  cmake_parse_arguments(M "" "" "SOURCES;PRIVATE_LIBS;PUBLIC_LIBS" ${ARGN})
+  add_library(arbor_${name} STATIC ${M_SOURCES})
+  foreach(d IN LISTS ARBOR_DEPS_${name})
+    target_link_libraries(arbor_${name} PUBLIC arbor_${d})
+  endforeach()
+  if(M_PUBLIC_LIBS)
+    target_link_libraries(arbor_${name} PUBLIC ${M_PUBLIC_LIBS})
+  endif()
+  if(M_PRIVATE_LIBS)
+    target_link_libraries(arbor_${name} PRIVATE ${M_PRIVATE_LIBS})
+  endif()
+endfunction()

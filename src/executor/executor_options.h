@@ -1,0 +1,22 @@
+// CpuExecutorOptions: how the CPU executor sizes its KV pool and runs its forwards. cli/
+// engine_flags.h maps them to command-line flags (`arbor serve`, `arbor bench throughput`).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/attention.h"
+
+namespace arbor::executor {
+
+struct CpuExecutorOptions {
+  int32_t block_size = 16;                // --block-size: tokens per KV block
+  double kv_cache_gib = 1.0;              // --kv-cache-gib: KV memory budget
+  int64_t num_kv_blocks = 0;              // --num-kv-blocks: > 0 overrides kv_cache_gib
+  kernels::KvDtype kv_dtype = kernels::KvDtype::kF16;  // --kv-dtype
+  int num_threads = 0;                    // -t: forward threads; 0 = hardware concurrency
+  // Activation scratch sized up front for this many tokens per step (the engine's
+  // max_num_batched_tokens); grows on demand anyway.
+  int32_t reserve_tokens = 2048;
+};
+
+}  // namespace arbor::executor
