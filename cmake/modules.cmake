@@ -16,7 +16,7 @@ set(ARBOR_DEPS_kernels base gguf)
 set(ARBOR_DEPS_model base gguf kernels)
 set(ARBOR_DEPS_sampling base)
 # The step protocol's values and the executor interface: what crosses the executor boundary.
-set(ARBOR_DEPS_step base sampling kv)
+set(ARBOR_DEPS_step base sampling)
 # Pure scheduling logic: never tensors or kernels.
 set(ARBOR_DEPS_sched base kv sampling step)
 # Executors run the model behind the step protocol; the engine never sees them.

@@ -1,5 +1,6 @@
 // EngineCore's thread-safe surface: streams, submit, abort, construction and shutdown. The
 // engine thread's loop is in engine_loop.cc.
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -59,7 +60,8 @@ void RequestStream::push(StreamEvent event) {
 
 namespace {
 
-sched::SchedulerOptions scheduler_options(const EngineOptions& o, int64_t max_model_len) {
+sched::SchedulerOptions scheduler_options(const EngineOptions& o, int64_t max_model_len,
+                                          int32_t vocab_size) {
   sched::SchedulerOptions s;
   s.max_model_len = max_model_len;
   s.max_num_seqs = o.max_num_seqs;
@@ -67,6 +69,8 @@ sched::SchedulerOptions scheduler_options(const EngineOptions& o, int64_t max_mo
   s.long_prefill_token_threshold = o.long_prefill_token_threshold;
   s.max_waiting_requests = o.max_waiting_requests;
   s.policy = o.policy;
+  s.max_spec_tokens = o.max_spec_tokens;
+  s.vocab_size = vocab_size;
   return s;
 }
 
@@ -95,7 +99,9 @@ EngineCore::EngineCore(std::unique_ptr<step::ModelExecutor> executor, const Engi
   kv_ = std::make_unique<kv::KvCacheManager>(ko);
   num_free_blocks_ = kv_->num_free_blocks();
   scheduler_ = std::make_unique<sched::Scheduler>(
-      scheduler_options(config_.options, max_model_len_), *kv_);
+      scheduler_options(config_.options, max_model_len_, vocab_size_), *kv_);
+  outputs_ = std::make_unique<OutputProcessor>(
+      config_.tokenizer, metrics_, [this](const std::string& name) { release_name(name); });
   thread_ = std::thread([this] { run(); });
 }
 
@@ -121,6 +127,7 @@ Result<std::shared_ptr<RequestStream>> EngineCore::submit(GenerateRequest reques
   spec.priority = request.priority;
   spec.arrival_time = engine_now();
   spec.cache_salt = request.cache_salt;
+  spec.speculation = request.speculation;
   if (!request.stop.empty() && config_.tokenizer == nullptr) {
     return invalid_argument("stop strings need a tokenizer; the engine has none");
   }
@@ -129,31 +136,35 @@ Result<std::shared_ptr<RequestStream>> EngineCore::submit(GenerateRequest reques
     return invalid_argument("prompt has ", num_prompt_tokens, " tokens, max_model_len is ",
                             max_model_len_, " (at least one token must be generated)");
   }
-  auto group = std::make_unique<Group>();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    spec.request_id = next_id_;
-    const Status valid = sched::validate_request_spec(spec, vocab_size_);
-    if (!valid.ok()) return valid;
-    ++next_id_;
-    if (request.request_id.empty()) request.request_id = str_cat("req-", spec.request_id);
-    if (live_names_.contains(request.request_id)) {
-      return invalid_argument("request id '", request.request_id, "' is already in use");
-    }
-    live_names_.insert(request.request_id);
-    ++num_live_;
-    idle_published_ = false;
-    group->id = spec.request_id;
-    group->name = request.request_id;
-    group->stream = std::make_shared<RequestStream>(request.request_id);
-    group->arrival_time = spec.arrival_time;
-    group->num_prompt_tokens = static_cast<int64_t>(spec.prompt_token_ids.size());
-    group->request = std::move(request);
-    std::shared_ptr<RequestStream> stream = group->stream;
-    inbox_.adds.emplace_back(std::move(group), sched::make_request(std::move(spec)));
-    cv_.notify_all();
-    return stream;
+  std::lock_guard<std::mutex> lock(mu_);
+  spec.request_id = next_id_;
+  const Status valid = sched::validate_request_spec(spec, vocab_size_);
+  if (!valid.ok()) return valid;
+  ++next_id_;
+  if (request.request_id.empty()) request.request_id = str_cat("req-", spec.request_id);
+  if (live_names_.contains(request.request_id)) {
+    return invalid_argument("request id '", request.request_id, "' is already in use");
   }
+  live_names_.insert(request.request_id);
+  ++num_live_;
+  idle_published_ = false;
+  OutputGroupSpec group;
+  group.id = spec.request_id;
+  group.name = request.request_id;
+  group.stream = std::make_shared<RequestStream>(request.request_id);
+  group.n = request.n;
+  group.best_of = request.best_of == 0 ? request.n : request.best_of;
+  group.logprobs = request.sampling.logprobs.has_value();
+  group.stop = std::move(request.stop);
+  group.num_prompt_tokens = num_prompt_tokens;
+  const size_t tail = std::min(spec.prompt_token_ids.size(), SampleText::kPrimeTokens);
+  group.prompt_tail.assign(spec.prompt_token_ids.end() - static_cast<std::ptrdiff_t>(tail),
+                           spec.prompt_token_ids.end());
+  group.arrival_time = spec.arrival_time;
+  std::shared_ptr<RequestStream> stream = group.stream;
+  inbox_.adds.emplace_back(std::move(group), sched::make_request(std::move(spec)));
+  cv_.notify_all();
+  return stream;
 }
 
 void EngineCore::abort(const std::string& request_id) {

@@ -27,6 +27,8 @@
 #include "base/status.h"
 #include "engine/engine_options.h"
 #include "engine/metrics.h"
+#include "engine/output_processor.h"
+#include "engine/request_stream.h"
 #include "step/model_executor.h"
 #include "kv/kv_cache_manager.h"
 #include "sampling/sampling_params.h"
@@ -34,6 +36,8 @@
 #include "tokenizer/tokenizer.h"
 
 namespace arbor::engine {
+
+
 
 struct GenerateRequest {
   std::string request_id;                // unique among live requests; "" = "req-<n>"
@@ -50,58 +54,7 @@ struct GenerateRequest {
                                          // highest cumulative logprob, sent when all finish
   int32_t priority = 0;                  // lower first, with SchedulingPolicy::kPriority
   std::string cache_salt;
-};
-
-struct TokenLogprobs {
-  int32_t token_id = 0;
-  float logprob = 0.0f;
-  std::vector<sampling::TokenLogprob> top;
-};
-
-struct Usage {
-  int64_t prompt_tokens = 0;
-  int64_t completion_tokens = 0;  // over all best_of samples
-  int64_t cached_tokens = 0;      // prompt tokens served by the prefix cache
-};
-
-struct StreamEvent {
-  int32_t index = 0;                     // sample index in [0, n)
-  std::vector<int32_t> token_ids;        // new tokens (EOS / stop ids included)
-  std::string text;                      // new text, valid UTF-8
-  std::vector<TokenLogprobs> logprobs;   // parallel to token_ids when sampling.logprobs is set
-  double cumulative_logprob = 0.0;       // of the sample so far (when logprobs are computed)
-  std::optional<sched::FinishReason> finish_reason;  // the sample ended with this event
-  bool final = false;                    // the request's last event: usage set, nothing follows
-  Usage usage;
-  Status error;                          // non-ok on a final event: the request failed
-};
-
-// The output channel of one request. The engine thread pushes; one consumer thread pops.
-class RequestStream {
- public:
-  explicit RequestStream(std::string request_id) : request_id_(std::move(request_id)) {}
-  const std::string& request_id() const { return request_id_; }
-  // Blocks for the next event; nullopt after the final event has been returned.
-  std::optional<StreamEvent> next();
-  // Never blocks: the next queued event, or nullopt when none is queued (or after the final
-  // event has been returned). For consumers that wait with set_notify() instead of next().
-  std::optional<StreamEvent> try_next();
-  // Registers `notify`, run after every push() (on the pushing thread, outside the lock, so it
-  // must be cheap and must not call back into the engine: post to an event loop and drain with
-  // try_next() there). If events are already queued it also runs once at once, on the caller's
-  // thread, so no event is missed. Any thread; replaces an earlier callback.
-  void set_notify(std::function<void()> notify);
-  // Engine side. Pushing after the final event is a CHECK failure.
-  void push(StreamEvent event);
-
- private:
-  std::string request_id_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<StreamEvent> queue_;
-  std::function<void()> notify_;
-  bool final_pushed_ = false;
-  bool final_popped_ = false;
+  sched::SpecRequest speculation{};      // per-request speculative decoding (mode, k)
 };
 
 struct EngineCoreConfig {
@@ -149,26 +102,19 @@ class EngineCore {
   void wait_idle();
 
  private:
-  struct Sample;
-  struct Group;
   struct Inbox {
-    std::vector<std::pair<std::unique_ptr<Group>, sched::Request>> adds;
+    std::vector<std::pair<OutputGroupSpec, sched::Request>> adds;
     std::vector<std::string> aborts;
     bool stop = false;
   };
 
   void run();
   Inbox wait_for_work();
-  void handle_add(std::unique_ptr<Group> group, sched::Request request);
+  void handle_add(OutputGroupSpec group, sched::Request request);
   void handle_abort(const std::string& request_id);
   void step();
-  void process_output(const sched::RequestOutput& o, double now);
-  void add_token(Group& g, int32_t index, const sched::SampledToken& t, double now,
-                 StreamEvent& ev, bool& stopped);
-  void finish_sample(Group& g, int32_t index, sched::FinishReason reason, StreamEvent ev,
-                     bool stopped_by_string);
+  void fail_all(const Status& error);
   void release_name(const std::string& name);
-  void finish_group(sched::RequestId id, Status error);
   void publish_metrics();
 
   std::unique_ptr<step::ModelExecutor> executor_;
@@ -180,9 +126,8 @@ class EngineCore {
   std::unique_ptr<sched::Scheduler> scheduler_;
 
   // Engine thread only.
-  std::unordered_map<sched::RequestId, std::unique_ptr<Group>> groups_;
-  std::unordered_map<std::string, sched::RequestId> ids_by_name_;
   EngineMetricsSnapshot metrics_;
+  std::unique_ptr<OutputProcessor> outputs_;
 
   // Shared with other threads.
   std::mutex mu_;

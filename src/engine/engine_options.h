@@ -20,6 +20,9 @@ struct EngineOptions {
   int64_t max_model_len = 0;
   bool enable_prefix_caching = true;
   sched::SchedulingPolicy policy = sched::SchedulingPolicy::kFcfs;
+  // --spec-k: drafts verified per request per step, at most; 0 = no speculation. The executor
+  // must have a proposer when > 0.
+  int32_t max_spec_tokens = 0;
 };
 
 }  // namespace arbor::engine

@@ -60,6 +60,9 @@ struct EngineMetricsSnapshot {
   double prefix_cache_hit_rate = 0.0;  // hit tokens / queried tokens
   int64_t num_prefix_cache_query_tokens = 0;  // prompt tokens looked up in the prefix cache
   int64_t num_prefix_cache_hit_tokens = 0;    // ... of which served from cached blocks
+  // Speculative decoding.
+  int64_t num_draft_tokens = 0;            // drafts verified
+  int64_t num_accepted_draft_tokens = 0;   // ... of which accepted
 };
 
 // The published snapshot. publish() from the engine thread, read() from any thread.

@@ -51,41 +51,83 @@ CpuModelExecutor::CpuModelExecutor(std::unique_ptr<model::ModelRunner> runner)
 int64_t CpuModelExecutor::num_kv_blocks() const { return runner_->kv_cache().num_blocks(); }
 int32_t CpuModelExecutor::block_size() const { return runner_->kv_cache().block_size(); }
 
-Result<step::StepResult> CpuModelExecutor::execute(const step::SchedulerOutput& output) {
-  for (const kv::BlockCopy& c : output.block_copies) {
-    runner_->kv_cache().copy_block(c.src_block, c.dst_block);
-  }
+// Appends every scheduled request to the batch; rows[i] = the first logits row of request i
+// (-1 when it does not sample).
+Status CpuModelExecutor::build_batch(const step::SchedulerOutput& output,
+                                     std::vector<int32_t>& rows) {
   builder_.clear();
-  std::vector<int32_t> rows(output.requests.size(), -1);
+  rows.assign(output.requests.size(), -1);
   for (size_t i = 0; i < output.requests.size(); ++i) {
     const step::ScheduledRequest& s = output.requests[i];
+    const RequestState& st = states_.at(s.request_id);
+    const int32_t k = s.num_draft_tokens();
+    const int32_t num_committed_run = s.num_scheduled_tokens - k;
+    if (k > 0 && num_committed_run != 1) {
+      return internal_error("request ", s.request_id, " verifies ", k, " drafts after ",
+                            num_committed_run, " committed tokens; drafts follow a decode token");
+    }
+    tokens_.assign(st.token_ids.begin() + s.num_computed_tokens,
+                   st.token_ids.begin() + s.num_computed_tokens + num_committed_run);
+    tokens_.insert(tokens_.end(), s.draft_token_ids.begin(), s.draft_token_ids.end());
     model::SequenceInput in;
     in.block_table = s.block_ids;
     in.num_committed = static_cast<int32_t>(s.num_computed_tokens);
-    in.tokens = s.token_ids.subspan(s.num_computed_tokens, s.num_scheduled_tokens);
-    in.logits = s.sample ? model::LogitsMode::kLast : model::LogitsMode::kNone;
+    in.tokens = tokens_;
+    in.logits = !s.sample ? model::LogitsMode::kNone
+                : k > 0   ? model::LogitsMode::kAll
+                          : model::LogitsMode::kLast;
     const int32_t row = builder_.add(in);
     if (s.sample) rows[i] = row;
   }
+  return ok_status();
+}
+
+// Sample-and-compare (docs/sampling.md, "Rejection sampling"): row i is sampled exactly as a plain
+// step at that position would be (same params, penalties over the tokens before it, the same
+// draw site Rng::at(seed, position, kSample)); the run continues while the sample equals draft
+// i. The output is therefore token for token what the request produces without speculation,
+// and, for one-hot drafts, exactly rejection sampling's distribution.
+step::RequestResult CpuModelExecutor::verify_drafts(const step::ScheduledRequest& s,
+                                                    const RequestState& st,
+                                                    const float* logits) {
+  const int32_t vocab = vocab_size();
+  const int32_t k = s.num_draft_tokens();
+  step::RequestResult r;
+  r.request_id = s.request_id;
+  r.num_draft_tokens = k;
+  history_.assign(st.output_ids().begin(), st.output_ids().end());
+  for (int32_t i = 0; i <= k; ++i) {
+    std::span<const float> row(logits + static_cast<size_t>(i) * vocab, vocab);
+    const int64_t position = static_cast<int64_t>(st.token_ids.size()) + i;
+    sampling::Rng rng = sampling::Rng::at(st.seed, position, sampling::RngStream::kSample);
+    sampling::SampleResult sr = sampler_.sample(row, st.sampling, {st.prompt_ids(), history_}, rng);
+    r.tokens.push_back(step::SampledToken{.token_id = sr.token_id,
+                                          .logprob = sr.logprob,
+                                          .top_logprobs = std::move(sr.top_logprobs)});
+    if (i == k || sr.token_id != s.draft_token_ids[i]) break;
+    ++r.num_accepted;
+    history_.push_back(sr.token_id);
+  }
+  return r;
+}
+
+Result<step::StepResult> CpuModelExecutor::execute(const step::SchedulerOutput& output) {
+  ARBOR_RETURN_IF_ERROR(states_.apply(output));
+  for (const step::BlockCopy& c : output.block_copies) {
+    runner_->kv_cache().copy_block(c.src_block, c.dst_block);
+  }
   step::StepResult result;
   if (output.requests.empty()) return result;
+  std::vector<int32_t> rows;
+  ARBOR_RETURN_IF_ERROR(build_batch(output, rows));
   const int32_t vocab = vocab_size();
   logits_.resize(static_cast<size_t>(builder_.num_logits()) * vocab);
-  // Not ARBOR_RETURN_IF_ERROR: it binds a reference to the temporary Status (see report).
-  const Status st = runner_->forward(builder_.batch(), logits_.data());
-  if (!st.ok()) return st;
+  ARBOR_RETURN_IF_ERROR(runner_->forward(builder_.batch(), logits_.data()));
   for (size_t i = 0; i < output.requests.size(); ++i) {
     if (rows[i] < 0) continue;
     const step::ScheduledRequest& s = output.requests[i];
-    std::span<const float> row(logits_.data() + static_cast<size_t>(rows[i]) * vocab, vocab);
-    sampling::SampleResult r =
-        sampler_.sample(row, *s.sampling, {s.prompt_token_ids, s.output_token_ids}, *s.rng);
-    step::SampledToken t;
-    t.request_id = s.request_id;
-    t.token_id = r.token_id;
-    t.logprob = r.logprob;
-    t.top_logprobs = std::move(r.top_logprobs);
-    result.sampled.push_back(std::move(t));
+    result.requests.push_back(verify_drafts(s, states_.at(s.request_id),
+                                            logits_.data() + static_cast<size_t>(rows[i]) * vocab));
   }
   return result;
 }

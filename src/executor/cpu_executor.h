@@ -1,9 +1,10 @@
 // CpuModelExecutor: the in-process executor over model::ModelRunner.
 //
 // Builds one ForwardBatch per step from the SchedulerOutput (BatchBuilder: per request its block
-// table, num_computed_tokens as committed tokens, the scheduled tokens, logits of the last row
-// only when it samples), runs the forward on the runner's thread pool and samples each row with
-// the request's params and Rng. Thread-safety: engine thread only.
+// table, num_computed_tokens as committed tokens, the scheduled committed tokens and drafts,
+// logits of the last 1 + k rows when it samples), runs the forward on the runner's thread pool
+// and samples or verifies each sampling request (verify_drafts). Thread-safety: engine thread
+// only.
 #pragma once
 
 #include <memory>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "executor/executor_options.h"
+#include "executor/request_states.h"
 #include "step/model_executor.h"
 #include "model/batch_builder.h"
 #include "model/runner.h"
@@ -36,10 +38,17 @@ class CpuModelExecutor : public step::ModelExecutor {
   Status check_max_model_len(int64_t max_model_len) const override;
 
  private:
+  Status build_batch(const step::SchedulerOutput& output, std::vector<int32_t>& rows);
+  step::RequestResult verify_drafts(const step::ScheduledRequest& s, const RequestState& st,
+                                    const float* logits);
+
   std::unique_ptr<model::ModelRunner> runner_;
+  RequestStates states_;
   model::BatchBuilder builder_;
   sampling::Sampler sampler_;
   std::vector<float> logits_;  // [num_logits, vocab_size]
+  std::vector<int32_t> tokens_;   // scratch: one request's tokens run this step
+  std::vector<int32_t> history_;  // scratch: outputs + drafts before a verified row
 };
 
 }  // namespace arbor::executor

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <thread>
 
+#include "sampling/rng.h"
+
 namespace arbor::executor {
 
 namespace {
@@ -16,6 +18,11 @@ uint64_t mix(uint64_t z) {
 int32_t to_token(uint64_t h, const FakeExecutorOptions& o) {
   const auto span = static_cast<uint64_t>(o.vocab_size - o.min_token_id);
   return o.min_token_id + static_cast<int32_t>(h % span);
+}
+
+step::SampledToken fake_sampled(int32_t token) {
+  return step::SampledToken{.token_id = token,
+                            .logprob = -static_cast<float>((token % 13) + 1) / 10.0f};
 }
 }  // namespace
 
@@ -35,23 +42,52 @@ Status FakeExecutor::check_max_model_len(int64_t max_model_len) const {
   return ok_status();
 }
 
+// The token a plain step produces after `tokens` (the request's committed tokens, possibly
+// extended by drafts).
+int32_t FakeExecutor::next_token(const RequestState& st, std::span<const int32_t> tokens) const {
+  const int32_t greedy = fake_greedy_token(tokens, options_);
+  if (st.sampling.greedy()) return greedy;
+  const auto position = static_cast<int64_t>(tokens.size());
+  const uint64_t draw =
+      sampling::Rng::at(st.seed, position, sampling::RngStream::kSample).next_u64();
+  return to_token(mix(draw ^ static_cast<uint64_t>(greedy)), options_);
+}
+
+step::RequestResult FakeExecutor::run(const step::ScheduledRequest& s, RequestState& st) const {
+  step::RequestResult r;
+  r.request_id = s.request_id;
+  r.num_draft_tokens = s.num_draft_tokens();
+  std::vector<int32_t> tokens = st.token_ids;
+  for (int32_t i = 0; i <= s.num_draft_tokens(); ++i) {
+    const int32_t t = next_token(st, tokens);
+    r.tokens.push_back(fake_sampled(t));
+    if (i == s.num_draft_tokens() || t != s.draft_token_ids[i]) break;
+    ++r.num_accepted;
+    tokens.push_back(t);
+  }
+  if (options_.draft_correct_prefix >= 0) {
+    tokens.push_back(r.tokens.back().token_id);
+    for (int32_t i = 0; i < s.max_next_draft_tokens; ++i) {
+      int32_t t = fake_greedy_token(tokens, options_);
+      tokens.push_back(t);
+      if (i >= options_.draft_correct_prefix) {
+        t = to_token(static_cast<uint64_t>(t - options_.min_token_id + 1), options_);
+      }
+      r.next_draft_token_ids.push_back(t);
+    }
+  }
+  return r;
+}
+
 Result<step::StepResult> FakeExecutor::execute(const step::SchedulerOutput& output) {
   ++num_steps_;
+  ARBOR_RETURN_IF_ERROR(states_.apply(output));
   if (options_.step_delay_us > 0) {
     std::this_thread::sleep_for(std::chrono::microseconds(options_.step_delay_us));
   }
   step::StepResult result;
   for (const step::ScheduledRequest& s : output.requests) {
-    if (!s.sample) continue;
-    const auto upto = s.token_ids.first(s.num_computed_tokens + s.num_scheduled_tokens);
-    int32_t token = fake_greedy_token(upto, options_);
-    const uint64_t draw = s.rng->next_u64();  // one draw per sample, as the real Sampler does
-    if (!s.sampling->greedy()) token = to_token(mix(draw ^ static_cast<uint64_t>(token)), options_);
-    step::SampledToken t;
-    t.request_id = s.request_id;
-    t.token_id = token;
-    t.logprob = -static_cast<float>((token % 13) + 1) / 10.0f;
-    result.sampled.push_back(std::move(t));
+    if (s.sample) result.requests.push_back(run(s, states_.at(s.request_id)));
   }
   return result;
 }

@@ -1,16 +1,23 @@
 // FakeExecutor: a deterministic stand-in for the model, for engine tests without weights.
 //
-// The "logits" of a request depend only on its tokens: greedy requests get
-// next = hash(last token, num_tokens) % vocab_size; sampling ones mix in one draw of the
-// request's Rng, so seeded requests are reproducible and unseeded ones vary. The logprob of a
-// sampled token is -((token % 13) + 1) / 10. Tokens are in [min_token_id, vocab_size), so
-// BOS/EOS (low ids) never appear unless a test lowers min_token_id. No KV is touched.
-// Thread-safety: engine thread only.
+// The "model" depends only on a request's tokens: the greedy next token after `tokens` is
+// fake_greedy_token(tokens) = hash(last token, num_tokens) % vocab; a sampling request mixes in
+// the draw of Rng::at(seed, position, kSample), so seeded requests are reproducible and unseeded
+// ones vary. The logprob of a token is -((token % 13) + 1) / 10. Tokens are in
+// [min_token_id, vocab_size), so BOS/EOS (low ids) never appear unless a test lowers
+// min_token_id. No KV is touched.
+//
+// Speculation: drafts are verified by sample-and-compare (the executor's rule for one-hot
+// drafts: token i is what a plain step at that position would produce; continue while it equals
+// draft i), so output never depends on the drafts. With draft_correct_prefix >= 0 the fake
+// proposes, after each sampling step, the greedy continuation with every token from index
+// draft_correct_prefix on replaced by a wrong one. Thread-safety: engine thread only.
 #pragma once
 
 #include <cstdint>
 #include <span>
 
+#include "executor/request_states.h"
 #include "step/model_executor.h"
 
 namespace arbor::executor {
@@ -25,6 +32,8 @@ struct FakeExecutorOptions {
   int32_t min_token_id = 3;
   // Sleep per step, to make timing metrics non-zero.
   int32_t step_delay_us = 0;
+  // < 0: propose no drafts; else the first draft_correct_prefix drafts are right, the rest wrong.
+  int32_t draft_correct_prefix = -1;
 };
 
 // The token the fake produces after `tokens` for a greedy request.
@@ -41,9 +50,14 @@ class FakeExecutor : public step::ModelExecutor {
   int64_t num_kv_blocks() const override { return options_.num_kv_blocks; }
   int32_t block_size() const override { return options_.block_size; }
   int64_t num_steps() const { return num_steps_; }
+  int64_t num_known_requests() const { return static_cast<int64_t>(states_.size()); }
 
  private:
+  int32_t next_token(const RequestState& st, std::span<const int32_t> tokens) const;
+  step::RequestResult run(const step::ScheduledRequest& s, RequestState& st) const;
+
   FakeExecutorOptions options_;
+  RequestStates states_;
   int64_t num_steps_ = 0;
 };
 

@@ -22,6 +22,15 @@ Rng::Rng(uint64_t seed) {
   for (uint64_t& s : s_) s = splitmix64(x);
 }
 
+Rng Rng::at(uint64_t seed, int64_t position, RngStream stream) {
+  uint64_t x = seed;
+  uint64_t h = splitmix64(x);
+  x = h ^ static_cast<uint64_t>(position);
+  h = splitmix64(x);
+  x = h ^ static_cast<uint64_t>(stream);
+  return Rng(splitmix64(x));
+}
+
 uint64_t Rng::random_seed() {
   std::random_device rd;
   return (static_cast<uint64_t>(rd()) << 32) ^ rd();

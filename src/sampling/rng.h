@@ -13,9 +13,16 @@
 
 namespace arbor::sampling {
 
+// The draw sites of one produced token (see Rng::at).
+enum class RngStream : uint32_t { kSample = 0, kAccept = 1, kRecover = 2, kDraft = 3 };
+
 class Rng {
  public:
   explicit Rng(uint64_t seed);
+  // The generator of one draw site: a pure function of (seed, position, stream), so a result
+  // never depends on how many draws earlier steps made. position: the index, in prompt +
+  // generated tokens, of the token being produced.
+  static Rng at(uint64_t seed, int64_t position, RngStream stream);
 
   // A seed from the OS entropy source, for requests without one.
   static uint64_t random_seed();

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "sampling/rng.h"
+
 namespace arbor::sched {
 
 RequestId child_request_id(RequestId parent_id, int32_t index) {
@@ -37,6 +39,33 @@ std::string_view request_status_name(RequestStatus status) {
   return "?";
 }
 
+std::string_view stop_kind_name(StopKind kind) {
+  switch (kind) {
+    case StopKind::kEos: return "eos";
+    case StopKind::kStopToken: return "stop_token";
+    case StopKind::kStopString: return "stop_string";
+    case StopKind::kMaxTokens: return "max_tokens";
+    case StopKind::kMaxModelLen: return "max_model_len";
+    case StopKind::kAbort: return "abort";
+  }
+  return "?";
+}
+
+FinishReason StopReason::finish_reason() const {
+  switch (kind) {
+    case StopKind::kEos:
+    case StopKind::kStopToken:
+    case StopKind::kStopString:
+      return FinishReason::kStop;
+    case StopKind::kMaxTokens:
+    case StopKind::kMaxModelLen:
+      return FinishReason::kLength;
+    case StopKind::kAbort:
+      return FinishReason::kAbort;
+  }
+  return FinishReason::kAbort;
+}
+
 std::string_view finish_reason_name(FinishReason reason) {
   switch (reason) {
     case FinishReason::kStop: return "stop";
@@ -48,23 +77,20 @@ std::string_view finish_reason_name(FinishReason reason) {
 
 int64_t Request::target_tokens() const {
   if (is_fork_parent()) return num_prompt_tokens() - 1;
-  return num_tokens() + static_cast<int64_t>(spec_token_ids.size());
+  return num_tokens();
 }
 
 kv::KvRequest Request::kv_view() const {
   const int64_t committed = is_fork_parent() ? num_prompt_tokens() - 1 : num_tokens();
   return kv::KvRequest{
       .request_id = request_id,
-      .token_ids = std::span<const int32_t>(all_token_ids.data(), static_cast<size_t>(committed)),
+      .token_ids = std::span<const int32_t>(token_ids.data(), static_cast<size_t>(committed)),
       .num_computed_tokens = num_computed_tokens,
       .cache_salt = cache_salt,
   };
 }
 
-void Request::append_output(int32_t token_id) {
-  output_token_ids.push_back(token_id);
-  all_token_ids.push_back(token_id);
-}
+void Request::append_output(int32_t token_id) { token_ids.push_back(token_id); }
 
 Status validate_request_spec(const RequestSpec& spec, int32_t vocab_size) {
   if (spec.request_id >= kMaxUserRequestId) {
@@ -85,6 +111,14 @@ Status validate_request_spec(const RequestSpec& spec, int32_t vocab_size) {
   if (best_of < spec.n || best_of > 1024) {
     return invalid_argument("best_of is ", best_of, ", must be in [n = ", spec.n, ", 1024]");
   }
+  if (spec.speculation.k < 0 || spec.speculation.k > kMaxSpecTokens) {
+    return invalid_argument("speculation.k is ", spec.speculation.k, ", must be in [0, ",
+                            kMaxSpecTokens, "]");
+  }
+  if (spec.speculation.mode == SpecMode::kFixed && spec.speculation.k < 1) {
+    return invalid_argument("speculation.k is ", spec.speculation.k,
+                            ", must be >= 1 with mode \"fixed\"");
+  }
   return spec.sampling.validate(vocab_size);
 }
 
@@ -99,10 +133,9 @@ uint64_t derive_sample_seed(uint64_t seed, int32_t index) {
 Request make_request(RequestSpec spec) {
   Request r;
   r.request_id = spec.request_id;
-  r.prompt_token_ids = std::move(spec.prompt_token_ids);
-  r.all_token_ids = r.prompt_token_ids;
+  r.token_ids = std::move(spec.prompt_token_ids);
+  r.num_prompt = static_cast<int64_t>(r.token_ids.size());
   r.seed = spec.sampling.seed ? *spec.sampling.seed : sampling::Rng::random_seed();
-  r.rng = sampling::Rng(r.seed);
   r.sampling = std::move(spec.sampling);
   r.stop = std::move(spec.stop);
   r.n = spec.n;
@@ -110,6 +143,7 @@ Request make_request(RequestSpec spec) {
   r.priority = spec.priority;
   r.arrival_time = spec.arrival_time;
   r.cache_salt = std::move(spec.cache_salt);
+  r.speculation = spec.speculation;
   return r;
 }
 

@@ -8,7 +8,11 @@
 // n > 1 / best_of: the submitted request is the *parent*. It computes all prompt tokens but the
 // last, then the scheduler forks it into best_of *children* (KvCacheManager::fork: shared prompt
 // blocks, copy-on-write tail). Each child computes the last prompt token itself and samples with
-// its own Rng derived from (seed, sample index). Child ids are child_request_id(parent, index).
+// its own seed derived from (seed, sample index). Child ids are child_request_id(parent, index).
+//
+// Speculative decoding: spec_token_ids holds the drafts the executor proposed after the last
+// step. The scheduler runs [last committed token + the first k of them] (k chosen per step by
+// the SpecPolicy); the executor verifies them and returns the accepted ones plus one token.
 //
 // Threading: owned by the Scheduler, engine thread only.
 #pragma once
@@ -22,7 +26,6 @@
 
 #include "base/status.h"
 #include "kv/kv_cache_manager.h"
-#include "sampling/rng.h"
 #include "sampling/sampling_params.h"
 
 namespace arbor::sched {
@@ -49,12 +52,45 @@ std::string_view request_status_name(RequestStatus status);
 enum class FinishReason : uint8_t { kStop, kLength, kAbort };
 std::string_view finish_reason_name(FinishReason reason);  // "stop", "length", "abort"
 
+// Why a sample ended, decided once where it is detected: the scheduler for token ids and
+// lengths, the engine's OutputProcessor for stop strings, EngineCore for aborts. Everything
+// downstream (OpenAI's finish_reason, TGI's, the CLI's message) is derived from it.
+enum class StopKind : uint8_t {
+  kEos,          // an end-of-generation id (token_id)
+  kStopToken,    // one of the request's stop_token_ids (token_id)
+  kStopString,   // one of the request's stop strings matched the text (stop_string)
+  kMaxTokens,    // max_tokens generated
+  kMaxModelLen,  // prompt + generated reached max_model_len
+  kAbort,        // the client went away or the engine shut down
+};
+std::string_view stop_kind_name(StopKind kind);  // "eos", "stop_token", "stop_string", ...
+
+struct StopReason {
+  StopKind kind = StopKind::kEos;
+  int32_t token_id = -1;      // kEos, kStopToken: the token
+  std::string stop_string;    // kStopString: the string that matched
+  FinishReason finish_reason() const;  // kStop, kLength or kAbort
+  bool operator==(const StopReason&) const = default;
+};
+
 // Stop conditions that need no text (the engine's OutputProcessor handles stop strings).
 struct StopConditions {
   int32_t max_tokens = 16;             // generated tokens, >= 1
   bool ignore_eos = false;             // true: EOS ids do not stop
-  std::vector<int32_t> eos_token_ids;  // end-of-generation ids (tokenizer eog_ids())
+  std::vector<int32_t> eos_token_ids;  // end-of-generation ids (engine/stop_rules.h)
   std::vector<int32_t> stop_token_ids; // always stop (even with ignore_eos)
+};
+
+// Per-request speculative decoding (the API's `speculation` object).
+enum class SpecMode : uint8_t {
+  kAuto,   // the SpecPolicy chooses k each step (0 when it does not pay)
+  kOff,    // never speculate
+  kFixed,  // always verify min(k, drafts available, what fits) drafts
+};
+inline constexpr int32_t kMaxSpecTokens = 16;  // drafts verified per request per step, at most
+struct SpecRequest {
+  SpecMode mode = SpecMode::kAuto;
+  int32_t k = 0;  // kFixed: drafts per step, >= 1; kAuto: cap (0 = the engine's --spec-k)
 };
 
 // Everything add_request() needs; validated there.
@@ -68,6 +104,14 @@ struct RequestSpec {
   int32_t priority = 0;                // lower runs first and may preempt higher (priority policy)
   double arrival_time = 0.0;           // seconds, any monotonic clock; orders FCFS ties
   std::string cache_salt;              // requests share cached blocks only with equal salts
+  SpecRequest speculation{};
+};
+
+// Speculation counters of one request (reported in the response's usage).
+struct SpecStats {
+  int64_t num_draft_tokens = 0;     // drafts verified
+  int64_t num_accepted_tokens = 0;  // ... of which accepted
+  int64_t num_verify_steps = 0;     // steps that verified at least one draft
 };
 
 struct Request {
@@ -75,36 +119,47 @@ struct Request {
   RequestId parent_id = 0;             // 0 for a user request; the parent for a fork child
   int32_t sample_index = 0;            // this child's index among the parent's best_of
   RequestStatus status = RequestStatus::kWaiting;
-  std::vector<int32_t> prompt_token_ids;  // [num_prompt_tokens]
-  std::vector<int32_t> output_token_ids;  // [num_output_tokens] committed samples
-  // Tokens proposed by a drafter for the next step (speculative decoding, a later issue): they
-  // are scheduled after the committed tokens and allocated as lookahead slots; on rejection the
-  // KV manager truncate()s. Always empty today.
+  std::vector<int32_t> token_ids;      // [num_tokens] committed: prompt, then generated tokens
+  int64_t num_prompt = 0;              // leading prompt tokens of token_ids
+  // Drafts the executor proposed after the last step, for the next one. Never committed: they
+  // are run after the committed tokens in slots allocated for them, and rejected ones are
+  // simply overwritten later (num_computed_tokens only counts committed tokens).
   std::vector<int32_t> spec_token_ids;
-  std::vector<int32_t> all_token_ids;  // prompt + outputs (the KV manager's view)
   int64_t num_computed_tokens = 0;
   int64_t num_cached_tokens = 0;       // prefix-cache hit of the first admission
   sampling::SamplingParams sampling{};
   uint64_t seed = 0;                   // sampling.seed or a random one; children derive theirs
-  sampling::Rng rng{0};
   StopConditions stop{};
   int32_t n = 1;
   int32_t best_of = 1;
   int32_t priority = 0;
   double arrival_time = 0.0;
   std::string cache_salt;
+  SpecRequest speculation{};
+  SpecStats spec_stats{};
+  double acceptance_estimate = -1.0;   // the SpecPolicy's per-request estimate; < 0: none yet
   int64_t admit_seq = 0;               // order of (re)admission; FCFS victims are the latest
   int32_t num_preemptions = 0;
-  std::optional<FinishReason> finish_reason;
+  // The executor holds this request's state (NewRequestData sent since the last admission) and
+  // has been sent token_ids[0, num_tokens_sent).
+  bool known_to_executor = false;
+  int64_t num_tokens_sent = 0;
+  std::optional<StopReason> stop_reason;
 
-  int64_t num_tokens() const { return static_cast<int64_t>(all_token_ids.size()); }
-  int64_t num_prompt_tokens() const { return static_cast<int64_t>(prompt_token_ids.size()); }
-  int64_t num_output_tokens() const { return static_cast<int64_t>(output_token_ids.size()); }
+  int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
+  int64_t num_prompt_tokens() const { return num_prompt; }
+  int64_t num_output_tokens() const { return num_tokens() - num_prompt; }
+  std::span<const int32_t> prompt_token_ids() const {
+    return std::span<const int32_t>(token_ids).first(static_cast<size_t>(num_prompt));
+  }
+  std::span<const int32_t> output_token_ids() const {
+    return std::span<const int32_t>(token_ids).subspan(static_cast<size_t>(num_prompt));
+  }
   // A parent that will fork: it computes the prompt but its last token, then forks.
   bool is_fork_parent() const { return best_of > 1 && parent_id == 0; }
-  // The token count this request computes up to before it samples (or forks).
+  // The committed token count this request computes up to before it samples (or forks).
   int64_t target_tokens() const;
-  // The view passed to the KV manager: token ids up to target_tokens().
+  // The view passed to the KV manager: the committed token ids up to target_tokens().
   kv::KvRequest kv_view() const;
   void append_output(int32_t token_id);
 };
@@ -113,10 +168,10 @@ struct Request {
 // sampling params). The message names the field and the numbers.
 Status validate_request_spec(const RequestSpec& spec, int32_t vocab_size);
 
-// A Request built from a validated spec: Rng from the seed (or a fresh random one).
+// A Request built from a validated spec: the seed is sampling.seed or a fresh random one.
 Request make_request(RequestSpec spec);
 
-// The Rng seed of sample `index` of a request seeded with `seed` (splitmix64 of both).
+// The seed of sample `index` of a request seeded with `seed` (splitmix64 of both).
 uint64_t derive_sample_seed(uint64_t seed, int32_t index);
 
 }  // namespace arbor::sched

@@ -31,14 +31,14 @@ std::unique_ptr<Request> make_child(const Request& parent, int32_t index) {
   c->request_id = child_request_id(parent.request_id, index);
   c->parent_id = parent.request_id;
   c->sample_index = index;
-  c->prompt_token_ids = parent.prompt_token_ids;
-  c->all_token_ids = parent.all_token_ids;
+  c->token_ids = parent.token_ids;
+  c->num_prompt = parent.num_prompt;
   c->sampling = parent.sampling;
   // best_of > n ranks samples by cumulative logprob, so every sample needs its logprob.
   if (parent.best_of > parent.n && !c->sampling.logprobs) c->sampling.logprobs = 0;
   c->seed = derive_sample_seed(parent.seed, index);
-  c->rng = sampling::Rng(c->seed);
   c->stop = parent.stop;
+  c->speculation = parent.speculation;
   c->priority = parent.priority;
   c->arrival_time = parent.arrival_time;
   c->cache_salt = parent.cache_salt;
@@ -54,7 +54,8 @@ Scheduler::Scheduler(const SchedulerOptions& options, kv::KvCacheManager& kv)
   ARBOR_CHECK_GE(options_.max_num_batched_tokens, 1);
   ARBOR_CHECK_GE(options_.long_prefill_token_threshold, 0);
   ARBOR_CHECK_GE(options_.max_waiting_requests, 1);
-  ARBOR_CHECK_GE(options_.num_lookahead_tokens, 0);
+  ARBOR_CHECK(options_.max_spec_tokens >= 0 && options_.max_spec_tokens <= kMaxSpecTokens)
+      << "max_spec_tokens is " << options_.max_spec_tokens;
   ARBOR_CHECK_GE(options_.max_model_len, 0);
 }
 
@@ -80,7 +81,8 @@ Status Scheduler::check_admission(const Request& request) const {
                             " (at least one token must be generated)");
   }
   const int64_t len = max_sequence_len(request);
-  const int64_t blocks = blocks_needed(len + options_.num_lookahead_tokens);
+  // Drafts never need slots past `len` (max_drafts() keeps k within what can be emitted).
+  const int64_t blocks = blocks_needed(len);
   if (blocks > kv_.block_pool().num_usable_blocks()) {
     return invalid_argument("prompt (", request.num_prompt_tokens(), " tokens) + max_tokens (",
                             request.stop.max_tokens, ") needs up to ", len, " tokens (", blocks,
@@ -152,26 +154,29 @@ void Scheduler::insert_running(Request* req) {
 void Scheduler::preempt(Request& req) {
   kv_.free(req.request_id);
   req.num_computed_tokens = 0;
+  req.spec_token_ids.clear();
+  req.known_to_executor = false;
+  req.num_tokens_sent = 0;
   req.status = RequestStatus::kPreempted;
   ++req.num_preemptions;
   ++num_preemptions_;
   enqueue_waiting(&req, /*front=*/true);
 }
 
-void Scheduler::finish(Request& req, FinishReason reason) {
-  switch (reason) {
+void Scheduler::finish(Request& req, const StopReason& reason) {
+  switch (reason.finish_reason()) {
     case FinishReason::kStop: req.status = RequestStatus::kFinishedStopped; break;
     case FinishReason::kLength: req.status = RequestStatus::kFinishedLength; break;
     case FinishReason::kAbort: req.status = RequestStatus::kFinishedAborted; break;
   }
-  req.finish_reason = reason;
+  req.stop_reason = reason;
   kv_.free(req.request_id);
   std::erase(running_, &req);
   std::erase(waiting_, &req);
-  finished_since_schedule_.push_back(req.request_id);
+  if (req.known_to_executor) finished_since_schedule_.push_back(req.request_id);
 }
 
-std::vector<RequestId> Scheduler::finish_request(RequestId request_id, FinishReason reason) {
+std::vector<RequestId> Scheduler::finish_request(RequestId request_id, const StopReason& reason) {
   std::vector<RequestId> ids;
   for (auto& [id, req] : requests_) {
     if ((id == request_id || req->parent_id == request_id) && !is_finished(req->status)) {
@@ -202,9 +207,13 @@ void Scheduler::fork_parent(Request& parent) {
     c->num_computed_tokens = shared;
     c->status = RequestStatus::kRunning;
     insert_running(c);
-    if (fr->copy_on_write) pending_copies_.push_back(*fr->copy_on_write);
+    if (fr->copy_on_write) {
+      const kv::BlockCopy& cow = *fr->copy_on_write;
+      pending_copies_.push_back(step::BlockCopy{cow.src_block, cow.dst_block, cow.num_tokens});
+    }
   }
   kv_.free(parent.request_id);
+  if (parent.known_to_executor) finished_since_schedule_.push_back(parent.request_id);
   std::erase(running_, &parent);
   parent.status = RequestStatus::kForked;
 }

@@ -2,8 +2,8 @@
 //
 // Step protocol (docs/scheduler.md):
 //   SchedulerOutput out = scheduler.schedule();
-//   StepResult res = executor.execute(out);          // copies blocks, runs the model, samples
-//   std::vector<RequestOutput> outs = scheduler.update_from_output(out, res);
+//   StepResult res = executor.execute(out);   // copies blocks, runs the model, samples/verifies
+//   Result<std::vector<RequestOutput>> outs = scheduler.update_from_output(out, res);
 //
 // schedule() spends a per-step token budget (max_num_batched_tokens) on running requests first
 // (in list order: decode tokens and the next chunk of unfinished prompts), then on waiting ones
@@ -27,12 +27,19 @@
 // tokens or more is rejected by add_request(); a request finishes with kLength when it reaches
 // max_model_len tokens, so K/V is written for at most max_model_len - 1 positions.
 //
-// Threading: engine thread only; no locks. The spans in a SchedulerOutput point into the
-// scheduler's requests and the KV manager's tables and stay valid until update_from_output().
+// Speculative decoding: a decoding request with drafts (Request::spec_token_ids, proposed by the
+// executor after the previous step) runs [last token + k drafts] with k = max_drafts(): at most
+// its drafts, max_spec_tokens, the request's own cap, and what max_tokens / max_model_len leave
+// (a step never verifies more drafts than could be emitted). The drafts take budget tokens and
+// KV slots (allocated as lookahead: they are not committed, never cached, and rejected ones are
+// overwritten by later steps).
+//
+// Threading: engine thread only; no locks. A SchedulerOutput is a value.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -60,10 +67,15 @@ struct SchedulerOptions {
   // stops with kLength at max_model_len tokens even if max_tokens allows more.
   int64_t max_model_len = 0;
   SchedulingPolicy policy = SchedulingPolicy::kFcfs;
-  int32_t num_lookahead_tokens = 0;        // speculative slots per running request (later)
+  // Drafts verified per request per step, at most (the engine's --spec-k); 0 = no speculation.
+  // Requests may ask for fewer (SpecRequest::k) or none; SpecPolicy chooses within that.
+  int32_t max_spec_tokens = 0;
+  // Token ids in a StepResult must be below this (the engine sets the executor's vocabulary).
+  int32_t vocab_size = std::numeric_limits<int32_t>::max();
 };
 
-using step::RequestId;
+using step::NewRequestData;
+using step::RequestResult;
 using step::SampledToken;
 using step::ScheduledRequest;
 using step::SchedulerOutput;
@@ -74,8 +86,10 @@ struct RequestOutput {
   RequestId request_id = 0;
   RequestId parent_id = 0;        // the user request a fork child belongs to; 0 otherwise
   int32_t sample_index = 0;
-  std::vector<SampledToken> new_tokens;  // 0 or 1 today; more with speculation
-  std::optional<FinishReason> finish_reason;
+  std::vector<SampledToken> new_tokens;  // committed this step, up to and including a stop
+  std::optional<StopReason> stop_reason;  // the sample ended (set once, here or by finish_request)
+  int32_t num_draft_tokens = 0;           // drafts verified this step
+  int32_t num_accepted_tokens = 0;        // ... of which accepted (and emitted, unless stopped)
   int64_t num_prompt_tokens = 0;
   int64_t num_cached_tokens = 0;  // prefix-cache hit at first admission
   bool first_scheduled = false;   // its first tokens ran this step (queue time ends)
@@ -102,15 +116,17 @@ class Scheduler {
   Status add_request(Request request);
 
   SchedulerOutput schedule();
-  // Appends sampled tokens, checks max_tokens / max_model_len / EOS / stop ids, caches full
-  // blocks, forks parents whose prompt is computed, frees finished requests (forgotten after
-  // this call).
-  std::vector<RequestOutput> update_from_output(const SchedulerOutput& output,
-                                                const StepResult& result);
+  // Checks `result` against `output` (step::validate_step_result: a malformed result is an error
+  // and changes nothing); then appends each request's tokens in order, stopping at the first
+  // that ends it (EOS, a stop id, max_tokens, max_model_len: nothing after it is committed),
+  // stores the next drafts, caches full blocks, forks parents whose prompt is computed, and
+  // frees finished requests (forgotten after this call).
+  Result<std::vector<RequestOutput>> update_from_output(const SchedulerOutput& output,
+                                                        const StepResult& result);
 
   // Finishes a request from outside (abort, or a stop string seen by the engine) and its fork
   // children; frees their blocks. Returns the ids finished; empty for an unknown id.
-  std::vector<RequestId> finish_request(RequestId request_id, FinishReason reason);
+  std::vector<RequestId> finish_request(RequestId request_id, const StopReason& reason);
 
   bool has_unfinished_requests() const { return !requests_.empty(); }
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
@@ -124,7 +140,8 @@ class Scheduler {
   Status check_admission(const Request& request) const;
   void schedule_running(SchedulerOutput& out, Budget& budget);
   void schedule_waiting(SchedulerOutput& out, Budget& budget);
-  bool try_allocate_running(Request& req, int64_t num_new, std::vector<RequestId>& preempted);
+  bool try_allocate_running(Request& req, int64_t num_new, int32_t num_drafts,
+                            std::vector<RequestId>& preempted);
   bool preempt_for_waiting(const Request& req, const kv::ComputedBlocks& hit, int64_t num_new,
                            SchedulerOutput& out, Budget& budget);
   std::optional<size_t> num_victims_needed(const Request& req, const kv::ComputedBlocks& hit,
@@ -134,10 +151,13 @@ class Scheduler {
   void enqueue_waiting(Request* req, bool front);
   void insert_running(Request* req);
   int64_t chunk_size(const Request& req, int64_t num_new, int64_t budget) const;
-  ScheduledRequest make_scheduled(Request& req, int64_t num_new, bool is_new) const;
+  void schedule(Request& req, int64_t num_new, int32_t num_drafts, bool is_new,
+                SchedulerOutput& out);
+  int32_t max_drafts(const Request& req, int64_t extra_tokens) const;
   void fork_parent(Request& parent);
-  std::optional<FinishReason> check_stop(const Request& req, int32_t token_id) const;
-  void finish(Request& req, FinishReason reason);
+  std::optional<StopReason> check_stop(const Request& req, int32_t token_id) const;
+  void commit(Request& req, const ScheduledRequest& s, const RequestResult* r, RequestOutput& o);
+  void finish(Request& req, const StopReason& reason);
   int64_t blocks_needed(int64_t num_tokens) const;
   int64_t max_sequence_len(const Request& req) const;
 
@@ -147,7 +167,7 @@ class Scheduler {
   // Sorted: FCFS by (admit_seq, id); kPriority by (priority, arrival_time, id).
   std::vector<Request*> running_;
   std::deque<Request*> waiting_;    // FCFS order, or (priority, arrival) with kPriority
-  std::vector<kv::BlockCopy> pending_copies_;
+  std::vector<step::BlockCopy> pending_copies_;
   std::vector<RequestId> finished_since_schedule_;
   int64_t next_admit_seq_ = 0;
   int64_t num_preemptions_ = 0;

@@ -18,29 +18,61 @@ int64_t Scheduler::chunk_size(const Request& req, int64_t num_new, int64_t budge
   return std::min({num_new, cap, budget});
 }
 
-ScheduledRequest Scheduler::make_scheduled(Request& req, int64_t num_new, bool is_new) const {
+// The most drafts `req` may verify (or be asked to propose) when `extra_tokens` more committed
+// tokens precede them: within max_spec_tokens and the request's own cap, and leaving room for
+// the token sampled after them under max_tokens and max_model_len.
+int32_t Scheduler::max_drafts(const Request& req, int64_t extra_tokens) const {
+  if (options_.max_spec_tokens == 0 || req.speculation.mode == SpecMode::kOff ||
+      req.is_fork_parent()) {
+    return 0;
+  }
+  int64_t k = options_.max_spec_tokens;
+  if (req.speculation.k > 0) k = std::min<int64_t>(k, req.speculation.k);
+  k = std::min(k, req.stop.max_tokens - req.num_output_tokens() - extra_tokens - 1);
+  if (options_.max_model_len > 0) {
+    k = std::min(k, options_.max_model_len - req.num_tokens() - extra_tokens - 1);
+  }
+  return static_cast<int32_t>(std::max<int64_t>(k, 0));
+}
+
+// Adds `req` to the step: num_new committed tokens and the first num_drafts of its drafts (the
+// KV slots are allocated already). Sends the executor what it does not know of the request.
+void Scheduler::schedule(Request& req, int64_t num_new, int32_t num_drafts, bool is_new,
+                         SchedulerOutput& out) {
+  if (!req.known_to_executor) {
+    out.new_requests.push_back(NewRequestData{
+        .request_id = req.request_id,
+        .token_ids = req.token_ids,
+        .num_prompt_tokens = static_cast<int32_t>(req.num_prompt),
+        .sampling = req.sampling,
+        .seed = req.seed,
+    });
+    req.known_to_executor = true;
+    req.num_tokens_sent = req.num_tokens();
+  }
   ScheduledRequest s;
   s.request_id = req.request_id;
-  s.num_scheduled_tokens = static_cast<int32_t>(num_new);
   s.num_computed_tokens = req.num_computed_tokens;
+  s.num_scheduled_tokens = static_cast<int32_t>(num_new) + num_drafts;
+  s.new_token_ids.assign(req.token_ids.begin() + req.num_tokens_sent, req.token_ids.end());
+  req.num_tokens_sent = req.num_tokens();
+  s.draft_token_ids.assign(req.spec_token_ids.begin(), req.spec_token_ids.begin() + num_drafts);
+  const std::span<const kv::BlockId> table = kv_.block_ids(req.request_id);
+  s.block_ids.assign(table.begin(), table.end());
+  s.sample = !req.is_fork_parent() && req.num_computed_tokens + num_new == req.num_tokens();
+  // After this step at least one more token is committed.
+  s.max_next_draft_tokens = s.sample ? max_drafts(req, 1) : 0;
   s.is_prompt_chunk = req.num_computed_tokens < req.num_prompt_tokens();
   s.is_new = is_new;
-  s.sample = !req.is_fork_parent() && req.num_computed_tokens + num_new == req.num_tokens();
-  s.token_ids = req.all_token_ids;
-  s.prompt_token_ids = req.prompt_token_ids;
-  s.output_token_ids = req.output_token_ids;
-  s.block_ids = kv_.block_ids(req.request_id);
-  s.sampling = &req.sampling;
-  s.rng = &req.rng;
-  return s;
+  out.requests.push_back(std::move(s));
 }
 
 // Returns false (after preempting `req` itself) when even preempting every later request
 // leaves no room for it. Victims are appended to `preempted` in the order they were taken.
-bool Scheduler::try_allocate_running(Request& req, int64_t num_new,
+bool Scheduler::try_allocate_running(Request& req, int64_t num_new, int32_t num_drafts,
                                      std::vector<RequestId>& preempted) {
   while (true) {
-    if (kv_.allocate_slots(req.kv_view(), num_new, {}, options_.num_lookahead_tokens)) {
+    if (kv_.allocate_slots(req.kv_view(), num_new, {}, num_drafts)) {
       return true;
     }
     // running_ is sorted, so the back is the lowest-priority, most recently admitted request.
@@ -62,9 +94,16 @@ void Scheduler::schedule_running(SchedulerOutput& out, Budget& budget) {
       ++i;
       continue;
     }
-    if (!try_allocate_running(req, num_new, out.preempted_ids)) break;
-    out.requests.push_back(make_scheduled(req, num_new, /*is_new=*/false));
-    budget.tokens -= num_new;
+    // Drafts follow the last committed token, only when this step reaches it.
+    int32_t num_drafts = 0;
+    if (req.num_computed_tokens + num_new == req.target_tokens()) {
+      num_drafts = static_cast<int32_t>(std::min<int64_t>(
+          {static_cast<int64_t>(req.spec_token_ids.size()), max_drafts(req, 0),
+           budget.tokens - num_new}));
+    }
+    if (!try_allocate_running(req, num_new, num_drafts, out.preempted_ids)) break;
+    schedule(req, num_new, num_drafts, /*is_new=*/false, out);
+    budget.tokens -= num_new + num_drafts;
     ++i;
   }
 }
@@ -77,7 +116,7 @@ void Scheduler::admit(Request& req, const kv::ComputedBlocks& hit, int64_t num_n
   req.status = RequestStatus::kRunning;
   req.admit_seq = next_admit_seq_++;
   insert_running(&req);
-  out.requests.push_back(make_scheduled(req, num_new, /*is_new=*/true));
+  schedule(req, num_new, /*num_drafts=*/0, /*is_new=*/true, out);
 }
 
 // How many requests from the back of the running list must be preempted so that `req` (waiting,
@@ -90,7 +129,7 @@ std::optional<size_t> Scheduler::num_victims_needed(const Request& req,
                                                     int64_t num_new) const {
   const kv::BlockPool& pool = kv_.block_pool();
   const int32_t seqs = req.is_fork_parent() ? req.best_of : 1;
-  int64_t need = blocks_needed(hit.num_computed_tokens + num_new + options_.num_lookahead_tokens) -
+  int64_t need = blocks_needed(hit.num_computed_tokens + num_new) -
                  static_cast<int64_t>(hit.block_ids.size());
   for (kv::BlockId b : hit.block_ids) need += pool.block(b).ref_cnt == 0;
   int64_t available = kv_.num_free_blocks();
@@ -130,6 +169,10 @@ bool Scheduler::preempt_for_waiting(const Request& req, const kv::ComputedBlocks
       budget.tokens += it->num_scheduled_tokens;
       out.requests.erase(it);
     }
+    // A fork child first sent this step: the executor never needs to hear of it.
+    std::erase_if(out.new_requests, [&](const NewRequestData& d) {
+      return d.request_id == victim->request_id;
+    });
     preempt(*victim);
     ++num_priority_preemptions_;
     out.preempted_ids.push_back(victim->request_id);
@@ -151,14 +194,12 @@ void Scheduler::schedule_waiting(SchedulerOutput& out, Budget& budget) {
         chunk_size(req, req.target_tokens() - hit.num_computed_tokens, budget.tokens);
     const bool fits =
         num_running() + seqs <= options_.max_num_seqs &&
-        kv_.allocate_slots(req.kv_view(), num_new, hit, options_.num_lookahead_tokens).has_value();
+        kv_.allocate_slots(req.kv_view(), num_new, hit).has_value();
     if (!fits) {
       // Head-of-line: nobody behind `req` is admitted before it.
       if (!preempt_for_waiting(req, hit, num_new, out, budget)) break;
       // Preemption frees blocks but caches none, so `hit` is still valid.
-      const bool allocated =
-          kv_.allocate_slots(req.kv_view(), num_new, hit, options_.num_lookahead_tokens)
-              .has_value();
+      const bool allocated = kv_.allocate_slots(req.kv_view(), num_new, hit).has_value();
       ARBOR_CHECK(allocated) << "request " << req.request_id
                              << " does not fit after preempting for it";
     }
@@ -183,34 +224,61 @@ SchedulerOutput Scheduler::schedule() {
   return out;
 }
 
-std::optional<FinishReason> Scheduler::check_stop(const Request& req, int32_t token_id) const {
+std::optional<StopReason> Scheduler::check_stop(const Request& req, int32_t token_id) const {
   const StopConditions& stop = req.stop;
   if (std::find(stop.stop_token_ids.begin(), stop.stop_token_ids.end(), token_id) !=
       stop.stop_token_ids.end()) {
-    return FinishReason::kStop;
+    return StopReason{.kind = StopKind::kStopToken, .token_id = token_id};
   }
   if (!stop.ignore_eos && std::find(stop.eos_token_ids.begin(), stop.eos_token_ids.end(),
                                     token_id) != stop.eos_token_ids.end()) {
-    return FinishReason::kStop;
+    return StopReason{.kind = StopKind::kEos, .token_id = token_id};
   }
-  if (req.num_output_tokens() >= stop.max_tokens) return FinishReason::kLength;
+  if (req.num_output_tokens() >= stop.max_tokens) return StopReason{.kind = StopKind::kMaxTokens};
   if (options_.max_model_len > 0 && req.num_tokens() >= options_.max_model_len) {
-    return FinishReason::kLength;
+    return StopReason{.kind = StopKind::kMaxModelLen};
   }
   return std::nullopt;
 }
 
-std::vector<RequestOutput> Scheduler::update_from_output(const SchedulerOutput& output,
-                                                         const StepResult& result) {
-  std::unordered_map<RequestId, const SampledToken*> sampled;
-  for (const SampledToken& t : result.sampled) sampled.emplace(t.request_id, &t);
+// Applies one request's step: its computed tokens, then (when it sampled) the accepted drafts and
+// the sampled token, stopping at the first token that ends it.
+void Scheduler::commit(Request& req, const ScheduledRequest& s, const RequestResult* r,
+                       RequestOutput& o) {
+  const int32_t k = s.num_draft_tokens();
+  req.num_computed_tokens += s.num_scheduled_tokens - k;
+  req.spec_token_ids.clear();
+  if (r == nullptr) return;
+  // The accepted drafts' K/V was computed in the context of committed tokens: it stays valid.
+  req.num_computed_tokens += r->num_accepted;
+  o.num_draft_tokens = k;
+  o.num_accepted_tokens = r->num_accepted;
+  if (k > 0) {
+    ++req.spec_stats.num_verify_steps;
+    req.spec_stats.num_draft_tokens += k;
+    req.spec_stats.num_accepted_tokens += r->num_accepted;
+  }
+  for (const SampledToken& t : r->tokens) {
+    req.append_output(t.token_id);
+    o.new_tokens.push_back(t);
+    o.stop_reason = check_stop(req, t.token_id);
+    if (o.stop_reason) return;
+  }
+  req.spec_token_ids = r->next_draft_token_ids;
+}
+
+Result<std::vector<RequestOutput>> Scheduler::update_from_output(const SchedulerOutput& output,
+                                                                 const StepResult& result) {
+  const Status valid = step::validate_step_result(output, result, options_.vocab_size);
+  if (!valid.ok()) return valid;
+  std::unordered_map<RequestId, const RequestResult*> results;
+  for (const RequestResult& r : result.requests) results.emplace(r.request_id, &r);
   std::vector<RequestOutput> outs;
   std::vector<RequestId> done;
   for (const ScheduledRequest& s : output.requests) {
     auto it = requests_.find(s.request_id);
     if (it == requests_.end() || it->second->status != RequestStatus::kRunning) continue;
     Request& req = *it->second;
-    req.num_computed_tokens += s.num_scheduled_tokens;
     RequestOutput o;
     o.request_id = req.request_id;
     o.parent_id = req.parent_id;
@@ -218,19 +286,10 @@ std::vector<RequestOutput> Scheduler::update_from_output(const SchedulerOutput& 
     o.num_prompt_tokens = req.num_prompt_tokens();
     o.num_cached_tokens = req.num_cached_tokens;
     o.first_scheduled = s.is_new && req.num_preemptions == 0;
-    std::optional<FinishReason> reason;
-    if (s.sample) {
-      auto t = sampled.find(req.request_id);
-      ARBOR_CHECK(t != sampled.end()) << "executor returned no token for request "
-                                      << req.request_id;
-      req.append_output(t->second->token_id);
-      o.new_tokens.push_back(*t->second);
-      reason = check_stop(req, t->second->token_id);
-    }
+    commit(req, s, s.sample ? results.at(s.request_id) : nullptr, o);
     kv_.cache_full_blocks(req.kv_view());
-    if (reason) {
-      finish(req, *reason);
-      o.finish_reason = reason;
+    if (o.stop_reason) {
+      finish(req, *o.stop_reason);
       done.push_back(req.request_id);
     } else if (req.is_fork_parent() && req.num_computed_tokens == req.target_tokens()) {
       fork_parent(req);

@@ -205,7 +205,7 @@ class OpenAiBuilder : public ResponseBuilder {
     if (!o_.stream) {
       c.text += ev.text;
       c.logprobs.insert(c.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
-      c.finish = ev.finish_reason;
+      c.finish = ev.finish_reason();
       return "";
     }
     std::string out;
@@ -216,11 +216,11 @@ class OpenAiBuilder : public ResponseBuilder {
     std::string text = ev.text;
     if (!o_.chat && !c.started) text = echo_of(ev.index) + text;
     c.started = true;
-    if (text.empty() && ev.token_ids.empty() && !ev.finish_reason) return out;
+    if (text.empty() && ev.token_ids.empty() && !ev.finish_reason()) return out;
     const json lp = o_.logprobs ? logprobs_json(c, ev.logprobs) : json(nullptr);
-    const json reason = ev.finish_reason ? json(finish_reason_string(ev.finish_reason)) : json();
+    const json reason = ev.finish_reason() ? json(finish_reason_string(ev.finish_reason())) : json();
     json delta = o_.chat ? json{{"content", text}} : json(text);
-    if (o_.chat && text.empty() && ev.finish_reason) delta = json::object();
+    if (o_.chat && text.empty() && ev.finish_reason()) delta = json::object();
     return out + sse_data(chunk(ev.index, delta, lp, reason));
   }
 

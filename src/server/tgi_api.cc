@@ -26,20 +26,19 @@ class TgiBuilder : public ResponseBuilder {
                             text);
       text_ += text;
       tokens_.push_back(tok);
-      last_token_ = ev.token_ids[i];
       if (!stream_) continue;
       json e{{"index", tokens_.size() - 1}, {"token", tok}, {"generated_text", nullptr},
              {"details", nullptr}};
-      if (last && ev.finish_reason) {
+      if (last && ev.stop_reason) {
         e["generated_text"] = prefix_ + text_;
-        e["details"] = {{"finish_reason", finish_reason(ev.finish_reason)},
+        e["details"] = {{"finish_reason", finish_reason(ev.stop_reason)},
                         {"generated_tokens", tokens_.size()},
                         {"seed", nullptr}};
       }
       out += sse_data(e);
     }
     if (ev.token_ids.empty()) text_ += ev.text;
-    if (ev.finish_reason) finish_ = ev.finish_reason;
+    if (ev.stop_reason) finish_ = ev.stop_reason;
     return out;
   }
 
@@ -65,16 +64,16 @@ class TgiBuilder : public ResponseBuilder {
     return {{"id", id}, {"text", text}, {"logprob", logprob}, {"special", tok_.is_special(id)}};
   }
 
-  std::string finish_reason(const std::optional<sched::FinishReason>& r) const {
+  // TGI's names for the engine's StopReason.
+  static std::string finish_reason(const std::optional<sched::StopReason>& r) {
     if (!r) return "length";
-    switch (*r) {
-      case sched::FinishReason::kLength:
-        return "length";
-      case sched::FinishReason::kAbort:
-        return "abort";
-      case sched::FinishReason::kStop:
-        return tok_.is_eog(last_token_) || last_token_ == tok_.bos_id() ? "eos_token"
-                                                                         : "stop_sequence";
+    switch (r->kind) {
+      case sched::StopKind::kEos: return "eos_token";
+      case sched::StopKind::kStopToken:
+      case sched::StopKind::kStopString: return "stop_sequence";
+      case sched::StopKind::kMaxTokens:
+      case sched::StopKind::kMaxModelLen: return "length";
+      case sched::StopKind::kAbort: return "abort";
     }
     return "length";
   }
@@ -85,8 +84,7 @@ class TgiBuilder : public ResponseBuilder {
   std::string prefix_;  // return_full_text: the input
   std::string text_;
   json tokens_ = json::array();
-  int32_t last_token_ = -1;
-  std::optional<sched::FinishReason> finish_;
+  std::optional<sched::StopReason> finish_;
 };
 
 std::optional<ApiError> read_tgi_sampling(const json& p, const ModelInfo& m,

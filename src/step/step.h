@@ -1,58 +1,100 @@
-// The step protocol's values: what the scheduler asks of an executor (SchedulerOutput) and
-// what the executor returns (StepResult). See docs/engine.md.
+// The step protocol's values: what the scheduler asks of an executor (SchedulerOutput) and what
+// the executor returns (StepResult). Plain values, no pointers into scheduler state, so that an
+// executor may live on another device or in another process (docs/engine.md, "Step protocol").
+//
+// The executor keeps per-request state between steps (the committed tokens, for penalties and
+// proposers): it learns a request from NewRequestData when the request (re)enters the running
+// set, the tokens committed since through ScheduledRequest::new_token_ids, and forgets it when
+// its id is in finished_ids or preempted_ids.
 #pragma once
 
 #include <cstdint>
-#include <span>
 #include <vector>
 
-#include "kv/kv_cache_manager.h"
-#include "sampling/rng.h"
+#include "base/status.h"
 #include "sampling/sampler.h"
 #include "sampling/sampling_params.h"
 
 namespace arbor::step {
 
 using RequestId = uint64_t;
+using BlockId = int32_t;
 
-// One request's work in a step. The new tokens are
-// token_ids[num_computed_tokens, num_computed_tokens + num_scheduled_tokens).
+// Copy the K/V of the first num_tokens slots of src_block into dst_block (every layer, K and V).
+struct BlockCopy {
+  BlockId src_block = 0;
+  BlockId dst_block = 0;
+  int32_t num_tokens = 0;
+};
+
+// A request the executor has not seen (admitted, resumed after preemption, or a fork child).
+struct NewRequestData {
+  RequestId request_id = 0;
+  std::vector<int32_t> token_ids;   // [num_tokens] committed: prompt + generated so far
+  int32_t num_prompt_tokens = 0;
+  sampling::SamplingParams sampling{};
+  uint64_t seed = 0;                // draws come from Rng::at(seed, position, stream)
+};
+
+// One request's work in a step. With c = num_computed_tokens and k = draft_token_ids.size(), the
+// step runs the committed tokens [c, c + num_scheduled_tokens - k) followed by the k drafts at
+// positions after them, writing K/V for all of them into the slots of block_ids.
 struct ScheduledRequest {
   RequestId request_id = 0;
-  int32_t num_scheduled_tokens = 0;
-  int64_t num_computed_tokens = 0;            // before this step
-  bool is_prompt_chunk = false;               // the new tokens include prompt tokens
-  bool is_new = false;                        // admitted (or resumed) this step
-  bool sample = false;                        // the last new token's logits are sampled
-  std::span<const int32_t> token_ids;         // [num_tokens] prompt + outputs
-  std::span<const int32_t> prompt_token_ids;  // [num_prompt_tokens] (penalties)
-  std::span<const int32_t> output_token_ids;  // [num_output_tokens] (penalties)
-  std::span<const int32_t> block_ids;         // [num_blocks] the whole block table
-  const sampling::SamplingParams* sampling = nullptr;
-  sampling::Rng* rng = nullptr;               // the request's own stream; one draw per sample
+  int64_t num_computed_tokens = 0;     // committed tokens whose K/V are cached before this step
+  int32_t num_scheduled_tokens = 0;    // committed tokens run this step + k
+  std::vector<int32_t> new_token_ids;  // committed since the executor last heard of it
+  std::vector<int32_t> draft_token_ids;  // [k] proposals verified after the last committed token
+  std::vector<BlockId> block_ids;      // [num_blocks] the whole block table
+  // The step reaches the last committed token: the executor samples (or, with drafts, verifies)
+  // and returns a RequestResult. Logits rows: 1 + k when set, none otherwise.
+  bool sample = false;
+  int32_t max_next_draft_tokens = 0;   // propose up to this many drafts for the next step
+  bool is_prompt_chunk = false;        // informational: the step includes prompt tokens
+  bool is_new = false;                 // informational: admitted (or resumed) this step
+
+  int32_t num_draft_tokens() const { return static_cast<int32_t>(draft_token_ids.size()); }
+  int32_t num_logits() const { return sample ? 1 + num_draft_tokens() : 0; }
 };
 
 struct SchedulerOutput {
   int64_t step = 0;
-  std::vector<ScheduledRequest> requests;     // running first, then newly admitted
-  std::vector<kv::BlockCopy> block_copies;    // copy-on-write of forks: do before the forward
-  std::vector<RequestId> preempted_ids;       // preempted this step, in order
-  std::vector<RequestId> finished_ids;        // finished since the previous schedule()
+  std::vector<NewRequestData> new_requests;  // learn these before running `requests`
+  std::vector<ScheduledRequest> requests;    // running first, then newly admitted
+  std::vector<BlockCopy> block_copies;       // copy-on-write of forks: do before the forward
+  std::vector<RequestId> preempted_ids;      // preempted this step: forget them
+  std::vector<RequestId> finished_ids;       // finished since the previous schedule(): forget
   int32_t total_num_scheduled_tokens = 0;
   bool empty() const { return requests.empty(); }
 };
 
 struct SampledToken {
-  RequestId request_id = 0;
   int32_t token_id = 0;
   float logprob = 0.0f;                              // 0 unless logprobs were asked for
   std::vector<sampling::TokenLogprob> top_logprobs;  // [num_top] by decreasing logprob
 };
 
-// What the executor returns: one SampledToken per ScheduledRequest with sample == true, in any
-// order.
-struct StepResult {
-  std::vector<SampledToken> sampled;
+// One sampling request's outcome: the accepted drafts, then one token sampled from the target
+// (recovered after a rejection, or the bonus token when every draft was accepted).
+struct RequestResult {
+  RequestId request_id = 0;
+  std::vector<SampledToken> tokens;  // [num_accepted + 1]
+  int32_t num_draft_tokens = 0;      // drafts verified (the ScheduledRequest's k)
+  int32_t num_accepted = 0;          // leading drafts accepted, <= num_draft_tokens
+  std::vector<int32_t> next_draft_token_ids;  // [<= max_next_draft_tokens] for the next step
 };
+
+// One RequestResult per ScheduledRequest with sample == true, in any order.
+struct StepResult {
+  std::vector<RequestResult> requests;
+};
+
+// ok when `result` answers `output`: exactly one result per sampling request and none for
+// others; num_draft_tokens equal to the request's k; 0 <= num_accepted <= k; tokens.size() ==
+// num_accepted + 1; accepted tokens equal the drafts; token ids in [0, vocab_size); next drafts
+// within max_next_draft_tokens and the vocabulary. Otherwise kInternal naming the request and the
+// broken rule.
+Status validate_step_result(const SchedulerOutput& output, const StepResult& result,
+                            int32_t vocab_size);
 
 }  // namespace arbor::step

@@ -19,6 +19,7 @@ struct Collected {
   std::vector<std::vector<int32_t>> token_ids;  // [n] per sample index
   std::vector<std::string> text;                // [n]
   std::vector<std::optional<sched::FinishReason>> finish;  // [n]
+  std::vector<std::optional<sched::StopReason>> stop;     // [n] why each sample ended
   std::vector<double> cumulative_logprob;       // [n]
   StreamEvent final_event;
   int num_events = 0;
@@ -30,6 +31,7 @@ inline Collected drain(RequestStream& stream, int32_t n = 1) {
   c.token_ids.resize(n);
   c.text.resize(n);
   c.finish.resize(n);
+  c.stop.resize(n);
   c.cumulative_logprob.resize(n);
   while (std::optional<StreamEvent> e = stream.next()) {
     ++c.num_events;
@@ -43,9 +45,10 @@ inline Collected drain(RequestStream& stream, int32_t n = 1) {
     ids.insert(ids.end(), e->token_ids.begin(), e->token_ids.end());
     c.text[e->index] += e->text;
     c.cumulative_logprob[e->index] = e->cumulative_logprob;
-    if (e->finish_reason) {
+    if (e->stop_reason) {
       EXPECT_FALSE(c.finish[e->index].has_value()) << "two finish events for one sample";
-      c.finish[e->index] = e->finish_reason;
+      c.finish[e->index] = e->finish_reason();
+      c.stop[e->index] = e->stop_reason;
     }
   }
   EXPECT_TRUE(c.final_event.final);

@@ -1,7 +1,7 @@
 // SampleText: stop strings matched across token boundaries, never leaked; valid UTF-8 deltas.
 #include <gtest/gtest.h>
 
-#include "engine/output_processor.h"
+#include "engine/sample_text.h"
 #include "engine_test_util.h"
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"

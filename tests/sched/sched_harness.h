@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "kv/kv_cache_manager.h"
 #include "sched/scheduler.h"
 
@@ -18,18 +20,58 @@ inline int32_t fake_next_token(std::span<const int32_t> tokens) {
   return (31 * tokens.back() + static_cast<int32_t>(tokens.size())) % 97 + 3;
 }
 
-inline StepResult fake_execute(const SchedulerOutput& out) {
-  StepResult r;
-  for (const ScheduledRequest& s : out.requests) {
-    if (!s.sample) continue;
-    const auto upto = s.token_ids.first(s.num_computed_tokens + s.num_scheduled_tokens);
-    SampledToken t;
-    t.request_id = s.request_id;
-    t.token_id = fake_next_token(upto);
-    r.sampled.push_back(t);
+// The executor side of the step protocol for the fake model: remembers each request's
+// committed tokens from NewRequestData / new_token_ids, verifies drafts by sample-and-compare
+// (token i is what a plain step would produce; continue while it equals draft i), and proposes
+// next drafts: the true continuation with every token from index `draft_correct` on wrong
+// (draft_correct < 0: no drafts).
+class FakeModel {
+ public:
+  int32_t draft_correct = -1;
+
+  StepResult execute(const SchedulerOutput& out) {
+    for (RequestId id : out.finished_ids) tokens_.erase(id);
+    for (RequestId id : out.preempted_ids) tokens_.erase(id);
+    for (const NewRequestData& d : out.new_requests) {
+      EXPECT_FALSE(tokens_.contains(d.request_id)) << d.request_id;
+      tokens_[d.request_id] = d.token_ids;
+    }
+    StepResult r;
+    for (const ScheduledRequest& s : out.requests) {
+      EXPECT_TRUE(tokens_.contains(s.request_id)) << s.request_id;
+      std::vector<int32_t>& toks = tokens_[s.request_id];
+      toks.insert(toks.end(), s.new_token_ids.begin(), s.new_token_ids.end());
+      if (!s.sample) continue;
+      EXPECT_EQ(s.num_computed_tokens + s.num_scheduled_tokens - s.num_draft_tokens(),
+                static_cast<int64_t>(toks.size()));
+      RequestResult rr;
+      rr.request_id = s.request_id;
+      rr.num_draft_tokens = s.num_draft_tokens();
+      std::vector<int32_t> upto = toks;
+      for (int32_t i = 0; i <= s.num_draft_tokens(); ++i) {
+        const int32_t t = fake_next_token(upto);
+        rr.tokens.push_back(SampledToken{.token_id = t});
+        if (i == s.num_draft_tokens() || t != s.draft_token_ids[i]) break;
+        ++rr.num_accepted;
+        upto.push_back(t);
+      }
+      if (draft_correct >= 0) {
+        upto.push_back(rr.tokens.back().token_id);
+        for (int32_t i = 0; i < s.max_next_draft_tokens; ++i) {
+          const int32_t t = fake_next_token(upto);
+          upto.push_back(t);
+          rr.next_draft_token_ids.push_back(i >= draft_correct ? (t == 3 ? 4 : 3) : t);
+        }
+      }
+      r.requests.push_back(std::move(rr));
+    }
+    return r;
   }
-  return r;
-}
+  size_t num_known() const { return tokens_.size(); }
+
+ private:
+  std::map<RequestId, std::vector<int32_t>> tokens_;
+};
 
 // The tokens a request generates alone: max_tokens fake tokens after `tokens`.
 inline std::vector<int32_t> alone_tokens(std::vector<int32_t> tokens, int32_t max_tokens) {
@@ -81,7 +123,7 @@ class Harness {
   std::string step() {
     SchedulerOutput out = sched.schedule();
     std::string row;
-    for (const kv::BlockCopy& c : out.block_copies) {
+    for (const step::BlockCopy& c : out.block_copies) {
       row += "copy:" + std::to_string(c.src_block) + ">" + std::to_string(c.dst_block) + " ";
     }
     for (const ScheduledRequest& s : out.requests) {
@@ -91,10 +133,17 @@ class Harness {
       blocks = std::max(blocks, static_cast<int64_t>(s.block_ids.size()));
     }
     for (RequestId p : out.preempted_ids) row += "preempt:" + name(p) + " ";
-    last_outputs = sched.update_from_output(out, fake_execute(out));
+    Result<std::vector<RequestOutput>> outs = sched.update_from_output(out, model.execute(out));
+    EXPECT_TRUE(outs.ok()) << outs.status().to_string();
+    last_outputs = outs.ok() ? std::move(outs).value() : std::vector<RequestOutput>{};
     for (const RequestOutput& o : last_outputs) {
       for (const SampledToken& t : o.new_tokens) tokens[name(o.request_id)].push_back(t.token_id);
-      if (o.finish_reason) row += "done:" + name(o.request_id) + " ";
+      if (o.num_draft_tokens > 0) {
+        row.insert(row.find(name(o.request_id) + ":") + name(o.request_id).size() + 1 +
+                       std::to_string(o.num_draft_tokens + 1).size(),
+                   "(+" + std::to_string(o.num_accepted_tokens) + ")");
+      }
+      if (o.stop_reason) row += "done:" + name(o.request_id) + " ";
     }
     kv.check_invariants();
     if (!row.empty()) row.pop_back();
@@ -108,6 +157,7 @@ class Harness {
 
   kv::KvCacheManager kv;
   Scheduler sched;
+  FakeModel model;
   std::vector<RequestOutput> last_outputs;
   std::map<std::string, std::vector<int32_t>> tokens;  // generated, by name
   std::map<std::string, int64_t> tokens_run;  // scheduled tokens over all steps, by name

@@ -47,7 +47,7 @@ void run_seed(uint64_t seed, Counts& counts) {
       max_tokens[name] = so.max_model_len > 0 ? std::min<int32_t>(mt, so.max_model_len - len) : mt;
     }
     for (int k = uniform(0, 3); k > 0; --k) h.step();
-    if (uniform(0, 9) == 0) h.sched.finish_request(h.id(name), FinishReason::kAbort);
+    if (uniform(0, 9) == 0) h.sched.finish_request(h.id(name), StopReason{.kind = StopKind::kAbort});
   }
   h.run(100000);
   counts.preemptions += h.sched.stats().num_preemptions;

@@ -220,7 +220,7 @@ TEST(SchedulerTable, MaxModelLenFinishesWithLengthAtExactlyTheLimit) {
   EXPECT_EQ(h.tokens["A"], testing::alone_tokens(iota_prompt(4), 6));
   EXPECT_EQ(h.tokens["B"].size(), 3u);
   ASSERT_EQ(h.last_outputs.size(), 1u);
-  EXPECT_EQ(h.last_outputs[0].finish_reason, FinishReason::kLength);
+  EXPECT_EQ(h.last_outputs[0].stop_reason, StopReason{.kind = StopKind::kMaxModelLen});
   // K/V written for 9 positions, in 3 blocks of 4: nothing at or past max_model_len.
   EXPECT_EQ(h.tokens_run["A"], 9);
   EXPECT_EQ(h.max_blocks["A"], 3);
@@ -241,7 +241,7 @@ TEST(SchedulerTable, PromptOfMaxModelLenIsRejectedAndHoldsNoBlock) {
   // One token shorter: admitted, generates exactly one token.
   ASSERT_TRUE(h.add("Y", iota_prompt(9), 5).ok());
   EXPECT_EQ(h.run(), (Table{"Y:9 done:Y"}));
-  EXPECT_EQ(h.last_outputs[0].finish_reason, FinishReason::kLength);
+  EXPECT_EQ(h.last_outputs[0].stop_reason, StopReason{.kind = StopKind::kMaxModelLen});
   EXPECT_EQ(h.kv.num_free_blocks(), 63);
 }
 
@@ -295,13 +295,13 @@ TEST(SchedulerTable, AbortMidGenerationReturnsEveryBlock) {
   ASSERT_TRUE(h.add("Q", iota_prompt(7, 50), 20).ok());
   for (int i = 0; i < 4; ++i) h.step();
   EXPECT_GT(h.kv.stats().num_used_blocks, 0);
-  const std::vector<RequestId> ids = h.sched.finish_request(h.id("P"), FinishReason::kAbort);
+  const std::vector<RequestId> ids = h.sched.finish_request(h.id("P"), StopReason{.kind = StopKind::kAbort});
   EXPECT_EQ(ids.size(), 4u);
-  EXPECT_EQ(h.sched.finish_request(h.id("Q"), FinishReason::kAbort).size(), 1u);
+  EXPECT_EQ(h.sched.finish_request(h.id("Q"), StopReason{.kind = StopKind::kAbort}).size(), 1u);
   EXPECT_FALSE(h.sched.has_unfinished_requests());
   EXPECT_EQ(h.kv.num_free_blocks(), free_at_start);
   EXPECT_EQ(h.kv.stats().num_used_blocks, 0);
-  EXPECT_TRUE(h.sched.finish_request(h.id("P"), FinishReason::kAbort).empty());
+  EXPECT_TRUE(h.sched.finish_request(h.id("P"), StopReason{.kind = StopKind::kAbort}).empty());
 }
 
 TEST(SchedulerTable, StopTokenAndEos) {
@@ -320,7 +320,8 @@ TEST(SchedulerTable, StopTokenAndEos) {
   ASSERT_TRUE(h.sched.add_request(make_request(spec)).ok());
   h.run();
   ASSERT_EQ(h.last_outputs.size(), 1u);
-  EXPECT_EQ(h.last_outputs[0].finish_reason, FinishReason::kStop);
+  EXPECT_EQ(h.last_outputs[0].stop_reason,
+            (StopReason{.kind = StopKind::kStopToken, .token_id = spec.stop.stop_token_ids[0]}));
   EXPECT_EQ(h.tokens["?"].size(), 2u);
 }
 

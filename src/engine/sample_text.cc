@@ -1,0 +1,64 @@
+#include "engine/sample_text.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace arbor::engine {
+
+SampleText::SampleText(const tokenizer::Tokenizer& tokenizer,
+                       std::span<const int32_t> prompt_ids, std::vector<std::string> stop_strings)
+    : detok_(tokenizer), stops_(std::move(stop_strings)) {
+  std::erase_if(stops_, [](const std::string& s) { return s.empty(); });
+  const size_t n = std::min(prompt_ids.size(), kPrimeTokens);
+  for (int32_t id : prompt_ids.last(n)) detok_.add(id);
+  // A prompt ending inside a character leaves its bytes pending; output text starts fresh.
+  detok_.flush();
+}
+
+size_t SampleText::held_suffix() const {
+  size_t best = 0;
+  for (const std::string& s : stops_) {
+    const size_t max_len = std::min(s.size() - 1, pending_.size());
+    for (size_t len = max_len; len > best; --len) {
+      if (pending_.compare(pending_.size() - len, len, s, 0, len) == 0) {
+        best = len;
+        break;
+      }
+    }
+  }
+  return best;
+}
+
+SampleText::Delta SampleText::add(int32_t token_id) {
+  pending_ += detok_.add(token_id);
+  Delta d;
+  size_t first = std::string::npos;
+  const std::string* matched = nullptr;
+  for (const std::string& s : stops_) {
+    const size_t at = pending_.find(s);
+    if (at < first) {
+      first = at;
+      matched = &s;
+    }
+  }
+  if (matched != nullptr) {
+    d.text = pending_.substr(0, first);
+    d.stopped = true;
+    d.stop_string = *matched;
+    pending_.clear();
+    return d;
+  }
+  const size_t emit = pending_.size() - held_suffix();
+  d.text = pending_.substr(0, emit);
+  pending_.erase(0, emit);
+  return d;
+}
+
+std::string SampleText::finish() {
+  pending_ += detok_.flush();
+  std::string text = std::move(pending_);
+  pending_.clear();
+  return text;
+}
+
+}  // namespace arbor::engine
