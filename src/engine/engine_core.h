@@ -113,6 +113,7 @@ class EngineCore {
   void handle_add(OutputGroupSpec group, sched::Request request);
   void handle_abort(const std::string& request_id);
   void step();
+  void forget_finished();
   void fail_all(const Status& error);
   void release_name(const std::string& name);
   void publish_metrics();

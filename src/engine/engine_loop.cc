@@ -1,6 +1,7 @@
 // The engine thread: inbox, the step protocol, and handing step outputs to the OutputProcessor.
 #include <utility>
 
+#include "base/log.h"
 #include "engine/engine_core.h"
 #include "engine/engine_core_internal.h"
 
@@ -8,7 +9,7 @@ namespace arbor::engine {
 
 EngineCore::Inbox EngineCore::wait_for_work() {
   std::unique_lock<std::mutex> lock(mu_);
-  if (!scheduler_->has_unfinished_requests()) {
+  if (!scheduler_->has_unfinished_requests() && !scheduler_->has_unreported_finishes()) {
     cv_.wait(lock, [this] {
       return inbox_.stop || !inbox_.adds.empty() || !inbox_.aborts.empty();
     });
@@ -24,7 +25,11 @@ void EngineCore::run() {
     for (auto& [group, request] : in.adds) handle_add(std::move(group), std::move(request));
     for (const std::string& name : in.aborts) handle_abort(name);
     if (in.stop) break;
-    if (scheduler_->has_unfinished_requests()) step();
+    if (scheduler_->has_unfinished_requests()) {
+      step();
+    } else if (scheduler_->has_unreported_finishes()) {
+      forget_finished();
+    }
     publish_metrics();
   }
   fail_all(failed_precondition("the engine shut down"));
@@ -61,6 +66,13 @@ void EngineCore::fail_all(const Status& error) {
     scheduler_->finish_request(id, sched::StopReason{.kind = sched::StopKind::kAbort});
     outputs_->fail(id, error);
   }
+}
+
+// Idle: an empty step whose only content is finished_ids, so the executor drops their state.
+void EngineCore::forget_finished() {
+  const sched::SchedulerOutput out = scheduler_->schedule();
+  const Result<sched::StepResult> res = executor_->execute(out);
+  if (!res.ok()) ARBOR_LOG(kError) << "executor: " << res.status().to_string();
 }
 
 void EngineCore::step() {

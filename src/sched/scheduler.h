@@ -129,6 +129,9 @@ class Scheduler {
   std::vector<RequestId> finish_request(RequestId request_id, const StopReason& reason);
 
   bool has_unfinished_requests() const { return !requests_.empty(); }
+  // Requests finished (or forked) since the last schedule(): the next SchedulerOutput's
+  // finished_ids. An idle engine still runs that (empty) step so the executor drops their state.
+  bool has_unreported_finishes() const { return !finished_since_schedule_.empty(); }
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
   int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
   const Request* find(RequestId id) const;

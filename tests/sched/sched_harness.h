@@ -90,7 +90,7 @@ class Harness {
 
   // Adds a request named `name` (ids 1, 2, ... in order of addition).
   Status add(const std::string& name, std::vector<int32_t> prompt, int32_t max_tokens,
-             int32_t priority = 0, int32_t best_of = 1) {
+             int32_t priority = 0, int32_t best_of = 1, SpecRequest speculation = {}) {
     RequestSpec spec;
     spec.request_id = next_id_++;
     names_[spec.request_id] = name;
@@ -102,6 +102,7 @@ class Harness {
     spec.arrival_time = static_cast<double>(spec.request_id);
     spec.n = best_of;
     spec.best_of = best_of;
+    spec.speculation = speculation;
     return sched.add_request(make_request(std::move(spec)));
   }
   RequestId id(const std::string& name) const {
@@ -138,6 +139,8 @@ class Harness {
     last_outputs = outs.ok() ? std::move(outs).value() : std::vector<RequestOutput>{};
     for (const RequestOutput& o : last_outputs) {
       for (const SampledToken& t : o.new_tokens) tokens[name(o.request_id)].push_back(t.token_id);
+      num_draft_tokens += o.num_draft_tokens;
+      num_accepted_tokens += o.num_accepted_tokens;
       if (o.num_draft_tokens > 0) {
         row.insert(row.find(name(o.request_id) + ":") + name(o.request_id).size() + 1 +
                        std::to_string(o.num_draft_tokens + 1).size(),
@@ -152,6 +155,12 @@ class Harness {
   std::vector<std::string> run(int max_steps = 1000) {
     std::vector<std::string> table;
     while (sched.has_unfinished_requests() && max_steps-- > 0) table.push_back(step());
+    if (!sched.has_unfinished_requests() && sched.has_unreported_finishes()) {
+      // The engine's idle flush: the executor hears of the last finished requests.
+      const SchedulerOutput out = sched.schedule();
+      EXPECT_TRUE(out.empty());
+      model.execute(out);
+    }
     return table;
   }
 
@@ -162,6 +171,8 @@ class Harness {
   std::map<std::string, std::vector<int32_t>> tokens;  // generated, by name
   std::map<std::string, int64_t> tokens_run;  // scheduled tokens over all steps, by name
   std::map<std::string, int64_t> max_blocks;  // largest block table seen when scheduled
+  int64_t num_draft_tokens = 0;     // over all steps
+  int64_t num_accepted_tokens = 0;
 
  private:
   RequestId next_id_ = 1;

@@ -1,5 +1,5 @@
 // Seeded random runs: random arrivals, lengths, n, priorities, aborts, max_model_len and a small
-// KV pool. Invariants every step; every request that finishes by length produced exactly the
+// KV pool, speculation with drafts of varying quality. Invariants every step; every request that finishes by length produced exactly the
 // tokens it produces alone (cut at max_model_len).
 #include <gtest/gtest.h>
 
@@ -16,6 +16,8 @@ struct Counts {
   int64_t priority_preemptions = 0;
   int64_t compared = 0;
   int64_t forks = 0;
+  int64_t drafts = 0;
+  int64_t accepted = 0;
 };
 
 void run_seed(uint64_t seed, Counts& counts) {
@@ -28,8 +30,10 @@ void run_seed(uint64_t seed, Counts& counts) {
   so.long_prefill_token_threshold = uniform(0, 1) ? 0 : uniform(1, 16);
   so.policy = uniform(0, 1) ? SchedulingPolicy::kFcfs : SchedulingPolicy::kPriority;
   so.max_model_len = uniform(0, 2) == 0 ? uniform(8, 40) : 0;
+  so.max_spec_tokens = uniform(0, 1) ? 0 : uniform(1, 8);
   kv::KvCacheManagerOptions ko{.num_blocks = uniform(12, 40), .block_size = uniform(1, 8)};
   testing::Harness h(so, ko);
+  h.model.draft_correct = uniform(-1, 4);
   const int32_t free_at_start = h.kv.num_free_blocks();
   std::map<std::string, std::vector<int32_t>> prompts;
   std::map<std::string, int32_t> max_tokens;
@@ -50,6 +54,8 @@ void run_seed(uint64_t seed, Counts& counts) {
     if (uniform(0, 9) == 0) h.sched.finish_request(h.id(name), StopReason{.kind = StopKind::kAbort});
   }
   h.run(100000);
+  counts.drafts += h.num_draft_tokens;
+  counts.accepted += h.num_accepted_tokens;
   counts.preemptions += h.sched.stats().num_preemptions;
   counts.priority_preemptions += h.sched.stats().num_priority_preemptions;
   ASSERT_FALSE(h.sched.has_unfinished_requests());
@@ -78,6 +84,10 @@ TEST(SchedulerRandom, InvariantsAndBatchedEqualsAlone) {
   EXPECT_GT(counts.preemptions, 100);
   EXPECT_GT(counts.priority_preemptions, 50);
   EXPECT_GT(counts.compared, 2000);
+  // Speculation (drafts verified and accepted) ran under all of the above.
+  EXPECT_GT(counts.drafts, 5000);
+  EXPECT_GT(counts.accepted, 2000);
+  EXPECT_LT(counts.accepted, counts.drafts);
   EXPECT_GT(counts.forks, 100);
   std::printf("preemptions %lld (for priority %lld), compared %lld, fork children %lld\n",
               static_cast<long long>(counts.preemptions),

@@ -1,0 +1,172 @@
+// Speculative decoding in the scheduler: iteration tables with drafts of known quality (the
+// harness's FakeModel proposes the true continuation, wrong from index draft_correct on), stops
+// inside accepted runs, the caps on k, and malformed results.
+#include <gtest/gtest.h>
+
+#include "sched_harness.h"
+
+namespace arbor::sched {
+namespace {
+
+using testing::Harness;
+using testing::iota_prompt;
+using Table = std::vector<std::string>;
+
+SchedulerOptions spec_opts(int32_t k, int32_t budget = 64) {
+  SchedulerOptions o;
+  o.max_num_batched_tokens = budget;
+  o.max_spec_tokens = k;
+  return o;
+}
+
+kv::KvCacheManagerOptions kopts(int32_t num_blocks, int32_t block_size = 4) {
+  return {.num_blocks = num_blocks, .block_size = block_size};
+}
+
+// "A:5(+4)": A ran 5 tokens (1 committed + 4 drafts) and 4 drafts were accepted.
+TEST(SchedulerSpec, PerfectDraftsEmitKPlusOneTokensPerStep) {
+  Harness h(spec_opts(4), kopts(64));
+  h.model.draft_correct = 100;
+  ASSERT_TRUE(h.add("A", iota_prompt(4), 12).ok());
+  // 1 + 5 + 5 tokens; then k is capped at 0: max_tokens leaves room for exactly one more.
+  EXPECT_EQ(h.run(), (Table{"A:4", "A:5(+4)", "A:5(+4)", "A:1 done:A"}));
+  EXPECT_EQ(h.tokens["A"], testing::alone_tokens(iota_prompt(4), 12));
+  EXPECT_EQ(h.num_draft_tokens, 8);
+  EXPECT_EQ(h.num_accepted_tokens, 8);
+  EXPECT_EQ(h.kv.num_free_blocks(), 63);
+}
+
+TEST(SchedulerSpec, RejectedDraftsEmitTheRecoveredToken) {
+  Harness h(spec_opts(3), kopts(64));
+  h.model.draft_correct = 1;  // one right draft, then wrong ones
+  ASSERT_TRUE(h.add("A", iota_prompt(4), 9).ok());
+  // Each verify step accepts 1 draft and emits 2 tokens; the last one has room for k = 1 only
+  // (7 generated, max_tokens 9: 9 - 7 - 1 = 1).
+  EXPECT_EQ(h.run(), (Table{"A:4", "A:4(+1)", "A:4(+1)", "A:4(+1)", "A:2(+1) done:A"}));
+  EXPECT_EQ(h.tokens["A"], testing::alone_tokens(iota_prompt(4), 9));
+}
+
+TEST(SchedulerSpec, DraftsTakeBudgetTokens) {
+  Harness h(spec_opts(4, /*budget=*/4), kopts(64));
+  h.model.draft_correct = 100;
+  ASSERT_TRUE(h.add("A", iota_prompt(4), 20).ok());
+  ASSERT_TRUE(h.add("B", iota_prompt(2, 50), 20).ok());
+  // Step 1: A's prompt takes the whole budget. Step 2: A decodes with 3 drafts (1 + 3 = 4
+  // budget tokens), B waits. Step 3: A has 4 drafts but only 4 tokens of budget.
+  const Table t = h.run(3);
+  EXPECT_EQ(t, (Table{"A:4", "A:4(+3)", "A:4(+3)"}));
+}
+
+TEST(SchedulerSpec, OutputsEqualAloneForEveryDraftQualityKAndBlockSize) {
+  for (int32_t block_size : {1, 4, 16}) {
+    for (int32_t k = 1; k <= 8; ++k) {
+      for (int32_t correct : {0, 1, 2, 5, 100}) {
+        SCOPED_TRACE("block_size " + std::to_string(block_size) + " k " + std::to_string(k) +
+                     " correct " + std::to_string(correct));
+        Harness h(spec_opts(k, 32), kopts(200, block_size));
+        h.model.draft_correct = correct;
+        ASSERT_TRUE(h.add("A", iota_prompt(7), 30).ok());
+        ASSERT_TRUE(h.add("B", iota_prompt(40, 9), 25).ok());
+        ASSERT_TRUE(h.add("C", iota_prompt(3, 20), 17, 0, /*best_of=*/3).ok());
+        h.run();
+        EXPECT_EQ(h.tokens["A"], testing::alone_tokens(iota_prompt(7), 30));
+        EXPECT_EQ(h.tokens["B"], testing::alone_tokens(iota_prompt(40, 9), 25));
+        for (const char* c : {"C.0", "C.1", "C.2"}) {
+          EXPECT_EQ(h.tokens[c], testing::alone_tokens(iota_prompt(3, 20), 17)) << c;
+        }
+        EXPECT_EQ(h.kv.num_free_blocks(), 199);
+        EXPECT_EQ(h.model.num_known(), 0u) << "the executor was told of every finished request";
+        if (correct > 0) EXPECT_GT(h.num_accepted_tokens, 0);
+        EXPECT_LE(h.num_accepted_tokens, h.num_draft_tokens);
+      }
+    }
+  }
+}
+
+TEST(SchedulerSpec, AStopInsideAnAcceptedRunEndsTheRequestThere) {
+  Harness h(spec_opts(6), kopts(64));
+  h.model.draft_correct = 100;
+  const std::vector<int32_t> alone = testing::alone_tokens(iota_prompt(4), 30);
+  RequestSpec spec;
+  spec.request_id = 1;
+  spec.prompt_token_ids = iota_prompt(4);
+  spec.stop.max_tokens = 30;
+  spec.sampling.temperature = 0;
+  spec.stop.eos_token_ids = {alone[4]};  // the 5th token: the 2nd step accepts past it
+  ASSERT_TRUE(h.sched.add_request(make_request(spec)).ok());
+  h.run();
+  const std::vector<int32_t> expected(alone.begin(), alone.begin() + 5);
+  EXPECT_EQ(h.tokens["?"], expected);
+  ASSERT_EQ(h.last_outputs.size(), 1u);
+  EXPECT_EQ(h.last_outputs[0].stop_reason,
+            (StopReason{.kind = StopKind::kEos, .token_id = alone[4]}));
+  EXPECT_EQ(h.kv.num_free_blocks(), 63);
+}
+
+TEST(SchedulerSpec, MaxModelLenCapsDrafts) {
+  SchedulerOptions o = spec_opts(8);
+  o.max_model_len = 12;
+  Harness h(o, kopts(64));
+  h.model.draft_correct = 100;
+  ASSERT_TRUE(h.add("A", iota_prompt(4), 100).ok());
+  // 4 prompt + 8 generated = 12: the first step samples 1; the next verifies at most
+  // 12 - 5 - 1 = 6 drafts and emits 7; then nothing is left.
+  EXPECT_EQ(h.run(), (Table{"A:4", "A:7(+6) done:A"}));
+  EXPECT_EQ(h.tokens["A"], testing::alone_tokens(iota_prompt(4), 8));
+  EXPECT_EQ(h.last_outputs[0].stop_reason, StopReason{.kind = StopKind::kMaxModelLen});
+  EXPECT_EQ(h.tokens_run["A"], 4 + 7) << "K/V never written at or past max_model_len";
+}
+
+TEST(SchedulerSpec, PerRequestModeOffAndFixedK) {
+  Harness h(spec_opts(6), kopts(64));
+  h.model.draft_correct = 100;
+  ASSERT_TRUE(h.add("X", iota_prompt(4), 4, 0, 1, {.mode = SpecMode::kOff}).ok());
+  ASSERT_TRUE(h.add("Y", iota_prompt(4), 7, 0, 1, {.mode = SpecMode::kFixed, .k = 2}).ok());
+  EXPECT_EQ(h.run(), (Table{"X:4 Y:4", "X:1 Y:3(+2)", "X:1 Y:3(+2) done:Y", "X:1 done:X"}));
+}
+
+TEST(SchedulerSpec, MalformedResultsAreErrorsThatChangeNothing) {
+  Harness h(spec_opts(4), kopts(64));
+  h.model.draft_correct = 100;
+  ASSERT_TRUE(h.add("A", iota_prompt(4), 20).ok());
+  h.step();
+  SchedulerOutput out = h.sched.schedule();
+  ASSERT_EQ(out.requests.size(), 1u);
+  ASSERT_EQ(out.requests[0].num_draft_tokens(), 4);
+  const StepResult good = h.model.execute(out);
+  const Request* a = h.sched.find(h.id("A"));
+  const int64_t computed = a->num_computed_tokens;
+  const int64_t tokens = a->num_tokens();
+  auto expect_error = [&](StepResult bad, const std::string& what) {
+    Result<std::vector<RequestOutput>> r = h.sched.update_from_output(out, bad);
+    ASSERT_FALSE(r.ok()) << what;
+    EXPECT_EQ(r.status().code(), StatusCode::kInternal) << what;
+    EXPECT_EQ(a->num_computed_tokens, computed) << what;
+    EXPECT_EQ(a->num_tokens(), tokens) << what;
+  };
+  StepResult bad = good;
+  bad.requests[0].num_accepted = 5;
+  expect_error(bad, "more accepted than drafted");
+  bad = good;
+  bad.requests[0].tokens.pop_back();
+  expect_error(bad, "too few tokens");
+  bad = good;
+  bad.requests[0].tokens[0].token_id += 1;
+  expect_error(bad, "an accepted token that is not the draft");
+  bad = good;
+  bad.requests.clear();
+  expect_error(bad, "no result");
+  bad = good;
+  bad.requests.push_back(good.requests[0]);
+  expect_error(bad, "two results");
+  bad = good;
+  bad.requests[0].next_draft_token_ids.assign(9, 3);
+  expect_error(bad, "more next drafts than asked for");
+  bad = good;
+  bad.requests[0].tokens.back().token_id = -1;
+  expect_error(bad, "a token outside the vocabulary");
+  EXPECT_TRUE(h.sched.update_from_output(out, good).ok());
+}
+
+}  // namespace
+}  // namespace arbor::sched
