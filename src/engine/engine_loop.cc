@@ -22,6 +22,7 @@ EngineCore::Inbox EngineCore::wait_for_work() {
 void EngineCore::run() {
   while (true) {
     Inbox in = wait_for_work();
+    const double busy_from = engine_now();
     for (auto& [group, request] : in.adds) handle_add(std::move(group), std::move(request));
     for (const std::string& name : in.aborts) handle_abort(name);
     if (in.stop) break;
@@ -30,6 +31,7 @@ void EngineCore::run() {
     } else if (scheduler_->has_unreported_finishes()) {
       forget_finished();
     }
+    metrics_.engine_busy_s += engine_now() - busy_from;
     publish_metrics();
   }
   fail_all(failed_precondition("the engine shut down"));
@@ -84,7 +86,9 @@ void EngineCore::step() {
     fail_all(internal_error("the scheduler could not schedule any waiting request"));
     return;
   }
+  const double exec_from = engine_now();
   Result<sched::StepResult> res = executor_->execute(out);
+  metrics_.executor_s += engine_now() - exec_from;
   Result<std::vector<sched::RequestOutput>> outs =
       res.ok() ? scheduler_->update_from_output(out, *res)
                : Result<std::vector<sched::RequestOutput>>(res.status());

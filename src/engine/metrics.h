@@ -60,6 +60,10 @@ struct EngineMetricsSnapshot {
   double prefix_cache_hit_rate = 0.0;  // hit tokens / queried tokens
   int64_t num_prefix_cache_query_tokens = 0;  // prompt tokens looked up in the prefix cache
   int64_t num_prefix_cache_hit_tokens = 0;    // ... of which served from cached blocks
+  // Engine-thread time, seconds: all of it (taking requests in, steps, output processing) and
+  // the part spent inside ModelExecutor::execute. The difference is the engine's own overhead.
+  double engine_busy_s = 0.0;
+  double executor_s = 0.0;
   // Speculative decoding.
   int64_t num_draft_tokens = 0;            // drafts verified
   int64_t num_accepted_draft_tokens = 0;   // ... of which accepted
