@@ -49,7 +49,7 @@ std::unique_ptr<Request> make_child(const Request& parent, int32_t index) {
 }  // namespace
 
 Scheduler::Scheduler(const SchedulerOptions& options, kv::KvCacheManager& kv)
-    : options_(options), kv_(kv) {
+    : options_(options), kv_(kv), spec_policy_(options.spec_cost, options.spec_policy) {
   ARBOR_CHECK_GE(options_.max_num_seqs, 1);
   ARBOR_CHECK_GE(options_.max_num_batched_tokens, 1);
   ARBOR_CHECK_GE(options_.long_prefill_token_threshold, 0);
@@ -229,6 +229,9 @@ SchedulerStats Scheduler::stats() const {
       .num_waiting = num_waiting(),
       .num_preemptions = num_preemptions_,
       .num_priority_preemptions = num_priority_preemptions_,
+      .num_spec_candidates = num_spec_candidates_,
+      .num_spec_declined = num_spec_declined_,
+      .spec_acceptance = spec_policy_.acceptance(-1.0),
       .num_steps = num_steps_,
       .kv = kv_.stats(),
   };

@@ -50,11 +50,16 @@
 #include "kv/kv_cache_manager.h"
 #include "sampling/sampler.h"
 #include "sched/request.h"
+#include "sched/spec_policy.h"
 #include "step/step.h"
 
 namespace arbor::sched {
 
 enum class SchedulingPolicy : uint8_t { kFcfs, kPriority };
+
+// Steps a request asks for no drafts after the SpecPolicy declined its drafts (draft model only:
+// proposing costs a forward); then it proposes again, so a changed load or text is noticed.
+inline constexpr int32_t kSpecBackoffSteps = 16;
 
 struct SchedulerOptions {
   int32_t max_num_seqs = 64;               // running requests (fork children count), >= 1
@@ -70,6 +75,8 @@ struct SchedulerOptions {
   // Drafts verified per request per step, at most (the engine's --spec-k); 0 = no speculation.
   // Requests may ask for fewer (SpecRequest::k) or none; SpecPolicy chooses within that.
   int32_t max_spec_tokens = 0;
+  SpecCostModel spec_cost{};          // the executor's measured step costs (SpecPolicy)
+  SpecPolicyOptions spec_policy{};
   // Token ids in a StepResult must be below this (the engine sets the executor's vocabulary).
   int32_t vocab_size = std::numeric_limits<int32_t>::max();
 };
@@ -100,6 +107,9 @@ struct SchedulerStats {
   int32_t num_waiting = 0;
   int64_t num_preemptions = 0;     // total since construction
   int64_t num_priority_preemptions = 0;  // ... of those, made for a waiting request (kPriority)
+  int64_t num_spec_candidates = 0;   // decoding requests that had drafts to verify (total)
+  int64_t num_spec_declined = 0;     // ... for which the policy chose k = 0
+  double spec_acceptance = 0.0;      // the policy's engine-wide acceptance estimate
   int64_t num_steps = 0;
   kv::KvCacheStats kv{};
 };
@@ -143,6 +153,8 @@ class Scheduler {
   Status check_admission(const Request& request) const;
   void schedule_running(SchedulerOutput& out, Budget& budget);
   void schedule_waiting(SchedulerOutput& out, Budget& budget);
+  void schedule_drafts(SchedulerOutput& out, Budget& budget);
+  int32_t next_draft_request(const Request& req, int32_t k) const;
   bool try_allocate_running(Request& req, int64_t num_new, int32_t num_drafts,
                             std::vector<RequestId>& preempted);
   bool preempt_for_waiting(const Request& req, const kv::ComputedBlocks& hit, int64_t num_new,
@@ -172,10 +184,13 @@ class Scheduler {
   std::deque<Request*> waiting_;    // FCFS order, or (priority, arrival) with kPriority
   std::vector<step::BlockCopy> pending_copies_;
   std::vector<RequestId> finished_since_schedule_;
+  int64_t num_spec_candidates_ = 0;
+  int64_t num_spec_declined_ = 0;
   int64_t next_admit_seq_ = 0;
   int64_t num_preemptions_ = 0;
   int64_t num_priority_preemptions_ = 0;
   int64_t num_steps_ = 0;
+  SpecPolicy spec_policy_;
 };
 
 }  // namespace arbor::sched

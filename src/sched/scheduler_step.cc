@@ -60,8 +60,7 @@ void Scheduler::schedule(Request& req, int64_t num_new, int32_t num_drafts, bool
   const std::span<const kv::BlockId> table = kv_.block_ids(req.request_id);
   s.block_ids.assign(table.begin(), table.end());
   s.sample = !req.is_fork_parent() && req.num_computed_tokens + num_new == req.num_tokens();
-  // After this step at least one more token is committed.
-  s.max_next_draft_tokens = s.sample ? max_drafts(req, 1) : 0;
+  s.max_next_draft_tokens = s.sample ? next_draft_request(req, num_drafts) : 0;
   s.is_prompt_chunk = req.num_computed_tokens < req.num_prompt_tokens();
   s.is_new = is_new;
   out.requests.push_back(std::move(s));
@@ -94,16 +93,9 @@ void Scheduler::schedule_running(SchedulerOutput& out, Budget& budget) {
       ++i;
       continue;
     }
-    // Drafts follow the last committed token, only when this step reaches it.
-    int32_t num_drafts = 0;
-    if (req.num_computed_tokens + num_new == req.target_tokens()) {
-      num_drafts = static_cast<int32_t>(std::min<int64_t>(
-          {static_cast<int64_t>(req.spec_token_ids.size()), max_drafts(req, 0),
-           budget.tokens - num_new}));
-    }
-    if (!try_allocate_running(req, num_new, num_drafts, out.preempted_ids)) break;
-    schedule(req, num_new, num_drafts, /*is_new=*/false, out);
-    budget.tokens -= num_new + num_drafts;
+    if (!try_allocate_running(req, num_new, 0, out.preempted_ids)) break;
+    schedule(req, num_new, 0, /*is_new=*/false, out);
+    budget.tokens -= num_new;
     ++i;
   }
 }
@@ -180,6 +172,64 @@ bool Scheduler::preempt_for_waiting(const Request& req, const kv::ComputedBlocks
   return true;
 }
 
+// How many drafts to ask the executor to propose after a step in which `req` verifies k: all
+// that may be used when proposing is free (model-free proposers); with a draft model, one more
+// than this step's k, none for a while after the policy declined them (then it probes again).
+int32_t Scheduler::next_draft_request(const Request& req, int32_t k) const {
+  const int32_t cap = max_drafts(req, 1);  // after this step at least one more token is committed
+  if (spec_policy_.cost_model().draft_cost <= 0 || req.speculation.mode == SpecMode::kFixed) {
+    return cap;
+  }
+  if (req.spec_backoff_steps > 0) return 0;
+  return std::min(cap, k + 1);
+}
+
+// Gives decoding requests their drafts: the SpecPolicy chooses k for each over the whole step;
+// the drafts take budget tokens and KV slots beyond the committed ones (never preempting: a
+// request whose slots do not fit verifies none).
+void Scheduler::schedule_drafts(SchedulerOutput& out, Budget& budget) {
+  std::vector<size_t> index;
+  std::vector<SpecPolicy::Candidate> candidates;
+  int64_t base_emitted = 0;
+  for (size_t i = 0; i < out.requests.size(); ++i) {
+    const ScheduledRequest& s = out.requests[i];
+    if (!s.sample) continue;
+    ++base_emitted;
+    const Request& req = *requests_.at(s.request_id);
+    if (req.spec_token_ids.empty() || s.num_scheduled_tokens != 1) continue;
+    const int32_t max_k = std::min(static_cast<int32_t>(req.spec_token_ids.size()),
+                                   max_drafts(req, 0));
+    if (max_k <= 0) continue;
+    index.push_back(i);
+    candidates.push_back(SpecPolicy::Candidate{
+        .acceptance = spec_policy_.acceptance(req.acceptance_estimate),
+        .max_k = max_k,
+        .fixed = req.speculation.mode == SpecMode::kFixed});
+  }
+  if (candidates.empty()) return;
+  int64_t base_tokens = 0;
+  for (const ScheduledRequest& s : out.requests) base_tokens += s.num_scheduled_tokens;
+  const std::vector<int32_t> k =
+      spec_policy_.choose(base_tokens, base_emitted, budget.tokens, candidates);
+  for (size_t c = 0; c < candidates.size(); ++c) {
+    ScheduledRequest& s = out.requests[index[c]];
+    Request& req = *requests_.at(s.request_id);
+    ++num_spec_candidates_;
+    int32_t kc = k[c];
+    if (kc > 0 && !kv_.allocate_slots(req.kv_view(), 1, {}, kc)) kc = 0;
+    if (kc == 0) {
+      ++num_spec_declined_;
+      if (!candidates[c].fixed) req.spec_backoff_steps = kSpecBackoffSteps;
+    }
+    s.draft_token_ids.assign(req.spec_token_ids.begin(), req.spec_token_ids.begin() + kc);
+    s.num_scheduled_tokens += kc;
+    s.max_next_draft_tokens = next_draft_request(req, kc);
+    budget.tokens -= kc;
+    const std::span<const kv::BlockId> table = kv_.block_ids(req.request_id);
+    s.block_ids.assign(table.begin(), table.end());
+  }
+}
+
 void Scheduler::schedule_waiting(SchedulerOutput& out, Budget& budget) {
   while (!waiting_.empty() && budget.tokens > 0) {
     Request& req = *waiting_.front();
@@ -217,6 +267,7 @@ SchedulerOutput Scheduler::schedule() {
   finished_since_schedule_.clear();
   Budget budget{options_.max_num_batched_tokens};
   schedule_running(out, budget);
+  schedule_drafts(out, budget);
   if (out.preempted_ids.empty()) schedule_waiting(out, budget);
   for (const ScheduledRequest& s : out.requests) {
     out.total_num_scheduled_tokens += s.num_scheduled_tokens;
@@ -249,11 +300,13 @@ void Scheduler::commit(Request& req, const ScheduledRequest& s, const RequestRes
   req.num_computed_tokens += s.num_scheduled_tokens - k;
   req.spec_token_ids.clear();
   if (r == nullptr) return;
+  if (req.spec_backoff_steps > 0) --req.spec_backoff_steps;
   // The accepted drafts' K/V was computed in the context of committed tokens: it stays valid.
   req.num_computed_tokens += r->num_accepted;
   o.num_draft_tokens = k;
   o.num_accepted_tokens = r->num_accepted;
   if (k > 0) {
+    spec_policy_.observe(req.acceptance_estimate, k, r->num_accepted);
     ++req.spec_stats.num_verify_steps;
     req.spec_stats.num_draft_tokens += k;
     req.spec_stats.num_accepted_tokens += r->num_accepted;

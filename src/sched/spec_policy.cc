@@ -1,0 +1,84 @@
+#include "sched/spec_policy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <queue>
+#include <utility>
+
+#include "base/status.h"
+
+namespace arbor::sched {
+
+double SpecCostModel::cost(int64_t num_tokens) const {
+  if (points.empty()) return 1.0;
+  const auto n = static_cast<double>(num_tokens);
+  if (points.size() == 1 || num_tokens <= points.front().first) {
+    return points.front().second * std::max(n, 1.0) / std::max(points.front().first, 1);
+  }
+  for (size_t i = 1; i < points.size(); ++i) {
+    if (num_tokens <= points[i].first || i + 1 == points.size()) {
+      const auto [x0, y0] = points[i - 1];
+      const auto [x1, y1] = points[i];
+      return y0 + (y1 - y0) * (n - x0) / static_cast<double>(x1 - x0);
+    }
+  }
+  return points.back().second;
+}
+
+double acceptance_from_step(int32_t k, int32_t accepted) {
+  if (accepted >= k) return 0.98;
+  return static_cast<double>(accepted) / (accepted + 1);
+}
+
+SpecPolicy::SpecPolicy(SpecCostModel cost, SpecPolicyOptions options)
+    : cost_(std::move(cost)), options_(options), global_(options.prior_acceptance) {}
+
+void SpecPolicy::observe(double& estimate, int32_t k, int32_t accepted) {
+  ARBOR_CHECK(k >= 1 && accepted >= 0 && accepted <= k) << k << " drafts, " << accepted;
+  const double a = acceptance_from_step(k, accepted);
+  const double w = options_.ema_weight;
+  estimate = estimate < 0 ? (1 - w) * global_ + w * a : (1 - w) * estimate + w * a;
+  global_ = (1 - w / 8) * global_ + (w / 8) * a;
+}
+
+std::vector<int32_t> SpecPolicy::choose(int64_t base_tokens, int64_t base_emitted,
+                                        int64_t budget,
+                                        std::span<const Candidate> candidates) const {
+  std::vector<int32_t> k(candidates.size(), 0);
+  double emitted = 0.0;  // expected tokens from the candidates beyond their first
+  int64_t tokens = base_tokens;
+  double drafts_cost = 0.0;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (!candidates[i].fixed) continue;
+    k[i] = static_cast<int32_t>(std::min<int64_t>(candidates[i].max_k, budget));
+    budget -= k[i];
+    tokens += k[i];
+    drafts_cost += cost_.draft_cost * k[i];
+    for (int32_t j = 1; j <= k[i]; ++j) emitted += std::pow(candidates[i].acceptance, j);
+  }
+  // Max-heap of the next draft's marginal gain a^(k+1) per adaptive candidate.
+  using Entry = std::pair<double, size_t>;
+  std::priority_queue<Entry> heap;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (!candidates[i].fixed && candidates[i].max_k > 0) {
+      heap.emplace(candidates[i].acceptance, i);
+    }
+  }
+  while (!heap.empty() && budget > 0) {
+    const auto [gain, i] = heap.top();
+    heap.pop();
+    const double now = (base_emitted + emitted) / (cost_.cost(tokens) + drafts_cost);
+    const double next = (base_emitted + emitted + gain) /
+                        (cost_.cost(tokens + 1) + drafts_cost + cost_.draft_cost);
+    if (next <= now) break;  // gains only shrink from here
+    ++k[i];
+    --budget;
+    ++tokens;
+    emitted += gain;
+    drafts_cost += cost_.draft_cost;
+    if (k[i] < candidates[i].max_k) heap.emplace(gain * candidates[i].acceptance, i);
+  }
+  return k;
+}
+
+}  // namespace arbor::sched

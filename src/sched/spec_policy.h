@@ -1,0 +1,76 @@
+// SpecPolicy: how many drafts each request verifies this step (0 = do not speculate), chosen to
+// maximise goodput — expected committed tokens per unit of step time — over the whole batch, as
+// SmartSpec / TurboSpec do. Speculation thereby switches itself off under load (when a step's
+// cost grows with every token) and for requests whose drafts are rarely accepted.
+//
+// Model (docs/speculation.md, "Policy"):
+//   * A request whose drafts are each accepted with probability a (given the previous ones were)
+//     emits E(k) = 1 + a + a^2 + ... + a^k tokens when it verifies k drafts. a is a per-request
+//     exponential moving average of observed acceptance (accepted / drafted per step, fitted to
+//     the geometric model), starting from the engine-wide average of all requests.
+//   * A step of T tokens costs cost(T) (SpecCostModel, measured at startup by the executor),
+//     and each draft costs draft_cost more (a draft model's forward; 0 for model-free proposers).
+//   * Starting from k = 0 for all, the policy repeatedly gives one more draft to the request with
+//     the largest marginal gain a^(k+1), while that raises sum(E) / (cost(T + sum k) + draft cost).
+//
+// Threading: the engine thread (inside Scheduler::schedule()).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace arbor::sched {
+
+// Step time as a function of the number of tokens in the step, relative to a 1-token step.
+struct SpecCostModel {
+  // (num_tokens, relative cost) points with increasing num_tokens, the first at 1 token with
+  // cost 1. Linear between points, extrapolated from the last two beyond. Empty = flat 1 (no
+  // measurement: every extra token is free).
+  std::vector<std::pair<int32_t, double>> points;
+  double draft_cost = 0.0;  // per proposed draft token, relative to a 1-token target step
+  double cost(int64_t num_tokens) const;
+};
+
+struct SpecPolicyOptions {
+  double prior_acceptance = 0.7;  // the engine-wide estimate before any observation
+  double ema_weight = 0.25;       // weight of the newest step in an estimate
+};
+
+class SpecPolicy {
+ public:
+  SpecPolicy(SpecCostModel cost, SpecPolicyOptions options = {});
+
+  struct Candidate {
+    double acceptance = 0.0;  // the request's estimate (acceptance() of its state)
+    int32_t max_k = 0;        // drafts available and allowed, >= 0
+    bool fixed = false;       // verify max_k whatever the cost (mode "fixed")
+  };
+  // k for each candidate (fixed ones get max_k, within the budget), given that the step already
+  // runs `base_tokens` tokens (prefill chunks and one token per decoding request), emits
+  // `base_emitted` tokens without drafts (one per sampling request, candidates included), and
+  // `budget` more tokens may be added. Greedy: stops at the first draft that does not raise the
+  // goodput (exact for cost curves whose increments do not shrink). O(sum of k * log(n)).
+  std::vector<int32_t> choose(int64_t base_tokens, int64_t base_emitted, int64_t budget,
+                              std::span<const Candidate> candidates) const;
+
+  // The estimate for a request: its own (`estimate` >= 0) or the engine-wide one.
+  double acceptance(double estimate) const { return estimate >= 0 ? estimate : global_; }
+  // Folds in one verification (k >= 1 drafts, `accepted` of them) into a request's `estimate`
+  // (in/out; < 0 = none yet) and the engine-wide estimate.
+  void observe(double& estimate, int32_t k, int32_t accepted);
+
+  const SpecCostModel& cost_model() const { return cost_; }
+
+ private:
+  SpecCostModel cost_;
+  SpecPolicyOptions options_;
+  double global_;
+};
+
+// The acceptance rate a of the geometric model that best explains `accepted` of `k` drafts
+// accepted in one step: the maximum-likelihood a = accepted / (accepted + 1) when the run ended
+// in a rejection (accepted < k), and 1 when all were accepted (capped at 0.98 here).
+double acceptance_from_step(int32_t k, int32_t accepted);
+
+}  // namespace arbor::sched

@@ -1,0 +1,122 @@
+// SpecPolicy: the goodput choice of k against a brute-force optimum, and its behaviour under
+// load and with poor drafts.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+
+#include "sched/spec_policy.h"
+
+namespace arbor::sched {
+namespace {
+
+double expected_tokens(double a, int32_t k) {
+  double e = 0;
+  for (int32_t j = 1; j <= k; ++j) e += std::pow(a, j);
+  return e;
+}
+
+double goodput(const SpecCostModel& cost, int64_t base_tokens, int64_t base_emitted,
+               const std::vector<SpecPolicy::Candidate>& c, const std::vector<int32_t>& k) {
+  double emitted = static_cast<double>(base_emitted);
+  int64_t tokens = base_tokens;
+  for (size_t i = 0; i < c.size(); ++i) {
+    emitted += expected_tokens(c[i].acceptance, k[i]);
+    tokens += k[i];
+  }
+  int64_t drafts = tokens - base_tokens;
+  return emitted / (cost.cost(tokens) + cost.draft_cost * static_cast<double>(drafts));
+}
+
+TEST(SpecPolicy, CostModelInterpolatesAndExtrapolates) {
+  SpecCostModel m{.points = {{1, 1.0}, {4, 1.3}, {8, 2.1}}};
+  EXPECT_DOUBLE_EQ(m.cost(1), 1.0);
+  EXPECT_DOUBLE_EQ(m.cost(2), 1.1);
+  EXPECT_DOUBLE_EQ(m.cost(6), 1.7);
+  EXPECT_DOUBLE_EQ(m.cost(12), 2.9);
+  EXPECT_DOUBLE_EQ(SpecCostModel{}.cost(100), 1.0);
+}
+
+TEST(SpecPolicy, FreeTokensTakeEveryDraftAndComputeBoundTakesNone) {
+  SpecPolicy flat(SpecCostModel{});
+  std::vector<SpecPolicy::Candidate> c{{.acceptance = 0.3, .max_k = 5}, {.acceptance = 0.9, .max_k = 3}};
+  EXPECT_EQ(flat.choose(2, 2, 100, c), (std::vector<int32_t>{5, 3}));
+  EXPECT_EQ(flat.choose(2, 2, 4, c), (std::vector<int32_t>{1, 3})) << "the budget goes to the best";
+  // cost proportional to tokens: a draft never pays (a < 1).
+  SpecPolicy linear(SpecCostModel{.points = {{1, 1.0}, {2, 2.0}}});
+  EXPECT_EQ(linear.choose(2, 2, 100, c), (std::vector<int32_t>{0, 0}));
+  // Fixed candidates get their k whatever the cost (the others then compete with that step).
+  c[0].fixed = true;
+  EXPECT_EQ(linear.choose(2, 2, 100, c)[0], 5);
+  EXPECT_EQ(linear.choose(2, 2, 3, c)[0], 3) << "within the budget";
+}
+
+TEST(SpecPolicy, SwitchesItselfOffUnderLoad) {
+  // Memory-bound up to 16 tokens, compute-bound beyond (the shape measured on a CPU).
+  SpecCostModel m{.points = {{1, 1.0}, {16, 1.6}, {32, 3.2}}};
+  SpecPolicy p(m);
+  const std::vector<SpecPolicy::Candidate> one{{.acceptance = 0.8, .max_k = 8}};
+  EXPECT_GT(p.choose(1, 1, 2048, one)[0], 3) << "alone, a good draft pays";
+  EXPECT_EQ(p.choose(64, 64, 2048, one)[0], 0) << "with 64 decodes in the step it does not";
+  const std::vector<SpecPolicy::Candidate> poor{{.acceptance = 0.02, .max_k = 8}};
+  EXPECT_EQ(p.choose(1, 1, 2048, poor)[0], 0) << "a draft that is never accepted does not pay";
+  // A draft model's own cost: 0.7 of a target step per draft token (stories260K's 3-layer cut):
+  // with 60 % acceptance 1.6 tokens for 1.74 steps' time does not pay; with 80 % it just does.
+  SpecCostModel costly = m;
+  costly.draft_cost = 0.7;
+  const std::vector<SpecPolicy::Candidate> fair{{.acceptance = 0.6, .max_k = 8}};
+  EXPECT_EQ(SpecPolicy(costly).choose(1, 1, 2048, fair)[0], 0);
+  EXPECT_EQ(SpecPolicy(costly).choose(1, 1, 2048, one)[0], 1);
+}
+
+// Greedy equals the brute-force optimum over every k vector, for increasing-increment costs.
+TEST(SpecPolicy, GreedyIsOptimalForConvexCosts) {
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (int trial = 0; trial < 300; ++trial) {
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    // Convex piecewise-linear cost: increments grow.
+    SpecCostModel m;
+    double y = 1.0, slope = 0.02 + 0.1 * u(rng);
+    for (int32_t x = 1; x <= 40; x += 3) {
+      m.points.emplace_back(x, y);
+      y += 3 * slope;
+      slope *= 1.0 + u(rng);
+    }
+    m.draft_cost = u(rng) < 0.5 ? 0.0 : 0.1 * u(rng);
+    std::vector<SpecPolicy::Candidate> c(3);
+    for (auto& ci : c) ci = {.acceptance = u(rng), .max_k = static_cast<int32_t>(u(rng) * 5)};
+    const int64_t base_tokens = 1 + static_cast<int64_t>(u(rng) * 10);
+    const int64_t base_emitted = 3;
+    SpecPolicy p(m);
+    const std::vector<int32_t> k = p.choose(base_tokens, base_emitted, 1000, c);
+    double best = 0;
+    std::vector<int32_t> kk(3);
+    for (kk[0] = 0; kk[0] <= c[0].max_k; ++kk[0]) {
+      for (kk[1] = 0; kk[1] <= c[1].max_k; ++kk[1]) {
+        for (kk[2] = 0; kk[2] <= c[2].max_k; ++kk[2]) {
+          best = std::max(best, goodput(m, base_tokens, base_emitted, c, kk));
+        }
+      }
+    }
+    EXPECT_NEAR(goodput(m, base_tokens, base_emitted, c, k), best, 1e-12);
+  }
+}
+
+TEST(SpecPolicy, EstimatesFollowObservations) {
+  SpecPolicy p(SpecCostModel{}, {.prior_acceptance = 0.7, .ema_weight = 0.25});
+  double e = -1;
+  EXPECT_DOUBLE_EQ(p.acceptance(e), 0.7);
+  for (int i = 0; i < 40; ++i) p.observe(e, 4, 0);
+  EXPECT_LT(e, 0.01) << "every draft rejected";
+  for (int i = 0; i < 40; ++i) p.observe(e, 4, 4);
+  EXPECT_GT(e, 0.95) << "every draft accepted";
+  double f = -1;
+  for (int i = 0; i < 40; ++i) p.observe(f, 3, 1);
+  EXPECT_NEAR(f, 0.5, 0.01) << "one of three accepted each step: a = 1/2 maximises the likelihood";
+  EXPECT_DOUBLE_EQ(acceptance_from_step(5, 2), 2.0 / 3.0);
+}
+
+}  // namespace
+}  // namespace arbor::sched
