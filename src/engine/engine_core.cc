@@ -4,6 +4,7 @@
 #include <chrono>
 #include <utility>
 
+#include "base/log.h"
 #include "engine/engine_core.h"
 #include "engine/engine_core_internal.h"
 
@@ -78,7 +79,53 @@ sched::SchedulerOptions scheduler_options(const EngineOptions& o, int64_t max_mo
 
 Status EngineCore::validate_config(const step::ModelExecutor& executor,
                                   const EngineCoreConfig& config) {
+  const int32_t k = config.options.max_spec_tokens;
+  if (k < 0 || k > sched::kMaxSpecTokens) {
+    return invalid_argument("--spec-k is ", k, ", must be in [0, ", sched::kMaxSpecTokens, "]");
+  }
+  if (k > 0 && !executor.has_proposer()) {
+    return invalid_argument("--spec-k is ", k, " but the executor has no proposer (--spec)");
+  }
   return executor.check_max_model_len(config.options.max_model_len);
+}
+
+namespace {
+
+// The step sizes the SpecPolicy's cost curve is measured at: dense where drafts live, sparse
+// up to the step budget (at most 128 tokens: beyond, a step is compute-bound and the curve is
+// extrapolated linearly).
+std::vector<int32_t> cost_curve_sizes(int32_t budget) {
+  std::vector<int32_t> sizes;
+  for (int32_t n : {1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 96, 128}) {
+    if (n <= std::max(budget, 2)) sizes.push_back(n);
+  }
+  return sizes;
+}
+
+}  // namespace
+
+sched::SpecCostModel EngineCore::measure_spec_costs() {
+  sched::SpecCostModel model;
+  const std::vector<int32_t> sizes = cost_curve_sizes(config_.options.max_num_batched_tokens);
+  Result<std::vector<double>> costs = executor_->measure_step_costs(sizes);
+  if (!costs.ok() || costs->empty() || (*costs)[0] <= 0) {
+    ARBOR_LOG(kWarn) << "speculation: could not measure step costs ("
+                        << costs.status().to_string()
+                        << "); planning as if extra tokens were free";
+    return model;
+  }
+  std::string curve;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const double r = (*costs)[i] / (*costs)[0];
+    model.points.emplace_back(sizes[i], r);
+    if (sizes[i] <= 16 || i + 1 == sizes.size()) curve += str_cat(" r(", sizes[i], ")=", r);
+  }
+  model.draft_cost = executor_->draft_token_cost() / (*costs)[0];
+  ARBOR_LOG(kInfo) << "speculation: up to " << config_.options.max_spec_tokens
+                   << " drafts per request, chosen each step by goodput; 1-token step "
+                   << (*costs)[0] * 1e3 << " ms, step cost" << curve << ", draft token cost "
+                   << model.draft_cost;
+  return model;
 }
 
 EngineCore::EngineCore(std::unique_ptr<step::ModelExecutor> executor, const EngineCoreConfig& config)
@@ -98,8 +145,12 @@ EngineCore::EngineCore(std::unique_ptr<step::ModelExecutor> executor, const Engi
   ko.enable_prefix_caching = config_.options.enable_prefix_caching;
   kv_ = std::make_unique<kv::KvCacheManager>(ko);
   num_free_blocks_ = kv_->num_free_blocks();
-  scheduler_ = std::make_unique<sched::Scheduler>(
-      scheduler_options(config_.options, max_model_len_, vocab_size_), *kv_);
+  sched::SchedulerOptions so = scheduler_options(config_.options, max_model_len_, vocab_size_);
+  if (so.max_spec_tokens > 0) {
+    so.spec_cost = measure_spec_costs();
+    so.reserve_draft_slots = executor_->proposer_writes_kv();
+  }
+  scheduler_ = std::make_unique<sched::Scheduler>(so, *kv_);
   outputs_ = std::make_unique<OutputProcessor>(
       config_.tokenizer, metrics_, [this](const std::string& name) { release_name(name); });
   thread_ = std::thread([this] { run(); });

@@ -112,6 +112,7 @@ class EngineCore {
   Inbox wait_for_work();
   void handle_add(OutputGroupSpec group, sched::Request request);
   void handle_abort(const std::string& request_id);
+  sched::SpecCostModel measure_spec_costs();
   void step();
   void forget_finished();
   void fail_all(const Status& error);

@@ -1,6 +1,7 @@
 #include "executor/cpu_executor.h"
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
 namespace arbor::executor {
@@ -50,6 +51,40 @@ CpuModelExecutor::CpuModelExecutor(std::unique_ptr<model::ModelRunner> runner)
 
 int64_t CpuModelExecutor::num_kv_blocks() const { return runner_->kv_cache().num_blocks(); }
 int32_t CpuModelExecutor::block_size() const { return runner_->kv_cache().block_size(); }
+
+// One sequence with kContext committed tokens (whatever K/V the blocks hold) and n new tokens,
+// logits for every row: the shape of a verification step. Median of three after a warm-up.
+Result<std::vector<double>> CpuModelExecutor::measure_step_costs(
+    std::span<const int32_t> num_tokens) {
+  constexpr int32_t kContext = 64;
+  std::vector<double> costs;
+  const int32_t bs = block_size();
+  for (int32_t n : num_tokens) {
+    const int32_t num_blocks = (kContext + n + bs - 1) / bs;
+    if (num_blocks >= num_kv_blocks()) {
+      return invalid_argument("measuring a ", n, "-token step needs ", num_blocks,
+                              " KV blocks, the pool has ", num_kv_blocks() - 1);
+    }
+    std::vector<int32_t> blocks(static_cast<size_t>(num_blocks));
+    for (int32_t b = 0; b < num_blocks; ++b) blocks[b] = b + 1;
+    tokens_.assign(static_cast<size_t>(n), 1);
+    builder_.clear();
+    builder_.add(model::SequenceInput{.block_table = blocks,
+                                      .num_committed = kContext,
+                                      .tokens = tokens_,
+                                      .logits = model::LogitsMode::kAll});
+    logits_.resize(static_cast<size_t>(n) * vocab_size());
+    std::vector<double> runs;
+    for (int r = 0; r < 4; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      ARBOR_RETURN_IF_ERROR(runner_->forward(builder_.batch(), logits_.data()));
+      runs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(runs.begin() + 1, runs.end());
+    costs.push_back(runs[2]);
+  }
+  return costs;
+}
 
 // Appends every scheduled request to the batch; rows[i] = the first logits row of request i
 // (-1 when it does not sample).

@@ -34,6 +34,8 @@ class CpuModelExecutor : public step::ModelExecutor {
   int64_t num_kv_blocks() const override;
   int32_t block_size() const override;
 
+  Result<std::vector<double>> measure_step_costs(std::span<const int32_t> num_tokens) override;
+
   model::ModelRunner& runner() { return *runner_; }
   Status check_max_model_len(int64_t max_model_len) const override;
 

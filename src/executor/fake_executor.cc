@@ -79,6 +79,12 @@ step::RequestResult FakeExecutor::run(const step::ScheduledRequest& s, RequestSt
   return r;
 }
 
+Result<std::vector<double>> FakeExecutor::measure_step_costs(std::span<const int32_t> num_tokens) {
+  std::vector<double> costs;
+  for (int32_t n : num_tokens) costs.push_back(options_.step_base_s + options_.step_token_s * n);
+  return costs;
+}
+
 Result<step::StepResult> FakeExecutor::execute(const step::SchedulerOutput& output) {
   ++num_steps_;
   ARBOR_RETURN_IF_ERROR(states_.apply(output));

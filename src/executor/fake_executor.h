@@ -34,6 +34,9 @@ struct FakeExecutorOptions {
   int32_t step_delay_us = 0;
   // < 0: propose no drafts; else the first draft_correct_prefix drafts are right, the rest wrong.
   int32_t draft_correct_prefix = -1;
+  // measure_step_costs() reports step_cost_s(n) = step_base_s + step_token_s * n.
+  double step_base_s = 1e-3;
+  double step_token_s = 0.0;
 };
 
 // The token the fake produces after `tokens` for a greedy request.
@@ -49,6 +52,8 @@ class FakeExecutor : public step::ModelExecutor {
   Status check_max_model_len(int64_t max_model_len) const override;
   int64_t num_kv_blocks() const override { return options_.num_kv_blocks; }
   int32_t block_size() const override { return options_.block_size; }
+  Result<std::vector<double>> measure_step_costs(std::span<const int32_t> num_tokens) override;
+  bool has_proposer() const override { return options_.draft_correct_prefix >= 0; }
   int64_t num_steps() const { return num_steps_; }
   int64_t num_known_requests() const { return static_cast<int64_t>(states_.size()); }
 

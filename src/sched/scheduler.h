@@ -77,6 +77,10 @@ struct SchedulerOptions {
   int32_t max_spec_tokens = 0;
   SpecCostModel spec_cost{};          // the executor's measured step costs (SpecPolicy)
   SpecPolicyOptions spec_policy{};
+  // The proposer writes K/V for its drafts (a draft model): reserve max_next_draft_tokens
+  // lookahead slots past each sampling request's step (dropped, not preempted for, when the
+  // pool is short).
+  bool reserve_draft_slots = false;
   // Token ids in a StepResult must be below this (the engine sets the executor's vocabulary).
   int32_t vocab_size = std::numeric_limits<int32_t>::max();
 };
@@ -154,6 +158,7 @@ class Scheduler {
   void schedule_running(SchedulerOutput& out, Budget& budget);
   void schedule_waiting(SchedulerOutput& out, Budget& budget);
   void schedule_drafts(SchedulerOutput& out, Budget& budget);
+  void reserve_draft_slots(SchedulerOutput& out);
   int32_t next_draft_request(const Request& req, int32_t k) const;
   bool try_allocate_running(Request& req, int64_t num_new, int32_t num_drafts,
                             std::vector<RequestId>& preempted);

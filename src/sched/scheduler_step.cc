@@ -230,6 +230,22 @@ void Scheduler::schedule_drafts(SchedulerOutput& out, Budget& budget) {
   }
 }
 
+// Slots for the K/V a draft model writes while proposing max_next_draft_tokens after this step.
+void Scheduler::reserve_draft_slots(SchedulerOutput& out) {
+  for (ScheduledRequest& s : out.requests) {
+    if (!s.sample || s.max_next_draft_tokens == 0) continue;
+    const Request& req = *requests_.at(s.request_id);
+    const int64_t committed_run = s.num_scheduled_tokens - s.num_draft_tokens();
+    if (!kv_.allocate_slots(req.kv_view(), committed_run, {},
+                            s.num_draft_tokens() + s.max_next_draft_tokens)) {
+      s.max_next_draft_tokens = 0;
+      continue;
+    }
+    const std::span<const kv::BlockId> table = kv_.block_ids(req.request_id);
+    s.block_ids.assign(table.begin(), table.end());
+  }
+}
+
 void Scheduler::schedule_waiting(SchedulerOutput& out, Budget& budget) {
   while (!waiting_.empty() && budget.tokens > 0) {
     Request& req = *waiting_.front();
@@ -269,6 +285,7 @@ SchedulerOutput Scheduler::schedule() {
   schedule_running(out, budget);
   schedule_drafts(out, budget);
   if (out.preempted_ids.empty()) schedule_waiting(out, budget);
+  if (options_.reserve_draft_slots) reserve_draft_slots(out);
   for (const ScheduledRequest& s : out.requests) {
     out.total_num_scheduled_tokens += s.num_scheduled_tokens;
   }

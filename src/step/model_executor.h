@@ -10,6 +10,8 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include "base/status.h"
 #include "step/step.h"
@@ -38,6 +40,19 @@ class ModelExecutor {
   // 0) and tokens per block.
   virtual int64_t num_kv_blocks() const = 0;
   virtual int32_t block_size() const = 0;
+
+  // The step-cost curve the SpecPolicy plans with: for each n in `num_tokens` (increasing,
+  // starting at 1), the seconds of a step that runs n new tokens of one sequence with logits for
+  // every row (a verification), measured on this machine. Call only before the first execute()
+  // (it may write any KV block). [num_tokens.size()]
+  virtual Result<std::vector<double>> measure_step_costs(std::span<const int32_t> num_tokens) = 0;
+  // The cost of proposing one draft token, in seconds (0 for model-free proposers or none).
+  virtual double draft_token_cost() const { return 0.0; }
+  // Whether the executor can propose drafts (it has a proposer), and whether proposing writes
+  // K/V into the request's slots past its committed tokens (a draft model does: the scheduler
+  // then reserves max_next_draft_tokens lookahead slots).
+  virtual bool has_proposer() const { return false; }
+  virtual bool proposer_writes_kv() const { return false; }
 };
 
 }  // namespace arbor::step
