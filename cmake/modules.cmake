@@ -20,7 +20,7 @@ set(ARBOR_DEPS_step base sampling)
 # Pure scheduling logic: never tensors or kernels.
 set(ARBOR_DEPS_sched base kv sampling step)
 # Executors run the model behind the step protocol; the engine never sees them.
-set(ARBOR_DEPS_executor base gguf kernels model sampling step)
+set(ARBOR_DEPS_executor base gguf tokenizer kernels model sampling step)
 set(ARBOR_DEPS_engine base kv sampling step sched tokenizer)
 set(ARBOR_DEPS_http base)
 set(ARBOR_DEPS_chat base)

@@ -56,7 +56,7 @@ void log_configuration(const Options& o, executor::CpuModelExecutor& exec, int64
 }
 
 Status run(const Options& o) {
-  const engine::EngineOptions& eo = o.serving.engine;
+  const engine::EngineOptions eo = engine_options(o.serving);
   ARBOR_ASSIGN_OR_RETURN(auto exec, executor::CpuModelExecutor::load(o.model, cpu_options(o.serving)));
   ARBOR_ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::from_file(o.model));
   executor::CpuModelExecutor& exec_ref = *exec;

@@ -16,6 +16,11 @@
 //   --kv-dtype f16|f32                KV element type (default f16)
 //   --scheduling-policy fcfs|priority (default fcfs)
 //   --no-prefix-caching               disable automatic prefix caching
+//   --spec off|ngram|suffix|draft     speculative decoding proposer (default off)
+//   --spec-k N                        drafts verified per request per step, at most (default 4;
+//                                     the policy chooses 0..N each step)
+//   --draft-model PATH                the draft GGUF for --spec draft (same vocabulary)
+//   --spec-ngram-min N / --spec-ngram-max N   n-gram sizes the ngram proposer matches (1 / 4)
 //
 // Header-only: only cmd_*.cc files are compiled into the executable, and this needs CLI11,
 // which the engine library does not link.
@@ -34,6 +39,7 @@ namespace arbor::cli {
 struct ServingOptions {
   engine::EngineOptions engine;
   executor::CpuExecutorOptions cpu;
+  int32_t spec_k = 4;  // --spec-k; the engine's max_spec_tokens when --spec is not off
 };
 
 // Adds the flags to `app`; parsing writes into *serving, which must outlive the parse. The
@@ -88,6 +94,36 @@ inline void add_engine_flags(CLI::App& app, ServingOptions* serving) {
   app.add_option("-t,--threads", cpu->num_threads, "Forward threads; 0 = all cores")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  static const std::map<std::string, executor::SpecProposer> kProposers{
+      {"off", executor::SpecProposer::kNone},
+      {"ngram", executor::SpecProposer::kNgram},
+      {"suffix", executor::SpecProposer::kSuffix},
+      {"draft", executor::SpecProposer::kDraft}};
+  app.add_option("--spec", cpu->proposer,
+                 "Speculative decoding proposer: off, ngram (prompt lookup), suffix (suffix "
+                 "trees over this and recent requests), draft (--draft-model)")
+      ->transform(CLI::CheckedTransformer(kProposers, CLI::ignore_case).description(""))
+      ->type_name("off|ngram|suffix|draft")
+      ->default_str("off");
+  app.add_option("--spec-k", serving->spec_k,
+                 "Drafts verified per request per step, at most (the policy chooses 0..k)")
+      ->check(CLI::Range(1, sched::kMaxSpecTokens))
+      ->capture_default_str();
+  app.add_option("--draft-model", cpu->draft_model,
+                 "Draft model GGUF for --spec draft (must share the target's vocabulary)");
+  app.add_option("--spec-ngram-min", cpu->ngram_min, "Smallest n-gram the ngram proposer matches")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  app.add_option("--spec-ngram-max", cpu->ngram_max, "Largest n-gram the ngram proposer matches")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+}
+
+// The engine's options: --spec-k applies when a proposer is chosen.
+inline engine::EngineOptions engine_options(const ServingOptions& s) {
+  engine::EngineOptions e = s.engine;
+  e.max_spec_tokens = s.cpu.proposer == executor::SpecProposer::kNone ? 0 : s.spec_k;
+  return e;
 }
 
 // The executor's activation scratch follows the engine's token budget.

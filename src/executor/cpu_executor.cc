@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <unordered_map>
+
+#include "tokenizer/tokenizer.h"
 #include <utility>
 
 namespace arbor::executor {
@@ -22,7 +25,78 @@ Result<std::unique_ptr<CpuModelExecutor>> CpuModelExecutor::load(const std::stri
     return invalid_argument("KV cache of ", runner->kv_cache().num_blocks(),
                             " blocks: need at least 2 (the null block and one more)");
   }
-  return std::make_unique<CpuModelExecutor>(std::move(runner));
+  auto exec = std::make_unique<CpuModelExecutor>(std::move(runner));
+  switch (options.proposer) {
+    case SpecProposer::kNone:
+      break;
+    case SpecProposer::kDraft: {
+      if (options.draft_model.empty()) return invalid_argument("--spec draft needs --draft-model");
+      ARBOR_RETURN_IF_ERROR(check_same_vocabulary(path, options.draft_model));
+      ARBOR_ASSIGN_OR_RETURN(
+          std::unique_ptr<DraftModelProposer> draft,
+          DraftModelProposer::load(options.draft_model, exec->num_kv_blocks(), exec->block_size(),
+                                   exec->runner().shared_pool()));
+      ARBOR_RETURN_IF_ERROR(exec->set_draft_model(std::move(draft)));
+      break;
+    }
+    case SpecProposer::kNgram:
+    case SpecProposer::kSuffix:
+      return unimplemented("--spec ", spec_proposer_name(options.proposer),
+                           " is not available in this build");
+  }
+  return exec;
+}
+
+Status CpuModelExecutor::set_draft_model(std::unique_ptr<DraftModelProposer> draft) {
+  if (draft->vocab_size() != vocab_size()) {
+    return invalid_argument("the draft model's vocabulary has ", draft->vocab_size(),
+                            " tokens, the target's ", vocab_size());
+  }
+  ARBOR_ASSIGN_OR_RETURN(draft_token_cost_, draft->measure_token_cost());
+  draft_ = std::move(draft);
+  return ok_status();
+}
+
+std::string_view spec_proposer_name(SpecProposer p) {
+  switch (p) {
+    case SpecProposer::kNone: return "off";
+    case SpecProposer::kNgram: return "ngram";
+    case SpecProposer::kSuffix: return "suffix";
+    case SpecProposer::kDraft: return "draft";
+  }
+  return "?";
+}
+
+namespace {
+
+// A one-line description of a vocabulary for error messages.
+std::string describe_vocabulary(const std::string& path, const tokenizer::Tokenizer& t) {
+  return str_cat(path, " (", t.vocab_size(), " tokens, ", t.model_name(), ", BOS ", t.bos_id(),
+                 ", EOS ", t.eos_id(), ")");
+}
+
+}  // namespace
+
+// Drafts are token ids of the target's vocabulary: the two tokenizers must agree on every id.
+Status check_same_vocabulary(const std::string& target_path, const std::string& draft_path) {
+  Result<std::unique_ptr<tokenizer::Tokenizer>> target = tokenizer::Tokenizer::from_file(target_path);
+  if (!target.ok()) return target.status().with_context(str_cat("target ", target_path));
+  Result<std::unique_ptr<tokenizer::Tokenizer>> draft = tokenizer::Tokenizer::from_file(draft_path);
+  if (!draft.ok()) return draft.status().with_context(str_cat("draft model ", draft_path));
+  const tokenizer::Tokenizer& t = **target;
+  const tokenizer::Tokenizer& d = **draft;
+  const std::string both = str_cat("the draft model's vocabulary ", describe_vocabulary(draft_path, d),
+                                   " differs from the target's ", describe_vocabulary(target_path, t));
+  if (t.vocab_size() != d.vocab_size() || t.bos_id() != d.bos_id() || t.eos_id() != d.eos_id()) {
+    return invalid_argument(both);
+  }
+  for (int32_t id = 0; id < t.vocab_size(); ++id) {
+    if (t.token_text(id) != d.token_text(id)) {
+      return invalid_argument(both, ": token ", id, " is '", d.token_text(id), "' vs '",
+                              t.token_text(id), "'");
+    }
+  }
+  return ok_status();
 }
 
 Status CpuModelExecutor::check_max_model_len(int64_t max_model_len) const {
@@ -146,10 +220,47 @@ step::RequestResult CpuModelExecutor::verify_drafts(const step::ScheduledRequest
   return r;
 }
 
+// Drafts for the next step, for every request that asked for some.
+Status CpuModelExecutor::propose(const step::SchedulerOutput& output, step::StepResult& result) {
+  if (draft_ == nullptr) return ok_status();
+  std::unordered_map<step::RequestId, const step::ScheduledRequest*> scheduled;
+  for (const step::ScheduledRequest& s : output.requests) scheduled.emplace(s.request_id, &s);
+  std::vector<DraftInput> inputs;
+  std::vector<std::vector<int32_t>> contexts;
+  std::vector<size_t> which;
+  contexts.reserve(result.requests.size());
+  for (size_t i = 0; i < result.requests.size(); ++i) {
+    const step::RequestResult& r = result.requests[i];
+    const step::ScheduledRequest& s = *scheduled.at(r.request_id);
+    if (s.max_next_draft_tokens == 0) continue;
+    const RequestState& st = states_.at(r.request_id);
+    std::vector<int32_t>& ctx = contexts.emplace_back(st.token_ids);
+    for (const step::SampledToken& t : r.tokens) ctx.push_back(t.token_id);
+    inputs.push_back(DraftInput{.request_id = r.request_id,
+                                .token_ids = ctx,
+                                .num_prompt_tokens = st.num_prompt_tokens,
+                                .block_ids = s.block_ids,
+                                .num_drafts = s.max_next_draft_tokens,
+                                .sampling = &st.sampling,
+                                .seed = st.seed});
+    which.push_back(i);
+  }
+  if (inputs.empty()) return ok_status();
+  ARBOR_ASSIGN_OR_RETURN(std::vector<DraftOutput> drafts, draft_->propose(inputs));
+  for (size_t j = 0; j < which.size(); ++j) {
+    result.requests[which[j]].next_draft_token_ids = std::move(drafts[j].tokens);
+  }
+  return ok_status();
+}
+
 Result<step::StepResult> CpuModelExecutor::execute(const step::SchedulerOutput& output) {
-  ARBOR_RETURN_IF_ERROR(states_.apply(output));
+  ARBOR_ASSIGN_OR_RETURN(const std::vector<step::RequestId> forgotten, states_.apply(output));
+  if (draft_ != nullptr) {
+    for (step::RequestId id : forgotten) draft_->forget(id);
+  }
   for (const step::BlockCopy& c : output.block_copies) {
     runner_->kv_cache().copy_block(c.src_block, c.dst_block);
+    if (draft_ != nullptr) draft_->copy_block(c.src_block, c.dst_block);
   }
   step::StepResult result;
   if (output.requests.empty()) return result;
@@ -164,6 +275,7 @@ Result<step::StepResult> CpuModelExecutor::execute(const step::SchedulerOutput& 
     result.requests.push_back(verify_drafts(s, states_.at(s.request_id),
                                             logits_.data() + static_cast<size_t>(rows[i]) * vocab));
   }
+  ARBOR_RETURN_IF_ERROR(propose(output, result));
   return result;
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "executor/draft_proposer.h"
 #include "executor/executor_options.h"
 #include "executor/request_states.h"
 #include "step/model_executor.h"
@@ -19,6 +20,10 @@
 #include "sampling/sampler.h"
 
 namespace arbor::executor {
+
+// ok when the draft model's tokenizer has the same ids as the target's (vocabulary size, BOS,
+// EOS, every token's text); otherwise kInvalidArgument naming both vocabularies.
+Status check_same_vocabulary(const std::string& target_path, const std::string& draft_path);
 
 class CpuModelExecutor : public step::ModelExecutor {
  public:
@@ -35,6 +40,12 @@ class CpuModelExecutor : public step::ModelExecutor {
   int32_t block_size() const override;
 
   Result<std::vector<double>> measure_step_costs(std::span<const int32_t> num_tokens) override;
+  double draft_token_cost() const override { return draft_token_cost_; }
+  bool has_proposer() const override { return draft_ != nullptr; }
+  bool proposer_writes_kv() const override { return draft_ != nullptr; }
+
+  // Proposes with a draft model from now on (load() does this for --spec draft).
+  Status set_draft_model(std::unique_ptr<DraftModelProposer> draft);
 
   model::ModelRunner& runner() { return *runner_; }
   Status check_max_model_len(int64_t max_model_len) const override;
@@ -43,9 +54,12 @@ class CpuModelExecutor : public step::ModelExecutor {
   Status build_batch(const step::SchedulerOutput& output, std::vector<int32_t>& rows);
   step::RequestResult verify_drafts(const step::ScheduledRequest& s, const RequestState& st,
                                     const float* logits);
+  Status propose(const step::SchedulerOutput& output, step::StepResult& result);
 
   std::unique_ptr<model::ModelRunner> runner_;
   RequestStates states_;
+  std::unique_ptr<DraftModelProposer> draft_;
+  double draft_token_cost_ = 0.0;
   model::BatchBuilder builder_;
   sampling::Sampler sampler_;
   std::vector<float> logits_;  // [num_logits, vocab_size]

@@ -3,10 +3,15 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <string_view>
 
 #include "kernels/attention.h"
 
 namespace arbor::executor {
+
+enum class SpecProposer : uint8_t { kNone, kNgram, kSuffix, kDraft };
+std::string_view spec_proposer_name(SpecProposer p);  // "off", "ngram", "suffix", "draft"
 
 struct CpuExecutorOptions {
   int32_t block_size = 16;                // --block-size: tokens per KV block
@@ -17,6 +22,11 @@ struct CpuExecutorOptions {
   // Activation scratch sized up front for this many tokens per step (the engine's
   // max_num_batched_tokens); grows on demand anyway.
   int32_t reserve_tokens = 2048;
+  // --spec: who proposes drafts (the engine's --spec-k > 0 turns speculation on).
+  SpecProposer proposer = SpecProposer::kNone;
+  std::string draft_model;                // --draft-model: a GGUF with the target's vocabulary
+  int32_t ngram_min = 1;                  // --spec-ngram-min / --spec-ngram-max: n-gram sizes
+  int32_t ngram_max = 4;                  //   matched by the n-gram proposer
 };
 
 }  // namespace arbor::executor

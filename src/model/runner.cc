@@ -34,7 +34,8 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<LlamaMo
   }
   std::unique_ptr<ModelRunner> r(new ModelRunner());
   ARBOR_ASSIGN_OR_RETURN(r->cache_, PagedKvCache::create(shape, num_blocks, options.populate_kv));
-  r->pool_ = std::make_unique<kernels::ThreadPool>(options.num_threads);
+  r->pool_ = options.pool ? options.pool
+                          : std::make_shared<kernels::ThreadPool>(options.num_threads);
   r->forward_ = std::make_unique<LlamaForward>(*model, options.reserve_tokens);
   r->model_ = std::move(model);
   return r;

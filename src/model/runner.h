@@ -41,6 +41,9 @@ struct RunnerOptions {
   // sets it: a server cycles through every block (the free queue hands out the least recently
   // used), and taking ~150k page faults mid-serving cost ~10 % of a throughput run.
   bool populate_kv = false;
+  // Run on this pool instead of starting one (a draft model shares its target's threads: the two
+  // never run at once). Null: a pool of num_threads.
+  std::shared_ptr<kernels::ThreadPool> pool;
 };
 
 class ModelRunner {
@@ -57,6 +60,7 @@ class ModelRunner {
   const LlamaModel& model() const { return *model_; }
   PagedKvCache& kv_cache() { return *cache_; }
   kernels::ThreadPool& pool() { return *pool_; }
+  const std::shared_ptr<kernels::ThreadPool>& shared_pool() const { return pool_; }
 
   // Validates `batch` (validate_batch; an invalid batch is kInvalidArgument and changes
   // nothing), writes the new tokens' K/V into the cache and fills
@@ -68,7 +72,7 @@ class ModelRunner {
 
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<PagedKvCache> cache_;
-  std::unique_ptr<kernels::ThreadPool> pool_;
+  std::shared_ptr<kernels::ThreadPool> pool_;
   std::unique_ptr<LlamaForward> forward_;
 };
 

@@ -1,0 +1,84 @@
+// DraftModelProposer: a second, smaller GGUF model that proposes drafts by decoding ahead.
+//
+// It keeps its own paged KV cache with the target's geometry (same number of blocks, same block
+// size), indexed by the same block ids: a request's draft K/V lives in the same slots of the
+// draft cache as its target K/V in the target cache, so the scheduler's block tables, forks
+// (copy_block) and lookahead reservations serve both. Per request it remembers which tokens its
+// draft K/V holds (run_tokens); at each proposal it keeps the longest prefix that is still
+// committed (accepted drafts stay; rejected ones are rolled back by forgetting them: their slots
+// are overwritten), catches up on the committed tokens it has not run (the prompt for a new
+// request, then normally the bonus/recovered token and the accepted drafts' tail), and decodes
+// num_drafts tokens in as many ragged-batch forwards over all proposing requests.
+//
+// Draft tokens follow the request's own sampling: greedy requests take the argmax after the
+// request's logit bias and penalties; sampling requests draw from the draft distribution q after
+// the request's transforms at draw site Rng::at(seed, position, kDraft), and q is returned when
+// asked for (the rejection sampler needs it).
+//
+// Threading: the engine thread (inside the executor's execute()).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "base/status.h"
+#include "model/batch_builder.h"
+#include "model/runner.h"
+#include "sampling/sampler.h"
+#include "step/step.h"
+
+namespace arbor::executor {
+
+struct DraftInput {
+  step::RequestId request_id = 0;
+  std::span<const int32_t> token_ids;  // [N] committed: prompt + generated
+  int32_t num_prompt_tokens = 0;
+  // [num_blocks] covering at least N - 1 + num_drafts slots (the scheduler's lookahead).
+  std::span<const int32_t> block_ids;
+  int32_t num_drafts = 0;              // >= 1
+  const sampling::SamplingParams* sampling = nullptr;
+  uint64_t seed = 0;
+  bool keep_distributions = false;     // fill DraftOutput::q
+};
+
+struct DraftOutput {
+  std::vector<int32_t> tokens;                        // [num_drafts]
+  std::vector<std::vector<sampling::Candidate>> q;    // [num_drafts] when asked for
+};
+
+class DraftModelProposer {
+ public:
+  // Loads the draft GGUF with a KV pool of `num_blocks` blocks of `block_size` tokens, running
+  // on `pool`. Errors name the file.
+  static Result<std::unique_ptr<DraftModelProposer>> load(
+      const std::string& path, int64_t num_blocks, int32_t block_size,
+      std::shared_ptr<kernels::ThreadPool> pool);
+
+  int32_t vocab_size() const { return runner_->config().vocab_size; }
+  // Mirror of the target's copy-on-write copies.
+  void copy_block(int32_t src, int32_t dst) { runner_->kv_cache().copy_block(src, dst); }
+  void forget(step::RequestId id) { states_.erase(id); }
+  // [inputs.size()] proposals. Errors come from the forward (the state is then reset).
+  Result<std::vector<DraftOutput>> propose(std::span<const DraftInput> inputs);
+  // Seconds of a one-token draft step (median of three after a warm-up); before any propose().
+  Result<double> measure_token_cost();
+
+ private:
+  explicit DraftModelProposer(std::unique_ptr<model::ModelRunner> runner);
+  int32_t pick(const DraftInput& in, std::span<const float> logits, int64_t position,
+               std::span<const int32_t> drafted, DraftOutput& out);
+
+  std::unique_ptr<model::ModelRunner> runner_;
+  model::BatchBuilder builder_;
+  sampling::Sampler sampler_;
+  std::unordered_map<step::RequestId, std::vector<int32_t>> states_;  // run_tokens per request
+  std::vector<float> logits_;
+  std::vector<float> work_;
+  std::vector<int32_t> history_;
+};
+
+}  // namespace arbor::executor
