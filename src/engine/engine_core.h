@@ -95,6 +95,8 @@ class EngineCore {
   // options.max_model_len, or the executor's max_model_len() when that is 0. Fixed at
   // construction; the server's context-length checks use it.
   int64_t max_model_len() const { return max_model_len_; }
+  // Any thread: drafts verified per request per step, at most (0: no speculation).
+  int32_t max_spec_tokens() const { return config_.options.max_spec_tokens; }
   // Any thread: the KV pool's free blocks as of the last step (for tests).
   int32_t num_free_blocks() const { return num_free_blocks_.load(); }
   // Any thread: blocks until no request is queued or running and the metrics (and
@@ -115,6 +117,7 @@ class EngineCore {
   sched::SpecCostModel measure_spec_costs();
   void step();
   void forget_finished();
+  void observe_speculation(const sched::RequestOutput& o);
   void fail_all(const Status& error);
   void release_name(const std::string& name);
   void publish_metrics();

@@ -106,12 +106,27 @@ void EngineCore::step() {
   for (const sched::RequestOutput& o : *outs) {
     const std::optional<sched::StopReason> stop = outputs_->process(o, now);
     if (stop) scheduler_->finish_request(o.request_id, *stop);
-    metrics_.num_draft_tokens += o.num_draft_tokens;
-    metrics_.num_accepted_draft_tokens += o.num_accepted_tokens;
+    observe_speculation(o);
   }
   ++metrics_.num_steps;
   metrics_.batch_size.observe(static_cast<double>(out.requests.size()));
   metrics_.tokens_per_step.observe(out.total_num_scheduled_tokens);
+}
+
+void EngineCore::observe_speculation(const sched::RequestOutput& o) {
+  if (o.num_draft_tokens == 0) return;
+  metrics_.num_draft_tokens += o.num_draft_tokens;
+  metrics_.num_accepted_draft_tokens += o.num_accepted_tokens;
+  ++metrics_.num_verify_steps;
+  if (o.num_accepted_tokens == o.num_draft_tokens) {
+    ++metrics_.num_bonus_tokens;
+  } else {
+    ++metrics_.num_recovered_tokens;
+  }
+  for (int32_t i = 0; i < o.num_draft_tokens; ++i) {
+    ++metrics_.drafts_at_position[static_cast<size_t>(i)];
+    if (i < o.num_accepted_tokens) ++metrics_.accepted_at_position[static_cast<size_t>(i)];
+  }
 }
 
 void EngineCore::release_name(const std::string& name) {
@@ -131,6 +146,9 @@ void EngineCore::publish_metrics() {
   metrics_.num_waiting = st.num_waiting;
   metrics_.num_preemptions = st.num_preemptions;
   metrics_.num_priority_preemptions = st.num_priority_preemptions;
+  metrics_.num_spec_candidates = st.num_spec_candidates;
+  metrics_.num_spec_declined = st.num_spec_declined;
+  metrics_.spec_acceptance_estimate = st.spec_acceptance;
   metrics_.kv_usage = st.kv.usage;
   metrics_.prefix_cache_hit_rate = st.kv.prefix_hit_rate;
   metrics_.num_prefix_cache_query_tokens = st.kv.num_query_tokens;

@@ -64,9 +64,18 @@ struct EngineMetricsSnapshot {
   // the part spent inside ModelExecutor::execute. The difference is the engine's own overhead.
   double engine_busy_s = 0.0;
   double executor_s = 0.0;
-  // Speculative decoding.
+  // Speculative decoding (vLLM's vocabulary: accepted / recovered / bonus tokens).
   int64_t num_draft_tokens = 0;            // drafts verified
   int64_t num_accepted_draft_tokens = 0;   // ... of which accepted
+  int64_t num_verify_steps = 0;            // (request, step) pairs that verified >= 1 draft
+  int64_t num_recovered_tokens = 0;        // ... that ended in a rejection (a recovered token)
+  int64_t num_bonus_tokens = 0;            // ... that accepted every draft (a bonus token)
+  // [kMaxSpecTokens] drafts verified / accepted at draft position i (0 = the first draft).
+  std::vector<int64_t> drafts_at_position = std::vector<int64_t>(16, 0);
+  std::vector<int64_t> accepted_at_position = std::vector<int64_t>(16, 0);
+  int64_t num_spec_candidates = 0;         // decoding requests that had drafts to verify
+  int64_t num_spec_declined = 0;           // ... for which the policy chose to verify none
+  double spec_acceptance_estimate = 0.0;   // the policy's engine-wide acceptance estimate
 };
 
 // The published snapshot. publish() from the engine thread, read() from any thread.

@@ -92,6 +92,62 @@ std::optional<ApiError> read_bool(const json& o, const char* name, bool* out) {
   return std::nullopt;
 }
 
+json speculation_usage_json(const engine::Usage& u) {
+  return {{"draft_tokens", u.draft_tokens},
+          {"accepted_tokens", u.accepted_draft_tokens},
+          {"acceptance_rate", u.draft_tokens > 0 ? static_cast<double>(u.accepted_draft_tokens) /
+                                                       static_cast<double>(u.draft_tokens)
+                                                 : 0.0}};
+}
+
+std::optional<ApiError> read_speculation(const json& o, const ModelInfo& m,
+                                         sched::SpecRequest* out) {
+  const json* v = field(o, "speculation");
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_object()) return wrong_type("speculation", "an object", *v);
+  for (const auto& [key, value] : v->items()) {
+    if (key != "mode" && key != "k") {
+      return invalid_param(str_cat("speculation.", key),
+                           str_cat("'speculation.", key, "' is not a field of 'speculation' (fields: mode, k)"));
+    }
+  }
+  if (const json* mode = field(*v, "mode"); mode != nullptr) {
+    const std::string name = mode->is_string() ? mode->get<std::string>() : "";
+    if (name == "off") {
+      out->mode = sched::SpecMode::kOff;
+    } else if (name == "auto") {
+      out->mode = sched::SpecMode::kAuto;
+    } else if (name == "fixed") {
+      out->mode = sched::SpecMode::kFixed;
+    } else {
+      return invalid_param("speculation.mode",
+                           str_cat("'speculation.mode' is ", mode->dump(),
+                                   ", must be \"off\", \"auto\" or \"fixed\""));
+    }
+  }
+  if (const json* k = field(*v, "k"); k != nullptr) {
+    if (!k->is_number_integer()) return wrong_type("speculation.k", "an integer", *k);
+    const int64_t kv = k->get<int64_t>();
+    const int64_t hi = std::max(m.max_spec_tokens, 1);
+    if (kv < 1 || kv > hi) {
+      return invalid_param("speculation.k", str_cat("'speculation.k' is ", kv, ", must be in [1, ",
+                                                    hi, "] (the server's --spec-k)"));
+    }
+    out->k = static_cast<int32_t>(kv);
+  }
+  if (out->mode == sched::SpecMode::kFixed) {
+    if (m.max_spec_tokens == 0) {
+      return invalid_param("speculation.mode",
+                           "'speculation.mode' is \"fixed\", but this server runs without "
+                           "speculation (start it with --spec)");
+    }
+    if (out->k == 0) {
+      return invalid_param("speculation.k", "'speculation.k' is required with mode \"fixed\"");
+    }
+  }
+  return std::nullopt;
+}
+
 std::optional<ApiError> read_int(const json& o, const char* name, int64_t lo, int64_t hi,
                                  int64_t* out) {
   const json* v = field(o, name);

@@ -32,6 +32,7 @@ struct ModelInfo {
   int32_t vocab_size = 0;
   int64_t created = 0;                            // unix seconds of startup
   int32_t max_n = 16;                             // limit on n and best_of
+  int32_t max_spec_tokens = 0;                    // the engine's --spec-k; 0 = speculation off
   const ChatRenderer* chat = nullptr;             // nullptr: /v1/chat/completions answers 400
 };
 
@@ -63,6 +64,13 @@ std::optional<ApiError> parse_json_object(std::string_view body, nlohmann::json*
 
 // Typed field readers. Absent or null fields leave *out unchanged and return nullopt.
 std::optional<ApiError> read_bool(const nlohmann::json& o, const char* name, bool* out);
+// Usage's "speculation": {"draft_tokens", "accepted_tokens", "acceptance_rate"}.
+nlohmann::json speculation_usage_json(const engine::Usage& u);
+// The request's `speculation` object (both APIs): {"mode": "off"|"auto"|"fixed", "k": K}.
+// Absent or null: auto. Errors name the field: "speculation.k is 40, must be in [1, 8] (the
+// server's --spec-k)"; "fixed" on a server without speculation; unknown fields.
+std::optional<ApiError> read_speculation(const nlohmann::json& o, const ModelInfo& m,
+                                         sched::SpecRequest* out);
 std::optional<ApiError> read_int(const nlohmann::json& o, const char* name, int64_t lo,
                                  int64_t hi, int64_t* out);
 std::optional<ApiError> read_int32(const nlohmann::json& o, const char* name, int64_t lo,

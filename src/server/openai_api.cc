@@ -79,6 +79,7 @@ std::optional<ApiError> read_common(const json& b, const ModelInfo& m, engine::G
     return invalid_param("best_of", str_cat("'best_of' is ", r->best_of, ", must be >= n (",
                                             r->n, ")"));
   }
+  ARBOR_API_TRY(read_speculation(b, m, &r->speculation));
   ARBOR_API_TRY(read_stop(b, "stop", kMaxStopStrings, &r->stop));
   ARBOR_API_TRY(read_bool(b, "ignore_eos", &r->ignore_eos));
   if (!r->ignore_eos && m.tokenizer != nullptr && m.tokenizer->bos_id() >= 0) {
@@ -289,6 +290,7 @@ class OpenAiBuilder : public ResponseBuilder {
            {"completion_tokens", u.completion_tokens},
            {"total_tokens", u.prompt_tokens + u.completion_tokens}};
     if (u.cached_tokens > 0) j["prompt_tokens_details"] = {{"cached_tokens", u.cached_tokens}};
+    if (u.draft_tokens > 0) j["speculation"] = speculation_usage_json(u);
     return j;
   }
 
@@ -346,7 +348,7 @@ void log_unknown_fields(const json& body, bool chat) {
       "top_p", "n", "best_of", "stop", "seed", "presence_penalty", "frequency_penalty",
       "logit_bias", "logprobs", "top_logprobs", "echo", "stream", "stream_options", "user",
       "top_k", "min_p", "repetition_penalty", "ignore_eos", "truncate_prompt_tokens",
-      "add_generation_prompt", "suffix"};
+      "add_generation_prompt", "suffix", "speculation"};
   if (!log_enabled(LogLevel::kDebug)) return;
   for (const auto& [key, value] : body.items()) {
     if (!kKnown.contains(key)) {

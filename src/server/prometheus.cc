@@ -36,6 +36,39 @@ void histogram(std::string& out, const char* name, const char* help, const engin
   out += str_cat(name, "_sum ", num(h.sum()), "\n", name, "_count ", h.count(), "\n");
 }
 
+void speculation(std::string& out, const engine::EngineMetricsSnapshot& m) {
+  scalar(out, "arbor_spec_draft_tokens_total", "counter", "Speculative draft tokens verified.",
+         m.num_draft_tokens);
+  scalar(out, "arbor_spec_accepted_tokens_total", "counter", "Draft tokens accepted.",
+         m.num_accepted_draft_tokens);
+  scalar(out, "arbor_spec_verify_steps_total", "counter",
+         "Verifications (a request's step with at least one draft).", m.num_verify_steps);
+  scalar(out, "arbor_spec_recovered_tokens_total", "counter",
+         "Tokens sampled from the target after a rejected draft.", m.num_recovered_tokens);
+  scalar(out, "arbor_spec_bonus_tokens_total", "counter",
+         "Tokens sampled from the target after every draft was accepted.", m.num_bonus_tokens);
+  scalar(out, "arbor_spec_mean_accepted_length", "gauge",
+         "Mean tokens emitted per verification (accepted drafts + 1).",
+         m.num_verify_steps > 0
+             ? 1.0 + static_cast<double>(m.num_accepted_draft_tokens) / m.num_verify_steps
+             : 0.0);
+  header(out, "arbor_spec_acceptance_by_position", "gauge",
+         "Accepted / verified drafts at each draft position (0 = the first draft).");
+  for (size_t i = 0; i < m.drafts_at_position.size(); ++i) {
+    if (m.drafts_at_position[i] == 0) continue;
+    out += str_cat("arbor_spec_acceptance_by_position{position=\"", i, "\"} ",
+                   num(static_cast<double>(m.accepted_at_position[i]) /
+                       static_cast<double>(m.drafts_at_position[i])),
+                   "\n");
+  }
+  scalar(out, "arbor_spec_decisions_total", "counter",
+         "Requests with drafts the policy considered, per step.", m.num_spec_candidates);
+  scalar(out, "arbor_spec_declined_total", "counter",
+         "... of which the policy verified none (speculation did not pay).", m.num_spec_declined);
+  scalar(out, "arbor_spec_acceptance_estimate", "gauge",
+         "The speculation policy's engine-wide acceptance estimate.", m.spec_acceptance_estimate);
+}
+
 }  // namespace
 
 std::string prometheus_text(const engine::EngineMetricsSnapshot& m, const ServerMetrics& s) {
@@ -83,6 +116,7 @@ std::string prometheus_text(const engine::EngineMetricsSnapshot& m, const Server
   scalar(out, "arbor_request_rejected_total", "counter", "Requests rejected by the engine.",
          m.num_requests_rejected);
   scalar(out, "arbor_engine_steps_total", "counter", "Engine steps.", m.num_steps);
+  speculation(out, m);
   header(out, "arbor_http_requests_total", "counter", "HTTP responses by status code.");
   for (const auto& [code, count] : s.responses_by_status) {
     out += str_cat("arbor_http_requests_total{code=\"", code, "\"} ", count, "\n");

@@ -142,6 +142,8 @@ class Generation : public std::enable_shared_from_this<Generation> {
     total_.usage.prompt_tokens += ev.usage.prompt_tokens;
     total_.usage.completion_tokens += ev.usage.completion_tokens;
     total_.usage.cached_tokens += ev.usage.cached_tokens;
+    total_.usage.draft_tokens += ev.usage.draft_tokens;
+    total_.usage.accepted_draft_tokens += ev.usage.accepted_draft_tokens;
     if (!ev.error.ok()) {
       abort();
       total_.error = ev.error;
@@ -403,6 +405,7 @@ Result<std::unique_ptr<ApiServer>> ApiServer::create(engine::EngineCore& engine,
   state->engine = &engine;
   state->model = std::move(model);
   state->model.context_length = static_cast<int32_t>(engine.max_model_len());
+  state->model.max_spec_tokens = engine.max_spec_tokens();
   state->options = options;
   // Errors the HTTP layer answers itself (413, malformed requests) in the API's shape.
   state->options.http.error_body = [](int status, std::string_view code, std::string_view msg) {

@@ -51,6 +51,7 @@ class TgiBuilder : public ResponseBuilder {
                       {"seed", nullptr},
                       {"prefill", json::array()},
                       {"tokens", tokens_}};
+      if (ev.usage.draft_tokens > 0) j["details"]["speculation"] = speculation_usage_json(ev.usage);
     }
     return dump_json(j);
   }
@@ -149,6 +150,7 @@ std::optional<ApiError> prepare_tgi(const json& body, const ModelInfo& model, bo
   ARBOR_API_TRY(check_lengths(model, r.prompt_token_ids.size(), explicit_max, "max_new_tokens",
                               &r.max_tokens));
   ARBOR_API_TRY(read_tgi_sampling(p, model, &r));
+  ARBOR_API_TRY(read_speculation(p, model, &r.speculation));
   ARBOR_API_TRY(read_int32(p, "best_of", 1, model.max_n, &r.best_of));
   if (r.best_of > 1 && stream) {
     return invalid_param("best_of", "'best_of' > 1 is not supported with streaming");

@@ -25,9 +25,18 @@ namespace fs = std::filesystem;
 
 std::string shared(const std::string& rel) { return std::string(ARBOR_SHARED_DIR) + "/" + rel; }
 
+// Removes the files in it when the test program exits.
+struct TempFiles {
+  std::map<int, std::string> paths;
+  ~TempFiles() {
+    for (const auto& [k, p] : paths) fs::remove(p);
+  }
+};
+
 // The stories260K cut to its first `layers` layers, converted once per test run.
 const std::string& draft_gguf(int layers) {
-  static std::map<int, std::string> paths;
+  static TempFiles files;
+  std::map<int, std::string>& paths = files.paths;
   auto it = paths.find(layers);
   if (it != paths.end()) return it->second;
   const std::string src =

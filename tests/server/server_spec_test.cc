@@ -1,0 +1,182 @@
+// Speculative decoding through the real server: the `speculation` request field on both APIs
+// (and its 400s naming the field), usage and /metrics, greedy output unchanged, the startup
+// error for a draft model with another vocabulary; finish reasons from the engine's StopReason.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <type_traits>
+
+#include "server_test_util.h"
+
+namespace arbor::server::testing {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+// Concatenates strings and numbers.
+template <typename... Args>
+std::string str_cat(const Args&... a) {
+  std::string s;
+  ((s += [](const auto& v) {
+     if constexpr (std::is_arithmetic_v<std::decay_t<decltype(v)>>) return std::to_string(v);
+     else return std::string(v);
+   }(a)),
+   ...);
+  return s;
+}
+
+std::string shared(const std::string& rel) { return std::string(ARBOR_SHARED_DIR) + "/" + rel; }
+
+// Runs `cmd` with a shell; returns its exit status and fills *output with stdout + stderr.
+int run(const std::string& cmd, std::string* output) {
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) return -1;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) output->append(buf, n);
+  return pclose(p);
+}
+
+std::string temp_path(const std::string& name) {
+  return (fs::temp_directory_path() / (name + "_" + std::to_string(getpid()) + ".gguf")).string();
+}
+
+// Removes its file when the test program exits.
+struct TempFile {
+  std::string path;
+  ~TempFile() { fs::remove(path); }
+};
+
+// stories260K's first 3 layers as a GGUF draft.
+const std::string& draft3() {
+  static const TempFile file{[] {
+    const std::string out = temp_path("arbor_server_draft3");
+    std::string log;
+    const int rc = run(str_cat(ARBOR_BIN, " convert llama2c ",
+                               shared("models/stories260K/stories260K-first3layers.bin"), " ",
+                               shared("models/stories260K/tok512.bin"), " -o ", out),
+                       &log);
+    EXPECT_EQ(rc, 0) << log;
+    return out;
+  }()};
+  return file.path;
+}
+
+class ServerSpec : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = new ServerProcess({"--spec", "draft", "--draft-model", draft3(), "--spec-k", "4"});
+  }
+  static void TearDownTestSuite() {
+    EXPECT_EQ(server_->terminate(), 0);
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override { ASSERT_TRUE(server_->ok()) << "arbor serve did not start"; }
+
+  static HttpResult completion(json body) {
+    body["model"] = "stories260K";
+    if (!body.contains("prompt")) body["prompt"] = "Once upon a time";
+    return server_->post("/v1/completions", body);
+  }
+  static void expect_400(const json& speculation, const std::string& param) {
+    const HttpResult r = completion({{"max_tokens", 4}, {"speculation", speculation}});
+    EXPECT_EQ(r.status, 400) << r.body;
+    EXPECT_EQ(r.json()["error"]["param"], param) << r.body;
+    const HttpResult t = server_->post(
+        "/generate", {{"inputs", "Once upon a time"},
+                      {"parameters", {{"max_new_tokens", 4}, {"speculation", speculation}}}});
+    // TGI answers validation errors with 422 and names the field in the message.
+    EXPECT_EQ(t.status, 422) << "TGI: " << t.body;
+    EXPECT_NE(t.body.find("'" + param), std::string::npos) << "TGI: " << t.body;
+  }
+
+  static ServerProcess* server_;
+};
+ServerProcess* ServerSpec::server_ = nullptr;
+
+TEST_F(ServerSpec, GreedyOutputIsUnchangedAndUsageReportsAcceptance) {
+  const json base{{"max_tokens", 64}, {"temperature", 0}, {"ignore_eos", true}};
+  json off = base, fixed = base, automatic = base;
+  off["speculation"] = {{"mode", "off"}};
+  fixed["speculation"] = {{"mode", "fixed"}, {"k", 4}};
+  const HttpResult a = completion(off), b = completion(fixed), c = completion(automatic);
+  ASSERT_EQ(a.status, 200) << a.body;
+  ASSERT_EQ(b.status, 200) << b.body;
+  ASSERT_EQ(c.status, 200) << c.body;
+  EXPECT_EQ(b.json()["choices"][0]["text"], a.json()["choices"][0]["text"]);
+  EXPECT_EQ(c.json()["choices"][0]["text"], a.json()["choices"][0]["text"]);
+  EXPECT_FALSE(a.json()["usage"].contains("speculation")) << "mode off verifies nothing";
+  const json spec = b.json()["usage"]["speculation"];
+  ASSERT_TRUE(spec.is_object()) << b.body;
+  EXPECT_GT(spec["draft_tokens"].get<int>(), 0);
+  EXPECT_GT(spec["accepted_tokens"].get<int>(), 0);
+  EXPECT_LE(spec["accepted_tokens"].get<int>(), spec["draft_tokens"].get<int>());
+  EXPECT_GT(server_->metric("arbor_spec_draft_tokens_total"), 0);
+  EXPECT_GT(server_->metric("arbor_spec_accepted_tokens_total"), 0);
+  EXPECT_GE(server_->metric("arbor_spec_mean_accepted_length"), 1.0);
+  // TGI's details carry the same numbers.
+  const HttpResult t = server_->post(
+      "/generate", {{"inputs", "Once upon a time"},
+                    {"parameters", {{"max_new_tokens", 32}, {"details", true},
+                                    {"speculation", {{"mode", "fixed"}, {"k", 3}}}}}});
+  ASSERT_EQ(t.status, 200) << t.body;
+  EXPECT_GT(t.json()["details"]["speculation"]["draft_tokens"].get<int>(), 0) << t.body;
+}
+
+TEST_F(ServerSpec, MalformedSpeculationIsA400NamingTheField) {
+  expect_400("yes", "speculation");
+  expect_400(json{{"mode", "sometimes"}}, "speculation.mode");
+  expect_400(json{{"mode", 3}}, "speculation.mode");
+  expect_400(json{{"k", 0}}, "speculation.k");
+  expect_400(json{{"k", 5}}, "speculation.k");  // above the server's --spec-k 4
+  expect_400(json{{"k", 2.5}}, "speculation.k");
+  expect_400(json{{"mode", "fixed"}}, "speculation.k");
+  expect_400(json{{"depth", 2}}, "speculation.depth");
+  EXPECT_TRUE(server_->wait_no_blocks_used());
+}
+
+TEST_F(ServerSpec, FinishReasonsComeFromTheStopDecision) {
+  // OpenAI: "length" at max_tokens, "stop" at a stop string.
+  HttpResult r = completion({{"max_tokens", 5}, {"temperature", 0}, {"ignore_eos", true}});
+  EXPECT_EQ(r.json()["choices"][0]["finish_reason"], "length") << r.body;
+  r = completion({{"max_tokens", 200}, {"temperature", 0}, {"stop", json::array({"."})}});
+  EXPECT_EQ(r.json()["choices"][0]["finish_reason"], "stop") << r.body;
+  // TGI: "length" and "stop_sequence".
+  HttpResult t = server_->post(
+      "/generate", {{"inputs", "Once upon a time"},
+                    {"parameters", {{"max_new_tokens", 5}, {"details", true}}}});
+  EXPECT_EQ(t.json()["details"]["finish_reason"], "length") << t.body;
+  t = server_->post("/generate", {{"inputs", "Once upon a time"},
+                                  {"parameters", {{"max_new_tokens", 200}, {"details", true},
+                                                  {"stop", json::array({"."})}}}});
+  EXPECT_EQ(t.json()["details"]["finish_reason"], "stop_sequence") << t.body;
+}
+
+TEST(ServerSpecStartup, DraftModelWithAnotherVocabularyIsAStartupError) {
+  const std::string other = temp_path("arbor_other_vocab");
+  std::string log;
+  ASSERT_EQ(run(str_cat(ARBOR_BIN, " synth --shape custom --dim 64 --ffn 128 --layers 1 --heads 8 "
+                        "--kv-heads 4 --type f32 --vocab-size 600 --vocab ",
+                        shared("models/stories260K/stories260K.gguf"), " -o ", other),
+                &log),
+            0)
+      << log;
+  log.clear();
+  const int rc = run(str_cat(ARBOR_BIN, " serve -m ", shared("models/stories260K/stories260K.gguf"),
+                             " --port 0 --spec draft --draft-model ", other),
+                     &log);
+  EXPECT_NE(rc, 0) << log;
+  EXPECT_NE(log.find("600 tokens"), std::string::npos) << log;
+  EXPECT_NE(log.find("512 tokens"), std::string::npos) << log;
+  EXPECT_NE(log.find(other), std::string::npos) << log;
+  fs::remove(other);
+}
+
+}  // namespace
+}  // namespace arbor::server::testing
