@@ -4,6 +4,7 @@
 #include <chrono>
 #include <unordered_map>
 
+#include "spec/ngram_proposer.h"
 #include "tokenizer/tokenizer.h"
 #include <utility>
 
@@ -40,9 +41,15 @@ Result<std::unique_ptr<CpuModelExecutor>> CpuModelExecutor::load(const std::stri
       break;
     }
     case SpecProposer::kNgram:
+      if (options.ngram_min > options.ngram_max) {
+        return invalid_argument("--spec-ngram-min is ", options.ngram_min,
+                                ", more than --spec-ngram-max ", options.ngram_max);
+      }
+      exec->set_proposer(std::make_unique<spec::NgramProposer>(
+          spec::NgramOptions{.min_n = options.ngram_min, .max_n = options.ngram_max}));
+      break;
     case SpecProposer::kSuffix:
-      return unimplemented("--spec ", spec_proposer_name(options.proposer),
-                           " is not available in this build");
+      return unimplemented("--spec suffix is not available in this build");
   }
   return exec;
 }
@@ -222,7 +229,7 @@ step::RequestResult CpuModelExecutor::verify_drafts(const step::ScheduledRequest
 
 // Drafts for the next step, for every request that asked for some.
 Status CpuModelExecutor::propose(const step::SchedulerOutput& output, step::StepResult& result) {
-  if (draft_ == nullptr) return ok_status();
+  if (draft_ == nullptr && proposer_ == nullptr) return ok_status();
   std::unordered_map<step::RequestId, const step::ScheduledRequest*> scheduled;
   for (const step::ScheduledRequest& s : output.requests) scheduled.emplace(s.request_id, &s);
   std::vector<DraftInput> inputs;
@@ -246,6 +253,21 @@ Status CpuModelExecutor::propose(const step::SchedulerOutput& output, step::Step
     which.push_back(i);
   }
   if (inputs.empty()) return ok_status();
+  if (proposer_ != nullptr) {
+    std::vector<spec::ProposalRequest> requests;
+    for (const DraftInput& in : inputs) {
+      requests.push_back(spec::ProposalRequest{.request_id = in.request_id,
+                                               .token_ids = in.token_ids,
+                                               .num_prompt_tokens = in.num_prompt_tokens,
+                                               .max_num_tokens = in.num_drafts});
+    }
+    std::vector<std::vector<int32_t>> drafts;
+    proposer_->propose(requests, drafts);
+    for (size_t j = 0; j < which.size(); ++j) {
+      result.requests[which[j]].next_draft_token_ids = std::move(drafts[j]);
+    }
+    return ok_status();
+  }
   ARBOR_ASSIGN_OR_RETURN(std::vector<DraftOutput> drafts, draft_->propose(inputs));
   for (size_t j = 0; j < which.size(); ++j) {
     result.requests[which[j]].next_draft_token_ids = std::move(drafts[j].tokens);
@@ -255,8 +277,9 @@ Status CpuModelExecutor::propose(const step::SchedulerOutput& output, step::Step
 
 Result<step::StepResult> CpuModelExecutor::execute(const step::SchedulerOutput& output) {
   ARBOR_ASSIGN_OR_RETURN(const std::vector<step::RequestId> forgotten, states_.apply(output));
-  if (draft_ != nullptr) {
-    for (step::RequestId id : forgotten) draft_->forget(id);
+  for (step::RequestId id : forgotten) {
+    if (draft_ != nullptr) draft_->forget(id);
+    if (proposer_ != nullptr) proposer_->forget(id, {}, 0);
   }
   for (const step::BlockCopy& c : output.block_copies) {
     runner_->kv_cache().copy_block(c.src_block, c.dst_block);

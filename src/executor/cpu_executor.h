@@ -13,6 +13,7 @@
 
 #include "executor/draft_proposer.h"
 #include "executor/executor_options.h"
+#include "spec/proposer.h"
 #include "executor/request_states.h"
 #include "step/model_executor.h"
 #include "model/batch_builder.h"
@@ -41,11 +42,13 @@ class CpuModelExecutor : public step::ModelExecutor {
 
   Result<std::vector<double>> measure_step_costs(std::span<const int32_t> num_tokens) override;
   double draft_token_cost() const override { return draft_token_cost_; }
-  bool has_proposer() const override { return draft_ != nullptr; }
+  bool has_proposer() const override { return draft_ != nullptr || proposer_ != nullptr; }
   bool proposer_writes_kv() const override { return draft_ != nullptr; }
 
   // Proposes with a draft model from now on (load() does this for --spec draft).
   Status set_draft_model(std::unique_ptr<DraftModelProposer> draft);
+  // Proposes with a model-free proposer from now on (--spec ngram / suffix).
+  void set_proposer(std::unique_ptr<spec::Proposer> proposer) { proposer_ = std::move(proposer); }
 
   model::ModelRunner& runner() { return *runner_; }
   Status check_max_model_len(int64_t max_model_len) const override;
@@ -59,6 +62,7 @@ class CpuModelExecutor : public step::ModelExecutor {
   std::unique_ptr<model::ModelRunner> runner_;
   RequestStates states_;
   std::unique_ptr<DraftModelProposer> draft_;
+  std::unique_ptr<spec::Proposer> proposer_;
   double draft_token_cost_ = 0.0;
   model::BatchBuilder builder_;
   sampling::Sampler sampler_;

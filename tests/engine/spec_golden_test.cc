@@ -57,7 +57,8 @@ const std::string& draft_gguf(int layers) {
 }
 
 struct SpecRun {
-  int draft_layers = 3;
+  executor::SpecProposer proposer = executor::SpecProposer::kDraft;
+  int draft_layers = 3;       // with kDraft
   int32_t k = 4;
   int32_t block_size = 16;
   int64_t num_kv_blocks = 0;  // 0: plenty
@@ -78,8 +79,8 @@ std::vector<std::vector<int32_t>> run_spec(const SpecRun& r, int64_t* accepted,
   cpu.block_size = r.block_size;
   cpu.num_kv_blocks = r.num_kv_blocks > 0 ? r.num_kv_blocks : 4096 / r.block_size + 2;
   cpu.num_threads = 2;
-  cpu.proposer = executor::SpecProposer::kDraft;
-  cpu.draft_model = draft_gguf(r.draft_layers);
+  cpu.proposer = r.proposer;
+  if (r.proposer == executor::SpecProposer::kDraft) cpu.draft_model = draft_gguf(r.draft_layers);
   auto exec = executor::CpuModelExecutor::load(shared(model::testing::kStories260K), cpu);
   EXPECT_TRUE(exec.ok()) << exec.status().to_string();
   if (!exec.ok()) return {};
@@ -115,7 +116,7 @@ std::vector<std::vector<int32_t>> run_spec(const SpecRun& r, int64_t* accepted,
 }
 
 void expect_goldens(const SpecRun& r) {
-  SCOPED_TRACE(str_cat("draft layers ", r.draft_layers, ", k ", r.k, ", block size ",
+  SCOPED_TRACE(str_cat(executor::spec_proposer_name(r.proposer), ", draft layers ", r.draft_layers, ", k ", r.k, ", block size ",
                        r.block_size, ", kv blocks ", r.num_kv_blocks, r.with_plain ? ", batched" : ""));
   int64_t accepted = 0, preemptions = 0;
   const std::vector<std::vector<int32_t>> got = run_spec(r, &accepted, &preemptions);
@@ -152,6 +153,17 @@ TEST(SpecGolden, BatchedWithPlainRequests) {
     expect_goldens({.draft_layers = 3, .k = k, .with_plain = true});
     expect_goldens({.draft_layers = 4, .k = k, .block_size = 1, .with_plain = true});
   }
+}
+
+TEST(SpecGolden, NgramEveryKBothBlockSizes) {
+  constexpr auto kNgram = executor::SpecProposer::kNgram;
+  for (int32_t k = 1; k <= 8; ++k) {
+    expect_goldens({.proposer = kNgram, .k = k});
+    expect_goldens({.proposer = kNgram, .k = k, .block_size = 1});
+  }
+  expect_goldens({.proposer = kNgram, .k = 3, .with_plain = true});
+  expect_goldens({.proposer = kNgram, .k = 6, .num_kv_blocks = 40});
+  expect_goldens({.proposer = kNgram, .k = 2, .block_size = 1, .num_kv_blocks = 600});
 }
 
 TEST(SpecGolden, UnderPreemption) {
