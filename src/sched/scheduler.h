@@ -58,8 +58,10 @@ namespace arbor::sched {
 enum class SchedulingPolicy : uint8_t { kFcfs, kPriority };
 
 // Steps a request asks for no drafts after the SpecPolicy declined its drafts (draft model only:
-// proposing costs a forward); then it proposes again, so a changed load or text is noticed.
+// proposing costs forwards, and probing again costs a catch-up over the tokens missed); doubled
+// on every further decline up to kSpecMaxBackoffSteps, reset when a verification accepts a draft.
 inline constexpr int32_t kSpecBackoffSteps = 16;
+inline constexpr int32_t kSpecMaxBackoffSteps = 1024;
 
 struct SchedulerOptions {
   int32_t max_num_seqs = 64;               // running requests (fork children count), >= 1
@@ -159,6 +161,7 @@ class Scheduler {
   void schedule_waiting(SchedulerOutput& out, Budget& budget);
   void schedule_drafts(SchedulerOutput& out, Budget& budget);
   void reserve_draft_slots(SchedulerOutput& out);
+  bool drafts_may_pay(const SchedulerOutput& out, int64_t budget) const;
   int32_t next_draft_request(const Request& req, int32_t k) const;
   bool try_allocate_running(Request& req, int64_t num_new, int32_t num_drafts,
                             std::vector<RequestId>& preempted);

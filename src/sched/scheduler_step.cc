@@ -219,7 +219,12 @@ void Scheduler::schedule_drafts(SchedulerOutput& out, Budget& budget) {
     if (kc > 0 && !kv_.allocate_slots(req.kv_view(), 1, {}, kc)) kc = 0;
     if (kc == 0) {
       ++num_spec_declined_;
-      if (!candidates[c].fixed) req.spec_backoff_steps = kSpecBackoffSteps;
+      if (!candidates[c].fixed) {
+        req.spec_backoff_next = req.spec_backoff_next == 0
+                                    ? kSpecBackoffSteps
+                                    : std::min(2 * req.spec_backoff_next, kSpecMaxBackoffSteps);
+        req.spec_backoff_steps = req.spec_backoff_next;
+      }
     }
     s.draft_token_ids.assign(req.spec_token_ids.begin(), req.spec_token_ids.begin() + kc);
     s.num_scheduled_tokens += kc;
@@ -228,6 +233,19 @@ void Scheduler::schedule_drafts(SchedulerOutput& out, Budget& budget) {
     const std::span<const kv::BlockId> table = kv_.block_ids(req.request_id);
     s.block_ids.assign(table.begin(), table.end());
   }
+}
+
+// Whether a draft could pay in this step at all: the policy would give one draft to a request
+// whose drafts are nearly always accepted. When not (a loaded step with a costly draft model),
+// nobody proposes for the next step, so the draft model costs nothing under load.
+bool Scheduler::drafts_may_pay(const SchedulerOutput& out, int64_t budget) const {
+  int64_t tokens = 0, emitted = 0;
+  for (const ScheduledRequest& s : out.requests) {
+    tokens += s.num_scheduled_tokens;
+    emitted += s.sample ? 1 : 0;
+  }
+  const SpecPolicy::Candidate best{.acceptance = 0.9, .max_k = 1};
+  return spec_policy_.choose(tokens, emitted, std::max<int64_t>(budget, 1), {&best, 1})[0] > 0;
 }
 
 // Slots for the K/V a draft model writes while proposing max_next_draft_tokens after this step.
@@ -285,6 +303,13 @@ SchedulerOutput Scheduler::schedule() {
   schedule_running(out, budget);
   schedule_drafts(out, budget);
   if (out.preempted_ids.empty()) schedule_waiting(out, budget);
+  if (spec_policy_.cost_model().draft_cost > 0 && !drafts_may_pay(out, budget.tokens)) {
+    for (ScheduledRequest& s : out.requests) {
+      if (requests_.at(s.request_id)->speculation.mode != SpecMode::kFixed) {
+        s.max_next_draft_tokens = 0;
+      }
+    }
+  }
   if (options_.reserve_draft_slots) reserve_draft_slots(out);
   for (const ScheduledRequest& s : out.requests) {
     out.total_num_scheduled_tokens += s.num_scheduled_tokens;
@@ -318,6 +343,7 @@ void Scheduler::commit(Request& req, const ScheduledRequest& s, const RequestRes
   req.spec_token_ids.clear();
   if (r == nullptr) return;
   if (req.spec_backoff_steps > 0) --req.spec_backoff_steps;
+  if (k > 0 && r->num_accepted > 0) req.spec_backoff_next = 0;
   // The accepted drafts' K/V was computed in the context of committed tokens: it stays valid.
   req.num_computed_tokens += r->num_accepted;
   o.num_draft_tokens = k;
