@@ -285,7 +285,7 @@ double engine_overhead_s(int32_t prompt_len, int32_t best_of, const tokenizer::T
     cfg.tokenizer = &tok;
     FakeExecutorOptions f;
     f.vocab_size = tok.vocab_size();
-    f.num_kv_blocks = 4096;
+    f.num_kv_blocks = 8192;
     EngineCore engine(std::make_unique<FakeExecutor>(f), cfg);
     GenerateRequest r;
     for (int32_t i = 0; i < prompt_len; ++i) r.prompt_token_ids.push_back(3 + (i * 7) % 400);
@@ -308,18 +308,19 @@ double engine_overhead_s(int32_t prompt_len, int32_t best_of, const tokenizer::T
 TEST(EngineFake, SampleSetupCostDoesNotGrowWithThePrompt) {
   auto tok = tokenizer::Tokenizer::from_file(testing::stories260k_path());
   ASSERT_TRUE(tok.ok()) << tok.status().to_string();
-  const int32_t len = 16000;
+  const int32_t len = 32000;
   const double one = engine_overhead_s(len, 1, **tok);
   const double eight = engine_overhead_s(len, 8, **tok);
   const double short_eight = engine_overhead_s(4, 8, **tok);
   std::printf("engine-thread overhead: %d-token prompt best_of 1 %.3f ms, best_of 8 %.3f ms; "
               "4-token prompt best_of 8 %.3f ms\n",
               len, one * 1e3, eight * 1e3, short_eight * 1e3);
-  // Seven more samples of a 16,000-token prompt cost copies of the token ids (~0.1 ms); a
-  // sample setup that decodes the prompt (as the engine once did) costs ~1.5 ms more even with
-  // this 512-token vocabulary. And the whole request stays within a few ms of engine time.
-  EXPECT_LT(eight - one, 0.6e-3);
-  EXPECT_LT(eight, 5e-3);
+  // Seven more samples of a 32,000-token prompt cost copies of the token ids (~0.5 ms, more on a
+  // loaded machine); a sample setup that decodes the prompt (as the engine once did) costs
+  // ~2.6 ms more even with this 512-token vocabulary. And the whole request stays within a few
+  // ms of engine time.
+  EXPECT_LT(eight - one, 1.5e-3);
+  EXPECT_LT(eight, 8e-3);
 }
 
 }  // namespace
