@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "engine/engine_core.h"
+#include "engine/engine_core_internal.h"
 #include "executor/fake_executor.h"
 #include "engine_test_util.h"
 
@@ -305,22 +306,37 @@ double engine_overhead_s(int32_t prompt_len, int32_t best_of, const tokenizer::T
   return best;
 }
 
+// Calibration on this machine, now: the least of five times to detokenise `len` prompt tokens,
+// what a sample setup that primes its detokenizer with the whole prompt would cost per sample.
+double prompt_decode_s(int32_t len, const tokenizer::Tokenizer& tok) {
+  double best = 1e9;
+  for (int run = 0; run < 5; ++run) {
+    const double t0 = engine_now();
+    tokenizer::IncrementalDetokenizer d(tok);
+    size_t bytes = 0;
+    for (int32_t i = 0; i < len; ++i) bytes += d.add(3 + (i * 7) % 400).size();
+    EXPECT_GT(bytes, 0u);
+    best = std::min(best, engine_now() - t0);
+  }
+  return best;
+}
+
 TEST(EngineFake, SampleSetupCostDoesNotGrowWithThePrompt) {
   auto tok = tokenizer::Tokenizer::from_file(testing::stories260k_path());
   ASSERT_TRUE(tok.ok()) << tok.status().to_string();
   const int32_t len = 32000;
   const double one = engine_overhead_s(len, 1, **tok);
   const double eight = engine_overhead_s(len, 8, **tok);
-  const double short_eight = engine_overhead_s(4, 8, **tok);
+  const double decode = prompt_decode_s(len, **tok);
   std::printf("engine-thread overhead: %d-token prompt best_of 1 %.3f ms, best_of 8 %.3f ms; "
-              "4-token prompt best_of 8 %.3f ms\n",
-              len, one * 1e3, eight * 1e3, short_eight * 1e3);
-  // Seven more samples of a 32,000-token prompt cost copies of the token ids (~0.5 ms, more on a
-  // loaded machine); a sample setup that decodes the prompt (as the engine once did) costs
-  // ~2.6 ms more even with this 512-token vocabulary. And the whole request stays within a few
-  // ms of engine time.
-  EXPECT_LT(eight - one, 1.5e-3);
-  EXPECT_LT(eight, 8e-3);
+              "decoding the prompt once %.3f ms\n",
+              len, one * 1e3, eight * 1e3, decode * 1e3);
+  // Seven more samples must cost less than seven decodes of the prompt, which is what priming
+  // every sample's detokenizer with the prompt adds on top of what remains (copies of the token
+  // ids and block tables, measured at ~0.15 ms per sample here). And the whole request stays
+  // within a few ms of engine time.
+  EXPECT_LT(eight - one, 7 * decode);
+  EXPECT_LT(eight, 10e-3);
 }
 
 }  // namespace
