@@ -130,19 +130,32 @@ void print_results(const Options& o, const std::vector<RunResult>& results) {
                    {"steps", r.metrics.num_steps},
                    {"mean_batch", r.metrics.batch_size.mean()},
                    {"mean_ttft_s", r.metrics.ttft_s.mean()},
-                   {"preemptions", r.metrics.num_preemptions}});
+                   {"preemptions", r.metrics.num_preemptions},
+                   {"draft_tokens", r.metrics.num_draft_tokens},
+                   {"accepted_draft_tokens", r.metrics.num_accepted_draft_tokens},
+                   {"verify_steps", r.metrics.num_verify_steps}});
     }
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
   std::printf("| max_num_seqs | seconds | requests/s | output tok/s | total tok/s | steps | "
-              "mean batch | mean TTFT s | preemptions |\n");
-  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+              "mean batch | mean TTFT s | preemptions | drafts accepted | mean accepted length |\n");
+  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const RunResult& r : results) {
-    std::printf("| %d | %.2f | %.3f | %.1f | %.1f | %lld | %.1f | %.3f | %lld |\n", r.max_num_seqs,
-                r.seconds, r.requests_per_s, r.output_tokens_per_s, r.total_tokens_per_s,
-                static_cast<long long>(r.metrics.num_steps), r.metrics.batch_size.mean(),
-                r.metrics.ttft_s.mean(), static_cast<long long>(r.metrics.num_preemptions));
+    const engine::EngineMetricsSnapshot& m = r.metrics;
+    const std::string accepted =
+        m.num_draft_tokens == 0
+            ? std::string("-")
+            : str_cat(m.num_accepted_draft_tokens, "/", m.num_draft_tokens);
+    const std::string length =
+        m.num_verify_steps == 0
+            ? std::string("-")
+            : str_cat(1.0 + static_cast<double>(m.num_accepted_draft_tokens) / m.num_verify_steps);
+    std::printf("| %d | %.2f | %.3f | %.1f | %.1f | %lld | %.1f | %.3f | %lld | %s | %s |\n",
+                r.max_num_seqs, r.seconds, r.requests_per_s, r.output_tokens_per_s,
+                r.total_tokens_per_s, static_cast<long long>(m.num_steps), m.batch_size.mean(),
+                m.ttft_s.mean(), static_cast<long long>(m.num_preemptions), accepted.c_str(),
+                length.c_str());
   }
   if (results.size() > 1) {
     std::printf("\noutput tok/s relative to max_num_seqs = %d:", results[0].max_num_seqs);
