@@ -122,7 +122,9 @@ TEST(RngTest, NeighbouringSitesGiveBalancedIndependentLookingBits) {
 // means the draws are not uniform or the two are dependent.
 double pair_chi_square(const std::vector<std::pair<double, double>>& pairs) {
   std::vector<double> cells(256, 0.0);
-  for (const auto& [a, b] : pairs) cells[static_cast<int>(a * 16) * 16 + static_cast<int>(b * 16)]++;
+  for (const auto& [a, b] : pairs) {
+    cells[static_cast<int>(a * 16) * 16 + static_cast<int>(b * 16)] += 1.0;
+  }
   const double expected = static_cast<double>(pairs.size()) / 256;
   double chi = 0.0;
   for (double c : cells) chi += (c - expected) * (c - expected) / expected;
