@@ -51,6 +51,30 @@ int32_t CounterDrawSource::categorical(std::span<const Candidate> dist, int64_t 
   return inverse_cdf(dist, Rng::at(seed_, position, stream).next_double());
 }
 
+LogitsTarget::LogitsTarget(Sampler& sampler, const Rows& rows) : sampler_(sampler), rows_(rows) {
+  ARBOR_CHECK(rows.params != nullptr);
+  ARBOR_CHECK(rows.vocab_size > 0 &&
+              rows.logits.size() ==
+                  static_cast<size_t>(rows.vocab_size) * (rows.draft_ids.size() + 1))
+      << rows.logits.size() << " logits for " << rows.draft_ids.size() + 1 << " rows of "
+      << rows.vocab_size;
+  outputs_.assign(rows.history.output_ids.begin(), rows.history.output_ids.end());
+  outputs_.insert(outputs_.end(), rows.draft_ids.begin(), rows.draft_ids.end());
+}
+
+std::span<const Candidate> LogitsTarget::at(int32_t i) {
+  ARBOR_CHECK(i >= 0 && static_cast<size_t>(i) <= rows_.draft_ids.size()) << i;
+  const auto vocab = static_cast<size_t>(rows_.vocab_size);
+  const std::span<const float> raw = rows_.logits.subspan(static_cast<size_t>(i) * vocab, vocab);
+  row_.assign(raw.begin(), raw.end());
+  const size_t num_outputs = rows_.history.output_ids.size() + static_cast<size_t>(i);
+  const TokenHistory history{rows_.history.prompt_ids,
+                             std::span<const int32_t>(outputs_).first(num_outputs)};
+  sampler_.apply_penalties(row_, *rows_.params, history);
+  dist_ = sampler_.distribution(row_, *rows_.params, CandidateOrder::kById);
+  return dist_;
+}
+
 double prob_of(std::span<const Candidate> dist, int32_t token_id) {
   for (const Candidate& c : dist) {
     if (c.token_id == token_id) return c.prob;

@@ -78,6 +78,29 @@ class TargetDistributions {
   virtual std::span<const Candidate> at(int32_t i) = 0;
 };
 
+// TargetDistributions over the verification pass's logits, as the executor has them: p_i =
+// distribution(row i after apply_penalties with history prompt + outputs + d_0..d_{i-1},
+// CandidateOrder::kById). Borrows everything it is given; one per verification.
+class LogitsTarget final : public TargetDistributions {
+ public:
+  struct Rows {
+    std::span<const float> logits;      // [k + 1, vocab_size] raw rows 0..k, row-major
+    int64_t vocab_size = 0;
+    const SamplingParams* params = nullptr;
+    TokenHistory history;               // prompt and outputs before d_0
+    std::span<const int32_t> draft_ids; // [k]
+  };
+  LogitsTarget(Sampler& sampler, const Rows& rows);
+  std::span<const Candidate> at(int32_t i) override;
+
+ private:
+  Sampler& sampler_;
+  Rows rows_;
+  std::vector<int32_t> outputs_;  // history.output_ids + draft_ids
+  std::vector<float> row_;        // [vocab_size] the penalised row
+  std::vector<Candidate> dist_;
+};
+
 struct DraftChain {
   int64_t position = 0;                 // absolute position of the token d_0 proposes
   std::span<const int32_t> token_ids;   // [k] d_0..d_{k-1}, k >= 0

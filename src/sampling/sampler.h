@@ -9,6 +9,8 @@
 // and temperature; top_k <= 1024 adds O(V) comparisons with a heap of k (larger k: nth_element);
 // top_p without top_k sorts only a growing best-first prefix (256, 1024, ... candidates) until it
 // holds top_p of the mass; plain temperature sampling draws from the whole row without sorting.
+// The draw walks the kept tokens in id order (inverse_cdf), so filtered sets are put in id order
+// first (a sort of k, or one O(V) counting pass for large top_p sets).
 // Logprobs add one log-sum-exp pass and an O(V) top-n scan. Figures: docs/sampling.md.
 #pragma once
 

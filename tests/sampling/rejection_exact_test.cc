@@ -534,5 +534,55 @@ TEST(RejectionExactTest, SeededSpeculationEmitsThePlainSampledTokens) {
   }
 }
 
+// The executor's path: LogitsTarget over the raw rows of a verification pass (penalties with
+// the drafts in the history, inside LogitsTarget). Sample-and-compare still emits the plain
+// sampled tokens, and every rule gives the verdict it gives over the test's own p_i.
+TEST(RejectionExactTest, LogitsTargetOverRawRowsGivesTheSameVerdicts) {
+  for (const SpecSetup& setup : exact_setups()) {
+    World w(setup);
+    Sampler plain_sampler, row_sampler;
+    RejectionSampler sampler;
+    const int64_t position = setup.position();
+    for (uint64_t seed = 0; seed < 300; ++seed) {
+      for (Rule rule : {Rule::kModel, Rule::kOneHot, Rule::kSampleAndCompare}) {
+        CounterDrawSource draws(seed);
+        const Step reference = run_step(w, rule, real_verifier(rule), draws);
+        const std::vector<int32_t>& drafts = reference.drafts;
+        std::vector<float> logits;
+        for (size_t i = 0; i <= drafts.size(); ++i) {
+          const std::vector<float> row =
+              w.target_logits(std::span<const int32_t>(drafts).first(i));
+          logits.insert(logits.end(), row.begin(), row.end());
+        }
+        LogitsTarget target(row_sampler, {logits, setup.vocab, &setup.params,
+                                          {setup.prompt, setup.outputs}, drafts});
+        std::vector<std::vector<Candidate>> qs;
+        if (rule == Rule::kModel) {
+          for (size_t i = 0; i < drafts.size(); ++i) {
+            qs.push_back(w.q(std::span<const int32_t>(drafts).first(i)));
+          }
+        }
+        const DraftChain chain{position, drafts, qs};
+        const ChainVerdict v = real_verifier(rule)(chain, target, draws);
+        EXPECT_EQ(v.num_accepted, reference.verdict.num_accepted) << setup.name;
+        EXPECT_EQ(v.next_token, reference.verdict.next_token) << setup.name;
+        EXPECT_EQ(v.is_bonus, reference.verdict.is_bonus) << setup.name;
+        if (rule != Rule::kSampleAndCompare) continue;
+        // Plain decoding of the emitted positions with the kSample site draws.
+        for (int32_t i = 0; i <= v.num_accepted; ++i) {
+          const std::span<const int32_t> prefix(drafts.data(), static_cast<size_t>(i));
+          std::vector<int32_t> storage;
+          Rng rng = Rng::at(seed, position + i, RngStream::kSample);
+          const std::vector<float> row = w.target_logits(prefix);
+          const int32_t plain =
+              plain_sampler.sample(row, setup.params, w.history(prefix, storage), rng).token_id;
+          EXPECT_EQ(plain, i < v.num_accepted ? drafts[static_cast<size_t>(i)] : v.next_token)
+              << setup.name << " seed " << seed << " position " << i;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace arbor::sampling::spec_test
