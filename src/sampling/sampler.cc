@@ -31,9 +31,11 @@ template <typename ProbAt, typename IdAt>
 int32_t walk_cdf(size_t n, ProbAt prob_at, IdAt id_at, double u) {
   // Four partial sums break the dependency chain of one long sum (this pass costs as much as
   // the walk otherwise); any fixed summation order is fine: only the walk must be sequential.
+  // Entry i goes to partial sum i % 4 (entries without mass, NaN too, add 0; they still take
+  // their slot, so sample() and distribution() both hold positive entries only).
   auto positive = [&](size_t i) {
     const double p = prob_at(i);
-    return p > 0.0 ? p : 0.0;  // NaN too
+    return p > 0.0 ? p : 0.0;
   };
   double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
   size_t i = 0;
@@ -162,11 +164,18 @@ double Sampler::select_candidates(std::span<const float> logits, const SamplingP
   } else {
     collect_all(logits, max_logit, inv_t, min_score);
   }
+  // Tokens whose exp(score) underflows to 0 leave the kept set here, so that what sample()
+  // walks and what distribution() lists are the same entries (compaction keeps the order; the
+  // row maximum, weight 1, always stays).
   double total = 0.0;
-  for (Scored& c : kept_) {
+  size_t num_kept = 0;
+  for (Scored c : kept_) {
     c.weight = std::exp(c.score);
+    if (!(c.weight > 0.0f)) continue;
     total += c.weight;
+    kept_[num_kept++] = c;
   }
+  kept_.resize(num_kept);
   if (params.top_p < 1.0f) {
     total = top_p_prefix(params, total);
     sorted = true;

@@ -411,13 +411,15 @@ std::vector<FilterCase> filter_cases() {
   return cases;
 }
 
-// A row with many exact ties (logits on a 1/2 grid) and a -inf entry.
+// A row with many exact ties (logits on a 1/2 grid), a -inf entry and entries whose exp
+// underflows to 0 (kept by the filters but without probability).
 std::vector<float> tied_row(uint32_t seed, size_t vocab) {
   std::mt19937 gen(seed);
   std::normal_distribution<float> normal(0.0f, 1.5f);
   std::vector<float> logits(vocab);
   for (float& x : logits) x = std::round(normal(gen) * 2.0f) / 2.0f;
   logits[vocab / 2] = -std::numeric_limits<float>::infinity();
+  for (size_t i = 1; i < vocab; i += 7) logits[i] = -200.0f;
   return logits;
 }
 
