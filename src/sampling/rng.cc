@@ -15,7 +15,29 @@ uint64_t splitmix64(uint64_t& x) {
 
 uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
+// Philox4x32 constants: round multipliers and the Weyl key increments (golden ratio, sqrt(3)-1).
+constexpr uint32_t kPhiloxM0 = 0xD2511F53u;
+constexpr uint32_t kPhiloxM1 = 0xCD9E8D57u;
+constexpr uint32_t kPhiloxW0 = 0x9E3779B9u;
+constexpr uint32_t kPhiloxW1 = 0xBB67AE85u;
+
+uint64_t join(uint32_t lo, uint32_t hi) { return static_cast<uint64_t>(hi) << 32 | lo; }
+
 }  // namespace
+
+std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> c, std::array<uint32_t, 2> k) {
+  for (int round = 0; round < 10; ++round) {
+    if (round > 0) {
+      k[0] += kPhiloxW0;
+      k[1] += kPhiloxW1;
+    }
+    const uint64_t p0 = static_cast<uint64_t>(kPhiloxM0) * c[0];
+    const uint64_t p1 = static_cast<uint64_t>(kPhiloxM1) * c[2];
+    c = {static_cast<uint32_t>(p1 >> 32) ^ c[1] ^ k[0], static_cast<uint32_t>(p1),
+         static_cast<uint32_t>(p0 >> 32) ^ c[3] ^ k[1], static_cast<uint32_t>(p0)};
+  }
+  return c;
+}
 
 Rng::Rng(uint64_t seed) {
   uint64_t x = seed;
@@ -23,12 +45,22 @@ Rng::Rng(uint64_t seed) {
 }
 
 Rng Rng::at(uint64_t seed, int64_t position, RngStream stream) {
-  uint64_t x = seed;
-  uint64_t h = splitmix64(x);
-  x = h ^ static_cast<uint64_t>(position);
-  h = splitmix64(x);
-  x = h ^ static_cast<uint64_t>(stream);
-  return Rng(splitmix64(x));
+  const auto pos = static_cast<uint64_t>(position);
+  const std::array<uint32_t, 2> key = {static_cast<uint32_t>(seed),
+                                       static_cast<uint32_t>(seed >> 32)};
+  Rng rng;
+  for (uint32_t block = 0; block < 2; ++block) {
+    const std::array<uint32_t, 4> out = philox4x32_10(
+        {static_cast<uint32_t>(pos), static_cast<uint32_t>(pos >> 32),
+         static_cast<uint32_t>(stream), block},
+        key);
+    rng.s_[2 * block] = join(out[0], out[1]);
+    rng.s_[2 * block + 1] = join(out[2], out[3]);
+  }
+  // xoshiro's one forbidden state; Philox reaches it for at most one counter per key and block
+  // pair, never in practice, but the generator must stay valid.
+  if ((rng.s_[0] | rng.s_[1] | rng.s_[2] | rng.s_[3]) == 0) rng.s_[0] = 0x9e3779b97f4a7c15ULL;
+  return rng;
 }
 
 uint64_t Rng::random_seed() {

@@ -1,27 +1,50 @@
-// The per-request random generator used for sampling.
+// The random generators used for sampling.
 //
-// Each request owns one Rng, seeded from SamplingParams::seed (or a fresh random seed when the
-// request gives none). The Sampler draws exactly one value from it per sampled token — greedy
-// steps included — so a seeded request produces the same tokens whatever else is in the batch
-// and whichever thread samples it. Never share an Rng between requests.
+// Two ways to get one:
+//  * Rng(seed): a stateful stream. Each request used to own one and the Sampler draws exactly
+//    one value from it per sampled token, so draws depend on how many were made before; the
+//    scheduler still uses it until it is switched to counter-based draws.
+//  * Rng::at(seed, position, stream): counter-based. The generator is a pure function of the
+//    request's seed, the absolute position of the token being produced (index in prompt +
+//    generated tokens) and the purpose of the draw (RngStream), so a draw never depends on how
+//    many draws a step made, on speculation, on the batch or on the thread. Its first
+//    next_double() is "the draw at that site".
 //
-// Generator: xoshiro256** (Blackman & Vigna), state initialised with splitmix64 from the seed.
-// Not thread-safe; cheap to copy (32 bytes).
+// Generator: xoshiro256** (Blackman & Vigna). Rng(seed) initialises the state with splitmix64.
+// Rng::at fills the 256-bit state with two blocks of Philox4x32-10 (Salmon, Moraes, Dror &
+// Shaw, "Parallel random numbers: as easy as 1, 2, 3", SC'11): key = the 64-bit seed, counter =
+// (position low 32 bits, position high 32 bits, stream, block 0 or 1). Why Philox: it is a
+// well-studied counter-based generator (passes TestU01 BigCrush with 10 rounds; used by
+// cuRAND, JAX, PyTorch) and, for a fixed key, a bijection of the 128-bit counter, so two
+// different (position, stream) sites of one seed never get the same state. Checked against
+// Random123's published known-answer vectors (tests/sampling/rng_test.cc).
+//
+// Not thread-safe; cheap to copy (32 bytes). Never share a stateful Rng between requests.
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 namespace arbor::sampling {
 
-// The draw sites of one produced token (see Rng::at).
-enum class RngStream : uint32_t { kSample = 0, kAccept = 1, kRecover = 2, kDraft = 3 };
+// What a counter-based draw is for. Distinct streams at one position are independent draws.
+enum class RngStream : uint32_t {
+  kSample = 0,   // the token sampled at a position (plain decoding, bonus, sample-and-compare)
+  kAccept = 1,   // the accept/reject coin of a model draft at a position
+  kRecover = 2,  // the recovered token drawn from the residual after a rejection
+  kDraft = 3,    // a draft model's own draw of its proposal at a position
+};
+
+// Philox4x32 with 10 rounds: one 128-bit block for (counter, key).
+std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> counter,
+                                      std::array<uint32_t, 2> key);
 
 class Rng {
  public:
   explicit Rng(uint64_t seed);
-  // The generator of one draw site: a pure function of (seed, position, stream), so a result
-  // never depends on how many draws earlier steps made. position: the index, in prompt +
-  // generated tokens, of the token being produced.
+
+  // The generator of draw site (seed, position, stream): a pure function of the three.
+  // position: absolute index, in prompt + generated tokens, of the token being produced.
   static Rng at(uint64_t seed, int64_t position, RngStream stream);
 
   // A seed from the OS entropy source, for requests without one.
@@ -32,6 +55,8 @@ class Rng {
   double next_double() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
 
  private:
+  Rng() = default;
+
   uint64_t s_[4];
 };
 

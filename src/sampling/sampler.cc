@@ -23,6 +23,44 @@ int32_t argmax(std::span<const float> row) {
   return best;
 }
 
+// The one inverse-CDF walk behind sample() and inverse_cdf(), over n entries in increasing id
+// given as prob(i) (double) and id(i): total = sum of the positive probs (fixed order); the
+// first entry whose running sum exceeds u * total; the last positive entry when rounding runs
+// past the end.
+template <typename ProbAt, typename IdAt>
+int32_t walk_cdf(size_t n, ProbAt prob_at, IdAt id_at, double u) {
+  // Four partial sums break the dependency chain of one long sum (this pass costs as much as
+  // the walk otherwise); any fixed summation order is fine: only the walk must be sequential.
+  // Entry i goes to partial sum i % 4 (entries without mass, NaN too, add 0; they still take
+  // their slot, so sample() and distribution() both hold positive entries only).
+  auto positive = [&](size_t i) {
+    const double p = prob_at(i);
+    return p > 0.0 ? p : 0.0;
+  };
+  double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    s0 += positive(i);
+    s1 += positive(i + 1);
+    s2 += positive(i + 2);
+    s3 += positive(i + 3);
+  }
+  for (; i < n; ++i) s0 += positive(i);
+  const double total = (s0 + s1) + (s2 + s3);
+  ARBOR_CHECK(total > 0.0) << "distribution of " << n << " candidates has no positive mass";
+  const double target = u * total;
+  double cum = 0.0;
+  int32_t chosen = -1;
+  for (size_t i = 0; i < n; ++i) {
+    const double p = prob_at(i);
+    if (!(p > 0.0)) continue;
+    cum += p;
+    chosen = id_at(i);
+    if (target < cum) break;
+  }
+  return chosen;
+}
+
 // The smallest top_p prefix is searched among this many best candidates first, then 4x more.
 constexpr size_t kTopPFirstPrefix = 256;
 // top_k up to this size selects with a heap of k; larger k with nth_element over all survivors.
@@ -126,11 +164,18 @@ double Sampler::select_candidates(std::span<const float> logits, const SamplingP
   } else {
     collect_all(logits, max_logit, inv_t, min_score);
   }
+  // Tokens whose exp(score) underflows to 0 leave the kept set here, so that what sample()
+  // walks and what distribution() lists are the same entries (compaction keeps the order; the
+  // row maximum, weight 1, always stays).
   double total = 0.0;
-  for (Scored& c : kept_) {
+  size_t num_kept = 0;
+  for (Scored c : kept_) {
     c.weight = std::exp(c.score);
+    if (!(c.weight > 0.0f)) continue;
     total += c.weight;
+    kept_[num_kept++] = c;
   }
+  kept_.resize(num_kept);
   if (params.top_p < 1.0f) {
     total = top_p_prefix(params, total);
     sorted = true;
@@ -164,18 +209,50 @@ double Sampler::top_p_prefix(const SamplingParams& params, double total_mass) {
   return cum;
 }
 
-std::vector<Candidate> Sampler::distribution(std::span<const float> logits,
-                                             const SamplingParams& params) {
-  if (params.greedy()) return {{argmax(logits), 1.0f}};
+double Sampler::kept_in_order(std::span<const float> logits, const SamplingParams& params,
+                              CandidateOrder order) {
   bool sorted = false;
   const double total = select_candidates(logits, params, sorted);
-  if (!sorted) {
-    std::sort(kept_.begin(), kept_.end(), before);
+  // Unsorted, kept_ is in id order: collect_all scans the row in id order.
+  switch (order) {
+    case CandidateOrder::kByProbability:
+      if (!sorted) std::sort(kept_.begin(), kept_.end(), before);
+      break;
+    case CandidateOrder::kById:
+      if (sorted) sort_kept_by_id(logits.size());
+      break;
   }
+  return total;
+}
+
+// A comparison sort for small kept sets (top_k), one O(vocab) counting pass for large ones
+// (top_p on a flat row keeps tens of thousands of tokens).
+void Sampler::sort_kept_by_id(size_t vocab) {
+  const size_t n = kept_.size();
+  if (n < 4096 || n * 16 < vocab) {
+    std::sort(kept_.begin(), kept_.end(),
+              [](const Scored& a, const Scored& b) { return a.token_id < b.token_id; });
+    return;
+  }
+  slot_.assign(vocab, -1);
+  for (size_t i = 0; i < n; ++i) slot_[kept_[i].token_id] = static_cast<int32_t>(i);
+  by_id_.clear();
+  for (int32_t slot : slot_) {
+    if (slot >= 0) by_id_.push_back(kept_[slot]);
+  }
+  kept_.swap(by_id_);
+}
+
+std::vector<Candidate> Sampler::distribution(std::span<const float> logits,
+                                             const SamplingParams& params,
+                                             CandidateOrder order) {
+  if (params.greedy()) return {{argmax(logits), 1.0}};
+  const double inv_total = 1.0 / kept_in_order(logits, params, order);
   std::vector<Candidate> out;
   out.reserve(kept_.size());
   for (const Scored& c : kept_) {
-    out.push_back({c.token_id, static_cast<float>(c.weight / total)});
+    const double prob = kept_prob(c, inv_total);
+    if (prob > 0.0) out.push_back({c.token_id, prob});
   }
   return out;
 }
@@ -209,24 +286,40 @@ SampleResult Sampler::sample(std::span<const float> logits, const SamplingParams
   work_.assign(logits.begin(), logits.end());
   apply_penalties(work_, params, history);
   const double u = rng.next_double();  // always exactly one draw per token
-  SampleResult result;
+  int32_t token_id = 0;
   if (params.greedy()) {
-    result.token_id = argmax(work_);
+    token_id = argmax(work_);
   } else {
-    bool sorted = false;
-    const double total = select_candidates(work_, params, sorted);
-    const double target = u * total;
-    double cum = 0.0;
-    result.token_id = kept_.front().token_id;
-    for (const Scored& c : kept_) {
-      if (c.weight <= 0.0f) continue;
-      cum += c.weight;
-      result.token_id = c.token_id;  // rounding at the end falls back to the last positive one
-      if (target < cum) break;
-    }
+    // The walk inverse_cdf makes over distribution(work_, params, kById), without building it.
+    const double inv_total = 1.0 / kept_in_order(work_, params, CandidateOrder::kById);
+    token_id = walk_cdf(
+        kept_.size(), [&](size_t i) { return kept_prob(kept_[i], inv_total); },
+        [&](size_t i) { return kept_[i].token_id; }, u);
   }
+  return score(logits, token_id, params);
+}
+
+SampleResult Sampler::score(std::span<const float> logits, int32_t token_id,
+                            const SamplingParams& params) {
+  ARBOR_CHECK(token_id >= 0 && static_cast<size_t>(token_id) < logits.size())
+      << "token id " << token_id << " outside vocabulary of " << logits.size();
+  SampleResult result;
+  result.token_id = token_id;
   if (params.logprobs) compute_logprobs(logits, *params.logprobs, result);
   return result;
+}
+
+int32_t inverse_cdf(std::span<const Candidate> dist, double u) {
+  auto by_id = [](const Candidate& a, const Candidate& b) { return a.token_id < b.token_id; };
+  std::vector<Candidate> sorted_copy;
+  if (!std::is_sorted(dist.begin(), dist.end(), by_id)) {
+    sorted_copy.assign(dist.begin(), dist.end());
+    std::sort(sorted_copy.begin(), sorted_copy.end(), by_id);
+    dist = sorted_copy;
+  }
+  return walk_cdf(
+      dist.size(), [&](size_t i) { return dist[i].prob; },
+      [&](size_t i) { return dist[i].token_id; }, u);
 }
 
 }  // namespace arbor::sampling

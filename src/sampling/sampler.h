@@ -9,6 +9,8 @@
 // and temperature; top_k <= 1024 adds O(V) comparisons with a heap of k (larger k: nth_element);
 // top_p without top_k sorts only a growing best-first prefix (256, 1024, ... candidates) until it
 // holds top_p of the mass; plain temperature sampling draws from the whole row without sorting.
+// The draw walks the kept tokens in id order (inverse_cdf), so filtered sets are put in id order
+// first (a sort of k, or one O(V) counting pass for large top_p sets).
 // Logprobs add one log-sum-exp pass and an O(V) top-n scan. Figures: docs/sampling.md.
 #pragma once
 
@@ -41,29 +43,56 @@ struct SampleResult {
   std::vector<TokenLogprob> top_logprobs;
 };
 
-// One token of the distribution a non-greedy sample draws from.
+// One token of a sparse distribution (the kept tokens of a row, a residual). Double so that the
+// arithmetic of rejection sampling on top of it is exact to ~1e-15, not to float rounding.
 struct Candidate {
   int32_t token_id = 0;
-  float prob = 0.0f;  // renormalised over the kept candidates
+  double prob = 0.0;  // distribution(): renormalised over the kept candidates
 };
+
+// The order distribution() lists candidates in.
+enum class CandidateOrder {
+  kByProbability,  // decreasing score (so non-increasing prob), ties by increasing id
+  kById,           // increasing id: no sort beyond what the filters need (cheapest)
+};
+
+// The inverse-CDF draw every sample makes: walk `dist` in increasing token id, summing prob in
+// double; total = that sum; pick the first token whose running sum exceeds u * total. Entries
+// with prob <= 0 are never picked; if rounding leaves u * total past the last sum, the last
+// positive entry is picked. dist: [n] distinct ids, any order (a copy is sorted by id when it
+// is not in id order), total > 0 (CHECKed). u in [0, 1). O(n), O(n log n) when unsorted.
+// P(token) = prob / total up to the 2^-53 grain of u.
+int32_t inverse_cdf(std::span<const Candidate> dist, double u);
 
 class Sampler {
  public:
-  // logits: [vocab_size]; params must have passed validate(logits.size()).
-  // Draws exactly one value from `rng`.
+  // logits: [vocab_size] raw; params must have passed validate(logits.size()).
+  // Draws exactly one value u = rng.next_double() (greedy too), and returns
+  //   inverse_cdf(distribution(apply_penalties(logits, params, history), params), u)
+  // token for token (tested), with logprobs as score() gives them. For counter-based sampling
+  // pass Rng::at(seed, position, RngStream::kSample).
   SampleResult sample(std::span<const float> logits, const SamplingParams& params,
                       const TokenHistory& history, Rng& rng);
+
+  // What sample() reports about `token_id` when the token was chosen elsewhere (e.g. by the
+  // rejection sampler): logprob and top_logprobs from log_softmax of the raw logits, gated by
+  // params.logprobs exactly as in sample(). logits: [vocab_size] raw; token_id in range
+  // (CHECKed). O(vocab) when logprobs are asked, O(1) otherwise.
+  SampleResult score(std::span<const float> logits, int32_t token_id,
+                     const SamplingParams& params);
 
   // Step 1-3: logit_bias, repetition, presence and frequency penalties, in place.
   // logits: [vocab_size].
   void apply_penalties(std::span<float> logits, const SamplingParams& params,
                        const TokenHistory& history);
 
-  // Steps 4-5 on already-penalised logits [vocab_size]: the kept tokens with their renormalised
-  // probabilities, by decreasing probability then increasing id. Greedy params give the argmax
-  // with probability 1. (For tests and for rejection sampling, which needs the distribution.)
+  // Steps 4-5 on already-penalised logits [vocab_size]: exactly the distribution sample()
+  // draws from. The kept tokens with prob > 0, prob = exp(score) * (1 / sum over the kept set,
+  // in double); greedy params give the argmax (ties to the lowest id) with probability 1. Order as
+  // asked; the set and the probabilities do not depend on it. Used by rejection sampling.
   std::vector<Candidate> distribution(std::span<const float> logits,
-                                      const SamplingParams& params);
+                                      const SamplingParams& params,
+                                      CandidateOrder order = CandidateOrder::kByProbability);
 
  private:
   struct Scored {
@@ -72,6 +101,10 @@ class Sampler {
     int32_t token_id;
   };
   static bool before(const Scored& a, const Scored& b);
+  // A kept token's probability; the one expression both distribution() and sample() use.
+  static double kept_prob(const Scored& c, double inv_total) {
+    return static_cast<double>(c.weight) * inv_total;
+  }
   void collect_all(std::span<const float> logits, float max_logit, float inv_t, float min_score);
   void collect_top_k(std::span<const float> logits, float max_logit, float inv_t,
                      float min_score, size_t k);
@@ -80,6 +113,10 @@ class Sampler {
   double select_candidates(std::span<const float> logits, const SamplingParams& params,
                            bool& sorted);
   double top_p_prefix(const SamplingParams& params, double total_mass);
+  // kept_ = the kept set of penalised `logits` in `order`, weights filled; returns their mass.
+  double kept_in_order(std::span<const float> logits, const SamplingParams& params,
+                       CandidateOrder order);
+  void sort_kept_by_id(size_t vocab);
   void compute_logprobs(std::span<const float> logits, int32_t num_top, SampleResult& result);
 
   std::vector<float> work_;          // [vocab_size] penalised logits
@@ -87,6 +124,8 @@ class Sampler {
   std::vector<uint8_t> seen_;        // [vocab_size] prompt/generated flag, zero between calls
   std::vector<int32_t> touched_;     // ids set in counts_ / seen_
   std::vector<Scored> kept_;         // candidate scratch
+  std::vector<int32_t> slot_;        // [vocab_size] kept_ index of a token or -1 (id sort)
+  std::vector<Scored> by_id_;        // id-sort scratch
 };
 
 }  // namespace arbor::sampling

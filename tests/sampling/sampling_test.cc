@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <set>
@@ -349,6 +350,172 @@ TEST(SamplerTest, TopKMatchesFullSortReferenceOnBothSelectionPaths) {
               std::vector<int32_t>(order.begin(), order.begin() + k))
         << "top_k " << k;
   }
+}
+
+TEST(InverseCdfTest, WalksInIdOrderAndSkipsZeroMass) {
+  // Listed out of order; in id order: 1 [0, .25), 2 [.25, .5), 3 [.5, 1); 7 has no mass.
+  const std::vector<Candidate> dist = {{3, 0.5}, {1, 0.25}, {7, 0.0}, {2, 0.25}};
+  struct Row {
+    double u;
+    int32_t token;
+  };
+  for (const Row& row : std::vector<Row>{{0.0, 1},
+                                         {0.25 - 0x1p-53, 1},
+                                         {0.25, 2},
+                                         {0.5 - 0x1p-53, 2},
+                                         {0.5, 3},
+                                         {1.0 - 0x1p-53, 3}}) {
+    EXPECT_EQ(inverse_cdf(dist, row.u), row.token) << "u " << row.u;
+  }
+  // Unnormalised weights are scaled by their total.
+  const std::vector<Candidate> weights = {{0, 3.0}, {5, 1.0}};
+  EXPECT_EQ(inverse_cdf(weights, 0.74), 0);
+  EXPECT_EQ(inverse_cdf(weights, 0.75), 5);
+  EXPECT_EQ(inverse_cdf(std::vector<Candidate>{{4, 0.0}, {9, 1e-300}}, 0.999), 9);
+}
+
+struct FilterCase {
+  const char* name;
+  SamplingParams params;
+};
+
+std::vector<FilterCase> filter_cases() {
+  std::vector<FilterCase> cases;
+  auto add = [&](const char* name, auto set) {
+    SamplingParams p;
+    set(p);
+    cases.push_back({name, p});
+  };
+  add("plain", [](SamplingParams&) {});
+  add("greedy", [](SamplingParams& p) { p.temperature = 0.0f; });
+  add("temperature 0.4", [](SamplingParams& p) { p.temperature = 0.4f; });
+  add("temperature 1.9", [](SamplingParams& p) { p.temperature = 1.9f; });
+  add("top_k 1", [](SamplingParams& p) { p.top_k = 1; });
+  add("top_k 5", [](SamplingParams& p) { p.top_k = 5; });
+  add("top_p 0.5", [](SamplingParams& p) { p.top_p = 0.5f; });
+  add("top_p 0.93", [](SamplingParams& p) { p.top_p = 0.93f; });
+  add("min_p 0.1", [](SamplingParams& p) { p.min_p = 0.1f; });
+  add("all filters", [](SamplingParams& p) {
+    p.temperature = 0.8f;
+    p.top_k = 12;
+    p.top_p = 0.9f;
+    p.min_p = 0.05f;
+  });
+  add("penalties + top_k", [](SamplingParams& p) {
+    p.repetition_penalty = 1.4f;
+    p.presence_penalty = 0.6f;
+    p.frequency_penalty = 0.3f;
+    p.top_k = 8;
+    p.logit_bias = {{3, 2.0f}, {4, -1.0f}};
+  });
+  return cases;
+}
+
+// A row with many exact ties (logits on a 1/2 grid), a -inf entry and entries whose exp
+// underflows to 0 (kept by the filters but without probability).
+std::vector<float> tied_row(uint32_t seed, size_t vocab) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> normal(0.0f, 1.5f);
+  std::vector<float> logits(vocab);
+  for (float& x : logits) x = std::round(normal(gen) * 2.0f) / 2.0f;
+  logits[vocab / 2] = -std::numeric_limits<float>::infinity();
+  for (size_t i = 1; i < vocab; i += 7) logits[i] = -200.0f;
+  return logits;
+}
+
+// What rejection sampling relies on: sample() with the counter-based site draws exactly
+// inverse_cdf(distribution(penalised row), u) for the same u, for every filter, at ties, in
+// either candidate order; and the two orders list the same set with the same probabilities.
+TEST(SamplerTest, SampleIsInverseCdfOfDistributionTokenForToken) {
+  Sampler sampler;
+  const std::vector<int32_t> prompt = {1, 2, 3, 3};
+  const std::vector<int32_t> output = {5, 5, 7};
+  const TokenHistory history{prompt, output};
+  int checked = 0;
+  for (const FilterCase& c : filter_cases()) {
+    for (uint32_t row_seed = 0; row_seed < 6; ++row_seed) {
+      const std::vector<float> raw = tied_row(row_seed, 40);
+      std::vector<float> penalised = raw;
+      sampler.apply_penalties(penalised, c.params, history);
+      const auto by_prob = sampler.distribution(penalised, c.params);
+      const auto by_id = sampler.distribution(penalised, c.params, CandidateOrder::kById);
+      ASSERT_EQ(by_prob.size(), by_id.size()) << c.name;
+      std::vector<Candidate> resorted = by_prob;
+      std::sort(resorted.begin(), resorted.end(),
+                [](const Candidate& a, const Candidate& b) { return a.token_id < b.token_id; });
+      for (size_t i = 0; i < by_id.size(); ++i) {
+        EXPECT_EQ(by_id[i].token_id, resorted[i].token_id) << c.name;
+        EXPECT_EQ(by_id[i].prob, resorted[i].prob) << c.name;  // bit-identical
+        EXPECT_GT(by_id[i].prob, 0.0);
+      }
+      for (uint64_t seed = 0; seed < 300; ++seed) {
+        const int64_t position = 10 + static_cast<int64_t>(seed % 7);
+        Rng rng = Rng::at(seed, position, RngStream::kSample);
+        const int32_t sampled = sampler.sample(raw, c.params, history, rng).token_id;
+        const double u = Rng::at(seed, position, RngStream::kSample).next_double();
+        ASSERT_EQ(sampled, inverse_cdf(by_id, u)) << c.name << " row " << row_seed;
+        ASSERT_EQ(sampled, inverse_cdf(by_prob, u)) << c.name << " row " << row_seed;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 11 * 6 * 300);
+}
+
+// top_p on a flat 150k row keeps tens of thousands of tokens: sample() then orders them by id
+// with a counting pass instead of a sort; the draws must still be inverse_cdf's.
+TEST(SamplerTest, SampleIsInverseCdfOfDistributionOnLargeKeptSets) {
+  std::mt19937 gen(41);
+  std::normal_distribution<float> normal(0.0f, 0.5f);
+  std::vector<float> logits(150000);
+  for (float& x : logits) x = normal(gen);
+  SamplingParams p = params_with(0.8f);
+  p.top_p = 0.9f;
+  Sampler sampler;
+  const auto dist = sampler.distribution(logits, p, CandidateOrder::kById);
+  ASSERT_GT(dist.size(), 10000u);
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    Rng rng = Rng::at(seed, 3, RngStream::kSample);
+    EXPECT_EQ(sampler.sample(logits, p, {}, rng).token_id,
+              inverse_cdf(dist, Rng::at(seed, 3, RngStream::kSample).next_double()));
+  }
+}
+
+TEST(SamplerTest, ScoreReportsWhatSampleReports) {
+  std::mt19937 gen(29);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> logits(300);
+  for (float& x : logits) x = normal(gen);
+  SamplingParams p = params_with(0.7f);
+  p.top_k = 20;
+  p.presence_penalty = 1.0f;  // transforms do not enter the logprobs
+  p.logprobs = 4;
+  const std::vector<int32_t> output = {1, 2};
+  Sampler sampler;
+  for (uint64_t seed = 0; seed < 10; ++seed) {
+    Rng rng(seed);
+    const SampleResult sampled = sampler.sample(logits, p, {{}, output}, rng);
+    const SampleResult scored = sampler.score(logits, sampled.token_id, p);
+    EXPECT_EQ(scored.token_id, sampled.token_id);
+    EXPECT_EQ(scored.logprob, sampled.logprob);
+    ASSERT_EQ(scored.top_logprobs.size(), 4u);
+    for (size_t i = 0; i < 4; ++i) {
+      EXPECT_EQ(scored.top_logprobs[i].token_id, sampled.top_logprobs[i].token_id);
+      EXPECT_EQ(scored.top_logprobs[i].logprob, sampled.top_logprobs[i].logprob);
+    }
+  }
+  // Any token, kept by the filters or not: its raw log-softmax.
+  const float m = *std::max_element(logits.begin(), logits.end());
+  double sum = 0.0;
+  for (float x : logits) sum += std::exp(static_cast<double>(x) - m);
+  const int32_t worst =
+      static_cast<int32_t>(std::min_element(logits.begin(), logits.end()) - logits.begin());
+  EXPECT_NEAR(sampler.score(logits, worst, p).logprob, logits[worst] - m - std::log(sum), 1e-4);
+  p.logprobs.reset();
+  const SampleResult none = sampler.score(logits, worst, p);
+  EXPECT_EQ(none.token_id, worst);
+  EXPECT_EQ(none.logprob, 0.0f);
+  EXPECT_TRUE(none.top_logprobs.empty());
 }
 
 TEST(SamplingParamsTest, ValidationNamesFieldAndLimit) {

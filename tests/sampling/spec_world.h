@@ -1,0 +1,234 @@
+// A tiny speculative-decoding world for the rejection sampler's tests: a target and a draft
+// "model" (logits as a deterministic pseudo-random function of the context), the request's
+// sampling params and history, and the proposers (a model draft drawn from q, or a one-hot
+// draft that is a fixed function of the prefix).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <random>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "sampling/rejection_sampler.h"
+#include "sampling/sampler.h"
+#include "sampling/sampling_params.h"
+
+namespace arbor::sampling::spec_test {
+
+enum class Rule { kModel, kOneHot, kSampleAndCompare };
+
+inline const char* rule_name(Rule rule) {
+  switch (rule) {
+    case Rule::kModel:
+      return "model draft";
+    case Rule::kOneHot:
+      return "one-hot standard";
+    case Rule::kSampleAndCompare:
+      return "sample-and-compare";
+  }
+  return "?";
+}
+
+// Logits [vocab] as a function of (seed, context): N(0, scale) from a generator seeded by a hash
+// of both; `tie_grid` > 0 rounds them to multiples of it (ties at the top-k / top-p cut).
+struct ToyModel {
+  uint64_t seed = 0;
+  float scale = 1.5f;
+  float tie_grid = 0.0f;
+
+  std::vector<float> logits(int vocab, std::span<const int32_t> context) const {
+    uint64_t h = seed * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL;
+    for (int32_t t : context) h = (h ^ static_cast<uint64_t>(t + 1)) * 0xff51afd7ed558ccdULL;
+    std::mt19937_64 gen(h ^ (h >> 29));
+    std::normal_distribution<float> normal(0.0f, scale);
+    std::vector<float> out(static_cast<size_t>(vocab));
+    for (float& x : out) {
+      x = normal(gen);
+      if (tie_grid > 0.0f) x = std::round(x / tie_grid) * tie_grid;
+    }
+    return out;
+  }
+};
+
+// One configuration. position = prompt.size() + outputs.size(): the absolute position of d_0.
+struct SpecSetup {
+  std::string name;
+  int vocab = 5;
+  int k = 2;
+  SamplingParams params;        // the request's: the target's p goes through them
+  SamplingParams draft_params;  // what the model proposer's q goes through
+  ToyModel target_model{1};
+  ToyModel draft_model{2};
+  std::vector<int32_t> prompt = {0, 1, 1};
+  std::vector<int32_t> outputs = {2};
+  CandidateOrder order = CandidateOrder::kById;  // how p and q are listed
+
+  int64_t position() const { return static_cast<int64_t>(prompt.size() + outputs.size()); }
+};
+
+// p, q and the one-hot drafts of a SpecSetup, memoised by prefix (the generated-after-outputs
+// tokens d_0..d_{i-1}).
+class World {
+ public:
+  explicit World(SpecSetup setup) : s_(std::move(setup)) {}
+  const SpecSetup& setup() const { return s_; }
+
+  std::vector<float> target_logits(std::span<const int32_t> prefix) const {
+    return s_.target_model.logits(s_.vocab, context(prefix));
+  }
+
+  // The target's distribution after the request's transforms, history = prompt + outputs +
+  // prefix: exactly what Sampler::sample draws from there.
+  const std::vector<Candidate>& p(std::span<const int32_t> prefix) {
+    return memo(p_, prefix, [&] {
+      return transformed(s_.target_model, s_.params, prefix);
+    });
+  }
+  const std::vector<Candidate>& q(std::span<const int32_t> prefix) {
+    return memo(q_, prefix, [&] {
+      return transformed(s_.draft_model, s_.draft_params, prefix);
+    });
+  }
+  // A fixed function of the prefix mixing the interesting cases: a token outside p's support
+  // (when there is one), p's most likely token, or an arbitrary one.
+  int32_t one_hot_draft(std::span<const int32_t> prefix) {
+    const uint64_t h = code(prefix) * 0x9e3779b97f4a7c15ULL >> 40;
+    const std::vector<Candidate>& dist = p(prefix);
+    if (h % 3 == 0 && dist.size() < static_cast<size_t>(s_.vocab)) {
+      for (int32_t t = 0; t < s_.vocab; ++t) {
+        if (prob_of(dist, t) == 0.0) return t;
+      }
+    }
+    if (h % 3 == 1) {
+      const Candidate* best = &dist[0];
+      for (const Candidate& c : dist) {
+        if (c.prob > best->prob) best = &c;
+      }
+      return best->token_id;
+    }
+    return static_cast<int32_t>(h % static_cast<uint64_t>(s_.vocab));
+  }
+
+  TokenHistory history(std::span<const int32_t> prefix, std::vector<int32_t>& storage) const {
+    storage = s_.outputs;
+    storage.insert(storage.end(), prefix.begin(), prefix.end());
+    return {s_.prompt, storage};
+  }
+
+ private:
+  std::vector<int32_t> context(std::span<const int32_t> prefix) const {
+    std::vector<int32_t> c = s_.prompt;
+    c.insert(c.end(), s_.outputs.begin(), s_.outputs.end());
+    c.insert(c.end(), prefix.begin(), prefix.end());
+    return c;
+  }
+  uint64_t code(std::span<const int32_t> prefix) const {
+    uint64_t c = 1;
+    for (int32_t t : prefix) {
+      c = c * static_cast<uint64_t>(s_.vocab + 1) + static_cast<uint64_t>(t + 1);
+    }
+    return c;
+  }
+  std::vector<Candidate> transformed(const ToyModel& model, const SamplingParams& params,
+                                     std::span<const int32_t> prefix) {
+    std::vector<float> logits = model.logits(s_.vocab, context(prefix));
+    std::vector<int32_t> storage;
+    sampler_.apply_penalties(logits, params, history(prefix, storage));
+    return sampler_.distribution(logits, params, s_.order);
+  }
+  template <typename Make>
+  const std::vector<Candidate>& memo(std::unordered_map<uint64_t, std::vector<Candidate>>& m,
+                                     std::span<const int32_t> prefix, Make make) {
+    const uint64_t key = code(prefix);
+    auto it = m.find(key);
+    if (it == m.end()) it = m.emplace(key, make()).first;
+    return it->second;
+  }
+
+  SpecSetup s_;
+  Sampler sampler_;
+  std::unordered_map<uint64_t, std::vector<Candidate>> p_, q_;
+};
+
+// TargetDistributions over a World for one draft chain; checks the laziness contract.
+class ChainTarget final : public TargetDistributions {
+ public:
+  ChainTarget(World& world, std::span<const int32_t> drafts) : world_(world), drafts_(drafts) {}
+  std::span<const Candidate> at(int32_t i) override {
+    if (i != num_calls_ || i > static_cast<int32_t>(drafts_.size())) contract_broken_ = true;
+    ++num_calls_;
+    const size_t n = std::min(static_cast<size_t>(std::max(i, 0)), drafts_.size());
+    return world_.p(drafts_.first(n));
+  }
+  int32_t num_calls() const { return num_calls_; }
+  bool contract_broken() const { return contract_broken_; }
+
+ private:
+  World& world_;
+  std::span<const int32_t> drafts_;
+  int32_t num_calls_ = 0;
+  bool contract_broken_ = false;
+};
+
+// The sampler under test, as a parameter so tests can also run deliberately broken ones.
+using Verifier = std::function<ChainVerdict(const DraftChain&, TargetDistributions&,
+                                            DrawSource&)>;
+
+inline Verifier real_verifier(Rule rule) {
+  auto sampler = std::make_shared<RejectionSampler>();
+  return [sampler, rule](const DraftChain& chain, TargetDistributions& target,
+                         DrawSource& draws) {
+    switch (rule) {
+      case Rule::kModel:
+        return sampler->verify_model_drafts(chain, target, draws);
+      case Rule::kOneHot:
+        return sampler->verify_one_hot(chain, target, draws);
+      case Rule::kSampleAndCompare:
+        return sampler->verify_sample_and_compare(chain, target, draws);
+    }
+    return ChainVerdict{};
+  };
+}
+
+// One speculative step: propose (model drafts drawn from q at the kDraft sites), verify.
+struct Step {
+  std::vector<int32_t> drafts;
+  ChainVerdict verdict;
+  std::vector<int32_t> emitted;  // accepted drafts + the next token
+  int32_t target_calls = 0;
+  bool contract_broken = false;
+};
+
+inline Step run_step(World& world, Rule rule, const Verifier& verify, DrawSource& draws) {
+  const SpecSetup& s = world.setup();
+  Step step;
+  std::vector<std::vector<Candidate>> qs;
+  for (int i = 0; i < s.k; ++i) {
+    if (rule == Rule::kModel) {
+      qs.push_back(world.q(step.drafts));
+      step.drafts.push_back(draws.categorical(qs.back(), s.position() + i, RngStream::kDraft));
+    } else {
+      step.drafts.push_back(world.one_hot_draft(step.drafts));
+    }
+  }
+  ChainTarget target(world, step.drafts);
+  const DraftChain chain{s.position(), step.drafts, qs};
+  step.verdict = verify(chain, target, draws);
+  const ChainVerdict& v = step.verdict;
+  step.contract_broken = target.contract_broken() || v.num_accepted < 0 ||
+                         v.num_accepted > s.k || v.is_bonus != (v.num_accepted == s.k);
+  step.target_calls = target.num_calls();
+  if (!step.contract_broken) {
+    step.emitted.assign(step.drafts.begin(), step.drafts.begin() + v.num_accepted);
+    step.emitted.push_back(v.next_token);
+  }
+  return step;
+}
+
+}  // namespace arbor::sampling::spec_test
