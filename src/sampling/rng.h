@@ -15,8 +15,8 @@
 // Shaw, "Parallel random numbers: as easy as 1, 2, 3", SC'11): key = the 64-bit seed, counter =
 // (position low 32 bits, position high 32 bits, stream, block 0 or 1). Why Philox: it is a
 // well-studied counter-based generator (passes TestU01 BigCrush with 10 rounds; used by
-// cuRAND, JAX, PyTorch) and, for a fixed key, a bijection of the 128-bit counter, so two
-// different (position, stream) sites of one seed never get the same state. Checked against
+// cuRAND, PyTorch and TensorFlow) and, for a fixed key, a bijection of the 128-bit counter,
+// so two different (position, stream) sites of one seed never get the same state. Checked against
 // Random123's published known-answer vectors (tests/sampling/rng_test.cc).
 //
 // Not thread-safe; cheap to copy (32 bytes). Never share a stateful Rng between requests.
