@@ -198,31 +198,52 @@ Status CpuModelExecutor::build_batch(const step::SchedulerOutput& output,
   return ok_status();
 }
 
-// Sample-and-compare (docs/sampling.md, "Rejection sampling"): row i is sampled exactly as a plain
-// step at that position would be (same params, penalties over the tokens before it, the same
-// draw site Rng::at(seed, position, kSample)); the run continues while the sample equals draft
-// i. The output is therefore token for token what the request produces without speculation,
-// and, for one-hot drafts, exactly rejection sampling's distribution.
+// The model rule (accept with min(1, p/q), recover from the residual) needs the draft model's q
+// and gives the highest acceptance; it is used for unseeded sampling requests. Greedy and seeded
+// requests, and drafts without a q (model-free proposers), use sample-and-compare, whose output
+// is token for token what the request produces without speculation.
+bool CpuModelExecutor::uses_model_rule(const RequestState& st) const {
+  return draft_ != nullptr && !st.sampling.greedy() && !st.sampling.seed.has_value();
+}
+
+// Verifies the request's drafts against logits rows [0, k] (row i: the token after d_0..d_{i-1})
+// with the RejectionSampler (docs/sampling.md, "Rejection sampling"); every emitted token gets
+// the logprobs a plain step would report for it.
 step::RequestResult CpuModelExecutor::verify_drafts(const step::ScheduledRequest& s,
                                                     const RequestState& st,
                                                     const float* logits) {
   const int32_t vocab = vocab_size();
   const int32_t k = s.num_draft_tokens();
+  const auto rows = std::span<const float>(logits, static_cast<size_t>(k + 1) * vocab);
+  sampling::LogitsTarget target(
+      sampler_, sampling::LogitsTarget::Rows{.logits = rows,
+                                             .vocab_size = vocab,
+                                             .params = &st.sampling,
+                                             .history = {st.prompt_ids(), st.output_ids()},
+                                             .draft_ids = s.draft_token_ids});
+  sampling::CounterDrawSource draws(st.seed);
+  sampling::DraftChain chain{.position = static_cast<int64_t>(st.token_ids.size()),
+                             .token_ids = s.draft_token_ids};
+  sampling::ChainVerdict verdict;
+  auto q = draft_q_.find(s.request_id);
+  if (k > 0 && uses_model_rule(st) && q != draft_q_.end() &&
+      static_cast<int32_t>(q->second.size()) >= k) {
+    chain.draft_probs = std::span<const std::vector<sampling::Candidate>>(q->second).first(k);
+    verdict = rejection_.verify_model_drafts(chain, target, draws);
+  } else {
+    verdict = rejection_.verify_sample_and_compare(chain, target, draws);
+  }
   step::RequestResult r;
   r.request_id = s.request_id;
   r.num_draft_tokens = k;
-  history_.assign(st.output_ids().begin(), st.output_ids().end());
-  for (int32_t i = 0; i <= k; ++i) {
-    std::span<const float> row(logits + static_cast<size_t>(i) * vocab, vocab);
-    const int64_t position = static_cast<int64_t>(st.token_ids.size()) + i;
-    sampling::Rng rng = sampling::Rng::at(st.seed, position, sampling::RngStream::kSample);
-    sampling::SampleResult sr = sampler_.sample(row, st.sampling, {st.prompt_ids(), history_}, rng);
-    r.tokens.push_back(step::SampledToken{.token_id = sr.token_id,
+  r.num_accepted = verdict.num_accepted;
+  for (int32_t i = 0; i <= verdict.num_accepted; ++i) {
+    const int32_t token = i < verdict.num_accepted ? s.draft_token_ids[i] : verdict.next_token;
+    sampling::SampleResult sr =
+        sampler_.score(rows.subspan(static_cast<size_t>(i) * vocab, vocab), token, st.sampling);
+    r.tokens.push_back(step::SampledToken{.token_id = token,
                                           .logprob = sr.logprob,
                                           .top_logprobs = std::move(sr.top_logprobs)});
-    if (i == k || sr.token_id != s.draft_token_ids[i]) break;
-    ++r.num_accepted;
-    history_.push_back(sr.token_id);
   }
   return r;
 }
@@ -249,7 +270,8 @@ Status CpuModelExecutor::propose(const step::SchedulerOutput& output, step::Step
                                 .block_ids = s.block_ids,
                                 .num_drafts = s.max_next_draft_tokens,
                                 .sampling = &st.sampling,
-                                .seed = st.seed});
+                                .seed = st.seed,
+                                .keep_distributions = uses_model_rule(st)});
     which.push_back(i);
   }
   if (inputs.empty()) return ok_status();
@@ -271,6 +293,7 @@ Status CpuModelExecutor::propose(const step::SchedulerOutput& output, step::Step
   ARBOR_ASSIGN_OR_RETURN(std::vector<DraftOutput> drafts, draft_->propose(inputs));
   for (size_t j = 0; j < which.size(); ++j) {
     result.requests[which[j]].next_draft_token_ids = std::move(drafts[j].tokens);
+    if (inputs[j].keep_distributions) draft_q_[inputs[j].request_id] = std::move(drafts[j].q);
   }
   return ok_status();
 }
@@ -278,6 +301,7 @@ Status CpuModelExecutor::propose(const step::SchedulerOutput& output, step::Step
 Result<step::StepResult> CpuModelExecutor::execute(const step::SchedulerOutput& output) {
   ARBOR_ASSIGN_OR_RETURN(const std::vector<step::RequestId> forgotten, states_.apply(output));
   for (step::RequestId id : forgotten) {
+    draft_q_.erase(id);
     if (draft_ != nullptr) draft_->forget(id);
     if (proposer_ != nullptr) proposer_->forget(id, {}, 0);
   }

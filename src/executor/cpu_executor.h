@@ -8,6 +8,7 @@
 #pragma once
 
 #include <memory>
+#include <unordered_map>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "step/model_executor.h"
 #include "model/batch_builder.h"
 #include "model/runner.h"
+#include "sampling/rejection_sampler.h"
 #include "sampling/sampler.h"
 
 namespace arbor::executor {
@@ -57,6 +59,7 @@ class CpuModelExecutor : public step::ModelExecutor {
   Status build_batch(const step::SchedulerOutput& output, std::vector<int32_t>& rows);
   step::RequestResult verify_drafts(const step::ScheduledRequest& s, const RequestState& st,
                                     const float* logits);
+  bool uses_model_rule(const RequestState& st) const;
   Status propose(const step::SchedulerOutput& output, step::StepResult& result);
 
   std::unique_ptr<model::ModelRunner> runner_;
@@ -66,9 +69,12 @@ class CpuModelExecutor : public step::ModelExecutor {
   double draft_token_cost_ = 0.0;
   model::BatchBuilder builder_;
   sampling::Sampler sampler_;
+  sampling::RejectionSampler rejection_;
+  // The draft model's distributions q of the drafts it proposed last step, for requests that
+  // verify by the model rule (unseeded sampling). [num_drafts][candidates]
+  std::unordered_map<step::RequestId, std::vector<std::vector<sampling::Candidate>>> draft_q_;
   std::vector<float> logits_;  // [num_logits, vocab_size]
   std::vector<int32_t> tokens_;   // scratch: one request's tokens run this step
-  std::vector<int32_t> history_;  // scratch: outputs + drafts before a verified row
 };
 
 }  // namespace arbor::executor

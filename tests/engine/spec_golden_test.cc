@@ -3,6 +3,7 @@
 // alone, batched with plain requests, under preemption (a small KV pool), block sizes 1 and 16.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <unistd.h>
 
@@ -245,6 +246,83 @@ TEST(SpecSampled, SeededRequestsAreReproducibleWhateverTheBatch) {
       // 8 x 84 tokens in 20 blocks of 16: requests are preempted and recomputed.
       EXPECT_EQ(run_seeded_batched(layers, k, 20), alone) << "under preemption";
     }
+  }
+}
+
+}  // namespace
+}  // namespace arbor::engine
+
+namespace arbor::engine {
+namespace {
+
+// Counts of the token generated at each of the first `len` positions over `n` unseeded
+// temperature-1 requests: [len][vocab].
+std::vector<std::vector<int64_t>> token_counts(bool spec, int32_t n, int32_t len) {
+  executor::CpuExecutorOptions cpu;
+  cpu.num_threads = 2;
+  if (spec) {
+    cpu.proposer = executor::SpecProposer::kDraft;
+    cpu.draft_model = draft_gguf(3);
+  }
+  auto exec = executor::CpuModelExecutor::load(shared(model::testing::kStories260K), cpu);
+  EXPECT_TRUE(exec.ok()) << exec.status().to_string();
+  const int32_t vocab = (*exec)->vocab_size();
+  EngineCoreConfig cfg;
+  cfg.options.max_spec_tokens = spec ? 3 : 0;
+  cfg.eos_token_ids = std::vector<int32_t>{};
+  EngineCore engine(std::move(exec).value(), cfg);
+  std::vector<std::vector<int64_t>> counts(len, std::vector<int64_t>(vocab, 0));
+  for (int32_t done = 0; done < n; done += 64) {
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (int32_t i = done; i < std::min(n, done + 64); ++i) {
+      GenerateRequest g;
+      g.prompt_token_ids = {1};  // BOS: the start of a story, many first words
+      g.sampling.temperature = 1.0f;
+      g.max_tokens = len;
+      if (spec) g.speculation = {.mode = sched::SpecMode::kFixed, .k = 3};
+      streams.push_back(*engine.submit(std::move(g)));
+    }
+    for (auto& s : streams) {
+      const std::vector<int32_t> ids = testing::drain(*s, 1).token_ids[0];
+      for (int32_t p = 0; p < len && p < static_cast<int32_t>(ids.size()); ++p) ++counts[p][ids[p]];
+    }
+  }
+  if (spec) EXPECT_GT(engine.metrics().num_accepted_draft_tokens, n / 4) << "drafts were verified";
+  return counts;
+}
+
+// Unseeded sampling with a draft model verifies by the model rule (accept with min(1, p/q),
+// recover from the residual): the tokens at each position must have the same distribution as
+// without speculation. Two-sample chi-square over the tokens with >= 10 expected occurrences
+// (rarer ones pooled); the statistic must stay below df + 6 sqrt(2 df) + 10 (a 6-sigma bound on
+// a chi-square with df degrees of freedom: a false alarm is far rarer than 1 in 10^6 runs).
+TEST(SpecSampled, UnseededDistributionIsTheTargetsWithADraftModel) {
+  constexpr int32_t kN = 4096, kLen = 6;
+  const auto a = token_counts(false, kN, kLen);
+  const auto b = token_counts(true, kN, kLen);
+  for (int32_t p = 0; p < kLen; ++p) {
+    double chi2 = 0;
+    int64_t df = -1, pooled_a = 0, pooled_b = 0;
+    for (size_t t = 0; t < a[p].size(); ++t) {
+      if (a[p][t] + b[p][t] >= 20) {
+        const double d = static_cast<double>(a[p][t] - b[p][t]);
+        chi2 += d * d / static_cast<double>(a[p][t] + b[p][t]);
+        ++df;
+      } else {
+        pooled_a += a[p][t];
+        pooled_b += b[p][t];
+      }
+    }
+    if (pooled_a + pooled_b > 0) {
+      const double d = static_cast<double>(pooled_a - pooled_b);
+      chi2 += d * d / static_cast<double>(pooled_a + pooled_b);
+      ++df;
+    }
+    const double bound = df + 6 * std::sqrt(2.0 * df) + 10;
+    std::printf("position %d: chi2 %.1f with %lld degrees of freedom (bound %.1f)\n", p, chi2,
+                static_cast<long long>(df), bound);
+    EXPECT_GT(df, 3) << "position " << p << ": too few distinct tokens to compare";
+    EXPECT_LT(chi2, bound) << "position " << p;
   }
 }
 
