@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <set>
 #include <cstdio>
 #include <thread>
 
@@ -337,6 +338,89 @@ TEST(EngineFake, SampleSetupCostDoesNotGrowWithThePrompt) {
   // within a few ms of engine time.
   EXPECT_LT(eight - one, 7 * decode);
   EXPECT_LT(eight, 10e-3);
+}
+
+}  // namespace
+}  // namespace arbor::engine
+
+namespace arbor::engine {
+namespace {
+
+// Everything a client sees of a request, run with and without speculation (the fake proposes
+// drafts that are right up to `draft_correct` tokens): tokens, text, stop reasons, cumulative
+// logprobs and usage must be equal; with speculation, drafts were verified.
+struct SpecCase {
+  GenerateRequest request;
+  int32_t n = 1;
+};
+
+testing::Collected run_fake(const SpecCase& c, int32_t k, int32_t draft_correct,
+                            const tokenizer::Tokenizer* tok, int64_t* drafts) {
+  EngineCoreConfig cfg;
+  cfg.tokenizer = tok;
+  cfg.eos_token_ids = std::vector<int32_t>{2};
+  cfg.options.max_spec_tokens = k;
+  FakeExecutorOptions f;
+  if (tok != nullptr) f.vocab_size = tok->vocab_size();
+  f.draft_correct_prefix = k > 0 ? draft_correct : -1;
+  f.min_token_id = 2;  // EOS (2) can come out
+  EngineCore engine(std::make_unique<FakeExecutor>(f), cfg);
+  auto s = engine.submit(c.request);
+  EXPECT_TRUE(s.ok()) << s.status().to_string();
+  if (!s.ok()) return {};
+  testing::Collected out = testing::drain(**s, c.n);
+  engine.wait_idle();
+  *drafts = engine.metrics().num_draft_tokens;
+  return out;
+}
+
+TEST(EngineFakeSpec, EverythingAClientSeesIsUnchanged) {
+  auto tok = tokenizer::Tokenizer::from_file(testing::stories260k_path());
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  std::vector<SpecCase> cases;
+  for (int i = 0; i < 6; ++i) {
+    SpecCase c;
+    c.request.prompt_token_ids = {1, 400 + i, 300, 200 + i};
+    c.request.max_tokens = 40 + 7 * i;
+    c.request.sampling.temperature = i % 2 == 0 ? 0.0f : 1.0f;
+    c.request.sampling.seed = 77 + i;
+    c.request.sampling.logprobs = i % 3;
+    if (i == 2 || i == 5) c.request.stop = {"e", "th"};  // stop strings end runs mid-step
+    if (i >= 3) {
+      c.n = 2;
+      c.request.n = 2;
+      c.request.best_of = i == 4 ? 4 : 2;  // best_of > n ranks by cumulative logprob
+    }
+    if (i == 1) c.request.ignore_eos = true;
+    cases.push_back(c);
+  }
+  std::set<sched::StopKind> kinds;  // the cases must end samples in every way
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    int64_t plain_drafts = 0;
+    const testing::Collected plain = run_fake(cases[ci], 0, 0, tok->get(), &plain_drafts);
+    EXPECT_EQ(plain_drafts, 0);
+    for (const auto& stop : plain.stop) {
+      if (stop) kinds.insert(stop->kind);
+    }
+    for (int32_t k : {1, 3, 8}) {
+      for (int32_t correct : {0, 2, 100}) {
+        SCOPED_TRACE(str_cat("case ", ci, " k ", k, " correct ", correct));
+        int64_t drafts = 0;
+        const testing::Collected spec = run_fake(cases[ci], k, correct, tok->get(), &drafts);
+        EXPECT_EQ(spec.token_ids, plain.token_ids);
+        EXPECT_EQ(spec.text, plain.text);
+        EXPECT_EQ(spec.stop, plain.stop);
+        EXPECT_EQ(spec.cumulative_logprob, plain.cumulative_logprob);
+        EXPECT_EQ(spec.final_event.usage.completion_tokens,
+                  plain.final_event.usage.completion_tokens);
+        EXPECT_GT(drafts, 0);
+        EXPECT_EQ(spec.final_event.usage.draft_tokens > 0, true);
+      }
+    }
+  }
+  EXPECT_TRUE(kinds.contains(sched::StopKind::kStopString));
+  EXPECT_TRUE(kinds.contains(sched::StopKind::kEos));
+  EXPECT_TRUE(kinds.contains(sched::StopKind::kMaxTokens));
 }
 
 }  // namespace
