@@ -5,6 +5,7 @@
 
 #include "engine/engine_core.h"
 #include "engine/engine_core_internal.h"
+#include "engine/stop_rules.h"
 
 namespace arbor::engine {
 
@@ -82,7 +83,7 @@ EngineCore::EngineCore(std::unique_ptr<step::ModelExecutor> executor, const Engi
   if (config_.eos_token_ids) {
     eos_ids_ = *config_.eos_token_ids;
   } else if (config_.tokenizer != nullptr) {
-    eos_ids_ = config_.tokenizer->eog_ids();
+    eos_ids_ = default_stop_token_ids(*config_.tokenizer);
   }
   const int64_t limit = executor_->max_model_len();
   max_model_len_ = config_.options.max_model_len > 0 ? config_.options.max_model_len : limit;
