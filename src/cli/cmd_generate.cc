@@ -1,18 +1,23 @@
-// arbor generate: one prompt, one sequence, tokens streamed to stdout as they are sampled.
+// arbor generate: one prompt, one sequence, text streamed to stdout as it is generated.
 //
-// The prompt runs as one forward (prefill), then one forward per generated token. The model's
-// own tokenizer (GGUF metadata) encodes the prompt and an IncrementalDetokenizer streams the
-// text, primed with the prompt so that word-initial spaces come out right. Stops after -n tokens,
-// at an end-of-generation token, or at BOS (unless --ignore-eos): a sampled BOS starts a new
-// document, and llama2.c-trained models (stories*) separate stories with BOS and never emit
-// their vocabulary's EOS. Timings go to stderr; --json prints one object with the ids, the
-// generated text and the timings instead of streaming.
+// It runs the same engine as `arbor serve` and `arbor bench throughput` (an EngineCore over the
+// CPU executor, built from the shared engine flags of engine_flags.h) with a single
+// GenerateRequest, and prints the text of each StreamEvent as it arrives. The model's own
+// tokenizer (GGUF metadata) encodes the prompt, which is echoed first. Generation ends after -n
+// tokens or at the engine's stop ids (engine/stop_rules.h: end-of-generation tokens and BOS,
+// since llama2.c-trained models (stories*) separate stories with BOS and never emit their
+// vocabulary's EOS) unless --ignore-eos. The stop token is not part of the output. Timings go to
+// stderr; --json prints one object with the ids, the generated text and the timings instead of
+// streaming.
+//
+// Unless --num-kv-blocks or --kv-cache-gib is given, the KV pool is sized for this one sequence
+// (prompt + -n tokens, capped at the model's context length), not the serving default.
 #include <sys/resource.h>
 
-#include <filesystem>
 #include <CLI/CLI.hpp>
-#include <chrono>
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -20,9 +25,12 @@
 
 #include "base/log.h"
 #include "cli/command.h"
+#include "cli/engine_flags.h"
+#include "engine/engine_core.h"
+#include "executor/cpu_executor.h"
+#include "gguf/gguf.h"
 #include "kernels/cpu_features.h"
-#include "model/runner.h"
-#include "sampling/sampler.h"
+#include "model/model_config.h"
 #include "tokenizer/tokenizer.h"
 
 namespace arbor::cli {
@@ -40,28 +48,22 @@ struct Options {
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
   int64_t seed = -1;
-  int threads = 0;
-  int32_t block_size = 16;
-  std::string kv_dtype = "f16";
+  ServingOptions serving;
+  bool pool_size_given = false;  // --num-kv-blocks or --kv-cache-gib on the command line
   bool no_bos = false;
   bool ignore_eos = false;
   bool json = false;
 };
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
 struct Generation {
   std::vector<int32_t> prompt_ids;
-  std::vector<int32_t> ids;  // generated only
+  std::vector<int32_t> ids;  // generated only, without the stop token
   std::string text;          // generated only
   std::string stop_reason = "length";
-  double prompt_seconds = 0.0;
-  double decode_seconds = 0.0;  // forwards of generated tokens and all sampling after prefill
-  int32_t decode_forwards = 0;
+  // Measured by the engine (its TTFT and inter-token histograms hold this one request).
+  double prompt_seconds = 0.0;  // arrival to the first token: prefill and its sampling
+  double decode_seconds = 0.0;  // first token to the last
+  int32_t decode_forwards = 0;  // forwards after the prefill
   // Memory: the process's peak resident set, against the model file and the KV cache.
   uint64_t peak_rss_bytes = 0;
   uint64_t file_bytes = 0;
@@ -74,7 +76,7 @@ uint64_t peak_rss_bytes() {
   return static_cast<uint64_t>(u.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
-Result<sampling::SamplingParams> sampling_params(const Options& o, int64_t vocab_size) {
+sampling::SamplingParams sampling_params(const Options& o) {
   sampling::SamplingParams p;
   p.temperature = o.temperature;
   p.top_k = o.top_k;
@@ -84,17 +86,11 @@ Result<sampling::SamplingParams> sampling_params(const Options& o, int64_t vocab
   p.presence_penalty = o.presence_penalty;
   p.frequency_penalty = o.frequency_penalty;
   if (o.seed >= 0) p.seed = static_cast<uint64_t>(o.seed);
-  ARBOR_RETURN_IF_ERROR(p.validate(vocab_size));
   return p;
 }
 
-Result<kernels::KvDtype> parse_kv_dtype(const std::string& name) {
-  if (name == "f16") return kernels::KvDtype::kF16;
-  if (name == "f32") return kernels::KvDtype::kF32;
-  return invalid_argument("--kv-dtype is ", name, ", must be f16 or f32");
-}
-
-void log_configuration(model::ModelRunner& runner, const Options& o, int32_t num_tokens) {
+void log_configuration(executor::CpuModelExecutor& exec, const Options& o, int64_t num_tokens) {
+  model::ModelRunner& runner = exec.runner();
   const model::LlamaModel& m = runner.model();
   const auto& w = m.weights();
   ARBOR_LOG(kInfo) << "model " << o.model << ": " << runner.config().summary();
@@ -106,38 +102,58 @@ void log_configuration(model::ModelRunner& runner, const Options& o, int32_t num
   ARBOR_LOG(kInfo) << "threads " << runner.pool().num_threads()
                    << ", cpu " << kernels::isa_summary();
   ARBOR_LOG(kInfo) << "kv cache: " << cache.num_blocks() << " blocks x " << cache.block_size()
-                   << " tokens (" << num_tokens << " needed), " << o.kv_dtype << ", "
+                   << " tokens (" << num_tokens << " needed), "
+                   << (o.serving.cpu.kv_dtype == kernels::KvDtype::kF16 ? "f16" : "f32") << ", "
                    << cache.total_bytes() / 1024 << " KiB";
 }
 
-// Samples, streams and extends the sequence until -n tokens or an end-of-generation token.
-Status decode_loop(const Options& o, const tokenizer::Tokenizer& tok, model::SingleSequence& seq,
-                   std::span<const float> logits, const sampling::SamplingParams& params,
-                   tokenizer::IncrementalDetokenizer& detok, Generation& g) {
-  sampling::Sampler sampler;
-  sampling::Rng rng(params.seed ? *params.seed : sampling::Rng::random_seed());
-  const Clock::time_point start = Clock::now();
-  while (static_cast<int32_t>(g.ids.size()) < o.n) {
-    const int32_t id = sampler.sample(logits, params, {g.prompt_ids, g.ids}, rng).token_id;
-    if (!o.ignore_eos && (tok.is_eog(id) || id == tok.bos_id())) {
-      g.stop_reason = tok.is_eog(id) ? "eos" : "bos";
+// The executor's options for one sequence of `num_tokens` (prompt + -n): unless the command
+// line sized the pool, exactly the blocks it needs (as many as the context can use) plus the
+// null block; scratch for the prompt's prefill.
+executor::CpuExecutorOptions executor_options(const Options& o, int64_t num_tokens,
+                                              int64_t context_length, int64_t num_prompt_tokens) {
+  executor::CpuExecutorOptions cpu = cpu_options(o.serving);
+  if (!o.pool_size_given) {
+    const int64_t tokens = std::min(num_tokens, context_length);
+    cpu.num_kv_blocks = (tokens + cpu.block_size - 1) / cpu.block_size + 1;
+  }
+  cpu.reserve_tokens =
+      static_cast<int32_t>(std::min<int64_t>(cpu.reserve_tokens, num_prompt_tokens));
+  return cpu;
+}
+
+void emit(const Options& o, const std::string& text) {
+  if (o.json || text.empty()) return;
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+}
+
+// Reads the stream to its final event, printing text as it comes; fills ids, text, the stop
+// reason and decode_forwards.
+Status consume(const Options& o, const tokenizer::Tokenizer& tok, engine::RequestStream& stream,
+               Generation& g) {
+  int32_t num_sampled = 0;  // the stop token included
+  std::optional<sched::StopReason> stop;
+  while (std::optional<engine::StreamEvent> ev = stream.next()) {
+    if (ev->final) {
+      if (!ev->error.ok()) return ev->error;
       break;
     }
-    g.ids.push_back(id);
-    const std::string delta = detok.add(id);
-    g.text += delta;
-    if (!o.json) {
-      std::fwrite(delta.data(), 1, delta.size(), stdout);
-      std::fflush(stdout);
-    }
-    if (static_cast<int32_t>(g.ids.size()) == o.n) break;  // the last token needs no forward
-    ARBOR_ASSIGN_OR_RETURN(logits, seq.append({&g.ids.back(), 1}));
-    ++g.decode_forwards;
+    num_sampled += static_cast<int32_t>(ev->token_ids.size());
+    g.ids.insert(g.ids.end(), ev->token_ids.begin(), ev->token_ids.end());
+    g.text += ev->text;
+    emit(o, ev->text);
+    if (ev->stop_reason) stop = ev->stop_reason;
   }
-  const std::string rest = detok.flush();
-  g.text += rest;
-  if (!o.json) std::fwrite(rest.data(), 1, rest.size(), stdout);
-  g.decode_seconds = seconds_since(start);
+  if (stop && (stop->kind == sched::StopKind::kEos || stop->kind == sched::StopKind::kStopToken) &&
+      !g.ids.empty()) {
+    // The stop decision names its token: BOS (a llama2.c model starting the next story) or EOS.
+    g.stop_reason = stop->token_id == tok.bos_id() ? "bos" : "eos";
+    g.ids.pop_back();
+  } else if (stop && stop->kind == sched::StopKind::kAbort) {
+    g.stop_reason = "abort";
+  }
+  g.decode_forwards = std::max(num_sampled - 1, 0);
   return ok_status();
 }
 
@@ -177,50 +193,56 @@ void report(const Options& o, const Generation& g) {
 }
 
 Status run(const Options& o) {
-  ARBOR_ASSIGN_OR_RETURN(kernels::KvDtype kv_dtype, parse_kv_dtype(o.kv_dtype));
   if (o.n < 1) return invalid_argument("-n is ", o.n, ", must be >= 1");
-  ARBOR_ASSIGN_OR_RETURN(std::unique_ptr<model::LlamaModel> model, model::LlamaModel::load(o.model));
-  std::error_code size_error;
-  const uint64_t file_bytes = std::filesystem::file_size(o.model, size_error);
-  ARBOR_ASSIGN_OR_RETURN(std::unique_ptr<tokenizer::Tokenizer> tok,
-                         tokenizer::Tokenizer::from_gguf(model->file()));
-  const model::ModelConfig cfg = model->config();
-  ARBOR_ASSIGN_OR_RETURN(sampling::SamplingParams params, sampling_params(o, cfg.vocab_size));
   Generation g;
+  int64_t context_length = 0;
+  std::unique_ptr<tokenizer::Tokenizer> tok;
+  {
+    ARBOR_ASSIGN_OR_RETURN(gguf::GgufFile file, gguf::GgufFile::open(o.model));
+    ARBOR_ASSIGN_OR_RETURN(tok, tokenizer::Tokenizer::from_gguf(file));
+    ARBOR_ASSIGN_OR_RETURN(model::ModelConfig cfg, model::ModelConfig::from_gguf(file));
+    context_length = cfg.context_length;
+    ARBOR_RETURN_IF_ERROR(sampling_params(o).validate(cfg.vocab_size));
+  }
   tokenizer::EncodeOptions enc;
   if (o.no_bos) enc.add_bos = false;
   g.prompt_ids = tok->encode(o.prompt, enc);
   if (g.prompt_ids.empty()) return invalid_argument("the prompt is empty (and --no-bos is set)");
-  const int64_t total = static_cast<int64_t>(g.prompt_ids.size()) + o.n;
-  if (total > cfg.context_length) {
-    return out_of_range("prompt has ", g.prompt_ids.size(), " tokens and -n asks for ", o.n,
-                        " more; the model's context_length is ", cfg.context_length);
+  const auto num_prompt = static_cast<int64_t>(g.prompt_ids.size());
+  const int64_t total = num_prompt + o.n;
+  ARBOR_ASSIGN_OR_RETURN(auto exec,
+                         executor::CpuModelExecutor::load(
+                             o.model, executor_options(o, total, context_length, num_prompt)));
+  executor::CpuModelExecutor& exec_ref = *exec;
+  log_configuration(exec_ref, o, total);
+  engine::EngineCoreConfig cfg;
+  cfg.options = engine_options(o.serving);
+  cfg.tokenizer = tok.get();
+  ARBOR_RETURN_IF_ERROR(engine::EngineCore::validate_config(*exec, cfg));
+  engine::EngineCore core(std::move(exec), cfg);
+  // -n is a promise of exactly that many tokens (unless a stop id comes first), so a request the
+  // engine would cut short at max_model_len is an error here, not a shorter output.
+  if (total > core.max_model_len()) {
+    return out_of_range("prompt has ", num_prompt, " tokens and -n asks for ", o.n,
+                        " more; max_model_len is ", core.max_model_len());
   }
-  if (o.block_size < 1) return invalid_argument("--block-size is ", o.block_size, ", must be >= 1");
-  model::RunnerOptions ropts;
-  ropts.block_size = o.block_size;
-  ropts.num_blocks = (total + o.block_size - 1) / o.block_size;
-  ropts.kv_dtype = kv_dtype;
-  ropts.num_threads = o.threads;
-  ropts.reserve_tokens = static_cast<int32_t>(g.prompt_ids.size());
-  ARBOR_ASSIGN_OR_RETURN(auto runner, model::ModelRunner::create(std::move(model), ropts));
-  log_configuration(*runner, o, static_cast<int32_t>(total));
-  model::SingleSequence seq(*runner, model::SingleSequence::contiguous_blocks(
-                                         0, static_cast<int32_t>(ropts.num_blocks)));
-  tokenizer::IncrementalDetokenizer detok(*tok);
-  std::string prompt_text;
-  for (int32_t id : g.prompt_ids) prompt_text += detok.add(id);
-  if (!o.json) {
-    std::fwrite(prompt_text.data(), 1, prompt_text.size(), stdout);
-    std::fflush(stdout);
-  }
-  const Clock::time_point start = Clock::now();
-  ARBOR_ASSIGN_OR_RETURN(std::span<const float> logits, seq.append(g.prompt_ids));
-  g.prompt_seconds = seconds_since(start);
-  ARBOR_RETURN_IF_ERROR(decode_loop(o, *tok, seq, logits, params, detok, g));
+  emit(o, tok->decode(g.prompt_ids));
+  engine::GenerateRequest request;
+  request.prompt_token_ids = g.prompt_ids;
+  request.sampling = sampling_params(o);
+  request.max_tokens = o.n;
+  request.ignore_eos = o.ignore_eos;
+  ARBOR_ASSIGN_OR_RETURN(std::shared_ptr<engine::RequestStream> stream,
+                         core.submit(std::move(request)));
+  ARBOR_RETURN_IF_ERROR(consume(o, *tok, *stream, g));
+  core.wait_idle();  // the metrics of the finished request are published
+  const engine::EngineMetricsSnapshot metrics = core.metrics();
+  g.prompt_seconds = metrics.ttft_s.sum();
+  g.decode_seconds = metrics.inter_token_s.sum();
   g.peak_rss_bytes = peak_rss_bytes();
-  g.file_bytes = file_bytes;
-  g.kv_bytes = runner->kv_cache().total_bytes();
+  std::error_code size_error;
+  g.file_bytes = std::filesystem::file_size(o.model, size_error);
+  g.kv_bytes = exec_ref.runner().kv_cache().total_bytes();
   report(o, g);
   return ok_status();
 }
@@ -243,17 +265,16 @@ void setup(CLI::App& app) {
   sub->add_option("--frequency-penalty", o->frequency_penalty, "Frequency penalty (OpenAI)")
       ->capture_default_str();
   sub->add_option("--seed", o->seed, "Sampling seed; -1 = random")->capture_default_str();
-  sub->add_option("-t,--threads", o->threads, "Threads; 0 = all cores")->capture_default_str();
-  sub->add_option("--block-size", o->block_size, "KV cache block size (tokens)")
-      ->capture_default_str();
-  sub->add_option("--kv-dtype", o->kv_dtype, "KV cache element type: f16 or f32")
-      ->capture_default_str();
   sub->add_flag("--no-bos", o->no_bos, "Do not prepend BOS to the prompt");
   sub->add_flag("--ignore-eos", o->ignore_eos,
                 "Keep generating after end-of-generation tokens and BOS");
   sub->add_flag("--json", o->json,
                 "Print one JSON object (prompt_ids, ids, text, timings) instead of streaming");
-  sub->callback([o] { exit_on_error(run(*o)); });
+  add_engine_flags(*sub, &o->serving);
+  sub->callback([o, sub] {
+    o->pool_size_given = sub->count("--num-kv-blocks") > 0 || sub->count("--kv-cache-gib") > 0;
+    exit_on_error(run(*o));
+  });
 }
 ARBOR_REGISTER_COMMAND(setup);
 

@@ -3,7 +3,8 @@
 //   arbor serve -m MODEL [--host 127.0.0.1] [--port 8080] [engine flags]
 //
 // Loads the model and its tokenizer, starts the engine thread, and serves HTTP on one I/O
-// thread until SIGINT/SIGTERM, then drains (--shutdown-timeout) and exits 0.
+// thread (request bodies are tokenised on --tokenizer-threads workers) until SIGINT/SIGTERM,
+// then drains (--shutdown-timeout) and exits 0.
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
@@ -37,21 +38,24 @@ struct Options {
   double sse_keepalive_s = 15.0;
   double idle_timeout_s = 120.0;
   int32_t max_n = 16;
+  int32_t tokenizer_threads = server::ApiServerOptions{}.tokenizer_threads;
 };
 
-void log_configuration(const Options& o, executor::CpuModelExecutor& exec, int64_t free_blocks,
-                       const server::ModelInfo& info, uint16_t port) {
+void log_configuration(const Options& o, executor::CpuModelExecutor& exec,
+                       const engine::EngineCore& core, const server::ModelInfo& info,
+                       uint16_t port) {
   auto& runner = exec.runner();
   ARBOR_LOG(kInfo) << "model " << o.model << " served as '" << info.name
                    << "': " << runner.config().summary();
-  ARBOR_LOG(kInfo) << "kv cache: " << free_blocks << " usable blocks x " << exec.block_size()
-                   << " tokens; max_num_seqs " << o.serving.engine.max_num_seqs
+  ARBOR_LOG(kInfo) << "kv cache: " << core.num_free_blocks() << " usable blocks x "
+                   << exec.block_size() << " tokens; max_num_seqs " << o.serving.engine.max_num_seqs
                    << ", max_num_batched_tokens " << o.serving.engine.max_num_batched_tokens
                    << ", max_waiting_requests " << o.serving.engine.max_waiting_requests
                    << ", prefix caching " << (o.serving.engine.enable_prefix_caching ? "on" : "off");
   ARBOR_LOG(kInfo) << "threads " << runner.pool().num_threads() << ", cpu "
-                   << kernels::isa_summary() << "; max_model_len " << info.context_length
-                   << ", chat template " << (info.chat != nullptr ? "yes" : "none");
+                   << kernels::isa_summary() << "; max_model_len " << core.max_model_len()
+                   << ", chat template " << (info.chat != nullptr ? "yes" : "none")
+                   << ", tokenizer threads " << o.tokenizer_threads;
   ARBOR_LOG(kInfo) << "listening on http://" << o.host << ":" << port;
 }
 
@@ -77,7 +81,6 @@ Status run(const Options& o) {
   cfg.tokenizer = tok.get();
   ARBOR_RETURN_IF_ERROR(engine::EngineCore::validate_config(*exec, cfg));
   engine::EngineCore core(std::move(exec), cfg);
-  info.context_length = static_cast<int32_t>(core.max_model_len());  // ApiServer does the same
   server::ApiServerOptions so;
   so.http.host = o.host;
   so.http.port = static_cast<uint16_t>(o.port);
@@ -87,8 +90,9 @@ Status run(const Options& o) {
   so.shutdown_timeout_s = o.shutdown_timeout_s;
   so.kv_blocks_total = core.num_free_blocks();
   so.max_concurrent_requests = eo.max_num_seqs;
+  so.tokenizer_threads = o.tokenizer_threads;
   ARBOR_ASSIGN_OR_RETURN(auto server, server::ApiServer::create(core, info, so));
-  log_configuration(o, exec_ref, so.kv_blocks_total, info, server->port());
+  log_configuration(o, exec_ref, core, info, server->port());
   if (!o.port_file.empty()) {
     ARBOR_RETURN_IF_ERROR(write_file_atomic(o.port_file, std::to_string(server->port())));
   }
@@ -127,6 +131,10 @@ void setup(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--max-n", o->max_n, "Limit on n and best_of per request")
       ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  sub->add_option("--tokenizer-threads", o->tokenizer_threads,
+                  "Threads that parse, template and tokenise request bodies off the I/O thread")
+      ->check(CLI::Range(1, 64))
       ->capture_default_str();
   add_engine_flags(*sub, &o->serving);
   sub->callback([o] { exit_on_error(run(*o)); });

@@ -1,5 +1,5 @@
-// Engine flags shared by every command that runs the engine (`arbor serve`, `arbor bench
-// throughput`), so they have one spelling and one set of defaults:
+// Engine flags shared by every command that runs the engine (`arbor serve`, `arbor generate`,
+// `arbor bench throughput`), so they have one spelling and one set of defaults:
 //
 //   --max-num-seqs N                  running sequences per step (default 64)
 //   --max-num-batched-tokens N        token budget per step (default 2048)

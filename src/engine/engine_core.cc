@@ -7,6 +7,7 @@
 #include "base/log.h"
 #include "engine/engine_core.h"
 #include "engine/engine_core_internal.h"
+#include "engine/stop_rules.h"
 
 namespace arbor::engine {
 
@@ -133,7 +134,7 @@ EngineCore::EngineCore(std::unique_ptr<step::ModelExecutor> executor, const Engi
   if (config_.eos_token_ids) {
     eos_ids_ = *config_.eos_token_ids;
   } else if (config_.tokenizer != nullptr) {
-    eos_ids_ = config_.tokenizer->eog_ids();
+    eos_ids_ = default_stop_token_ids(*config_.tokenizer);
   }
   const int64_t limit = executor_->max_model_len();
   max_model_len_ = config_.options.max_model_len > 0 ? config_.options.max_model_len : limit;
@@ -183,10 +184,7 @@ Result<std::shared_ptr<RequestStream>> EngineCore::submit(GenerateRequest reques
     return invalid_argument("stop strings need a tokenizer; the engine has none");
   }
   const auto num_prompt_tokens = static_cast<int64_t>(spec.prompt_token_ids.size());
-  if (num_prompt_tokens >= max_model_len_) {
-    return invalid_argument("prompt has ", num_prompt_tokens, " tokens, max_model_len is ",
-                            max_model_len_, " (at least one token must be generated)");
-  }
+  ARBOR_RETURN_IF_ERROR(sched::check_prompt_length(num_prompt_tokens, max_model_len_));
   std::lock_guard<std::mutex> lock(mu_);
   spec.request_id = next_id_;
   const Status valid = sched::validate_request_spec(spec, vocab_size_);

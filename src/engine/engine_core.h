@@ -61,7 +61,8 @@ struct EngineCoreConfig {
   EngineOptions options{};
   // Optional: without it events carry no text and stop strings are rejected.
   const tokenizer::Tokenizer* tokenizer = nullptr;
-  // End-of-generation ids; nullopt = the tokenizer's eog_ids() (none without a tokenizer).
+  // Ids that end a sample unless ignore_eos; nullopt = default_stop_token_ids() of the
+  // tokenizer (stop_rules.h: its end-of-generation ids plus BOS), none without a tokenizer.
   std::optional<std::vector<int32_t>> eos_token_ids;
 };
 

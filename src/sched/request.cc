@@ -122,6 +122,14 @@ Status validate_request_spec(const RequestSpec& spec, int32_t vocab_size) {
   return spec.sampling.validate(vocab_size);
 }
 
+Status check_prompt_length(int64_t num_prompt_tokens, int64_t max_model_len) {
+  if (max_model_len > 0 && num_prompt_tokens >= max_model_len) {
+    return invalid_argument("prompt has ", num_prompt_tokens, " tokens, max_model_len is ",
+                            max_model_len, " (at least one token must be generated)");
+  }
+  return ok_status();
+}
+
 uint64_t derive_sample_seed(uint64_t seed, int32_t index) {
   // splitmix64 finaliser over seed and index: distinct, well-mixed streams per sample.
   uint64_t z = seed + 0x9E3779B97F4A7C15ull * (static_cast<uint64_t>(index) + 1);

@@ -170,6 +170,13 @@ struct Request {
 // sampling params). The message names the field and the numbers.
 Status validate_request_spec(const RequestSpec& spec, int32_t vocab_size);
 
+// The one rule for a prompt against the context limit: ok when max_model_len is 0 (unbounded)
+// or the prompt leaves room for at least one generated token; otherwise kInvalidArgument
+// "prompt has N tokens, max_model_len is M (at least one token must be generated)". Used by
+// the scheduler's admission, EngineCore::submit (synchronously) and, through the same number,
+// the server's context_length_exceeded check.
+Status check_prompt_length(int64_t num_prompt_tokens, int64_t max_model_len);
+
 // A Request built from a validated spec: the seed is sampling.seed or a fresh random one.
 Request make_request(RequestSpec spec);
 

@@ -75,11 +75,7 @@ Status Scheduler::check_admission(const Request& request) const {
     return invalid_argument("request id ", id, " is outside [1, 2^48)");
   }
   if (requests_.contains(id)) return invalid_argument("request id ", id, " is already queued");
-  if (options_.max_model_len > 0 && request.num_prompt_tokens() >= options_.max_model_len) {
-    return invalid_argument("prompt has ", request.num_prompt_tokens(),
-                            " tokens, max_model_len is ", options_.max_model_len,
-                            " (at least one token must be generated)");
-  }
+  ARBOR_RETURN_IF_ERROR(check_prompt_length(request.num_prompt_tokens(), options_.max_model_len));
   const int64_t len = max_sequence_len(request);
   // Drafts never need slots past `len` (max_drafts() keeps k within what can be emitted).
   const int64_t blocks = blocks_needed(len);

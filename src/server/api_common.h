@@ -26,8 +26,8 @@ struct ModelInfo {
   std::string name;                               // served model name ("model" field)
   std::string path;                               // the GGUF file
   const tokenizer::Tokenizer* tokenizer = nullptr;
-  // Longest sequence (prompt + generated tokens): the engine's max_model_len, which
-  // ApiServer::create copies from EngineCore::max_model_len() (one source of truth).
+  // Longest sequence (prompt + generated tokens): ApiServer::create sets it from
+  // EngineCore::max_model_len(), the one source of the number (callers need not set it).
   int32_t context_length = 0;
   int32_t vocab_size = 0;
   int64_t created = 0;                            // unix seconds of startup
@@ -84,8 +84,12 @@ std::optional<ApiError> read_stop(const nlohmann::json& o, const char* name, siz
                                   std::vector<std::string>* out);
 // The "model" field, when present, must name the served model (404 otherwise).
 std::optional<ApiError> check_model(const nlohmann::json& o, const ModelInfo& model);
-// Keeps the prompt within the context and fixes max_tokens: explicit values must fit with the
-// prompt; an absent one (`explicit_max` false) is cut to what fits.
+// The server's one length check, against model.context_length (the engine's max_model_len()):
+// prompt + max_tokens must fit, so the prompt leaves room for at least one token. An explicit
+// max_tokens that does not fit is an error naming `max_name`; an absent one (`explicit_max`
+// false) is cut to what fits. EngineCore::submit() stays the authoritative check of the prompt;
+// this one runs first so that the 400 names the field and carries code context_length_exceeded,
+// and because cutting max_tokens needs the number.
 std::optional<ApiError> check_lengths(const ModelInfo& model, size_t num_prompt_tokens,
                                       bool explicit_max, const char* max_name,
                                       int32_t* max_tokens);

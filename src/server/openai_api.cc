@@ -81,11 +81,9 @@ std::optional<ApiError> read_common(const json& b, const ModelInfo& m, engine::G
   }
   ARBOR_API_TRY(read_speculation(b, m, &r->speculation));
   ARBOR_API_TRY(read_stop(b, "stop", kMaxStopStrings, &r->stop));
+  // The engine's stop rules (engine/stop_rules.h) end the sample at EOS and BOS; ignore_eos
+  // turns both off.
   ARBOR_API_TRY(read_bool(b, "ignore_eos", &r->ignore_eos));
-  if (!r->ignore_eos && m.tokenizer != nullptr && m.tokenizer->bos_id() >= 0) {
-    // llama2.c-trained models start the next document with BOS instead of emitting EOS.
-    r->stop_token_ids.push_back(m.tokenizer->bos_id());
-  }
   return std::nullopt;
 }
 

@@ -1,23 +1,28 @@
 #include "server/server.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string_view>
 #include <unordered_map>
+#include <variant>
 
 #include "base/log.h"
 #include "server/openai_api.h"
 #include "server/prometheus.h"
 #include "server/tgi_api.h"
+#include "server/worker_pool.h"
 
 namespace arbor::server {
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-// Lets engine-thread callbacks reach the I/O loop only while it exists.
+// Lets engine-thread callbacks and worker tasks reach the I/O loop only while it exists.
 class Poster {
  public:
   explicit Poster(http::HttpServer* http) : http_(http) {}
@@ -35,7 +40,116 @@ class Poster {
   http::HttpServer* http_;
 };
 
+namespace {
+
+// What a route's worker step produced: an error, a request for the engine (generation routes),
+// or the body of a 200 answer.
+struct WorkResult {
+  std::optional<ApiError> error;
+  std::optional<PreparedRequest> request;
+  std::string body;
+};
+
+// Parses, validates and tokenises on a worker thread. Pure: reads only `model`.
+using WorkFn = WorkResult (*)(std::string_view body, const ModelInfo& model);
+using PrepareFn = std::optional<ApiError> (*)(const json& body, const ModelInfo& model,
+                                              PreparedRequest* out);
+
+WorkResult prepare_with(PrepareFn prepare, std::string_view body, const ModelInfo& model) {
+  WorkResult w;
+  json j;
+  w.error = parse_json_object(body, &j);
+  if (w.error) return w;
+  PreparedRequest prepared;
+  w.error = prepare(j, model, &prepared);
+  if (!w.error) w.request = std::move(prepared);
+  return w;
+}
+
+WorkResult completion_work(std::string_view body, const ModelInfo& model) {
+  return prepare_with(prepare_completion, body, model);
+}
+
+WorkResult chat_work(std::string_view body, const ModelInfo& model) {
+  return prepare_with(prepare_chat, body, model);
+}
+
+WorkResult tgi_work(std::string_view body, const ModelInfo& model) {
+  return prepare_with([](const json& b, const ModelInfo& m, PreparedRequest* out) {
+    return prepare_tgi(b, m, /*stream=*/false, out);
+  }, body, model);
+}
+
+WorkResult tgi_stream_work(std::string_view body, const ModelInfo& model) {
+  return prepare_with([](const json& b, const ModelInfo& m, PreparedRequest* out) {
+    return prepare_tgi(b, m, /*stream=*/true, out);
+  }, body, model);
+}
+
+WorkResult tokenize_work(std::string_view body, const ModelInfo& model) {
+  WorkResult w;
+  json j;
+  std::string text;
+  bool add_special = true;
+  w.error = parse_json_object(body, &j);
+  if (!w.error) w.error = read_string(j, "prompt", &text);
+  if (!w.error) w.error = read_bool(j, "add_special_tokens", &add_special);
+  if (!w.error && !j.contains("prompt")) w.error = invalid_param("prompt", "'prompt' is required");
+  if (w.error) return w;
+  tokenizer::EncodeOptions enc;
+  if (!add_special) enc.add_bos = false;
+  const std::vector<int32_t> ids = model.tokenizer->encode(text, enc);
+  w.body = dump_json(
+      json{{"tokens", ids}, {"count", ids.size()}, {"max_model_len", model.context_length}});
+  return w;
+}
+
+WorkResult detokenize_work(std::string_view body, const ModelInfo& model) {
+  WorkResult w;
+  json j;
+  std::vector<int32_t> ids;
+  w.error = parse_json_object(body, &j);
+  if (!w.error) {
+    auto it = j.find("tokens");
+    if (it == j.end() || !it->is_array()) {
+      w.error = invalid_param("tokens", "'tokens' is required and must be an array of token ids");
+    } else {
+      w.error = read_token_ids(*it, "tokens", model, &ids);
+    }
+  }
+  if (!w.error) w.body = dump_json(json{{"prompt", model.tokenizer->decode(ids)}});
+  return w;
+}
+
+// A worker task must not throw: nlohmann::json throws on misuse, and a request must never take
+// the server down.
+WorkResult run_work(WorkFn work, std::string_view body, const ModelInfo& model) {
+  try {
+    return work(body, model);
+  } catch (const std::exception& e) {
+    WorkResult w;
+    w.error = error_from_status(internal_error("request failed: ", e.what()));
+    return w;
+  }
+}
+
+}  // namespace
+
 class Generation;
+struct Route;
+
+// A request whose body a worker is preparing. The worker sees only its PrepJob, no HTTP object:
+// the last reference to a connection must never be dropped off the I/O thread.
+struct PrepJob {
+  std::string body;
+  std::atomic<bool> cancelled{false};  // the client left: skip the work if not started
+};
+
+struct Preparing {
+  const Route* route = nullptr;
+  std::shared_ptr<http::HttpExchange> ex;
+  std::shared_ptr<PrepJob> job;
+};
 
 struct ApiServer::State {
   engine::EngineCore* engine = nullptr;
@@ -44,22 +158,30 @@ struct ApiServer::State {
   std::unique_ptr<http::HttpServer> http;
   std::shared_ptr<Poster> poster;
   // I/O thread only.
+  std::unordered_map<uint64_t, Preparing> preparing;
   std::unordered_map<uint64_t, std::shared_ptr<Generation>> active;
   std::map<int, int64_t> responses_by_status;
   uint64_t next_id = 1;
   bool draining = false;
   Clock::time_point drain_deadline;
   bool aborted_all = false;
+  // Last member: destroyed (joined) first, while everything its tasks read still exists.
+  std::unique_ptr<WorkerPool> pool;
 
   void handle(http::HttpRequest req, std::shared_ptr<http::HttpExchange> ex);
-  bool route(const std::string& method, const std::string& path, http::HttpRequest& req,
-             const std::shared_ptr<http::HttpExchange>& ex);
   void send(http::HttpExchange& ex, int status, std::string body,
             const std::string& content_type = "application/json");
   void send_error(http::HttpExchange& ex, const ApiError& e, ApiFlavor flavor);
-  void generate(http::HttpRequest& req, const std::shared_ptr<http::HttpExchange>& ex, const std::string& path);
-  void tokenize(http::HttpRequest& req, http::HttpExchange& ex);
-  void detokenize(http::HttpRequest& req, http::HttpExchange& ex);
+  void health(http::HttpExchange& ex);
+  void metrics(http::HttpExchange& ex);
+  void models(http::HttpExchange& ex);
+  void info(http::HttpExchange& ex);
+  void start_work(const Route& route, std::string body,
+                  const std::shared_ptr<http::HttpExchange>& ex);
+  void cancel_work(uint64_t id);
+  void on_prepared(uint64_t id, WorkResult result);
+  void generate(const Route& route, uint64_t id, const std::shared_ptr<http::HttpExchange>& ex,
+                PreparedRequest prepared);
   void begin_drain(int signal);
   void check_drain();
 };
@@ -218,13 +340,68 @@ void ApiServer::State::send_error(http::HttpExchange& ex, const ApiError& e, Api
   send(ex, status, error_body(e, flavor));
 }
 
+// The one routing table: the dispatcher, the 404/405 answers, the drain rule and the logs all
+// read it. A route is answered on the I/O thread (`answer`: cheap, independent of the body) or
+// prepared on a worker (`work`: parsing, chat templating, tokenisation), then answered or
+// submitted to the engine on the I/O thread.
+struct Route {
+  std::string_view method;
+  std::string_view path;
+  ApiFlavor flavor = ApiFlavor::kOpenAi;
+  void (ApiServer::State::*answer)(http::HttpExchange&) = nullptr;
+  WorkFn work = nullptr;
+  bool generates = false;  // submits to the engine: refused (503) while draining
+};
+
+namespace {
+
+using S = ApiServer::State;
+const Route kRoutes[] = {
+    {"POST", "/v1/completions", ApiFlavor::kOpenAi, nullptr, completion_work, true},
+    {"POST", "/v1/chat/completions", ApiFlavor::kOpenAi, nullptr, chat_work, true},
+    {"POST", "/generate", ApiFlavor::kTgi, nullptr, tgi_work, true},
+    {"POST", "/generate_stream", ApiFlavor::kTgi, nullptr, tgi_stream_work, true},
+    {"POST", "/tokenize", ApiFlavor::kOpenAi, nullptr, tokenize_work, false},
+    {"POST", "/detokenize", ApiFlavor::kOpenAi, nullptr, detokenize_work, false},
+    {"GET", "/v1/models", ApiFlavor::kOpenAi, &S::models, nullptr, false},
+    {"GET", "/info", ApiFlavor::kTgi, &S::info, nullptr, false},
+    {"GET", "/health", ApiFlavor::kOpenAi, &S::health, nullptr, false},
+    {"GET", "/metrics", ApiFlavor::kOpenAi, &S::metrics, nullptr, false},
+};
+
+// The route of (method, path), or the error for a path that is unknown (404) or known under
+// other methods only (405).
+std::variant<const Route*, ApiError> find_route(std::string_view method, std::string_view path) {
+  bool path_known = false;
+  for (const Route& r : kRoutes) {
+    if (r.path != path) continue;
+    if (r.method == method) return &r;
+    path_known = true;
+  }
+  if (path_known) return method_not_allowed(method, path);
+  return route_not_found(method, path);
+}
+
+}  // namespace
+
 void ApiServer::State::handle(http::HttpRequest req, std::shared_ptr<http::HttpExchange> ex) {
   std::string path = req.target.substr(0, req.target.find('?'));
   if (path.size() > 1 && path.back() == '/') path.pop_back();
   ARBOR_LOG(kDebug) << req.method << " " << req.target << " (" << req.body.size() << " bytes)";
   try {
-    if (!route(req.method, path, req, ex)) send_error(*ex, route_not_found(req.method, path),
-                                                      ApiFlavor::kOpenAi);
+    std::variant<const Route*, ApiError> found = find_route(req.method, path);
+    if (const ApiError* e = std::get_if<ApiError>(&found)) {
+      send_error(*ex, *e, ApiFlavor::kOpenAi);
+      return;
+    }
+    const Route& route = *std::get<const Route*>(found);
+    if (route.answer != nullptr) {
+      (this->*route.answer)(*ex);
+    } else if (route.generates && draining) {
+      send_error(*ex, server_unavailable("the server is shutting down"), route.flavor);
+    } else {
+      start_work(route, std::move(req.body), ex);
+    }
   } catch (const std::exception& e) {
     // nlohmann::json throws on misuse; a request must never take the server down.
     send_error(*ex, error_from_status(internal_error("request failed: ", e.what())),
@@ -232,70 +409,81 @@ void ApiServer::State::handle(http::HttpRequest req, std::shared_ptr<http::HttpE
   }
 }
 
-bool ApiServer::State::route(const std::string& method, const std::string& path,
-                             http::HttpRequest& req, const std::shared_ptr<http::HttpExchange>& ex) {
-  static const std::map<std::string, std::string> kRoutes{
-      {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"}, {"/generate", "POST"},
-      {"/generate_stream", "POST"}, {"/tokenize", "POST"}, {"/detokenize", "POST"},
-      {"/v1/models", "GET"}, {"/info", "GET"}, {"/health", "GET"}, {"/metrics", "GET"}};
-  auto it = kRoutes.find(path);
-  if (it == kRoutes.end()) return false;
-  if (method != it->second) {
-    send_error(*ex, method_not_allowed(method, path), ApiFlavor::kOpenAi);
-    return true;
-  }
-  if (path == "/health") {
-    if (draining) {
-      send_error(*ex, server_unavailable("the server is shutting down"), ApiFlavor::kOpenAi);
-    } else {
-      send(*ex, 200, "{}");
-    }
-  } else if (path == "/metrics") {
-    ServerMetrics sm;
-    sm.kv_blocks_total = options.kv_blocks_total;
-    sm.kv_blocks_free = engine->num_free_blocks();
-    sm.active_requests = static_cast<int64_t>(active.size());
-    sm.responses_by_status = responses_by_status;
-    send(*ex, 200, prometheus_text(engine->metrics(), sm), "text/plain; version=0.0.4");
-  } else if (path == "/v1/models") {
-    send(*ex, 200, models_json(model));
-  } else if (path == "/info") {
-    send(*ex, 200, tgi_info_json(model, options.max_concurrent_requests));
-  } else if (path == "/tokenize") {
-    tokenize(req, *ex);
-  } else if (path == "/detokenize") {
-    detokenize(req, *ex);
+void ApiServer::State::health(http::HttpExchange& ex) {
+  if (draining) {
+    send_error(ex, server_unavailable("the server is shutting down"), ApiFlavor::kOpenAi);
   } else {
-    generate(req, ex, path);
+    send(ex, 200, "{}");
   }
-  return true;
 }
 
-void ApiServer::State::generate(http::HttpRequest& req, const std::shared_ptr<http::HttpExchange>& ex,
-                                const std::string& path) {
-  const bool tgi = path == "/generate" || path == "/generate_stream";
-  const ApiFlavor flavor = tgi ? ApiFlavor::kTgi : ApiFlavor::kOpenAi;
-  if (draining) {
-    send_error(*ex, server_unavailable("the server is shutting down"), flavor);
-    return;
-  }
-  json body;
-  std::optional<ApiError> err = parse_json_object(req.body, &body);
-  PreparedRequest prepared;
-  if (!err) {
-    if (path == "/v1/completions") {
-      err = prepare_completion(body, model, &prepared);
-    } else if (path == "/v1/chat/completions") {
-      err = prepare_chat(body, model, &prepared);
-    } else {
-      err = prepare_tgi(body, model, path == "/generate_stream", &prepared);
-    }
-  }
-  if (err) {
-    send_error(*ex, *err, flavor);
-    return;
-  }
+void ApiServer::State::metrics(http::HttpExchange& ex) {
+  ServerMetrics sm;
+  sm.kv_blocks_total = options.kv_blocks_total;
+  sm.kv_blocks_free = engine->num_free_blocks();
+  sm.active_requests = static_cast<int64_t>(active.size());
+  for (const auto& [id, p] : preparing) sm.active_requests += p.route->generates ? 1 : 0;
+  sm.responses_by_status = responses_by_status;
+  send(ex, 200, prometheus_text(engine->metrics(), sm), "text/plain; version=0.0.4");
+}
+
+void ApiServer::State::models(http::HttpExchange& ex) { send(ex, 200, models_json(model)); }
+
+void ApiServer::State::info(http::HttpExchange& ex) {
+  send(ex, 200, tgi_info_json(model, options.max_concurrent_requests));
+}
+
+// Hands the body to a worker; on_prepared() gets the result on the I/O thread. A client that
+// hangs up meanwhile is forgotten at once (its result, if any, is dropped unsubmitted) and a
+// task not yet started is skipped.
+void ApiServer::State::start_work(const Route& route, std::string body,
+                                  const std::shared_ptr<http::HttpExchange>& ex) {
   const uint64_t id = next_id++;
+  auto job = std::make_shared<PrepJob>();
+  job->body = std::move(body);
+  preparing.emplace(id, Preparing{&route, ex, job});
+  ex->set_on_disconnect([this, id] { cancel_work(id); });
+  const ModelInfo* m = &model;
+  std::shared_ptr<Poster> to_io = poster;
+  pool->submit([this, id, job, m, to_io, work = route.work] {
+    if (job->cancelled.load()) return;
+    auto result = std::make_shared<WorkResult>(run_work(work, job->body, *m));
+    to_io->post([this, id, result] { on_prepared(id, std::move(*result)); });
+  });
+}
+
+void ApiServer::State::cancel_work(uint64_t id) {
+  auto it = preparing.find(id);
+  if (it == preparing.end()) return;
+  ARBOR_LOG(kDebug) << it->second.route->path << " http-" << id
+                    << ": client disconnected while the request was prepared";
+  it->second.job->cancelled = true;
+  preparing.erase(it);
+}
+
+void ApiServer::State::on_prepared(uint64_t id, WorkResult result) {
+  auto it = preparing.find(id);
+  if (it == preparing.end()) return;  // the client left: nothing was submitted
+  const Route& route = *it->second.route;
+  std::shared_ptr<http::HttpExchange> ex = std::move(it->second.ex);
+  preparing.erase(it);
+  ex->set_on_disconnect(nullptr);
+  if (result.error) {
+    send_error(*ex, *result.error, route.flavor);
+  } else if (!result.request) {
+    send(*ex, 200, std::move(result.body));
+  } else if (aborted_all) {
+    // Past the drain deadline (or a second signal): nothing new reaches the engine.
+    send_error(*ex, server_unavailable("the server is shutting down"), route.flavor);
+  } else {
+    generate(route, id, ex, std::move(*result.request));
+  }
+}
+
+// Submits a prepared request (one engine request per prompt) and starts its Generation.
+void ApiServer::State::generate(const Route& route, uint64_t id,
+                                const std::shared_ptr<http::HttpExchange>& ex,
+                                PreparedRequest prepared) {
   const int32_t n = prepared.request.n;
   std::vector<engine::GenerateRequest> requests;
   for (auto& prompt : prepared.more_prompts) {
@@ -311,52 +499,15 @@ void ApiServer::State::generate(http::HttpRequest& req, const std::shared_ptr<ht
     Result<std::shared_ptr<engine::RequestStream>> stream = engine->submit(std::move(r));
     if (!stream.ok()) {
       for (auto& submitted : streams) engine->abort(submitted->request_id());
-      send_error(*ex, error_from_status(stream.status()), flavor);
+      send_error(*ex, error_from_status(stream.status()), route.flavor);
       return;
     }
     streams.push_back(std::move(stream).value());
   }
-  auto g = std::make_shared<Generation>(*this, id, path, ex, std::move(prepared));
+  auto g = std::make_shared<Generation>(*this, id, std::string(route.path), ex,
+                                        std::move(prepared));
   active.emplace(id, g);
   g->start(std::move(streams), n);
-}
-
-void ApiServer::State::tokenize(http::HttpRequest& req, http::HttpExchange& ex) {
-  json body;
-  std::optional<ApiError> err = parse_json_object(req.body, &body);
-  std::string text;
-  bool add_special = true;
-  if (!err) err = read_string(body, "prompt", &text);
-  if (!err) err = read_bool(body, "add_special_tokens", &add_special);
-  if (!err && !body.contains("prompt")) err = invalid_param("prompt", "'prompt' is required");
-  if (err) {
-    send_error(ex, *err, ApiFlavor::kOpenAi);
-    return;
-  }
-  tokenizer::EncodeOptions enc;
-  if (!add_special) enc.add_bos = false;
-  const std::vector<int32_t> ids = model.tokenizer->encode(text, enc);
-  json out{{"tokens", ids}, {"count", ids.size()}, {"max_model_len", model.context_length}};
-  send(ex, 200, dump_json(out));
-}
-
-void ApiServer::State::detokenize(http::HttpRequest& req, http::HttpExchange& ex) {
-  json body;
-  std::optional<ApiError> err = parse_json_object(req.body, &body);
-  std::vector<int32_t> ids;
-  if (!err) {
-    auto it = body.find("tokens");
-    if (it == body.end() || !it->is_array()) {
-      err = invalid_param("tokens", "'tokens' is required and must be an array of token ids");
-    } else {
-      err = read_token_ids(*it, "tokens", model, &ids);
-    }
-  }
-  if (err) {
-    send_error(ex, *err, ApiFlavor::kOpenAi);
-    return;
-  }
-  send(ex, 200, dump_json(json{{"prompt", model.tokenizer->decode(ids)}}));
 }
 
 void ApiServer::State::begin_drain(int signal) {
@@ -371,14 +522,14 @@ void ApiServer::State::begin_drain(int signal) {
   draining = true;
   drain_deadline = Clock::now() + std::chrono::milliseconds(
                                       static_cast<int64_t>(options.shutdown_timeout_s * 1000));
-  ARBOR_LOG(kInfo) << "signal " << signal << ": draining " << active.size()
+  ARBOR_LOG(kInfo) << "signal " << signal << ": draining " << active.size() + preparing.size()
                    << " requests (deadline " << options.shutdown_timeout_s << "s)";
   http->stop_accepting();
   check_drain();
 }
 
 void ApiServer::State::check_drain() {
-  if (active.empty()) {
+  if (active.empty() && preparing.empty()) {
     ARBOR_LOG(kInfo) << "drained; shutting down";
     poster->close();
     http->stop();
@@ -401,6 +552,10 @@ ApiServer::~ApiServer() {
 Result<std::unique_ptr<ApiServer>> ApiServer::create(engine::EngineCore& engine, ModelInfo model,
                                                      const ApiServerOptions& options) {
   if (model.tokenizer == nullptr) return invalid_argument("the server needs a tokenizer");
+  if (options.tokenizer_threads < 1) {
+    return invalid_argument("--tokenizer-threads is ", options.tokenizer_threads,
+                            ", must be >= 1");
+  }
   auto state = std::make_unique<State>();
   state->engine = &engine;
   state->model = std::move(model);
@@ -424,6 +579,7 @@ Result<std::unique_ptr<ApiServer>> ApiServer::create(engine::EngineCore& engine,
                          }));
   state->poster = std::make_shared<Poster>(state->http.get());
   state->http->on_signal([s](int sig) { s->begin_drain(sig); });
+  state->pool = std::make_unique<WorkerPool>(options.tokenizer_threads);
   return std::unique_ptr<ApiServer>(new ApiServer(std::move(state)));
 }
 
@@ -435,6 +591,7 @@ void ApiServer::run() {
   // Requests still registered (second signal) were aborted; let the engine finish them so
   // their blocks are back before the engine is destroyed.
   state_->active.clear();
+  state_->preparing.clear();  // their results, if any, were dropped with the I/O loop
   state_->engine->wait_idle();
 }
 

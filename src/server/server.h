@@ -7,11 +7,18 @@
 //   GET  /metrics                                Prometheus (prometheus.h)
 //   POST /tokenize, /detokenize
 //
-// A generation request is validated on the I/O thread, submitted to the engine, and its
-// RequestStream is drained on the I/O thread whenever the engine pushes (RequestStream::
-// set_notify posts there), so a request costs no thread. A client that disconnects aborts its
-// engine request, which frees its KV blocks. SIGINT/SIGTERM drain: stop accepting, answer new
-// requests 503, let running ones finish until the deadline, abort the rest, then run() returns.
+// One routing table (server.cc) decides everything per route: the handler, 404/405, the API
+// flavor of its errors and whether it runs on the I/O thread or a worker.
+//
+// Threads (docs/server.md): the I/O thread routes a request and hands its body to a small
+// WorkerPool (--tokenizer-threads), which parses, validates, renders the chat template and
+// tokenises; the result is posted back to the I/O thread, which submits it to the engine (or
+// answers an error) and drains its RequestStream whenever the engine pushes (RequestStream::
+// set_notify posts there). So input-sized work never stalls the streams of other requests, and
+// a request costs no thread of its own. A client that disconnects while its request is prepared
+// is forgotten (nothing is submitted); one that disconnects later aborts its engine request,
+// which frees its KV blocks. SIGINT/SIGTERM drain: stop accepting, answer new requests 503, let
+// running and preparing ones finish until the deadline, abort the rest, then run() returns.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +36,8 @@ struct ApiServerOptions {
   double shutdown_timeout_s = 10.0;  // drain: running requests get this long to finish
   int64_t kv_blocks_total = 0;       // usable KV blocks, for /metrics
   int32_t max_concurrent_requests = 64;  // reported by /info
+  // --tokenizer-threads: worker threads that parse, template and tokenise request bodies (>= 1).
+  int32_t tokenizer_threads = 2;
 };
 
 class ApiServer {

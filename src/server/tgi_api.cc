@@ -156,7 +156,9 @@ std::optional<ApiError> prepare_tgi(const json& body, const ModelInfo& model, bo
     return invalid_param("best_of", "'best_of' > 1 is not supported with streaming");
   }
   ARBOR_API_TRY(read_stop(p, "stop", kMaxStopSequences, &r.stop));
-  if (model.tokenizer->bos_id() >= 0) r.stop_token_ids.push_back(model.tokenizer->bos_id());
+  // The engine's stop rules (engine/stop_rules.h) end the sample at EOS and BOS; ignore_eos (an
+  // arbor extension, as in the OpenAI routes) turns both off.
+  ARBOR_API_TRY(read_bool(p, "ignore_eos", &r.ignore_eos));
   bool details = false;
   bool full_text = false;
   ARBOR_API_TRY(read_bool(p, "details", &details));

@@ -90,6 +90,22 @@ TEST_F(GenerateTest, StopsAtBosLikeTheReferenceUnlessIgnoreEos) {
   EXPECT_EQ(out["ids"].size(), 400u);
 }
 
+// generate runs the serving engine and takes its flags: prefill in chunks of 3 tokens over KV
+// blocks of 4 still gives the reference's greedy ids.
+TEST_F(GenerateTest, EngineFlagsApplyAndKeepTheGreedyPath) {
+  const nlohmann::json golden = nlohmann::json::parse(read_all(kGolden));
+  const nlohmann::json& c = golden["cases"][0];
+  const std::vector<int32_t> expected = c["ids_after_bos"].get<std::vector<int32_t>>();
+  const int n = static_cast<int>(expected.size()) - 4;
+  const nlohmann::json out = generate_json(
+      c["prompt"], "-n " + std::to_string(n) +
+                       " --temp 0 --threads 1 --max-num-batched-tokens 3 --block-size 4");
+  ASSERT_TRUE(out.is_object());
+  EXPECT_EQ(out["ids"].get<std::vector<int32_t>>(),
+            std::vector<int32_t>(expected.begin() + 4, expected.end()));
+  EXPECT_EQ(out["timings"]["decode_forwards"], n - 1);
+}
+
 TEST_F(GenerateTest, SeededSamplingIsReproducibleAndSeedMatters) {
   const std::string flags = "-n 40 --temp 1.0 --top-k 0 --top-p 1 --min-p 0 --ignore-eos ";
   auto a = generate_json("Once upon a time", flags + "--seed 11");
@@ -113,7 +129,11 @@ TEST_F(GenerateTest, StreamsPromptAndTextToStdoutAndTimingsToStderr) {
 TEST_F(GenerateTest, BadArgumentsNameTheLimit) {
   CommandResult r = run_arbor("generate -m " + kModel + " -p 'Hi' -n 5000", dir_);
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.err.find("context_length is 2048"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("max_model_len is 2048"), std::string::npos) << r.err;
+  // The engine's --max-model-len is the limit when it is lower.
+  r = run_arbor("generate -m " + kModel + " -p 'Hi' -n 100 --max-model-len 64", dir_);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("-n asks for 100 more; max_model_len is 64"), std::string::npos) << r.err;
   r = run_arbor("generate -m " + kModel + " -p 'Hi' --top-p 1.5", dir_);
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("top_p is 1.5, must be in (0, 1]"), std::string::npos) << r.err;

@@ -203,6 +203,33 @@ TEST_F(ServerE2e, TgiGenerateStream) {
   EXPECT_EQ(info.json()["model_id"], "stories260K");
 }
 
+// stories260K ends "The cat" (greedy) by sampling BOS, which starts its next story: the engine's
+// stop rules end the sample there on both APIs, and ignore_eos runs on to the limit.
+TEST_F(ServerE2e, BosEndsTheSampleUnlessIgnoreEos) {
+  json j = completion({{"prompt", "The cat"}, {"max_tokens", 400}, {"temperature", 0}});
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop") << j.dump();
+  const int stopped_at = j["usage"]["completion_tokens"].get<int>();
+  EXPECT_LT(stopped_at, 400);
+  j = completion({{"prompt", "The cat"}, {"max_tokens", 400}, {"temperature", 0},
+                  {"ignore_eos", true}});
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 400);
+
+  json params{{"max_new_tokens", 400}, {"details", true}};
+  HttpResult r = server_->post("/generate", {{"inputs", "The cat"}, {"parameters", params}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json details = r.json()["details"];
+  EXPECT_EQ(details["finish_reason"], "eos_token") << r.body;
+  const json& tokens = details["tokens"];
+  ASSERT_EQ(tokens.size(), static_cast<size_t>(stopped_at)) << "the same greedy path";
+  EXPECT_EQ(tokens.back()["id"], 1) << "the sample ends with BOS";
+  params["ignore_eos"] = true;
+  r = server_->post("/generate", {{"inputs", "The cat"}, {"parameters", params}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json()["details"]["finish_reason"], "length") << r.body;
+  EXPECT_EQ(r.json()["details"]["generated_tokens"], 400);
+}
+
 TEST_F(ServerE2e, ChatWithoutTemplateIsA400NamingTheFlag) {
   const HttpResult r = server_->post(
       "/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "hi"}}}}});

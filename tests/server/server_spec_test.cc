@@ -156,6 +156,15 @@ TEST_F(ServerSpec, FinishReasonsComeFromTheStopDecision) {
                                   {"parameters", {{"max_new_tokens", 200}, {"details", true},
                                                   {"stop", json::array({"."})}}}});
   EXPECT_EQ(t.json()["details"]["finish_reason"], "stop_sequence") << t.body;
+  // "eos_token": stories260K ends this story with BOS (a stop id of llama2.c models) before
+  // 250 tokens (../shared/goldens/stories260K_greedy.json); OpenAI calls it "stop".
+  t = server_->post("/generate", {{"inputs", "The cat"},
+                                  {"parameters", {{"max_new_tokens", 250}, {"details", true}}}});
+  EXPECT_EQ(t.json()["details"]["finish_reason"], "eos_token") << t.body;
+  EXPECT_LT(t.json()["details"]["generated_tokens"].get<int>(), 250) << t.body;
+  r = completion({{"prompt", "The cat"}, {"max_tokens", 250}, {"temperature", 0}});
+  EXPECT_EQ(r.json()["choices"][0]["finish_reason"], "stop") << r.body;
+  EXPECT_LT(r.json()["usage"]["completion_tokens"].get<int>(), 250) << r.body;
 }
 
 TEST(ServerSpecStartup, DraftModelWithAnotherVocabularyIsAStartupError) {
