@@ -95,10 +95,10 @@ namespace {
 // The step sizes the SpecPolicy's cost curve is measured at: dense where drafts live, sparse
 // up to the step budget (at most 128 tokens: beyond, a step is compute-bound and the curve is
 // extrapolated linearly).
-std::vector<int32_t> cost_curve_sizes(int32_t budget) {
+std::vector<int32_t> cost_curve_sizes(int32_t budget, int64_t max_model_len) {
   std::vector<int32_t> sizes;
   for (int32_t n : {1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 96, 128}) {
-    if (n <= std::max(budget, 2)) sizes.push_back(n);
+    if (n <= std::max(budget, 2) && n < max_model_len) sizes.push_back(n);
   }
   return sizes;
 }
@@ -107,7 +107,8 @@ std::vector<int32_t> cost_curve_sizes(int32_t budget) {
 
 sched::SpecCostModel EngineCore::measure_spec_costs() {
   sched::SpecCostModel model;
-  const std::vector<int32_t> sizes = cost_curve_sizes(config_.options.max_num_batched_tokens);
+  const std::vector<int32_t> sizes =
+      cost_curve_sizes(config_.options.max_num_batched_tokens, max_model_len_);
   Result<std::vector<double>> costs = executor_->measure_step_costs(sizes);
   if (!costs.ok() || costs->empty() || (*costs)[0] <= 0) {
     ARBOR_LOG(kWarn) << "speculation: could not measure step costs ("

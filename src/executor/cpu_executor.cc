@@ -137,11 +137,13 @@ int32_t CpuModelExecutor::block_size() const { return runner_->kv_cache().block_
 // logits for every row: the shape of a verification step. Median of three after a warm-up.
 Result<std::vector<double>> CpuModelExecutor::measure_step_costs(
     std::span<const int32_t> num_tokens) {
-  constexpr int32_t kContext = 64;
   std::vector<double> costs;
   const int32_t bs = block_size();
+  const int64_t slots = (num_kv_blocks() - 1) * bs;
   for (int32_t n : num_tokens) {
-    const int32_t num_blocks = (kContext + n + bs - 1) / bs;
+    // Up to 64 committed tokens of context, as much as the pool leaves.
+    const auto context = static_cast<int32_t>(std::clamp<int64_t>(slots - n, 0, 64));
+    const int32_t num_blocks = (context + n + bs - 1) / bs;
     if (num_blocks >= num_kv_blocks()) {
       return invalid_argument("measuring a ", n, "-token step needs ", num_blocks,
                               " KV blocks, the pool has ", num_kv_blocks() - 1);
@@ -151,7 +153,7 @@ Result<std::vector<double>> CpuModelExecutor::measure_step_costs(
     tokens_.assign(static_cast<size_t>(n), 1);
     builder_.clear();
     builder_.add(model::SequenceInput{.block_table = blocks,
-                                      .num_committed = kContext,
+                                      .num_committed = context,
                                       .tokens = tokens_,
                                       .logits = model::LogitsMode::kAll});
     logits_.resize(static_cast<size_t>(n) * vocab_size());
