@@ -301,11 +301,11 @@ Status CpuModelExecutor::propose(const step::SchedulerOutput& output, step::Step
 }
 
 Result<step::StepResult> CpuModelExecutor::execute(const step::SchedulerOutput& output) {
-  ARBOR_ASSIGN_OR_RETURN(const std::vector<step::RequestId> forgotten, states_.apply(output));
-  for (step::RequestId id : forgotten) {
+  ARBOR_ASSIGN_OR_RETURN(const auto forgotten, states_.apply(output));
+  for (const auto& [id, st] : forgotten) {
     draft_q_.erase(id);
     if (draft_ != nullptr) draft_->forget(id);
-    if (proposer_ != nullptr) proposer_->forget(id, {}, 0);
+    if (proposer_ != nullptr) proposer_->forget(id, st.token_ids, st.num_prompt_tokens);
   }
   for (const step::BlockCopy& c : output.block_copies) {
     runner_->kv_cache().copy_block(c.src_block, c.dst_block);
@@ -323,6 +323,11 @@ Result<step::StepResult> CpuModelExecutor::execute(const step::SchedulerOutput& 
     const step::ScheduledRequest& s = output.requests[i];
     result.requests.push_back(verify_drafts(s, states_.at(s.request_id),
                                             logits_.data() + static_cast<size_t>(rows[i]) * vocab));
+  }
+  if (proposer_ != nullptr) {
+    for (const step::RequestResult& r : result.requests) {
+      if (r.num_draft_tokens > 0) proposer_->observe(r.request_id, r.num_draft_tokens, r.num_accepted);
+    }
   }
   ARBOR_RETURN_IF_ERROR(propose(output, result));
   return result;

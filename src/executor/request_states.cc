@@ -4,11 +4,15 @@
 
 namespace arbor::executor {
 
-Result<std::vector<step::RequestId>> RequestStates::apply(const step::SchedulerOutput& output) {
-  std::vector<step::RequestId> forgotten;
+Result<std::vector<std::pair<step::RequestId, RequestState>>> RequestStates::apply(
+    const step::SchedulerOutput& output) {
+  std::vector<std::pair<step::RequestId, RequestState>> forgotten;
   for (const auto* ids : {&output.finished_ids, &output.preempted_ids}) {
     for (step::RequestId id : *ids) {
-      if (states_.erase(id) > 0) forgotten.push_back(id);
+      auto it = states_.find(id);
+      if (it == states_.end()) continue;
+      forgotten.emplace_back(id, std::move(it->second));
+      states_.erase(it);
     }
   }
   for (const step::NewRequestData& d : output.new_requests) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -34,9 +35,10 @@ class RequestStates {
   // preempted_ids, learns new_requests, appends each scheduled request's new_token_ids. Errors
   // (nothing is applied after the first): a new request already known, a scheduled request not
   // known, a scheduled request whose num_computed_tokens + committed tokens run exceeds its
-  // known tokens. Returns the ids forgotten (for per-request state kept elsewhere, e.g. a draft
-  // model's).
-  Result<std::vector<step::RequestId>> apply(const step::SchedulerOutput& output);
+  // known tokens. Returns the states forgotten (for per-request state kept elsewhere, e.g. a
+  // draft model's, and for proposers that learn from finished requests).
+  Result<std::vector<std::pair<step::RequestId, RequestState>>> apply(
+      const step::SchedulerOutput& output);
 
   // The state of a known request (CHECKed).
   RequestState& at(step::RequestId id);
