@@ -16,6 +16,7 @@ namespace arbor::model::testing {
 namespace {
 
 gguf::GgufFile open_stories() {
+  EXPECT_TRUE(require_shared_file(kStories260K));
   auto f = gguf::GgufFile::open(shared_path(kStories260K));
   EXPECT_TRUE(f.ok()) << f.status().to_string();
   return std::move(f).value();
@@ -41,6 +42,7 @@ TEST(ModelConfigTest, Stories260K) {
 }
 
 TEST(ModelConfigTest, TinyStoriesQ8IsTied) {
+  ASSERT_TRUE(require_shared_file("models/tinystories-656K/TinyStories-656K-Q8_0.gguf"));
   auto m = LlamaModel::load(shared_path("models/tinystories-656K/TinyStories-656K-Q8_0.gguf"));
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   const ModelConfig& c = (*m)->config();
@@ -192,6 +194,7 @@ TEST(ForwardBatchTest, ValidateRejectsBadGeometry) {
 std::unique_ptr<ModelRunner> stories_runner(int32_t block_size, int64_t num_blocks) {
   RunnerOptions opt{.block_size = block_size, .num_blocks = num_blocks,
                     .kv_dtype = kernels::KvDtype::kF32, .num_threads = 2};
+  EXPECT_TRUE(require_shared_file(kStories260K));
   auto r = ModelRunner::load(shared_path(kStories260K), opt);
   EXPECT_TRUE(r.ok()) << r.status().to_string();
   return std::move(r).value();
@@ -288,6 +291,7 @@ TEST(ForwardTest, InvalidBatchIsAnErrorAndSequenceLimits) {
 
 TEST(ForwardTest, KvBudgetSizesTheCache) {
   RunnerOptions opt{.block_size = 16, .kv_cache_gib = 1.0 / 1024, .num_threads = 1};
+  ASSERT_TRUE(require_shared_file(kStories260K));
   auto r = ModelRunner::load(shared_path(kStories260K), opt);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   // F16, 5 layers x K/V x 4 kv heads x 16 tokens x 8 dims x 2 bytes = 10240 bytes per block.
