@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "../server/server_test_util.h"
@@ -58,9 +59,11 @@ TEST(BenchServe, AgainstArborServeReportsExactCounts) {
     EXPECT_EQ(run["total_input_tokens"], 20 * 40);  // the server's usage
     EXPECT_EQ(run["good_completed"], 20);
     // stories260K makes 8 tokens in about a millisecond, and the server often writes several
-    // chunks with one write, so ITL and TPOT may be 0 here; their bounds still hold.
+    // chunks with one write, so ITL and TPOT may be 0 here; their order still holds (the paced
+    // null-server test below checks ITL values against known delays).
     EXPECT_GT(run["median_ttft_ms"].get<double>(), 0);
-    EXPECT_GE(run["median_itl_ms"].get<double>(), 0);
+    EXPECT_LE(run["median_itl_ms"].get<double>(), run["p99_itl_ms"].get<double>());
+    EXPECT_LE(run["p99_itl_ms"].get<double>(), run["max_itl_ms"].get<double>());
     EXPECT_LE(run["max_itl_ms"].get<double>(), run["max_e2el_ms"].get<double>());
     EXPECT_LE(run["max_ttft_ms"].get<double>(), run["max_e2el_ms"].get<double>());
     EXPECT_LE(run["median_e2el_ms"].get<double>(), run["p99_e2el_ms"].get<double>());
@@ -157,6 +160,27 @@ TEST(BenchServe, AgainstTheNullServer) {
   EXPECT_GT(scheduled, 250.0) << run.dump(2);
   EXPECT_LT(scheduled, 350.0) << run.dump(2);
   EXPECT_NEAR(run["achieved_send_rate"].get<double>(), scheduled, 0.2 * scheduled) << run.dump(2);
+}
+
+// A paced null server: the first chunk of every stream 30 ms after the request arrives, then one
+// chunk every 20 ms (due times are absolute, so a chunk that timer slack delays shortens the next
+// gap by as much). The client's TTFT cannot be below the server's delay, and its median ITL and
+// TPOT are the server's gap: a client that timed ITL from the request's start, between reads
+// rather than chunks, or in the wrong unit misses these bounds. The upper bounds are loose (5x)
+// for a loaded machine.
+TEST(BenchServe, PacedNullServerBoundsTtftAndItl) {
+  const json j = bench_null_server({"--tokens-per-second", "50", "--ttft-ms", "30"},
+                                   "-n 16 --output-len 6 --max-concurrency 4");
+  ASSERT_TRUE(j.is_object());
+  const json& run = j["runs"][0];
+  EXPECT_EQ(run["completed"], 16) << run.dump(2);
+  EXPECT_EQ(run["total_output_tokens"], 16 * 6);
+  for (const auto& [name, lo, hi] : {std::tuple("median_ttft_ms", 30.0, 5 * 30.0),
+                                     std::tuple("median_itl_ms", 0.5 * 20.0, 5 * 20.0),
+                                     std::tuple("median_tpot_ms", 0.5 * 20.0, 5 * 20.0)}) {
+    EXPECT_GE(run[name].get<double>(), lo) << name << "\n" << run.dump(2);
+    EXPECT_LE(run[name].get<double>(), hi) << name << "\n" << run.dump(2);
+  }
 }
 
 TEST(BenchServe, ChatEndpointWithFixedConcurrency) {
