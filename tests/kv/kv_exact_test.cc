@@ -53,21 +53,6 @@ std::vector<BlockHash> chain(const std::vector<int32_t>& tokens, size_t num_bloc
   return out;
 }
 
-TEST(KvSizingTest, BlocksForBudget) {
-  const KvBlockGeometry g{.num_layers = 2, .num_kv_heads = 4, .head_dim = 64, .block_size = 16,
-                          .dtype_bytes = 2};
-  EXPECT_EQ(kv_bytes_per_block(g), 2 * 2 * 4 * 64 * 16 * 2);
-  EXPECT_EQ(*num_blocks_for_budget(1 << 20, kv_bytes_per_block(g)), 32);
-  EXPECT_EQ(*num_blocks_for_budget((1 << 20) + 65535, 65536), 16);  // floor
-  auto too_small = num_blocks_for_budget(65536, 65536);
-  ASSERT_FALSE(too_small.ok());
-  EXPECT_EQ(too_small.status().code(), StatusCode::kResourceExhausted);
-  EXPECT_NE(too_small.status().message().find("holds 1 blocks of 65536 bytes"), std::string::npos);
-  EXPECT_EQ(num_blocks_for_budget(1 << 20, 0).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(*num_blocks_for_budget(std::numeric_limits<int64_t>::max(), 1),
-            std::numeric_limits<int32_t>::max());
-}
-
 TEST(BlockHashTest, MatchesTheDocumentedEncoding) {
   const std::vector<int32_t> t0 = {1, 2, 3, 4}, t1 = {5, 6, 7, -8};
   const BlockHashExtraKeys extra{"tenant-a", 7};
