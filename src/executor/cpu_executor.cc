@@ -71,9 +71,7 @@ Result<step::StepResult> CpuModelExecutor::execute(const step::SchedulerOutput& 
   if (output.requests.empty()) return result;
   const int32_t vocab = vocab_size();
   logits_.resize(static_cast<size_t>(builder_.num_logits()) * vocab);
-  // Not ARBOR_RETURN_IF_ERROR: it binds a reference to the temporary Status (see report).
-  const Status st = runner_->forward(builder_.batch(), logits_.data());
-  if (!st.ok()) return st;
+  ARBOR_RETURN_IF_ERROR(runner_->forward(builder_.batch(), logits_.data()));
   for (size_t i = 0; i < output.requests.size(); ++i) {
     if (rows[i] < 0) continue;
     const step::ScheduledRequest& s = output.requests[i];
