@@ -4,11 +4,14 @@
 #   make bench   benchmarks (slow; not part of make test)
 #   make fuzz    long mutation run over the GGUF reader
 
-SHARED_DIR ?= $(abspath $(CURDIR)/../shared)
+# The shared models, tokenizers and goldens: SHARED_DIR=..., else $ARBOR_SHARED_DIR, else ../shared.
+# Tests read it at run time (ARBOR_SHARED_DIR), and fail, naming the files, when data is missing.
+SHARED_DIR ?= $(or $(ARBOR_SHARED_DIR),$(CURDIR)/../shared)
+SHARED_ABS := $(abspath $(SHARED_DIR))
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 JOBS       ?= 2
-CMAKE_FLAGS = -G Ninja -DARBOR_SHARED_DIR=$(SHARED_DIR)
+CMAKE_FLAGS = -G Ninja -DARBOR_SHARED_DIR=$(SHARED_ABS)
 
 .PHONY: all deps build build-asan serve test test-release test-asan bench fuzz clean
 
@@ -32,19 +35,19 @@ build-asan: deps $(ASAN_BUILD)/build.ninja
 	cmake --build $(ASAN_BUILD) -j $(JOBS) --target arbor_unit_tests
 
 serve: build
-	@ARBOR_SHARED_DIR=$(SHARED_DIR) scripts/serve.sh $(BUILD)/arbor
+	@ARBOR_SHARED_DIR=$(SHARED_ABS) scripts/serve.sh $(BUILD)/arbor
 
 test: test-release test-asan
 
 test-release: build
-	cd $(BUILD) && ctest -L 'unit|e2e' -LE slow --output-on-failure -j $(JOBS)
+	cd $(BUILD) && ARBOR_SHARED_DIR=$(SHARED_ABS) ctest -L 'unit|e2e' -LE slow --output-on-failure -j $(JOBS)
 
 test-asan: build-asan
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  ctest -L unit -LE slow --output-on-failure -j $(JOBS)
+	  ARBOR_SHARED_DIR=$(SHARED_ABS) ctest -L unit -LE slow --output-on-failure -j $(JOBS)
 
 bench: build
-	@ARBOR_SHARED_DIR=$(SHARED_DIR) scripts/bench.sh $(BUILD)
+	@ARBOR_SHARED_DIR=$(SHARED_ABS) scripts/bench.sh $(BUILD)
 
 fuzz: build-asan
 	ARBOR_FUZZ_ITERATIONS=200000 $(ASAN_BUILD)/tests/gguf/gguf_fuzz_test

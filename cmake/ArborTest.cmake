@@ -4,8 +4,10 @@
 #   unit  fast, runs in Release and under ASan/UBSan
 #   e2e   runs the real binary / server; Release only
 #   slow  kept out of `make test`
-# Every test gets ARBOR_SHARED_DIR and ARBOR_BIN (path of the arbor executable) as macros.
-# A test that runs the binary adds `add_dependencies(<test> arbor)` itself.
+# Every test gets ARBOR_SOURCE_DIR as a macro. Shared data paths and the arbor executable come
+# from arbor_test_support (tests/support: test::shared_path, test::require_shared_file,
+# test::run_arbor), which a test links through LIBS; a test that runs the binary adds
+# `add_dependencies(<test> arbor)` itself.
 # PREFIX is put before every CTest name ("loadgen." makes `ctest -R loadgen` select them).
 function(arbor_add_test name)
   cmake_parse_arguments(T "" "TIMEOUT;PREFIX" "SOURCES;LIBS;LABELS" ${ARGN})
@@ -14,10 +16,7 @@ function(arbor_add_test name)
   endif()
   add_executable(${name} ${T_SOURCES})
   target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gmock GTest::gtest_main)
-  target_compile_definitions(${name} PRIVATE
-    ARBOR_SHARED_DIR="${ARBOR_SHARED_DIR}"
-    ARBOR_BIN="$<TARGET_FILE:arbor>"
-    ARBOR_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+  target_compile_definitions(${name} PRIVATE ARBOR_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
   if("unit" IN_LIST T_LABELS)
     add_dependencies(arbor_unit_tests ${name})
   endif()

@@ -2,13 +2,14 @@
 # Installs the JavaScript test dependencies (the official `openai` npm client, pinned in
 # tests/server/js/package-lock.json) into tests/server/js/node_modules.
 # Idempotent: does nothing when node_modules already matches the lock file. Never fails the
-# build: without node/npm or without the registry it says so and exits 0, and the JS e2e test
-# then reports itself as skipped.
+# build (an offline machine can still build and serve): without node/npm or without the registry
+# it says so and exits 0, and the JS e2e test (ServerJs.OfficialOpenAiClient) then fails, naming
+# what is missing.
 set -uo pipefail
 dir="$(cd "$(dirname "$0")/.." && pwd)/tests/server/js"
 cd "$dir" || exit 0
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
-  echo "install_js_deps: node/npm not found; the openai-client e2e test will be skipped" >&2
+  echo "install_js_deps: node/npm not found; the openai-client e2e test will fail" >&2
   exit 0
 fi
 stamp=node_modules/.arbor-lock-stamp
@@ -21,7 +22,7 @@ if npm ci --no-audit --no-fund --loglevel=error >/tmp/arbor_npm_ci.log 2>&1; the
   echo "install_js_deps: installed $(node -p "require('./node_modules/openai/package.json').version" 2>/dev/null || echo '?') of openai into $dir/node_modules"
 else
   echo "install_js_deps: npm ci failed (registry unreachable or offline?); the openai-client" \
-       "e2e test will be skipped. Log: /tmp/arbor_npm_ci.log" >&2
+       "e2e test will fail. Log: /tmp/arbor_npm_ci.log" >&2
   tail -n 5 /tmp/arbor_npm_ci.log >&2
 fi
 exit 0

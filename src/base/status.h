@@ -117,6 +117,7 @@ class [[nodiscard]] Result {
 
 namespace internal {
 inline const Status& status_of(const Status& s) { return s; }
+inline Status status_of(Status&& s) { return std::move(s); }
 template <typename T>
 const Status& status_of(const Result<T>& r) { return r.status(); }
 }  // namespace internal
@@ -127,11 +128,14 @@ const Status& status_of(const Result<T>& r) { return r.status(); }
 #define ARBOR_CONCAT_(a, b) ARBOR_CONCAT_INNER_(a, b)
 
 // Returns the Status from the enclosing function if `expr` (a Status or Result) is an error.
-// `expr` is bound to a reference first so a temporary lives until the status is copied out.
-#define ARBOR_RETURN_IF_ERROR(expr)                                             \
-  do {                                                                          \
-    auto&& arbor_value_ = (expr);                                               \
-    if (!arbor_value_.ok()) return ::arbor::internal::status_of(arbor_value_);  \
+// The status is copied (moved, for a Status prvalue) out of `expr` within the statement that
+// evaluates it: `expr` may refer into a temporary that dies at the end of that statement, e.g.
+// make_result().status() (binding a reference to it instead would leave the reference dangling).
+// On success the copy is of an empty Status: no allocation.
+#define ARBOR_RETURN_IF_ERROR(expr)                                          \
+  do {                                                                       \
+    ::arbor::Status arbor_status_ = ::arbor::internal::status_of((expr));    \
+    if (!arbor_status_.ok()) return arbor_status_;                           \
   } while (0)
 
 // ARBOR_ASSIGN_OR_RETURN(auto x, make_x()); returns the error, else moves the value into x.

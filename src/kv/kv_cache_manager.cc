@@ -26,27 +26,36 @@ KvCacheManager::KvCacheManager(const KvCacheManagerOptions& options)
 ComputedBlocks KvCacheManager::get_computed_blocks(const KvRequest& request) {
   ComputedBlocks out;
   const int64_t num_tokens = static_cast<int64_t>(request.token_ids.size());
-  ++num_queries_;
-  num_query_tokens_ += num_tokens;
-  if (!enable_prefix_caching_ || num_tokens == 0) return out;
   // Leave at least one token to compute: the step must produce logits for the last token.
-  const int64_t max_blocks = (num_tokens - 1) / block_size_;
+  const int64_t max_blocks = num_tokens == 0 ? 0 : (num_tokens - 1) / block_size_;
+  if (!enable_prefix_caching_ || max_blocks == 0) return out;
+  // A waiting request is asked every step until it is admitted: keep its hashes between calls.
+  std::vector<BlockHash> scratch;
+  std::vector<BlockHash>& hashes = requests_.contains(request.request_id)
+                                       ? scratch
+                                       : waiting_hashes_[request.request_id];
   const BlockHashExtraKeys extra = extra_keys(request);
-  BlockHash parent = kRootParentHash;
   for (int64_t i = 0; i < max_blocks; ++i) {
-    const BlockHash h = hash_block_tokens(
-        parent, request.token_ids.subspan(static_cast<size_t>(i * block_size_), block_size_),
-        extra, i == 0);
-    const std::optional<BlockId> id = pool_.get_cached_block(h);
+    if (i == static_cast<int64_t>(hashes.size())) {
+      hashes.push_back(hash_block_tokens(
+          i == 0 ? kRootParentHash : hashes[i - 1],
+          request.token_ids.subspan(static_cast<size_t>(i * block_size_), block_size_), extra,
+          i == 0));
+    }
+    const std::optional<BlockId> id = pool_.get_cached_block(hashes[i]);
     if (!id) break;
     out.block_ids.push_back(*id);
-    out.block_hashes.push_back(h);
-    parent = h;
+    out.block_hashes.push_back(hashes[i]);
   }
   out.num_computed_tokens = static_cast<int64_t>(out.block_ids.size()) * block_size_;
-  if (!out.block_ids.empty()) ++num_hits_;
-  num_hit_tokens_ += out.num_computed_tokens;
   return out;
+}
+
+void KvCacheManager::record_prefix_query(const KvRequest& request, const ComputedBlocks& hit) {
+  ++num_queries_;
+  num_query_tokens_ += static_cast<int64_t>(request.token_ids.size());
+  if (!hit.block_ids.empty()) ++num_hits_;
+  num_hit_tokens_ += hit.num_computed_tokens;
 }
 
 void KvCacheManager::check_computed_blocks(const ComputedBlocks& computed) const {
@@ -93,7 +102,10 @@ std::optional<std::span<const BlockId>> KvCacheManager::allocate_slots(
   for (BlockId id : new_computed_blocks.block_ids) num_revived += pool_.block(id).ref_cnt == 0;
   if (num_new_blocks > pool_.num_free_blocks() - num_revived) return std::nullopt;
 
-  if (it == requests_.end()) it = requests_.try_emplace(request.request_id).first;
+  if (it == requests_.end()) {
+    it = requests_.try_emplace(request.request_id).first;
+    waiting_hashes_.erase(request.request_id);
+  }
   RequestBlocks& blocks = it->second;
   for (int64_t i = 0; i < num_hit_blocks; ++i) {
     pool_.touch(new_computed_blocks.block_ids[i]);
@@ -139,6 +151,7 @@ void KvCacheManager::cache_blocks(RequestBlocks& blocks, const KvRequest& reques
 }
 
 void KvCacheManager::free(KvRequestId request_id) {
+  waiting_hashes_.erase(request_id);
   auto it = requests_.find(request_id);
   if (it == requests_.end()) return;
   const std::vector<BlockId>& table = it->second.block_ids;
@@ -161,6 +174,7 @@ std::optional<ForkResult> KvCacheManager::fork(KvRequestId parent_id, KvRequestI
 
   // Node-based map: `parent` stays valid across this insertion.
   RequestBlocks& child = requests_[child_id];
+  waiting_hashes_.erase(child_id);
   child.block_ids.assign(parent.block_ids.begin(), parent.block_ids.begin() + num_full);
   for (BlockId id : child.block_ids) pool_.touch(id);
   const int64_t num_hashed =
@@ -254,6 +268,9 @@ void KvCacheManager::check_invariants() const {
   }
   for (BlockId b = 0; b < pool_.num_blocks(); ++b) {
     ARBOR_CHECK_EQ(pool_.block(b).ref_cnt, entries[b]) << "ref count of block " << b;
+  }
+  for (const auto& [id, hashes] : waiting_hashes_) {
+    ARBOR_CHECK(!requests_.contains(id)) << "request " << id << " has blocks and waiting hashes";
   }
 }
 

@@ -83,10 +83,10 @@ struct KvCacheStats {
   int32_t num_free_uncached_blocks = 0;  // ref_cnt == 0, not cached
   int32_t num_cached_blocks = 0;         // in the hash map, used or free
   double usage = 0.0;                    // num_used_blocks / num_usable_blocks
-  int64_t num_queries = 0;               // get_computed_blocks() calls
-  int64_t num_hits = 0;                  // ... that found at least one block
+  int64_t num_queries = 0;               // record_prefix_query() calls (admissions)
+  int64_t num_hits = 0;                  // ... whose hit had at least one block
   int64_t num_query_tokens = 0;          // sum of token_ids.size() over queries
-  int64_t num_hit_tokens = 0;            // sum of num_computed_tokens found
+  int64_t num_hit_tokens = 0;            // sum of the hits' num_computed_tokens
   double prefix_hit_rate = 0.0;          // num_hit_tokens / num_query_tokens (0 if no queries)
   int64_t num_evictions = 0;             // cached blocks whose hash was dropped for reuse
 };
@@ -105,10 +105,21 @@ class KvCacheManager {
   KvCacheManager& operator=(const KvCacheManager&) = delete;
 
   // The longest prefix of request.token_ids held in cached blocks, leaving at least one token to
-  // compute (at most (num_tokens - 1) / block_size blocks). Changes no block; counts a query.
+  // compute (at most (num_tokens - 1) / block_size blocks). Changes no block and counts nothing:
+  // the scheduler asks again every step while a request waits blocked, and counts the query once,
+  // on admission, with record_prefix_query().
+  // For a request that holds no blocks the hashes computed here are kept until it gets blocks
+  // (allocate_slots) or is freed, so asking again hashes only blocks not hashed before; its
+  // tokens, salt and adapter must not change in between (KvRequest: append-only).
   // The result is valid until the next call that allocates: pass it to allocate_slots() for the
-  // same request right away. O(hit blocks + 1) hashes and lookups.
+  // same request right away. O(hit blocks + 1) lookups; as many hashes the first time, none
+  // after that unless the hit grew.
   ComputedBlocks get_computed_blocks(const KvRequest& request);
+
+  // Counts one prefix-cache query in stats(): request.token_ids.size() query tokens and
+  // hit.num_computed_tokens hit tokens (a hit when hit has blocks). Call it once per admission,
+  // with the ComputedBlocks that the admission used. O(1).
+  void record_prefix_query(const KvRequest& request, const ComputedBlocks& hit);
 
   // Makes the request's table cover
   //   request.num_computed_tokens + new_computed_blocks.num_computed_tokens
@@ -133,8 +144,9 @@ class KvCacheManager {
 
   // Drops the request's references, tail block first: its cached blocks go to the back of the
   // free queue in reverse table order (so the tail is evicted first), its uncached blocks to the
-  // front (reused first). Cached blocks keep their hash until evicted. Forgets the request; a
-  // no-op for an unknown id (a waiting request that never got blocks). O(table size).
+  // front (reused first). Cached blocks keep their hash until evicted. Forgets the request and
+  // the hashes get_computed_blocks() kept for it; nothing else for a waiting request that never
+  // got blocks. O(table size).
   void free(KvRequestId request_id);
 
   // n > 1 sampling: `child` (unknown so far) shares the K/V of the parent's first num_tokens
@@ -171,7 +183,8 @@ class KvCacheManager {
 
   // CHECK-fails unless pool and tables agree: no null block in a table, no block twice in one
   // table, every ref_cnt equals the number of table entries holding it, hashed blocks that are
-  // cached carry the request's hash. O(num_blocks + table entries).
+  // cached carry the request's hash; no request with blocks has kept waiting hashes.
+  // O(num_blocks + table entries).
   void check_invariants() const;
 
  private:
@@ -188,6 +201,10 @@ class KvCacheManager {
   bool enable_prefix_caching_;
   BlockPool pool_;
   std::unordered_map<KvRequestId, RequestBlocks> requests_;
+  // Hash chains of the leading full blocks of requests that hold no blocks yet, as far as
+  // get_computed_blocks() has hashed them ([num_hashed] each, kRootParentHash-rooted). Dropped by
+  // allocate_slots() when the request gets blocks, and by free().
+  std::unordered_map<KvRequestId, std::vector<BlockHash>> waiting_hashes_;
   int64_t num_queries_ = 0;
   int64_t num_hits_ = 0;
   int64_t num_query_tokens_ = 0;

@@ -104,21 +104,4 @@ void FreeKvCacheBlockQueue::remove(BlockId id) {
   --size_;
 }
 
-int64_t kv_bytes_per_block(const KvBlockGeometry& g) {
-  return 2 * g.num_layers * g.num_kv_heads * g.head_dim * g.block_size * g.dtype_bytes;
-}
-
-Result<int32_t> num_blocks_for_budget(int64_t kv_budget_bytes, int64_t bytes_per_block) {
-  if (bytes_per_block <= 0) {
-    return invalid_argument("KV block size must be positive, got ", bytes_per_block, " bytes");
-  }
-  const int64_t n = kv_budget_bytes <= 0 ? 0 : kv_budget_bytes / bytes_per_block;
-  if (n < 2) {
-    return resource_exhausted("KV budget of ", kv_budget_bytes, " bytes holds ", n,
-                              " blocks of ", bytes_per_block,
-                              " bytes; need at least 2 (the null block and one usable block)");
-  }
-  return static_cast<int32_t>(std::min<int64_t>(n, std::numeric_limits<int32_t>::max()));
-}
-
 }  // namespace arbor::kv

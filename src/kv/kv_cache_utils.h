@@ -1,17 +1,16 @@
-// Vocabulary of the paged KV cache: block ids, block hashes, the block record, the intrusive free
-// queue, and pool sizing. Pure bookkeeping; no tensors. See docs/kv_layout.md for the picture.
+// Vocabulary of the paged KV cache: block ids, block hashes, the block record and the intrusive
+// free queue. Pure bookkeeping; no tensors. (How many blocks a memory budget holds is decided by
+// the model, which owns the storage: model::PagedKvCache::blocks_for_budget.) See docs/kv_layout.md for the picture.
 //
 // Threading: nothing here is thread-safe. Every object is owned by the engine thread (through
-// BlockPool / KvCacheManager); hash_block_tokens() and the sizing helpers are pure functions and
-// may be called from any thread.
+// BlockPool / KvCacheManager); hash_block_tokens() is a pure function and may be called from any
+// thread.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string_view>
-
-#include "base/status.h"
 
 namespace arbor::kv {
 
@@ -100,21 +99,5 @@ class FreeKvCacheBlockQueue {
   BlockId tail_ = kNoBlock;
   int32_t size_ = 0;
 };
-
-// Bytes of K and V that one block holds over all layers:
-// 2 * num_layers * num_kv_heads * head_dim * block_size * dtype_bytes.
-struct KvBlockGeometry {
-  int64_t num_layers = 0;
-  int64_t num_kv_heads = 0;
-  int64_t head_dim = 0;
-  int64_t block_size = 16;  // tokens per block
-  int64_t dtype_bytes = 2;  // F16
-};
-int64_t kv_bytes_per_block(const KvBlockGeometry& g);
-
-// Number of blocks (including the null block) that a KV memory budget holds: floor(budget /
-// bytes_per_block), capped at INT32_MAX. Errors: bytes_per_block <= 0, or fewer than 2 blocks
-// (the null block plus one usable block).
-Result<int32_t> num_blocks_for_budget(int64_t kv_budget_bytes, int64_t bytes_per_block);
 
 }  // namespace arbor::kv

@@ -2,8 +2,10 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <new>
 
 #include "base/check.h"
@@ -16,10 +18,20 @@ size_t PagedKvCache::bytes_per_block(const KvCacheShape& s) {
          kernels::kv_dtype_size(s.dtype);
 }
 
-int64_t PagedKvCache::blocks_for_budget(const KvCacheShape& shape, double gib) {
-  const size_t per_block = bytes_per_block(shape);
-  if (per_block == 0 || gib <= 0) return 0;
-  return (int64_t)(gib * 1024.0 * 1024.0 * 1024.0 / (double)per_block);
+Result<int32_t> PagedKvCache::blocks_for_budget(const KvCacheShape& shape, int64_t budget_bytes) {
+  const auto per_block = static_cast<int64_t>(bytes_per_block(shape));
+  if (per_block <= 0) {
+    return invalid_argument("KV cache shape: ", shape.num_layers, " layers, ", shape.num_kv_heads,
+                            " kv heads, head_dim ", shape.head_dim, ", block_size ",
+                            shape.block_size, " gives blocks of ", per_block, " bytes");
+  }
+  const int64_t n = budget_bytes <= 0 ? 0 : budget_bytes / per_block;
+  if (n < 2) {
+    return invalid_argument("KV budget of ", budget_bytes, " bytes holds ", n, " blocks of ",
+                            per_block, " bytes (", shape.block_size,
+                            " tokens); need at least 2 (the null block and one usable block)");
+  }
+  return static_cast<int32_t>(std::min<int64_t>(n, std::numeric_limits<int32_t>::max()));
 }
 
 Result<std::unique_ptr<PagedKvCache>> PagedKvCache::create(const KvCacheShape& shape,

@@ -29,10 +29,16 @@ struct KvCacheShape {
 
 class PagedKvCache {
  public:
-  // Bytes one block takes over all layers, K and V.
+  // Bytes one block takes over all layers, K and V:
+  //   num_layers * 2 * num_kv_heads * block_size * head_dim * (2 for F16, 4 for F32).
   static size_t bytes_per_block(const KvCacheShape& shape);
-  // Blocks that fit in `gib` GiB (floor); at least 0.
-  static int64_t blocks_for_budget(const KvCacheShape& shape, double gib);
+  // The one KV pool sizing rule: how many blocks a memory budget of `budget_bytes` holds,
+  // floor(budget_bytes / bytes_per_block(shape)), capped at INT32_MAX (block ids are int32 in
+  // the batch layout and the KV manager). The count includes block 0, which the KV manager
+  // reserves as its null block. Errors (invalid_argument, with the numbers): a shape whose block
+  // has no bytes, or a budget that holds fewer than 2 blocks (the null block and one usable
+  // block).
+  static Result<int32_t> blocks_for_budget(const KvCacheShape& shape, int64_t budget_bytes);
 
   // Maps num_blocks blocks, zero-filled: pages committed on first write, or all at once when
   // `populate`. Errors: num_blocks < 1, bad shape, or the mapping failing (the message has the

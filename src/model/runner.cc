@@ -25,12 +25,14 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<LlamaMo
   }
   int64_t num_blocks = options.num_blocks;
   if (num_blocks <= 0) {
-    num_blocks = PagedKvCache::blocks_for_budget(shape, options.kv_cache_gib);
-    if (num_blocks < 1) {
-      return invalid_argument("KV cache budget of ", options.kv_cache_gib,
-                              " GiB holds no block (one block of ", options.block_size,
-                              " tokens takes ", PagedKvCache::bytes_per_block(shape), " bytes)");
+    // GiB to bytes, clamped below 2^63 so the conversion cannot overflow.
+    const double bytes = std::clamp(options.kv_cache_gib * 1073741824.0, 0.0, 9.0e18);
+    Result<int32_t> blocks =
+        PagedKvCache::blocks_for_budget(shape, static_cast<int64_t>(bytes));
+    if (!blocks.ok()) {
+      return blocks.status().with_context(str_cat("--kv-cache-gib ", options.kv_cache_gib));
     }
+    num_blocks = *blocks;
   }
   std::unique_ptr<ModelRunner> r(new ModelRunner());
   ARBOR_ASSIGN_OR_RETURN(r->cache_, PagedKvCache::create(shape, num_blocks, options.populate_kv));

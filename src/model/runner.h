@@ -33,7 +33,9 @@ namespace arbor::model {
 struct RunnerOptions {
   int32_t block_size = 16;     // tokens per KV block
   int64_t num_blocks = 0;      // > 0: exactly this many blocks; 0: from kv_cache_gib
-  double kv_cache_gib = 1.0;   // KV memory budget when num_blocks == 0 (--kv-cache-gib)
+  // KV memory budget when num_blocks == 0 (--kv-cache-gib), sized by
+  // PagedKvCache::blocks_for_budget (floor; an error below 2 blocks).
+  double kv_cache_gib = 1.0;
   kernels::KvDtype kv_dtype = kernels::KvDtype::kF16;
   int num_threads = 0;         // 0: std::thread::hardware_concurrency()
   int32_t reserve_tokens = 0;  // activation scratch sized up front (grows on demand anyway)

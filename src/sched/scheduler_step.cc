@@ -103,6 +103,7 @@ void Scheduler::schedule_running(SchedulerOutput& out, Budget& budget) {
 void Scheduler::admit(Request& req, const kv::ComputedBlocks& hit, int64_t num_new,
                       SchedulerOutput& out) {
   waiting_.erase(std::find(waiting_.begin(), waiting_.end(), &req));
+  kv_.record_prefix_query(req.kv_view(), hit);  // once per admission, not per blocked step
   if (req.status == RequestStatus::kWaiting) req.num_cached_tokens = hit.num_computed_tokens;
   req.num_computed_tokens = hit.num_computed_tokens;
   req.status = RequestStatus::kRunning;

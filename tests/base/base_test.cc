@@ -49,6 +49,41 @@ TEST(StatusTest, MacrosPropagate) {
   EXPECT_EQ(check_even(5).code(), StatusCode::kInvalidArgument);
 }
 
+// A message longer than std::string's inline buffer, so it lives on the heap.
+const char kLongMessage[] = "a message long enough to be allocated on the heap, not inline";
+
+Result<int> fails_with_long_message() { return invalid_argument(kLongMessage); }
+Status fails_by_value() { return invalid_argument(kLongMessage); }
+
+// `expr` is a reference into a temporary (Result::status() of a Result returned by value, as in
+// ARBOR_RETURN_IF_ERROR(make_batch(...).status())): the temporary dies at the end of the
+// statement that evaluates `expr`, so the macro must copy the status out within it. (Binding
+// `auto&&` to the reference left it dangling; ASan reported a heap-use-after-free here.)
+Status status_of_temporary_result() {
+  ARBOR_RETURN_IF_ERROR(fails_with_long_message().status());
+  return ok_status();
+}
+Status status_by_value() {
+  ARBOR_RETURN_IF_ERROR(fails_by_value());
+  return ok_status();
+}
+Result<int> status_into_result() {
+  ARBOR_RETURN_IF_ERROR(fails_with_long_message());
+  return 1;
+}
+
+TEST(StatusTest, ReturnIfErrorCopiesTheStatusOutOfTemporaries) {
+  const Status a = status_of_temporary_result();
+  EXPECT_EQ(a.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(a.message(), kLongMessage);
+  const Status b = status_by_value();
+  EXPECT_EQ(b.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(b.message(), kLongMessage);
+  const Result<int> c = status_into_result();
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(), kLongMessage);
+}
+
 TEST(CheckDeathTest, AbortsWithLocationAndValues) {
   int a = 3, b = 4;
   EXPECT_DEATH(ARBOR_CHECK_EQ(a, b) << "context", "base_test.cc.*a == b.*3 vs 4.*context");

@@ -4,10 +4,9 @@
 
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <sstream>
-
 #include "chat/jinja.h"
+#include "support/shared_data.h"
+#include "support/temp_dir.h"
 
 namespace arbor::chat {
 namespace {
@@ -176,16 +175,15 @@ TEST(ChatTemplateBuiltins, NamesSourcesAndDetection) {
 
 // ---- The real templates in shared/tokenizers ----
 
-json read_json(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+// shared/<rel> parsed; discarded (and the test failed, naming the path) when it is missing.
+json read_shared_json(const std::string& rel) {
+  EXPECT_TRUE(test::require_shared_file(rel));
+  return json::parse(test::read_file(test::shared_path(rel)), nullptr,
+                     /*allow_exceptions=*/false);
 }
 
 TEST(ChatTemplateShared, Llama3TokenizerConfig) {
-  const json config =
-      read_json(std::string(ARBOR_SHARED_DIR) + "/tokenizers/hf/llama3/tokenizer_config.json");
+  const json config = read_shared_json("tokenizers/hf/llama3/tokenizer_config.json");
   ASSERT_TRUE(config.is_object());
   Result<TokenizerChatConfig> cfg = read_tokenizer_chat_config(config);
   ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
@@ -206,8 +204,7 @@ TEST(ChatTemplateShared, Llama3TokenizerConfig) {
 }
 
 TEST(ChatTemplateShared, Qwen3TokenizerConfig) {
-  const json config =
-      read_json(std::string(ARBOR_SHARED_DIR) + "/tokenizers/hf/qwen3/tokenizer_config.json");
+  const json config = read_shared_json("tokenizers/hf/qwen3/tokenizer_config.json");
   ASSERT_TRUE(config.is_object());
   Result<TokenizerChatConfig> cfg = read_tokenizer_chat_config(config);
   ASSERT_TRUE(cfg.ok() && cfg->chat_template.has_value());
@@ -244,8 +241,7 @@ TEST(ChatTemplateShared, Qwen3TokenizerConfig) {
 }
 
 TEST(ChatTemplateShared, Qwen3ToolsKeepTheClientsKeyOrder) {
-  const json config =
-      read_json(std::string(ARBOR_SHARED_DIR) + "/tokenizers/hf/qwen3/tokenizer_config.json");
+  const json config = read_shared_json("tokenizers/hf/qwen3/tokenizer_config.json");
   Result<ChatTemplate> t = ChatTemplate::parse(config.value("chat_template", ""));
   ASSERT_TRUE(t.ok()) << t.status().to_string();
   ChatRenderOptions opts;

@@ -3,25 +3,27 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli_test_util.h"
+#include "support/shared_data.h"
+#include "support/subprocess.h"
+#include "support/temp_dir.h"
 
 namespace arbor::cli_test {
 namespace {
 
-const std::string kModel = std::string(ARBOR_SHARED_DIR) + "/models/stories260K/stories260K.gguf";
+using test::CommandResult;
+using test::run_arbor;
+
+const std::string kModel = test::shared_path(test::kStories260K);
 
 class BenchTest : public ::testing::Test {
  protected:
-  void SetUp() override { dir_ = make_temp_dir("bench"); ASSERT_FALSE(dir_.empty()); }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string dir_;
+  void SetUp() override { ASSERT_TRUE(test::require_shared_file(test::kStories260K)); }
 };
 
 TEST_F(BenchTest, JsonHasEveryTestWithOrderedStatistics) {
   CommandResult r = run_arbor("bench -m " + kModel +
                                   " -t 1 -r 3 -p 32 -n 8 --batch 1,3 --batch-steps 4"
-                                  " --bandwidth-mib 16 --json",
-                              dir_);
+                                  " --bandwidth-mib 16 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
   ASSERT_TRUE(j.is_object()) << r.out;
@@ -46,19 +48,19 @@ TEST_F(BenchTest, JsonHasEveryTestWithOrderedStatistics) {
 
 TEST_F(BenchTest, TablePrintsAndArgumentsAreChecked) {
   CommandResult r = run_arbor("bench -m " + kModel + " -t 1 -r 1 -p 16 -n 4 --batch 2 "
-                                  "--batch-steps 2 --bandwidth-mib 16", dir_);
+                                  "--batch-steps 2 --bandwidth-mib 16");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("| pp16 "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("| batch 2 "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("read bandwidth:"), std::string::npos) << r.out;
-  r = run_arbor("bench", dir_);
+  r = run_arbor("bench");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("needs -m MODEL"), std::string::npos) << r.err;
-  r = run_arbor("bench -m " + kModel + " -p 4096", dir_);
+  r = run_arbor("bench -m " + kModel + " -p 4096");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("needs 4096 positions; the model's context_length is 2048"),
             std::string::npos) << r.err;
-  r = run_arbor("bench -m " + kModel + " --batch 0", dir_);
+  r = run_arbor("bench -m " + kModel + " --batch 0");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--batch entry 0 must be in [1, 256]"), std::string::npos) << r.err;
 }

@@ -3,34 +3,39 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli_test_util.h"
+#include "support/shared_data.h"
+#include "support/subprocess.h"
+#include "support/temp_dir.h"
 
 namespace arbor::cli_test {
 namespace {
 
-const std::string kModel = std::string(ARBOR_SHARED_DIR) + "/models/stories260K/stories260K.gguf";
-const std::string kGolden = std::string(ARBOR_SHARED_DIR) + "/goldens/stories260K_greedy.json";
+using test::CommandResult;
+using test::read_file;
+using test::run_arbor;
+
+const std::string kModel = test::shared_path(test::kStories260K);
+const std::string kGolden = test::shared_path("goldens/stories260K_greedy.json");
 
 class GenerateTest : public ::testing::Test {
  protected:
-  void SetUp() override { dir_ = make_temp_dir("generate"); ASSERT_FALSE(dir_.empty()); }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void SetUp() override {
+    ASSERT_TRUE(test::require_shared_file(test::kStories260K));
+    ASSERT_TRUE(test::require_shared_file("goldens/stories260K_greedy.json"));
+  }
 
   nlohmann::json generate_json(const std::string& prompt, const std::string& flags) {
-    CommandResult r = run_arbor("generate -m " + kModel + " -p '" + prompt + "' --json " + flags,
-                                dir_);
+    CommandResult r = run_arbor("generate -m " + kModel + " -p '" + prompt + "' --json " + flags);
     EXPECT_EQ(r.exit_code, 0) << r.err;
     return nlohmann::json::parse(r.out, nullptr, /*allow_exceptions=*/false);
   }
-
-  std::string dir_;
 };
 
 // The golden's ids_after_bos holds the prompt then the generated ids; "steps" counts positions.
 // It was made by llama2.c, which stops when it samples BOS (1); stories260K's vocabulary has
 // EOS 2 and the path holds neither, so -n equal to the generated count reproduces it whole.
 TEST_F(GenerateTest, GreedyMatchesLlama2cGoldenForFirstCase) {
-  const nlohmann::json golden = nlohmann::json::parse(read_all(kGolden));
+  const nlohmann::json golden = nlohmann::json::parse(read_file(kGolden));
   const nlohmann::json& c = golden["cases"][0];
   const std::vector<int32_t> expected = c["ids_after_bos"].get<std::vector<int32_t>>();
   const std::string prompt = c["prompt"];
@@ -54,7 +59,7 @@ TEST_F(GenerateTest, GreedyMatchesLlama2cGoldenForFirstCase) {
 // Every golden case (an empty prompt; paths that llama2.c ended early on BOS, which the exact -n
 // reproduces): BOS + prompt + generated ids equal the reference.
 TEST_F(GenerateTest, GreedyMatchesLlama2cGoldenForEveryCase) {
-  const nlohmann::json golden = nlohmann::json::parse(read_all(kGolden));
+  const nlohmann::json golden = nlohmann::json::parse(read_file(kGolden));
   for (const nlohmann::json& c : golden["cases"]) {
     const std::string prompt = c["prompt"];
     const std::vector<int32_t> expected = c["ids_after_bos"].get<std::vector<int32_t>>();
@@ -74,7 +79,7 @@ TEST_F(GenerateTest, GreedyMatchesLlama2cGoldenForEveryCase) {
 // llama2.c stops when the model samples BOS; so does arbor generate (stop_reason "bos"), and
 // --ignore-eos goes on past it.
 TEST_F(GenerateTest, StopsAtBosLikeTheReferenceUnlessIgnoreEos) {
-  const nlohmann::json golden = nlohmann::json::parse(read_all(kGolden));
+  const nlohmann::json golden = nlohmann::json::parse(read_file(kGolden));
   const nlohmann::json& c = golden["cases"][2];
   ASSERT_EQ(c["prompt"], "The cat");
   const std::vector<int32_t> expected = c["ids_after_bos"].get<std::vector<int32_t>>();
@@ -118,8 +123,7 @@ TEST_F(GenerateTest, SeededSamplingIsReproducibleAndSeedMatters) {
 }
 
 TEST_F(GenerateTest, StreamsPromptAndTextToStdoutAndTimingsToStderr) {
-  CommandResult r = run_arbor("generate -m " + kModel + " -p 'Once upon a time' -n 8 --temp 0",
-                              dir_);
+  CommandResult r = run_arbor("generate -m " + kModel + " -p 'Once upon a time' -n 8 --temp 0");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out.rfind("Once upon a time, there was", 0), 0u) << r.out;
   EXPECT_NE(r.err.find("prompt:"), std::string::npos) << r.err;
@@ -127,14 +131,14 @@ TEST_F(GenerateTest, StreamsPromptAndTextToStdoutAndTimingsToStderr) {
 }
 
 TEST_F(GenerateTest, BadArgumentsNameTheLimit) {
-  CommandResult r = run_arbor("generate -m " + kModel + " -p 'Hi' -n 5000", dir_);
+  CommandResult r = run_arbor("generate -m " + kModel + " -p 'Hi' -n 5000");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("max_model_len is 2048"), std::string::npos) << r.err;
   // The engine's --max-model-len is the limit when it is lower.
-  r = run_arbor("generate -m " + kModel + " -p 'Hi' -n 100 --max-model-len 64", dir_);
+  r = run_arbor("generate -m " + kModel + " -p 'Hi' -n 100 --max-model-len 64");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("-n asks for 100 more; max_model_len is 64"), std::string::npos) << r.err;
-  r = run_arbor("generate -m " + kModel + " -p 'Hi' --top-p 1.5", dir_);
+  r = run_arbor("generate -m " + kModel + " -p 'Hi' --top-p 1.5");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("top_p is 1.5, must be in (0, 1]"), std::string::npos) << r.err;
 }

@@ -3,32 +3,39 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 
-#include "cli_test_util.h"
 #include "gguf/gguf.h"
+#include "support/shared_data.h"
+#include "support/subprocess.h"
+#include "support/temp_dir.h"
 
 namespace arbor::cli_test {
 namespace {
 
-const std::string kVocab = std::string(ARBOR_SHARED_DIR) + "/models/stories260K/stories260K.gguf";
+using test::CommandResult;
+using test::read_file;
+using test::run_arbor;
+
+const std::string kVocab = test::shared_path(test::kStories260K);
 const std::string kTiny =
     "synth --shape custom --dim 64 --ffn 128 --layers 2 --heads 4 --kv-heads 2 --context 256 "
     "--vocab " + kVocab;
 
 class SynthTest : public ::testing::Test {
  protected:
-  void SetUp() override { dir_ = make_temp_dir("synth"); ASSERT_FALSE(dir_.empty()); }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void SetUp() override { ASSERT_TRUE(test::require_shared_file(test::kStories260K)); }
 
   // Runs synth with `extra` flags into dir_/name and returns the file's bytes.
   std::string synth(const std::string& extra, const std::string& name) {
     const std::string path = dir_ + "/" + name;
-    CommandResult r = run_arbor(kTiny + " " + extra + " -o " + path, dir_);
+    CommandResult r = run_arbor(kTiny + " " + extra + " -o " + path);
     EXPECT_EQ(r.exit_code, 0) << r.err;
-    return read_all(path);
+    return read_file(path);
   }
 
-  std::string dir_;
+  test::TempDir tmp_{"synth"};
+  const std::string dir_ = tmp_.path();
 };
 
 TEST_F(SynthTest, SameSeedSameBytesAcrossThreadCountsDifferentSeedDiffers) {
@@ -118,16 +125,14 @@ TEST_F(SynthTest, Qwen2ArchTiedWithBiasesAndPaddedVocab) {
 }
 
 TEST_F(SynthTest, BadShapesAreRejectedWithTheLimit) {
-  CommandResult r = run_arbor("synth --shape custom --vocab " + kVocab + " -o " + dir_ + "/x.gguf",
-                              dir_);
+  CommandResult r = run_arbor("synth --shape custom --vocab " + kVocab + " -o " + dir_ + "/x.gguf");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("needs --dim, --ffn, --layers and --heads"), std::string::npos) << r.err;
   r = run_arbor("synth --shape custom --dim 48 --ffn 128 --layers 1 --heads 4 --type q4_0 --vocab " +
-                    kVocab + " -o " + dir_ + "/x.gguf",
-                dir_);
+                    kVocab + " -o " + dir_ + "/x.gguf");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("must be multiples of 32"), std::string::npos) << r.err;
-  r = run_arbor(kTiny + " --vocab-size 100 -o " + dir_ + "/x.gguf", dir_);
+  r = run_arbor(kTiny + " --vocab-size 100 -o " + dir_ + "/x.gguf");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("smaller than the tokenizer's 512 tokens"), std::string::npos) << r.err;
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/x.gguf"));

@@ -1,51 +1,36 @@
 // Runs the real `arbor convert` binary.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <string>
 
 #include "gguf/gguf.h"
+#include "support/shared_data.h"
+#include "support/subprocess.h"
 #include "test_util.h"
 
 namespace arbor::convert {
 namespace {
 
-struct RunResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
+using test::run_arbor;
 
-RunResult run_arbor(const std::string& args) {
-  RunResult r;
-  const std::string cmd = std::string(ARBOR_BIN) + " " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) r.output.append(buf, n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-const std::string kStories = std::string(ARBOR_SHARED_DIR) + "/models/stories260K/";
+const std::string kStories = test::shared_path("models/stories260K") + "/";
 
 TEST(ConvertE2eTest, Llama2cWritesTheReferenceTensors) {
-  if (!std::filesystem::exists(kStories + "stories260K.gguf"))
-    GTEST_SKIP() << "missing " << kStories;
+  ASSERT_TRUE(test::require_shared_file("models/stories260K/stories260K.gguf"));
+  ASSERT_TRUE(test::require_shared_file("models/stories260K/stories260K.bin"));
+  ASSERT_TRUE(test::require_shared_file("models/stories260K/tok512.bin"));
   const std::string out = testing::temp_path("e2e_stories260K.gguf");
   std::filesystem::remove(out);
   const auto r = run_arbor("convert llama2c " + kStories + "stories260K.bin " + kStories +
                            "tok512.bin -o " + out + " --type f32");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_EQ(r.exit_code, 0) << r.output();
   EXPECT_NE(
-      r.output.find(
+      r.output().find(
           "llama2.c legacy checkpoint, shared classifier: arch llama, dim 64, ffn 172, 5 layers"),
       std::string::npos)
-      << r.output;
+      << r.output();
   auto ours = gguf::GgufFile::open(out);
   auto ref = gguf::GgufFile::open(kStories + "stories260K.gguf");
   ASSERT_TRUE(ours.ok()) << ours.status().to_string();
@@ -61,11 +46,11 @@ TEST(ConvertE2eTest, Llama2cWritesTheReferenceTensors) {
 }
 
 TEST(ConvertE2eTest, HfQ80) {
-  const std::string dir = std::string(ARBOR_SHARED_DIR) + "/models/tinystories-656K";
-  if (!std::filesystem::exists(dir + "/model.safetensors")) GTEST_SKIP() << "missing " << dir;
+  ASSERT_TRUE(test::require_shared_file("models/tinystories-656K/model.safetensors"));
+  const std::string dir = test::shared_path("models/tinystories-656K");
   const std::string out = testing::temp_path("e2e_tinystories_q8.gguf");
   const auto r = run_arbor("convert hf " + dir + " -o " + out + " --type q8_0");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_EQ(r.exit_code, 0) << r.output();
   auto f = gguf::GgufFile::open(out);
   ASSERT_TRUE(f.ok()) << f.status().to_string();
   EXPECT_EQ(f->find_tensor("blk.0.attn_q.weight")->type, gguf::GgmlType::kQ8_0);
@@ -77,27 +62,26 @@ TEST(ConvertE2eTest, Errors) {
   const std::string bad = testing::temp_path("e2e_bad_model.bin");
   testing::write_text(bad, std::string(20, 'x'));
   auto r = run_arbor("convert llama2c " + bad + " " + bad + " -o " + out);
-  EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find("error: " + bad + ": file has 20 bytes, too small for a llama2.c header"),
+  EXPECT_EQ(r.exit_code, 1) << r.output();
+  EXPECT_NE(r.output().find("error: " + bad + ": file has 20 bytes, too small for a llama2.c header"),
             std::string::npos)
-      << r.output;
+      << r.output();
   EXPECT_FALSE(std::filesystem::exists(out));
 
-  if (std::filesystem::exists(kStories + "stories260K.bin")) {
-    r = run_arbor("convert llama2c " + kStories + "stories260K.bin " + kStories + "tok512.bin -o " +
-                  out + " --type q9_9");
-    EXPECT_EQ(r.exit_code, 2) << r.output;
-    EXPECT_NE(r.output.find("--type 'q9_9'"), std::string::npos) << r.output;
-  }
+  ASSERT_TRUE(test::require_shared_file("models/stories260K/stories260K.bin"));
+  r = run_arbor("convert llama2c " + kStories + "stories260K.bin " + kStories + "tok512.bin -o " +
+                out + " --type q9_9");
+  EXPECT_EQ(r.exit_code, 2) << r.output();
+  EXPECT_NE(r.output().find("--type 'q9_9'"), std::string::npos) << r.output();
   r = run_arbor("convert hf /nonexistent-dir -o " + out);
   EXPECT_NE(r.exit_code, 0);
 }
 
 TEST(ConvertE2eTest, HelpShowsDefaults) {
   const auto r = run_arbor("convert llama2c --help");
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("--type"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("--type TEXT=f32"), std::string::npos) << r.output;
+  EXPECT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_NE(r.output().find("--type"), std::string::npos) << r.output();
+  EXPECT_NE(r.output().find("--type TEXT=f32"), std::string::npos) << r.output();
 }
 
 }  // namespace

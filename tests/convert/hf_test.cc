@@ -9,6 +9,7 @@
 #include "convert/hf_tokenizer.h"
 #include "convert/model_plan.h"
 #include "gguf/gguf.h"
+#include "support/shared_data.h"
 #include "safetensors_builder.h"
 
 namespace arbor::convert {
@@ -466,11 +467,11 @@ bool within_q8(const std::vector<float>& ours, const std::vector<float>& ref,
   return true;
 }
 
-const std::string kTinyStoriesDir = std::string(ARBOR_SHARED_DIR) + "/models/tinystories-656K";
+const std::string kTinyStoriesDir = test::shared_path("models/tinystories-656K");
 
 TEST(HfConvertTest, TinyStoriesMatchesReferenceQ80) {
   const std::string ref_path = kTinyStoriesDir + "/TinyStories-656K-Q8_0.gguf";
-  if (!std::filesystem::exists(ref_path)) GTEST_SKIP() << "missing " << ref_path;
+  ASSERT_TRUE(test::require_shared_file("models/tinystories-656K/TinyStories-656K-Q8_0.gguf"));
   auto ours = convert_dir(kTinyStoriesDir, "tinystories656K.gguf");
   ASSERT_TRUE(ours.ok()) << ours.status().to_string();
   auto ref = GgufFile::open(ref_path);
@@ -506,7 +507,7 @@ TEST(HfConvertTest, TinyStoriesMatchesReferenceQ80) {
 // --type q8_0 reproduces llama.cpp's conversion byte for byte (same quantiser, same permutation).
 TEST(HfConvertTest, TinyStoriesQ80IsByteIdenticalToReference) {
   const std::string ref_path = kTinyStoriesDir + "/TinyStories-656K-Q8_0.gguf";
-  if (!std::filesystem::exists(ref_path)) GTEST_SKIP() << "missing " << ref_path;
+  ASSERT_TRUE(test::require_shared_file("models/tinystories-656K/TinyStories-656K-Q8_0.gguf"));
   auto ours = convert_dir(kTinyStoriesDir, "tinystories656K_q8.gguf", "q8_0");
   ASSERT_TRUE(ours.ok()) << ours.status().to_string();
   auto ref = GgufFile::open(ref_path);
@@ -528,7 +529,7 @@ TEST(HfConvertTest, TinyStoriesQ80IsByteIdenticalToReference) {
 // how it encodes; tokenizer_parity_test.cc checks the encodings themselves).
 TEST(HfConvertTest, TinyStoriesTokenizerMetadataMatchesReference) {
   const std::string ref_path = kTinyStoriesDir + "/TinyStories-656K-Q8_0.gguf";
-  if (!std::filesystem::exists(ref_path)) GTEST_SKIP() << "missing " << ref_path;
+  ASSERT_TRUE(test::require_shared_file("models/tinystories-656K/TinyStories-656K-Q8_0.gguf"));
   auto ours = convert_dir(kTinyStoriesDir, "tinystories656K_tok.gguf");
   ASSERT_TRUE(ours.ok()) << ours.status().to_string();
   auto ref = GgufFile::open(ref_path);

@@ -8,6 +8,7 @@
 
 #include "convert/model_plan.h"
 #include "gguf/gguf.h"
+#include "support/shared_data.h"
 #include "test_util.h"
 
 namespace arbor::convert {
@@ -331,8 +332,8 @@ TEST(Llama2cTest, OutputTypeRules) {
 // The reference conversion (llama.cpp's convert-llama2c-to-ggml) of the real model: same
 // tensor names, order, types, dims and bytes; same tokenizer arrays and shape metadata.
 TEST(Llama2cTest, Stories260KMatchesReferenceGguf) {
-  const std::string dir = std::string(ARBOR_SHARED_DIR) + "/models/stories260K/";
-  if (!std::filesystem::exists(dir + "stories260K.gguf")) GTEST_SKIP() << "missing " << dir;
+  ASSERT_TRUE(test::require_shared_file("models/stories260K/stories260K.gguf"));
+  const std::string dir = test::shared_path("models/stories260K") + "/";
   auto model = load_llama2c(dir + "stories260K.bin", dir + "tok512.bin");
   ASSERT_TRUE(model.ok()) << model.status().to_string();
   const std::string path = temp_path("stories260K.gguf");

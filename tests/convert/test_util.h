@@ -12,6 +12,7 @@
 
 #include "base/fp16.h"
 #include "gguf/gguf.h"
+#include "support/temp_dir.h"
 
 namespace arbor::convert::testing {
 
@@ -27,9 +28,8 @@ inline void append_f32s(std::vector<uint8_t>* out, const std::vector<float>& v) 
   for (float f : v) append_f32(out, f);
 }
 
-inline std::string temp_path(const std::string& name) {
-  return (std::filesystem::path(::testing::TempDir()) / name).string();
-}
+// A scratch path unique to this process (tests/support).
+using ::arbor::test::temp_path;
 
 inline void write_bytes(const std::string& path, const void* data, size_t size) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

@@ -8,6 +8,7 @@
 #include "convert/llama2c.h"
 #include "convert/model_plan.h"
 #include "gguf/gguf.h"
+#include "support/shared_data.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -74,9 +75,8 @@ void expect_same_encodings(const std::string& ours_path, const std::string& ref_
 }
 
 TEST(TokenizerParityTest, TinyStoriesHfConversionEncodesLikeReference) {
-  const std::string dir = std::string(ARBOR_SHARED_DIR) + "/models/tinystories-656K";
-  if (!std::filesystem::exists(dir + "/TinyStories-656K-Q8_0.gguf"))
-    GTEST_SKIP() << "missing " << dir;
+  ASSERT_TRUE(test::require_shared_file("models/tinystories-656K/TinyStories-656K-Q8_0.gguf"));
+  const std::string dir = test::shared_path("models/tinystories-656K");
   auto model = load_hf(dir);
   ASSERT_TRUE(model.ok()) << model.status().to_string();
   const std::string path = testing::temp_path("tinystories_tok_parity.gguf");
@@ -85,8 +85,8 @@ TEST(TokenizerParityTest, TinyStoriesHfConversionEncodesLikeReference) {
 }
 
 TEST(TokenizerParityTest, Stories260KLlama2cConversionEncodesLikeReference) {
-  const std::string dir = std::string(ARBOR_SHARED_DIR) + "/models/stories260K/";
-  if (!std::filesystem::exists(dir + "stories260K.gguf")) GTEST_SKIP() << "missing " << dir;
+  ASSERT_TRUE(test::require_shared_file("models/stories260K/stories260K.gguf"));
+  const std::string dir = test::shared_path("models/stories260K") + "/";
   auto model = load_llama2c(dir + "stories260K.bin", dir + "tok512.bin");
   ASSERT_TRUE(model.ok()) << model.status().to_string();
   const std::string path = testing::temp_path("stories260K_tok_parity.gguf");

@@ -8,11 +8,14 @@
 #include <vector>
 
 #include "engine/engine_core.h"
+#include "support/shared_data.h"
 
 namespace arbor::engine::testing {
 
+// The stories260K model; fails the current test, naming the path, when the file is missing.
 inline std::string stories260k_path() {
-  return std::string(ARBOR_SHARED_DIR) + "/models/stories260K/stories260K.gguf";
+  EXPECT_TRUE(::arbor::test::require_shared_file(::arbor::test::kStories260K));
+  return ::arbor::test::shared_path(::arbor::test::kStories260K);
 }
 
 struct Collected {

@@ -1,6 +1,5 @@
 // End to end: the real `arbor gguf-info` and `arbor quantize` on the shared model files.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -8,54 +7,38 @@
 #include <string>
 
 #include "gguf/gguf.h"
+#include "support/shared_data.h"
+#include "support/subprocess.h"
+#include "support/temp_dir.h"
 #include "test_files.h"
 
 namespace arbor::gguf {
 namespace {
 
-struct RunResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
+using test::CommandResult;
+using test::run_arbor;
 
-RunResult run(const std::string& args) {
-  const std::string cmd = std::string(ARBOR_BIN) + " " + args + " 2>&1";
-  RunResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+std::string stories() { return test::shared_path(test::kStories260K); }
 
-std::string stories() { return test_files::shared_path("models/stories260K/stories260K.gguf"); }
-
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() /
-          (name + "_" + std::to_string(getpid()) + ".gguf"))
-      .string();
-}
+std::string temp_path(const std::string& name) { return test::temp_path(name + ".gguf"); }
 
 TEST(GgufCli, InfoPrintsMetadataAndTensors) {
-  if (!std::filesystem::exists(stories())) GTEST_SKIP() << stories() << " is missing";
-  const RunResult r = run("gguf-info " + stories());
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("GGUF version 3, alignment 32, 19 metadata keys, 48 tensors"),
+  ASSERT_TRUE(test::require_shared_file(test::kStories260K));
+  const CommandResult r = run_arbor("gguf-info " + stories());
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_NE(r.output().find("GGUF version 3, alignment 32, 19 metadata keys, 48 tensors"),
             std::string::npos);
-  EXPECT_NE(r.output.find("llama.block_count"), std::string::npos);
-  EXPECT_NE(r.output.find("array[string; 512]"), std::string::npos);
-  EXPECT_NE(r.output.find("... (512 items)]"), std::string::npos);
-  EXPECT_NE(r.output.find("blk.0.ffn_down.weight"), std::string::npos);
+  EXPECT_NE(r.output().find("llama.block_count"), std::string::npos);
+  EXPECT_NE(r.output().find("array[string; 512]"), std::string::npos);
+  EXPECT_NE(r.output().find("... (512 items)]"), std::string::npos);
+  EXPECT_NE(r.output().find("blk.0.ffn_down.weight"), std::string::npos);
 }
 
 TEST(GgufCli, InfoJson) {
-  if (!std::filesystem::exists(stories())) GTEST_SKIP() << stories() << " is missing";
-  const RunResult r = run("gguf-info --json --max-items 2 " + stories() + " 2>/dev/null");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const auto j = nlohmann::json::parse(r.output);
+  ASSERT_TRUE(test::require_shared_file(test::kStories260K));
+  const CommandResult r = run_arbor("gguf-info --json --max-items 2 " + stories());
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["version"], 3);
   EXPECT_EQ(j["tensors"].size(), 48u);
   EXPECT_EQ(j["totals"]["bytes"], 1171200u);
@@ -74,9 +57,9 @@ TEST(GgufCli, InfoJson) {
 }
 
 TEST(GgufCli, InfoReportsMissingAndCorruptFiles) {
-  RunResult r = run("gguf-info /nonexistent.gguf");
+  CommandResult r = run_arbor("gguf-info /nonexistent.gguf");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.output.find("error: cannot open /nonexistent.gguf"), std::string::npos) << r.output;
+  EXPECT_NE(r.output().find("error: cannot open /nonexistent.gguf"), std::string::npos) << r.output();
   const std::string bad = temp_path("cli_corrupt");
   test_files::Bytes b;
   b.header(3, 0, 1).u64(1000).raw("abcdefghijklm");
@@ -84,22 +67,22 @@ TEST(GgufCli, InfoReportsMissingAndCorruptFiles) {
   ASSERT_NE(f, nullptr);
   std::fwrite(b.data().data(), 1, b.size(), f);
   std::fclose(f);
-  r = run("gguf-info " + bad);
+  r = run_arbor("gguf-info " + bad);
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.output.find("error: " + bad + ": at offset 24: key has length 1000"),
+  EXPECT_NE(r.output().find("error: " + bad + ": at offset 24: key has length 1000"),
             std::string::npos)
-      << r.output;
+      << r.output();
   std::filesystem::remove(bad);
 }
 
 TEST(GgufCli, QuantizeWritesALoadableModel) {
-  if (!std::filesystem::exists(stories())) GTEST_SKIP() << stories() << " is missing";
+  ASSERT_TRUE(test::require_shared_file(test::kStories260K));
   const std::string out = temp_path("cli_q8");
-  const RunResult r = run("quantize " + stories() + " " + out + " q8_0");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("37 tensors converted (5 with a fallback type), 11 kept"),
+  const CommandResult r = run_arbor("quantize " + stories() + " " + out + " q8_0");
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_NE(r.output().find("37 tensors converted (5 with a fallback type), 11 kept"),
             std::string::npos)
-      << r.output;
+      << r.output();
   auto f = GgufFile::open(out);
   ASSERT_TRUE(f.ok()) << f.status().to_string();
   EXPECT_EQ(*f->get_u32("general.file_type"), 7u);
@@ -108,11 +91,11 @@ TEST(GgufCli, QuantizeWritesALoadableModel) {
 }
 
 TEST(GgufCli, QuantizeRejectsUnknownType) {
-  const RunResult r = run("quantize " + stories() + " " + temp_path("cli_bad") + " q3_0");
+  const CommandResult r = run_arbor("quantize " + stories() + " " + temp_path("cli_bad") + " q3_0");
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.output.find("unknown or unsupported quantisation type 'q3_0'; accepted: f32, f16"),
+  EXPECT_NE(r.output().find("unknown or unsupported quantisation type 'q3_0'; accepted: f32, f16"),
             std::string::npos)
-      << r.output;
+      << r.output();
 }
 
 }  // namespace

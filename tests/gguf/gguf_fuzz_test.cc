@@ -25,6 +25,8 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "support/shared_data.h"
+#include "support/temp_dir.h"
 #include "test_files.h"
 
 #include <sanitizer/asan_interface.h>  // ASAN_(UN)POISON_MEMORY_REGION; no-ops without ASan
@@ -119,13 +121,8 @@ std::vector<Base> load_bases() {
   std::vector<Base> bases;
   const std::string syn = test_files::synthetic_writer(3, 32).serialize();
   bases.push_back(make_base("synthetic.gguf", std::vector<uint8_t>(syn.begin(), syn.end())));
-  const std::string path = test_files::shared_path("models/stories260K/stories260K.gguf");
-  std::ifstream in(path, std::ios::binary);
-  if (in) {
-    std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
-                               std::istreambuf_iterator<char>());
-    bases.push_back(make_base("stories260K.gguf", std::move(bytes)));
-  }
+  const std::string stories = test::read_file(test::shared_path(test::kStories260K));
+  bases.push_back(make_base("stories260K.gguf", std::vector<uint8_t>(stories.begin(), stories.end())));
   return bases;
 }
 
@@ -327,8 +324,8 @@ TEST(GgufFuzz, MutatedFilesNeverCrash) {
               static_cast<unsigned long long>(seed), static_cast<unsigned long long>(iterations),
               static_cast<unsigned long long>(seed));
   std::fflush(stdout);  // visible even if a sanitizer aborts the process
+  ASSERT_TRUE(test::require_shared_file(test::kStories260K));
   const std::vector<Base> bases = load_bases();
-  if (bases.size() < 2) std::printf("note: stories260K.gguf not found; synthetic base only\n");
   Mutator mutator(seed);
   uint64_t ok = 0;
   int failures = 0;

@@ -13,7 +13,8 @@ namespace arbor::gguf {
 namespace {
 
 using test_files::shared_gguf_files;
-using test_files::shared_path;
+using ::arbor::test::require_shared_file;
+using ::arbor::test::shared_path;
 using test_files::synthetic_writer;
 
 std::span<const uint8_t> as_bytes(const std::string& s) {
@@ -21,8 +22,8 @@ std::span<const uint8_t> as_bytes(const std::string& s) {
 }
 
 TEST(GgufSharedFiles, WriterReproducesEveryFileByteForByte) {
+  ASSERT_TRUE(require_shared_file("models"));
   const auto files = shared_gguf_files();
-  if (files.empty()) GTEST_SKIP() << "no .gguf files under " << ARBOR_SHARED_DIR;
   EXPECT_GE(files.size(), 10u);
   for (const std::string& path : files) {
     SCOPED_TRACE(path);
@@ -36,8 +37,8 @@ TEST(GgufSharedFiles, WriterReproducesEveryFileByteForByte) {
 }
 
 TEST(GgufSharedFiles, Stories260KKnownValues) {
+  ASSERT_TRUE(require_shared_file("models/stories260K/stories260K.gguf"));
   const std::string path = shared_path("models/stories260K/stories260K.gguf");
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is missing";
   auto f = GgufFile::open(path);
   ASSERT_TRUE(f.ok()) << f.status().to_string();
   EXPECT_EQ(f->version(), 3u);
@@ -82,8 +83,8 @@ TEST(GgufSharedFiles, Stories260KKnownValues) {
 }
 
 TEST(GgufSharedFiles, TinyStoriesQ8_0KnownValues) {
+  ASSERT_TRUE(require_shared_file("models/tinystories-656K/TinyStories-656K-Q8_0.gguf"));
   const std::string path = shared_path("models/tinystories-656K/TinyStories-656K-Q8_0.gguf");
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is missing";
   auto f = GgufFile::open(path);
   ASSERT_TRUE(f.ok()) << f.status().to_string();
   EXPECT_EQ(f->tensors().size(), 20u);

@@ -75,8 +75,8 @@ TEST(QuantizeModel, ConvertTensorData) {
 }
 
 TEST(QuantizeModel, Stories260KToQ8_0) {
-  const std::string path = test_files::shared_path("models/stories260K/stories260K.gguf");
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is missing";
+  ASSERT_TRUE(test::require_shared_file("models/stories260K/stories260K.gguf"));
+  const std::string path = test::shared_path("models/stories260K/stories260K.gguf");
   auto in = GgufFile::open(path);
   ASSERT_TRUE(in.ok());
   QuantizeReport report;
@@ -118,9 +118,8 @@ TEST(QuantizeModel, Stories260KToQ8_0) {
 
 // A quantised source is decoded first: Q8_0 -> Q4_0 works and keeps the f32 norms.
 TEST(QuantizeModel, RequantisesAQuantisedModel) {
-  const std::string path =
-      test_files::shared_path("models/tinystories-656K/TinyStories-656K-Q8_0.gguf");
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is missing";
+  ASSERT_TRUE(test::require_shared_file("models/tinystories-656K/TinyStories-656K-Q8_0.gguf"));
+  const std::string path = test::shared_path("models/tinystories-656K/TinyStories-656K-Q8_0.gguf");
   auto in = GgufFile::open(path);
   ASSERT_TRUE(in.ok());
   auto w = quantize_model(*in, {GgmlType::kQ4_0, false}, nullptr);

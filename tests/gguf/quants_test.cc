@@ -302,9 +302,8 @@ TEST(QuantsRowApi, HalfConversions) {
 // ggml's q8_0 reference is deterministic and idempotent on its own output: dequantising every
 // Q8_0 tensor of a llama.cpp-made file and quantising again gives the same bytes.
 TEST(QuantsSharedFile, Q8_0RequantisesToIdenticalBytes) {
-  const std::string path =
-      test_files::shared_path("models/tinystories-656K/TinyStories-656K-Q8_0.gguf");
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is missing";
+  ASSERT_TRUE(test::require_shared_file("models/tinystories-656K/TinyStories-656K-Q8_0.gguf"));
+  const std::string path = test::shared_path("models/tinystories-656K/TinyStories-656K-Q8_0.gguf");
   auto f = GgufFile::open(path);
   ASSERT_TRUE(f.ok()) << f.status().to_string();
   int checked = 0;

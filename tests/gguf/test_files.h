@@ -1,5 +1,6 @@
 // Helpers shared by the gguf tests: the shared model files, a synthetic GGUF with every value
-// type, and a little-endian byte builder for hand-made (corrupt) files.
+// type, and a little-endian byte builder for hand-made (corrupt) files. Shared-data paths come
+// from tests/support (test::shared_path, test::require_shared_file).
 #pragma once
 
 #include <algorithm>
@@ -10,19 +11,16 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "support/shared_data.h"
 
 namespace arbor::gguf::test_files {
-
-inline std::string shared_path(const std::string& rel) {
-  return (std::filesystem::path(ARBOR_SHARED_DIR) / rel).string();
-}
 
 // Every .gguf under models/ and tokenizers/llamacpp-vocab/, sorted.
 inline std::vector<std::string> shared_gguf_files() {
   namespace fs = std::filesystem;
   std::vector<std::string> out;
   for (const char* dir : {"models", "tokenizers/llamacpp-vocab"}) {
-    const fs::path d = fs::path(ARBOR_SHARED_DIR) / dir;
+    const fs::path d = test::shared_path(dir);
     if (!fs::exists(d)) continue;
     for (const auto& e : fs::recursive_directory_iterator(d)) {
       if (e.is_regular_file() && e.path().extension() == ".gguf") out.push_back(e.path());

@@ -148,7 +148,10 @@ TEST(Matmul, PackedKernelsAreBatchInvariant) {
   // alone" guarantee): each of 19 tokens multiplied alone equals its row of the batched call,
   // bit for bit, for row counts that leave partial 16-row groups.
   for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0}) {
-    if (!packing_available(type)) GTEST_SKIP() << "no packed kernel on this CPU";
+    if (!packing_available(type)) {
+      GTEST_SKIP() << "the CPU lacks the ISA of the packed " << gguf::ggml_type_name(type)
+                   << " kernel (best ISA here: " << isa_name(best_isa()) << ")";
+    }
     std::mt19937 rng(77);
     const int64_t rows = 70, cols = 320, nt = 19;
     const std::vector<float> wf = testing::random_floats(rng, rows * cols);
@@ -246,7 +249,9 @@ TEST(Matmul, ActivationQuantisationIsIdenticalOnAllIsas) {
     ASSERT_LE(std::fabs(q_scalar[i] * d - x[i]), d / 2 * 1.0001f + 1e-38f) << i;
   }
   EXPECT_EQ(d_scalar[1], 0.0f);
-  if (best_isa() < Isa::kAvx2) GTEST_SKIP() << "no AVX2";
+  if (best_isa() < Isa::kAvx2) {
+    GTEST_SKIP() << "the CPU lacks AVX2 (best ISA here: " << isa_name(best_isa()) << ")";
+  }
   internal::quantize_act_row_avx2(x.data(), kCols, q_avx2.data(), d_avx2.data());
   EXPECT_EQ(q_scalar, q_avx2);
   EXPECT_EQ(d_scalar, d_avx2);

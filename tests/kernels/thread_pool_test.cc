@@ -5,7 +5,13 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <mutex>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -151,6 +157,108 @@ TEST(ThreadPool, NoChunkRunsAfterItsJobReturned) {
     }
   }
   EXPECT_EQ(stale_runs.load(), 0);
+}
+
+// Keeps every core busy for its lifetime: a loaded machine, where pool threads are descheduled
+// between jobs, after claiming a chunk, and while going to sleep.
+class CpuBurners {
+ public:
+  explicit CpuBurners(unsigned n) {
+    for (unsigned i = 0; i < n; ++i) {
+      threads_.emplace_back([this] {
+        uint64_t x = 0;
+        while (!stop_.load(std::memory_order_relaxed)) x = x * 6364136223846793005ull + 1;
+        sink_.fetch_add(x, std::memory_order_relaxed);
+      });
+    }
+  }
+  ~CpuBurners() {
+    stop_ = true;
+    for (std::thread& t : threads_) t.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> sink_{0};
+  std::vector<std::thread> threads_;
+};
+
+// Aborts the process, naming what hung, if it is not destroyed within `seconds`: a hang fails
+// the test at once, with a message, instead of at the CTest timeout.
+class Watchdog {
+ public:
+  Watchdog(double seconds, std::function<std::string()> what)
+      : thread_([this, seconds, what = std::move(what)] {
+          std::unique_lock<std::mutex> lock(mu_);
+          if (!cv_.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return done_; })) {
+            std::fprintf(stderr, "thread pool hung: %s\n", what().c_str());
+            std::abort();
+          }
+        }) {}
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+// Thousands of tiny, uneven jobs on 2..4 threads while every core is busy elsewhere, with pauses
+// past the spin budget now and then (workers and the caller go to sleep on the futex and must be
+// woken), back-to-back calls (workers still spinning), and jobs of 1 chunk (the generation moves
+// on without a wake-up). A lost wake-up hangs (the watchdog aborts), a stale or doubled chunk
+// shows as a wrong sum. Seeded; the seed is printed.
+TEST(ThreadPool, StressTinyUnevenJobsOnALoadedMachine) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::printf("thread pool stress seed %u\n", seed);
+  std::mt19937 rng(seed);
+  CpuBurners burners(std::max(1u, std::thread::hardware_concurrency()));
+  const auto budget = std::chrono::milliseconds(1200);  // per thread count
+  for (int threads : {2, 3, 4}) {
+    ThreadPool pool(threads);
+    std::atomic<int64_t> call{0};
+    Watchdog watchdog(20.0, [&] {
+      return std::to_string(threads) + " threads, call " + std::to_string(call.load()) +
+             ", seed " + std::to_string(seed);
+    });
+    const auto start = std::chrono::steady_clock::now();
+    int64_t bad_sums = 0;
+    for (int64_t i = 0; i < 20000; ++i) {
+      if ((i & 63) == 0 && std::chrono::steady_clock::now() - start > budget) break;
+      call = i;
+      const int64_t n = std::uniform_int_distribution<int64_t>(1, 3 * threads)(rng);
+      const int64_t grain = std::uniform_int_distribution<int64_t>(0, 2)(rng);
+      const int heavy = std::uniform_int_distribution<int>(0, 7)(rng) == 0 ? 2000 : 0;
+      std::atomic<int64_t> sum{0};
+      pool.parallel_for(
+          n,
+          [&](int64_t begin, int64_t end, int) {
+            // Uneven: the first chunk sometimes does ~1000x the work of the others.
+            volatile uint64_t x = 0;
+            for (int k = 0; k < (begin == 0 ? heavy : 2); ++k) x = x + k;
+            for (int64_t j = begin; j < end; ++j) sum.fetch_add(j + 1, std::memory_order_relaxed);
+          },
+          grain);
+      if (sum.load() != n * (n + 1) / 2) ++bad_sums;
+      const int pause = std::uniform_int_distribution<int>(0, 99)(rng);
+      if (pause < 2) {
+        std::this_thread::sleep_for(std::chrono::microseconds(500));  // past the spin budget
+      } else if (pause < 10) {
+        std::this_thread::yield();
+      }
+    }
+    EXPECT_EQ(bad_sums, 0) << threads << " threads, " << call.load() + 1 << " calls";
+    std::printf("%d threads: %lld calls\n", threads, static_cast<long long>(call.load() + 1));
+  }
 }
 
 TEST(ThreadPool, WorkspaceIsAlignedAndStable) {

@@ -8,6 +8,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kv/block_hash_map.h"
@@ -51,21 +52,6 @@ std::vector<BlockHash> chain(const std::vector<int32_t>& tokens, size_t num_bloc
     out.push_back(parent);
   }
   return out;
-}
-
-TEST(KvSizingTest, BlocksForBudget) {
-  const KvBlockGeometry g{.num_layers = 2, .num_kv_heads = 4, .head_dim = 64, .block_size = 16,
-                          .dtype_bytes = 2};
-  EXPECT_EQ(kv_bytes_per_block(g), 2 * 2 * 4 * 64 * 16 * 2);
-  EXPECT_EQ(*num_blocks_for_budget(1 << 20, kv_bytes_per_block(g)), 32);
-  EXPECT_EQ(*num_blocks_for_budget((1 << 20) + 65535, 65536), 16);  // floor
-  auto too_small = num_blocks_for_budget(65536, 65536);
-  ASSERT_FALSE(too_small.ok());
-  EXPECT_EQ(too_small.status().code(), StatusCode::kResourceExhausted);
-  EXPECT_NE(too_small.status().message().find("holds 1 blocks of 65536 bytes"), std::string::npos);
-  EXPECT_EQ(num_blocks_for_budget(1 << 20, 0).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(*num_blocks_for_budget(std::numeric_limits<int64_t>::max(), 1),
-            std::numeric_limits<int32_t>::max());
 }
 
 TEST(BlockHashTest, MatchesTheDocumentedEncoding) {
@@ -251,13 +237,15 @@ class KvCacheManagerTest : public ::testing::Test {
   static constexpr int32_t kBlockSize = 4;
   KvCacheManager kv{KvCacheManagerOptions{.num_blocks = 10, .block_size = kBlockSize}};
 
-  // get_computed_blocks + allocate_slots for the whole prompt, as the scheduler admits a request.
+  // get_computed_blocks + allocate_slots for the whole prompt, as the scheduler admits a request
+  // (and counts the prefix query when it is admitted).
   std::optional<Ids> admit(const Req& r, int64_t lookahead = 0) {
     ComputedBlocks hit = kv.get_computed_blocks(r.view());
     const auto n = static_cast<int64_t>(r.tokens.size()) - hit.num_computed_tokens;
     auto slots = kv.allocate_slots(r.view(), n, hit, lookahead);
     kv.check_invariants();
     if (!slots) return std::nullopt;
+    kv.record_prefix_query(r.view(), hit);
     return ids(*slots);
   }
   Ids free_queue() const { return kv.block_pool().free_queue_order(); }
@@ -314,6 +302,7 @@ TEST_F(KvCacheManagerTest, PrefixHitsAcrossRequests) {
   EXPECT_EQ(hit.num_computed_tokens, 8);
   auto slots = kv.allocate_slots(b.view(), 2, hit);
   ASSERT_TRUE(slots.has_value());
+  kv.record_prefix_query(b.view(), hit);
   EXPECT_EQ(ids(*slots), (Ids{1, 2, 4}));
   EXPECT_EQ(ref(1), 2);
   EXPECT_EQ(ref(2), 2);
@@ -323,10 +312,16 @@ TEST_F(KvCacheManagerTest, PrefixHitsAcrossRequests) {
             chain(a.tokens, 2, kBlockSize));
   // C is exactly A's first 8 tokens: one token must stay to compute, so only block 1 hits.
   Req c{.id = 3, .tokens = iota_tokens(8)};
-  EXPECT_EQ(kv.get_computed_blocks(c.view()).block_ids, (Ids{1}));
+  const ComputedBlocks hit_c = kv.get_computed_blocks(c.view());
+  EXPECT_EQ(hit_c.block_ids, (Ids{1}));
   // D has the same tokens under another cache salt: no hit.
   Req d{.id = 4, .tokens = iota_tokens(10), .salt = "other-tenant"};
-  EXPECT_TRUE(kv.get_computed_blocks(d.view()).block_ids.empty());
+  const ComputedBlocks hit_d = kv.get_computed_blocks(d.view());
+  EXPECT_TRUE(hit_d.block_ids.empty());
+  // Asking is not counting: only record_prefix_query() (the scheduler's admission) counts.
+  EXPECT_EQ(kv.stats().num_queries, 2);
+  kv.record_prefix_query(c.view(), hit_c);
+  kv.record_prefix_query(d.view(), hit_d);
   // Queries: A (10 tokens, 0 hit), B (10, 8), C (8, 4), D (10, 0).
   const KvCacheStats s = kv.stats();
   EXPECT_EQ(s.num_queries, 4);
@@ -338,6 +333,59 @@ TEST_F(KvCacheManagerTest, PrefixHitsAcrossRequests) {
   EXPECT_EQ(s.num_cached_blocks, 2);
   EXPECT_EQ(s.num_free_uncached_blocks, 5);
   EXPECT_EQ(s.num_cached_free_blocks, 0);
+}
+
+// A request that waits blocked is asked for its prefix hit every step; it counts as one query,
+// when it is admitted, so the hit rate is exact.
+TEST_F(KvCacheManagerTest, BlockedWaitingRequestCountsOneQuery) {
+  Req a{.id = 1, .tokens = iota_tokens(16)};
+  ASSERT_EQ(admit(a), (Ids{1, 2, 3, 4}));
+  a.computed = 16;
+  kv.cache_full_blocks(a.view());
+  // B shares A's first 8 tokens and needs 8 blocks: 2 hit + 6 new, but only 5 are free.
+  Req b{.id = 2, .tokens = iota_tokens(8)};
+  const std::vector<int32_t> tail = iota_tokens(24, 500);
+  b.tokens.insert(b.tokens.end(), tail.begin(), tail.end());
+  for (int step = 0; step < 5; ++step) {
+    const ComputedBlocks hit = kv.get_computed_blocks(b.view());
+    EXPECT_EQ(hit.block_ids, (Ids{1, 2})) << "step " << step;
+    EXPECT_EQ(hit.block_hashes, chain(b.tokens, 2, kBlockSize)) << "step " << step;
+    EXPECT_FALSE(kv.allocate_slots(b.view(), 24, hit).has_value()) << "step " << step;
+    kv.check_invariants();
+  }
+  EXPECT_EQ(kv.stats().num_queries, 1);  // A only
+  kv.free(1);                            // A finishes; its cached blocks stay hittable
+  EXPECT_EQ(admit(b), (Ids{1, 2, 5, 6, 7, 8, 9, 4}));
+  const KvCacheStats s = kv.stats();
+  // (queries, hits, query tokens, hit tokens): A (16 tokens, no hit) and B (32, 8 hit), once.
+  EXPECT_EQ(std::tuple(s.num_queries, s.num_hits, s.num_query_tokens, s.num_hit_tokens),
+            std::tuple(2, 1, 16 + 32, 8));
+  EXPECT_DOUBLE_EQ(s.prefix_hit_rate, 8.0 / 48.0);
+}
+
+// The hashes kept for a waiting request extend when its prefix becomes cached later, and free()
+// drops them: a later request under the same id with other tokens is hashed afresh.
+TEST_F(KvCacheManagerTest, KeptWaitingHashesExtendAndAreDroppedByFree) {
+  Req c{.id = 3, .tokens = iota_tokens(12, 40)};
+  EXPECT_TRUE(kv.get_computed_blocks(c.view()).block_ids.empty());  // nothing cached yet
+  Req d{.id = 4, .tokens = iota_tokens(12, 40)};
+  ASSERT_TRUE(admit(d).has_value());
+  d.computed = 12;
+  kv.cache_full_blocks(d.view());
+  // Now C's first two blocks (at most (12 - 1) / 4) are D's.
+  ComputedBlocks hit = kv.get_computed_blocks(c.view());
+  EXPECT_EQ(hit.block_ids, (Ids{1, 2}));
+  EXPECT_EQ(hit.block_hashes, chain(c.tokens, 2, kBlockSize));
+  kv.check_invariants();
+  kv.free(3);  // C aborted while waiting
+  Req other{.id = 3, .tokens = iota_tokens(12, 70)};
+  EXPECT_TRUE(kv.get_computed_blocks(other.view()).block_ids.empty());
+  // Freed again, id 3 with C's tokens hashes afresh and finds D's blocks.
+  kv.free(3);
+  hit = kv.get_computed_blocks(c.view());
+  EXPECT_EQ(hit.block_ids, (Ids{1, 2}));
+  ASSERT_TRUE(kv.allocate_slots(c.view(), 4, hit).has_value());
+  kv.check_invariants();  // C holds blocks now: no kept hashes left for it
 }
 
 TEST_F(KvCacheManagerTest, FreeSendsTailFirstAndRevivesOnHit) {

@@ -131,9 +131,14 @@ void RandomRun::op_admit() {
   if (!kv_.allocate_slots(r.view(), chunk, hit, uniform(0, 2))) {
     ASSERT_FALSE(kv_.has_request(r.id));
     ++cov_.rejected;
-    if (chance(0.5)) waiting_.push_back(r);
+    if (chance(0.5)) {
+      waiting_.push_back(r);  // asked again later: the manager kept its block hashes
+    } else {
+      kv_.free(r.id);  // given up (an abort while waiting), as the scheduler does
+    }
     return;
   }
+  kv_.record_prefix_query(r.view(), hit);
   ++cov_.admitted;
   cov_.hit_blocks += static_cast<int64_t>(hit.block_ids.size());
   r.computed = hit.num_computed_tokens;

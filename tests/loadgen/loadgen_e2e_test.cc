@@ -9,74 +9,44 @@
 
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <vector>
 
 #include "../server/server_test_util.h"
+#include "support/subprocess.h"
+#include "support/temp_dir.h"
 
 namespace arbor::server::testing {
 namespace {
 
 using nlohmann::json;
 
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
-
-CommandResult run_command(const std::string& args) {
-  const std::string cmd = std::string(ARBOR_BIN) + " " + args + " 2>&1";
-  CommandResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using test::CommandResult;
+using test::read_file;
+using test::run_arbor;
+using test::TempDir;
 
 bool file_nonempty(const std::string& path) {
   struct stat st {};
   return stat(path.c_str(), &st) == 0 && st.st_size > 0;
 }
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/arbor_loadgen_e2e_XXXXXX";
-    path_ = mkdtemp(tmpl);
-  }
-  ~TempDir() { std::system(("rm -rf " + path_).c_str()); }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 TEST(BenchServe, AgainstArborServeReportsExactCounts) {
   ServerProcess server;
   ASSERT_TRUE(server.ok()) << "arbor serve did not start";
-  TempDir dir;
+  TempDir dir("loadgen_e2e");
   const std::string url = "http://127.0.0.1:" + std::to_string(server.port());
   const CommandResult r =
-      run_command("bench serve --url " + url +
+      run_arbor("bench serve --url " + url +
                   " -n 20 --input-len 40 --output-len 8 --vocab-size 512 --request-rate 40,inf"
                   " --goodput ttft:60000 --result-json " +
                   dir / "r.json" + " --result-md " + dir / "r.md" + " --plot " + dir / "plot");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("model"), std::string::npos);  // the resolved configuration
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_NE(r.output().find("model"), std::string::npos);  // the resolved configuration
   const json j = json::parse(read_file(dir / "r.json"), nullptr, false);
   ASSERT_TRUE(j.is_object()) << read_file(dir / "r.json");
   EXPECT_EQ(j["config"]["model"], "stories260K");  // discovered from /v1/models
@@ -89,9 +59,11 @@ TEST(BenchServe, AgainstArborServeReportsExactCounts) {
     EXPECT_EQ(run["total_input_tokens"], 20 * 40);  // the server's usage
     EXPECT_EQ(run["good_completed"], 20);
     // stories260K makes 8 tokens in about a millisecond, and the server often writes several
-    // chunks with one write, so ITL and TPOT may be 0 here; their bounds still hold.
+    // chunks with one write, so ITL and TPOT may be 0 here; their order still holds (the paced
+    // null-server test below checks ITL values against known delays).
     EXPECT_GT(run["median_ttft_ms"].get<double>(), 0);
-    EXPECT_GE(run["median_itl_ms"].get<double>(), 0);
+    EXPECT_LE(run["median_itl_ms"].get<double>(), run["p99_itl_ms"].get<double>());
+    EXPECT_LE(run["p99_itl_ms"].get<double>(), run["max_itl_ms"].get<double>());
     EXPECT_LE(run["max_itl_ms"].get<double>(), run["max_e2el_ms"].get<double>());
     EXPECT_LE(run["max_ttft_ms"].get<double>(), run["max_e2el_ms"].get<double>());
     EXPECT_LE(run["median_e2el_ms"].get<double>(), run["p99_e2el_ms"].get<double>());
@@ -106,7 +78,7 @@ TEST(BenchServe, AgainstArborServeReportsExactCounts) {
     EXPECT_TRUE(file_nonempty(dir / "plot.svg"));
     EXPECT_TRUE(file_nonempty(dir / "plot.png"));
   } else {
-    EXPECT_NE(r.output.find("gnuplot is not installed"), std::string::npos) << r.output;
+    EXPECT_NE(r.output().find("gnuplot is not installed"), std::string::npos) << r.output();
   }
   // Every request ended cleanly on the server: no KV block left behind.
   EXPECT_TRUE(server.wait_no_blocks_used());
@@ -120,21 +92,27 @@ TEST(BenchServe, TokenIdsPastTheVocabularyFailTheWarmUp) {
   ServerProcess server;
   ASSERT_TRUE(server.ok());
   const CommandResult r =
-      run_command("bench serve --url http://127.0.0.1:" + std::to_string(server.port()) +
+      run_arbor("bench serve --url http://127.0.0.1:" + std::to_string(server.port()) +
                   " -n 4 --input-len 64 --output-len 2 --vocab-size 100000");
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("warm-up request failed: HTTP 400"), std::string::npos) << r.output;
+  EXPECT_NE(r.output().find("warm-up request failed: HTTP 400"), std::string::npos) << r.output();
 }
 
-// `arbor bench null-server` as a child process on a free port.
+// `arbor bench null-server` with `extra_args` as a child process on a free port.
 class NullServerProcess {
  public:
-  explicit NullServerProcess(const std::string& port_file) {
+  explicit NullServerProcess(const std::string& port_file,
+                             std::vector<std::string> extra_args = {}) {
     unlink(port_file.c_str());
+    std::vector<std::string> args = {test::arbor_bin(), "--log-level", "warn", "bench",
+                                     "null-server", "--port", "0", "--port-file", port_file};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
     pid_ = fork();
     if (pid_ == 0) {
-      execl(ARBOR_BIN, ARBOR_BIN, "--log-level", "warn", "bench", "null-server", "--port", "0",
-            "--port-file", port_file.c_str(), static_cast<char*>(nullptr));
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
       _exit(127);
     }
     for (int i = 0; i < 200 && port_ == 0; ++i) {
@@ -154,15 +132,23 @@ class NullServerProcess {
   int port_ = 0;
 };
 
+// `arbor bench serve <bench_args>` against a null server started with `server_args`, reached as
+// `host`; its JSON report, or a discarded value (and the test failed) when the run failed.
+json bench_null_server(const std::vector<std::string>& server_args, const std::string& bench_args,
+                       const std::string& host = "127.0.0.1") {
+  TempDir dir("loadgen_e2e");
+  NullServerProcess server(dir / "port", server_args);
+  EXPECT_GT(server.port(), 0) << "arbor bench null-server did not start";
+  if (server.port() <= 0) return json::value_t::discarded;
+  const CommandResult r = run_arbor("bench serve --url http://" + host + ":" +
+                                    std::to_string(server.port()) + " " + bench_args +
+                                    " --result-json " + dir / "r.json");
+  EXPECT_EQ(r.exit_code, 0) << r.output();
+  return json::parse(read_file(dir / "r.json"), nullptr, false);
+}
+
 TEST(BenchServe, AgainstTheNullServer) {
-  TempDir dir;
-  NullServerProcess server(dir / "port");
-  ASSERT_GT(server.port(), 0);
-  const CommandResult r =
-      run_command("bench serve --url http://localhost:" + std::to_string(server.port()) +
-                  " -n 300 --output-len 16 --request-rate 300 --result-json " + dir / "r.json");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const json j = json::parse(read_file(dir / "r.json"), nullptr, false);
+  const json j = bench_null_server({}, "-n 300 --output-len 16 --request-rate 300", "localhost");
   ASSERT_TRUE(j.is_object());
   EXPECT_EQ(j["config"]["model"], "null");
   const json& run = j["runs"][0];
@@ -176,18 +162,31 @@ TEST(BenchServe, AgainstTheNullServer) {
   EXPECT_NEAR(run["achieved_send_rate"].get<double>(), scheduled, 0.2 * scheduled) << run.dump(2);
 }
 
+// A paced null server: the first chunk of every stream 30 ms after the request arrives, then one
+// chunk every 20 ms (due times are absolute, so a chunk that timer slack delays shortens the next
+// gap by as much). The client's TTFT cannot be below the server's delay, and its median ITL and
+// TPOT are the server's gap: a client that timed ITL from the request's start, between reads
+// rather than chunks, or in the wrong unit misses these bounds. The upper bounds are loose (5x)
+// for a loaded machine.
+TEST(BenchServe, PacedNullServerBoundsTtftAndItl) {
+  const json j = bench_null_server({"--tokens-per-second", "50", "--ttft-ms", "30"},
+                                   "-n 16 --output-len 6 --max-concurrency 4");
+  ASSERT_TRUE(j.is_object());
+  const json& run = j["runs"][0];
+  EXPECT_EQ(run["completed"], 16) << run.dump(2);
+  EXPECT_EQ(run["total_output_tokens"], 16 * 6);
+  for (const auto& [name, lo, hi] : {std::tuple("median_ttft_ms", 30.0, 5 * 30.0),
+                                     std::tuple("median_itl_ms", 0.5 * 20.0, 5 * 20.0),
+                                     std::tuple("median_tpot_ms", 0.5 * 20.0, 5 * 20.0)}) {
+    EXPECT_GE(run[name].get<double>(), lo) << name << "\n" << run.dump(2);
+    EXPECT_LE(run[name].get<double>(), hi) << name << "\n" << run.dump(2);
+  }
+}
+
 TEST(BenchServe, ChatEndpointWithFixedConcurrency) {
-  TempDir dir;
-  NullServerProcess server(dir / "port");
-  ASSERT_GT(server.port(), 0);
   // Chat takes text prompts (chosen automatically); a closed loop of 4 clients.
-  const CommandResult r =
-      run_command("bench serve --url http://127.0.0.1:" + std::to_string(server.port()) +
-                  " --endpoint /v1/chat/completions -n 50 --output-len 8"
-                  " --max-concurrency 4 --result-json " +
-                  dir / "r.json");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const json j = json::parse(read_file(dir / "r.json"), nullptr, false);
+  const json j = bench_null_server(
+      {}, "--endpoint /v1/chat/completions -n 50 --output-len 8 --max-concurrency 4");
   ASSERT_TRUE(j.is_object());
   EXPECT_EQ(j["config"]["prompt_format"], "text");
   const json& run = j["runs"][0];
@@ -198,7 +197,7 @@ TEST(BenchServe, ChatEndpointWithFixedConcurrency) {
 }
 
 TEST(BenchServe, NoServerIsAClearError) {
-  TempDir dir;
+  TempDir dir("loadgen_e2e");
   int port = 0;
   {
     NullServerProcess server(dir / "port");
@@ -206,25 +205,25 @@ TEST(BenchServe, NoServerIsAClearError) {
   }
   ASSERT_GT(port, 0);
   const CommandResult r =
-      run_command("bench serve --url http://127.0.0.1:" + std::to_string(port) + " -n 2");
-  EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find("cannot reach the server"), std::string::npos) << r.output;
+      run_arbor("bench serve --url http://127.0.0.1:" + std::to_string(port) + " -n 2");
+  EXPECT_EQ(r.exit_code, 1) << r.output();
+  EXPECT_NE(r.output().find("cannot reach the server"), std::string::npos) << r.output();
 }
 
 TEST(BenchServe, RefusesNonLoopbackUrls) {
   for (const char* url : {"http://192.0.2.1:8080", "http://example.com", "http://0.0.0.0:80"}) {
-    const CommandResult r = run_command(std::string("bench serve --url ") + url + " -n 1");
-    EXPECT_EQ(r.exit_code, 2) << url << ": " << r.output;
-    EXPECT_NE(r.output.find("is not a loopback address"), std::string::npos) << r.output;
+    const CommandResult r = run_arbor(std::string("bench serve --url ") + url + " -n 1");
+    EXPECT_EQ(r.exit_code, 2) << url << ": " << r.output();
+    EXPECT_NE(r.output().find("is not a loopback address"), std::string::npos) << r.output();
   }
 }
 
 TEST(BenchServe, HelpShowsDefaults) {
-  const CommandResult r = run_command("bench serve --help");
+  const CommandResult r = run_arbor("bench serve --help");
   EXPECT_EQ(r.exit_code, 0);
   for (const char* s : {"--request-rate", "--max-concurrency", "--goodput", "--max-seconds",
                         "http://127.0.0.1:8080", "/v1/completions"}) {
-    EXPECT_NE(r.output.find(s), std::string::npos) << s;
+    EXPECT_NE(r.output().find(s), std::string::npos) << s;
   }
 }
 

@@ -23,6 +23,9 @@ std::unique_ptr<ModelRunner> load_runner(const std::string& rel, int32_t block_s
   opt.num_blocks = num_blocks;
   opt.kv_dtype = dtype;
   opt.num_threads = threads;
+  if (rel.front() != '/') {
+    EXPECT_TRUE(require_shared_file(rel));
+  }
   auto r = ModelRunner::load(rel.front() == '/' ? rel : shared_path(rel), opt);
   EXPECT_TRUE(r.ok()) << r.status().to_string();
   return r.ok() ? std::move(r).value() : nullptr;
@@ -131,6 +134,7 @@ std::vector<size_t> followed(const std::vector<GoldenCase>& cases,
 
 TEST(GoldenTest, TinyStories656KF32ConversionFollowsGolden) {
   // Converted from the safetensors with the converter's library (what `arbor convert hf` runs).
+  ASSERT_TRUE(require_shared_file("models/tinystories-656K/model.safetensors"));
   auto hf = convert::load_hf(shared_path("models/tinystories-656K"));
   ASSERT_TRUE(hf.ok()) << hf.status().to_string();
   const std::filesystem::path dir =
@@ -156,7 +160,7 @@ TEST(GoldenTest, TinyStories656KF32ConversionFollowsGolden) {
 }
 
 TEST(GoldenTest, TinyStories656KQ8_0HowFar) {
-  auto runner = load_runner(shared_path("models/tinystories-656K/TinyStories-656K-Q8_0.gguf"),
+  auto runner = load_runner("models/tinystories-656K/TinyStories-656K-Q8_0.gguf",
                             16, kernels::KvDtype::kF32, 64);
   ASSERT_TRUE(runner);
   const auto cases = load_tinystories_golden();

@@ -3,19 +3,17 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
+
+#include "support/temp_dir.h"
 
 namespace arbor::model::testing {
 namespace {
 
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream in(path);
-  EXPECT_TRUE(in.good()) << "cannot open " << path;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return nlohmann::json::parse(ss.str());
+// shared/<rel> parsed; null (and the test failed) when the file is missing.
+nlohmann::json read_shared_json(const std::string& rel) {
+  if (!test::expect_shared_file(rel)) return nlohmann::json();
+  return nlohmann::json::parse(test::read_file(shared_path(rel)));
 }
 
 // Replaces SentencePiece's U+2581 with a space.
@@ -37,7 +35,7 @@ std::string piece_text(const std::string& piece) {
 std::vector<GoldenCase> load_stories260k_golden(const gguf::GgufFile& vocab_file) {
   auto pieces = vocab_file.get_string_array("tokenizer.ggml.tokens");
   EXPECT_TRUE(pieces.ok());
-  const nlohmann::json j = read_json(shared_path("goldens/stories260K_greedy.json"));
+  const nlohmann::json j = read_shared_json("goldens/stories260K_greedy.json");
   std::vector<GoldenCase> cases;
   for (const auto& jc : j["cases"]) {
     GoldenCase c;
@@ -63,7 +61,7 @@ std::vector<GoldenCase> load_stories260k_golden(const gguf::GgufFile& vocab_file
 }
 
 std::vector<GoldenCase> load_tinystories_golden() {
-  const nlohmann::json j = read_json(shared_path("goldens/tinystories656K_greedy.json"));
+  const nlohmann::json j = read_shared_json("goldens/tinystories656K_greedy.json");
   std::vector<GoldenCase> cases;
   for (const auto& jc : j["cases"]) {
     GoldenCase c;

@@ -6,14 +6,13 @@
 #include <vector>
 
 #include "model/runner.h"
+#include "support/shared_data.h"
 
 namespace arbor::model::testing {
 
-inline std::string shared_path(const std::string& rel) {
-  return std::string(ARBOR_SHARED_DIR) + "/" + rel;
-}
-
-inline const char* kStories260K = "models/stories260K/stories260K.gguf";
+using ::arbor::test::kStories260K;
+using ::arbor::test::require_shared_file;
+using ::arbor::test::shared_path;
 
 // One greedy golden case: `ids` starts with BOS; ids[0, prompt_len) is the prompt (with BOS), the
 // rest was generated; generation ran until ids.size() == max_len or `stop_id` came out.
@@ -25,6 +24,7 @@ struct GoldenCase {
   int32_t stop_id = -1;
 };
 
+// The goldens fail the current test, naming the path, when their file is missing.
 // stories260K_greedy.json; prompt lengths come from matching the GGUF vocabulary's pieces
 // against " " + prompt (the ids are in the file, the split point is not).
 std::vector<GoldenCase> load_stories260k_golden(const gguf::GgufFile& vocab_file);

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 
 #include "golden_util.h"
 #include "model/batch_builder.h"
@@ -16,6 +17,7 @@ namespace arbor::model::testing {
 namespace {
 
 gguf::GgufFile open_stories() {
+  EXPECT_TRUE(require_shared_file(kStories260K));
   auto f = gguf::GgufFile::open(shared_path(kStories260K));
   EXPECT_TRUE(f.ok()) << f.status().to_string();
   return std::move(f).value();
@@ -41,6 +43,7 @@ TEST(ModelConfigTest, Stories260K) {
 }
 
 TEST(ModelConfigTest, TinyStoriesQ8IsTied) {
+  ASSERT_TRUE(require_shared_file("models/tinystories-656K/TinyStories-656K-Q8_0.gguf"));
   auto m = LlamaModel::load(shared_path("models/tinystories-656K/TinyStories-656K-Q8_0.gguf"));
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   const ModelConfig& c = (*m)->config();
@@ -94,11 +97,35 @@ TEST(ModelConfigTest, ErrorsNameTheKeyOrTensor) {
                     "blk.0.ffn_gate.weight has dims [64, 172], expected [64, 128]");
 }
 
+// The one KV sizing rule: floor(budget / block bytes), at least 2 blocks (the KV manager's null
+// block and one usable block), at most INT32_MAX (int32 block ids).
+TEST(KvCacheTest, BlocksForBudget) {
+  KvCacheShape s{.num_layers = 2, .num_kv_heads = 3, .head_dim = 4, .block_size = 5,
+                 .dtype = kernels::KvDtype::kF16};
+  ASSERT_EQ(PagedKvCache::bytes_per_block(s), 480u);  // 2 layers x K/V x 3 x 5 x 4 x 2 bytes
+  EXPECT_EQ(*PagedKvCache::blocks_for_budget(s, 1 << 20), 1048576 / 480);
+  EXPECT_EQ(*PagedKvCache::blocks_for_budget(s, 480 * 7 + 479), 7);  // floor
+  EXPECT_EQ(*PagedKvCache::blocks_for_budget(s, 480 * 2), 2);
+  const Result<int32_t> too_small = PagedKvCache::blocks_for_budget(s, 480 * 2 - 1);
+  ASSERT_FALSE(too_small.ok());
+  EXPECT_EQ(too_small.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(too_small.status().message().find("KV budget of 959 bytes holds 1 blocks of 480 bytes"),
+            std::string::npos)
+      << too_small.status().to_string();
+  EXPECT_FALSE(PagedKvCache::blocks_for_budget(s, -1).ok());
+  EXPECT_EQ(*PagedKvCache::blocks_for_budget(s, std::numeric_limits<int64_t>::max()),
+            std::numeric_limits<int32_t>::max());
+  s.dtype = kernels::KvDtype::kF32;
+  EXPECT_EQ(*PagedKvCache::blocks_for_budget(s, 1 << 20), 1048576 / 960);
+  s.num_layers = 0;
+  EXPECT_EQ(PagedKvCache::blocks_for_budget(s, 1 << 20).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST(KvCacheTest, SizesRoundTripAndCopyBlock) {
   KvCacheShape s{.num_layers = 2, .num_kv_heads = 3, .head_dim = 4, .block_size = 5,
                  .dtype = kernels::KvDtype::kF16};
   EXPECT_EQ(PagedKvCache::bytes_per_block(s), 2u * 2 * 3 * 5 * 4 * 2);
-  EXPECT_EQ(PagedKvCache::blocks_for_budget(s, 1.0 / 1024), 1048576 / 480);
   for (kernels::KvDtype dtype : {kernels::KvDtype::kF32, kernels::KvDtype::kF16}) {
     s.dtype = dtype;
     auto cache = PagedKvCache::create(s, 4);
@@ -192,6 +219,7 @@ TEST(ForwardBatchTest, ValidateRejectsBadGeometry) {
 std::unique_ptr<ModelRunner> stories_runner(int32_t block_size, int64_t num_blocks) {
   RunnerOptions opt{.block_size = block_size, .num_blocks = num_blocks,
                     .kv_dtype = kernels::KvDtype::kF32, .num_threads = 2};
+  EXPECT_TRUE(require_shared_file(kStories260K));
   auto r = ModelRunner::load(shared_path(kStories260K), opt);
   EXPECT_TRUE(r.ok()) << r.status().to_string();
   return std::move(r).value();
@@ -288,14 +316,20 @@ TEST(ForwardTest, InvalidBatchIsAnErrorAndSequenceLimits) {
 
 TEST(ForwardTest, KvBudgetSizesTheCache) {
   RunnerOptions opt{.block_size = 16, .kv_cache_gib = 1.0 / 1024, .num_threads = 1};
+  ASSERT_TRUE(require_shared_file(kStories260K));
   auto r = ModelRunner::load(shared_path(kStories260K), opt);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   // F16, 5 layers x K/V x 4 kv heads x 16 tokens x 8 dims x 2 bytes = 10240 bytes per block.
   EXPECT_EQ(PagedKvCache::bytes_per_block((*r)->kv_cache().shape()), 10240u);
   EXPECT_EQ((*r)->kv_cache().num_blocks(), 1024 * 1024 / 10240);
-  opt.kv_cache_gib = 1e-9;
-  EXPECT_EQ(ModelRunner::load(shared_path(kStories260K), opt).status().code(),
-            StatusCode::kInvalidArgument);
+  // 15 KiB holds one block of 10240 bytes: the null block alone is not a usable pool.
+  opt.kv_cache_gib = 15.0 / (1024 * 1024);
+  const Status too_small = ModelRunner::load(shared_path(kStories260K), opt).status();
+  EXPECT_EQ(too_small.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(too_small.message().find("--kv-cache-gib 1.43051e-05: KV budget of 15360 bytes holds 1 "
+                                     "blocks of 10240 bytes"),
+            std::string::npos)
+      << too_small.to_string();
 }
 
 // stories260K rewritten as a qwen2 file: q/k rows permuted from GGUF's interleaved-pair layout

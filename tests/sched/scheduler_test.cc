@@ -1,6 +1,8 @@
 // Iteration tables: which requests run with how many tokens at each step.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "sched_harness.h"
 
 namespace arbor::sched {
@@ -55,6 +57,28 @@ TEST(SchedulerTable, PrefixHitSkipsCachedBlocks) {
   ASSERT_TRUE(h.add("C", iota_prompt(12), 1).ok());
   EXPECT_EQ(h.run(), (Table{"C:4 done:C"}));
   EXPECT_EQ(h.tokens["C"][0], h.tokens["A"][0]);
+}
+
+// B waits behind A for six steps (its blocks do not fit while A runs) and is asked for its
+// prefix hit every step; the prefix-cache counters count each request once, at admission.
+TEST(SchedulerTable, BlockedWaitingRequestCountsOnePrefixQuery) {
+  Harness h(sopts(64), kopts(8));  // 7 usable blocks of 4 tokens
+  ASSERT_TRUE(h.add("A", iota_prompt(12), 6).ok());
+  // B: A's first 8 tokens (2 blocks, cached after A's first step) + 19 others = 7 blocks, 5 of
+  // them new: fewer are free while A runs.
+  std::vector<int32_t> b = iota_prompt(8);
+  const std::vector<int32_t> tail = iota_prompt(19, 50);
+  b.insert(b.end(), tail.begin(), tail.end());
+  ASSERT_TRUE(h.add("B", b, 1).ok());
+  EXPECT_EQ(h.run(),
+            (Table{"A:12", "A:1", "A:1", "A:1", "A:1", "A:1 done:A", "B:19 done:B"}));
+  ASSERT_EQ(h.last_outputs.size(), 1u);
+  EXPECT_EQ(h.last_outputs[0].num_cached_tokens, 8);
+  // (queries, hits, query tokens, hit tokens): A (12 tokens, no hit) and B (27, 8 hit), once.
+  const kv::KvCacheStats s = h.kv.stats();
+  EXPECT_EQ(std::tuple(s.num_queries, s.num_hits, s.num_query_tokens, s.num_hit_tokens),
+            std::tuple(2, 1, 12 + 27, 8));
+  EXPECT_DOUBLE_EQ(s.prefix_hit_rate, 8.0 / 39.0);
 }
 
 TEST(SchedulerTable, PreemptsMostRecentlyAdmittedAndRecomputes) {

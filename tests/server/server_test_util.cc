@@ -14,16 +14,14 @@
 #include <sstream>
 #include <thread>
 
+#include "support/shared_data.h"
+#include "support/subprocess.h"
+
 namespace arbor::server::testing {
 
 namespace {
 
-std::string read_all(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using ::arbor::test::read_file;
 
 void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
 
@@ -34,11 +32,10 @@ nlohmann::json HttpResult::json() const {
 }
 
 ServerProcess::ServerProcess(std::vector<std::string> extra_args) {
-  char tmpl[] = "/tmp/arbor_srv_test_XXXXXX";
-  dir_ = mkdtemp(tmpl);
-  const std::string port_file = dir_ + "/port";
-  std::vector<std::string> args = {ARBOR_BIN, "--log-level", "warn", "serve", "-m",
-                                   std::string(ARBOR_SHARED_DIR) + "/models/stories260K/stories260K.gguf",
+  if (!test::expect_shared_file(test::kStories260K)) return;
+  const std::string port_file = dir_ / "port";
+  std::vector<std::string> args = {test::arbor_bin(), "--log-level", "warn", "serve", "-m",
+                                   test::shared_path(test::kStories260K),
                                    "--host", "127.0.0.1", "--port", "0", "--port-file", port_file,
                                    "--threads", "1", "--num-kv-blocks", "4096"};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
@@ -51,7 +48,7 @@ ServerProcess::ServerProcess(std::vector<std::string> extra_args) {
     _exit(127);
   }
   for (int i = 0; i < 600 && port_ == 0; ++i) {  // up to 30 s
-    const std::string p = read_all(port_file);
+    const std::string p = read_file(port_file);
     if (!p.empty()) port_ = std::atoi(p.c_str());
     if (port_ == 0) {
       if (!running()) return;
@@ -70,7 +67,6 @@ ServerProcess::~ServerProcess() {
     kill(pid_, SIGKILL);
     waitpid(pid_, nullptr, 0);
   }
-  std::system(("rm -rf " + dir_).c_str());
 }
 
 bool ServerProcess::running() const {
@@ -100,7 +96,7 @@ std::string ServerProcess::url(const std::string& path) const {
 
 HttpResult ServerProcess::request(const std::string& method, const std::string& path,
                                   const std::string& body, const std::string& extra_curl) const {
-  const std::string body_file = dir_ + "/body";
+  const std::string body_file = dir_ / "body";
   {
     std::ofstream f(body_file, std::ios::binary);
     f << body;

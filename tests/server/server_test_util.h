@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "support/temp_dir.h"
+
 namespace arbor::server::testing {
 
 struct HttpResult {
@@ -17,7 +19,8 @@ struct HttpResult {
 
 class ServerProcess {
  public:
-  // Starts ARBOR_BIN serve on the stories260K model with `extra_args`; waits for /health.
+  // Starts `arbor serve` on the stories260K model with `extra_args`; waits for /health. When
+  // the model file is missing the current test fails naming it, and ok() is false.
   explicit ServerProcess(std::vector<std::string> extra_args = {});
   // Sends SIGKILL if still running.
   ~ServerProcess();
@@ -46,7 +49,7 @@ class ServerProcess {
  private:
   int pid_ = -1;
   int port_ = 0;
-  std::string dir_;
+  test::TempDir dir_{"srv_test"};  // port file and request bodies
 };
 
 // "data: {...}" payloads of an SSE body, in order ("[DONE]" included as a string).

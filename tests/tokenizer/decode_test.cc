@@ -25,7 +25,7 @@ const char* const kLossless[] = {
 
 TEST(RoundTrip, LosslessVocabulariesStreamAndRoundTrip) {
   for (const char* rel : kLossless) {
-    ARBOR_TOKENIZER_OR_SKIP(tok, rel);
+    ARBOR_TOKENIZER_OR_FAIL(tok, rel);
     check_lossless(*tok, rel);
   }
 }
@@ -33,7 +33,7 @@ TEST(RoundTrip, LosslessVocabulariesStreamAndRoundTrip) {
 // "🦙" is three GPT-2 tokens: " \xF0\x9F", "\xA6", "\x99". Nothing of the emoji may leave
 // before its last byte; the space may.
 TEST(IncrementalDetokenizer, HoldsBackSplitCharacter) {
-  ARBOR_TOKENIZER_OR_SKIP(tok, "tokenizers/llamacpp-vocab/ggml-vocab-gpt-2.gguf");
+  ARBOR_TOKENIZER_OR_FAIL(tok, "tokenizers/llamacpp-vocab/ggml-vocab-gpt-2.gguf");
   const auto ids = tok->encode(" 🦙!", {.add_bos = false});
   ASSERT_EQ(ids.size(), 4u) << ids_to_string(ids);
   EXPECT_EQ(tok->token_to_piece(ids[0]), " \xF0\x9F");
@@ -57,7 +57,7 @@ TEST(IncrementalDetokenizer, HoldsBackSplitCharacter) {
 // SentencePiece byte tokens: an invalid byte is replaced at once; the dummy-prefix space is
 // dropped once, at the start of the text, in both paths.
 TEST(IncrementalDetokenizer, SpmBytesAndDummyPrefix) {
-  ARBOR_TOKENIZER_OR_SKIP(tok, "tokenizers/llamacpp-vocab/ggml-vocab-llama-spm.gguf");
+  ARBOR_TOKENIZER_OR_FAIL(tok, "tokenizers/llamacpp-vocab/ggml-vocab-llama-spm.gguf");
   const int32_t byte_ff = tok->token_id("<0xFF>"), byte_e4 = tok->token_id("<0xE4>");
   const int32_t hello = tok->token_id("▁Hello");
   ASSERT_GE(byte_ff, 0);
@@ -78,7 +78,7 @@ TEST(IncrementalDetokenizer, SpmBytesAndDummyPrefix) {
 TEST(IncrementalDetokenizer, RandomSequences) {
   for (const char* rel : {"tokenizers/llamacpp-vocab/ggml-vocab-llama-spm.gguf",
                           "tokenizers/llamacpp-vocab/ggml-vocab-gpt-2.gguf"}) {
-    ARBOR_TOKENIZER_OR_SKIP(tok, rel);
+    ARBOR_TOKENIZER_OR_FAIL(tok, rel);
     const uint32_t seed = 1234;
     std::mt19937 rng(seed);
     std::uniform_int_distribution<int32_t> any(0, tok->vocab_size() - 1), low(0, 300);

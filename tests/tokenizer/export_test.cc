@@ -22,7 +22,7 @@ const char* const kSamples[] = {
 };
 
 void check_export(const std::string& rel) {
-  ARBOR_TOKENIZER_OR_SKIP(tok, rel);
+  ARBOR_TOKENIZER_OR_FAIL(tok, rel);
   gguf::GgufWriter writer;
   for (const gguf::KeyValue& kv : tok->to_gguf_metadata()) writer.set(kv.key, kv.value);
   const std::string bytes = writer.serialize();
@@ -50,7 +50,7 @@ void check_export(const std::string& rel) {
 
 // The keys and shapes llama.cpp expects for Llama 3.
 void check_llama3_keys() {
-  ARBOR_TOKENIZER_OR_SKIP(tok, "tokenizers/hf/llama3/tokenizer.json");
+  ARBOR_TOKENIZER_OR_FAIL(tok, "tokenizers/hf/llama3/tokenizer.json");
   const auto kvs = tok->to_gguf_metadata();
   auto find = [&](const std::string& key) -> const gguf::Value* {
     for (const auto& kv : kvs) {

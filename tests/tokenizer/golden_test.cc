@@ -13,6 +13,7 @@ using testing::ids_to_string;
 using testing::shared_path;
 
 nlohmann::json load_golden(const std::string& rel) {
+  EXPECT_TRUE(::arbor::test::require_shared_file(rel));
   auto text = read_file(shared_path(rel));
   if (!text.ok()) return nlohmann::json();
   return nlohmann::json::parse(*text);
@@ -21,7 +22,7 @@ nlohmann::json load_golden(const std::string& rel) {
 // stories260K (llama2.c run.c): BOS, then the prompt with SentencePiece's dummy prefix;
 // ids_after_bos starts with the prompt's tokens, and `text` decodes all of ids_after_bos.
 TEST(Stories260K, PromptsEncodeAndGenerationsDecode) {
-  ARBOR_TOKENIZER_OR_SKIP(tok, "models/stories260K/stories260K.gguf");
+  ARBOR_TOKENIZER_OR_FAIL(tok, "models/stories260K/stories260K.gguf");
   const nlohmann::json golden = load_golden("goldens/stories260K_greedy.json");
   ASSERT_TRUE(golden.contains("cases"));
   ASSERT_EQ(tok->bos_id(), 1);
@@ -55,7 +56,7 @@ TEST(Stories260K, PromptsEncodeAndGenerationsDecode) {
 class TinyStories : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(TinyStories, PromptIdsMatchGolden) {
-  ARBOR_TOKENIZER_OR_SKIP(tok, GetParam());
+  ARBOR_TOKENIZER_OR_FAIL(tok, GetParam());
   const nlohmann::json golden = load_golden("goldens/tinystories656K_greedy.json");
   ASSERT_TRUE(golden.contains("cases"));
   EXPECT_EQ(tok->bos_id(), 1);

@@ -1,45 +1,41 @@
-// Shared helpers for the tokenizer tests: shared-data paths and cached tokenizers (loading the
-// large tokenizer.json files once keeps the suite fast under ASan).
+// Shared helpers for the tokenizer tests: cached tokenizers (loading the large tokenizer.json
+// files once keeps the suite fast under ASan).
 #pragma once
 
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "support/shared_data.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
 
 namespace arbor::tokenizer::testing {
 
-inline std::string shared_path(const std::string& rel) {
-  return std::string(ARBOR_SHARED_DIR) + "/" + rel;
-}
+using ::arbor::test::shared_path;
 
-// The tokenizer at shared/<rel>, loaded once per process; nullptr if the file is missing.
-// Fails the current test if the file exists but does not load.
+// The tokenizer at shared/<rel>, loaded once per process. Fails the current test and returns
+// nullptr when the file is missing (the message names the path) or does not load.
 inline const Tokenizer* cached_tokenizer(const std::string& rel) {
   static std::map<std::string, std::unique_ptr<Tokenizer>> cache;
   auto it = cache.find(rel);
   if (it != cache.end()) return it->second.get();
-  const std::string path = shared_path(rel);
-  if (!std::filesystem::exists(path)) return nullptr;
-  auto tok = Tokenizer::from_file(path);
+  if (!::arbor::test::expect_shared_file(rel)) return nullptr;
+  auto tok = Tokenizer::from_file(shared_path(rel));
   EXPECT_TRUE(tok.ok()) << tok.status().to_string();
   if (!tok.ok()) return nullptr;
   return (cache[rel] = std::move(tok).value()).get();
 }
 
-#define ARBOR_TOKENIZER_OR_SKIP(var, rel)                                       \
-  const ::arbor::tokenizer::Tokenizer* var =                                    \
-      ::arbor::tokenizer::testing::cached_tokenizer(rel);                       \
-  if (var == nullptr) {                                                          \
-    if (::testing::Test::HasFailure()) return;                                  \
-    GTEST_SKIP() << "shared data missing: " << ::arbor::tokenizer::testing::shared_path(rel); \
-  }
+// Declares `var`, the cached tokenizer at shared/<rel>; returns from the test, which has failed
+// already, when the tokenizer is missing or does not load.
+#define ARBOR_TOKENIZER_OR_FAIL(var, rel)                                 \
+  const ::arbor::tokenizer::Tokenizer* var =                              \
+      ::arbor::tokenizer::testing::cached_tokenizer(rel);                 \
+  if (var == nullptr) return
 
 inline std::string ids_to_string(const std::vector<int32_t>& ids) {
   std::string s;

@@ -22,10 +22,11 @@ struct VectorCase {
 };
 
 std::vector<VectorCase> load_vectors(const std::string& name) {
-  const std::string base = shared_path("tokenizers/llamacpp-vocab/ggml-vocab-" + name + ".gguf");
-  auto inp = read_file(base + ".inp");
-  auto out = read_file(base + ".out");
-  EXPECT_TRUE(inp.ok() && out.ok()) << "missing vectors for " << name;
+  const std::string rel = "tokenizers/llamacpp-vocab/ggml-vocab-" + name + ".gguf";
+  EXPECT_TRUE(::arbor::test::require_shared_file(rel + ".inp"));
+  EXPECT_TRUE(::arbor::test::require_shared_file(rel + ".out"));
+  auto inp = read_file(shared_path(rel) + ".inp");
+  auto out = read_file(shared_path(rel) + ".out");
   std::vector<VectorCase> cases;
   if (!inp.ok() || !out.ok()) return cases;
   const std::string sep = "\n__ggml_vocab_test__\n";
@@ -70,7 +71,7 @@ class GgufVectors : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(GgufVectors, MatchLlamaCpp) {
   const std::string name = GetParam();
-  ARBOR_TOKENIZER_OR_SKIP(tok, "tokenizers/llamacpp-vocab/ggml-vocab-" + name + ".gguf");
+  ARBOR_TOKENIZER_OR_FAIL(tok, "tokenizers/llamacpp-vocab/ggml-vocab-" + name + ".gguf");
   check_vectors(*tok, name);
 }
 
@@ -87,7 +88,7 @@ INSTANTIATE_TEST_SUITE_P(LlamaCpp, GgufVectors,
 // test runs in its own process, so each file gets one test covering vectors, round trips,
 // streaming and special tokens.
 TEST(Llama3Json, VectorsRoundTripsAndSpecials) {
-  ARBOR_TOKENIZER_OR_SKIP(tok, "tokenizers/hf/llama3/tokenizer.json");
+  ARBOR_TOKENIZER_OR_FAIL(tok, "tokenizers/hf/llama3/tokenizer.json");
   check_vectors(*tok, "llama-bpe");
   testing::check_lossless(*tok, "llama3");
   EXPECT_EQ(tok->bos_id(), 128000);
@@ -102,7 +103,7 @@ TEST(Llama3Json, VectorsRoundTripsAndSpecials) {
 }
 
 TEST(Qwen3Json, VectorsRoundTripsAndSpecials) {
-  ARBOR_TOKENIZER_OR_SKIP(tok, "tokenizers/hf/qwen3/tokenizer.json");
+  ARBOR_TOKENIZER_OR_FAIL(tok, "tokenizers/hf/qwen3/tokenizer.json");
   check_vectors(*tok, "qwen2");
   testing::check_lossless(*tok, "qwen3");
   EXPECT_FALSE(tok->add_bos());
@@ -128,7 +129,7 @@ TEST(Qwen3Json, VectorsRoundTripsAndSpecials) {
 // Vocabularies without vectors still load and round-trip plain text.
 TEST(GgufVocabs, BaichuanAndNeoxLoad) {
   for (const char* name : {"baichuan", "gpt-neox"}) {
-    ARBOR_TOKENIZER_OR_SKIP(tok, std::string("tokenizers/llamacpp-vocab/ggml-vocab-") + name +
+    ARBOR_TOKENIZER_OR_FAIL(tok, std::string("tokenizers/llamacpp-vocab/ggml-vocab-") + name +
                                      ".gguf");
     const std::string text = "Hello world, this is a test: 1234.";
     const auto ids = tok->encode(text, {.add_bos = false});
