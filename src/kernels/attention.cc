@@ -415,7 +415,11 @@ void run_item(const PagedAttentionParams& p, const WorkItem& w, const Scratch& s
   // An item over several key chunks folds each into (fm, fl, facc) when the next one starts.
   const int32_t chunk = split_chunk_keys(p.block_size);
   const bool multi_chunk = w.k0 / chunk != (w.k1 - 1) / chunk;
-  if (multi_chunk) std::fill(sc.fm, sc.fm + rows, kNegInf);
+  if (multi_chunk) {  // a row that sees no key at all keeps l = 0 and writes zeros
+    std::fill(sc.fm, sc.fm + rows, kNegInf);
+    std::fill(sc.fl, sc.fl + rows, 0.0f);
+    std::fill(sc.facc, sc.facc + (size_t)rows * hd, 0.0f);
+  }
   const Visibility vis = visibility(p, w.b);
   // Keys below full_end are visible to every row of the tile: no per-key mask test.
   const int32_t full_end = vis.bits ? vis.committed : vis.committed + w.i0 + 1;
