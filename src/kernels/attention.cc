@@ -20,8 +20,14 @@ namespace {
 // Query tokens per work item. A tile re-reads its sequence's K/V once, so larger tiles read
 // less; smaller tiles give more work items for parallelism.
 constexpr int kQueryTile = 16;
-// A KV split covers at least this many keys (flash-decoding only pays off on long contexts).
-constexpr int kMinSplitKeys = 256;
+// Keys are cut into chunks at fixed absolute positions: [0, C), [C, 2C), ... with
+// C = split_chunk_keys(block_size). Each chunk gets its own online softmax, and the chunks'
+// (max, sum, acc) are folded in key order by fold_partial(), whether one work item runs them
+// one after another or several items run them in parallel (flash-decoding) and merge_group()
+// folds them afterwards. So a query row's summation order depends only on its own keys: not on
+// the batch, the thread count, or how many rows of its sequence run in the step (batch
+// invariance, docs/kernels.md).
+constexpr int kSplitChunkKeys = 512;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // ---- Vector helpers: AVX2 (+FMA, F16C) and portable scalar twins. ----
@@ -164,14 +170,20 @@ AttnBlockOps block_ops(int head_dim) {
 // each F16 block once into scratch; smaller items read the cache directly.
 constexpr int kWidenRows = 4;
 
+// The chunk length: kSplitChunkKeys rounded down to whole blocks (at least one block), so chunk
+// boundaries are block boundaries.
+int32_t split_chunk_keys(int block_size) {
+  return std::max(1, kSplitChunkKeys / block_size) * block_size;
+}
+
 // ---- Work decomposition. ----
 
 // One unit of work: query rows [i0, i1) of sequence b against kv heads [g0, g1), keys [k0, k1).
 // partial < 0: the item covers all keys its rows can see and writes p.out directly; otherwise
-// it writes (m, l, acc) per row at partial * stride floats of the shared partial buffer (only
-// single-head items are split). Decode items of a large batch take every kv head: a block's
-// K (and V) rows of all heads are one contiguous run, so the item reads it front to back
-// instead of jumping between 2 KiB pieces of many blocks.
+// it covers exactly one key chunk and writes (m, l, acc) per row at partial * stride floats of
+// the shared partial buffer (only single-head items are split). Decode items of a large batch
+// take every kv head: a block's K (and V) rows of all heads are one contiguous run, so the item
+// reads it front to back instead of jumping between 2 KiB pieces of many blocks.
 struct WorkItem {
   int32_t b, g0, g1, i0, i1, k0, k1;
   int32_t partial;
@@ -212,6 +224,7 @@ void build_plan(const PagedAttentionParams& p, int num_threads, Plan& plan) {
   plan.groups.clear();
   plan.num_partials = 0;
   const bool all_heads = all_heads_decode(p, num_threads);
+  const int32_t chunk = split_chunk_keys(p.block_size);
   int64_t base_items = 0;
   for (int b = 0; b < p.num_seqs; ++b) {
     const int32_t n = seq_len_q(p, b);
@@ -231,17 +244,14 @@ void build_plan(const PagedAttentionParams& p, int num_threads, Plan& plan) {
     for (int32_t i0 = 0; i0 < n; i0 += kQueryTile) {
       const int32_t i1 = std::min(n, i0 + kQueryTile);
       const int32_t kend = tile_key_end(p, b, i1);
-      int32_t splits = (int32_t)std::min<int64_t>(want, std::max(1, kend / kMinSplitKeys));
-      // Split at block boundaries so no block is converted twice.
-      const int32_t blocks = (kend + p.block_size - 1) / p.block_size;
-      splits = std::max(1, std::min(splits, blocks));
-      const int32_t blocks_per_split = (blocks + splits - 1) / splits;
-      splits = (blocks + blocks_per_split - 1) / blocks_per_split;
+      // Split only at the fixed chunk boundaries, one chunk per item, or not at all: either
+      // way the chunks are folded in the same order (see kSplitChunkKeys).
+      const int32_t splits = want > 1 ? (kend + chunk - 1) / chunk : 1;
       for (int g = 0; g < p.num_kv_heads; ++g) {
         if (splits > 1) plan.groups.push_back({(int32_t)plan.items.size(), splits});
         for (int32_t s = 0; s < splits; ++s) {
-          const int32_t k0 = s * blocks_per_split * p.block_size;
-          const int32_t k1 = std::min(kend, (s + 1) * blocks_per_split * p.block_size);
+          const int32_t k0 = splits > 1 ? s * chunk : 0;
+          const int32_t k1 = splits > 1 ? std::min(kend, (s + 1) * chunk) : kend;
           const int32_t partial = splits > 1 ? plan.num_partials++ : -1;
           plan.items.push_back({b, g, g + 1, i0, i1, k0, k1, partial});
         }
@@ -254,9 +264,12 @@ void build_plan(const PagedAttentionParams& p, int num_threads, Plan& plan) {
 
 // Per-thread scratch for one work item.
 struct Scratch {
-  float* m;      // [rows]
+  float* m;      // [rows] this key chunk's running max, sum and accumulator
   float* l;      // [rows]
   float* acc;    // [rows, head_dim]
+  float* fm;     // [rows] the earlier chunks folded (fold_partial), items over several chunks
+  float* fl;     // [rows]
+  float* facc;   // [rows, head_dim]
   float* s;      // [block_size]
   float* kbuf;   // [block_size, head_dim]
   float* vbuf;   // [block_size, head_dim]
@@ -269,7 +282,7 @@ size_t max_item_rows(const PagedAttentionParams& p) {
 
 size_t scratch_floats(const PagedAttentionParams& p) {
   const size_t rows = max_item_rows(p);
-  return rows * (2 + p.head_dim) + p.block_size * (1 + 2 * (size_t)p.head_dim) + 64;
+  return 2 * rows * (2 + p.head_dim) + p.block_size * (1 + 2 * (size_t)p.head_dim) + 64;
 }
 
 Scratch carve_scratch(float* base, const PagedAttentionParams& p) {
@@ -278,7 +291,10 @@ Scratch carve_scratch(float* base, const PagedAttentionParams& p) {
   s.m = base;
   s.l = s.m + rows;
   s.acc = s.l + rows;
-  s.s = s.acc + rows * p.head_dim;
+  s.fm = s.acc + rows * p.head_dim;
+  s.fl = s.fm + rows;
+  s.facc = s.fl + rows;
+  s.s = s.facc + rows * p.head_dim;
   s.kbuf = s.s + p.block_size;
   s.vbuf = s.kbuf + (size_t)p.block_size * p.head_dim;
   return s;
@@ -347,6 +363,45 @@ void update_row(const PagedAttentionParams& p, const float* q, const void* k, co
   m = m_new;
 }
 
+// Folds a key chunk's partial (m, l, acc) into (fm, fl, facc), the fold of the chunks before it
+// (fm = -inf: none yet). Both the chunks of one item and merge_group() go through here, in key
+// order, so a split and an unsplit row give the same bits. Baseline code (no FMA contraction).
+void fold_partial(float m, float l, const float* acc, int hd, float& fm, float& fl, float* facc) {
+  if (m == kNegInf) return;  // the chunk had no key this row sees
+  if (fm == kNegInf) {
+    fm = m;
+    fl = l;
+    std::memcpy(facc, acc, sizeof(float) * hd);
+    return;
+  }
+  const float m_new = std::max(fm, m);
+  const float a = std::exp(fm - m_new), c = std::exp(m - m_new);
+  fl = fl * a + l * c;
+  for (int d = 0; d < hd; ++d) facc[d] = facc[d] * a + acc[d] * c;
+  fm = m_new;
+}
+
+// o = acc / l (zeros for a row that saw no key).
+void write_row(float l, const float* acc, int hd, float* o) {
+  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+  for (int d = 0; d < hd; ++d) o[d] = acc[d] * inv;
+}
+
+// Starts a key chunk: every row's (m, l, acc) empty.
+void reset_rows(const Scratch& sc, int32_t rows, int hd) {
+  std::fill(sc.m, sc.m + rows, kNegInf);
+  std::fill(sc.l, sc.l + rows, 0.0f);
+  std::fill(sc.acc, sc.acc + (size_t)rows * hd, 0.0f);
+}
+
+// Ends a key chunk of an item that spans several: folds each row's chunk into (fm, fl, facc).
+void fold_rows(const Scratch& sc, int32_t rows, int hd) {
+  for (int32_t row = 0; row < rows; ++row) {
+    fold_partial(sc.m[row], sc.l[row], sc.acc + (size_t)row * hd, hd, sc.fm[row], sc.fl[row],
+                 sc.facc + (size_t)row * hd);
+  }
+}
+
 // Rows of an item: head gi (of g0..g1), token i, query head hh at
 // gi * per_head + (i - i0) * r + hh, per_head = (i1 - i0) * r.
 void run_item(const PagedAttentionParams& p, const WorkItem& w, const Scratch& sc, float* partials,
@@ -356,20 +411,31 @@ void run_item(const PagedAttentionParams& p, const WorkItem& w, const Scratch& s
   const int heads = w.g1 - w.g0;
   const int32_t per_head = (w.i1 - w.i0) * r;
   const int32_t rows = per_head * heads;
-  std::fill(sc.m, sc.m + rows, kNegInf);
-  std::fill(sc.l, sc.l + rows, 0.0f);
-  std::fill(sc.acc, sc.acc + (size_t)rows * hd, 0.0f);
+  reset_rows(sc, rows, hd);
+  // An item over several key chunks folds each into (fm, fl, facc) when the next one starts.
+  const int32_t chunk = split_chunk_keys(p.block_size);
+  const bool multi_chunk = w.k0 / chunk != (w.k1 - 1) / chunk;
+  if (multi_chunk) {  // a row that sees no key at all keeps l = 0 and writes zeros
+    std::fill(sc.fm, sc.fm + rows, kNegInf);
+    std::fill(sc.fl, sc.fl + rows, 0.0f);
+    std::fill(sc.facc, sc.facc + (size_t)rows * hd, 0.0f);
+  }
   const Visibility vis = visibility(p, w.b);
   // Keys below full_end are visible to every row of the tile: no per-key mask test.
   const int32_t full_end = vis.bits ? vis.committed : vis.committed + w.i0 + 1;
   const int32_t* table = p.kv_page_indices + p.kv_indptr[w.b];
   const int64_t q_row0 = p.qo_indptr[w.b] + w.i0;
   const bool f16 = p.kv_dtype == KvDtype::kF16;
-  const bool widen = f16 && per_head >= kWidenRows;  // widen each block once, then read f32
+  // Widen each block once, then read f32 (the block ops' direct F16 reads stop at hd 512).
+  const bool widen = f16 && (per_head >= kWidenRows || hd > 512);
   const size_t elem = widen ? sizeof(float) : kv_dtype_size(p.kv_dtype);
   const int32_t first_kbase = w.k0 - w.k0 % p.block_size;
   for (int32_t kbase = first_kbase; kbase < w.k1; kbase += p.block_size) {
     const int32_t kb0 = std::max(kbase, w.k0), kb1 = std::min(kbase + p.block_size, w.k1);
+    if (multi_chunk && kbase > first_kbase && kbase % chunk == 0) {
+      fold_rows(sc, rows, hd);
+      reset_rows(sc, rows, hd);
+    }
     const int32_t block_id = table[kbase / p.block_size];
     // Blocks are scattered, so the hardware prefetcher cannot run ahead: fetch the K and V rows
     // kPrefetchBlocks ahead (the first call also fetches the ones before that). One block's
@@ -408,9 +474,13 @@ void run_item(const PagedAttentionParams& p, const WorkItem& w, const Scratch& s
       }
     }
   }
+  if (multi_chunk) fold_rows(sc, rows, hd);
+  // One chunk: (m, l, acc) is the whole result (fold_partial of one chunk is a copy).
+  const float* ls = multi_chunk ? sc.fl : sc.l;
+  const float* accs = multi_chunk ? sc.facc : sc.acc;
   for (int32_t row = 0; row < rows; ++row) {
-    const float* a = sc.acc + (size_t)row * hd;
-    if (w.partial >= 0) {  // single-head items only (heads == 1, row < per_head)
+    const float* a = accs + (size_t)row * hd;
+    if (w.partial >= 0) {  // single-head, single-chunk items only (heads == 1, row < per_head)
       float* dst = partials + ((size_t)w.partial * kQueryTile * r + row) * (hd + 2);
       dst[0] = sc.m[row];
       dst[1] = sc.l[row];
@@ -419,13 +489,12 @@ void run_item(const PagedAttentionParams& p, const WorkItem& w, const Scratch& s
     }
     const int32_t in_head = row % per_head;
     const int32_t i = w.i0 + in_head / r, h = (w.g0 + row / per_head) * r + in_head % r;
-    float* o = p.out + ((q_row0 + i - w.i0) * p.num_q_heads + h) * hd;
-    const float inv = sc.l[row] > 0.0f ? 1.0f / sc.l[row] : 0.0f;
-    for (int d = 0; d < hd; ++d) o[d] = a[d] * inv;
+    write_row(ls[row], a, hd, p.out + ((q_row0 + i - w.i0) * p.num_q_heads + h) * hd);
   }
 }
 
-// Merges the partial (m, l, acc) of a split group into p.out.
+// Folds the partials (m, l, acc) of a split group, one key chunk each, in key order into p.out
+// (the output row holds the running accumulator).
 void merge_group(const PagedAttentionParams& p, const Plan& plan, const SplitGroup& grp,
                  const float* partials) {
   const int r = p.num_q_heads / p.num_kv_heads;
@@ -434,26 +503,16 @@ void merge_group(const PagedAttentionParams& p, const Plan& plan, const SplitGro
   const int32_t rows = (w0.i1 - w0.i0) * r;
   const int64_t q_row0 = p.qo_indptr[w0.b] + w0.i0;
   for (int32_t row = 0; row < rows; ++row) {
-    float mmax = kNegInf;
-    for (int32_t s = 0; s < grp.num_splits; ++s) {
-      const int32_t part = plan.items[grp.first_item + s].partial;
-      mmax = std::max(mmax, partials[((size_t)part * kQueryTile * r + row) * (hd + 2)]);
-    }
     const int32_t i = w0.i0 + row / r, h = w0.g0 * r + row % r;
     float* o = p.out + ((q_row0 + i - w0.i0) * p.num_q_heads + h) * hd;
-    std::fill(o, o + hd, 0.0f);
-    if (mmax == kNegInf) continue;
-    float l = 0.0f;
+    float m = kNegInf, l = 0.0f;
     for (int32_t s = 0; s < grp.num_splits; ++s) {
       const int32_t part = plan.items[grp.first_item + s].partial;
       const float* src = partials + ((size_t)part * kQueryTile * r + row) * (hd + 2);
-      if (src[0] == kNegInf) continue;
-      const float c = std::exp(src[0] - mmax);
-      l += src[1] * c;
-      for (int d = 0; d < hd; ++d) o[d] += src[2 + d] * c;
+      fold_partial(src[0], src[1], src + 2, hd, m, l, o);
     }
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    for (int d = 0; d < hd; ++d) o[d] *= inv;
+    if (m == kNegInf) std::fill(o, o + hd, 0.0f);
+    write_row(l, o, hd, o);
   }
 }
 

@@ -13,7 +13,12 @@
 // query heads of its kv head, so each K/V block is read (and widened from F16) once per item.
 // Scores are scaled by `scale`, softmax is online (per block) with f32 accumulation. Work is
 // split over (sequence, kv head, tile of 16 query tokens) and, when that leaves threads idle on
-// long contexts (>= 256 keys per split), over KV ranges merged afterwards (flash-decoding).
+// long contexts, over fixed 512-key chunks merged afterwards (flash-decoding).
+//
+// Batch invariance: a query row's output depends, bit for bit, only on its q, the keys it sees,
+// block_size and active_isa(): not on the other rows or sequences of the call, on how many rows
+// its sequence has in it, or on the thread count. Keys are cut into chunks at fixed absolute
+// positions, each with its own online softmax, folded in key order (docs/kernels.md).
 // Decode (n_b = 1) and every block a tile sees in full skip the per-key visibility test; only
 // blocks holding new tokens test causal order or the mask bits key by key.
 //

@@ -270,8 +270,7 @@ void prepare_quantized_acts(const WeightView& w, const float* x, int64_t num_tok
   const int64_t cols = w.cols, nb = cols / kQBlock;
   const size_t qs_bytes = (static_cast<size_t>(num_tokens * cols) + 63) / 64 * 64;
   const size_t d_bytes = (static_cast<size_t>(num_tokens * nb) * sizeof(float) + 63) / 64 * 64;
-  const bool q4_sums =
-      isa >= Isa::kAvx2 && w.type == GgmlType::kQ4_0 && num_tokens < kGemmMinTokens;
+  const bool q4_sums = isa >= Isa::kAvx2 && w.type == GgmlType::kQ4_0;
   const size_t sums_bytes = q4_sums ? static_cast<size_t>(num_tokens * nb) * 16 : 0;
   auto* ws = static_cast<uint8_t*>(pool.workspace(0, qs_bytes + d_bytes + sums_bytes));
   auto* qs = reinterpret_cast<int8_t*>(ws);
@@ -357,9 +356,8 @@ void matmul(const WeightView& w, const float* x, float* y, int64_t num_tokens, T
                : isa >= Isa::kAvx2         ? internal::avx2_kernel(w.type)
                                            : internal::scalar_kernel(w.type);
   if (is_quantized(w.type)) prepare_quantized_acts(w, x, num_tokens, isa, pool, job);
-  if (isa >= Isa::kAvx512 && has_native_kernels(w.type) && !is_quantized(w.type) &&
-      num_tokens >= kGemmMinTokens) {
-    job.kernel = internal::avx512_float_gemm_kernel(w.type);
+  if (isa >= Isa::kAvx512 && has_native_kernels(w.type) && !is_quantized(w.type)) {
+    job.kernel = internal::avx512_float_kernel(w.type);
   }
   if (pool.num_threads() == 1 || w.rows * w.cols * num_tokens < kMinParallelMacs) {
     job.kernel(job.args, 0, w.rows);

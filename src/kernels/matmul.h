@@ -79,6 +79,9 @@ WeightView make_weight_view(gguf::GgmlType type, const void* data, int64_t rows,
 
 // y = x W^T as above. x: [num_tokens, cols], y: [num_tokens, rows]; y must not alias x.
 // Called from one thread (the pool's caller); uses all of the pool's threads.
+// Batch invariant: y[t, r] depends, bit for bit, only on x[t], row r of w (and whether it is
+// packed) and active_isa(); not on num_tokens, the other tokens or the pool's size
+// (docs/kernels.md, "Batch invariance").
 void matmul(const WeightView& w, const float* x, float* y, int64_t num_tokens, ThreadPool& pool);
 
 // Several matrices applied to the same x: ys[i] = x ws[i]^T, each [num_tokens, ws[i]->rows].

@@ -164,26 +164,45 @@ ARBOR_AVX2 void quant_tile(const MatmulArgs& a, int64_t r0, int64_t rstep, int64
 // subtracted afterwards with the token's precomputed pair sums (act_q4_sums_avx2):
 //   sum_j (u_j - 8) a_j = sum_j u_j a_j - 8 sum_j a_j.
 // int16 lanes stay below 2 * 2 * 15 * 127 + 4 * 8 * 127 = 11684 (no saturation).
-ARBOR_AVX2_INLINE __m256i q4_pair_dot(const uint8_t* blk0, const uint8_t* blk1, __m256i alo,
-                                      __m256i ahi, __m256i sums) {
+// The nibbles of blocks blk0 and blk1 (two rows): lo = elements 0..15, hi = 16..31, row 0 in
+// the low 128-bit lane, row 1 in the high one.
+ARBOR_AVX2_INLINE void q4_pair_unpack(const uint8_t* blk0, const uint8_t* blk1, __m256i& lo,
+                                      __m256i& hi) {
   const __m256i q = _mm256_inserti128_si256(
       _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk0 + 2))),
       _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk1 + 2)), 1);
   const __m256i mask = _mm256_set1_epi8(0x0F);
-  const __m256i lo = _mm256_and_si256(q, mask);
-  const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
+  lo = _mm256_and_si256(q, mask);
+  hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
+}
+
+// int32 lane i of each 128-bit half: row's sum over elements 4i..4i+3 and 16+4i..16+4i+3.
+ARBOR_AVX2_INLINE __m256i q4_pair_dot(__m256i lo, __m256i hi, __m256i alo, __m256i ahi,
+                                      __m256i sums) {
   const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, alo), _mm256_maddubs_epi16(hi, ahi));
   return _mm256_madd_epi16(_mm256_sub_epi16(p, sums), _mm256_set1_epi16(1));
 }
 
-// [d0 x4 | d1 x4] * da: the block scales of a row pair, laid out like q4_pair_dot's lanes.
-ARBOR_AVX2_INLINE __m256 pair_scale(const uint8_t* blk0, const uint8_t* blk1, __m256 da) {
+ARBOR_AVX2_INLINE __m256i q4_pair_dot(const uint8_t* blk0, const uint8_t* blk1, __m256i alo,
+                                      __m256i ahi, __m256i sums) {
+  __m256i lo, hi;
+  q4_pair_unpack(blk0, blk1, lo, hi);
+  return q4_pair_dot(lo, hi, alo, ahi, sums);
+}
+
+// [d0 x4 | d1 x4]: the block scales of a row pair, laid out like q4_pair_dot's lanes.
+ARBOR_AVX2_INLINE __m256 pair_d(const uint8_t* blk0, const uint8_t* blk1) {
   uint16_t h0, h1;
   std::memcpy(&h0, blk0, 2);
   std::memcpy(&h1, blk1, 2);
   const __m128i h = _mm_blend_epi16(_mm_set1_epi16(static_cast<short>(h0)),
                                     _mm_set1_epi16(static_cast<short>(h1)), 0xF0);
-  return _mm256_mul_ps(_mm256_cvtph_ps(h), da);
+  return _mm256_cvtph_ps(h);
+}
+
+// pair_d * da: the pair's block scales times the token's.
+ARBOR_AVX2_INLINE __m256 pair_scale(const uint8_t* blk0, const uint8_t* blk1, __m256 da) {
+  return _mm256_mul_ps(pair_d(blk0, blk1), da);
 }
 
 // Software prefetch distance for the four row streams of the Q4_0 GEMV, a small gain on top of
@@ -232,13 +251,70 @@ ARBOR_AVX2 void q4_0_gemv4(const MatmulArgs& a, int64_t r0, int64_t rstep, int64
   y[3 * rstep] = lanes[5];
 }
 
+// Q4_0 R x T tile (GEMM and the GEMV's leftover rows) with q4_0_gemv4's arithmetic, so a
+// token's bits do not depend on which kernel its batch size picks: rows go in pairs through
+// q4_pair_dot (R == 1: the row paired with itself), 4 f32 lanes per row, result
+// (l0 + l1) + (l2 + l3). Each pair's weights are unpacked once per block for T tokens, each
+// token's activation halves and pair sums loaded once per block for all pairs: 8 instructions
+// per row pair and token and block (the earlier sign-based tile needed 12).
+template <int R, int T>
+ARBOR_AVX2 void q4_tile(const MatmulArgs& a, int64_t r0, int64_t rstep, int64_t t0) {
+  static_assert(R == 1 || R % 2 == 0);
+  constexpr int P = (R + 1) / 2;  // row pairs
+  const WeightView& w = *a.w;
+  const int64_t nb = w.cols / kQBlock;
+  const uint8_t* rows[2 * P];
+  for (int r = 0; r < 2 * P; ++r) {
+    rows[r] = static_cast<const uint8_t*>(w.data) + (r0 + (R == 1 ? 0 : r) * rstep) * w.row_stride;
+  }
+  __m256 acc[P][T];
+  for (int p = 0; p < P; ++p) {
+    for (int t = 0; t < T; ++t) acc[p][t] = _mm256_setzero_ps();
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i lo[P], hi[P];
+    __m256 wd[P];  // [d_2p x4 | d_2p+1 x4]
+    for (int p = 0; p < P; ++p) {
+      const uint8_t* blk0 = rows[2 * p] + b * sizeof(BlockQ4_0);
+      const uint8_t* blk1 = rows[2 * p + 1] + b * sizeof(BlockQ4_0);
+      q4_pair_unpack(blk0, blk1, lo[p], hi[p]);
+      wd[p] = pair_d(blk0, blk1);
+    }
+    for (int t = 0; t < T; ++t) {
+      const int64_t tok = t0 + t;
+      const int8_t* aq = a.q.qs + tok * w.cols + b * kQBlock;
+      const __m256i alo =
+          _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(aq)));
+      const __m256i ahi =
+          _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(aq + 16)));
+      const __m256i sums = _mm256_broadcastsi128_si256(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.q.q4_sums + (tok * nb + b) * 8)));
+      const __m256 da = _mm256_broadcast_ss(a.q.d + tok * nb + b);
+      for (int p = 0; p < P; ++p) {
+        const __m256i s = q4_pair_dot(lo[p], hi[p], alo, ahi, sums);
+        acc[p][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(wd[p], da), acc[p][t]);
+      }
+    }
+  }
+  for (int p = 0; p < P; ++p) {
+    for (int t = 0; t < T; ++t) {
+      // q4_0_gemv4's reduction: hadd twice gives (l0 + l1) + (l2 + l3) per 128-bit half.
+      const __m256 h = _mm256_hadd_ps(acc[p][t], acc[p][t]);
+      const __m256 h2 = _mm256_hadd_ps(h, h);
+      float* y = a.y + (t0 + t) * w.rows + r0;
+      y[2 * p * rstep] = _mm256_cvtss_f32(h2);
+      if constexpr (R > 1) y[(2 * p + 1) * rstep] = _mm_cvtss_f32(_mm256_extractf128_ps(h2, 1));
+    }
+  }
+}
+
 ARBOR_AVX2 void q4_0_gemv_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
   const int64_t q = (row_end - row_begin) / 4;  // rows per stream, see gemv_streams()
   for (int64_t i = 0; i < q; ++i) {
     for (int64_t t = 0; t < a.num_tokens; ++t) q4_0_gemv4(a, row_begin + i, q, t);
   }
   for (int64_t r = row_begin + 4 * q; r < row_end; ++r) {
-    for (int64_t t = 0; t < a.num_tokens; ++t) quant_tile<GgmlType::kQ4_0, 1, 1>(a, r, 1, t);
+    for (int64_t t = 0; t < a.num_tokens; ++t) q4_tile<1, 1>(a, r, 1, t);
   }
 }
 
@@ -246,7 +322,9 @@ ARBOR_AVX2 void q4_0_gemv_rows(const MatmulArgs& a, int64_t row_begin, int64_t r
 
 template <GgmlType kType, int R, int T>
 ARBOR_AVX2_INLINE void tile(const MatmulArgs& a, int64_t r0, int64_t rstep, int64_t t0) {
-  if constexpr (kType == GgmlType::kQ8_0 || kType == GgmlType::kQ4_0) {
+  if constexpr (kType == GgmlType::kQ4_0) {
+    q4_tile<R, T>(a, r0, rstep, t0);
+  } else if constexpr (kType == GgmlType::kQ8_0) {
     quant_tile<kType, R, T>(a, r0, rstep, t0);
   } else {
     float_tile<kType, R, T>(a, r0, rstep, t0);
@@ -293,7 +371,7 @@ ARBOR_AVX2 void rows_kernel(const MatmulArgs& a, int64_t row_begin, int64_t row_
 // GEMV (few tokens) favours more rows per tile; GEMM balances rows and tokens for registers.
 template <GgmlType kType, int kGemvRows, int kGemmRows, int kGemmTokens, int64_t kTokenBlock>
 ARBOR_AVX2 void type_kernel(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
-  if (kType == GgmlType::kQ4_0 && a.q.q4_sums != nullptr) {
+  if (kType == GgmlType::kQ4_0 && a.num_tokens < kGemmMinTokens) {
     q4_0_gemv_rows(a, row_begin, row_end);
   } else if (a.num_tokens < kGemmMinTokens) {
     rows_kernel<kType, kGemvRows, kGemmMinTokens - 1, kTokenBlock>(a, row_begin, row_end);

@@ -1,7 +1,9 @@
-// AVX-512 F32/F16/BF16 GEMM tiles (num_tokens >= kGemmMinTokens). Compiled with per-function
-// target attributes; matmul() calls in here only when active_isa() is kAvx512. Q8_0/Q4_0 on
-// AVX-512 use the packed-weight kernels (matmul_packed_avx512.cc); an unpacked view falls back to
-// the AVX2 int8 kernels.
+// AVX-512 F32/F16/BF16 kernels, GEMV and GEMM. Compiled with per-function target attributes;
+// matmul() calls in here only when active_isa() is kAvx512. Both use the same R x T tile, whose
+// per-output accumulation (16 lanes over the columns, masked last step, one reduce_add) does not
+// depend on R, T or the row's place in the tile: a token's result is the same in any batch.
+// Q8_0/Q4_0 on AVX-512 use the packed-weight kernels (matmul_packed_avx512.cc); an unpacked view
+// falls back to the AVX2 int8 kernels.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -35,13 +37,15 @@ ARBOR_AVX512_INLINE __m512 load_w16(const uint8_t* row, int64_t c, __mmask16 m) 
   }
 }
 
-// y for an R x T tile: each 16-column weight vector is widened once and used for T tokens.
+// y for an R x T tile, rows r0 + {0 .. R-1} * rstep: each 16-column weight vector is widened
+// once and used for T tokens.
 template <GgmlType kType, int R, int T>
-ARBOR_AVX512 void float_tile(const MatmulArgs& a, int64_t r0, int64_t t0) {
+ARBOR_AVX512 void float_tile(const MatmulArgs& a, int64_t r0, int64_t rstep, int64_t t0) {
   const WeightView& w = *a.w;
   const int64_t cols = w.cols;
   const uint8_t* rows[R];
-  for (int r = 0; r < R; ++r) rows[r] = static_cast<const uint8_t*>(w.data) + (r0 + r) * w.row_stride;
+  for (int r = 0; r < R; ++r)
+    rows[r] = static_cast<const uint8_t*>(w.data) + (r0 + r * rstep) * w.row_stride;
   const float* xs[T];
   for (int t = 0; t < T; ++t) xs[t] = a.x + (t0 + t) * cols;
   __m512 acc[R][T];
@@ -67,36 +71,52 @@ ARBOR_AVX512 void float_tile(const MatmulArgs& a, int64_t r0, int64_t t0) {
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) a.y[(t0 + t) * w.rows + r0 + r] = _mm512_reduce_add_ps(acc[r][t]);
+    for (int t = 0; t < T; ++t) {
+      a.y[(t0 + t) * w.rows + r0 + r * rstep] = _mm512_reduce_add_ps(acc[r][t]);
+    }
   }
 }
 
 template <GgmlType kType, int R, int T>
-ARBOR_AVX512 void float_token_tiles(const MatmulArgs& a, int64_t r0, int64_t t0, int64_t t1) {
+ARBOR_AVX512 void float_token_tiles(const MatmulArgs& a, int64_t r0, int64_t rstep, int64_t t0,
+                                    int64_t t1) {
   int64_t t = t0;
-  for (; t + T <= t1; t += T) float_tile<kType, R, T>(a, r0, t);
+  for (; t + T <= t1; t += T) float_tile<kType, R, T>(a, r0, rstep, t);
   if constexpr (T > 1) {
-    if (t < t1) float_token_tiles<kType, R, T - 1>(a, r0, t, t1);
+    if (t < t1) float_token_tiles<kType, R, T - 1>(a, r0, rstep, t, t1);
   }
 }
 
-// Token blocks of 32 (f32 activations: 256 KiB at 2048 cols, in L2) and 4-row weight tiles that
-// stay in L1 across the block's 4-token tiles.
+// GEMV (fewer than kGemmMinTokens tokens): 4-row tiles whose rows come from the four quarters of
+// the range (rows i, i + q, i + 2q, i + 3q), so each read stream runs through q consecutive rows
+// (see rows_kernel in matmul_avx2.cc), all tokens per tile.
+// GEMM: token blocks of 32 (f32 activations: 256 KiB at 2048 cols, in L2) and 4-row weight tiles
+// that stay in L1 across the block's 4-token tiles.
 template <GgmlType kType>
 ARBOR_AVX512 void float_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
   constexpr int R = 4, T = 4;
   constexpr int64_t kTokenBlock = 32;
+  if (a.num_tokens < kGemmMinTokens) {
+    const int64_t q = (row_end - row_begin) / R;
+    for (int64_t i = 0; i < q; ++i) {
+      float_token_tiles<kType, R, kGemmMinTokens - 1>(a, row_begin + i, q, 0, a.num_tokens);
+    }
+    for (int64_t r = row_begin + R * q; r < row_end; ++r) {
+      float_token_tiles<kType, 1, kGemmMinTokens - 1>(a, r, 1, 0, a.num_tokens);
+    }
+    return;
+  }
   for (int64_t tb = 0; tb < a.num_tokens; tb += kTokenBlock) {
     const int64_t te = std::min(a.num_tokens, tb + kTokenBlock);
     int64_t r = row_begin;
-    for (; r + R <= row_end; r += R) float_token_tiles<kType, R, T>(a, r, tb, te);
-    for (; r < row_end; ++r) float_token_tiles<kType, 1, T>(a, r, tb, te);
+    for (; r + R <= row_end; r += R) float_token_tiles<kType, R, T>(a, r, 1, tb, te);
+    for (; r < row_end; ++r) float_token_tiles<kType, 1, T>(a, r, 1, tb, te);
   }
 }
 
 }  // namespace
 
-RowKernel avx512_float_gemm_kernel(GgmlType type) {
+RowKernel avx512_float_kernel(GgmlType type) {
   switch (type) {
     case GgmlType::kF32:
       return float_rows<GgmlType::kF32>;

@@ -28,7 +28,7 @@ struct QuantizedActs {
   const int8_t* qs = nullptr;
   const float* d = nullptr;
   int64_t cols = 0;
-  // Q4_0 GEMV on AVX2 only (else null): [num_tokens, cols / 32, 8] int16, entry i of a block =
+  // Q4_0 on AVX2 only (else null): [num_tokens, cols / 32, 8] int16, entry i of a block =
   // 8 * (q[2i] + q[2i+1] + q[16+2i] + q[17+2i]); see act_q4_sums_avx2.
   const int16_t* q4_sums = nullptr;
 };
@@ -55,8 +55,10 @@ using RowKernel = void (*)(const MatmulArgs& a, int64_t row_begin, int64_t row_e
 
 RowKernel scalar_kernel(gguf::GgmlType type);
 RowKernel avx2_kernel(gguf::GgmlType type);
-// F32 / F16 / BF16 GEMM (num_tokens >= kGemmMinTokens; GEMV stays on AVX2, it is memory bound).
-RowKernel avx512_float_gemm_kernel(gguf::GgmlType type);
+// F32 / F16 / BF16, GEMV and GEMM. Every token count goes through it on AVX-512: the AVX2 GEMV
+// sums in 8 lanes, this kernel in 16, so mixing them would make a token's bits depend on the
+// batch size.
+RowKernel avx512_float_kernel(gguf::GgmlType type);
 
 // ---- Packed weights (pack_weights) and their AVX-512 VNNI kernels ----
 // Rows are taken 16 at a time (a group; the last one padded with scale-0 rows). Group g, block b

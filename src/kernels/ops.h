@@ -45,7 +45,8 @@ void rope_cos_sin(const RopeParams& p, int rot_dim, int32_t pos, float* cos_out,
 void rope_apply(float* x, int num_heads, int head_dim, int rot_dim, bool neox, const float* cos,
                 const float* sin);
 
-// gate[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)); gate, up: [n].
+// gate[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)); gate, up: [n]. Element i's
+// bits depend only on gate[i] and up[i], not on n or i (callers pass many tokens at once).
 void silu_mul(float* gate, const float* up, int64_t n);
 void silu_mul_ref(float* gate, const float* up, int64_t n);
 

@@ -71,17 +71,25 @@ ARBOR_AVX2 void rms_norm_avx2(const float* x, const float* weight, float* y, int
   for (; i < n; ++i) y[i] = x[i] * inv * weight[i];
 }
 
+ARBOR_AVX2_INLINE __m256 silu_mul8(__m256 g, __m256 u) {
+  const __m256 e = exp256(_mm256_xor_ps(g, _mm256_set1_ps(-0.0f)));
+  return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+}
+
 ARBOR_AVX2 void silu_mul_avx2(float* gate, const float* up, int64_t n) {
-  const __m256 one = _mm256_set1_ps(1.0f);
-  const __m256 sign = _mm256_set1_ps(-0.0f);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256 g = _mm256_loadu_ps(gate + i);
-    const __m256 e = exp256(_mm256_xor_ps(g, sign));
-    const __m256 s = _mm256_div_ps(g, _mm256_add_ps(one, e));
-    _mm256_storeu_ps(gate + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
+    _mm256_storeu_ps(gate + i, silu_mul8(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
   }
-  for (; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  // The tail takes the same vector formula (masked), not std::exp: the forward calls this on
+  // [tokens, ffn_dim] at once, so which elements fall into the tail depends on the token count,
+  // and an element's bits must not (batch invariance, docs/kernels.md).
+  if (i < n) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i)), lane);
+    const __m256 g = _mm256_maskload_ps(gate + i, mask), u = _mm256_maskload_ps(up + i, mask);
+    _mm256_maskstore_ps(gate + i, mask, silu_mul8(g, u));
+  }
 }
 
 ARBOR_AVX2 void softmax_avx2(float* x, int64_t n) {

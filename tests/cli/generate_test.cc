@@ -98,7 +98,7 @@ TEST_F(GenerateTest, StopsAtBosLikeTheReferenceUnlessIgnoreEos) {
 // generate runs the serving engine and takes its flags: prefill in chunks of 3 tokens over KV
 // blocks of 4 still gives the reference's greedy ids.
 TEST_F(GenerateTest, EngineFlagsApplyAndKeepTheGreedyPath) {
-  const nlohmann::json golden = nlohmann::json::parse(read_all(kGolden));
+  const nlohmann::json golden = nlohmann::json::parse(read_file(kGolden));
   const nlohmann::json& c = golden["cases"][0];
   const std::vector<int32_t> expected = c["ids_after_bos"].get<std::vector<int32_t>>();
   const int n = static_cast<int>(expected.size()) - 4;

@@ -24,7 +24,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string shared(const std::string& rel) { return std::string(ARBOR_SHARED_DIR) + "/" + rel; }
+// A shared data file's path; fails the current test, naming it, when it is missing.
+std::string shared(const std::string& rel) {
+  EXPECT_TRUE(::arbor::test::require_shared_file(rel));
+  return ::arbor::test::shared_path(rel);
+}
 
 // Removes the files in it when the test program exits.
 struct TempFiles {
@@ -43,8 +47,6 @@ const std::string& draft_gguf(int layers) {
   const std::string src =
       shared(str_cat("models/stories260K/stories260K-first", layers, "layers.bin"));
   const std::string tok = shared("models/stories260K/tok512.bin");
-  EXPECT_TRUE(fs::exists(src)) << "missing shared file " << src;
-  EXPECT_TRUE(fs::exists(tok)) << "missing shared file " << tok;
   const std::string out =
       (fs::temp_directory_path() / str_cat("arbor_spec_draft", layers, "_", getpid(), ".gguf"))
           .string();

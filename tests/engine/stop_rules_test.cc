@@ -15,8 +15,8 @@ namespace arbor::engine {
 namespace {
 
 std::unique_ptr<tokenizer::Tokenizer> load(const std::string& rel) {
-  const std::string path = std::string(ARBOR_SHARED_DIR) + "/" + rel;
-  if (!std::filesystem::exists(path)) return nullptr;
+  if (!::arbor::test::expect_shared_file(rel)) return nullptr;  // fails, naming the path
+  const std::string path = ::arbor::test::shared_path(rel);
   auto tok = tokenizer::Tokenizer::from_file(path);
   EXPECT_TRUE(tok.ok()) << tok.status().to_string();
   return tok.ok() ? std::move(tok).value() : nullptr;

@@ -11,6 +11,8 @@
 #include <type_traits>
 
 #include "server_test_util.h"
+#include "support/shared_data.h"
+#include "support/subprocess.h"
 
 namespace arbor::server::testing {
 namespace {
@@ -30,16 +32,17 @@ std::string str_cat(const Args&... a) {
   return s;
 }
 
-std::string shared(const std::string& rel) { return std::string(ARBOR_SHARED_DIR) + "/" + rel; }
+// A shared data file's path; fails the current test, naming it, when it is missing.
+std::string shared(const std::string& rel) {
+  EXPECT_TRUE(::arbor::test::require_shared_file(rel));
+  return ::arbor::test::shared_path(rel);
+}
 
 // Runs `cmd` with a shell; returns its exit status and fills *output with stdout + stderr.
 int run(const std::string& cmd, std::string* output) {
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (p == nullptr) return -1;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) output->append(buf, n);
-  return pclose(p);
+  const ::arbor::test::CommandResult r = ::arbor::test::run_shell(cmd);
+  *output += r.output();
+  return r.exit_code;
 }
 
 std::string temp_path(const std::string& name) {
@@ -57,7 +60,7 @@ const std::string& draft3() {
   static const TempFile file{[] {
     const std::string out = temp_path("arbor_server_draft3");
     std::string log;
-    const int rc = run(str_cat(ARBOR_BIN, " convert llama2c ",
+    const int rc = run(str_cat(::arbor::test::arbor_bin(), " convert llama2c ",
                                shared("models/stories260K/stories260K-first3layers.bin"), " ",
                                shared("models/stories260K/tok512.bin"), " -o ", out),
                        &log);
@@ -170,14 +173,14 @@ TEST_F(ServerSpec, FinishReasonsComeFromTheStopDecision) {
 TEST(ServerSpecStartup, DraftModelWithAnotherVocabularyIsAStartupError) {
   const std::string other = temp_path("arbor_other_vocab");
   std::string log;
-  ASSERT_EQ(run(str_cat(ARBOR_BIN, " synth --shape custom --dim 64 --ffn 128 --layers 1 --heads 8 "
+  ASSERT_EQ(run(str_cat(::arbor::test::arbor_bin(), " synth --shape custom --dim 64 --ffn 128 --layers 1 --heads 8 "
                         "--kv-heads 4 --type f32 --vocab-size 600 --vocab ",
                         shared("models/stories260K/stories260K.gguf"), " -o ", other),
                 &log),
             0)
       << log;
   log.clear();
-  const int rc = run(str_cat(ARBOR_BIN, " serve -m ", shared("models/stories260K/stories260K.gguf"),
+  const int rc = run(str_cat(::arbor::test::arbor_bin(), " serve -m ", shared("models/stories260K/stories260K.gguf"),
                              " --port 0 --spec draft --draft-model ", other),
                      &log);
   EXPECT_NE(rc, 0) << log;
