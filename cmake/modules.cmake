@@ -4,8 +4,8 @@
 # module includes a header of a module outside the transitive closure of its list. The list is
 # in dependency order: a module names only modules before it.
 set(ARBOR_MODULES
-  base gguf tokenizer convert kv kernels model sampling step sched executor engine http chat
-  server loadgen)
+  base gguf tokenizer convert kv kernels model sampling step spec sched executor engine http
+  chat server loadgen)
 
 set(ARBOR_DEPS_base "")
 set(ARBOR_DEPS_gguf base)
@@ -17,6 +17,8 @@ set(ARBOR_DEPS_model base gguf kernels)
 set(ARBOR_DEPS_sampling base)
 # The step protocol's values and the executor interface: what crosses the executor boundary.
 set(ARBOR_DEPS_step base sampling kv)
+# Model-free speculative-decoding proposers (n-gram lookup, suffix tries): pure logic on tokens.
+set(ARBOR_DEPS_spec base)
 # Pure scheduling logic: never tensors or kernels.
 set(ARBOR_DEPS_sched base kv sampling step)
 # Executors run the model behind the step protocol; the engine never sees them.
