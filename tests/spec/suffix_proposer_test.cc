@@ -165,6 +165,15 @@ TEST(SuffixProposer, EvictsOldestOutputsToStayWithinTheBudget) {
   p.global_trie().check_invariants();
 }
 
+TEST(SuffixProposerDeathTest, CommittedTokensMayNotShrinkWithoutForget) {
+  SuffixProposer p(local_only(8));
+  propose_one(p, 1, {1, 2, 3, 4}, 8);
+  EXPECT_DEATH(propose_one(p, 1, {1, 2, 3}, 8), "shrank without forget");
+  EXPECT_DEATH(propose_one(p, 1, {1, 2, 3, 5, 6}, 8), "changed without forget");
+  p.forget(1, Tokens{1, 2, 3, 4}, 4);
+  EXPECT_TRUE(propose_one(p, 1, {1, 2, 3}, 8).empty());  // a fresh start after forget
+}
+
 // Fed one token per call or the whole sequence at once, the proposals are the same.
 TEST(SuffixProposer, IncrementalEqualsFromScratch) {
   for (uint32_t seed = 1; seed <= 100; ++seed) {
