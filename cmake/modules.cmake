@@ -17,7 +17,7 @@ set(ARBOR_DEPS_model base gguf kernels)
 set(ARBOR_DEPS_sampling base)
 # The step protocol's values and the executor interface: what crosses the executor boundary.
 set(ARBOR_DEPS_step base sampling)
-# Model-free proposers for speculative decoding: pure logic over token ids.
+# Model-free speculative-decoding proposers (n-gram lookup, suffix tries): pure logic on tokens.
 set(ARBOR_DEPS_spec base)
 # Pure scheduling logic: never tensors or kernels.
 set(ARBOR_DEPS_sched base kv sampling step)

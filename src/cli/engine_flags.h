@@ -20,7 +20,7 @@
 //   --spec-k N                        drafts verified per request per step, at most (default 4;
 //                                     the policy chooses 0..N each step)
 //   --draft-model PATH                the draft GGUF for --spec draft (same vocabulary)
-//   --spec-ngram-min N / --spec-ngram-max N   n-gram sizes the ngram proposer matches (1 / 4)
+//   --spec-ngram-min N / --spec-ngram-max N   n-gram sizes the ngram proposer matches (2 / 4)
 //
 // Header-only: only cmd_*.cc files are compiled into the executable, and this needs CLI11,
 // which the engine library does not link.

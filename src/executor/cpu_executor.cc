@@ -5,10 +5,16 @@
 #include <unordered_map>
 
 #include "spec/ngram_proposer.h"
+#include "spec/suffix_proposer.h"
 #include "tokenizer/tokenizer.h"
 #include <utility>
 
 namespace arbor::executor {
+
+namespace {
+// Proposers may propose this many drafts; the scheduler asks for at most --spec-k.
+constexpr int32_t kMaxProposedTokens = 16;
+}  // namespace
 
 Result<std::unique_ptr<CpuModelExecutor>> CpuModelExecutor::load(const std::string& path,
                                                                  const CpuExecutorOptions& options) {
@@ -46,10 +52,14 @@ Result<std::unique_ptr<CpuModelExecutor>> CpuModelExecutor::load(const std::stri
                                 ", more than --spec-ngram-max ", options.ngram_max);
       }
       exec->set_proposer(std::make_unique<spec::NgramProposer>(
-          spec::NgramOptions{.min_n = options.ngram_min, .max_n = options.ngram_max}));
+          spec::NgramProposerOptions{.min_n = options.ngram_min,
+                                     .max_n = options.ngram_max,
+                                     .num_speculative_tokens = kMaxProposedTokens}));
       break;
     case SpecProposer::kSuffix:
-      return unimplemented("--spec suffix is not available in this build");
+      exec->set_proposer(std::make_unique<spec::SuffixProposer>(
+          spec::SuffixProposerOptions{.num_speculative_tokens = kMaxProposedTokens}));
+      break;
   }
   return exec;
 }

@@ -25,7 +25,7 @@ struct CpuExecutorOptions {
   // --spec: who proposes drafts (the engine's --spec-k > 0 turns speculation on).
   SpecProposer proposer = SpecProposer::kNone;
   std::string draft_model;                // --draft-model: a GGUF with the target's vocabulary
-  int32_t ngram_min = 1;                  // --spec-ngram-min / --spec-ngram-max: n-gram sizes
+  int32_t ngram_min = 2;                  // --spec-ngram-min / --spec-ngram-max: n-gram sizes
   int32_t ngram_max = 4;                  //   matched by the n-gram proposer
 };
 

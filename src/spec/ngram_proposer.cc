@@ -2,67 +2,97 @@
 
 #include <algorithm>
 
-#include "base/status.h"
+#include "base/check.h"
 
 namespace arbor::spec {
 
-NgramProposer::NgramProposer(NgramOptions options) : options_(options) {
-  ARBOR_CHECK(options_.min_n >= 1 && options_.max_n >= options_.min_n)
-      << "n-gram sizes " << options_.min_n << ".." << options_.max_n;
+NgramIndex::NgramIndex(int32_t min_n, int32_t max_n) : min_n_(min_n), max_n_(max_n) {
+  ARBOR_CHECK(1 <= min_n && min_n <= max_n) << "min_n " << min_n << ", max_n " << max_n;
 }
 
-uint64_t NgramProposer::hash(std::span<const int32_t> ngram) {
-  uint64_t h = 0x9E3779B97F4A7C15ull ^ ngram.size();
-  for (int32_t t : ngram) {
-    h ^= static_cast<uint32_t>(t);
-    h *= 0xBF58476D1CE4E5B9ull;
-    h ^= h >> 31;
+size_t NgramIndex::memory_bytes() const {
+  return tokens_.capacity() * sizeof(int32_t) + latest_end_.memory_bytes();
+}
+
+uint64_t NgramIndex::key(int32_t end, int32_t n) const {
+  uint64_t h = 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(n + 1);
+  for (int32_t i = end - n; i < end; ++i) {
+    h ^= static_cast<uint32_t>(tokens_[i]);
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 32;
   }
-  return h;
+  return h == FlatMap::kEmptyKey ? h - 1 : h;
 }
 
-// Indexes every n-gram that ends (exclusive) at a position in (num_indexed, num_tokens - 1]:
-// all but the final n-gram, which is the query and must find an *earlier* occurrence.
-void NgramProposer::index(State& st, std::span<const int32_t> tokens) {
-  const auto n_tokens = static_cast<int64_t>(tokens.size());
-  for (int64_t end = std::max<int64_t>(st.num_indexed, 1); end < n_tokens; ++end) {
-    for (int32_t n = options_.min_n; n <= options_.max_n; ++n) {
-      if (end < n) break;
-      st.last_end[n - options_.min_n][hash(tokens.subspan(end - n, n))] = end;
+void NgramIndex::append(std::span<const int32_t> tokens) {
+  for (int32_t t : tokens) {
+    // The n-grams ending at the old end gain a following token: they become matchable.
+    const int32_t end = num_tokens();
+    for (int32_t n = min_n_; n <= std::min(max_n_, end); ++n) {
+      latest_end_.insert_or_assign(key(end, n), end);
     }
+    tokens_.push_back(t);
   }
-  st.num_indexed = std::max<int64_t>(st.num_indexed, n_tokens);
 }
 
-std::vector<int32_t> NgramProposer::propose_one(const ProposalRequest& r) {
-  State& st = states_[r.request_id];
-  if (st.last_end.empty()) st.last_end.resize(options_.max_n - options_.min_n + 1);
-  index(st, r.token_ids);
-  std::vector<int32_t> out;
-  const auto n_tokens = static_cast<int64_t>(r.token_ids.size());
-  if (r.max_num_tokens <= 0) return out;
-  for (int32_t n = std::min<int64_t>(options_.max_n, n_tokens - 1); n >= options_.min_n; --n) {
-    const std::span<const int32_t> suffix = r.token_ids.subspan(n_tokens - n, n);
-    const auto& map = st.last_end[n - options_.min_n];
-    auto it = map.find(hash(suffix));
-    if (it == map.end()) continue;
-    const int64_t end = it->second;
-    if (!std::equal(suffix.begin(), suffix.end(), r.token_ids.begin() + (end - n))) continue;
-    const int64_t count = std::min<int64_t>(r.max_num_tokens, n_tokens - end);
-    out.assign(r.token_ids.begin() + end, r.token_ids.begin() + end + count);
-    return out;
+int32_t NgramIndex::latest_match_end(int32_t n) const {
+  const int32_t len = num_tokens();
+  if (n < min_n_ || n > max_n_ || len <= n) return -1;
+  const int32_t* end = latest_end_.find(key(len, n));
+  if (end == nullptr) return -1;
+  const bool same =
+      std::equal(tokens_.begin() + (*end - n), tokens_.begin() + *end, tokens_.end() - n);
+  return same ? *end : -1;
+}
+
+void NgramIndex::propose(int32_t max_tokens, std::vector<int32_t>& out) const {
+  out.clear();
+  if (max_tokens <= 0) return;
+  const int32_t len = num_tokens();
+  for (int32_t n = max_n_; n >= min_n_; --n) {
+    const int32_t end = latest_match_end(n);
+    if (end < 0) continue;
+    const int32_t period = len - end;  // >= 1: the match ends before the sequence does
+    for (int32_t j = 0; j < max_tokens; ++j) {
+      out.push_back(end + j < len ? tokens_[end + j] : out[j - period]);
+    }
+    return;
   }
-  return out;
+}
+
+NgramProposer::NgramProposer(NgramProposerOptions options) : options_(options) {
+  ARBOR_CHECK(1 <= options_.min_n && options_.min_n <= options_.max_n && options_.max_n <= 32)
+      << "ngram proposer: min_n " << options_.min_n << ", max_n " << options_.max_n;
+  ARBOR_CHECK_GE(options_.num_speculative_tokens, 0);
+}
+
+NgramIndex& NgramProposer::sync(const ProposalRequest& request) {
+  auto it = indexes_.try_emplace(request.request_id, options_.min_n, options_.max_n).first;
+  NgramIndex& index = it->second;
+  const auto seen = static_cast<size_t>(index.num_tokens());
+  ARBOR_CHECK_GE(request.token_ids.size(), seen)
+      << "request " << request.request_id << ": committed tokens shrank without forget()";
+  ARBOR_CHECK(seen == 0 || request.token_ids[seen - 1] == index.tokens()[seen - 1])
+      << "request " << request.request_id << ": committed tokens changed without forget()";
+  index.append(request.token_ids.subspan(seen));
+  return index;
 }
 
 void NgramProposer::propose(std::span<const ProposalRequest> requests,
                             std::vector<std::vector<int32_t>>& out) {
   out.resize(requests.size());
-  for (size_t i = 0; i < requests.size(); ++i) out[i] = propose_one(requests[i]);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    out[i].clear();
+    const int32_t max_tokens =
+        std::min(options_.num_speculative_tokens, requests[i].max_num_tokens);
+    if (max_tokens <= 0) continue;
+    sync(requests[i]).propose(max_tokens, out[i]);
+  }
 }
 
-void NgramProposer::forget(RequestId id, std::span<const int32_t>, int32_t) {
-  states_.erase(id);
+void NgramProposer::forget(RequestId id, std::span<const int32_t> token_ids,
+                           int32_t num_prompt_tokens) {
+  indexes_.erase(id);
 }
 
 }  // namespace arbor::spec

@@ -1,52 +1,94 @@
-// NgramProposer: prompt-lookup decoding (vLLM's `ngram`, llama.cpp's `lookup`). For n from
-// max_n down to min_n, find the most recent earlier occurrence of the request's last n tokens in
-// its own tokens (prompt and output) and propose the tokens that followed it, up to k (fewer when
-// the occurrence is near the end).
+// NgramProposer: prompt lookup decoding (vLLM's `ngram` method, llama.cpp's `lookup`). The draft
+// for a request is what followed the latest earlier occurrence of its last n tokens in its own
+// tokens (prompt and output), trying n = max_n first and down to min_n.
 //
-// Per request an index maps each n-gram (min_n <= n <= max_n) to the end of its most recent
-// occurrence; propose() indexes only the tokens appended since the last call, so a step costs
-// O((new tokens + 1) * (max_n - min_n + 1) * max_n), whatever the context length. Memory:
-// (max_n - min_n + 1) entries per token of each live request.
+// Example (min_n 2, max_n 3, k 3), tokens  A B C D  X B C D  E  A B C:
+//   n = 3: "A B C" occurred ending at position 3 -> draft D X B.
+// A continuation that runs into the request's end continues with the draft itself (LZ77-style
+// overlap copy), so "x x x x" proposes "x x x ..." and a repeated short pattern keeps repeating.
+//
+// Among several earlier occurrences the most recent one wins: recent text (the line being edited,
+// the last turn of a chat) predicts better than old text, and it is what an incremental
+// "latest position" index gives in O(1).
+//
+// Threading: engine thread only.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <span>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
+#include "spec/flat_map.h"
 #include "spec/proposer.h"
 
 namespace arbor::spec {
 
-struct NgramOptions {
-  int32_t min_n = 1;  // shortest suffix matched, >= 1
-  int32_t max_n = 4;  // longest suffix matched, >= min_n
+struct NgramProposerOptions {
+  // Match lengths, tried longest first. 1 <= min_n <= max_n <= 32. A 1-token match fires on
+  // almost every common token and mostly wastes verification, hence min_n 2 (vLLM's
+  // prompt_lookup_min / prompt_lookup_max).
+  int32_t min_n = 2;
+  int32_t max_n = 4;
+  // Most draft tokens per request per step (also capped by ProposalRequest::max_num_tokens).
+  // >= 0.
+  int32_t num_speculative_tokens = 4;
 };
 
-class NgramProposer : public Proposer {
+// The incremental n-gram index of one token sequence: for every n in [min_n, max_n] and every
+// n-gram that has at least one token after it, the end (exclusive) of its latest occurrence.
+// Memory: a copy of the tokens plus about (max_n - min_n + 1) map entries per token (16-32 bytes
+// each). n-grams are keyed by a 64-bit hash; every hit is verified against the tokens, so a hash
+// collision can only lose a proposal, never make a wrong one.
+class NgramIndex {
  public:
-  explicit NgramProposer(NgramOptions options);
+  NgramIndex(int32_t min_n, int32_t max_n);
+
+  int32_t num_tokens() const { return static_cast<int32_t>(tokens_.size()); }
+  std::span<const int32_t> tokens() const { return tokens_; }
+  size_t memory_bytes() const;
+
+  // Appends tokens to the sequence. O(tokens.size() * (max_n - min_n + 1) * max_n).
+  void append(std::span<const int32_t> tokens);
+
+  // The end (exclusive) of the latest occurrence of the last n tokens that ends before the
+  // sequence's end, or -1 (also when num_tokens() <= n). n in [min_n, max_n]. O(n).
+  int32_t latest_match_end(int32_t n) const;
+
+  // out = the draft for the current end: up to max_tokens tokens continuing the longest n-gram
+  // match (empty when no n in [min_n, max_n] matches). O(max_n^2 + max_tokens).
+  void propose(int32_t max_tokens, std::vector<int32_t>& out) const;
+
+ private:
+  uint64_t key(int32_t end, int32_t n) const;  // of tokens_[end - n, end)
+
+  int32_t min_n_;
+  int32_t max_n_;
+  std::vector<int32_t> tokens_;  // [num_tokens]
+  FlatMap latest_end_;           // key(n-gram) -> end of its latest occurrence, end < num_tokens
+};
+
+class NgramProposer final : public Proposer {
+ public:
+  // Checks the options (a broken option is a programming error).
+  explicit NgramProposer(NgramProposerOptions options = {});
 
   std::string_view name() const override { return "ngram"; }
   void propose(std::span<const ProposalRequest> requests,
                std::vector<std::vector<int32_t>>& out) override;
-  void forget(RequestId id, std::span<const int32_t> token_ids,
-              int32_t num_prompt_tokens) override;
+  void forget(RequestId id, std::span<const int32_t> token_ids, int32_t num_prompt_tokens) override;
 
-  // The proposal for one request (also used by tests).
-  std::vector<int32_t> propose_one(const ProposalRequest& request);
-  size_t num_requests() const { return states_.size(); }
+  const NgramProposerOptions& options() const { return options_; }
+  int32_t num_requests() const { return static_cast<int32_t>(indexes_.size()); }
 
  private:
-  struct State {
-    int64_t num_indexed = 0;  // n-grams ending before this position are indexed
-    // [max_n - min_n + 1] n-gram hash -> end (exclusive) of its most recent occurrence.
-    std::vector<std::unordered_map<uint64_t, int64_t>> last_end;
-  };
-  static uint64_t hash(std::span<const int32_t> ngram);
-  void index(State& st, std::span<const int32_t> tokens);
+  // The request's index, brought up to date with its token_ids.
+  NgramIndex& sync(const ProposalRequest& request);
 
-  NgramOptions options_;
-  std::unordered_map<RequestId, State> states_;
+  NgramProposerOptions options_;
+  std::unordered_map<RequestId, NgramIndex> indexes_;
 };
 
 }  // namespace arbor::spec

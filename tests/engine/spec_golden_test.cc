@@ -158,15 +158,16 @@ TEST(SpecGolden, BatchedWithPlainRequests) {
   }
 }
 
-TEST(SpecGolden, NgramEveryKBothBlockSizes) {
-  constexpr auto kNgram = executor::SpecProposer::kNgram;
-  for (int32_t k = 1; k <= 8; ++k) {
-    expect_goldens({.proposer = kNgram, .k = k});
-    expect_goldens({.proposer = kNgram, .k = k, .block_size = 1});
+TEST(SpecGolden, ModelFreeProposersEveryKBothBlockSizes) {
+  for (auto proposer : {executor::SpecProposer::kNgram, executor::SpecProposer::kSuffix}) {
+    for (int32_t k = 1; k <= 8; ++k) {
+      expect_goldens({.proposer = proposer, .k = k});
+      expect_goldens({.proposer = proposer, .k = k, .block_size = 1});
+    }
+    expect_goldens({.proposer = proposer, .k = 3, .with_plain = true});
+    expect_goldens({.proposer = proposer, .k = 6, .num_kv_blocks = 40});
+    expect_goldens({.proposer = proposer, .k = 2, .block_size = 1, .num_kv_blocks = 600});
   }
-  expect_goldens({.proposer = kNgram, .k = 3, .with_plain = true});
-  expect_goldens({.proposer = kNgram, .k = 6, .num_kv_blocks = 40});
-  expect_goldens({.proposer = kNgram, .k = 2, .block_size = 1, .num_kv_blocks = 600});
 }
 
 TEST(SpecGolden, UnderPreemption) {

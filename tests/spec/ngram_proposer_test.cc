@@ -1,79 +1,157 @@
-// NgramProposer: exact proposals on crafted sequences, incremental == from scratch, and a naive
-// reference over random sequences of a tiny vocabulary.
+#include "spec/ngram_proposer.h"
+
 #include <gtest/gtest.h>
 
 #include <random>
+#include <vector>
 
-#include "spec/ngram_proposer.h"
+#include "naive_reference.h"
 
 namespace arbor::spec {
 namespace {
 
-std::vector<int32_t> propose(NgramProposer& p, RequestId id, const std::vector<int32_t>& tokens,
-                             int32_t k) {
-  return p.propose_one({.request_id = id, .token_ids = tokens, .num_prompt_tokens = 0,
-                        .max_num_tokens = k});
+using Tokens = std::vector<int32_t>;
+
+Tokens propose_one(Proposer& p, RequestId id, const Tokens& tokens, int32_t max_num_tokens) {
+  const ProposalRequest r{id, tokens, 0, max_num_tokens};
+  std::vector<Tokens> out;
+  p.propose(std::span<const ProposalRequest>(&r, 1), out);
+  EXPECT_EQ(out.size(), 1u);
+  return out[0];
 }
 
-TEST(NgramProposer, ProposesWhatFollowedTheMostRecentLongestMatch) {
-  NgramProposer p({.min_n = 1, .max_n = 3});
-  // "1 2 3 9 9 | 1 2 3 7 8 | 1 2 3": the longest suffix (3 tokens) last occurred before 7 8.
-  EXPECT_EQ(propose(p, 1, {1, 2, 3, 9, 9, 1, 2, 3, 7, 8, 1, 2, 3}, 4),
-            (std::vector<int32_t>{7, 8, 1, 2}));
-  EXPECT_EQ(propose(p, 2, {1, 2, 3, 9, 9, 1, 2, 3, 7, 8, 1, 2, 3}, 1), (std::vector<int32_t>{7}));
-  EXPECT_EQ(propose(p, 3, {5, 6, 7}, 4), (std::vector<int32_t>{})) << "no earlier occurrence";
-  // Only a 1-gram matches: "4" occurred before 5.
-  EXPECT_EQ(propose(p, 4, {4, 5, 6, 7, 4}, 3), (std::vector<int32_t>{5, 6, 7}));
-  // The continuation runs into the end: fewer than k tokens.
-  EXPECT_EQ(propose(p, 5, {8, 8, 8}, 5), (std::vector<int32_t>{8})) << "3-gram no, 2-gram at 0..2";
-  EXPECT_EQ(propose(p, 6, {1, 2, 1, 2}, 0), (std::vector<int32_t>{})) << "k = 0";
-  NgramProposer only3({.min_n = 3, .max_n = 3});
-  EXPECT_EQ(propose(only3, 7, {4, 5, 6, 7, 4}, 3), (std::vector<int32_t>{})) << "min_n = 3";
+Tokens draft(const Tokens& tokens, NgramProposerOptions o, int32_t max_num_tokens = 100) {
+  NgramProposer p(o);
+  return propose_one(p, 1, tokens, max_num_tokens);
 }
 
-// The reference: for n from max_n down, the latest start s < N - n with tokens[s, s+n) equal to
-// the last n tokens; propose tokens[s+n, s+n+k) cut at N.
-std::vector<int32_t> naive(const std::vector<int32_t>& t, int32_t min_n, int32_t max_n, int32_t k) {
-  const auto N = static_cast<int64_t>(t.size());
-  for (int64_t n = std::min<int64_t>(max_n, N - 1); n >= min_n; --n) {
-    for (int64_t s = N - n - 1; s >= 0; --s) {
-      if (std::equal(t.end() - n, t.end(), t.begin() + s)) {
-        const int64_t end = s + n;
-        return std::vector<int32_t>(t.begin() + end, t.begin() + std::min<int64_t>(N, end + k));
-      }
-    }
-  }
-  return {};
+TEST(NgramProposer, ContinuesTheLongestMatch) {
+  // A B C D X B C D E A B C: "A B C" ended at 3 -> D X B.
+  const Tokens t{1, 2, 3, 4, 9, 2, 3, 4, 5, 1, 2, 3};
+  EXPECT_EQ(draft(t, {.min_n = 2, .max_n = 3, .num_speculative_tokens = 3}), (Tokens{4, 9, 2}));
+  // Only bigrams: "B C" ended last at 7 -> D E A.
+  EXPECT_EQ(draft(t, {.min_n = 2, .max_n = 2, .num_speculative_tokens = 3}), (Tokens{4, 5, 1}));
 }
 
-TEST(NgramProposer, IncrementalEqualsNaiveOnRandomSequences) {
-  for (uint64_t seed = 1; seed <= 300; ++seed) {
-    SCOPED_TRACE("seed " + std::to_string(seed));
-    std::mt19937_64 rng(seed);
-    auto u = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-    const int32_t min_n = u(1, 3), max_n = min_n + u(0, 3), vocab = u(2, 6);
-    NgramProposer inc({.min_n = min_n, .max_n = max_n});
-    std::vector<int32_t> tokens(u(1, 5));
-    for (int32_t& t : tokens) t = u(0, vocab - 1);
+TEST(NgramProposer, PrefersLongerNOverMoreRecent) {
+  const Tokens t{5, 1, 2, 9, 3, 1, 2, 8, 5, 1, 2};
+  EXPECT_EQ(draft(t, {.min_n = 2, .max_n = 3, .num_speculative_tokens = 3}), (Tokens{9, 3, 1}));
+  EXPECT_EQ(draft(t, {.min_n = 2, .max_n = 2, .num_speculative_tokens = 3}), (Tokens{8, 5, 1}));
+  EXPECT_EQ(draft(t, {.min_n = 1, .max_n = 1, .num_speculative_tokens = 3}), (Tokens{8, 5, 1}));
+}
+
+TEST(NgramProposer, PrefersTheMostRecentOccurrence) {
+  const Tokens t{1, 2, 7, 1, 2, 8, 1, 2};
+  EXPECT_EQ(draft(t, {.min_n = 2, .max_n = 2, .num_speculative_tokens = 3}), (Tokens{8, 1, 2}));
+}
+
+TEST(NgramProposer, OverlappingMatchRepeatsThePeriod) {
+  EXPECT_EQ(draft({4, 4, 4, 4}, {.min_n = 2, .max_n = 3, .num_speculative_tokens = 5}),
+            (Tokens{4, 4, 4, 4, 4}));
+  EXPECT_EQ(draft({1, 2, 1, 2, 1}, {.min_n = 2, .max_n = 2, .num_speculative_tokens = 5}),
+            (Tokens{2, 1, 2, 1, 2}));
+  // The match may run into the final n-gram itself: "3 1 2 3 1 2" period 3.
+  EXPECT_EQ(draft({3, 1, 2, 3, 1, 2}, {.min_n = 3, .max_n = 4, .num_speculative_tokens = 4}),
+            (Tokens{3, 1, 2, 3}));
+}
+
+TEST(NgramProposer, NoMatchNoDraft) {
+  EXPECT_TRUE(draft({1, 2, 3, 4}, {.min_n = 1, .max_n = 4}).empty());
+  EXPECT_TRUE(draft({}, {.min_n = 1, .max_n = 4}).empty());
+  EXPECT_TRUE(draft({5}, {.min_n = 1, .max_n = 4}).empty());
+  // The final n-gram alone is not an earlier occurrence.
+  EXPECT_TRUE(draft({1, 2}, {.min_n = 2, .max_n = 2}).empty());
+}
+
+TEST(NgramProposer, MinNAndMaxNBoundTheMatch) {
+  const Tokens t{1, 2, 3, 1};
+  EXPECT_TRUE(draft(t, {.min_n = 2, .max_n = 4, .num_speculative_tokens = 3}).empty());
+  EXPECT_EQ(draft(t, {.min_n = 1, .max_n = 4, .num_speculative_tokens = 3}), (Tokens{2, 3, 1}));
+}
+
+TEST(NgramProposer, KAndMaxNumTokensCapTheDraft) {
+  const Tokens t{1, 2, 3, 4, 5, 6, 1, 2};
+  const NgramProposerOptions o{.min_n = 2, .max_n = 2, .num_speculative_tokens = 3};
+  EXPECT_EQ(draft(t, o), (Tokens{3, 4, 5}));
+  EXPECT_EQ(draft(t, o, 2), (Tokens{3, 4}));
+  EXPECT_EQ(draft(t, o, 1), (Tokens{3}));
+  // max_num_tokens 0: nothing, and no index is built.
+  NgramProposer p(o);
+  EXPECT_TRUE(propose_one(p, 9, t, 0).empty());
+  EXPECT_EQ(p.num_requests(), 0);
+  NgramProposer zero_k({.min_n = 2, .max_n = 2, .num_speculative_tokens = 0});
+  EXPECT_TRUE(propose_one(zero_k, 9, t, 5).empty());
+}
+
+TEST(NgramProposer, BatchKeepsRequestsApartAndForgetResets) {
+  NgramProposer p({.min_n = 2, .max_n = 2, .num_speculative_tokens = 2});
+  const Tokens a{1, 2, 3, 1, 2};
+  const Tokens b{7, 8, 9, 7, 8};
+  const ProposalRequest reqs[] = {{1, a, 2, 5}, {2, b, 2, 5}};
+  std::vector<Tokens> out;
+  p.propose(reqs, out);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0], (Tokens{3, 1}));
+  EXPECT_EQ(out[1], (Tokens{9, 7}));
+  EXPECT_EQ(p.num_requests(), 2);
+  p.forget(1, a, 2);
+  EXPECT_EQ(p.num_requests(), 1);
+  // After forget the id starts over with any tokens.
+  EXPECT_EQ(propose_one(p, 1, {4, 5, 6, 4, 5}, 5), (Tokens{6, 4}));
+}
+
+TEST(NgramProposer, ProposeCandidatesWrapsTheChain) {
+  NgramProposer p({.min_n = 2, .max_n = 2, .num_speculative_tokens = 2});
+  const Tokens t{1, 2, 3, 1, 2};
+  std::vector<DraftCandidate> c;
+  p.propose_candidates({1, t, 0, 5}, 4, c);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].token_ids, (Tokens{3, 1}));
+  EXPECT_EQ(c[0].score, 2.0);
+}
+
+// Fed one token per call or the whole sequence at once, the proposals are the same.
+TEST(NgramProposer, IncrementalEqualsFromScratch) {
+  for (uint32_t seed = 1; seed <= 200; ++seed) {
+    SCOPED_TRACE(testing::Message() << "seed " << seed);
+    std::mt19937 rng(seed);
+    const NgramProposerOptions o{.min_n = 1 + static_cast<int32_t>(rng() % 2),
+                                 .max_n = 2 + static_cast<int32_t>(rng() % 3),
+                                 .num_speculative_tokens = 1 + static_cast<int32_t>(rng() % 6)};
+    NgramProposer incremental(o);
+    Tokens t;
     for (int step = 0; step < 60; ++step) {
-      const int32_t k = u(0, 6);
-      ASSERT_EQ(propose(inc, 1, tokens, k), naive(tokens, min_n, max_n, k)) << "step " << step;
-      NgramProposer scratch({.min_n = min_n, .max_n = max_n});
-      ASSERT_EQ(propose(scratch, 1, tokens, k), naive(tokens, min_n, max_n, k));
-      for (int a = u(1, 3); a > 0; --a) tokens.push_back(u(0, vocab - 1));
+      t.push_back(static_cast<int32_t>(rng() % 3));
+      NgramProposer scratch(o);
+      ASSERT_EQ(propose_one(incremental, 5, t, 8), propose_one(scratch, 5, t, 8))
+          << "step " << step;
     }
   }
 }
 
-TEST(NgramProposer, ForgetDropsTheState) {
-  NgramProposer p({});
-  propose(p, 1, {1, 2, 1}, 2);
-  propose(p, 2, {1, 2, 1}, 2);
-  EXPECT_EQ(p.num_requests(), 2u);
-  p.forget(1, {}, 0);
-  EXPECT_EQ(p.num_requests(), 1u);
-  // A preempted request comes back with the same tokens: proposals are as before.
-  EXPECT_EQ(propose(p, 1, {1, 2, 1}, 2), (std::vector<int32_t>{2, 1}));
+// Random sequences over a tiny vocabulary, several tokens appended per step, against the
+// brute-force scan.
+TEST(NgramProposer, MatchesNaiveReferenceOnRandomSequences) {
+  int64_t num_nonempty = 0;
+  for (uint32_t seed = 1; seed <= 3000; ++seed) {
+    std::mt19937 rng(seed);
+    const int32_t vocab = 2 + static_cast<int32_t>(rng() % 4);
+    const int32_t min_n = 1 + static_cast<int32_t>(rng() % 3);
+    const int32_t max_n = min_n + static_cast<int32_t>(rng() % 4);
+    const int32_t k = static_cast<int32_t>(rng() % 7);
+    NgramProposer p({.min_n = min_n, .max_n = max_n, .num_speculative_tokens = k});
+    Tokens t;
+    for (int step = 0; step < 12; ++step) {
+      const int32_t add = static_cast<int32_t>(rng() % 4);
+      for (int32_t i = 0; i < add; ++i) t.push_back(static_cast<int32_t>(rng() % vocab));
+      const int32_t max_num_tokens = static_cast<int32_t>(rng() % 8);
+      const Tokens got = propose_one(p, 3, t, max_num_tokens);
+      const Tokens want = naive::ngram_draft(t, min_n, max_n, std::min(k, max_num_tokens));
+      ASSERT_EQ(got, want) << "seed " << seed << " step " << step;
+      num_nonempty += !got.empty();
+    }
+  }
+  EXPECT_GT(num_nonempty, 10000);  // the cases exercise matches, not just misses
 }
 
 }  // namespace
