@@ -32,6 +32,7 @@ struct Options {
   ServingOptions serving;
   int32_t num_requests = 128;
   int32_t input_len = 128;
+  int32_t distinct_prompts = 0;  // > 0: requests cycle through this many prompts
   int32_t output_len = 128;
   std::vector<int32_t> sweep;  // max_num_seqs values; empty = --max-num-seqs only
   int reps = 1;
@@ -52,9 +53,14 @@ std::vector<std::vector<int32_t>> make_prompts(const Options& o, int32_t vocab) 
   std::mt19937_64 rng(o.seed);
   std::uniform_int_distribution<int32_t> tok(3, vocab - 1);
   std::vector<std::vector<int32_t>> prompts(o.num_requests);
-  for (auto& p : prompts) {
-    p.resize(o.input_len);
-    for (int32_t& t : p) t = tok(rng);
+  const int32_t distinct = o.distinct_prompts > 0 ? o.distinct_prompts : o.num_requests;
+  for (int32_t i = 0; i < o.num_requests; ++i) {
+    if (i >= distinct) {
+      prompts[i] = prompts[i % distinct];  // a workload that repeats itself
+      continue;
+    }
+    prompts[i].resize(o.input_len);
+    for (int32_t& t : prompts[i]) t = tok(rng);
   }
   return prompts;
 }
@@ -202,6 +208,11 @@ void setup(CLI::App& bench) {
   add_engine_flags(*sub, &o->serving);
   sub->add_option("--num-requests", o->num_requests, "Requests")->capture_default_str();
   sub->add_option("--input-len", o->input_len, "Prompt tokens per request")->capture_default_str();
+  sub->add_option("--distinct-prompts", o->distinct_prompts,
+                  "Requests cycle through this many random prompts (a repetitive workload, e.g. "
+                  "for --spec suffix); 0 = every prompt distinct")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   sub->add_option("--output-len", o->output_len, "Generated tokens per request")
       ->capture_default_str();
   sub->add_option("--sweep-max-num-seqs", o->sweep,
