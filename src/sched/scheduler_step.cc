@@ -237,15 +237,16 @@ void Scheduler::schedule_drafts(SchedulerOutput& out, Budget& budget) {
 }
 
 // Whether a draft could pay in this step at all: the policy would give one draft to a request
-// whose drafts are nearly always accepted. When not (a loaded step with a costly draft model),
-// nobody proposes for the next step, so the draft model costs nothing under load.
+// with the engine-wide acceptance estimate. When not (a loaded step, or a costly draft model
+// whose drafts are rarely accepted), nobody proposes for the next step, so the draft model costs
+// nothing: no proposals and no catch-up over the tokens it skipped.
 bool Scheduler::drafts_may_pay(const SchedulerOutput& out, int64_t budget) const {
   int64_t tokens = 0, emitted = 0;
   for (const ScheduledRequest& s : out.requests) {
     tokens += s.num_scheduled_tokens;
     emitted += s.sample ? 1 : 0;
   }
-  const SpecPolicy::Candidate best{.acceptance = 0.9, .max_k = 1};
+  const SpecPolicy::Candidate best{.acceptance = spec_policy_.acceptance(-1.0), .max_k = 1};
   return spec_policy_.choose(tokens, emitted, std::max<int64_t>(budget, 1), {&best, 1})[0] > 0;
 }
 

@@ -38,7 +38,7 @@ void SpecPolicy::observe(double& estimate, int32_t k, int32_t accepted) {
   const double a = acceptance_from_step(k, accepted);
   const double w = options_.ema_weight;
   estimate = estimate < 0 ? (1 - w) * global_ + w * a : (1 - w) * estimate + w * a;
-  global_ = (1 - w / 8) * global_ + (w / 8) * a;
+  global_ = (1 - w / 2) * global_ + (w / 2) * a;
 }
 
 std::vector<int32_t> SpecPolicy::choose(int64_t base_tokens, int64_t base_emitted,
