@@ -153,6 +153,7 @@ void Scheduler::preempt(Request& req) {
   req.spec_token_ids.clear();
   req.known_to_executor = false;
   req.num_tokens_sent = 0;
+  req.draft_in_sync = false;
   req.status = RequestStatus::kPreempted;
   ++req.num_preemptions;
   ++num_preemptions_;

@@ -162,6 +162,7 @@ class Scheduler {
   void schedule_drafts(SchedulerOutput& out, Budget& budget);
   void reserve_draft_slots(SchedulerOutput& out);
   bool drafts_may_pay(const SchedulerOutput& out, int64_t budget) const;
+  void limit_draft_model_proposals(SchedulerOutput& out, int64_t budget);
   int32_t next_draft_request(const Request& req, int32_t k) const;
   bool try_allocate_running(Request& req, int64_t num_new, int32_t num_drafts,
                             std::vector<RequestId>& preempted);

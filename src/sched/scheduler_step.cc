@@ -250,6 +250,24 @@ bool Scheduler::drafts_may_pay(const SchedulerOutput& out, int64_t budget) const
   return spec_policy_.choose(tokens, emitted, std::max<int64_t>(budget, 1), {&best, 1})[0] > 0;
 }
 
+// A draft model's proposals cost forwards, and a request whose draft model is behind (it asked
+// for no drafts last step) first costs a catch-up over the tokens it skipped — its whole prompt
+// at first. So: nobody proposes in a step where no draft could pay, and in a step with more than
+// two sampling requests only requests whose draft model is in sync keep proposing.
+void Scheduler::limit_draft_model_proposals(SchedulerOutput& out, int64_t budget) {
+  const bool may_pay = drafts_may_pay(out, budget);
+  int64_t num_sampling = 0;
+  for (const ScheduledRequest& s : out.requests) num_sampling += s.sample ? 1 : 0;
+  for (ScheduledRequest& s : out.requests) {
+    Request& req = *requests_.at(s.request_id);
+    if (req.speculation.mode != SpecMode::kFixed &&
+        (!may_pay || (!req.draft_in_sync && num_sampling > 2))) {
+      s.max_next_draft_tokens = 0;
+    }
+    if (s.sample) req.draft_in_sync = s.max_next_draft_tokens > 0;
+  }
+}
+
 // Slots for the K/V a draft model writes while proposing max_next_draft_tokens after this step.
 void Scheduler::reserve_draft_slots(SchedulerOutput& out) {
   for (ScheduledRequest& s : out.requests) {
@@ -305,13 +323,7 @@ SchedulerOutput Scheduler::schedule() {
   schedule_running(out, budget);
   schedule_drafts(out, budget);
   if (out.preempted_ids.empty()) schedule_waiting(out, budget);
-  if (spec_policy_.cost_model().draft_cost > 0 && !drafts_may_pay(out, budget.tokens)) {
-    for (ScheduledRequest& s : out.requests) {
-      if (requests_.at(s.request_id)->speculation.mode != SpecMode::kFixed) {
-        s.max_next_draft_tokens = 0;
-      }
-    }
-  }
+  if (spec_policy_.cost_model().draft_cost > 0) limit_draft_model_proposals(out, budget.tokens);
   if (options_.reserve_draft_slots) reserve_draft_slots(out);
   for (const ScheduledRequest& s : out.requests) {
     out.total_num_scheduled_tokens += s.num_scheduled_tokens;
