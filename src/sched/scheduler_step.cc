@@ -323,7 +323,17 @@ SchedulerOutput Scheduler::schedule() {
   schedule_running(out, budget);
   schedule_drafts(out, budget);
   if (out.preempted_ids.empty()) schedule_waiting(out, budget);
-  if (spec_policy_.cost_model().draft_cost > 0) limit_draft_model_proposals(out, budget.tokens);
+  if (spec_policy_.cost_model().draft_cost > 0) {
+    limit_draft_model_proposals(out, budget.tokens);
+  } else if (options_.max_spec_tokens > 0 && !drafts_may_pay(out, budget.tokens)) {
+    // Model-free proposers cost no forward, but proposing still costs the engine thread time
+    // (suffix tries); in a step where no draft could pay, nobody proposes.
+    for (ScheduledRequest& s : out.requests) {
+      if (requests_.at(s.request_id)->speculation.mode != SpecMode::kFixed) {
+        s.max_next_draft_tokens = 0;
+      }
+    }
+  }
   if (options_.reserve_draft_slots) reserve_draft_slots(out);
   for (const ScheduledRequest& s : out.requests) {
     out.total_num_scheduled_tokens += s.num_scheduled_tokens;
