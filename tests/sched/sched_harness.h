@@ -179,6 +179,11 @@ class Harness {
   std::map<RequestId, std::string> names_;
 };
 
+// A KV manager of num_blocks blocks (the null block included) of block_size tokens.
+inline kv::KvCacheManagerOptions kopts(int32_t num_blocks, int32_t block_size = 4) {
+  return {.num_blocks = num_blocks, .block_size = block_size};
+}
+
 inline std::vector<int32_t> iota_prompt(int32_t n, int32_t first = 3) {
   std::vector<int32_t> v(n);
   for (int32_t i = 0; i < n; ++i) v[i] = first + i % 90;

@@ -10,6 +10,7 @@ namespace {
 
 using testing::Harness;
 using testing::iota_prompt;
+using testing::kopts;
 using Table = std::vector<std::string>;
 
 SchedulerOptions spec_opts(int32_t k, int32_t budget = 64) {
@@ -17,10 +18,6 @@ SchedulerOptions spec_opts(int32_t k, int32_t budget = 64) {
   o.max_num_batched_tokens = budget;
   o.max_spec_tokens = k;
   return o;
-}
-
-kv::KvCacheManagerOptions kopts(int32_t num_blocks, int32_t block_size = 4) {
-  return {.num_blocks = num_blocks, .block_size = block_size};
 }
 
 // "A:5(+4)": A ran 5 tokens (1 committed + 4 drafts) and 4 drafts were accepted.

@@ -10,6 +10,7 @@ namespace {
 
 using testing::Harness;
 using testing::iota_prompt;
+using testing::kopts;
 using Table = std::vector<std::string>;
 
 SchedulerOptions sopts(int32_t budget, int32_t max_seqs = 8, int32_t chunk_cap = 0) {
@@ -18,10 +19,6 @@ SchedulerOptions sopts(int32_t budget, int32_t max_seqs = 8, int32_t chunk_cap =
   o.max_num_seqs = max_seqs;
   o.long_prefill_token_threshold = chunk_cap;
   return o;
-}
-
-kv::KvCacheManagerOptions kopts(int32_t num_blocks, int32_t block_size = 4) {
-  return {.num_blocks = num_blocks, .block_size = block_size};
 }
 
 TEST(SchedulerTable, ChunkedPrefillFillsTheBudgetRunningFirst) {
