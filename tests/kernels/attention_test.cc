@@ -14,6 +14,7 @@
 
 #include "base/fp16.h"
 #include "kernels/cpu_features.h"
+#include "kernels_test_util.h"
 
 namespace arbor::kernels {
 namespace {
@@ -26,13 +27,7 @@ struct SeqSpec {
   std::vector<uint8_t> mask;  // [num_new * num_new] or empty = causal
 };
 
-struct Geometry {
-  int num_q_heads = 8;
-  int num_kv_heads = 4;
-  int head_dim = 16;
-  int block_size = 16;
-  KvDtype dtype = KvDtype::kF32;
-};
+using Geometry = kernels::testing::AttnGeometry;
 
 // Random sequences written into a paged cache (shuffled block ids), with the contiguous copies
 // the reference reads (rounded through F16 when the cache is F16).
@@ -59,18 +54,10 @@ class PagedFixture {
   }
 
   PagedAttentionParams params(float* out, bool use_masks = true) const {
-    PagedAttentionParams p;
-    p.num_seqs = (int)seqs_.size();
-    p.num_q_heads = g_.num_q_heads;
-    p.num_kv_heads = g_.num_kv_heads;
-    p.head_dim = g_.head_dim;
-    p.block_size = g_.block_size;
-    p.scale = 1.0f / std::sqrt((float)g_.head_dim);
+    PagedAttentionParams p = kernels::testing::attention_params(g_, (int)seqs_.size(), k32_.data(),
+                                                       v32_.data(), k16_.data(), v16_.data());
     p.q = q_.data();
     p.out = out;
-    p.kv_dtype = g_.dtype;
-    p.k_cache = g_.dtype == KvDtype::kF32 ? (const void*)k32_.data() : (const void*)k16_.data();
-    p.v_cache = g_.dtype == KvDtype::kF32 ? (const void*)v32_.data() : (const void*)v16_.data();
     p.qo_indptr = qo_indptr_.data();
     p.kv_indptr = kv_indptr_.data();
     p.kv_page_indices = pages_.data();

@@ -110,10 +110,7 @@ TEST(BatchInvariance, MatmulEveryTypeIsaTokenCountAndThreadCount) {
 
 // ---- attention -------------------------------------------------------------------------------
 
-struct AttnGeometry {
-  int num_q_heads, num_kv_heads, head_dim, block_size;
-  KvDtype dtype;
-};
+using kernels::testing::AttnGeometry;
 
 // Random K/V for `len` positions and `q_rows` query rows, standard normal (scores of a few
 // units: the softmax is far from uniform, so summation order shows in the low bits).
@@ -198,19 +195,10 @@ class PagedKv {
       q.insert(q.end(), s.q, s.q + s.q_rows * qrow);
     }
     std::vector<float> out(q.size(), NAN);
-    PagedAttentionParams p;
-    p.num_seqs = (int)seqs.size();
-    p.num_q_heads = g_.num_q_heads;
-    p.num_kv_heads = g_.num_kv_heads;
-    p.head_dim = g_.head_dim;
-    p.block_size = g_.block_size;
-    p.scale = 1.0f / std::sqrt((float)g_.head_dim);
+    PagedAttentionParams p = kernels::testing::attention_params(g_, (int)seqs.size(), k32_.data(),
+                                                       v32_.data(), k16_.data(), v16_.data());
     p.q = q.data();
     p.out = out.data();
-    p.kv_dtype = g_.dtype;
-    const bool f16 = g_.dtype == KvDtype::kF16;
-    p.k_cache = f16 ? (const void*)k16_.data() : (const void*)k32_.data();
-    p.v_cache = f16 ? (const void*)v16_.data() : (const void*)v32_.data();
     p.qo_indptr = qo.data();
     p.kv_indptr = kv_indptr.data();
     p.kv_page_indices = pages.data();
