@@ -263,6 +263,11 @@ step::RequestResult CpuModelExecutor::verify_drafts(const step::ScheduledRequest
 // Drafts for the next step, for every request that asked for some.
 Status CpuModelExecutor::propose(const step::SchedulerOutput& output, step::StepResult& result) {
   if (draft_ == nullptr && proposer_ == nullptr) return ok_status();
+  // Most steps under load ask nobody for drafts: skip the bookkeeping then.
+  if (std::none_of(output.requests.begin(), output.requests.end(),
+                   [](const step::ScheduledRequest& s) { return s.max_next_draft_tokens > 0; })) {
+    return ok_status();
+  }
   std::unordered_map<step::RequestId, const step::ScheduledRequest*> scheduled;
   for (const step::ScheduledRequest& s : output.requests) scheduled.emplace(s.request_id, &s);
   std::vector<DraftInput> inputs;
