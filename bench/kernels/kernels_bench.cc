@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <random>
 #include <vector>
@@ -128,8 +129,72 @@ void token_shapes(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_GemmQ4_0Tokens)->Apply(token_shapes);
 BENCHMARK(BM_GemmQ4_0Packed)->Apply(token_shapes);
 BENCHMARK(BM_GemmQ8_0Packed)->Apply(token_shapes);
+void BM_GemmF16Tokens(benchmark::State& s) { run_matmul(s, GgmlType::kF16, s.range(2)); }
+BENCHMARK(BM_GemmF16Tokens)->Args({1024, 1024, 1})->Args({1024, 1024, 8})->Args({1024, 1024, 16})->Args({1024, 1024, 17})->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_GemmQ8_0)->Args({2048, 2048})->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_GemmF16)->Args({2048, 2048})->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// Small-T steps over DRAM-resident weights: the seven matrices of a TinyLlama-1.1B layer (q, k,
+// v, o, gate, up, down) for 8 layers (~375 MB in Q8_0, ~10x the L3), T tokens through each, as
+// a verification step sees them. Compare the time per call across T (r(T) = t(T) / t(1)).
+struct LayerStack {
+  std::vector<std::vector<uint8_t>> data;
+  std::vector<PackedWeights> packed;
+  std::vector<WeightView> views;
+};
+
+const LayerStack& layer_stack(GgmlType type) {
+  static std::map<GgmlType, LayerStack> stacks;
+  LayerStack& s = stacks[type];
+  if (!s.views.empty()) return s;
+  const int64_t shapes[7][2] = {{2048, 2048}, {256, 2048},  {256, 2048}, {2048, 2048},
+                                {5632, 2048}, {5632, 2048}, {2048, 5632}};
+  for (int layer = 0; layer < 8; ++layer) {
+    for (const auto& sh : shapes) {
+      s.data.push_back(random_weights(type, sh[0], sh[1]));
+      WeightView w = make_weight_view(type, s.data.back().data(), sh[0], sh[1]);
+      if (packing_available(type)) {
+        s.packed.push_back(pack_weights(w));
+        w.packed = s.packed.back().data();
+        std::vector<uint8_t>().swap(s.data.back());  // the kernels read the packed copy only
+      }
+      s.views.push_back(w);
+    }
+  }
+  return s;
+}
+
+void run_layer_stack(benchmark::State& state, GgmlType type) {
+  const int64_t num_tokens = state.range(0);
+  const LayerStack& s = layer_stack(type);
+  std::vector<float> x(static_cast<size_t>(num_tokens * 5632), 0.5f), y(x.size());
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (float& v : x) v = dist(rng);
+  ThreadPool& pool = bench_pool();
+  double bytes = 0;
+  for (const WeightView& w : s.views) {
+    bytes += static_cast<double>(w.rows) * static_cast<double>(weight_row_bytes(w.type, w.cols));
+  }
+  for (auto _ : state) {
+    for (const WeightView& w : s.views) matmul(w, x.data(), y.data(), num_tokens, pool);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GB/s"] =
+      benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(ggml_type_name(type)) + " " + std::string(isa_name(active_isa())));
+}
+void BM_StepQ8_0(benchmark::State& s) { run_layer_stack(s, GgmlType::kQ8_0); }
+void BM_StepQ4_0(benchmark::State& s) { run_layer_stack(s, GgmlType::kQ4_0); }
+void BM_StepF16(benchmark::State& s) { run_layer_stack(s, GgmlType::kF16); }
+void step_tokens(benchmark::internal::Benchmark* b) {
+  for (int64_t t : {1, 2, 3, 4, 5, 6, 8, 9, 12, 16, 17}) b->Arg(t);
+  b->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
+}
+BENCHMARK(BM_StepQ8_0)->Apply(step_tokens);
+BENCHMARK(BM_StepQ4_0)->Apply(step_tokens);
+BENCHMARK(BM_StepF16)->Apply(step_tokens);
 
 void BM_ReadBandwidth(benchmark::State& state) {
   ThreadPool& pool = bench_pool();

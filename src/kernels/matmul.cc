@@ -234,6 +234,18 @@ void quantize_act_row_scalar(const float* x, int64_t cols, int8_t* qs, float* d)
   }
 }
 
+void pack_x_blocked(const float* x, int64_t num_tokens, int64_t cols, float* out) {
+  const int64_t steps = (cols + 15) / 16;
+  for (int64_t s = 0; s < steps; ++s) {
+    const int64_t c0 = s * 16, n = std::min<int64_t>(16, cols - c0);
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      float* dst = out + (s * num_tokens + t) * 16;
+      std::memcpy(dst, x + t * cols + c0, static_cast<size_t>(n) * sizeof(float));
+      std::fill(dst + n, dst + 16, 0.0f);
+    }
+  }
+}
+
 RowKernel scalar_kernel(GgmlType type) {
   return is_quantized(type) ? scalar_quant_rows : scalar_float_rows;
 }
@@ -299,7 +311,7 @@ void matmul_packed(std::span<const WeightView* const> ws, const float* x,
       pool.workspace(0, static_cast<size_t>(num_tokens * nb) * sizeof(internal::ActBlockVnni)));
   const int32_t k = w0.type == GgmlType::kQ4_0 ? 8 : 128;
   for_each_token(num_tokens, cols, pool, [&](int64_t t) {
-    internal::pack_act_row_vnni(x + t * cols, cols, k, acts + t * nb);
+    internal::pack_act_row_vnni(x + t * cols, cols, k, acts + t, num_tokens);
   });
   // Work units: the kernel's group tile (packed_rows_avx512: 4 groups for one token, 2 for two
   // or three, else 1); unit_end[i] = units of matrices 0..i.
@@ -358,6 +370,13 @@ void matmul(const WeightView& w, const float* x, float* y, int64_t num_tokens, T
   if (is_quantized(w.type)) prepare_quantized_acts(w, x, num_tokens, isa, pool, job);
   if (isa >= Isa::kAvx512 && has_native_kernels(w.type) && !is_quantized(w.type)) {
     job.kernel = internal::avx512_float_kernel(w.type);
+    if (num_tokens >= kGemmMinTokens && num_tokens <= 2 * internal::kMaxStationaryTokens) {
+      const int64_t steps = (w.cols + 15) / 16;
+      auto* xb = static_cast<float*>(
+          pool.workspace(0, static_cast<size_t>(steps * num_tokens * 16) * sizeof(float)));
+      internal::pack_x_blocked(x, num_tokens, w.cols, xb);
+      job.args.xb = xb;
+    }
   }
   if (pool.num_threads() == 1 || w.rows * w.cols * num_tokens < kMinParallelMacs) {
     job.kernel(job.args, 0, w.rows);

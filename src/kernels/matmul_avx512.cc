@@ -49,9 +49,9 @@ ARBOR_AVX512 void float_tile(const MatmulArgs& a, int64_t r0, int64_t rstep, int
   const float* xs[T];
   for (int t = 0; t < T; ++t) xs[t] = a.x + (t0 + t) * cols;
   __m512 acc[R][T];
-#pragma GCC unroll 4
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 4
+#pragma GCC unroll 16
     for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
   }
   // Full 16-column steps unmasked, then one masked step for cols % 16.
@@ -59,18 +59,18 @@ ARBOR_AVX512 void float_tile(const MatmulArgs& a, int64_t r0, int64_t rstep, int
   for (int64_t c = 0; c < cols; c += 16) {
     const __mmask16 m = c < full ? 0xFFFF : static_cast<__mmask16>((1u << (cols - c)) - 1);
     __m512 wv[R];
-#pragma GCC unroll 4
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) wv[r] = load_w16<kType>(rows[r], c, m);
-#pragma GCC unroll 4
+#pragma GCC unroll 16
     for (int t = 0; t < T; ++t) {
       const __m512 xv = c < full ? _mm512_loadu_ps(xs[t] + c) : _mm512_maskz_loadu_ps(m, xs[t] + c);
-#pragma GCC unroll 4
+#pragma GCC unroll 16
       for (int r = 0; r < R; ++r) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
     }
   }
-#pragma GCC unroll 4
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 4
+#pragma GCC unroll 16
     for (int t = 0; t < T; ++t) {
       a.y[(t0 + t) * w.rows + r0 + r * rstep] = _mm512_reduce_add_ps(acc[r][t]);
     }
@@ -85,6 +85,87 @@ ARBOR_AVX512 void float_token_tiles(const MatmulArgs& a, int64_t r0, int64_t rst
   if constexpr (T > 1) {
     if (t < t1) float_token_tiles<kType, R, T - 1>(a, r0, rstep, t, t1);
   }
+}
+
+// Bytes ahead of the current column that a stationary tile prefetches in each of its rows: each
+// row is streamed from DRAM once, and the tile spends long enough per column step that the
+// hardware prefetcher alone leaves the core waiting.
+constexpr int64_t kFloatPrefetchBytes = 1024;
+
+// The same tile over blocked activations (MatmulArgs::xb): tokens t0 .. t0 + T - 1 of the
+// call's num_tokens. Per output the arithmetic equals float_tile's: 16 lanes over the columns
+// in order, the last step's weights masked (its activations are zero-padded), one reduce_add.
+template <GgmlType kType, int R, int T, bool kPrefetch>
+ARBOR_AVX512 void float_tile_blocked(const MatmulArgs& a, int64_t r0, int64_t t0) {
+  const WeightView& w = *a.w;
+  const int64_t cols = w.cols, n = a.num_tokens;
+  constexpr int64_t kElem = kType == GgmlType::kF32 ? 4 : 2;
+  const uint8_t* rows[R];
+  for (int r = 0; r < R; ++r) rows[r] = static_cast<const uint8_t*>(w.data) + (r0 + r) * w.row_stride;
+  __m512 acc[R][T];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  }
+  const float* xp = a.xb + t0 * 16;
+  const int64_t full = cols / 16 * 16;
+  for (int64_t c = 0; c < cols; c += 16, xp += n * 16) {
+    const __mmask16 m = c < full ? 0xFFFF : static_cast<__mmask16>((1u << (cols - c)) - 1);
+    __m512 wv[R];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      if constexpr (kPrefetch) {
+        _mm_prefetch(reinterpret_cast<const char*>(rows[r] + c * kElem + kFloatPrefetchBytes),
+                     _MM_HINT_T0);
+      }
+      wv[r] = load_w16<kType>(rows[r], c, m);
+    }
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) {
+      const __m512 xv = _mm512_loadu_ps(xp + t * 16);
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) a.y[(t0 + t) * w.rows + r0 + r] = _mm512_reduce_add_ps(acc[r][t]);
+  }
+}
+
+template <GgmlType kType, int R, int T, bool kPrefetch>
+ARBOR_AVX512 void blocked_token_tiles(const MatmulArgs& a, int64_t r0, int64_t t0, int64_t t1) {
+  int64_t t = t0;
+  for (; t + T <= t1; t += T) float_tile_blocked<kType, R, T, kPrefetch>(a, r0, t);
+  if constexpr (T > 1) {
+    if (t < t1) blocked_token_tiles<kType, R, T - 1, kPrefetch>(a, r0, t, t1);
+  }
+}
+
+// A verification-sized call: kStatRows rows x up to kStatTokens tokens per tile, the tokens cut
+// into balanced tiles per row group; the first tile streams the rows from DRAM (prefetching),
+// the others find them in L1/L2. The activations of all tokens exceed L1 at these widths, so
+// the tile is as square as the registers allow (fewest L2 bytes per FMA).
+constexpr int kStatRows = 4;
+constexpr int kStatTokens = 4;
+
+template <GgmlType kType, int R>
+ARBOR_AVX512 void stationary_row_tiles(const MatmulArgs& a, int64_t r) {
+  const int64_t nt = a.num_tokens;
+  const int64_t tiles = (nt + kStatTokens - 1) / kStatTokens;
+  blocked_token_tiles<kType, R, kStatTokens, true>(a, r, 0, nt / tiles);
+  for (int64_t i = 1; i < tiles; ++i) {
+    blocked_token_tiles<kType, R, kStatTokens, false>(a, r, i * nt / tiles, (i + 1) * nt / tiles);
+  }
+}
+
+template <GgmlType kType>
+ARBOR_AVX512 void stationary_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
+  int64_t r = row_begin;
+  for (; r + kStatRows <= row_end; r += kStatRows) stationary_row_tiles<kType, kStatRows>(a, r);
+  for (; r < row_end; ++r) stationary_row_tiles<kType, 1>(a, r);
 }
 
 // GEMV (fewer than kGemmMinTokens tokens): 4-row tiles whose rows come from the four quarters of
@@ -104,6 +185,10 @@ ARBOR_AVX512 void float_rows(const MatmulArgs& a, int64_t row_begin, int64_t row
     for (int64_t r = row_begin + R * q; r < row_end; ++r) {
       float_token_tiles<kType, 1, kGemmMinTokens - 1>(a, r, 1, 0, a.num_tokens);
     }
+    return;
+  }
+  if (a.xb != nullptr) {
+    stationary_rows<kType>(a, row_begin, row_end);
     return;
   }
   for (int64_t tb = 0; tb < a.num_tokens; tb += kTokenBlock) {

@@ -44,6 +44,10 @@ void act_q4_sums_avx2(const int8_t* qs, int64_t cols, int16_t* out);
 struct MatmulArgs {
   const WeightView* w = nullptr;
   const float* x = nullptr;               // [num_tokens, cols], float weight types
+  // Float weight types on AVX-512 with kGemmMinTokens..2 * kMaxStationaryTokens tokens (else null): x regrouped
+  // as [ceil(cols / 16), num_tokens, 16], zero past cols, so a tile reads the tokens' 16
+  // columns at one pointer plus fixed offsets (see pack_x_blocked).
+  const float* xb = nullptr;
   QuantizedActs q;                        // Q8_0 / Q4_0 weight types
   int64_t num_tokens = 0;
   float* y = nullptr;  // [num_tokens, w->rows]
@@ -85,13 +89,22 @@ struct ActBlockVnni {
 };
 static_assert(sizeof(ActBlockVnni) == 40);
 
-// x: [cols] -> out: [cols / 32].
-void pack_act_row_vnni(const float* x, int64_t cols, int32_t k, ActBlockVnni* out);
+// x: [cols] -> out[b * out_stride] for b in [0, cols / 32) (out_stride = the call's token
+// count: activations are block-major, so the tokens of one block sit side by side).
+void pack_act_row_vnni(const float* x, int64_t cols, int32_t k, ActBlockVnni* out,
+                       int64_t out_stride = 1);
 
 // Computes y for row groups [group_begin, group_end) and all tokens from w->packed and
-// acts: [num_tokens, cols / 32].
+// acts: [cols / 32, num_tokens] (block-major).
 void packed_rows_avx512(const WeightView& w, const ActBlockVnni* acts, int64_t num_tokens,
                         float* y, int64_t group_begin, int64_t group_end);
+
+// Token counts up to which the AVX-512 kernels keep a weight tile in registers for every token of
+// the call (a verification step: 1 + up to 15 drafts), so each weight is read from DRAM once.
+inline constexpr int64_t kMaxStationaryTokens = 16;
+
+// x: [num_tokens, cols] -> out: [ceil(cols / 16), num_tokens, 16] (see MatmulArgs::xb).
+void pack_x_blocked(const float* x, int64_t num_tokens, int64_t cols, float* out);
 
 // Rows per tile of the AVX2 kernels; matmul() splits rows across threads in multiples of it.
 inline constexpr int64_t kRowTile = 4;

@@ -43,105 +43,151 @@ ARBOR_AVX512_INLINE int32_t load_i32(const int8_t* p) {
   return v;
 }
 
-// acc[g][t] += rows of groups g0.. x tokens t0.. over every block.
+// Software prefetch distance of the weight stream, in records: a step over a few tokens spends
+// long enough on each record that the hardware prefetcher alone leaves the core waiting on DRAM.
+constexpr int64_t kPrefetchRecords = 8;
+
+template <GgmlType kType>
+ARBOR_AVX512_INLINE void prefetch_record(const uint8_t* rec) {
+  constexpr size_t kRec = kRecordBytes<kType>;
+#pragma GCC unroll 16
+  for (size_t off = 0; off < kRec; off += 64) _mm_prefetch(reinterpret_cast<const char*>(rec + off), _MM_HINT_T0);
+}
+
+// One output tile: acc[g][t] += the block dots of rows of groups g0.. x tokens t0.., every
+// block in order. Per (row, token) the arithmetic is fixed whatever G and T are: for each block
+// b, acc = fma(float(integer dot - offset), d_w * d_a, acc), starting from 0 — so a token's
+// result does not depend on the batch around it.
 template <GgmlType kType, int G, int T>
-ARBOR_AVX512 void tile(const WeightView& w, const ActBlockVnni* acts, float* y, int64_t g0,
-                     int64_t t0) {
+ARBOR_AVX512 void tile(const WeightView& w, const ActBlockVnni* acts, int64_t num_tokens, float* y,
+                     int64_t g0, int64_t t0) {
   constexpr size_t kRec = kRecordBytes<kType>;
   const int64_t nb = w.cols / kQBlock;
   const uint8_t* base[G];
   for (int g = 0; g < G; ++g) {
     base[g] = static_cast<const uint8_t*>(w.packed) + static_cast<size_t>((g0 + g) * nb) * kRec;
   }
-  const ActBlockVnni* a[T];
-  for (int t = 0; t < T; ++t) a[t] = acts + (t0 + t) * nb;
+  // Block b's activations for tokens t0.. are ab[0..T) (block-major: one pointer, immediate
+  // offsets).
+  const int64_t n = num_tokens;
+  const ActBlockVnni* ab = acts + t0;
   __m512 acc[G][T];
 #pragma GCC unroll 4
   for (int g = 0; g < G; ++g) {
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int t = 0; t < T; ++t) acc[g][t] = _mm512_setzero_ps();
   }
-  for (int64_t b = 0; b < nb; ++b) {
+  for (int64_t b = 0; b < nb; ++b, ab += n) {
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
       const uint8_t* rec = base[g] + static_cast<size_t>(b) * kRec;
+      // Several tokens per record: fetch ahead (the group's records are contiguous, and the
+      // next group's follow them).
+      if constexpr (T > 1) prefetch_record<kType>(rec + kPrefetchRecords * kRec);
       const __m512 wd =
           _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec)));
       __m512i z[8];
       load_record<kType>(rec, z);
-#pragma GCC unroll 8
+#pragma GCC unroll 16
       for (int t = 0; t < T; ++t) {
-        const ActBlockVnni& ab = a[t][b];
-        // Two dependency chains of four.
-        __m512i s0 = _mm512_set1_epi32(ab.neg_sum), s1 = _mm512_setzero_si512();
+        const ActBlockVnni& at = ab[t];
+        __m512i dot;
+        if constexpr (T <= 3) {
+          // Few tokens: two dependency chains of four keep the dot units busy.
+          __m512i s0 = _mm512_set1_epi32(at.neg_sum), s1 = _mm512_setzero_si512();
 #pragma GCC unroll 4
-        for (int j = 0; j < 4; ++j) {
-          s0 = _mm512_dpbusd_epi32(s0, z[j], _mm512_set1_epi32(load_i32(ab.qs + 4 * j)));
-          s1 = _mm512_dpbusd_epi32(s1, z[4 + j], _mm512_set1_epi32(load_i32(ab.qs + 16 + 4 * j)));
+          for (int j = 0; j < 4; ++j) {
+            s0 = _mm512_dpbusd_epi32(s0, z[j], _mm512_set1_epi32(load_i32(at.qs + 4 * j)));
+            s1 = _mm512_dpbusd_epi32(s1, z[4 + j],
+                                     _mm512_set1_epi32(load_i32(at.qs + 16 + 4 * j)));
+          }
+          dot = _mm512_add_epi32(s0, s1);
+        } else {
+          // Many tokens: their chains interleave, one chain each saves registers and an add.
+          dot = _mm512_set1_epi32(at.neg_sum);
+#pragma GCC unroll 8
+          for (int j = 0; j < 8; ++j) {
+            dot = _mm512_dpbusd_epi32(dot, z[j], _mm512_set1_epi32(load_i32(at.qs + 4 * j)));
+          }
         }
-        const __m512 dot = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
-        acc[g][t] = _mm512_fmadd_ps(dot, _mm512_mul_ps(wd, _mm512_set1_ps(ab.d)), acc[g][t]);
+        acc[g][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(wd, _mm512_set1_ps(at.d)),
+                                    acc[g][t]);
       }
     }
   }
 #pragma GCC unroll 4
   for (int g = 0; g < G; ++g) {
     const int64_t r0 = (g0 + g) * kPackRows;
-    const int64_t n = std::min<int64_t>(kPackRows, w.rows - r0);
-    const __mmask16 m = n == kPackRows ? 0xFFFF : static_cast<__mmask16>((1u << n) - 1);
-#pragma GCC unroll 8
+    const int64_t live = std::min<int64_t>(kPackRows, w.rows - r0);
+    const __mmask16 m = live == kPackRows ? 0xFFFF : static_cast<__mmask16>((1u << live) - 1);
+#pragma GCC unroll 16
     for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + (t0 + t) * w.rows + r0, m, acc[g][t]);
   }
 }
 
-// Tokens [t0, t1) for groups g0 .. g0 + G - 1, T at a time, then smaller tiles for the rest.
+// Tokens [t0, t1) for groups g0 .. g0 + G - 1, T at a time, then one tile for the rest.
 template <GgmlType kType, int G, int T>
-ARBOR_AVX512 void token_tiles(const WeightView& w, const ActBlockVnni* acts, float* y, int64_t g0,
-                            int64_t t0, int64_t t1) {
+ARBOR_AVX512 void token_tiles(const WeightView& w, const ActBlockVnni* acts, int64_t num_tokens,
+                            float* y, int64_t g0, int64_t t0, int64_t t1) {
   int64_t t = t0;
-  for (; t + T <= t1; t += T) tile<kType, G, T>(w, acts, y, g0, t);
+  for (; t + T <= t1; t += T) tile<kType, G, T>(w, acts, num_tokens, y, g0, t);
   if constexpr (T > 1) {
-    if (t < t1) token_tiles<kType, G, T - 1>(w, acts, y, g0, t, t1);
+    if (t < t1) token_tiles<kType, G, T - 1>(w, acts, num_tokens, y, g0, t, t1);
   }
 }
 
 // Groups [gb, ge) x tokens [t0, t1): G groups at a time, then one at a time.
 template <GgmlType kType, int G, int T>
-ARBOR_AVX512 void group_tiles(const WeightView& w, const ActBlockVnni* acts, float* y, int64_t gb,
-                            int64_t ge, int64_t t0, int64_t t1) {
+ARBOR_AVX512 void group_tiles(const WeightView& w, const ActBlockVnni* acts, int64_t num_tokens,
+                            float* y, int64_t gb, int64_t ge, int64_t t0, int64_t t1) {
   int64_t g = gb;
-  for (; g + G <= ge; g += G) token_tiles<kType, G, T>(w, acts, y, g, t0, t1);
-  for (; g < ge; ++g) token_tiles<kType, 1, T>(w, acts, y, g, t0, t1);
+  for (; g + G <= ge; g += G) token_tiles<kType, G, T>(w, acts, num_tokens, y, g, t0, t1);
+  for (; g < ge; ++g) token_tiles<kType, 1, T>(w, acts, num_tokens, y, g, t0, t1);
 }
 
 // One token (decode): four groups per tile, so 8 dot chains run at once while four weight
-// streams are read (two groups for 2-3 tokens; more would spill). Many tokens: 1 group x 8 tokens per tile (8 accumulators + 8 weight
-// registers; two groups would spill), over token blocks whose activations stay in L2 while the
-// group's weights stay in L1 across the block's tiles.
+// streams are read. Two or three tokens: two groups. Up to kMaxStationaryTokens (a step that
+// verifies drafts): one group x every token, so each weight record is read from memory once
+// and used for all of them (T accumulators + 8 weight registers, no spills). More tokens
+// (prefill): 1 group x 8 tokens per tile over token blocks whose activations stay in L2 while
+// the group's weights stay in L1/L2 across the block's tiles.
 template <GgmlType kType>
 ARBOR_AVX512 void packed_rows(const WeightView& w, const ActBlockVnni* acts, int64_t num_tokens,
                             float* y, int64_t gb, int64_t ge) {
   constexpr int64_t kTokenBlock = 64;
   if (num_tokens == 1) {
-    group_tiles<kType, 4, 1>(w, acts, y, gb, ge, 0, 1);
+    group_tiles<kType, 4, 1>(w, acts, 1, y, gb, ge, 0, 1);
     return;
   }
   if (num_tokens <= 3) {
-    group_tiles<kType, 2, 3>(w, acts, y, gb, ge, 0, num_tokens);
+    group_tiles<kType, 2, 3>(w, acts, num_tokens, y, gb, ge, 0, num_tokens);
+    return;
+  }
+  if (num_tokens <= 2 * kMaxStationaryTokens) {
+    // Up to 32 tokens: one or two balanced tiles per group; the second finds the group's
+    // records in cache.
+    const int64_t split = num_tokens <= kMaxStationaryTokens ? num_tokens : (num_tokens + 1) / 2;
+    for (int64_t g = gb; g < ge; ++g) {
+      token_tiles<kType, 1, kMaxStationaryTokens>(w, acts, num_tokens, y, g, 0, split);
+      if (split < num_tokens) {
+        token_tiles<kType, 1, kMaxStationaryTokens>(w, acts, num_tokens, y, g, split, num_tokens);
+      }
+    }
     return;
   }
   for (int64_t tb = 0; tb < num_tokens; tb += kTokenBlock) {
     const int64_t te = std::min(num_tokens, tb + kTokenBlock);
-    group_tiles<kType, 1, 8>(w, acts, y, gb, ge, tb, te);
+    group_tiles<kType, 1, 8>(w, acts, num_tokens, y, gb, ge, tb, te);
   }
 }
 
 }  // namespace
 
-ARBOR_AVX512 void pack_act_row_vnni(const float* x, int64_t cols, int32_t k, ActBlockVnni* out) {
+ARBOR_AVX512 void pack_act_row_vnni(const float* x, int64_t cols, int32_t k, ActBlockVnni* out,
+                                   int64_t out_stride) {
   const __m256i ones = _mm256_set1_epi8(1);
   for (int64_t b = 0; b < cols / kQBlock; ++b) {
-    ActBlockVnni& ab = out[b];
+    ActBlockVnni& ab = out[b * out_stride];
     quantize_act_row_avx2(x + b * kQBlock, kQBlock, ab.qs, &ab.d);
     // sum(qs) via dpbusd(0, 1, qs) on 8 lanes, then a horizontal add.
     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab.qs));

@@ -60,7 +60,7 @@ void check_matmul_invariance(const MatmulCase& c, uint32_t seed) {
     packed_view.packed = packed.data();
   }
   ThreadPool p1(1), p2(2);
-  std::vector<int64_t> token_counts(17);
+  std::vector<int64_t> token_counts(34);  // 1..34: every stationary tile and the two-tile split
   std::iota(token_counts.begin(), token_counts.end(), 1);
   token_counts.push_back(kMaxTokens);
   for (Isa isa : testing::testable_isas()) {
