@@ -273,6 +273,11 @@ struct Scratch {
   float* s;      // [block_size]
   float* kbuf;   // [block_size, head_dim]
   float* vbuf;   // [block_size, head_dim]
+  // Keys-in-lanes path only (uses_lanes): one key chunk of one head transposed, and the rows'
+  // visible lanes per 16-key group.
+  float* kt;       // [head_dim, lanes_stride]
+  float* vt;       // [head_dim, lanes_stride]
+  uint16_t* vis;   // [lanes_stride / 16]
 };
 
 // Query rows an item can have: a tile of one kv head's query heads, or one decode token of all.
@@ -280,9 +285,20 @@ size_t max_item_rows(const PagedAttentionParams& p) {
   return std::max((size_t)kQueryTile * (p.num_q_heads / p.num_kv_heads), (size_t)p.num_q_heads);
 }
 
+// Whether paged_attention() runs the keys-in-lanes kernel (attention_internal.h) for this call.
+bool uses_lanes(const PagedAttentionParams& p) {
+  return p.head_dim == internal::kLanesHeadDim && active_isa() >= Isa::kAvx512;
+}
+
+// Floats per transposed row of a key chunk: the chunk rounded up to 16-key groups.
+size_t lanes_stride(const PagedAttentionParams& p) {
+  return ((size_t)split_chunk_keys(p.block_size) + 15) / 16 * 16;
+}
+
 size_t scratch_floats(const PagedAttentionParams& p) {
   const size_t rows = max_item_rows(p);
-  return 2 * rows * (2 + p.head_dim) + p.block_size * (1 + 2 * (size_t)p.head_dim) + 64;
+  const size_t lanes = uses_lanes(p) ? lanes_stride(p) * (2 * (size_t)p.head_dim + 1) : 0;
+  return 2 * rows * (2 + p.head_dim) + p.block_size * (1 + 2 * (size_t)p.head_dim) + lanes + 64;
 }
 
 Scratch carve_scratch(float* base, const PagedAttentionParams& p) {
@@ -297,6 +313,14 @@ Scratch carve_scratch(float* base, const PagedAttentionParams& p) {
   s.s = s.facc + rows * p.head_dim;
   s.kbuf = s.s + p.block_size;
   s.vbuf = s.kbuf + (size_t)p.block_size * p.head_dim;
+  s.kt = s.vbuf + (size_t)p.block_size * p.head_dim;
+  s.vt = s.kt;
+  s.vis = nullptr;
+  if (uses_lanes(p)) {
+    const size_t stride = lanes_stride(p);
+    s.vt = s.kt + stride * p.head_dim;
+    s.vis = reinterpret_cast<uint16_t*>(s.vt + stride * p.head_dim);
+  }
   return s;
 }
 
@@ -402,6 +426,33 @@ void fold_rows(const Scratch& sc, int32_t rows, int hd) {
   }
 }
 
+// Writes an item's rows: (m, l, acc) into the partial buffer for a split item, else acc / l into
+// p.out. The rows' results are in sc.m/l/acc (one chunk) or sc.fl/facc (folded chunks).
+void finish_item(const PagedAttentionParams& p, const WorkItem& w, const Scratch& sc,
+                 bool multi_chunk, float* partials) {
+  const int r = p.num_q_heads / p.num_kv_heads;
+  const int hd = p.head_dim;
+  const int32_t per_head = (w.i1 - w.i0) * r;
+  const int32_t rows = per_head * (w.g1 - w.g0);
+  const int64_t q_row0 = p.qo_indptr[w.b] + w.i0;
+  // One chunk: (m, l, acc) is the whole result (fold_partial of one chunk is a copy).
+  const float* ls = multi_chunk ? sc.fl : sc.l;
+  const float* accs = multi_chunk ? sc.facc : sc.acc;
+  for (int32_t row = 0; row < rows; ++row) {
+    const float* a = accs + (size_t)row * hd;
+    if (w.partial >= 0) {  // single-head, single-chunk items only (heads == 1, row < per_head)
+      float* dst = partials + ((size_t)w.partial * kQueryTile * r + row) * (hd + 2);
+      dst[0] = sc.m[row];
+      dst[1] = sc.l[row];
+      std::memcpy(dst + 2, a, sizeof(float) * hd);
+      continue;
+    }
+    const int32_t in_head = row % per_head;
+    const int32_t i = w.i0 + in_head / r, h = (w.g0 + row / per_head) * r + in_head % r;
+    write_row(ls[row], a, hd, p.out + ((q_row0 + i - w.i0) * p.num_q_heads + h) * hd);
+  }
+}
+
 // Rows of an item: head gi (of g0..g1), token i, query head hh at
 // gi * per_head + (i - i0) * r + hh, per_head = (i1 - i0) * r.
 void run_item(const PagedAttentionParams& p, const WorkItem& w, const Scratch& sc, float* partials,
@@ -475,22 +526,100 @@ void run_item(const PagedAttentionParams& p, const WorkItem& w, const Scratch& s
     }
   }
   if (multi_chunk) fold_rows(sc, rows, hd);
-  // One chunk: (m, l, acc) is the whole result (fold_partial of one chunk is a copy).
-  const float* ls = multi_chunk ? sc.fl : sc.l;
-  const float* accs = multi_chunk ? sc.facc : sc.acc;
-  for (int32_t row = 0; row < rows; ++row) {
-    const float* a = accs + (size_t)row * hd;
-    if (w.partial >= 0) {  // single-head, single-chunk items only (heads == 1, row < per_head)
-      float* dst = partials + ((size_t)w.partial * kQueryTile * r + row) * (hd + 2);
-      dst[0] = sc.m[row];
-      dst[1] = sc.l[row];
-      std::memcpy(dst + 2, a, sizeof(float) * hd);
+  finish_item(p, w, sc, multi_chunk, partials);
+}
+
+// ---- Keys in lanes (head_dim kLanesHeadDim on AVX-512; attention_internal.h). ----
+
+// Transposes keys [kf, kl) of head g (chunk starting at c0) into sc.kt / sc.vt, lane = key - c0;
+// lanes of the chunk's groups outside [kf, kl) are zero.
+void lanes_transpose_chunk(const PagedAttentionParams& p, const int32_t* table, int g, int32_t c0,
+                           int32_t kf, int32_t kl, int stride, const Scratch& sc) {
+  const int hd = p.head_dim;
+  const int32_t lanes = (kl - c0 + 15) / 16 * 16;
+  for (int d = 0; d < hd; ++d) {
+    std::fill(sc.kt + (size_t)d * stride, sc.kt + (size_t)d * stride + (kf - c0), 0.0f);
+    std::fill(sc.vt + (size_t)d * stride, sc.vt + (size_t)d * stride + (kf - c0), 0.0f);
+    std::fill(sc.kt + (size_t)d * stride + (kl - c0), sc.kt + (size_t)d * stride + lanes, 0.0f);
+    std::fill(sc.vt + (size_t)d * stride + (kl - c0), sc.vt + (size_t)d * stride + lanes, 0.0f);
+  }
+  const bool f16 = p.kv_dtype == KvDtype::kF16;
+  const size_t elem = kv_dtype_size(p.kv_dtype);
+  for (int32_t kbase = kf - kf % p.block_size; kbase < kl; kbase += p.block_size) {
+    const int32_t kb0 = std::max(kbase, kf), kb1 = std::min(kbase + p.block_size, kl);
+    const int32_t block_id = table[kbase / p.block_size];
+    const size_t skip = (size_t)(kb0 - kbase) * hd * elem;
+    const auto* k = static_cast<const uint8_t*>(block_rows(p, p.k_cache, block_id, g)) + skip;
+    const auto* v = static_cast<const uint8_t*>(block_rows(p, p.v_cache, block_id, g)) + skip;
+    internal::lanes_transpose_avx512(k, f16, kb1 - kb0, sc.kt + (kb0 - c0), stride);
+    internal::lanes_transpose_avx512(v, f16, kb1 - kb0, sc.vt + (kb0 - c0), stride);
+  }
+}
+
+// vis[gr] = the lanes of 16-key group gr (keys c0 + 16 gr + j) that new token i sees among keys
+// [kf, kl); keys below full_end are visible to every row.
+void lanes_visibility(const Visibility& vis, int32_t i, int32_t c0, int32_t kf, int32_t kl,
+                      int32_t full_end, int num_groups, uint16_t* out) {
+  for (int gr = 0; gr < num_groups; ++gr) {
+    const int32_t g0 = c0 + 16 * gr, g1 = g0 + 16;
+    if (g0 >= kf && g1 <= std::min(kl, full_end)) {
+      out[gr] = 0xFFFF;
       continue;
     }
-    const int32_t in_head = row % per_head;
-    const int32_t i = w.i0 + in_head / r, h = (w.g0 + row / per_head) * r + in_head % r;
-    write_row(ls[row], a, hd, p.out + ((q_row0 + i - w.i0) * p.num_q_heads + h) * hd);
+    uint16_t bits = 0;
+    for (int j = 0; j < 16; ++j) {
+      const int32_t k = g0 + j;
+      if (k >= kf && k < kl && (k < full_end || vis(i, k))) bits |= (uint16_t)(1u << j);
+    }
+    out[gr] = bits;
   }
+}
+
+// run_item's twin for the keys-in-lanes kernel: per head of the item and key chunk, the chunk's
+// K and V are transposed once, then every row of that head runs over them; chunks fold in key
+// order exactly as in run_item.
+void run_item_lanes(const PagedAttentionParams& p, const WorkItem& w, const Scratch& sc,
+                    float* partials) {
+  const int r = p.num_q_heads / p.num_kv_heads;
+  const int hd = p.head_dim;
+  const int heads = w.g1 - w.g0;
+  const int32_t per_head = (w.i1 - w.i0) * r;
+  const int32_t rows = per_head * heads;
+  const int32_t chunk = split_chunk_keys(p.block_size);
+  const bool multi_chunk = w.k0 / chunk != (w.k1 - 1) / chunk;
+  if (multi_chunk) {
+    std::fill(sc.fm, sc.fm + rows, kNegInf);
+    std::fill(sc.fl, sc.fl + rows, 0.0f);
+    std::fill(sc.facc, sc.facc + (size_t)rows * hd, 0.0f);
+  }
+  const Visibility vis = visibility(p, w.b);
+  const int32_t full_end = vis.bits ? vis.committed : vis.committed + w.i0 + 1;
+  const int32_t* table = p.kv_page_indices + p.kv_indptr[w.b];
+  const int64_t q_row0 = p.qo_indptr[w.b] + w.i0;
+  const int stride = (int)lanes_stride(p);
+  for (int gi = 0; gi < heads; ++gi) {
+    const int g = w.g0 + gi;
+    for (int32_t c0 = w.k0 - w.k0 % chunk; c0 < w.k1; c0 += chunk) {
+      const int32_t kf = std::max(c0, w.k0), kl = std::min(c0 + chunk, w.k1);
+      lanes_transpose_chunk(p, table, g, c0, kf, kl, stride, sc);
+      const int num_groups = (kl - c0 + 15) / 16;
+      for (int32_t i = w.i0; i < w.i1; ++i) {
+        lanes_visibility(vis, i, c0, kf, kl, full_end, num_groups, sc.vis);
+        for (int hh = 0; hh < r; ++hh) {
+          const int32_t row = gi * per_head + (i - w.i0) * r + hh;
+          const float* q = p.q + ((q_row0 + i - w.i0) * p.num_q_heads + g * r + hh) * hd;
+          float* acc = sc.acc + (size_t)row * hd;
+          internal::lanes_chunk_row_avx512(q, p.scale, sc.kt, sc.vt, stride, num_groups, sc.vis,
+                                           sc.m[row], sc.l[row], acc);
+          if (multi_chunk) {
+            fold_partial(sc.m[row], sc.l[row], acc, hd, sc.fm[row], sc.fl[row],
+                         sc.facc + (size_t)row * hd);
+          }
+        }
+      }
+    }
+  }
+  finish_item(p, w, sc, multi_chunk, partials);
 }
 
 // Folds the partials (m, l, acc) of a split group, one key chunk each, in key order into p.out
@@ -555,13 +684,20 @@ void paged_attention(const PagedAttentionParams& p, ThreadPool& pool) {
   if (tl_partials.size() < partial_floats) tl_partials.resize(partial_floats);
   float* partials = tl_partials.data();
   const AttnBlockOps ops = block_ops(p.head_dim);
+  const bool lanes = uses_lanes(p);
   const size_t scratch_bytes = scratch_floats(p) * sizeof(float);
   pool.parallel_for(
       (int64_t)plan->items.size(),
       [&](int64_t begin, int64_t end, int thread) {
         float* base = static_cast<float*>(pool.workspace(1 + thread, scratch_bytes));
         const Scratch sc = carve_scratch(base, p);
-        for (int64_t it = begin; it < end; ++it) run_item(p, plan->items[it], sc, partials, ops);
+        for (int64_t it = begin; it < end; ++it) {
+          if (lanes) {
+            run_item_lanes(p, plan->items[it], sc, partials);
+          } else {
+            run_item(p, plan->items[it], sc, partials, ops);
+          }
+        }
       },
       1);
   if (plan->groups.empty()) return;

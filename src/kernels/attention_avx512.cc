@@ -1,8 +1,10 @@
 // AVX-512 block operations of paged attention (see attention_internal.h). Keys are read straight
 // from the cache, F16 widened in registers (no scratch copy), four keys per pass so each pass
 // over q (scores) or acc (accumulate) serves four K/V rows. head_dim must be a multiple of 16.
+// Head dim 8 has its own keys-in-lanes kernel (lanes_chunk_row_avx512): 16 keys per register.
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "kernels/attention_internal.h"
@@ -158,6 +160,65 @@ ARBOR_AVX512 void f16_to_f32_avx512(const uint16_t* src, float* dst, int64_t n) 
 }
 
 }  // namespace
+
+ARBOR_AVX512 void lanes_chunk_row_avx512(const float* q, float scale, const float* kt,
+                                         const float* vt, int stride, int num_groups,
+                                         const uint16_t* vis, float& m_out, float& l_out,
+                                         float* acc_out) {
+  constexpr int kHd = kLanesHeadDim;
+  const float neg_inf = -__builtin_inff();
+  __m512 qd[kHd], accv[kHd];
+  for (int d = 0; d < kHd; ++d) {
+    qd[d] = _mm512_set1_ps(q[d]);
+    accv[d] = _mm512_setzero_ps();
+  }
+  const __m512 vscale = _mm512_set1_ps(scale);
+  __m512 lv = _mm512_setzero_ps();
+  float m = neg_inf;
+  for (int g = 0; g < num_groups; ++g) {
+    const __mmask16 live = vis[g];
+    if (live == 0) continue;
+    const float* kg = kt + g * 16;
+    __m512 s = _mm512_setzero_ps();
+    for (int d = 0; d < kHd; ++d) s = _mm512_fmadd_ps(qd[d], _mm512_loadu_ps(kg + d * stride), s);
+    s = _mm512_mask_mov_ps(_mm512_set1_ps(neg_inf), live, _mm512_mul_ps(s, vscale));
+    const float bmax = _mm512_reduce_max_ps(s);
+    if (bmax > m) {
+      // A new running max: rescale what the earlier groups left (corr = 0 for the first).
+      const float corr = m == neg_inf ? 0.0f : std::exp(m - bmax);
+      const __m512 vc = _mm512_set1_ps(corr);
+      lv = _mm512_mul_ps(lv, vc);
+      for (int d = 0; d < kHd; ++d) accv[d] = _mm512_mul_ps(accv[d], vc);
+      m = bmax;
+    }
+    const __m512 e =
+        _mm512_maskz_mov_ps(live, exp_nonpositive(_mm512_sub_ps(s, _mm512_set1_ps(m))));
+    lv = _mm512_add_ps(lv, e);
+    const float* vg = vt + g * 16;
+    for (int d = 0; d < kHd; ++d) {
+      accv[d] = _mm512_fmadd_ps(e, _mm512_loadu_ps(vg + d * stride), accv[d]);
+    }
+  }
+  m_out = m;
+  l_out = m == neg_inf ? 0.0f : _mm512_reduce_add_ps(lv);
+  for (int d = 0; d < kHd; ++d) acc_out[d] = m == neg_inf ? 0.0f : _mm512_reduce_add_ps(accv[d]);
+}
+
+ARBOR_AVX512 void lanes_transpose_avx512(const void* src, bool f16, int n, float* dst,
+                                         int stride) {
+  constexpr int kHd = kLanesHeadDim;
+  if (f16) {
+    const auto* h = static_cast<const uint16_t*>(src);
+    for (int j = 0; j < n; ++j) {
+      for (int d = 0; d < kHd; ++d) dst[d * stride + j] = _cvtsh_ss(h[j * kHd + d]);
+    }
+  } else {
+    const auto* f = static_cast<const float*>(src);
+    for (int j = 0; j < n; ++j) {
+      for (int d = 0; d < kHd; ++d) dst[d * stride + j] = f[j * kHd + d];
+    }
+  }
+}
 
 AttnBlockOps attn_block_ops_avx512() {
   return {scores_avx512, exp_block_avx512, accumulate_avx512, f16_to_f32_avx512};

@@ -19,6 +19,23 @@ struct AttnBlockOps {
   void (*f16_to_f32)(const uint16_t* src, float* dst, int64_t n);
 };
 
+// Keys in lanes, for head dims too small for a row-per-key dot to pay (hd 8: one FMA per key and
+// a horizontal sum per key). One query row against a key chunk transposed to kt, vt:
+// [hd][stride] f32, lane j of 16-key group g = key g * 16 + j of the chunk, zero-padded; vis[g] =
+// the lanes of group g this row sees. Online softmax over the groups with a running max kept as
+// a scalar and the sum and accumulator kept per lane (reduced once at the end): returns the
+// chunk's (m, l) and acc: [hd] (m = -inf, l = 0, acc = 0 when no key is visible). The result
+// depends only on q, the visible keys and their lanes (batch invariant).
+// hd must be kLanesHeadDim.
+inline constexpr int kLanesHeadDim = 8;
+void lanes_chunk_row_avx512(const float* q, float scale, const float* kt, const float* vt,
+                            int stride, int num_groups, const uint16_t* vis, float& m, float& l,
+                            float* acc);
+
+// dst[d * stride + j] = key j's element d, widened, for j in [0, n) and d in [0, kLanesHeadDim):
+// n consecutive rows of a cache block (F16 when `f16`, else F32).
+void lanes_transpose_avx512(const void* src, bool f16, int n, float* dst, int stride);
+
 AttnBlockOps attn_block_ops_scalar();
 AttnBlockOps attn_block_ops_avx2();
 // Requires head_dim % 16 == 0 (attention.cc falls back to AVX2 otherwise).

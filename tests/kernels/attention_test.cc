@@ -332,11 +332,35 @@ TEST(AttentionTest, LargeDecodeBatchMatchesReference) {
   set_active_isa(saved);
 }
 
+TEST(AttentionTest, SmallHeadDimLongContextsAndSplits) {
+  // head_dim 8 (keys in lanes on AVX-512): contexts over several 512-key chunks, one kv head (a
+  // lone decode splits its chunks over the threads and merges them), GQA 8, draft rows after a
+  // long context, a tree mask, and a block size that is not a multiple of 16.
+  for (int bs : {16, 12}) {
+    for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16}) {
+      for (int kv_heads : {1, 4}) {
+        Geometry g{.num_q_heads = 8 * kv_heads, .num_kv_heads = kv_heads, .head_dim = 8,
+                   .block_size = bs, .dtype = dtype};
+        const std::vector<int> parent = {-1, 0, 0, 1, 2};
+        PagedFixture f(g, {{1100, 1}, {700, 5}, {511, 9}, {40, 5, tree_mask(parent)}, {0, 30}},
+                       300 + bs + kv_heads);
+        const std::vector<float> ref = f.reference();
+        for (int threads : {1, 2, 3}) {
+          EXPECT_LT(max_abs_diff(run_paged(f, threads), ref), kTol)
+              << "bs " << bs << " dtype " << (int)dtype << " kv heads " << kv_heads
+              << " threads " << threads;
+        }
+      }
+    }
+  }
+}
+
 TEST(AttentionTest, EveryIsaMatchesReference) {
-  // head_dim 24 takes the AVX2 block ops even on AVX-512; 64 and 128 the 512-bit ones. Decode
-  // rows (few per item: direct F16 reads) and a prefill tile (widened once) on both dtypes.
+  // head_dim 24 takes the AVX2 block ops even on AVX-512; 64 and 128 the 512-bit ones; 8 the
+  // keys-in-lanes kernel on AVX-512. Decode rows (few per item: direct F16 reads) and a prefill
+  // tile (widened once) on both dtypes.
   const Isa saved = active_isa();
-  for (int hd : {24, 64, 128}) {
+  for (int hd : {8, 24, 64, 128}) {
     for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16}) {
       Geometry g{.num_q_heads = 8, .num_kv_heads = 4, .head_dim = hd, .block_size = 16,
                  .dtype = dtype};

@@ -279,10 +279,12 @@ TEST(BatchInvariance, AttentionRowsEqualLoneDecodeRows) {
   for (Isa isa : testing::testable_isas()) {
     IsaScope scope(isa);
     for (int bs : {1, 16}) {
-      // head_dim 64 takes the AVX-512 block ops where the CPU has them, 24 the AVX2 ones; one kv
-      // head makes a lone sequence on 2 threads split its keys over the threads.
+      // head_dim 64 takes the AVX-512 block ops where the CPU has them, 24 the AVX2 ones, 8 the
+      // keys-in-lanes kernel; one kv head makes a lone sequence on 2 threads split its keys over
+      // the threads.
       for (const AttnGeometry& g : {AttnGeometry{8, 2, 64, bs, KvDtype::kF16},
-                                    AttnGeometry{4, 1, 24, bs, KvDtype::kF32}}) {
+                                    AttnGeometry{4, 1, 24, bs, KvDtype::kF32},
+                                    AttnGeometry{16, 2, 8, bs, KvDtype::kF16}}) {
         SCOPED_TRACE(describe(g, isa));
         check_attention_invariance(g, seed += 100);
         if (HasFailure()) return;
