@@ -46,9 +46,10 @@ Result<InflateGeometry> read_source_shape(const GgufFile& src) {
   ARBOR_ASSIGN_OR_RETURN(g.ffn, src.get_i64("llama.feed_forward_length"));
   ARBOR_ASSIGN_OR_RETURN(g.layers, src.get_i64("llama.block_count"));
   ARBOR_ASSIGN_OR_RETURN(g.heads, src.get_i64("llama.attention.head_count"));
-  g.kv_heads = src.find("llama.attention.head_count_kv") != nullptr
-                   ? *src.get_i64("llama.attention.head_count_kv")
-                   : g.heads;
+  g.kv_heads = g.heads;
+  if (src.find("llama.attention.head_count_kv") != nullptr) {
+    ARBOR_ASSIGN_OR_RETURN(g.kv_heads, src.get_i64("llama.attention.head_count_kv"));
+  }
   ARBOR_ASSIGN_OR_RETURN(g.rms_eps, src.get_f32("llama.attention.layer_norm_rms_epsilon"));
   if (g.dim <= 0 || g.heads <= 0 || g.kv_heads <= 0 || g.dim % g.heads != 0 ||
       g.heads % g.kv_heads != 0) {
