@@ -8,6 +8,9 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libxxhash-dev libpcre2-dev libboost-dev
   curl gnuplot-nox
+  # tests/model/inflate_test.cc compares `synth --inflate` with shared/tools/inflate_gguf.py,
+  # which runs on /usr/bin/python3 with numpy.
+  python3-numpy
 )
 
 # node and npm run the official `openai` client in the end-to-end tests. Debian's packages are

@@ -8,6 +8,9 @@
 // the thread count. Matrices take --type; norms and biases stay F32 (as llama.cpp writes them).
 // Tensors are generated and quantised one at a time, rows in parallel, into buffers the writer
 // owns: the model is held once, in its final type.
+//
+// --inflate SMALL.gguf instead writes a trained model's exact next-token function at the cost of
+// a larger shape (convert/inflate.h, docs/inflate.md); this file only parses its flags.
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <memory>
@@ -17,6 +20,7 @@
 #include "base/log.h"
 #include "base/progress.h"
 #include "cli/command.h"
+#include "convert/inflate.h"
 #include "gguf/gguf.h"
 #include "gguf/quants.h"
 #include "tokenizer/tokenizer.h"
@@ -62,6 +66,9 @@ struct Options {
   bool qkv_bias = false;
   bool tied = false;
   int threads = 0;
+  std::string inflate;   // --inflate: the source model
+  int64_t kv_ratio = 0;  // --kv-ratio (inflate only)
+  bool shape_given = false;
 };
 
 struct TensorSpec {
@@ -257,12 +264,63 @@ std::vector<gguf::KeyValue> pad_vocab(SynthVocab vocab, int64_t vocab_size) {
   return std::move(vocab.keys);
 }
 
-Status run(const Options& o) {
-  ARBOR_ASSIGN_OR_RETURN(GgmlType type, gguf::parse_ggml_type(o.type));
+Result<GgmlType> parse_type(const std::string& name) {
+  ARBOR_ASSIGN_OR_RETURN(GgmlType type, gguf::parse_ggml_type(name));
   if (type != GgmlType::kF32 && type != GgmlType::kF16 && type != GgmlType::kQ4_0 &&
       type != GgmlType::kQ8_0) {
-    return invalid_argument("--type ", o.type, " is not supported; use q4_0, q8_0, f16 or f32");
+    return invalid_argument("--type ", name, " is not supported; use q4_0, q8_0, f16 or f32");
   }
+  return type;
+}
+
+// --inflate's target shape: the --shape preset when one was given (its GQA ratio as the
+// --kv-ratio), with --dim/--ffn/--layers/--kv-ratio overriding it.
+Result<convert::InflateOptions> inflate_options(const Options& o) {
+  convert::InflateOptions io;
+  if (o.shape_given) {
+    for (const Shape& p : presets()) {
+      if (p.name != o.shape || p.dim == 0) continue;
+      io.dim = p.dim;
+      io.ffn = p.ffn;
+      io.layers = p.layers;
+      io.kv_ratio = p.heads / p.kv_heads;
+    }
+  }
+  const std::pair<int64_t, int64_t*> overrides[] = {
+      {o.dim, &io.dim}, {o.ffn, &io.ffn}, {o.layers, &io.layers}, {o.kv_ratio, &io.kv_ratio}};
+  for (const auto& [flag, field] : overrides) {
+    if (flag > 0) *field = flag;
+  }
+  if (io.dim <= 0 || io.ffn <= 0 || io.layers <= 0 || io.kv_ratio <= 0) {
+    return invalid_argument("--inflate needs --dim, --ffn, --layers and --kv-ratio > 0, or a "
+                            "--shape such as tinyllama-1.1b (got ", io.dim, ", ", io.ffn, ", ",
+                            io.layers, ", ", io.kv_ratio, ")");
+  }
+  ARBOR_ASSIGN_OR_RETURN(io.type, parse_type(o.type));
+  io.seed = o.seed;
+  io.show_progress = true;
+  return io;
+}
+
+Status run_inflate(const Options& o) {
+  ARBOR_ASSIGN_OR_RETURN(convert::InflateOptions io, inflate_options(o));
+  kernels::ThreadPool pool(o.threads);
+  io.parallel_for = [&pool](int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+    pool.parallel_for(n, [&fn](int64_t begin, int64_t end, int) { fn(begin, end); });
+  };
+  ARBOR_ASSIGN_OR_RETURN(gguf::GgufFile src, gguf::GgufFile::open(o.inflate));
+  ARBOR_ASSIGN_OR_RETURN(gguf::GgufWriter writer, convert::inflate_model(src, io));
+  ARBOR_RETURN_IF_ERROR(writer.write(o.out));
+  ARBOR_LOG(kInfo) << "wrote " << o.out;
+  return ok_status();
+}
+
+Status run(const Options& o) {
+  if (!o.inflate.empty()) return run_inflate(o);
+  if (o.vocab_path.empty()) {
+    return invalid_argument("synth needs --vocab (or --inflate SMALL.gguf)");
+  }
+  ARBOR_ASSIGN_OR_RETURN(GgmlType type, parse_type(o.type));
   ARBOR_ASSIGN_OR_RETURN(Shape shape, resolve_shape(o, type));
   ARBOR_ASSIGN_OR_RETURN(SynthVocab vocab, load_synth_vocab(o.vocab_path));
   const int64_t vocab_size = shape.vocab > 0 ? shape.vocab : vocab.size;
@@ -298,33 +356,49 @@ Status run(const Options& o) {
 
 void setup(CLI::App& app) {
   auto* sub = app.add_subcommand("synth", "Write a deterministic random-weight model of a real "
-                                          "shape with a real tokenizer");
+                                          "shape with a real tokenizer, or (--inflate) a small "
+                                          "trained model padded to a large shape");
   auto o = std::make_shared<Options>();
-  sub->add_option("--shape", o->shape, "Model shape (custom: give --dim --ffn --layers --heads)")
-      ->check(CLI::IsMember({"tinyllama-1.1b", "stories110m", "stories15m", "qwen2.5-0.5b",
-                             "custom"}))
-      ->capture_default_str();
+  CLI::Option* shape =
+      sub->add_option("--shape", o->shape,
+                      "Model shape (custom: give --dim --ffn --layers --heads; with --inflate: "
+                      "its dim, ffn, layers and heads / kv heads as --kv-ratio)")
+          ->check(CLI::IsMember({"tinyllama-1.1b", "stories110m", "stories15m", "qwen2.5-0.5b",
+                                 "custom"}))
+          ->capture_default_str();
   sub->add_option("--type", o->type, "Matrix type: q4_0, q8_0, f16, f32 (norms stay f32)")
       ->capture_default_str();
-  sub->add_option("--vocab", o->vocab_path,
-                  "Tokenizer: a GGUF with tokenizer.* metadata or a tokenizer.json")
-      ->required();
+  CLI::Option* vocab = sub->add_option(
+      "--vocab", o->vocab_path, "Tokenizer: a GGUF with tokenizer.* metadata or a tokenizer.json");
   sub->add_option("-o,--output", o->out, "Output GGUF path")->required();
   sub->add_option("--seed", o->seed, "Weight seed (same seed, same bytes)")->capture_default_str();
   sub->add_option("--dim", o->dim, "Override: embedding length");
   sub->add_option("--ffn", o->ffn, "Override: feed-forward length");
   sub->add_option("--layers", o->layers, "Override: number of layers");
-  sub->add_option("--heads", o->heads, "Override: attention heads");
-  sub->add_option("--kv-heads", o->kv_heads, "Override: key/value heads (default: --heads)");
-  sub->add_option("--vocab-size", o->vocab_size,
-                  "Override: embedding rows, >= the tokenizer's size (padded with [PADn])");
-  sub->add_option("--context", o->context, "Override: context length");
-  sub->add_option("--arch", o->arch, "Override: llama or qwen2 (q/k/v biases, NeoX RoPE)");
-  sub->add_flag("--qkv-bias", o->qkv_bias, "Add q/k/v biases (always on for qwen2)");
-  sub->add_flag("--tied", o->tied, "No output.weight: the classifier is token_embd");
+  const std::vector<CLI::Option*> synth_only = {
+      vocab,
+      sub->add_option("--heads", o->heads, "Override: attention heads"),
+      sub->add_option("--kv-heads", o->kv_heads, "Override: key/value heads (default: --heads)"),
+      sub->add_option("--vocab-size", o->vocab_size,
+                      "Override: embedding rows, >= the tokenizer's size (padded with [PADn])"),
+      sub->add_option("--context", o->context, "Override: context length"),
+      sub->add_option("--arch", o->arch, "Override: llama or qwen2 (q/k/v biases, NeoX RoPE)"),
+      sub->add_flag("--qkv-bias", o->qkv_bias, "Add q/k/v biases (always on for qwen2)"),
+      sub->add_flag("--tied", o->tied, "No output.weight: the classifier is token_embd")};
   sub->add_option("--threads", o->threads, "Generator threads (0: all cores)")
       ->capture_default_str();
-  sub->callback([o] { exit_on_error(run(*o)); });
+  CLI::Option* inflate = sub->add_option(
+      "--inflate", o->inflate,
+      "Inflate this F32 llama GGUF to --dim/--ffn/--layers/--kv-ratio (or --shape) with the "
+      "same logits (docs/inflate.md)");
+  for (CLI::Option* opt : synth_only) inflate->excludes(opt);
+  sub->add_option("--kv-ratio", o->kv_ratio,
+                  "Inflate: query heads per kv head in the result (a multiple of the model's)")
+      ->needs(inflate);
+  sub->callback([o, shape] {
+    o->shape_given = shape->count() > 0;
+    exit_on_error(run(*o));
+  });
 }
 ARBOR_REGISTER_COMMAND(setup);
 

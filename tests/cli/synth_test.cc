@@ -1,4 +1,5 @@
-// arbor synth: determinism, shapes, types and the copied tokenizer metadata.
+// arbor synth: determinism, shapes, types and the copied tokenizer metadata; --inflate's flags,
+// its output through `arbor generate`, and its errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -135,6 +136,113 @@ TEST_F(SynthTest, BadShapesAreRejectedWithTheLimit) {
   r = run_arbor(kTiny + " --vocab-size 100 -o " + dir_ + "/x.gguf");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("smaller than the tokenizer's 512 tokens"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/x.gguf"));
+}
+
+const std::string kInflateSmall =
+    "synth --inflate " + kVocab + " --dim 256 --ffn 512 --layers 8 --kv-ratio 4 --type q8_0";
+
+// The generated ids of greedy `arbor generate` on `model`.
+std::string generate_ids(const std::string& model) {
+  CommandResult r = run_arbor("generate -m " + model +
+                              " -p 'Once upon a time' -n 48 --temp 0 --threads 1 --json");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const auto ids = r.out.find("\"ids\"");
+  EXPECT_NE(ids, std::string::npos) << r.out;
+  return ids == std::string::npos ? "" : r.out.substr(ids, r.out.find(']', ids) - ids);
+}
+
+TEST_F(SynthTest, InflateWritesTheShapeAndGeneratesTheSameTokens) {
+  const std::string path = dir_ + "/inflated.gguf";
+  CommandResult r = run_arbor(kInflateSmall + " --seed 3 -o " + path);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("dim 64 -> 256, ffn 172 -> 512, layers 5 -> 8, heads 8 -> 32 (kv 4 -> 8)"),
+            std::string::npos)
+      << r.err;
+  auto file = gguf::GgufFile::open(path);
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
+  EXPECT_EQ(*file->get_u32("llama.embedding_length"), 256u);
+  EXPECT_EQ(*file->get_u32("llama.feed_forward_length"), 512u);
+  EXPECT_EQ(*file->get_u32("llama.block_count"), 8u);
+  EXPECT_EQ(*file->get_u32("llama.attention.head_count"), 32u);
+  EXPECT_EQ(*file->get_u32("llama.attention.head_count_kv"), 8u);
+  EXPECT_EQ(*file->get_u32("general.file_type"), 7u);  // MOSTLY_Q8_0
+  EXPECT_EQ(file->find_tensor("blk.7.ffn_down.weight")->dims, (std::vector<int64_t>{512, 256}));
+  EXPECT_EQ(file->find_tensor("blk.7.ffn_down.weight")->type, gguf::GgmlType::kQ8_0);
+  EXPECT_EQ(file->find_tensor("blk.7.ffn_norm.weight")->type, gguf::GgmlType::kF32);
+  // Even in Q8_0 (the source's rows are rounded as stories260K's own Q8_0 would be) the text
+  // stays stories260K's on this prompt.
+  const std::string want = generate_ids(kVocab);
+  ASSERT_GT(want.size(), 100u);
+  EXPECT_EQ(generate_ids(path), want);
+  // Same seed, same bytes with another thread count; the seed reaches the random rows.
+  r = run_arbor(kInflateSmall + " --seed 3 --threads 1 -o " + dir_ + "/same.gguf");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(read_file(path) == read_file(dir_ + "/same.gguf"));
+  r = run_arbor(kInflateSmall + " --seed 4 -o " + dir_ + "/other.gguf");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(read_file(path) == read_file(dir_ + "/other.gguf"));
+}
+
+TEST_F(SynthTest, InflateShapeSuppliesTheDimsAndFlagsOverrideIt) {
+  const std::string base = "synth --inflate " + kVocab + " -o " + dir_ + "/x.gguf ";
+  // tinyllama-1.1b is dim 2048, ffn 5632, 22 layers, kv-ratio 8 (32 heads / 4 kv heads): with
+  // --dim 128 there are 16 heads of 8, so ratio 8 leaves 2 kv heads, fewer than the model's 4.
+  CommandResult r = run_arbor(base + "--shape tinyllama-1.1b --dim 128");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--kv-ratio 8 must divide the inflated model's 16 heads (--dim 128 / "
+                       "head_dim 8) and leave at least the model's 4 kv heads; at most 4"),
+            std::string::npos)
+      << r.err;
+  r = run_arbor(base + "--shape tinyllama-1.1b --layers 3");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--layers 3 is fewer than the model's 5 layers"), std::string::npos)
+      << r.err;
+  r = run_arbor(base + "--shape tinyllama-1.1b --ffn 100");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--ffn 100 is less than the model's feed_forward_length 172"),
+            std::string::npos)
+      << r.err;
+  r = run_arbor(base + "--shape stories110m");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--dim 768 must be the model's embedding length 64 times a power of two"),
+            std::string::npos)
+      << r.err;
+  r = run_arbor(base + "--shape tinyllama-1.1b --dim 256 --ffn 512 --layers 6 --kv-ratio 3");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--kv-ratio 3 must be a multiple of the model's 2 query heads per kv head"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/x.gguf"));
+}
+
+TEST_F(SynthTest, InflateFlagErrors) {
+  const std::string out = " -o " + dir_ + "/x.gguf";
+  CommandResult r = run_arbor("synth --inflate " + kVocab + " --dim 256" + out);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--inflate needs --dim, --ffn, --layers and --kv-ratio > 0, or a --shape "
+                       "such as tinyllama-1.1b (got 256, 0, 0, 0)"),
+            std::string::npos)
+      << r.err;
+  r = run_arbor("synth --inflate " + kVocab + " --vocab " + kVocab + " --dim 256" + out);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--vocab excludes --inflate"), std::string::npos) << r.err;
+  r = run_arbor("synth --inflate " + kVocab + " --shape tinyllama-1.1b --heads 8" + out);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--heads excludes --inflate"), std::string::npos) << r.err;
+  r = run_arbor("synth --kv-ratio 2 --vocab " + kVocab + out);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--kv-ratio requires --inflate"), std::string::npos) << r.err;
+  r = run_arbor("synth" + out);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("synth needs --vocab (or --inflate SMALL.gguf)"), std::string::npos)
+      << r.err;
+  r = run_arbor("synth --inflate " + dir_ + "/missing.gguf --shape tinyllama-1.1b" + out);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find(dir_ + "/missing.gguf"), std::string::npos) << r.err;
+  r = run_arbor("synth --inflate " + kVocab + " --shape tinyllama-1.1b --type q4_1" + out);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--type q4_1 is not supported"), std::string::npos) << r.err;
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/x.gguf"));
 }
 
