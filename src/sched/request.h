@@ -141,6 +141,7 @@ struct Request {
   int32_t spec_backoff_steps = 0;      // > 0: ask for no drafts for this many more steps
   int32_t spec_backoff_next = 0;       // the next backoff (doubles per decline; 0 = the first)
   bool draft_in_sync = false;          // a draft model proposed for it last step (no catch-up)
+  int64_t draft_synced_tokens = 0;     // tokens the draft model had seen when it last proposed
   int64_t admit_seq = 0;               // order of (re)admission; FCFS victims are the latest
   int32_t num_preemptions = 0;
   // The executor holds this request's state (NewRequestData sent since the last admission) and

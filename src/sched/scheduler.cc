@@ -154,6 +154,7 @@ void Scheduler::preempt(Request& req) {
   req.known_to_executor = false;
   req.num_tokens_sent = 0;
   req.draft_in_sync = false;
+  req.draft_synced_tokens = 0;
   req.status = RequestStatus::kPreempted;
   ++req.num_preemptions;
   ++num_preemptions_;

@@ -61,6 +61,11 @@ enum class SchedulingPolicy : uint8_t { kFcfs, kPriority };
 // proposing costs forwards, and probing again costs a catch-up over the tokens missed); doubled
 // on every further decline up to kSpecMaxBackoffSteps, reset when a verification accepts a draft.
 inline constexpr int32_t kSpecBackoffSteps = 16;
+// Under load (more than two sampling requests) a request whose draft model is behind starts
+// proposing only if its catch-up — the tokens the draft model has not seen, at the draft cost
+// per token (an upper bound: the catch-up runs them as one prefill) — costs at most this much
+// of a 1-token target step.
+inline constexpr double kMaxDraftCatchUpCost = 0.25;
 inline constexpr int32_t kSpecMaxBackoffSteps = 1024;
 
 struct SchedulerOptions {

@@ -253,18 +253,26 @@ bool Scheduler::drafts_may_pay(const SchedulerOutput& out, int64_t budget) const
 // A draft model's proposals cost forwards, and a request whose draft model is behind (it asked
 // for no drafts last step) first costs a catch-up over the tokens it skipped — its whole prompt
 // at first. So: nobody proposes in a step where no draft could pay, and in a step with more than
-// two sampling requests only requests whose draft model is in sync keep proposing.
+// two sampling requests a request whose draft model is behind starts only when its catch-up is
+// cheap (kMaxDraftCatchUpCost; early in a request's life with a small draft model).
 void Scheduler::limit_draft_model_proposals(SchedulerOutput& out, int64_t budget) {
   const bool may_pay = drafts_may_pay(out, budget);
+  const double draft_cost = spec_policy_.cost_model().draft_cost;
   int64_t num_sampling = 0;
   for (const ScheduledRequest& s : out.requests) num_sampling += s.sample ? 1 : 0;
   for (ScheduledRequest& s : out.requests) {
     Request& req = *requests_.at(s.request_id);
-    if (req.speculation.mode != SpecMode::kFixed &&
-        (!may_pay || (!req.draft_in_sync && num_sampling > 2))) {
+    const double catch_up =
+        static_cast<double>(req.num_tokens() - req.draft_synced_tokens) * draft_cost;
+    const bool costly_catch_up =
+        !req.draft_in_sync && num_sampling > 2 && catch_up > kMaxDraftCatchUpCost;
+    if (req.speculation.mode != SpecMode::kFixed && (!may_pay || costly_catch_up)) {
       s.max_next_draft_tokens = 0;
     }
-    if (s.sample) req.draft_in_sync = s.max_next_draft_tokens > 0;
+    if (!s.sample) continue;
+    req.draft_in_sync = s.max_next_draft_tokens > 0;
+    // The draft model will have seen everything up to this step's sampled token.
+    if (req.draft_in_sync) req.draft_synced_tokens = req.num_tokens() + 1;
   }
 }
 

@@ -122,6 +122,36 @@ TEST(SchedulerSpec, PerRequestModeOffAndFixedK) {
   EXPECT_EQ(h.run(), (Table{"X:4 Y:4", "X:1 Y:3(+2)", "X:1 Y:3(+2) done:Y", "X:1 done:X"}));
 }
 
+// A draft model's catch-up over tokens it has not seen costs forwards: under load (more than two
+// sampling requests) a request starts proposing only while that is cheap (kMaxDraftCatchUpCost).
+TEST(SchedulerSpec, DraftModelStartsUnderLoadOnlyWhenItsCatchUpIsCheap) {
+  const auto run = [](double draft_cost, int32_t prompt_len, int32_t num_requests) {
+    SchedulerOptions o = spec_opts(4, /*budget=*/256);
+    o.spec_cost.points = {{1, 1.0}, {4, 1.05}, {8, 1.1}, {32, 1.4}, {64, 2.5}};
+    o.spec_cost.draft_cost = draft_cost;
+    Harness h(o, kopts(512));
+    h.model.draft_correct = 100;
+    for (int32_t i = 0; i < num_requests; ++i) {
+      EXPECT_TRUE(h.add(std::string(1, static_cast<char>('A' + i)), iota_prompt(prompt_len, 3 + i),
+                        24)
+                      .ok());
+    }
+    h.run();
+    for (int32_t i = 0; i < num_requests; ++i) {
+      const std::string name(1, static_cast<char>('A' + i));
+      EXPECT_EQ(h.tokens[name], testing::alone_tokens(iota_prompt(prompt_len, 3 + i), 24));
+    }
+    return h.num_draft_tokens;
+  };
+  // 4 streams, 4-token prompts, a draft at 1 % of a target step: catch-up 0.05, all speculate
+  // (each of the 4 verifies drafts in most of its 23 decode steps).
+  EXPECT_GE(run(0.01, 4, 4), 4 * 12);
+  // 40-token prompts at 2 %: catch-up 0.8 of a step, so under load nobody starts...
+  EXPECT_EQ(run(0.02, 40, 4), 0);
+  // ...while two streams are not "under load" and catch up anyway.
+  EXPECT_GT(run(0.02, 40, 2), 0);
+}
+
 TEST(SchedulerSpec, MalformedResultsAreErrorsThatChangeNothing) {
   Harness h(spec_opts(4), kopts(64));
   h.model.draft_correct = 100;
