@@ -370,7 +370,7 @@ void matmul(const WeightView& w, const float* x, float* y, int64_t num_tokens, T
   if (is_quantized(w.type)) prepare_quantized_acts(w, x, num_tokens, isa, pool, job);
   if (isa >= Isa::kAvx512 && has_native_kernels(w.type) && !is_quantized(w.type)) {
     job.kernel = internal::avx512_float_kernel(w.type);
-    if (num_tokens >= kGemmMinTokens && num_tokens <= 2 * internal::kMaxStationaryTokens) {
+    if (num_tokens >= 2 && num_tokens <= 2 * internal::kMaxStationaryTokens) {
       const int64_t steps = (w.cols + 15) / 16;
       auto* xb = static_cast<float*>(
           pool.workspace(0, static_cast<size_t>(steps * num_tokens * 16) * sizeof(float)));

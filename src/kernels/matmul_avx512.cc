@@ -96,12 +96,14 @@ constexpr int64_t kFloatPrefetchBytes = 1024;
 // call's num_tokens. Per output the arithmetic equals float_tile's: 16 lanes over the columns
 // in order, the last step's weights masked (its activations are zero-padded), one reduce_add.
 template <GgmlType kType, int R, int T, bool kPrefetch>
-ARBOR_AVX512 void float_tile_blocked(const MatmulArgs& a, int64_t r0, int64_t t0) {
+ARBOR_AVX512 void float_tile_blocked(const MatmulArgs& a, int64_t r0, int64_t rstep, int64_t t0) {
   const WeightView& w = *a.w;
   const int64_t cols = w.cols, n = a.num_tokens;
   constexpr int64_t kElem = kType == GgmlType::kF32 ? 4 : 2;
   const uint8_t* rows[R];
-  for (int r = 0; r < R; ++r) rows[r] = static_cast<const uint8_t*>(w.data) + (r0 + r) * w.row_stride;
+  for (int r = 0; r < R; ++r) {
+    rows[r] = static_cast<const uint8_t*>(w.data) + (r0 + r * rstep) * w.row_stride;
+  }
   __m512 acc[R][T];
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
@@ -131,41 +133,48 @@ ARBOR_AVX512 void float_tile_blocked(const MatmulArgs& a, int64_t r0, int64_t t0
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 16
-    for (int t = 0; t < T; ++t) a.y[(t0 + t) * w.rows + r0 + r] = _mm512_reduce_add_ps(acc[r][t]);
+    for (int t = 0; t < T; ++t) {
+      a.y[(t0 + t) * w.rows + r0 + r * rstep] = _mm512_reduce_add_ps(acc[r][t]);
+    }
   }
 }
 
 template <GgmlType kType, int R, int T, bool kPrefetch>
-ARBOR_AVX512 void blocked_token_tiles(const MatmulArgs& a, int64_t r0, int64_t t0, int64_t t1) {
+ARBOR_AVX512 void blocked_token_tiles(const MatmulArgs& a, int64_t r0, int64_t rstep, int64_t t0,
+                                      int64_t t1) {
   int64_t t = t0;
-  for (; t + T <= t1; t += T) float_tile_blocked<kType, R, T, kPrefetch>(a, r0, t);
+  for (; t + T <= t1; t += T) float_tile_blocked<kType, R, T, kPrefetch>(a, r0, rstep, t);
   if constexpr (T > 1) {
-    if (t < t1) blocked_token_tiles<kType, R, T - 1, kPrefetch>(a, r0, t, t1);
+    if (t < t1) blocked_token_tiles<kType, R, T - 1, kPrefetch>(a, r0, rstep, t, t1);
   }
 }
 
-// A verification-sized call: kStatRows rows x up to kStatTokens tokens per tile, the tokens cut
-// into balanced tiles per row group; the first tile streams the rows from DRAM (prefetching),
-// the others find them in L1/L2. The activations of all tokens exceed L1 at these widths, so
-// the tile is as square as the registers allow (fewest L2 bytes per FMA).
+// A verification-sized call: kStatRows rows x up to kStatTokens tokens per tile (24
+// accumulators), the tokens cut into balanced tiles per row group; the first tile streams the
+// rows from DRAM (prefetching), the others find them in L1/L2. As in the GEMV, the rows of a
+// tile come from the four quarters of the range, so each read stream runs through many
+// consecutive rows instead of restarting every tile.
 constexpr int kStatRows = 4;
-constexpr int kStatTokens = 4;
+constexpr int kStatTokens = 6;
 
 template <GgmlType kType, int R>
-ARBOR_AVX512 void stationary_row_tiles(const MatmulArgs& a, int64_t r) {
+ARBOR_AVX512 void stationary_row_tiles(const MatmulArgs& a, int64_t r, int64_t rstep) {
   const int64_t nt = a.num_tokens;
   const int64_t tiles = (nt + kStatTokens - 1) / kStatTokens;
-  blocked_token_tiles<kType, R, kStatTokens, true>(a, r, 0, nt / tiles);
+  blocked_token_tiles<kType, R, kStatTokens, true>(a, r, rstep, 0, nt / tiles);
   for (int64_t i = 1; i < tiles; ++i) {
-    blocked_token_tiles<kType, R, kStatTokens, false>(a, r, i * nt / tiles, (i + 1) * nt / tiles);
+    blocked_token_tiles<kType, R, kStatTokens, false>(a, r, rstep, i * nt / tiles,
+                                                      (i + 1) * nt / tiles);
   }
 }
 
 template <GgmlType kType>
 ARBOR_AVX512 void stationary_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
-  int64_t r = row_begin;
-  for (; r + kStatRows <= row_end; r += kStatRows) stationary_row_tiles<kType, kStatRows>(a, r);
-  for (; r < row_end; ++r) stationary_row_tiles<kType, 1>(a, r);
+  const int64_t q = (row_end - row_begin) / kStatRows;
+  for (int64_t i = 0; i < q; ++i) stationary_row_tiles<kType, kStatRows>(a, row_begin + i, q);
+  for (int64_t r = row_begin + kStatRows * q; r < row_end; ++r) {
+    stationary_row_tiles<kType, 1>(a, r, 1);
+  }
 }
 
 // GEMV (fewer than kGemmMinTokens tokens): 4-row tiles whose rows come from the four quarters of
@@ -177,6 +186,10 @@ template <GgmlType kType>
 ARBOR_AVX512 void float_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
   constexpr int R = 4, T = 4;
   constexpr int64_t kTokenBlock = 32;
+  if (a.xb != nullptr) {  // 2..2 * kMaxStationaryTokens tokens
+    stationary_rows<kType>(a, row_begin, row_end);
+    return;
+  }
   if (a.num_tokens < kGemmMinTokens) {
     const int64_t q = (row_end - row_begin) / R;
     for (int64_t i = 0; i < q; ++i) {
@@ -185,10 +198,6 @@ ARBOR_AVX512 void float_rows(const MatmulArgs& a, int64_t row_begin, int64_t row
     for (int64_t r = row_begin + R * q; r < row_end; ++r) {
       float_token_tiles<kType, 1, kGemmMinTokens - 1>(a, r, 1, 0, a.num_tokens);
     }
-    return;
-  }
-  if (a.xb != nullptr) {
-    stationary_rows<kType>(a, row_begin, row_end);
     return;
   }
   for (int64_t tb = 0; tb < a.num_tokens; tb += kTokenBlock) {

@@ -44,7 +44,7 @@ void act_q4_sums_avx2(const int8_t* qs, int64_t cols, int16_t* out);
 struct MatmulArgs {
   const WeightView* w = nullptr;
   const float* x = nullptr;               // [num_tokens, cols], float weight types
-  // Float weight types on AVX-512 with kGemmMinTokens..2 * kMaxStationaryTokens tokens (else null): x regrouped
+  // Float weight types on AVX-512 with 2..2 * kMaxStationaryTokens tokens (else null): x regrouped
   // as [ceil(cols / 16), num_tokens, 16], zero past cols, so a tile reads the tokens' 16
   // columns at one pointer plus fixed offsets (see pack_x_blocked).
   const float* xb = nullptr;
