@@ -88,7 +88,9 @@ void EngineCore::step() {
   }
   const double exec_from = engine_now();
   Result<sched::StepResult> res = executor_->execute(out);
-  metrics_.executor_s += engine_now() - exec_from;
+  const double exec_s = engine_now() - exec_from;
+  metrics_.executor_s += exec_s;
+  if (res.ok()) scheduler_->observe_step(out, exec_s);
   Result<std::vector<sched::RequestOutput>> outs =
       res.ok() ? scheduler_->update_from_output(out, *res)
                : Result<std::vector<sched::RequestOutput>>(res.status());

@@ -137,6 +137,14 @@ class Scheduler {
   Status add_request(Request request);
 
   SchedulerOutput schedule();
+
+  // The measured wall time of executing `out`. Decode-only steps (no prefill chunk) feed the
+  // SpecPolicy's overhead: the mean of seconds / predicted cost over steps that speculate
+  // (verify drafts or propose for the next step) divided by the mean over steps that do not.
+  // So whatever speculation costs beyond the curve (proposing, catch-ups, bookkeeping) makes
+  // drafts pay less, and speculation turns itself down where it does not pay.
+  void observe_step(const SchedulerOutput& out, double seconds);
+  double spec_overhead() const { return spec_policy_.overhead(); }
   // Checks `result` against `output` (step::validate_step_result: a malformed result is an error
   // and changes nothing); then appends each request's tokens in order, stopping at the first
   // that ends it (EOS, a stop id, max_tokens, max_model_len: nothing after it is committed),
@@ -205,6 +213,9 @@ class Scheduler {
   int64_t num_priority_preemptions_ = 0;
   int64_t num_steps_ = 0;
   SpecPolicy spec_policy_;
+  // Exponential means of seconds / predicted relative cost (observe_step); < 0: none yet.
+  double plain_step_scale_ = -1.0;
+  double spec_step_scale_ = -1.0;
 };
 
 }  // namespace arbor::sched

@@ -6,6 +6,8 @@
 
 #include "sched/scheduler.h"
 
+#include "base/log.h"
+
 namespace arbor::sched {
 
 struct Scheduler::Budget {
@@ -317,6 +319,32 @@ void Scheduler::schedule_waiting(SchedulerOutput& out, Budget& budget) {
     }
     admit(req, hit, num_new, out);
     budget.tokens -= num_new;
+  }
+}
+
+void Scheduler::observe_step(const SchedulerOutput& out, double seconds) {
+  constexpr double kWeight = 0.05;  // about the last 20 steps of each kind
+  int64_t drafts = 0, proposals = 0;
+  for (const ScheduledRequest& s : out.requests) {
+    if (s.num_scheduled_tokens != 1 + s.num_draft_tokens()) return;  // a prefill chunk
+    drafts += s.num_draft_tokens();
+    proposals += s.max_next_draft_tokens;
+  }
+  if (out.requests.empty() || seconds <= 0) return;
+  const SpecCostModel& cost = spec_policy_.cost_model();
+  const double predicted =
+      cost.cost(out.total_num_scheduled_tokens) + cost.draft_cost * static_cast<double>(proposals);
+  const double scale = seconds / predicted;
+  double& mean = drafts + proposals > 0 ? spec_step_scale_ : plain_step_scale_;
+  mean = mean < 0 ? scale : (1 - kWeight) * mean + kWeight * scale;
+  if (plain_step_scale_ > 0 && spec_step_scale_ > 0) {
+    const double before = spec_policy_.overhead();
+    spec_policy_.set_overhead(spec_step_scale_ / plain_step_scale_);
+    const double after = spec_policy_.overhead();
+    if ((before < 1.2) != (after < 1.2)) {
+      ARBOR_LOG(kInfo) << "speculation: a speculative step costs " << after
+                       << "x the measured curve" << (after >= 1.2 ? " (drafts pay less)" : "");
+    }
   }
 }
 

@@ -25,6 +25,10 @@ double SpecCostModel::cost(int64_t num_tokens) const {
   return points.back().second;
 }
 
+void SpecPolicy::set_overhead(double overhead) {
+  overhead_ = std::clamp(overhead, 1.0, kMaxSpecOverhead);
+}
+
 double acceptance_from_step(int32_t k, int32_t accepted) {
   if (accepted >= k) return 0.98;
   return static_cast<double>(accepted) / (accepted + 1);
@@ -56,7 +60,9 @@ std::vector<int32_t> SpecPolicy::choose(int64_t base_tokens, int64_t base_emitte
     drafts_cost += cost_.draft_cost * k[i];
     for (int32_t j = 1; j <= k[i]; ++j) emitted += std::pow(candidates[i].acceptance, j);
   }
-  // Max-heap of the next draft's marginal gain a^(k+1) per adaptive candidate.
+  // Max-heap of the next draft's marginal gain a^(k+1) per adaptive candidate; drafts are taken
+  // in that order and the best prefix is kept (the overhead makes the first draft of a step
+  // dearer than the next ones, so the goodput need not rise at every draft).
   using Entry = std::pair<double, size_t>;
   std::priority_queue<Entry> heap;
   for (size_t i = 0; i < candidates.size(); ++i) {
@@ -64,20 +70,30 @@ std::vector<int32_t> SpecPolicy::choose(int64_t base_tokens, int64_t base_emitte
       heap.emplace(candidates[i].acceptance, i);
     }
   }
+  const auto goodput = [&](double em, int64_t toks, double dcost) {
+    const bool drafts = toks > base_tokens;
+    return (base_emitted + em) / (cost_.cost(toks) * (drafts ? overhead_ : 1.0) + dcost);
+  };
+  double best = goodput(emitted, tokens, drafts_cost);
+  std::vector<size_t> order;  // the adaptive drafts in the order taken
+  size_t best_len = 0;
   while (!heap.empty() && budget > 0) {
     const auto [gain, i] = heap.top();
     heap.pop();
-    const double now = (base_emitted + emitted) / (cost_.cost(tokens) + drafts_cost);
-    const double next = (base_emitted + emitted + gain) /
-                        (cost_.cost(tokens + 1) + drafts_cost + cost_.draft_cost);
-    if (next <= now) break;  // gains only shrink from here
     ++k[i];
     --budget;
     ++tokens;
     emitted += gain;
     drafts_cost += cost_.draft_cost;
+    order.push_back(i);
+    const double g = goodput(emitted, tokens, drafts_cost);
+    if (g > best) {
+      best = g;
+      best_len = order.size();
+    }
     if (k[i] < candidates[i].max_k) heap.emplace(gain * candidates[i].acceptance, i);
   }
+  for (size_t j = best_len; j < order.size(); ++j) --k[order[j]];
   return k;
 }
 

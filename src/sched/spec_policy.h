@@ -10,8 +10,11 @@
 //     the geometric model), starting from the engine-wide average of all requests.
 //   * A step of T tokens costs cost(T) (SpecCostModel, measured at startup by the executor),
 //     and each draft costs draft_cost more (a draft model's forward; 0 for model-free proposers).
-//   * Starting from k = 0 for all, the policy repeatedly gives one more draft to the request with
-//     the largest marginal gain a^(k+1), while that raises sum(E) / (cost(T + sum k) + draft cost).
+//   * A step with drafts costs `overhead` times what the curve says (>= 1: proposing, draft-model
+//     catch-ups, bookkeeping), learned from measured step times (Scheduler::observe_step).
+//   * Drafts are added one at a time to the request with the largest marginal gain a^(k+1);
+//     the policy keeps the prefix of that sequence with the highest sum(E) / (cost(T + sum k) x
+//     overhead + draft cost) (k = 0 for all when none beats no drafts).
 //
 // Threading: the engine thread (inside Scheduler::schedule()).
 #pragma once
@@ -32,6 +35,8 @@ struct SpecCostModel {
   double cost(int64_t num_tokens) const;
 };
 
+inline constexpr double kMaxSpecOverhead = 8.0;
+
 struct SpecPolicyOptions {
   double prior_acceptance = 0.7;  // the engine-wide estimate before any observation
   double ema_weight = 0.25;       // weight of the newest step in an estimate
@@ -49,8 +54,8 @@ class SpecPolicy {
   // k for each candidate (fixed ones get max_k, within the budget), given that the step already
   // runs `base_tokens` tokens (prefill chunks and one token per decoding request), emits
   // `base_emitted` tokens without drafts (one per sampling request, candidates included), and
-  // `budget` more tokens may be added. Greedy: stops at the first draft that does not raise the
-  // goodput (exact for cost curves whose increments do not shrink). O(sum of k * log(n)).
+  // `budget` more tokens may be added. Greedy in marginal gain, best prefix kept.
+  // O(sum of max_k * log(n)).
   std::vector<int32_t> choose(int64_t base_tokens, int64_t base_emitted, int64_t budget,
                               std::span<const Candidate> candidates) const;
 
@@ -62,8 +67,14 @@ class SpecPolicy {
 
   const SpecCostModel& cost_model() const { return cost_; }
 
+  // The measured cost of a step with drafts relative to the curve's prediction (see the model
+  // above); clamped to [1, kMaxSpecOverhead]. Starts at 1.
+  void set_overhead(double overhead);
+  double overhead() const { return overhead_; }
+
  private:
   SpecCostModel cost_;
+  double overhead_ = 1.0;
   SpecPolicyOptions options_;
   double global_;
 };

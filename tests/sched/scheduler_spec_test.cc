@@ -152,6 +152,37 @@ TEST(SchedulerSpec, DraftModelStartsUnderLoadOnlyWhenItsCatchUpIsCheap) {
   EXPECT_GT(run(0.02, 40, 2), 0);
 }
 
+// Measured step times: speculative decode steps that take twice what the curve predicts (relative
+// to plain decode steps) make the policy's overhead 2; prefill steps do not count; cheaper
+// speculative steps bring it back to 1 (its floor).
+TEST(SchedulerSpec, ObservedStepTimesSetTheSpeculationOverhead) {
+  SchedulerOptions o = spec_opts(4);
+  o.spec_cost.points = {{1, 1.0}, {16, 1.6}};
+  o.spec_cost.draft_cost = 0.01;
+  kv::KvCacheManager kv(kopts(64));
+  Scheduler sched(o, kv);
+  const auto step = [](int32_t tokens, int32_t drafts, int32_t proposals) {
+    SchedulerOutput out;
+    ScheduledRequest s;
+    s.request_id = 1;
+    s.num_scheduled_tokens = tokens;
+    s.draft_token_ids.assign(static_cast<size_t>(drafts), 7);
+    s.max_next_draft_tokens = proposals;
+    out.requests.push_back(s);
+    out.total_num_scheduled_tokens = tokens;
+    return out;
+  };
+  const SpecCostModel& c = o.spec_cost;
+  for (int i = 0; i < 10; ++i) {
+    sched.observe_step(step(1, 0, 0), 0.01 * c.cost(1));                     // plain decode
+    sched.observe_step(step(5, 4, 4), 0.02 * (c.cost(5) + 0.01 * 4));        // speculative
+    sched.observe_step(step(40, 0, 0), 5.0);                                 // prefill: ignored
+  }
+  EXPECT_NEAR(sched.spec_overhead(), 2.0, 1e-9);
+  for (int i = 0; i < 400; ++i) sched.observe_step(step(1, 0, 2), 0.005 * (1 + 0.01 * 2));
+  EXPECT_DOUBLE_EQ(sched.spec_overhead(), 1.0) << "clamped at 1";
+}
+
 TEST(SchedulerSpec, MalformedResultsAreErrorsThatChangeNothing) {
   Harness h(spec_opts(4), kopts(64));
   h.model.draft_correct = 100;

@@ -52,6 +52,28 @@ TEST(SpecPolicy, FreeTokensTakeEveryDraftAndComputeBoundTakesNone) {
   EXPECT_EQ(linear.choose(2, 2, 3, c)[0], 3) << "within the budget";
 }
 
+TEST(SpecPolicy, MeasuredOverheadMakesDraftsPayLessAndKeepsTheBestPrefix) {
+  // Flat curve (extra tokens free): at overhead 1 every draft pays.
+  SpecPolicy p(SpecCostModel{});
+  const std::vector<SpecPolicy::Candidate> weak{{.acceptance = 0.3, .max_k = 4}};
+  EXPECT_EQ(p.choose(1, 1, 100, weak)[0], 4);
+  // A step with drafts costing 1.5x: at most 1 + 0.3 + ... + 0.3^4 = 1.43 tokens for 1.5, so no.
+  p.set_overhead(1.5);
+  EXPECT_DOUBLE_EQ(p.overhead(), 1.5);
+  EXPECT_EQ(p.choose(1, 1, 100, weak)[0], 0);
+  // At 2x a good draft's first token does not pay (1.9 / 2 < 1) but four do (4.10 / 2): the
+  // best prefix, not the first non-improving draft, decides.
+  p.set_overhead(2.0);
+  const std::vector<SpecPolicy::Candidate> good{{.acceptance = 0.9, .max_k = 4}};
+  EXPECT_EQ(p.choose(1, 1, 100, good)[0], 4);
+  EXPECT_EQ(p.choose(1, 1, 1, good)[0], 0) << "one draft of budget does not pay";
+  // Clamped to [1, kMaxSpecOverhead].
+  p.set_overhead(0.5);
+  EXPECT_DOUBLE_EQ(p.overhead(), 1.0);
+  p.set_overhead(100.0);
+  EXPECT_DOUBLE_EQ(p.overhead(), kMaxSpecOverhead);
+}
+
 TEST(SpecPolicy, SwitchesItselfOffUnderLoad) {
   // Memory-bound up to 16 tokens, compute-bound beyond (the shape measured on a CPU).
   SpecCostModel m{.points = {{1, 1.0}, {16, 1.6}, {32, 3.2}}};
