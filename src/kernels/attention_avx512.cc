@@ -204,18 +204,103 @@ ARBOR_AVX512 void lanes_chunk_row_avx512(const float* q, float scale, const floa
   for (int d = 0; d < kHd; ++d) acc_out[d] = m == neg_inf ? 0.0f : _mm512_reduce_add_ps(accv[d]);
 }
 
+namespace {
+
+// The index vectors of a 16-key x 8-dim transpose in three vpermt2ps stages (label of an
+// element: key * 8 + dim; each stage merges pairs of registers and halves the keys' spread):
+//   stage 1: keys {0,1} + {2,3} (lane = key * 8 + dim)      -> dims 0-3 | 4-7 of keys 0-3
+//   stage 2: keys 0-3 + 4-7 of one dim half                 -> dims {0,1} | {2,3} of keys 0-7
+//   stage 3: keys 0-7 + 8-15 of one dim pair                -> dim 0 | dim 1 of keys 0-15
+// Every pair of a stage has the same relative layout, so two vectors per stage serve all.
+struct TransposeIndex {
+  int32_t stage[3][2][16];
+};
+
+int find_label(const int* a, const int* b, int label) {
+  for (int l = 0; l < 16; ++l) {
+    if (a[l] == label) return l;
+  }
+  for (int l = 0; l < 16; ++l) {
+    if (b[l] == label) return 16 + l;
+  }
+  return -1;
+}
+
+const TransposeIndex& transpose_index() {
+  static const TransposeIndex t = [] {
+    TransposeIndex r{};
+    int a[16], b[16];
+    for (int l = 0; l < 16; ++l) {  // stage 1 sources: keys 0-1 and 2-3
+      a[l] = (l / 8) * 8 + l % 8;
+      b[l] = (2 + l / 8) * 8 + l % 8;
+    }
+    for (int h = 0; h < 2; ++h) {
+      for (int l = 0; l < 16; ++l) r.stage[0][h][l] = find_label(a, b, (l / 4) * 8 + 4 * h + l % 4);
+    }
+    for (int l = 0; l < 16; ++l) {  // stage 2 sources: keys 0-3 and 4-7, dims 0-3 (relative)
+      a[l] = (l / 4) * 8 + l % 4;
+      b[l] = (4 + l / 4) * 8 + l % 4;
+    }
+    for (int p = 0; p < 2; ++p) {
+      for (int l = 0; l < 16; ++l) r.stage[1][p][l] = find_label(a, b, (l % 8) * 8 + 2 * p + l / 8);
+    }
+    for (int l = 0; l < 16; ++l) {  // stage 3 sources: keys 0-7 and 8-15, dims 0-1 (relative)
+      a[l] = (l % 8) * 8 + l / 8;
+      b[l] = (8 + l % 8) * 8 + l / 8;
+    }
+    for (int q = 0; q < 2; ++q) {
+      for (int l = 0; l < 16; ++l) r.stage[2][q][l] = find_label(a, b, l * 8 + q);
+    }
+    return r;
+  }();
+  return t;
+}
+
+}  // namespace
+
 ARBOR_AVX512 void lanes_transpose_avx512(const void* src, bool f16, int n, float* dst,
                                          int stride) {
   constexpr int kHd = kLanesHeadDim;
-  if (f16) {
-    const auto* h = static_cast<const uint16_t*>(src);
-    for (int j = 0; j < n; ++j) {
-      for (int d = 0; d < kHd; ++d) dst[d * stride + j] = _cvtsh_ss(h[j * kHd + d]);
+  const TransposeIndex& ti = transpose_index();
+  __m512i idx[3][2];
+  for (int st = 0; st < 3; ++st) {
+    for (int h = 0; h < 2; ++h) idx[st][h] = _mm512_loadu_si512(ti.stage[st][h]);
+  }
+  for (int j0 = 0; j0 < n; j0 += 16) {
+    const int m = n - j0 < 16 ? n - j0 : 16;
+    // z[i]: keys j0 + 2i, j0 + 2i + 1 (8 dims each); keys past n read as zero.
+    __m512 z[8];
+    for (int i = 0; i < 8; ++i) {
+      const int valid = (m - 2 * i) * kHd;
+      const __mmask16 k = valid >= 16 ? 0xFFFF
+                          : valid <= 0 ? 0
+                                       : static_cast<__mmask16>((1u << valid) - 1);
+      if (f16) {
+        const auto* h = static_cast<const uint16_t*>(src) + (j0 + 2 * i) * kHd;
+        z[i] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, h));
+      } else {
+        z[i] = _mm512_maskz_loadu_ps(k, static_cast<const float*>(src) + (j0 + 2 * i) * kHd);
+      }
     }
-  } else {
-    const auto* f = static_cast<const float*>(src);
-    for (int j = 0; j < n; ++j) {
-      for (int d = 0; d < kHd; ++d) dst[d * stride + j] = f[j * kHd + d];
+    __m512 b[4][2], c[2][2][2];
+    for (int i = 0; i < 4; ++i) {
+      for (int h = 0; h < 2; ++h) b[i][h] = _mm512_permutex2var_ps(z[2 * i], idx[0][h], z[2 * i + 1]);
+    }
+    for (int j = 0; j < 2; ++j) {
+      for (int h = 0; h < 2; ++h) {
+        for (int p = 0; p < 2; ++p) {
+          c[j][h][p] = _mm512_permutex2var_ps(b[2 * j][h], idx[1][p], b[2 * j + 1][h]);
+        }
+      }
+    }
+    const __mmask16 lanes = m == 16 ? 0xFFFF : static_cast<__mmask16>((1u << m) - 1);
+    for (int h = 0; h < 2; ++h) {
+      for (int p = 0; p < 2; ++p) {
+        for (int q = 0; q < 2; ++q) {
+          const __m512 d = _mm512_permutex2var_ps(c[0][h][p], idx[2][q], c[1][h][p]);
+          _mm512_mask_storeu_ps(dst + (4 * h + 2 * p + q) * stride + j0, lanes, d);
+        }
+      }
     }
   }
 }
