@@ -2,6 +2,8 @@
 
 #include <random>
 
+#include "base/check.h"
+
 namespace arbor::sampling {
 
 namespace {
@@ -37,6 +39,20 @@ std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> c, std::array<uint
          static_cast<uint32_t>(p0 >> 32) ^ c[3] ^ k[1], static_cast<uint32_t>(p0)};
   }
   return c;
+}
+
+RngStream tree_accept_stream(int32_t i) {
+  ARBOR_CHECK(i >= 0 && i < (1 << 16)) << "tree accept index " << i;
+  if (i == 0) return RngStream::kAccept;
+  return static_cast<RngStream>(static_cast<uint32_t>(RngStream::kTreeAccept) +
+                                static_cast<uint32_t>(i - 1));
+}
+
+RngStream tree_draft_stream(int32_t j) {
+  ARBOR_CHECK(j >= 0 && j < (1 << 16)) << "tree draft index " << j;
+  if (j == 0) return RngStream::kDraft;
+  return static_cast<RngStream>(static_cast<uint32_t>(RngStream::kTreeDraft) +
+                                static_cast<uint32_t>(j - 1));
 }
 
 Rng::Rng(uint64_t seed) {

@@ -33,7 +33,20 @@ enum class RngStream : uint32_t {
   kAccept = 1,   // the accept/reject coin of a model draft at a position
   kRecover = 2,  // the recovered token drawn from the residual after a rejection
   kDraft = 3,    // a draft model's own draw of its proposal at a position
+  // Token trees (tree_sampler.h): several children are tried at one position, so their sites
+  // get an index; the first uses the chain's stream, so a width-1 tree draws the chain's sites.
+  kTreeAccept = 1u << 16,  // base of tree_accept_stream(i), i >= 1
+  kTreeDraft = 2u << 16,   // base of tree_draft_stream(j), j >= 1
 };
+
+// Site streams of token trees, i in [0, 65536) (CHECKed):
+//  * tree_accept_stream(i): the accept coin of the i-th child tried at the tree node being
+//    verified (i counts tries at that node from 0): kAccept for i = 0, kTreeAccept + i - 1 after.
+//  * tree_draft_stream(j): a sampled tree's proposer's j-th draw at one position (j counts
+//    every child drawn at that depth, over all parents, from 0): kDraft for j = 0,
+//    kTreeDraft + j - 1 after.
+RngStream tree_accept_stream(int32_t i);
+RngStream tree_draft_stream(int32_t j);
 
 // Philox4x32 with 10 rounds: one 128-bit block for (counter, key).
 std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> counter,

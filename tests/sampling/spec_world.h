@@ -1,7 +1,8 @@
 // A tiny speculative-decoding world for the rejection sampler's tests: a target and a draft
 // "model" (logits as a deterministic pseudo-random function of the context), the request's
 // sampling params and history, and the proposers (a model draft drawn from q, or a one-hot
-// draft that is a fixed function of the prefix).
+// draft that is a fixed function of the prefix), and EnumeratingDraws, the DrawSource that
+// runs a procedure once per outcome of its random choices (shared with the tree tests).
 #pragma once
 
 #include <algorithm>
@@ -10,9 +11,11 @@
 #include <functional>
 #include <memory>
 #include <random>
+#include <set>
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "sampling/rejection_sampler.h"
@@ -230,5 +233,74 @@ inline Step run_step(World& world, Rule rule, const Verifier& verify, DrawSource
   }
   return step;
 }
+
+// A DrawSource that explores every outcome: each run of the procedure follows one path of
+// choices; next_path() moves to the next one (depth first). Outcomes of probability 0 are not
+// explored. Also checks that no draw site is used twice in one run (the real source would give
+// the same uniform twice) and that runs are deterministic (same choices, same options).
+class EnumeratingDraws final : public DrawSource {
+ public:
+  void begin_path() {
+    depth_ = 0;
+    prob_ = 1.0;
+    sites_.clear();
+  }
+  // False when every path has been run.
+  bool next_path() {
+    path_.resize(depth_);
+    while (!path_.empty() && path_.back().index + 1 == path_.back().arity) path_.pop_back();
+    if (path_.empty()) return false;
+    ++path_.back().index;
+    return true;
+  }
+  double path_prob() const { return prob_; }
+  bool site_reused() const { return site_reused_; }
+  bool nondeterministic() const { return nondeterministic_; }
+
+  bool bernoulli(double prob, int64_t position, RngStream stream) override {
+    note_site(position, stream);
+    if (!(prob > 0.0)) return false;
+    if (prob >= 1.0) return true;
+    return choose({prob, 1.0 - prob}) == 0;
+  }
+  int32_t categorical(std::span<const Candidate> dist, int64_t position,
+                      RngStream stream) override {
+    note_site(position, stream);
+    double total = 0.0;
+    for (const Candidate& c : dist) total += c.prob > 0.0 ? c.prob : 0.0;
+    std::vector<double> probs;
+    std::vector<int32_t> ids;
+    for (const Candidate& c : dist) {
+      if (c.prob > 0.0) {
+        probs.push_back(c.prob / total);
+        ids.push_back(c.token_id);
+      }
+    }
+    return ids[choose(probs)];
+  }
+
+ private:
+  struct Choice {
+    size_t index;
+    size_t arity;
+  };
+  size_t choose(const std::vector<double>& probs) {
+    if (depth_ == path_.size()) path_.push_back({0, probs.size()});
+    const Choice& c = path_[depth_++];
+    if (c.arity != probs.size()) nondeterministic_ = true;
+    prob_ *= probs[std::min(c.index, probs.size() - 1)];
+    return std::min(c.index, probs.size() - 1);
+  }
+  void note_site(int64_t position, RngStream stream) {
+    if (!sites_.insert({position, static_cast<uint32_t>(stream)}).second) site_reused_ = true;
+  }
+
+  std::vector<Choice> path_;
+  size_t depth_ = 0;
+  double prob_ = 1.0;
+  std::set<std::pair<int64_t, uint32_t>> sites_;
+  bool site_reused_ = false;
+  bool nondeterministic_ = false;
+};
 
 }  // namespace arbor::sampling::spec_test
