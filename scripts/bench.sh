@@ -13,7 +13,7 @@
 # Knobs: BENCH_MODELS (default BUILD_DIR/bench-models), BENCH_THREADS (default: all cores),
 #        BENCH_QUICK=1 (fewer shapes, repetitions and rates), BENCH_NO_DOC=1 (don't touch the
 #        doc), BENCH_NO_SERVE=1 (skip the serving section), BENCH_SERVE_ONLY=1 (only the
-#        serving section).
+#        serving section), BENCH_NO_SPEC=1 (skip the speculation section, scripts/bench_spec.sh).
 set -euo pipefail
 build=${1:?usage: scripts/bench.sh BUILD_DIR}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -92,6 +92,15 @@ if [ "${BENCH_QUICK:-0}" != 1 ] && [ "$serve_only" != 1 ]; then
   run "$arbor" bench throughput -m "$s110" -t "$threads" --sweep-max-num-seqs 1,4,16,32
 fi
 [ "$serve_only" != 1 ] && say '```'
+
+# Speculation on a CPU with a real draft for a realistic-cost target (issue 14): its own script,
+# Markdown out (scripts/bench_spec.sh; BENCH_NO_SPEC=1 skips it).
+if [ "${BENCH_NO_SPEC:-0}" != 1 ] && [ "$serve_only" != 1 ]; then
+  say ""
+  BENCH_MODELS="$models" BENCH_THREADS="$threads" ARBOR_SHARED_DIR="$shared" \
+    "$root/scripts/bench_spec.sh" "$build" | tee -a "$log" ||
+    say "speculation section failed (see $build/bench-results/spec/*.log)"
+fi
 
 # start_server NAME CMD...: runs CMD (an arbor server taking --port 0 --port-file) in the
 # background and waits until it answers /health; sets $port.
