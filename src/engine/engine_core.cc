@@ -123,6 +123,7 @@ sched::SpecCostModel EngineCore::measure_spec_costs() {
     if (sizes[i] <= 16 || i + 1 == sizes.size()) curve += str_cat(" r(", sizes[i], ")=", r);
   }
   model.draft_cost = executor_->draft_token_cost() / (*costs)[0];
+  model.one_token_seconds = (*costs)[0];
   ARBOR_LOG(kInfo) << "speculation: up to " << config_.options.max_spec_tokens
                    << " drafts per request, chosen each step by goodput; 1-token step "
                    << (*costs)[0] * 1e3 << " ms, step cost" << curve << ", draft token cost "

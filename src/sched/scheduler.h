@@ -140,7 +140,8 @@ class Scheduler {
 
   // The measured wall time of executing `out`. Decode-only steps (no prefill chunk) feed the
   // SpecPolicy's overhead: the mean of seconds / predicted cost over steps that speculate
-  // (verify drafts or propose for the next step) divided by the mean over steps that do not.
+  // (verify drafts or propose for the next step) divided by the mean over steps that do not
+  // (before any, by the cost model's one_token_seconds).
   // So whatever speculation costs beyond the curve (proposing, catch-ups, bookkeeping) makes
   // drafts pay less, and speculation turns itself down where it does not pay.
   void observe_step(const SchedulerOutput& out, double seconds);

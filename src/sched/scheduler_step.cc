@@ -337,9 +337,12 @@ void Scheduler::observe_step(const SchedulerOutput& out, double seconds) {
   const double scale = seconds / predicted;
   double& mean = drafts + proposals > 0 ? spec_step_scale_ : plain_step_scale_;
   mean = mean < 0 ? scale : (1 - kWeight) * mean + kWeight * scale;
-  if (plain_step_scale_ > 0 && spec_step_scale_ > 0) {
+  // The plain reference: plain decode steps once seen, else the startup measurement (a loaded
+  // engine may speculate in every step).
+  const double reference = plain_step_scale_ > 0 ? plain_step_scale_ : cost.one_token_seconds;
+  if (reference > 0 && spec_step_scale_ > 0) {
     const double before = spec_policy_.overhead();
-    spec_policy_.set_overhead(spec_step_scale_ / plain_step_scale_);
+    spec_policy_.set_overhead(spec_step_scale_ / reference);
     const double after = spec_policy_.overhead();
     if ((before < 1.2) != (after < 1.2)) {
       ARBOR_LOG(kInfo) << "speculation: a speculative step costs " << after

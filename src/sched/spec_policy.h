@@ -32,6 +32,9 @@ struct SpecCostModel {
   // measurement: every extra token is free).
   std::vector<std::pair<int32_t, double>> points;
   double draft_cost = 0.0;  // per proposed draft token, relative to a 1-token target step
+  // The measured 1-token step in seconds (0 = unknown): the reference for observed step times
+  // until plain decode steps have been seen (Scheduler::observe_step).
+  double one_token_seconds = 0.0;
   double cost(int64_t num_tokens) const;
 };
 

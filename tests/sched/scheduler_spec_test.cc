@@ -181,6 +181,12 @@ TEST(SchedulerSpec, ObservedStepTimesSetTheSpeculationOverhead) {
   EXPECT_NEAR(sched.spec_overhead(), 2.0, 1e-9);
   for (int i = 0; i < 400; ++i) sched.observe_step(step(1, 0, 2), 0.005 * (1 + 0.01 * 2));
   EXPECT_DOUBLE_EQ(sched.spec_overhead(), 1.0) << "clamped at 1";
+  // An engine that speculates in every step: the startup 1-token time is the reference.
+  o.spec_cost.one_token_seconds = 0.01;
+  kv::KvCacheManager kv2(kopts(64));
+  Scheduler busy(o, kv2);
+  for (int i = 0; i < 10; ++i) busy.observe_step(step(5, 4, 4), 0.03 * (c.cost(5) + 0.01 * 4));
+  EXPECT_NEAR(busy.spec_overhead(), 3.0, 1e-9);
 }
 
 TEST(SchedulerSpec, MalformedResultsAreErrorsThatChangeNothing) {
