@@ -135,7 +135,7 @@ done
 row() {
   local label=$1 cfg=$2 base=$3 vals="" ratios=""
   for r in $(seq 1 "$rounds"); do
-    vals+="${tps[${cfg}_$r]} / ${tps[${base}_$r]}, "
+    vals+="$(printf '%.1f / %.1f' "${tps[${cfg}_$r]}" "${tps[${base}_$r]}"), "
     ratios+="$(python3 -c "print(${tps[${cfg}_$r]} / ${tps[${base}_$r]})") "
   done
   local acc
