@@ -5,6 +5,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <vector>
+#include <mutex>
 #include <fstream>
 #include <iterator>
 
@@ -30,10 +32,33 @@ std::string TempDir::operator/(std::string_view name) const {
   return path_ + "/" + std::string(name);
 }
 
+namespace {
+
+// The paths temp_path() handed out; removed when the test process exits normally.
+struct TempPaths {
+  std::mutex mu;
+  std::vector<std::string> paths;
+  ~TempPaths() {
+    std::error_code ec;
+    for (const std::string& p : paths) std::filesystem::remove_all(p, ec);
+  }
+};
+
+TempPaths& temp_paths() {
+  static TempPaths t;
+  return t;
+}
+
+}  // namespace
+
 std::string temp_path(std::string_view name) {
-  return (std::filesystem::path(::testing::TempDir()) /
-          ("arbor_" + std::to_string(getpid()) + "_" + std::string(name)))
-      .string();
+  std::string path = (std::filesystem::path(::testing::TempDir()) /
+                      ("arbor_" + std::to_string(getpid()) + "_" + std::string(name)))
+                         .string();
+  TempPaths& t = temp_paths();
+  std::lock_guard<std::mutex> lock(t.mu);
+  t.paths.push_back(path);
+  return path;
 }
 
 std::string read_file(const std::string& path) {

@@ -24,8 +24,8 @@ class TempDir {
 };
 
 // A path for a scratch file in GoogleTest's temp folder, unique to this process (the pid is in
-// the name, so tests that CTest runs in parallel do not collide); not removed. `name` keeps its
-// extension at the end.
+// the name, so tests that CTest runs in parallel do not collide); removed (file or directory) when
+// the test process exits normally. `name` keeps its extension at the end.
 std::string temp_path(std::string_view name);
 
 // The whole file as bytes; empty when it cannot be read.
