@@ -21,6 +21,9 @@
 //                                     the policy chooses 0..N each step)
 //   --draft-model PATH                the draft GGUF for --spec draft (same vocabulary)
 //   --spec-ngram-min N / --spec-ngram-max N   n-gram sizes the ngram proposer matches (2 / 4)
+//   --spec-tree-budget N              token trees of at most N nodes per request, up to --spec-k
+//                                     levels (default 0 = chains)
+//   --spec-tree-width W               children per tree node, at most (default 4)
 //
 // Header-only: only cmd_*.cc files are compiled into the executable, and this needs CLI11,
 // which the engine library does not link.
@@ -116,6 +119,15 @@ inline void add_engine_flags(CLI::App& app, ServingOptions* serving) {
       ->capture_default_str();
   app.add_option("--spec-ngram-max", cpu->ngram_max, "Largest n-gram the ngram proposer matches")
       ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  app.add_option("--spec-tree-budget", cpu->tree_budget,
+                 "Token-tree speculation: at most N draft nodes per request and step, up to "
+                 "--spec-k levels deep (0 = chains)")
+      ->check(CLI::Range(0, executor::kMaxTreeBudget))
+      ->capture_default_str();
+  app.add_option("--spec-tree-width", cpu->tree_width,
+                 "Token-tree speculation: children per node, at most")
+      ->check(CLI::Range(1, executor::kMaxTreeWidth))
       ->capture_default_str();
 }
 

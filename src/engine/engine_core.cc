@@ -124,8 +124,11 @@ sched::SpecCostModel EngineCore::measure_spec_costs() {
   }
   model.draft_cost = executor_->draft_token_cost() / (*costs)[0];
   model.one_token_seconds = (*costs)[0];
+  const int32_t tree = executor_->max_tree_nodes();
   ARBOR_LOG(kInfo) << "speculation: up to " << config_.options.max_spec_tokens
-                   << " drafts per request, chosen each step by goodput; 1-token step "
+                   << (tree > 0 ? str_cat(" levels of token trees of up to ", tree, " nodes")
+                                : std::string(" drafts"))
+                   << " per request, chosen each step by goodput; 1-token step "
                    << (*costs)[0] * 1e3 << " ms, step cost" << curve << ", draft token cost "
                    << model.draft_cost;
   return model;
@@ -152,6 +155,7 @@ EngineCore::EngineCore(std::unique_ptr<step::ModelExecutor> executor, const Engi
   if (so.max_spec_tokens > 0) {
     so.spec_cost = measure_spec_costs();
     so.reserve_draft_slots = executor_->proposer_writes_kv();
+    so.max_tree_nodes = executor_->max_tree_nodes();
   }
   scheduler_ = std::make_unique<sched::Scheduler>(so, *kv_);
   outputs_ = std::make_unique<OutputProcessor>(

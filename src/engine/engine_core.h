@@ -98,6 +98,10 @@ class EngineCore {
   int64_t max_model_len() const { return max_model_len_; }
   // Any thread: drafts verified per request per step, at most (0: no speculation).
   int32_t max_spec_tokens() const { return config_.options.max_spec_tokens; }
+  // Token-tree speculation: most nodes per request and step (--spec-tree-budget); 0 = chains.
+  int32_t max_tree_nodes() const {
+    return config_.options.max_spec_tokens > 0 ? executor_->max_tree_nodes() : 0;
+  }
   // Any thread: the KV pool's free blocks as of the last step (for tests).
   int32_t num_free_blocks() const { return num_free_blocks_.load(); }
   // Any thread: blocks until no request is queued or running and the metrics (and

@@ -117,17 +117,26 @@ void EngineCore::step() {
 
 void EngineCore::observe_speculation(const sched::RequestOutput& o) {
   if (o.num_draft_tokens == 0) return;
-  metrics_.num_draft_tokens += o.num_draft_tokens;
+  metrics_.num_draft_tokens += o.num_draft_tokens;  // tree nodes, for a tree
   metrics_.num_accepted_draft_tokens += o.num_accepted_tokens;
   ++metrics_.num_verify_steps;
-  if (o.num_accepted_tokens == o.num_draft_tokens) {
+  if (o.draft_tree) {
+    ++metrics_.num_tree_verify_steps;
+    metrics_.num_tree_nodes += o.num_draft_tokens;
+    metrics_.num_tree_accepted_tokens += o.num_accepted_tokens;
+  }
+  // A chain (or a tree's deepest path) accepted whole ends in a bonus token.
+  if (o.num_accepted_tokens == o.num_draft_levels) {
     ++metrics_.num_bonus_tokens;
   } else {
     ++metrics_.num_recovered_tokens;
   }
-  for (int32_t i = 0; i < o.num_draft_tokens; ++i) {
-    ++metrics_.drafts_at_position[static_cast<size_t>(i)];
-    if (i < o.num_accepted_tokens) ++metrics_.accepted_at_position[static_cast<size_t>(i)];
+  // Per draft position (a tree's depth - 1): verified when the drafts reach it.
+  const auto levels = std::min<size_t>(static_cast<size_t>(o.num_draft_levels),
+                                       metrics_.drafts_at_position.size());
+  for (size_t i = 0; i < levels; ++i) {
+    ++metrics_.drafts_at_position[i];
+    if (static_cast<int32_t>(i) < o.num_accepted_tokens) ++metrics_.accepted_at_position[i];
   }
 }
 

@@ -70,7 +70,12 @@ struct EngineMetricsSnapshot {
   int64_t num_verify_steps = 0;            // (request, step) pairs that verified >= 1 draft
   int64_t num_recovered_tokens = 0;        // ... that ended in a rejection (a recovered token)
   int64_t num_bonus_tokens = 0;            // ... that accepted every draft (a bonus token)
-  // [kMaxSpecTokens] drafts verified / accepted at draft position i (0 = the first draft).
+  // Token trees: verifications of a tree, the nodes they verified, the drafts they accepted.
+  int64_t num_tree_verify_steps = 0;
+  int64_t num_tree_nodes = 0;
+  int64_t num_tree_accepted_tokens = 0;
+  // [kMaxSpecTokens] verifications reaching draft position i (0 = the first draft; a tree's
+  // depth i + 1) / accepting a draft there.
   std::vector<int64_t> drafts_at_position = std::vector<int64_t>(16, 0);
   std::vector<int64_t> accepted_at_position = std::vector<int64_t>(16, 0);
   int64_t num_spec_candidates = 0;         // decoding requests that had drafts to verify

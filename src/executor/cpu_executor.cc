@@ -61,7 +61,26 @@ Result<std::unique_ptr<CpuModelExecutor>> CpuModelExecutor::load(const std::stri
           spec::SuffixProposerOptions{.num_speculative_tokens = kMaxProposedTokens}));
       break;
   }
+  if (options.tree_budget > 0 && options.proposer == SpecProposer::kNone) {
+    return invalid_argument("--spec-tree-budget is ", options.tree_budget,
+                            " but no proposer is chosen (--spec)");
+  }
+  ARBOR_RETURN_IF_ERROR(exec->set_tree_options(options.tree_budget, options.tree_width));
   return exec;
+}
+
+Status CpuModelExecutor::set_tree_options(int32_t budget, int32_t width) {
+  if (budget < 0 || budget > kMaxTreeBudget) {
+    return invalid_argument("--spec-tree-budget is ", budget, ", must be in [0, ", kMaxTreeBudget,
+                            "]");
+  }
+  if (width < 1 || width > kMaxTreeWidth) {
+    return invalid_argument("--spec-tree-width is ", width, ", must be in [1, ", kMaxTreeWidth,
+                            "]");
+  }
+  tree_budget_ = budget;
+  tree_width_ = width;
+  return ok_status();
 }
 
 Status CpuModelExecutor::set_draft_model(std::unique_ptr<DraftModelProposer> draft) {
@@ -201,6 +220,19 @@ Status CpuModelExecutor::build_batch(const step::SchedulerOutput& output,
     in.block_table = s.block_ids;
     in.num_committed = static_cast<int32_t>(s.num_computed_tokens);
     in.tokens = tokens_;
+    if (s.is_tree()) {
+      ARBOR_RETURN_IF_ERROR(step::check_draft_parents(s.draft_parent_ids, s.draft_token_ids.size())
+                                .with_context(str_cat("request ", s.request_id)));
+      const sampling::TokenTree tree =
+          sampling::TokenTree::from_parents(s.draft_token_ids, s.draft_parent_ids);
+      positions_ = tree.positions(static_cast<int32_t>(s.num_computed_tokens));
+      const std::vector<uint8_t> bits = tree.packed_mask();
+      const auto n = static_cast<size_t>(tree.num_slots());
+      mask_.resize(n * n);
+      for (size_t b = 0; b < n * n; ++b) mask_[b] = (bits[b >> 3] >> (b & 7)) & 1;
+      in.positions = positions_;
+      in.mask = mask_;
+    }
     in.logits = !s.sample ? model::LogitsMode::kNone
                 : k > 0   ? model::LogitsMode::kAll
                           : model::LogitsMode::kLast;
@@ -260,6 +292,109 @@ step::RequestResult CpuModelExecutor::verify_drafts(const step::ScheduledRequest
   return r;
 }
 
+// Verifies a token tree against logits rows [0, k] (row 1 + i: the token after draft i's path)
+// by sample-and-compare (tree_sampler.h): lossless for every request, greedy ones included, and
+// a seeded request's tokens are those it produces without speculation. Then moves the accepted
+// path's K/V into place.
+step::RequestResult CpuModelExecutor::verify_tree(const step::ScheduledRequest& s,
+                                                  const RequestState& st, const float* logits) {
+  const int32_t vocab = vocab_size();
+  const int32_t k = s.num_draft_tokens();
+  const auto rows = std::span<const float>(logits, static_cast<size_t>(k + 1) * vocab);
+  const sampling::TokenTree tree =
+      sampling::TokenTree::from_parents(s.draft_token_ids, s.draft_parent_ids);
+  sampling::TreeLogitsTarget target(
+      sampler_, sampling::TreeLogitsTarget::Rows{.logits = rows,
+                                                 .vocab_size = vocab,
+                                                 .params = &st.sampling,
+                                                 .history = {st.prompt_ids(), st.output_ids()},
+                                                 .tree = &tree});
+  sampling::CounterDrawSource draws(st.seed);
+  const sampling::TreeVerdict verdict = tree_sampler_.verify_sample_and_compare(
+      tree, static_cast<int64_t>(st.token_ids.size()), target, draws);
+  step::RequestResult r;
+  r.request_id = s.request_id;
+  r.num_draft_tokens = k;
+  r.num_accepted = verdict.num_accepted();
+  r.accepted_draft_indices = verdict.accepted_nodes;
+  for (int32_t i = 0; i <= r.num_accepted; ++i) {
+    const bool accepted = i < r.num_accepted;
+    const int32_t token =
+        accepted ? s.draft_token_ids[verdict.accepted_nodes[i]] : verdict.next_token;
+    const int32_t slot = i == 0 ? 0 : verdict.accepted_nodes[i - 1] + 1;  // the parent's row
+    sampling::SampleResult sr =
+        sampler_.score(rows.subspan(static_cast<size_t>(slot) * vocab, vocab), token, st.sampling);
+    r.tokens.push_back(step::SampledToken{.token_id = token,
+                                          .logprob = sr.logprob,
+                                          .top_logprobs = std::move(sr.top_logprobs)});
+  }
+  compact_kv(s, verdict.accepted_nodes);
+  return r;
+}
+
+// KV compaction: accepted tree node j (at depth j + 1) was written in the slot of draft index
+// accepted_nodes[j]; it moves to the slot right after its parent's, as a plain run would have
+// written it. Sources are never below destinations and moves run in depth order, so no move
+// overwrites a source still to be read. Rejected nodes' slots are simply reused later.
+void CpuModelExecutor::compact_kv(const step::ScheduledRequest& s,
+                                  std::span<const int32_t> accepted_nodes) {
+  const int64_t bs = block_size();
+  const auto slot = [&](int64_t pos) {
+    return static_cast<int64_t>(s.block_ids[static_cast<size_t>(pos / bs)]) * bs + pos % bs;
+  };
+  const int64_t root = s.num_computed_tokens;  // the last committed token's position
+  for (size_t j = 0; j < accepted_nodes.size(); ++j) {
+    const int64_t from = root + 1 + accepted_nodes[j], to = root + 1 + static_cast<int64_t>(j);
+    if (from != to) runner_->kv_cache().copy_slot(slot(from), slot(to));
+  }
+}
+
+// Next drafts from a tree: a chain when it is one (verified by the chain rules), else the tree.
+void CpuModelExecutor::set_next_drafts(const sampling::TokenTree& tree, step::RequestResult& r) {
+  r.next_draft_token_ids.clear();
+  r.next_draft_parent_ids.clear();
+  r.next_draft_probs.clear();
+  bool chain = true;
+  for (const sampling::TreeNode& n : tree.nodes()) {
+    r.next_draft_token_ids.push_back(n.token_id);
+    r.next_draft_parent_ids.push_back(n.parent);
+    r.next_draft_probs.push_back(static_cast<float>(std::clamp(n.draft_prob, 0.0, 1.0)));
+    chain = chain && n.parent == static_cast<int32_t>(r.next_draft_parent_ids.size()) - 2;
+  }
+  if (chain) r.next_draft_parent_ids.clear();
+}
+
+// Model-free token trees: the proposer's candidate continuations merged into one tree (shared
+// prefixes once, continuations as siblings). The first candidate's
+// nodes get probability 1, each further candidate's new nodes its score relative to the first's.
+// At most each input's max_nodes nodes.
+void CpuModelExecutor::propose_model_free(std::span<const DraftInput> inputs,
+                                          std::vector<sampling::TokenTree>& trees) {
+  std::vector<spec::DraftCandidate> candidates;
+  trees.assign(inputs.size(), sampling::TokenTree());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const DraftInput& in = inputs[i];
+    proposer_->propose_candidates(
+        spec::ProposalRequest{.request_id = in.request_id,
+                              .token_ids = in.token_ids,
+                              .num_prompt_tokens = in.num_prompt_tokens,
+                              .max_num_tokens = in.num_drafts},
+        tree_width_, candidates);
+    if (candidates.empty()) continue;
+    const double best = std::max(candidates[0].score, 1e-9);
+    sampling::TokenTree tree;
+    for (const spec::DraftCandidate& c : candidates) {
+      const float p = static_cast<float>(std::clamp(c.score / best, 0.0, 1.0));
+      const std::vector<float> probs(c.token_ids.size(), tree.empty() ? 1.0f : p);
+      std::vector<int32_t> parents(c.token_ids.size());
+      for (size_t j = 0; j < parents.size(); ++j) parents[j] = static_cast<int32_t>(j) - 1;
+      tree.merge(sampling::TokenTree::from_parents(c.token_ids, parents, probs));
+      if (tree.num_nodes() >= in.max_nodes) break;
+    }
+    trees[i] = tree.prefix(std::min(tree.num_nodes(), in.max_nodes));
+  }
+}
+
 // Drafts for the next step, for every request that asked for some.
 Status CpuModelExecutor::propose(const step::SchedulerOutput& output, step::StepResult& result) {
   if (draft_ == nullptr && proposer_ == nullptr) return ok_status();
@@ -286,10 +421,36 @@ Status CpuModelExecutor::propose(const step::SchedulerOutput& output, step::Step
                                 .num_prompt_tokens = st.num_prompt_tokens,
                                 .block_ids = s.block_ids,
                                 .num_drafts = s.max_next_draft_tokens,
+                                .max_nodes = tree_budget_ > 0 ? std::min(s.max_next_draft_nodes, tree_budget_) : 0,
                                 .sampling = &st.sampling,
                                 .seed = st.seed,
                                 .keep_distributions = uses_model_rule(st)});
     which.push_back(i);
+  }
+  if (inputs.empty()) return ok_status();
+  // Token trees for the inputs that asked for one, chains for the others.
+  std::vector<DraftInput> tree_inputs;
+  std::vector<size_t> tree_which;
+  for (size_t j = 0; j < inputs.size();) {
+    if (inputs[j].max_nodes > 0) {
+      tree_inputs.push_back(inputs[j]);
+      tree_which.push_back(which[j]);
+      inputs.erase(inputs.begin() + static_cast<ptrdiff_t>(j));
+      which.erase(which.begin() + static_cast<ptrdiff_t>(j));
+    } else {
+      ++j;
+    }
+  }
+  if (!tree_inputs.empty()) {
+    std::vector<sampling::TokenTree> trees;
+    if (proposer_ != nullptr) {
+      propose_model_free(tree_inputs, trees);
+    } else {
+      ARBOR_ASSIGN_OR_RETURN(trees, draft_->propose_tree(tree_inputs, tree_width_));
+    }
+    for (size_t j = 0; j < tree_which.size(); ++j) {
+      set_next_drafts(trees[j], result.requests[tree_which[j]]);
+    }
   }
   if (inputs.empty()) return ok_status();
   if (proposer_ != nullptr) {
@@ -336,8 +497,9 @@ Result<step::StepResult> CpuModelExecutor::execute(const step::SchedulerOutput& 
   for (size_t i = 0; i < output.requests.size(); ++i) {
     if (rows[i] < 0) continue;
     const step::ScheduledRequest& s = output.requests[i];
-    result.requests.push_back(verify_drafts(s, states_.at(s.request_id),
-                                            logits_.data() + static_cast<size_t>(rows[i]) * vocab));
+    const float* rows_i = logits_.data() + static_cast<size_t>(rows[i]) * vocab;
+    result.requests.push_back(s.is_tree() ? verify_tree(s, states_.at(s.request_id), rows_i)
+                                          : verify_drafts(s, states_.at(s.request_id), rows_i));
   }
   if (proposer_ != nullptr) {
     for (const step::RequestResult& r : result.requests) {

@@ -21,6 +21,8 @@
 #include "model/runner.h"
 #include "sampling/rejection_sampler.h"
 #include "sampling/sampler.h"
+#include "sampling/token_tree.h"
+#include "sampling/tree_sampler.h"
 
 namespace arbor::executor {
 
@@ -46,6 +48,9 @@ class CpuModelExecutor : public step::ModelExecutor {
   double draft_token_cost() const override { return draft_token_cost_; }
   bool has_proposer() const override { return draft_ != nullptr || proposer_ != nullptr; }
   bool proposer_writes_kv() const override { return draft_ != nullptr; }
+  int32_t max_tree_nodes() const override { return tree_budget_; }
+  // Proposes token trees of at most `budget` nodes and `width` children per node (0: chains).
+  Status set_tree_options(int32_t budget, int32_t width);
 
   // Proposes with a draft model from now on (load() does this for --spec draft).
   Status set_draft_model(std::unique_ptr<DraftModelProposer> draft);
@@ -59,6 +64,12 @@ class CpuModelExecutor : public step::ModelExecutor {
   Status build_batch(const step::SchedulerOutput& output, std::vector<int32_t>& rows);
   step::RequestResult verify_drafts(const step::ScheduledRequest& s, const RequestState& st,
                                     const float* logits);
+  step::RequestResult verify_tree(const step::ScheduledRequest& s, const RequestState& st,
+                                  const float* logits);
+  void compact_kv(const step::ScheduledRequest& s, std::span<const int32_t> accepted_nodes);
+  void propose_model_free(std::span<const DraftInput> inputs,
+                          std::vector<sampling::TokenTree>& trees);
+  static void set_next_drafts(const sampling::TokenTree& tree, step::RequestResult& r);
   bool uses_model_rule(const RequestState& st) const;
   Status propose(const step::SchedulerOutput& output, step::StepResult& result);
 
@@ -70,6 +81,11 @@ class CpuModelExecutor : public step::ModelExecutor {
   model::BatchBuilder builder_;
   sampling::Sampler sampler_;
   sampling::RejectionSampler rejection_;
+  sampling::TreeRejectionSampler tree_sampler_;
+  int32_t tree_budget_ = 0;  // 0: chains
+  int32_t tree_width_ = 4;
+  std::vector<uint8_t> mask_;     // scratch: one tree's mask, [(1 + k)^2] bytes
+  std::vector<int32_t> positions_;  // scratch: one tree's positions, [1 + k]
   // The draft model's distributions q of the drafts it proposed last step, for requests that
   // verify by the model rule (unseeded sampling). [num_drafts][candidates]
   std::unordered_map<step::RequestId, std::vector<std::vector<sampling::Candidate>>> draft_q_;

@@ -59,12 +59,9 @@ int32_t DraftModelProposer::pick(const DraftInput& in, std::span<const float> lo
   return token;
 }
 
-Result<std::vector<DraftOutput>> DraftModelProposer::propose(std::span<const DraftInput> inputs) {
-  const int32_t vocab = vocab_size();
-  std::vector<DraftOutput> outs(inputs.size());
-  // Round 0: catch up on committed tokens not yet run (at least the last one) and draft 1 token.
+Status DraftModelProposer::catch_up(std::span<const DraftInput> inputs) {
   builder_.clear();
-  std::vector<std::vector<int32_t>> chunks(inputs.size());
+  chunks_.resize(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     const DraftInput& in = inputs[i];
     std::vector<int32_t>& run = states_[in.request_id];
@@ -72,12 +69,30 @@ Result<std::vector<DraftOutput>> DraftModelProposer::propose(std::span<const Dra
     auto [a, b] = std::mismatch(run.begin(), run.end(), in.token_ids.begin(), in.token_ids.end());
     const int64_t valid = std::min<int64_t>(a - run.begin(), n - 1);
     run.resize(static_cast<size_t>(valid));
-    chunks[i].assign(in.token_ids.begin() + valid, in.token_ids.end());
+    chunks_[i].assign(in.token_ids.begin() + valid, in.token_ids.end());
     builder_.add(model::SequenceInput{.block_table = in.block_ids,
                                       .num_committed = static_cast<int32_t>(valid),
-                                      .tokens = chunks[i],
+                                      .tokens = chunks_[i],
                                       .logits = model::LogitsMode::kLast});
   }
+  logits_.resize(static_cast<size_t>(builder_.num_logits()) * vocab_size());
+  const Status st = runner_->forward(builder_.batch(), logits_.data());
+  if (!st.ok()) {
+    for (const DraftInput& in : inputs) states_.erase(in.request_id);
+    return st;
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    std::vector<int32_t>& run = states_[inputs[i].request_id];
+    run.insert(run.end(), chunks_[i].begin(), chunks_[i].end());
+  }
+  return ok_status();
+}
+
+Result<std::vector<DraftOutput>> DraftModelProposer::propose(std::span<const DraftInput> inputs) {
+  const int32_t vocab = vocab_size();
+  std::vector<DraftOutput> outs(inputs.size());
+  // Round 0: catch up on committed tokens not yet run (at least the last one) and draft 1 token.
+  ARBOR_RETURN_IF_ERROR(catch_up(inputs));
   int32_t max_drafts = 0;
   for (const DraftInput& in : inputs) max_drafts = std::max(max_drafts, in.num_drafts);
   for (int32_t round = 0; round < max_drafts; ++round) {
@@ -87,25 +102,25 @@ Result<std::vector<DraftOutput>> DraftModelProposer::propose(std::span<const Dra
         const DraftInput& in = inputs[i];
         if (in.num_drafts <= round) continue;
         const std::vector<int32_t>& run = states_[in.request_id];
-        chunks[i].assign(1, outs[i].tokens.back());
+        chunks_[i].assign(1, outs[i].tokens.back());
         builder_.add(model::SequenceInput{.block_table = in.block_ids,
                                           .num_committed = static_cast<int32_t>(run.size()),
-                                          .tokens = chunks[i],
+                                          .tokens = chunks_[i],
                                           .logits = model::LogitsMode::kLast});
       }
-    }
-    logits_.resize(static_cast<size_t>(builder_.num_logits()) * vocab);
-    const Status st = runner_->forward(builder_.batch(), logits_.data());
-    if (!st.ok()) {
-      for (const DraftInput& in : inputs) states_.erase(in.request_id);
-      return st;
+      logits_.resize(static_cast<size_t>(builder_.num_logits()) * vocab);
+      const Status st = runner_->forward(builder_.batch(), logits_.data());
+      if (!st.ok()) {
+        for (const DraftInput& in : inputs) states_.erase(in.request_id);
+        return st;
+      }
     }
     size_t row = 0;
     for (size_t i = 0; i < inputs.size(); ++i) {
       const DraftInput& in = inputs[i];
       if (in.num_drafts <= round) continue;
       std::vector<int32_t>& run = states_[in.request_id];
-      run.insert(run.end(), chunks[i].begin(), chunks[i].end());
+      if (round > 0) run.insert(run.end(), chunks_[i].begin(), chunks_[i].end());
       std::span<const float> logits(logits_.data() + row * vocab, static_cast<size_t>(vocab));
       ++row;
       const int64_t position = static_cast<int64_t>(in.token_ids.size()) + round;
@@ -113,6 +128,165 @@ Result<std::vector<DraftOutput>> DraftModelProposer::propose(std::span<const Dra
     }
   }
   return outs;
+}
+
+// The `width` most probable next tokens after the committed tokens and `path`, with the draft's
+// probabilities (ties to the lower id).
+std::vector<sampling::Candidate> DraftModelProposer::top_children(const DraftInput& in,
+                                                                  std::span<const float> row,
+                                                                  std::span<const int32_t> path,
+                                                                  int32_t width) {
+  history_.assign(in.token_ids.begin() + in.num_prompt_tokens, in.token_ids.end());
+  history_.insert(history_.end(), path.begin(), path.end());
+  work_.assign(row.begin(), row.end());
+  sampler_.apply_penalties(
+      work_, *in.sampling, sampling::TokenHistory{in.token_ids.first(in.num_prompt_tokens), history_});
+  sampling::SamplingParams rank = *in.sampling;
+  if (rank.greedy()) rank.temperature = 1.0f;  // rank by the draft's confidence
+  std::vector<sampling::Candidate> dist = sampler_.distribution(work_, rank);
+  if (dist.size() > static_cast<size_t>(width)) dist.resize(static_cast<size_t>(width));
+  return dist;
+}
+
+// One input's tree under construction: every candidate so far (parents before children).
+struct DraftModelProposer::TreeBuild {
+  struct Cand {
+    int32_t token = 0, parent = -1, depth = 1;
+    double prob = 0.0, path = 1.0;
+  };
+  std::vector<Cand> cands;
+  std::vector<int32_t> expand;  // candidates expanded this level (-1: the root)
+  std::vector<int32_t> run;     // candidates run in the last forward, in order (slots)
+  std::vector<int32_t> path(int32_t c) const {
+    std::vector<int32_t> p;
+    for (; c >= 0; c = cands[c].parent) p.push_back(cands[c].token);
+    std::reverse(p.begin(), p.end());
+    return p;
+  }
+  // The expanded candidates and their ancestors, in index order.
+  std::vector<int32_t> closure() const {
+    std::vector<char> in(cands.size(), 0);
+    for (int32_t c : expand) {
+      for (; c >= 0 && !in[c]; c = cands[c].parent) in[c] = 1;
+    }
+    std::vector<int32_t> out;
+    for (size_t c = 0; c < cands.size(); ++c) {
+      if (in[c]) out.push_back(static_cast<int32_t>(c));
+    }
+    return out;
+  }
+  // The `budget` best candidates by path probability (parents first on ties) as a TokenTree.
+  sampling::TokenTree finish(int32_t budget) const {
+    std::vector<int32_t> order(cands.size());
+    for (size_t c = 0; c < cands.size(); ++c) order[c] = static_cast<int32_t>(c);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+      if (cands[a].path != cands[b].path) return cands[a].path > cands[b].path;
+      return cands[a].depth < cands[b].depth;
+    });
+    if (order.size() > static_cast<size_t>(budget)) order.resize(static_cast<size_t>(budget));
+    std::vector<int32_t> node_of(cands.size(), -1);
+    sampling::TokenTree tree;
+    for (int32_t c : order) {
+      const int32_t parent = cands[c].parent < 0 ? sampling::TokenTree::kRoot : node_of[cands[c].parent];
+      ARBOR_CHECK(cands[c].parent < 0 || parent >= 0) << "tree candidate before its parent";
+      node_of[c] = tree.add_node(parent, cands[c].token, cands[c].prob);
+    }
+    return tree;
+  }
+};
+
+Result<std::vector<sampling::TokenTree>> DraftModelProposer::propose_tree(
+    std::span<const DraftInput> inputs, int32_t width) {
+  ARBOR_CHECK(width >= 1) << "tree width " << width;
+  const int32_t vocab = vocab_size();
+  ARBOR_RETURN_IF_ERROR(catch_up(inputs));
+  std::vector<TreeBuild> builds(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    builds[i].expand = {-1};
+    builds[i].run.clear();
+  }
+  std::vector<int32_t> rows(inputs.size());  // first logits row of each input this round
+  for (size_t i = 0; i < inputs.size(); ++i) rows[i] = static_cast<int32_t>(i);
+  std::vector<int32_t> positions;
+  std::vector<uint8_t> mask;
+  for (int32_t depth = 1;; ++depth) {
+    // Children of the expanded candidates, from this round's logits.
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      TreeBuild& t = builds[i];
+      if (rows[i] < 0) continue;
+      const std::vector<int32_t> expand = std::move(t.expand);
+      t.expand.clear();
+      for (int32_t u : expand) {
+        // The row of u: the root's is the catch-up row; a candidate's is its slot in the run.
+        const int32_t r = u < 0 ? rows[i]
+                                : rows[i] + static_cast<int32_t>(std::find(t.run.begin(), t.run.end(), u) -
+                                                                 t.run.begin());
+        const std::span<const float> row(logits_.data() + static_cast<size_t>(r) * vocab,
+                                         static_cast<size_t>(vocab));
+        const double base = u < 0 ? 1.0 : t.cands[u].path;
+        for (const sampling::Candidate& c : top_children(inputs[i], row, t.path(u), width)) {
+          t.cands.push_back({.token = c.token_id, .parent = u, .depth = depth, .prob = c.prob,
+                             .path = base * c.prob});
+        }
+      }
+    }
+    // The next level's expansions: the `width` best new candidates, as many as fit the budget.
+    builder_.clear();
+    bool any = false;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      TreeBuild& t = builds[i];
+      rows[i] = -1;
+      if (depth >= inputs[i].num_drafts) continue;
+      std::vector<int32_t> level;
+      for (size_t c = 0; c < t.cands.size(); ++c) {
+        if (t.cands[c].depth == depth) level.push_back(static_cast<int32_t>(c));
+      }
+      std::stable_sort(level.begin(), level.end(),
+                       [&](int32_t a, int32_t b) { return t.cands[a].path > t.cands[b].path; });
+      for (int32_t c : level) {
+        if (static_cast<int32_t>(t.expand.size()) >= width) break;
+        t.expand.push_back(c);
+        if (static_cast<int32_t>(t.closure().size()) > inputs[i].max_nodes) {
+          t.expand.pop_back();
+          break;
+        }
+      }
+      if (t.expand.empty()) continue;
+      t.run = t.closure();
+      chunks_[i].clear();
+      positions.clear();
+      const auto n = t.run.size();
+      const auto committed = static_cast<int32_t>(inputs[i].token_ids.size());
+      mask.assign(n * n, 0);
+      for (size_t a = 0; a < n; ++a) {
+        const TreeBuild::Cand& c = t.cands[t.run[a]];
+        chunks_[i].push_back(c.token);
+        positions.push_back(committed - 1 + c.depth);
+        for (int32_t x = t.run[a]; x >= 0; x = t.cands[x].parent) {
+          const auto j = static_cast<size_t>(std::find(t.run.begin(), t.run.end(), x) - t.run.begin());
+          mask[a * n + j] = 1;
+        }
+      }
+      rows[i] = builder_.add(model::SequenceInput{.block_table = inputs[i].block_ids,
+                                                  .num_committed = committed,
+                                                  .tokens = chunks_[i],
+                                                  .positions = positions,
+                                                  .mask = mask,
+                                                  .logits = model::LogitsMode::kAll});
+      any = true;
+    }
+    if (!any) break;
+    logits_.resize(static_cast<size_t>(builder_.num_logits()) * vocab);
+    const Status st = runner_->forward(builder_.batch(), logits_.data());
+    if (!st.ok()) {
+      for (const DraftInput& in : inputs) states_.erase(in.request_id);
+      return st;
+    }
+  }
+  std::vector<sampling::TokenTree> trees;
+  trees.reserve(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) trees.push_back(builds[i].finish(inputs[i].max_nodes));
+  return trees;
 }
 
 }  // namespace arbor::executor

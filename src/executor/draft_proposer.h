@@ -29,6 +29,7 @@
 #include "model/batch_builder.h"
 #include "model/runner.h"
 #include "sampling/sampler.h"
+#include "sampling/token_tree.h"
 #include "step/step.h"
 
 namespace arbor::executor {
@@ -39,7 +40,8 @@ struct DraftInput {
   int32_t num_prompt_tokens = 0;
   // [num_blocks] covering at least N - 1 + num_drafts slots (the scheduler's lookahead).
   std::span<const int32_t> block_ids;
-  int32_t num_drafts = 0;              // >= 1
+  int32_t num_drafts = 0;              // >= 1 (levels, for a tree)
+  int32_t max_nodes = 0;               // > 0: propose a token tree of at most this many nodes
   const sampling::SamplingParams* sampling = nullptr;
   uint64_t seed = 0;
   bool keep_distributions = false;     // fill DraftOutput::q
@@ -64,6 +66,18 @@ class DraftModelProposer {
   void forget(step::RequestId id) { states_.erase(id); }
   // [inputs.size()] proposals. Errors come from the forward (the state is then reset).
   Result<std::vector<DraftOutput>> propose(std::span<const DraftInput> inputs);
+  // Token trees (EAGLE-2's dynamic tree): per input a tree of at most `budget` (max_nodes) nodes and
+  // num_drafts levels, parents first, every node one-hot (a chosen token) with draft_prob = the
+  // draft's probability of it at its parent (after the request's transforms; at temperature 1
+  // for greedy requests). Level by level, the `width` most probable children of each expanded
+  // node become candidates, and the `width` candidates of the newest level with the highest
+  // path probability are expanded next, in one ragged forward over all inputs (each expanded
+  // node with its ancestors, under the tree mask; at most `budget` tokens per input, so the
+  // scheduler's lookahead of `budget` slots holds them). The tree is the `budget` candidates of
+  // highest path probability, in that order. Tree nodes' K/V is not kept: the next proposal
+  // catches up from the last committed token. Errors as propose().
+  Result<std::vector<sampling::TokenTree>> propose_tree(std::span<const DraftInput> inputs,
+                                                        int32_t width);
   // Seconds of a one-token draft step (median of three after a warm-up); before any propose().
   Result<double> measure_token_cost();
 
@@ -71,6 +85,12 @@ class DraftModelProposer {
   explicit DraftModelProposer(std::unique_ptr<model::ModelRunner> runner);
   int32_t pick(const DraftInput& in, std::span<const float> logits, int64_t position,
                std::span<const int32_t> drafted, DraftOutput& out);
+  // Runs the committed tokens each input's draft K/V lacks (at least the last one); logits_
+  // gets one row per input, the distribution after its last committed token.
+  Status catch_up(std::span<const DraftInput> inputs);
+  struct TreeBuild;
+  std::vector<sampling::Candidate> top_children(const DraftInput& in, std::span<const float> row,
+                                                std::span<const int32_t> path, int32_t width);
 
   std::unique_ptr<model::ModelRunner> runner_;
   model::BatchBuilder builder_;
@@ -79,6 +99,7 @@ class DraftModelProposer {
   std::vector<float> logits_;
   std::vector<float> work_;
   std::vector<int32_t> history_;
+  std::vector<std::vector<int32_t>> chunks_;  // per input: the tokens of this forward
 };
 
 }  // namespace arbor::executor

@@ -27,6 +27,14 @@ struct CpuExecutorOptions {
   std::string draft_model;                // --draft-model: a GGUF with the target's vocabulary
   int32_t ngram_min = 2;                  // --spec-ngram-min / --spec-ngram-max: n-gram sizes
   int32_t ngram_max = 4;                  //   matched by the n-gram proposer
+  // --spec-tree-budget: > 0 proposes token trees of at most this many nodes per request (up to
+  // --spec-k levels deep) instead of chains; 0 = chains. --spec-tree-width: children per node,
+  // at most (the draft model's top candidates, the model-free proposers' branches).
+  int32_t tree_budget = 0;
+  int32_t tree_width = 4;
 };
+
+inline constexpr int32_t kMaxTreeBudget = 64;  // --spec-tree-budget, at most
+inline constexpr int32_t kMaxTreeWidth = 8;    // --spec-tree-width, at most
 
 }  // namespace arbor::executor

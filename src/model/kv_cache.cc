@@ -130,4 +130,22 @@ void PagedKvCache::copy_block(int32_t src, int32_t dst) {
   }
 }
 
+void PagedKvCache::copy_slot(int64_t src, int64_t dst) {
+  const int64_t num_slots = num_blocks_ * shape_.block_size;
+  ARBOR_CHECK(src >= 0 && src < num_slots && dst >= 0 && dst < num_slots)
+      << "copy_slot(" << src << ", " << dst << ") with " << num_slots << " slots";
+  if (src == dst) return;
+  const auto elem = static_cast<size_t>(kernels::kv_dtype_size(shape_.dtype));
+  const size_t row_bytes = static_cast<size_t>(shape_.head_dim) * elem;
+  for (int layer = 0; layer < shape_.num_layers; ++layer) {
+    for (uint8_t* pool : {static_cast<uint8_t*>(k_pool(layer)),
+                          static_cast<uint8_t*>(v_pool(layer))}) {
+      for (int h = 0; h < shape_.num_kv_heads; ++h) {
+        std::memcpy(pool + elem_offset(dst, h) * elem, pool + elem_offset(src, h) * elem,
+                    row_bytes);
+      }
+    }
+  }
+}
+
 }  // namespace arbor::model

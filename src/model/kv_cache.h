@@ -69,6 +69,9 @@ class PagedKvCache {
   // Copies block `src` onto block `dst` in every layer, K and V (copy-on-write of a shared
   // block). src == dst is a no-op.
   void copy_block(int32_t src, int32_t dst);
+  // Copies the K/V of token slot `src` onto slot `dst` in every layer and kv head (KV compaction
+  // after a token tree's verification moves the accepted path into place). src == dst is a no-op.
+  void copy_slot(int64_t src, int64_t dst);
 
  private:
   PagedKvCache(const KvCacheShape& shape, int64_t num_blocks, uint8_t* data, size_t bytes);

@@ -15,6 +15,36 @@ TokenTree TokenTree::from_chain(std::span<const int32_t> token_ids) {
   return tree;
 }
 
+TokenTree TokenTree::from_parents(std::span<const int32_t> token_ids,
+                                  std::span<const int32_t> parents,
+                                  std::span<const float> probs) {
+  ARBOR_CHECK(parents.size() == token_ids.size() && (probs.empty() || probs.size() == parents.size()))
+      << parents.size() << " parents, " << probs.size() << " probabilities for "
+      << token_ids.size() << " tokens";
+  TokenTree tree;
+  for (size_t i = 0; i < token_ids.size(); ++i) {
+    tree.add_node(parents[i], token_ids[i], probs.empty() ? 1.0 : probs[i]);
+  }
+  return tree;
+}
+
+TokenTree TokenTree::prefix(int32_t n) const {
+  ARBOR_CHECK(n >= 0 && n <= num_nodes()) << "prefix of " << n << " nodes of " << num_nodes();
+  TokenTree tree;
+  tree.draft_dists_ = draft_dists_;
+  for (int32_t i = 0; i < n; ++i) {
+    const TreeNode& x = nodes_[i];
+    tree.add_node(x.parent, x.token_id, x.draft_prob, x.draft_dist);
+  }
+  return tree;
+}
+
+std::vector<int32_t> TokenTree::parents() const {
+  std::vector<int32_t> out(nodes_.size());
+  for (size_t i = 0; i < nodes_.size(); ++i) out[i] = nodes_[i].parent;
+  return out;
+}
+
 TokenTree TokenTree::from_chain(std::span<const int32_t> token_ids,
                                 std::span<const std::vector<Candidate>> draft_probs) {
   ARBOR_CHECK(draft_probs.size() == token_ids.size())

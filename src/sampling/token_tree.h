@@ -62,6 +62,17 @@ class TokenTree {
   static TokenTree from_chain(std::span<const int32_t> token_ids,
                               std::span<const std::vector<Candidate>> draft_probs);
 
+  // The one-hot tree of k drafts with the step protocol's parents ([k]; kRoot or an earlier
+  // index; CHECKed), draft_prob from probs ([k], or empty: 1).
+  static TokenTree from_parents(std::span<const int32_t> token_ids,
+                                std::span<const int32_t> parents,
+                                std::span<const float> probs = {});
+  // The tree of the first n nodes (n <= num_nodes(); parents come first, so it is a tree), with
+  // every draft distribution kept.
+  TokenTree prefix(int32_t n) const;
+  // Each node's parent: [num_nodes] (kRoot or an index), the step protocol's draft_parent_ids.
+  std::vector<int32_t> parents() const;
+
   // Appends a distribution siblings may be drawn from; returns its index. dist: sparse, sums to
   // 1 within rounding, any order.
   int32_t add_draft_dist(std::vector<Candidate> dist);

@@ -136,6 +136,26 @@ double TreeRejectionSampler::draft_for(const TokenTree& tree,
   return positive_mass(q_);
 }
 
+TreeVerdict TreeRejectionSampler::verify_sample_and_compare(const TokenTree& tree,
+                                                            int64_t position,
+                                                            TreeTargetDistributions& target,
+                                                            DrawSource& draws) {
+  TreeVerdict verdict;
+  int32_t node = TokenTree::kRoot;
+  while (true) {
+    const int32_t x =
+        draws.categorical(target.at(node), position + tree.depth(node), RngStream::kSample);
+    const std::optional<int32_t> child = tree.find_child(node, x);
+    if (!child) {
+      verdict.next_token = x;
+      verdict.is_bonus = tree.children(node).empty();
+      return verdict;
+    }
+    verdict.accepted_nodes.push_back(*child);
+    node = *child;
+  }
+}
+
 TreeVerdict TreeRejectionSampler::verify_greedy(const TokenTree& tree,
                                                 TreeTargetDistributions& target) {
   TreeVerdict verdict;

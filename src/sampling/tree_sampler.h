@@ -104,6 +104,15 @@ class TreeRejectionSampler {
   TreeVerdict verify(const TokenTree& tree, int64_t position, TreeTargetDistributions& target,
                      DrawSource& draws, SiblingDraws sibling_draws);
 
+  // Sample-and-compare, the rule plain decoding's draws reproduce: at the current node (the root
+  // first, depth d) draw x from its target at (position + d, kSample), the site plain decoding
+  // draws the token at that position with; descend to the first child with token x, else emit x.
+  // Lossless for any tree whatever its draft_dist (every token is the target's own draw), and
+  // for a seeded request token for token what it produces without speculation; greedy targets
+  // make it the greedy rule. Accepts less than verify() with drawn siblings.
+  TreeVerdict verify_sample_and_compare(const TokenTree& tree, int64_t position,
+                                        TreeTargetDistributions& target, DrawSource& draws);
+
   // The greedy rule: accepted = the longest argmax-consistent path (the first of equally long
   // ones in child order), next_token = the argmax at its end. Asks `target` for every node
   // whose path is argmax-consistent.

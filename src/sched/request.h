@@ -91,6 +91,9 @@ inline constexpr int32_t kMaxSpecTokens = 16;  // drafts verified per request pe
 struct SpecRequest {
   SpecMode mode = SpecMode::kAuto;
   int32_t k = 0;  // kFixed: drafts per step, >= 1; kAuto: cap (0 = the engine's --spec-k)
+  // Token trees: at most this many nodes per step (capped by the engine's --spec-tree-budget);
+  // 0 = chains; -1 = the engine's budget. With trees, k caps their depth.
+  int32_t tree_nodes = -1;
 };
 
 // Everything add_request() needs; validated there.
@@ -125,6 +128,10 @@ struct Request {
   // are run after the committed tokens in slots allocated for them, and rejected ones are
   // simply overwritten later (num_computed_tokens only counts committed tokens).
   std::vector<int32_t> spec_token_ids;
+  // A token tree's parents and the proposer's probabilities ([spec_token_ids.size()] each, or
+  // empty: a chain; step::RequestResult's next_draft_parent_ids / next_draft_probs).
+  std::vector<int32_t> spec_parent_ids;
+  std::vector<float> spec_probs;
   int64_t num_computed_tokens = 0;
   int64_t num_cached_tokens = 0;       // prefix-cache hit of the first admission
   sampling::SamplingParams sampling{};

@@ -32,7 +32,9 @@
 // its drafts, max_spec_tokens, the request's own cap, and what max_tokens / max_model_len leave
 // (a step never verifies more drafts than could be emitted). The drafts take budget tokens and
 // KV slots (allocated as lookahead: they are not committed, never cached, and rejected ones are
-// overwritten by later steps).
+// overwritten by later steps). A token tree (Request::spec_parent_ids) is verified the same way:
+// the policy takes a prefix of its nodes (parents come first; max_drafts() caps its depth), and
+// the executor compacts the accepted path's K/V before the scheduler commits it.
 //
 // Threading: engine thread only; no locks. A SchedulerOutput is a value.
 #pragma once
@@ -88,6 +90,9 @@ struct SchedulerOptions {
   // lookahead slots past each sampling request's step (dropped, not preempted for, when the
   // pool is short).
   bool reserve_draft_slots = false;
+  // The executor proposes token trees of at most this many nodes (ModelExecutor::
+  // max_tree_nodes); 0 = chains. A tree's depth is capped like a chain's length.
+  int32_t max_tree_nodes = 0;
   // Token ids in a StepResult must be below this (the engine sets the executor's vocabulary).
   int32_t vocab_size = std::numeric_limits<int32_t>::max();
 };
@@ -108,6 +113,9 @@ struct RequestOutput {
   std::optional<StopReason> stop_reason;  // the sample ended (set once, here or by finish_request)
   int32_t num_draft_tokens = 0;           // drafts verified this step
   int32_t num_accepted_tokens = 0;        // ... of which accepted (and emitted, unless stopped)
+  // Levels of the drafts verified: num_draft_tokens for a chain, a token tree's depth.
+  int32_t num_draft_levels = 0;
+  bool draft_tree = false;                // the drafts were a token tree
   int64_t num_prompt_tokens = 0;
   int64_t num_cached_tokens = 0;  // prefix-cache hit at first admission
   bool first_scheduled = false;   // its first tokens ran this step (queue time ends)
@@ -177,7 +185,8 @@ class Scheduler {
   void reserve_draft_slots(SchedulerOutput& out);
   bool drafts_may_pay(const SchedulerOutput& out, int64_t budget) const;
   void limit_draft_model_proposals(SchedulerOutput& out, int64_t budget);
-  int32_t next_draft_request(const Request& req, int32_t k) const;
+  int32_t next_draft_request(const Request& req, int32_t levels) const;
+  int32_t next_tree_nodes(const Request& req, int32_t verified) const;
   bool try_allocate_running(Request& req, int64_t num_new, int32_t num_drafts,
                             std::vector<RequestId>& preempted);
   bool preempt_for_waiting(const Request& req, const kv::ComputedBlocks& hit, int64_t num_new,

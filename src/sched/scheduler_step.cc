@@ -175,17 +175,69 @@ bool Scheduler::preempt_for_waiting(const Request& req, const kv::ComputedBlocks
   return true;
 }
 
-// How many drafts to ask the executor to propose after a step in which `req` verifies k: all
-// that may be used when proposing is free (model-free proposers); with a draft model, one more
-// than this step's k, none for a while after the policy declined them (then it probes again).
-int32_t Scheduler::next_draft_request(const Request& req, int32_t k) const {
+// How many drafts (tree levels) to ask the executor to propose after a step in which `req`
+// verifies `levels` of them: all that may be used when proposing is free (model-free
+// proposers); with a draft model, one more than this step's, none for a while after the policy
+// declined them (then it probes again).
+int32_t Scheduler::next_draft_request(const Request& req, int32_t levels) const {
   const int32_t cap = max_drafts(req, 1);  // after this step at least one more token is committed
   if (spec_policy_.cost_model().draft_cost <= 0 || req.speculation.mode == SpecMode::kFixed) {
     return cap;
   }
   if (req.spec_backoff_steps > 0) return 0;
-  return std::min(cap, k + 1);
+  return std::min(cap, levels + 1);
 }
+
+// The most tree nodes to ask the executor to propose after a step in which `req` verifies
+// `verified` drafts: the request's cap within the engine's budget (0: chains); with a draft
+// model, whose tree costs forwards, at most twice what the policy took this step (at least 4),
+// so trees shrink under load and grow back when they pay.
+int32_t Scheduler::next_tree_nodes(const Request& req, int32_t verified) const {
+  int32_t cap = options_.max_tree_nodes;
+  if (req.speculation.tree_nodes >= 0) cap = std::min(cap, req.speculation.tree_nodes);
+  if (cap > 0 && spec_policy_.cost_model().draft_cost > 0 &&
+      req.speculation.mode != SpecMode::kFixed) {
+    cap = std::min(cap, std::max(4, 2 * verified));
+  }
+  return cap;
+}
+
+namespace {
+
+// The levels of a step's drafts: k for a chain, the deepest node's depth for a tree.
+int32_t draft_levels(const ScheduledRequest& s) {
+  const std::vector<int32_t> depth = step::draft_depths(s.draft_parent_ids, s.draft_token_ids.size());
+  return depth.empty() ? 0 : *std::max_element(depth.begin(), depth.end());
+}
+
+// Drops a token tree's nodes deeper than max_depth (descendants of a dropped node are deeper
+// too), renumbering parents. In place; a chain (no parents) is cut to max_depth tokens.
+void limit_draft_depth(Request& req, int32_t max_depth) {
+  if (req.spec_parent_ids.empty()) {
+    if (static_cast<int32_t>(req.spec_token_ids.size()) > max_depth) {
+      req.spec_token_ids.resize(static_cast<size_t>(std::max(max_depth, 0)));
+    }
+    return;
+  }
+  const std::vector<int32_t> depth =
+      step::draft_depths(req.spec_parent_ids, req.spec_token_ids.size());
+  std::vector<int32_t> index(depth.size(), -1);
+  size_t kept = 0;
+  for (size_t i = 0; i < depth.size(); ++i) {
+    if (depth[i] > max_depth) continue;
+    const int32_t parent = req.spec_parent_ids[i];
+    index[i] = static_cast<int32_t>(kept);
+    req.spec_token_ids[kept] = req.spec_token_ids[i];
+    req.spec_parent_ids[kept] = parent < 0 ? step::kDraftRoot : index[static_cast<size_t>(parent)];
+    if (!req.spec_probs.empty()) req.spec_probs[kept] = req.spec_probs[i];
+    ++kept;
+  }
+  req.spec_token_ids.resize(kept);
+  req.spec_parent_ids.resize(kept);
+  if (!req.spec_probs.empty()) req.spec_probs.resize(kept);
+}
+
+}  // namespace
 
 // Gives decoding requests their drafts: the SpecPolicy chooses k for each over the whole step;
 // the drafts take budget tokens and KV slots beyond the committed ones (never preempting: a
@@ -193,23 +245,27 @@ int32_t Scheduler::next_draft_request(const Request& req, int32_t k) const {
 void Scheduler::schedule_drafts(SchedulerOutput& out, Budget& budget) {
   std::vector<size_t> index;
   std::vector<SpecPolicy::Candidate> candidates;
+  std::vector<std::vector<double>> gains;  // [candidates] a tree's node gains; empty: a chain
   int64_t base_emitted = 0;
   for (size_t i = 0; i < out.requests.size(); ++i) {
     const ScheduledRequest& s = out.requests[i];
     if (!s.sample) continue;
     ++base_emitted;
-    const Request& req = *requests_.at(s.request_id);
+    Request& req = *requests_.at(s.request_id);
     if (req.spec_token_ids.empty() || s.num_scheduled_tokens != 1) continue;
-    const int32_t max_k = std::min(static_cast<int32_t>(req.spec_token_ids.size()),
-                                   max_drafts(req, 0));
+    limit_draft_depth(req, max_drafts(req, 0));
+    const auto max_k = static_cast<int32_t>(req.spec_token_ids.size());
     if (max_k <= 0) continue;
     index.push_back(i);
+    const double a = spec_policy_.acceptance(req.acceptance_estimate);
+    gains.push_back(req.spec_parent_ids.empty()
+                        ? std::vector<double>{}
+                        : tree_node_gains(a, req.spec_parent_ids, req.spec_probs));
     candidates.push_back(SpecPolicy::Candidate{
-        .acceptance = spec_policy_.acceptance(req.acceptance_estimate),
-        .max_k = max_k,
-        .fixed = req.speculation.mode == SpecMode::kFixed});
+        .acceptance = a, .max_k = max_k, .fixed = req.speculation.mode == SpecMode::kFixed});
   }
   if (candidates.empty()) return;
+  for (size_t c = 0; c < candidates.size(); ++c) candidates[c].gains = gains[c];
   int64_t base_tokens = 0;
   for (const ScheduledRequest& s : out.requests) base_tokens += s.num_scheduled_tokens;
   const std::vector<int32_t> k =
@@ -230,8 +286,11 @@ void Scheduler::schedule_drafts(SchedulerOutput& out, Budget& budget) {
       }
     }
     s.draft_token_ids.assign(req.spec_token_ids.begin(), req.spec_token_ids.begin() + kc);
+    if (!req.spec_parent_ids.empty() && kc > 0) {
+      s.draft_parent_ids.assign(req.spec_parent_ids.begin(), req.spec_parent_ids.begin() + kc);
+    }
     s.num_scheduled_tokens += kc;
-    s.max_next_draft_tokens = next_draft_request(req, kc);
+    s.max_next_draft_tokens = next_draft_request(req, draft_levels(s));
     budget.tokens -= kc;
     const std::span<const kv::BlockId> table = kv_.block_ids(req.request_id);
     s.block_ids.assign(table.begin(), table.end());
@@ -284,8 +343,11 @@ void Scheduler::reserve_draft_slots(SchedulerOutput& out) {
     if (!s.sample || s.max_next_draft_tokens == 0) continue;
     const Request& req = *requests_.at(s.request_id);
     const int64_t committed_run = s.num_scheduled_tokens - s.num_draft_tokens();
-    if (!kv_.allocate_slots(req.kv_view(), committed_run, {},
-                            s.num_draft_tokens() + s.max_next_draft_tokens)) {
+    // A draft model's tree forwards write up to max_next_draft_nodes tokens after the tokens
+    // committed by this step (up to k + 1 of them).
+    const int32_t lookahead =
+        std::max(s.max_next_draft_tokens, s.max_next_draft_nodes > 0 ? s.max_next_draft_nodes + 1 : 0);
+    if (!kv_.allocate_slots(req.kv_view(), committed_run, {}, s.num_draft_tokens() + lookahead)) {
       s.max_next_draft_tokens = 0;
       continue;
     }
@@ -373,6 +435,11 @@ SchedulerOutput Scheduler::schedule() {
       }
     }
   }
+  for (ScheduledRequest& s : out.requests) {
+    if (s.max_next_draft_tokens > 0) {
+      s.max_next_draft_nodes = next_tree_nodes(*requests_.at(s.request_id), s.num_draft_tokens());
+    }
+  }
   if (options_.reserve_draft_slots) reserve_draft_slots(out);
   for (const ScheduledRequest& s : out.requests) {
     out.total_num_scheduled_tokens += s.num_scheduled_tokens;
@@ -404,6 +471,8 @@ void Scheduler::commit(Request& req, const ScheduledRequest& s, const RequestRes
   const int32_t k = s.num_draft_tokens();
   req.num_computed_tokens += s.num_scheduled_tokens - k;
   req.spec_token_ids.clear();
+  req.spec_parent_ids.clear();
+  req.spec_probs.clear();
   if (r == nullptr) return;
   if (req.spec_backoff_steps > 0) --req.spec_backoff_steps;
   if (k > 0 && r->num_accepted > 0) req.spec_backoff_next = 0;
@@ -411,8 +480,10 @@ void Scheduler::commit(Request& req, const ScheduledRequest& s, const RequestRes
   req.num_computed_tokens += r->num_accepted;
   o.num_draft_tokens = k;
   o.num_accepted_tokens = r->num_accepted;
+  o.num_draft_levels = draft_levels(s);
+  o.draft_tree = s.is_tree();
   if (k > 0) {
-    spec_policy_.observe(req.acceptance_estimate, k, r->num_accepted);
+    spec_policy_.observe(req.acceptance_estimate, draft_levels(s), r->num_accepted);
     ++req.spec_stats.num_verify_steps;
     req.spec_stats.num_draft_tokens += k;
     req.spec_stats.num_accepted_tokens += r->num_accepted;
@@ -424,6 +495,8 @@ void Scheduler::commit(Request& req, const ScheduledRequest& s, const RequestRes
     if (o.stop_reason) return;
   }
   req.spec_token_ids = r->next_draft_token_ids;
+  req.spec_parent_ids = r->next_draft_parent_ids;
+  req.spec_probs = r->next_draft_probs;
 }
 
 Result<std::vector<RequestOutput>> Scheduler::update_from_output(const SchedulerOutput& output,

@@ -29,6 +29,27 @@ void SpecPolicy::set_overhead(double overhead) {
   overhead_ = std::clamp(overhead, 1.0, kMaxSpecOverhead);
 }
 
+std::vector<double> tree_node_gains(double acceptance, std::span<const int32_t> parents,
+                                    std::span<const float> probs) {
+  const size_t n = parents.size();
+  const auto p = [&](size_t i) { return probs.empty() ? 1.0 : static_cast<double>(probs[i]); };
+  std::vector<double> best_child(n + 1, 0.0);  // [parent + 1]: max p among its children
+  for (size_t i = 0; i < n; ++i) {
+    double& b = best_child[static_cast<size_t>(parents[i] + 1)];
+    b = std::max(b, p(i));
+  }
+  std::vector<double> missed(n + 1, 1.0);  // [parent + 1]: P(no earlier child accepted)
+  std::vector<double> gain(n);
+  for (size_t i = 0; i < n; ++i) {
+    const auto at = static_cast<size_t>(parents[i] + 1);
+    const double up = parents[i] < 0 ? 1.0 : gain[static_cast<size_t>(parents[i])];
+    const double odds = acceptance * (best_child[at] > 0 ? p(i) / best_child[at] : 1.0);
+    gain[i] = up * missed[at] * odds;
+    missed[at] *= 1.0 - odds;
+  }
+  return gain;
+}
+
 double acceptance_from_step(int32_t k, int32_t accepted) {
   if (accepted >= k) return 0.98;
   return static_cast<double>(accepted) / (accepted + 1);
@@ -45,6 +66,16 @@ void SpecPolicy::observe(double& estimate, int32_t k, int32_t accepted) {
   global_ = (1 - w / 2) * global_ + (w / 2) * a;
 }
 
+namespace {
+
+// The expected tokens the (j+1)-th draft of `c` adds.
+double gain_of(const SpecPolicy::Candidate& c, int32_t j) {
+  if (!c.gains.empty()) return c.gains[static_cast<size_t>(j)];
+  return std::pow(c.acceptance, j + 1);
+}
+
+}  // namespace
+
 std::vector<int32_t> SpecPolicy::choose(int64_t base_tokens, int64_t base_emitted,
                                         int64_t budget,
                                         std::span<const Candidate> candidates) const {
@@ -58,7 +89,7 @@ std::vector<int32_t> SpecPolicy::choose(int64_t base_tokens, int64_t base_emitte
     budget -= k[i];
     tokens += k[i];
     drafts_cost += cost_.draft_cost * k[i];
-    for (int32_t j = 1; j <= k[i]; ++j) emitted += std::pow(candidates[i].acceptance, j);
+    for (int32_t j = 1; j <= k[i]; ++j) emitted += gain_of(candidates[i], j - 1);
   }
   // Max-heap of the next draft's marginal gain a^(k+1) per adaptive candidate; drafts are taken
   // in that order and the best prefix is kept (the overhead makes the first draft of a step
@@ -67,7 +98,7 @@ std::vector<int32_t> SpecPolicy::choose(int64_t base_tokens, int64_t base_emitte
   std::priority_queue<Entry> heap;
   for (size_t i = 0; i < candidates.size(); ++i) {
     if (!candidates[i].fixed && candidates[i].max_k > 0) {
-      heap.emplace(candidates[i].acceptance, i);
+      heap.emplace(gain_of(candidates[i], 0), i);
     }
   }
   const auto goodput = [&](double em, int64_t toks, double dcost) {
@@ -91,7 +122,7 @@ std::vector<int32_t> SpecPolicy::choose(int64_t base_tokens, int64_t base_emitte
       best = g;
       best_len = order.size();
     }
-    if (k[i] < candidates[i].max_k) heap.emplace(gain * candidates[i].acceptance, i);
+    if (k[i] < candidates[i].max_k) heap.emplace(gain_of(candidates[i], k[i]), i);
   }
   for (size_t j = best_len; j < order.size(); ++j) --k[order[j]];
   return k;

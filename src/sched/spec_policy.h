@@ -53,6 +53,9 @@ class SpecPolicy {
     double acceptance = 0.0;  // the request's estimate (acceptance() of its state)
     int32_t max_k = 0;        // drafts available and allowed, >= 0
     bool fixed = false;       // verify max_k whatever the cost (mode "fixed")
+    // A token tree's nodes in order: [>= max_k] the expected tokens each adds (the probability
+    // that it is accepted; tree_node_gains()). Empty: a chain, whose j-th draft adds a^j.
+    std::span<const double> gains;
   };
   // k for each candidate (fixed ones get max_k, within the budget), given that the step already
   // runs `base_tokens` tokens (prefill chunks and one token per decoding request), emits
@@ -81,6 +84,15 @@ class SpecPolicy {
   SpecPolicyOptions options_;
   double global_;
 };
+
+// The expected tokens each node of a token tree adds (the policy's Candidate::gains): the
+// probability that it is accepted. A child is tried with odds o = a * p / max p over its
+// siblings (a: the acceptance estimate per level; p: the proposer's probabilities, empty = all
+// equal), after its earlier siblings failed: gain = gain(parent) * o * prod(1 - o') over the
+// earlier siblings. A chain gets a, a^2, ...; a node's children add at most its own gain.
+// parents: [n] (step::kDraftRoot or earlier). O(n).
+std::vector<double> tree_node_gains(double acceptance, std::span<const int32_t> parents,
+                                    std::span<const float> probs);
 
 // The acceptance rate a of the geometric model that best explains `accepted` of `k` drafts
 // accepted in one step: the maximum-likelihood a = accepted / (accepted + 1) when the run ended

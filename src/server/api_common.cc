@@ -106,9 +106,10 @@ std::optional<ApiError> read_speculation(const json& o, const ModelInfo& m,
   if (v == nullptr) return std::nullopt;
   if (!v->is_object()) return wrong_type("speculation", "an object", *v);
   for (const auto& [key, value] : v->items()) {
-    if (key != "mode" && key != "k") {
+    if (key != "mode" && key != "k" && key != "tree_nodes") {
       return invalid_param(str_cat("speculation.", key),
-                           str_cat("'speculation.", key, "' is not a field of 'speculation' (fields: mode, k)"));
+                           str_cat("'speculation.", key,
+                                   "' is not a field of 'speculation' (fields: mode, k, tree_nodes)"));
     }
   }
   if (const json* mode = field(*v, "mode"); mode != nullptr) {
@@ -134,6 +135,21 @@ std::optional<ApiError> read_speculation(const json& o, const ModelInfo& m,
                                                     hi, "] (the server's --spec-k)"));
     }
     out->k = static_cast<int32_t>(kv);
+  }
+  if (const json* t = field(*v, "tree_nodes"); t != nullptr) {
+    if (!t->is_number_integer()) return wrong_type("speculation.tree_nodes", "an integer", *t);
+    const int64_t tv = t->get<int64_t>();
+    if (tv < 0 || tv > m.max_tree_nodes) {
+      return invalid_param(
+          "speculation.tree_nodes",
+          m.max_tree_nodes == 0
+              ? str_cat("'speculation.tree_nodes' is ", tv,
+                        ", but this server speculates with chains only (start it with "
+                        "--spec-tree-budget N for token trees)")
+              : str_cat("'speculation.tree_nodes' is ", tv, ", must be in [0, ",
+                        m.max_tree_nodes, "] (the server's --spec-tree-budget; 0 = a chain)"));
+    }
+    out->tree_nodes = static_cast<int32_t>(tv);
   }
   if (out->mode == sched::SpecMode::kFixed) {
     if (m.max_spec_tokens == 0) {

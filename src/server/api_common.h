@@ -33,6 +33,7 @@ struct ModelInfo {
   int64_t created = 0;                            // unix seconds of startup
   int32_t max_n = 16;                             // limit on n and best_of
   int32_t max_spec_tokens = 0;                    // the engine's --spec-k; 0 = speculation off
+  int32_t max_tree_nodes = 0;                     // --spec-tree-budget; 0 = chains only
   const ChatRenderer* chat = nullptr;             // nullptr: /v1/chat/completions answers 400
 };
 

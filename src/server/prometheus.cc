@@ -52,8 +52,20 @@ void speculation(std::string& out, const engine::EngineMetricsSnapshot& m) {
          m.num_verify_steps > 0
              ? 1.0 + static_cast<double>(m.num_accepted_draft_tokens) / m.num_verify_steps
              : 0.0);
+  scalar(out, "arbor_spec_tree_verify_steps_total", "counter",
+         "Verifications of a token tree (--spec-tree-budget).", m.num_tree_verify_steps);
+  scalar(out, "arbor_spec_tree_nodes_total", "counter", "Token-tree nodes verified.",
+         m.num_tree_nodes);
+  scalar(out, "arbor_spec_tree_accepted_tokens_total", "counter",
+         "Draft tokens accepted from token trees.", m.num_tree_accepted_tokens);
+  scalar(out, "arbor_spec_tree_mean_accepted_length", "gauge",
+         "Mean tokens emitted per token-tree verification (accepted path + 1).",
+         m.num_tree_verify_steps > 0 ? 1.0 + static_cast<double>(m.num_tree_accepted_tokens) /
+                                                 static_cast<double>(m.num_tree_verify_steps)
+                                     : 0.0);
   header(out, "arbor_spec_acceptance_by_position", "gauge",
-         "Accepted / verified drafts at each draft position (0 = the first draft).");
+         "Accepted / verified drafts at each draft position (0 = the first draft; a token "
+         "tree's depth - 1).");
   for (size_t i = 0; i < m.drafts_at_position.size(); ++i) {
     if (m.drafts_at_position[i] == 0) continue;
     out += str_cat("arbor_spec_acceptance_by_position{position=\"", i, "\"} ",

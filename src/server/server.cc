@@ -561,6 +561,7 @@ Result<std::unique_ptr<ApiServer>> ApiServer::create(engine::EngineCore& engine,
   state->model = std::move(model);
   state->model.context_length = static_cast<int32_t>(engine.max_model_len());
   state->model.max_spec_tokens = engine.max_spec_tokens();
+  state->model.max_tree_nodes = engine.max_tree_nodes();
   state->options = options;
   // Errors the HTTP layer answers itself (413, malformed requests) in the API's shape.
   state->options.http.error_body = [](int status, std::string_view code, std::string_view msg) {

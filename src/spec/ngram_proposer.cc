@@ -45,19 +45,20 @@ int32_t NgramIndex::latest_match_end(int32_t n) const {
   return same ? *end : -1;
 }
 
+void NgramIndex::continuation(int32_t n, int32_t max_tokens, std::vector<int32_t>& out) const {
+  out.clear();
+  const int32_t end = max_tokens > 0 ? latest_match_end(n) : -1;
+  if (end < 0) return;
+  const int32_t len = num_tokens();
+  const int32_t period = len - end;  // >= 1: the match ends before the sequence does
+  for (int32_t j = 0; j < max_tokens; ++j) {
+    out.push_back(end + j < len ? tokens_[end + j] : out[j - period]);
+  }
+}
+
 void NgramIndex::propose(int32_t max_tokens, std::vector<int32_t>& out) const {
   out.clear();
-  if (max_tokens <= 0) return;
-  const int32_t len = num_tokens();
-  for (int32_t n = max_n_; n >= min_n_; --n) {
-    const int32_t end = latest_match_end(n);
-    if (end < 0) continue;
-    const int32_t period = len - end;  // >= 1: the match ends before the sequence does
-    for (int32_t j = 0; j < max_tokens; ++j) {
-      out.push_back(end + j < len ? tokens_[end + j] : out[j - period]);
-    }
-    return;
-  }
+  for (int32_t n = max_n_; n >= min_n_ && out.empty(); --n) continuation(n, max_tokens, out);
 }
 
 NgramProposer::NgramProposer(NgramProposerOptions options) : options_(options) {
@@ -87,6 +88,24 @@ void NgramProposer::propose(std::span<const ProposalRequest> requests,
         std::min(options_.num_speculative_tokens, requests[i].max_num_tokens);
     if (max_tokens <= 0) continue;
     sync(requests[i]).propose(max_tokens, out[i]);
+  }
+}
+
+void NgramProposer::propose_candidates(const ProposalRequest& request, int32_t max_branches,
+                                       std::vector<DraftCandidate>& out) {
+  out.clear();
+  const int32_t max_tokens = std::min(options_.num_speculative_tokens, request.max_num_tokens);
+  if (max_branches <= 0 || max_tokens <= 0) return;
+  const NgramIndex& index = sync(request);
+  std::vector<int32_t> draft;
+  for (int32_t n = options_.max_n; n >= options_.min_n; --n) {
+    index.continuation(n, max_tokens, draft);
+    if (draft.empty()) continue;
+    const bool seen = std::any_of(out.begin(), out.end(),
+                                  [&](const DraftCandidate& c) { return c.token_ids == draft; });
+    if (seen) continue;
+    out.push_back(DraftCandidate{draft, static_cast<double>(n)});
+    if (static_cast<int32_t>(out.size()) == max_branches) return;
   }
 }
 

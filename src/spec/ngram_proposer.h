@@ -60,6 +60,10 @@ class NgramIndex {
   // out = the draft for the current end: up to max_tokens tokens continuing the longest n-gram
   // match (empty when no n in [min_n, max_n] matches). O(max_n^2 + max_tokens).
   void propose(int32_t max_tokens, std::vector<int32_t>& out) const;
+  // The continuation of the latest match of the last n tokens (as propose() does for the
+  // longest matching n): up to max_tokens tokens, empty when the n-gram has no earlier
+  // occurrence. O(n + max_tokens).
+  void continuation(int32_t n, int32_t max_tokens, std::vector<int32_t>& out) const;
 
  private:
   uint64_t key(int32_t end, int32_t n) const;  // of tokens_[end - n, end)
@@ -79,6 +83,11 @@ class NgramProposer final : public Proposer {
   void propose(std::span<const ProposalRequest> requests,
                std::vector<std::vector<int32_t>>& out) override;
   void forget(RequestId id, std::span<const int32_t> token_ids, int32_t num_prompt_tokens) override;
+  // Token trees: one candidate per match length n (max_n down to min_n) whose continuation
+  // differs from the longer matches' ones, scored by n (a longer match predicts better); the
+  // first is propose()'s draft.
+  void propose_candidates(const ProposalRequest& request, int32_t max_branches,
+                          std::vector<DraftCandidate>& out) override;
 
   const NgramProposerOptions& options() const { return options_; }
   int32_t num_requests() const { return static_cast<int32_t>(indexes_.size()); }

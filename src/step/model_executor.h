@@ -53,6 +53,9 @@ class ModelExecutor {
   // then reserves max_next_draft_tokens lookahead slots).
   virtual bool has_proposer() const { return false; }
   virtual bool proposer_writes_kv() const { return false; }
+  // > 0 when the proposer returns token trees: their most nodes per request (the scheduler
+  // reserves this many lookahead slots for a draft model's tree forwards); 0 = chains.
+  virtual int32_t max_tree_nodes() const { return 0; }
 };
 
 }  // namespace arbor::step

@@ -1,10 +1,91 @@
 #include "step/step.h"
 
+#include <algorithm>
 #include <unordered_map>
 
 namespace arbor::step {
 
+Status check_draft_parents(std::span<const int32_t> parents, size_t num_drafts) {
+  if (parents.empty()) return ok_status();
+  if (parents.size() != num_drafts) {
+    return internal_error(parents.size(), " draft parents for ", num_drafts, " drafts");
+  }
+  for (size_t i = 0; i < parents.size(); ++i) {
+    if (parents[i] != kDraftRoot && (parents[i] < 0 || static_cast<size_t>(parents[i]) >= i)) {
+      return internal_error("draft ", i, " has parent ", parents[i],
+                            ": a parent is the root (-1) or an earlier draft");
+    }
+  }
+  return ok_status();
+}
+
+std::vector<int32_t> draft_depths(std::span<const int32_t> parents, size_t num_drafts) {
+  std::vector<int32_t> depth(num_drafts);
+  for (size_t i = 0; i < num_drafts; ++i) {
+    depth[i] = parents.empty() ? static_cast<int32_t>(i) + 1
+               : parents[i] == kDraftRoot ? 1
+                                          : depth[static_cast<size_t>(parents[i])] + 1;
+  }
+  return depth;
+}
+
 namespace {
+
+// The draft index of accepted token i: the tree's path, or i for a chain.
+Status check_accepted_path(const ScheduledRequest& s, const RequestResult& r) {
+  if (!s.is_tree()) {
+    if (!r.accepted_draft_indices.empty()) {
+      return internal_error("request ", s.request_id, ": a chain's result names a tree path");
+    }
+    return ok_status();
+  }
+  if (r.accepted_draft_indices.size() != static_cast<size_t>(r.num_accepted)) {
+    return internal_error("request ", s.request_id, ": ", r.accepted_draft_indices.size(),
+                          " accepted tree nodes named, ", r.num_accepted, " accepted");
+  }
+  int32_t parent = kDraftRoot;
+  for (int32_t node : r.accepted_draft_indices) {
+    if (node < 0 || node >= s.num_draft_tokens() || s.draft_parent_ids[node] != parent) {
+      return internal_error("request ", s.request_id, ": accepted tree node ", node,
+                            " does not continue the accepted path at node ", parent);
+    }
+    parent = node;
+  }
+  return ok_status();
+}
+
+Status check_next_drafts(const ScheduledRequest& s, const RequestResult& r, int32_t vocab_size) {
+  const RequestId id = s.request_id;
+  const size_t n = r.next_draft_token_ids.size();
+  Status st = check_draft_parents(r.next_draft_parent_ids, n);
+  if (!st.ok()) return st.with_context(str_cat("request ", id, "'s next drafts"));
+  if (!r.next_draft_probs.empty() && r.next_draft_probs.size() != n) {
+    return internal_error("request ", id, ": ", r.next_draft_probs.size(),
+                          " draft probabilities for ", n, " next drafts");
+  }
+  for (float p : r.next_draft_probs) {
+    if (!(p >= 0.0f && p <= 1.0f)) {
+      return internal_error("request ", id, ": draft probability ", p, " outside [0, 1]");
+    }
+  }
+  if (!r.next_draft_parent_ids.empty() && n > static_cast<size_t>(s.max_next_draft_nodes)) {
+    return internal_error("request ", id, ": a tree of ", n, " next drafts, at most ",
+                          s.max_next_draft_nodes, " nodes were asked for");
+  }
+  const std::vector<int32_t> depth = draft_depths(r.next_draft_parent_ids, n);
+  const int32_t levels = n == 0 ? 0 : *std::max_element(depth.begin(), depth.end());
+  if (levels > s.max_next_draft_tokens) {
+    return internal_error("request ", id, ": next drafts ", levels, " deep, at most ",
+                          s.max_next_draft_tokens, " were asked for");
+  }
+  for (int32_t t : r.next_draft_token_ids) {
+    if (t < 0 || t >= vocab_size) {
+      return internal_error("request ", id, ": draft token ", t, ", vocabulary size is ",
+                            vocab_size);
+    }
+  }
+  return ok_status();
+}
 
 Status check_result(const ScheduledRequest& s, const RequestResult& r, int32_t vocab_size) {
   const RequestId id = s.request_id;
@@ -16,6 +97,7 @@ Status check_result(const ScheduledRequest& s, const RequestResult& r, int32_t v
     return internal_error("request ", id, ": ", r.num_accepted, " drafts accepted of ",
                           r.num_draft_tokens);
   }
+  ARBOR_RETURN_IF_ERROR(check_accepted_path(s, r));
   if (r.tokens.size() != static_cast<size_t>(r.num_accepted) + 1) {
     return internal_error("request ", id, ": ", r.tokens.size(), " tokens returned, ",
                           r.num_accepted, " accepted drafts need ", r.num_accepted + 1);
@@ -26,22 +108,15 @@ Status check_result(const ScheduledRequest& s, const RequestResult& r, int32_t v
       return internal_error("request ", id, ": token ", i, " is ", t, ", vocabulary size is ",
                             vocab_size);
     }
-    if (static_cast<int32_t>(i) < r.num_accepted && t != s.draft_token_ids[i]) {
-      return internal_error("request ", id, ": accepted token ", i, " is ", t, ", the draft was ",
-                            s.draft_token_ids[i]);
+    if (static_cast<int32_t>(i) < r.num_accepted) {
+      const int32_t node = s.is_tree() ? r.accepted_draft_indices[i] : static_cast<int32_t>(i);
+      if (t != s.draft_token_ids[node]) {
+        return internal_error("request ", id, ": accepted token ", i, " is ", t,
+                              ", the draft was ", s.draft_token_ids[node]);
+      }
     }
   }
-  if (static_cast<int32_t>(r.next_draft_token_ids.size()) > s.max_next_draft_tokens) {
-    return internal_error("request ", id, ": ", r.next_draft_token_ids.size(),
-                          " next drafts, at most ", s.max_next_draft_tokens, " were asked for");
-  }
-  for (int32_t t : r.next_draft_token_ids) {
-    if (t < 0 || t >= vocab_size) {
-      return internal_error("request ", id, ": draft token ", t, ", vocabulary size is ",
-                            vocab_size);
-    }
-  }
-  return ok_status();
+  return check_next_drafts(s, r, vocab_size);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "base/status.h"
@@ -37,25 +38,47 @@ struct NewRequestData {
 };
 
 // One request's work in a step. With c = num_computed_tokens and k = draft_token_ids.size(), the
-// step runs the committed tokens [c, c + num_scheduled_tokens - k) followed by the k drafts at
-// positions after them, writing K/V for all of them into the slots of block_ids.
+// step runs the committed tokens [c, c + num_scheduled_tokens - k) followed by the k drafts in
+// the slots after them, writing K/V for all of them into the slots of block_ids.
+//
+// Drafts form a chain (draft_parent_ids empty: draft i follows draft i - 1) or a token tree
+// (draft_parent_ids[i] = kDraftRoot when draft i follows the last committed token, else the
+// index j < i of the draft it follows; docs/speculation.md, "Token trees"). A tree draft at
+// depth d (d = 1 for the root's children) has position c' + d, where c' is the last committed
+// token's position, and sees exactly the committed tokens and its ancestors. Slots are by index
+// (draft i in slot c' + 1 + i) until verification; then the executor moves the accepted path's
+// K/V to slots c' + 1, c' + 2, ... (KV compaction), so the cache holds what a plain run would.
 struct ScheduledRequest {
   RequestId request_id = 0;
   int64_t num_computed_tokens = 0;     // committed tokens whose K/V are cached before this step
   int32_t num_scheduled_tokens = 0;    // committed tokens run this step + k
   std::vector<int32_t> new_token_ids;  // committed since the executor last heard of it
   std::vector<int32_t> draft_token_ids;  // [k] proposals verified after the last committed token
+  std::vector<int32_t> draft_parent_ids;  // [k] a token tree's parents, or empty: a chain
   std::vector<BlockId> block_ids;      // [num_blocks] the whole block table
   // The step reaches the last committed token: the executor samples (or, with drafts, verifies)
   // and returns a RequestResult. Logits rows: 1 + k when set, none otherwise.
   bool sample = false;
   int32_t max_next_draft_tokens = 0;   // propose up to this many drafts for the next step
+  // > 0: propose a token tree of at most this many nodes (and max_next_draft_tokens levels)
+  // instead of a chain; 0: a chain.
+  int32_t max_next_draft_nodes = 0;
   bool is_prompt_chunk = false;        // informational: the step includes prompt tokens
   bool is_new = false;                 // informational: admitted (or resumed) this step
 
   int32_t num_draft_tokens() const { return static_cast<int32_t>(draft_token_ids.size()); }
   int32_t num_logits() const { return sample ? 1 + num_draft_tokens() : 0; }
+  bool is_tree() const { return !draft_parent_ids.empty(); }
 };
+
+// draft_parent_ids' name for the last committed token.
+inline constexpr int32_t kDraftRoot = -1;
+
+// ok when `parents` ([k]; empty = a chain) describes a token tree over k drafts: each entry
+// kDraftRoot or an earlier index. Otherwise kInternal naming the draft.
+Status check_draft_parents(std::span<const int32_t> parents, size_t num_drafts);
+// Depth of every draft (1 for the root's children): [k]. parents: empty (a chain: 1..k) or valid.
+std::vector<int32_t> draft_depths(std::span<const int32_t> parents, size_t num_drafts);
 
 struct SchedulerOutput {
   int64_t step = 0;
@@ -76,12 +99,24 @@ struct SampledToken {
 
 // One sampling request's outcome: the accepted drafts, then one token sampled from the target
 // (recovered after a rejection, or the bonus token when every draft was accepted).
+// With a tree, the accepted drafts are a root-to-node path (accepted_draft_indices) and their
+// K/V has been compacted into the slots after the last committed token before execute() returns.
 struct RequestResult {
   RequestId request_id = 0;
   std::vector<SampledToken> tokens;  // [num_accepted + 1]
   int32_t num_draft_tokens = 0;      // drafts verified (the ScheduledRequest's k)
-  int32_t num_accepted = 0;          // leading drafts accepted, <= num_draft_tokens
-  std::vector<int32_t> next_draft_token_ids;  // [<= max_next_draft_tokens] for the next step
+  int32_t num_accepted = 0;          // drafts accepted, <= num_draft_tokens
+  // [num_accepted] a tree's accepted path (draft indices, the root's child first); empty for a
+  // chain (drafts 0 .. num_accepted - 1).
+  std::vector<int32_t> accepted_draft_indices;
+  // For the next step: a chain of at most max_next_draft_tokens drafts, or (when
+  // max_next_draft_nodes > 0) a tree (next_draft_parent_ids non-empty, as draft_parent_ids) of
+  // at most max_next_draft_tokens levels and max_next_draft_nodes nodes, parents first.
+  std::vector<int32_t> next_draft_token_ids;
+  std::vector<int32_t> next_draft_parent_ids;  // [n] or empty
+  // [n] or empty: the proposer's probability of each draft given its parent (the draft model's
+  // q, or a model-free proposer's relative confidence); the SpecPolicy ranks tree nodes by it.
+  std::vector<float> next_draft_probs;
 };
 
 // One RequestResult per ScheduledRequest with sample == true, in any order.
@@ -91,9 +126,10 @@ struct StepResult {
 
 // ok when `result` answers `output`: exactly one result per sampling request and none for
 // others; num_draft_tokens equal to the request's k; 0 <= num_accepted <= k; tokens.size() ==
-// num_accepted + 1; accepted tokens equal the drafts; token ids in [0, vocab_size); next drafts
-// within max_next_draft_tokens and the vocabulary. Otherwise kInternal naming the request and the
-// broken rule.
+// num_accepted + 1; accepted tokens equal the drafts (for a tree: along a root-to-node path);
+// token ids in [0, vocab_size); next drafts within max_next_draft_tokens (levels, for a tree)
+// and the vocabulary, with valid parents and probabilities. Otherwise kInternal naming the
+// request and the broken rule.
 Status validate_step_result(const SchedulerOutput& output, const StepResult& result,
                             int32_t vocab_size);
 

@@ -66,6 +66,9 @@ struct SpecRun {
   int32_t block_size = 16;
   int64_t num_kv_blocks = 0;  // 0: plenty
   bool with_plain = false;    // plain (speculation off) requests in the same batches
+  int32_t tree_budget = 0;    // > 0: token trees of at most this many nodes (k levels)
+  int32_t tree_width = 4;
+  bool with_chains = false;   // chain-speculating requests (tree_nodes 0) in the same batches
 };
 
 std::vector<model::testing::GoldenCase> goldens() {
@@ -84,6 +87,8 @@ std::vector<std::vector<int32_t>> run_spec(const SpecRun& r, int64_t* accepted,
   cpu.num_threads = 2;
   cpu.proposer = r.proposer;
   if (r.proposer == executor::SpecProposer::kDraft) cpu.draft_model = draft_gguf(r.draft_layers);
+  cpu.tree_budget = r.tree_budget;
+  cpu.tree_width = r.tree_width;
   auto exec = executor::CpuModelExecutor::load(shared(model::testing::kStories260K), cpu);
   EXPECT_TRUE(exec.ok()) << exec.status().to_string();
   if (!exec.ok()) return {};
@@ -93,7 +98,7 @@ std::vector<std::vector<int32_t>> run_spec(const SpecRun& r, int64_t* accepted,
   cfg.eos_token_ids = std::vector<int32_t>{1, 2};
   EngineCore engine(std::move(exec).value(), cfg);
   const std::vector<model::testing::GoldenCase> cases = goldens();
-  std::vector<std::shared_ptr<RequestStream>> streams, plain;
+  std::vector<std::shared_ptr<RequestStream>> streams, plain, chains;
   for (const auto& c : cases) {
     GenerateRequest g;
     g.prompt_token_ids.assign(c.ids.begin(), c.ids.begin() + c.prompt_len);
@@ -105,6 +110,11 @@ std::vector<std::vector<int32_t>> run_spec(const SpecRun& r, int64_t* accepted,
       p.speculation = {.mode = sched::SpecMode::kOff};
       plain.push_back(*engine.submit(std::move(p)));
     }
+    if (r.with_chains) {
+      GenerateRequest p = g;
+      p.speculation.tree_nodes = 0;
+      chains.push_back(*engine.submit(std::move(p)));
+    }
     streams.push_back(*engine.submit(std::move(g)));
   }
   std::vector<std::vector<int32_t>> out;
@@ -112,15 +122,34 @@ std::vector<std::vector<int32_t>> run_spec(const SpecRun& r, int64_t* accepted,
   for (size_t i = 0; i < plain.size(); ++i) {
     EXPECT_EQ(testing::drain(*plain[i], 1).token_ids[0], out[i]) << "plain request " << i;
   }
+  for (size_t i = 0; i < chains.size(); ++i) {
+    EXPECT_EQ(testing::drain(*chains[i], 1).token_ids[0], out[i]) << "chain request " << i;
+  }
   engine.wait_idle();
-  *accepted = engine.metrics().num_accepted_draft_tokens;
-  *preemptions = engine.metrics().num_preemptions;
+  const EngineMetricsSnapshot m = engine.metrics();
+  *accepted = m.num_accepted_draft_tokens;
+  *preemptions = m.num_preemptions;
+  if (r.tree_budget > 0) {
+    // Width 1 trees are chains, sent as chains; model-free proposers branch only where their
+    // matches disagree.
+    if (r.tree_width > 1 && r.proposer == executor::SpecProposer::kDraft) {
+      EXPECT_GT(m.num_tree_verify_steps, 0) << "no token tree was verified";
+    }
+    std::printf("trees: %lld verifications, %.2f nodes and %.2f accepted per verification\n",
+                static_cast<long long>(m.num_tree_verify_steps),
+                static_cast<double>(m.num_tree_nodes) / std::max<int64_t>(m.num_tree_verify_steps, 1),
+                static_cast<double>(m.num_tree_accepted_tokens) /
+                    std::max<int64_t>(m.num_tree_verify_steps, 1));
+  }
   return out;
 }
 
 void expect_goldens(const SpecRun& r) {
-  SCOPED_TRACE(str_cat(executor::spec_proposer_name(r.proposer), ", draft layers ", r.draft_layers, ", k ", r.k, ", block size ",
-                       r.block_size, ", kv blocks ", r.num_kv_blocks, r.with_plain ? ", batched" : ""));
+  SCOPED_TRACE(str_cat(executor::spec_proposer_name(r.proposer), ", draft layers ",
+                       r.draft_layers, ", k ", r.k, ", block size ", r.block_size, ", kv blocks ",
+                       r.num_kv_blocks, r.with_plain ? ", batched" : "", ", tree budget ",
+                       r.tree_budget, " width ", r.tree_width,
+                       r.with_chains ? ", with chains" : ""));
   int64_t accepted = 0, preemptions = 0;
   const std::vector<std::vector<int32_t>> got = run_spec(r, &accepted, &preemptions);
   if (r.num_kv_blocks > 0) EXPECT_GT(preemptions, 0) << "the small pool must force preemption";
@@ -167,6 +196,46 @@ TEST(SpecGolden, ModelFreeProposersEveryKBothBlockSizes) {
     expect_goldens({.proposer = proposer, .k = 3, .with_plain = true});
     expect_goldens({.proposer = proposer, .k = 6, .num_kv_blocks = 40});
     expect_goldens({.proposer = proposer, .k = 2, .block_size = 1, .num_kv_blocks = 600});
+  }
+}
+
+// Token trees: width 1 (a chain sent as a tree's prefix), widths 2-4, budgets 4-32; the draft
+// model's dynamic trees and the model-free proposers' merged candidates.
+TEST(SpecGoldenTree, DraftModelTreesEveryShapeBothBlockSizes) {
+  for (int layers : {3, 4}) {
+    for (int32_t width : {1, 2, 3, 4}) {
+      for (int32_t budget : {4, 8, 16, 32}) {
+        const int32_t k = width == 1 ? budget / 2 : 6;
+        expect_goldens({.draft_layers = layers, .k = std::min(k, 8), .tree_budget = budget,
+                        .tree_width = width});
+      }
+    }
+    expect_goldens({.draft_layers = layers, .k = 5, .block_size = 1, .tree_budget = 16,
+                    .tree_width = 3});
+    expect_goldens({.draft_layers = layers, .k = 3, .block_size = 1, .tree_budget = 4,
+                    .tree_width = 2});
+  }
+}
+
+TEST(SpecGoldenTree, BatchedWithPlainAndChainRequestsAndUnderPreemption) {
+  expect_goldens({.draft_layers = 4, .k = 4, .with_plain = true, .tree_budget = 16,
+                  .with_chains = true});
+  expect_goldens({.draft_layers = 3, .k = 6, .block_size = 1, .with_plain = true,
+                  .tree_budget = 8, .tree_width = 2, .with_chains = true});
+  expect_goldens({.draft_layers = 4, .k = 4, .num_kv_blocks = 40, .tree_budget = 16});
+  expect_goldens({.draft_layers = 3, .k = 8, .block_size = 1, .num_kv_blocks = 600,
+                  .tree_budget = 32, .tree_width = 4});
+}
+
+TEST(SpecGoldenTree, ModelFreeTrees) {
+  for (auto proposer : {executor::SpecProposer::kNgram, executor::SpecProposer::kSuffix}) {
+    for (int32_t budget : {4, 16, 32}) {
+      expect_goldens({.proposer = proposer, .k = 6, .tree_budget = budget, .tree_width = 3});
+      expect_goldens({.proposer = proposer, .k = 4, .block_size = 1, .tree_budget = budget});
+    }
+    expect_goldens({.proposer = proposer, .k = 4, .with_plain = true, .tree_budget = 16,
+                    .with_chains = true});
+    expect_goldens({.proposer = proposer, .k = 6, .num_kv_blocks = 40, .tree_budget = 16});
   }
 }
 

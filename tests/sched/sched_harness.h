@@ -24,10 +24,14 @@ inline int32_t fake_next_token(std::span<const int32_t> tokens) {
 // committed tokens from NewRequestData / new_token_ids, verifies drafts by sample-and-compare
 // (token i is what a plain step would produce; continue while it equals draft i), and proposes
 // next drafts: the true continuation with every token from index `draft_correct` on wrong
-// (draft_correct < 0: no drafts).
+// (draft_correct < 0: no drafts). With `trees`, and when the scheduler asks for a tree, it
+// proposes a ladder instead: each level has a wrong first child (probability 0.6) and the true
+// token as its second (0.4), the true one only for the first draft_correct levels; a tree is
+// verified by tree sample-and-compare and its accepted path reported.
 class FakeModel {
  public:
   int32_t draft_correct = -1;
+  bool trees = false;
 
   StepResult execute(const SchedulerOutput& out) {
     for (RequestId id : out.finished_ids) tokens_.erase(id);
@@ -48,14 +52,48 @@ class FakeModel {
       rr.request_id = s.request_id;
       rr.num_draft_tokens = s.num_draft_tokens();
       std::vector<int32_t> upto = toks;
-      for (int32_t i = 0; i <= s.num_draft_tokens(); ++i) {
-        const int32_t t = fake_next_token(upto);
-        rr.tokens.push_back(SampledToken{.token_id = t});
-        if (i == s.num_draft_tokens() || t != s.draft_token_ids[i]) break;
-        ++rr.num_accepted;
-        upto.push_back(t);
+      if (s.is_tree()) {
+        int32_t node = step::kDraftRoot;
+        while (true) {
+          const int32_t t = fake_next_token(upto);
+          rr.tokens.push_back(SampledToken{.token_id = t});
+          int32_t next = -1;
+          for (int32_t i = 0; i < s.num_draft_tokens() && next < 0; ++i) {
+            if (s.draft_parent_ids[i] == node && s.draft_token_ids[i] == t) next = i;
+          }
+          if (next < 0) break;
+          rr.accepted_draft_indices.push_back(next);
+          ++rr.num_accepted;
+          upto.push_back(t);
+          node = next;
+        }
+      } else {
+        for (int32_t i = 0; i <= s.num_draft_tokens(); ++i) {
+          const int32_t t = fake_next_token(upto);
+          rr.tokens.push_back(SampledToken{.token_id = t});
+          if (i == s.num_draft_tokens() || t != s.draft_token_ids[i]) break;
+          ++rr.num_accepted;
+          upto.push_back(t);
+        }
       }
-      if (draft_correct >= 0) {
+      if (draft_correct >= 0 && trees && s.max_next_draft_nodes > 0) {
+        upto.push_back(rr.tokens.back().token_id);
+        int32_t parent = step::kDraftRoot;
+        for (int32_t d = 0; d < s.max_next_draft_tokens; ++d) {
+          const int32_t t = fake_next_token(upto);
+          const auto n = static_cast<int32_t>(rr.next_draft_token_ids.size());
+          if (n >= s.max_next_draft_nodes) break;
+          rr.next_draft_token_ids.push_back(t == 3 ? 4 : 3);
+          rr.next_draft_parent_ids.push_back(parent);
+          rr.next_draft_probs.push_back(0.6f);
+          if (d >= draft_correct || n + 1 >= s.max_next_draft_nodes) break;
+          rr.next_draft_token_ids.push_back(t);
+          rr.next_draft_parent_ids.push_back(parent);
+          rr.next_draft_probs.push_back(0.4f);
+          parent = n + 1;
+          upto.push_back(t);
+        }
+      } else if (draft_correct >= 0) {
         upto.push_back(rr.tokens.back().token_id);
         for (int32_t i = 0; i < s.max_next_draft_tokens; ++i) {
           const int32_t t = fake_next_token(upto);

@@ -80,6 +80,83 @@ TEST(SchedulerSpec, OutputsEqualAloneForEveryDraftQualityKAndBlockSize) {
   }
 }
 
+// Token trees: the ladder's true path is each level's second child, so the accepted path skips
+// nodes and the slots it was verified in are not the ones it is committed to.
+TEST(SchedulerSpecTree, OutputsEqualAloneForEveryLadderDepthBudgetAndBlockSize) {
+  for (int32_t block_size : {1, 4, 16}) {
+    for (int32_t budget : {1, 2, 5, 16}) {
+      for (int32_t correct : {0, 1, 3, 100}) {
+        SCOPED_TRACE("block_size " + std::to_string(block_size) + " budget " +
+                     std::to_string(budget) + " correct " + std::to_string(correct));
+        SchedulerOptions o = spec_opts(6, 48);
+        o.max_tree_nodes = budget;
+        Harness h(o, kopts(200, block_size));
+        h.model.draft_correct = correct;
+        h.model.trees = true;
+        ASSERT_TRUE(h.add("A", iota_prompt(7), 30).ok());
+        ASSERT_TRUE(h.add("B", iota_prompt(40, 9), 25).ok());
+        ASSERT_TRUE(h.add("C", iota_prompt(3, 20), 17, 0, /*best_of=*/3).ok());
+        h.run();
+        EXPECT_EQ(h.tokens["A"], testing::alone_tokens(iota_prompt(7), 30));
+        EXPECT_EQ(h.tokens["B"], testing::alone_tokens(iota_prompt(40, 9), 25));
+        for (const char* c : {"C.0", "C.1", "C.2"}) {
+          EXPECT_EQ(h.tokens[c], testing::alone_tokens(iota_prompt(3, 20), 17)) << c;
+        }
+        EXPECT_EQ(h.kv.num_free_blocks(), 199);
+        EXPECT_EQ(h.model.num_known(), 0u);
+        if (correct > 0 && budget >= 2) EXPECT_GT(h.num_accepted_tokens, 0);
+        EXPECT_LE(h.num_accepted_tokens, h.num_draft_tokens);
+      }
+    }
+  }
+}
+
+// Perfect ladders of 2 nodes per level, k = 3 levels, fixed: each step verifies 6 nodes and
+// accepts 3 (the second child at each level) + 1 token; max_tokens caps the depth, not the
+// nodes, at the end.
+TEST(SchedulerSpecTree, AFixedTreeVerifiesEveryNodeAndMaxTokensCapsItsDepth) {
+  SchedulerOptions o = spec_opts(3);
+  o.max_tree_nodes = 6;
+  Harness h(o, kopts(64));
+  h.model.draft_correct = 100;
+  h.model.trees = true;
+  ASSERT_TRUE(h.add("A", iota_prompt(4), 11, 0, 1, {.mode = SpecMode::kFixed, .k = 3}).ok());
+  // 1 + 4 + 4 tokens, then 2 left: depth 1 (2 nodes: the wrong and the true child).
+  EXPECT_EQ(h.run(), (Table{"A:4", "A:7(+3)", "A:7(+3)", "A:3(+1) done:A"}));
+  EXPECT_EQ(h.tokens["A"], testing::alone_tokens(iota_prompt(4), 11));
+  EXPECT_EQ(h.kv.num_free_blocks(), 63);
+}
+
+TEST(SchedulerSpecTree, PerRequestTreeNodesZeroAsksForChains) {
+  SchedulerOptions o = spec_opts(3);
+  o.max_tree_nodes = 6;
+  Harness h(o, kopts(64));
+  h.model.draft_correct = 100;
+  h.model.trees = true;
+  ASSERT_TRUE(
+      h.add("A", iota_prompt(4), 9, 0, 1, {.mode = SpecMode::kFixed, .k = 3, .tree_nodes = 0})
+          .ok());
+  // Chains of 3 perfect drafts: 1 + 4 + 4 tokens.
+  EXPECT_EQ(h.run(), (Table{"A:4", "A:4(+3)", "A:4(+3) done:A"}));
+}
+
+TEST(SchedulerSpecTree, TreeNodeGainsFollowProbabilitiesAndSumAtMostTheParents) {
+  // Root children 0 (p .6) and 1 (p .4); node 2 under 1; node 3 under 0. a = 0.5.
+  const std::vector<int32_t> parents{-1, -1, 1, 0};
+  const std::vector<float> probs{0.6f, 0.4f, 1.0f, 0.3f};
+  const std::vector<double> g = tree_node_gains(0.5, parents, probs);
+  ASSERT_EQ(g.size(), 4u);
+  const double o1 = 0.5 * 0.4 / 0.6;
+  EXPECT_NEAR(g[0], 0.5, 1e-12);
+  EXPECT_NEAR(g[1], 0.5 * o1, 1e-7);  // tried after child 0 failed (float probabilities)
+  EXPECT_NEAR(g[2], g[1] * 0.5, 1e-12);
+  EXPECT_NEAR(g[3], g[0] * 0.5, 1e-12);
+  EXPECT_LE(g[0] + g[1], 1.0);
+  // A chain is the geometric model.
+  const std::vector<double> chain = tree_node_gains(0.7, std::vector<int32_t>{-1, 0, 1}, {});
+  EXPECT_NEAR(chain[2], 0.7 * 0.7 * 0.7, 1e-12);
+}
+
 TEST(SchedulerSpec, AStopInsideAnAcceptedRunEndsTheRequestThere) {
   Harness h(spec_opts(6), kopts(64));
   h.model.draft_correct = 100;
@@ -229,6 +306,57 @@ TEST(SchedulerSpec, MalformedResultsAreErrorsThatChangeNothing) {
   bad = good;
   bad.requests[0].tokens.back().token_id = -1;
   expect_error(bad, "a token outside the vocabulary");
+  bad = good;
+  bad.requests[0].accepted_draft_indices.assign(static_cast<size_t>(good.requests[0].num_accepted), 0);
+  expect_error(bad, "a tree path for a chain");
+  bad = good;
+  bad.requests[0].next_draft_token_ids.assign(3, 5);
+  bad.requests[0].next_draft_parent_ids = {-1, 1, 0};
+  expect_error(bad, "a next draft whose parent comes after it");
+  bad = good;
+  bad.requests[0].next_draft_token_ids.assign(3, 5);
+  bad.requests[0].next_draft_parent_ids = {-1, -1, -1};
+  expect_error(bad, "a tree when a chain was asked for");
+  bad = good;
+  bad.requests[0].next_draft_token_ids.assign(2, 5);
+  bad.requests[0].next_draft_probs = {0.5f, 1.5f};
+  expect_error(bad, "a draft probability above 1");
+  EXPECT_TRUE(h.sched.update_from_output(out, good).ok());
+}
+
+TEST(SchedulerSpecTree, MalformedTreeResultsAreErrors) {
+  SchedulerOptions o = spec_opts(3);
+  o.max_tree_nodes = 6;
+  Harness h(o, kopts(64));
+  h.model.draft_correct = 100;
+  h.model.trees = true;
+  ASSERT_TRUE(h.add("A", iota_prompt(4), 30, 0, 1, {.mode = SpecMode::kFixed, .k = 3}).ok());
+  h.step();
+  SchedulerOutput out = h.sched.schedule();
+  ASSERT_EQ(out.requests.size(), 1u);
+  ASSERT_TRUE(out.requests[0].is_tree());
+  ASSERT_EQ(out.requests[0].num_draft_tokens(), 6);
+  const StepResult good = h.model.execute(out);
+  ASSERT_EQ(good.requests[0].accepted_draft_indices, (std::vector<int32_t>{1, 3, 5}));
+  auto expect_error = [&](StepResult bad, const std::string& what) {
+    Result<std::vector<RequestOutput>> r = h.sched.update_from_output(out, bad);
+    ASSERT_FALSE(r.ok()) << what;
+    EXPECT_EQ(r.status().code(), StatusCode::kInternal) << what;
+  };
+  StepResult bad = good;
+  bad.requests[0].accepted_draft_indices = {1, 2, 5};
+  expect_error(bad, "an accepted node that is not a child of the previous one");
+  bad = good;
+  bad.requests[0].accepted_draft_indices = {1, 3};
+  expect_error(bad, "a path shorter than num_accepted");
+  bad = good;
+  bad.requests[0].accepted_draft_indices = {0, 3, 5};
+  expect_error(bad, "a path through another child");
+  bad = good;
+  bad.requests[0].next_draft_token_ids.assign(7, 5);
+  bad.requests[0].next_draft_parent_ids = {-1, -1, 0, 0, 1, 1, 2};
+  bad.requests[0].next_draft_probs.clear();
+  expect_error(bad, "more tree nodes than asked for");
   EXPECT_TRUE(h.sched.update_from_output(out, good).ok());
 }
 

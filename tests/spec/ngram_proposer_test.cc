@@ -110,6 +110,25 @@ TEST(NgramProposer, ProposeCandidatesWrapsTheChain) {
   EXPECT_EQ(c[0].score, 2.0);
 }
 
+// Token trees: one candidate per match length, distinct continuations only, longest first.
+TEST(NgramProposer, CandidatesOnePerMatchLengthLongestFirst) {
+  // 5 1 2 9 3 1 2 8 5 1 2: "5 1 2" -> 9 3; "1 2" (latest) -> 8 5; "2" (latest) -> 8 5 (same).
+  const Tokens t{5, 1, 2, 9, 3, 1, 2, 8, 5, 1, 2};
+  NgramProposer p({.min_n = 1, .max_n = 3, .num_speculative_tokens = 2});
+  std::vector<DraftCandidate> c;
+  p.propose_candidates({1, t, 0, 5}, 4, c);
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_EQ(c[0].token_ids, (Tokens{9, 3}));
+  EXPECT_EQ(c[0].score, 3.0);
+  EXPECT_EQ(c[1].token_ids, (Tokens{8, 5}));
+  EXPECT_EQ(c[1].score, 2.0);
+  EXPECT_EQ(c[0].token_ids, propose_one(p, 1, t, 5)) << "the first candidate is the chain";
+  p.propose_candidates({1, t, 0, 5}, 1, c);
+  EXPECT_EQ(c.size(), 1u) << "max_branches caps the candidates";
+  p.propose_candidates({1, t, 0, 0}, 4, c);
+  EXPECT_TRUE(c.empty()) << "max_num_tokens 0 proposes nothing";
+}
+
 // Fed one token per call or the whole sequence at once, the proposals are the same.
 TEST(NgramProposer, IncrementalEqualsFromScratch) {
   for (uint32_t seed = 1; seed <= 200; ++seed) {
