@@ -265,10 +265,12 @@ GenerateRequest seeded_request(int i) {
   return g;
 }
 
-std::unique_ptr<EngineCore> seeded_engine(int layers, int32_t k, int64_t num_kv_blocks) {
+std::unique_ptr<EngineCore> seeded_engine(int layers, int32_t k, int64_t num_kv_blocks,
+                                          int32_t tree_budget = 0) {
   executor::CpuExecutorOptions cpu;
   cpu.num_kv_blocks = num_kv_blocks;
   cpu.num_threads = 2;
+  cpu.tree_budget = tree_budget;
   if (k > 0) {
     cpu.proposer = executor::SpecProposer::kDraft;
     cpu.draft_model = draft_gguf(layers);
@@ -294,8 +296,9 @@ std::vector<std::vector<int32_t>> run_seeded_alone() {
 
 // The same 8 requests at once with speculation (a draft model, fixed k).
 std::vector<std::vector<int32_t>> run_seeded_batched(int layers, int32_t k,
-                                                     int64_t num_kv_blocks) {
-  std::unique_ptr<EngineCore> engine = seeded_engine(layers, k, num_kv_blocks);
+                                                     int64_t num_kv_blocks,
+                                                     int32_t tree_budget = 0) {
+  std::unique_ptr<EngineCore> engine = seeded_engine(layers, k, num_kv_blocks, tree_budget);
   if (!engine) return {};
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (int i = 0; i < 8; ++i) {
@@ -321,6 +324,17 @@ TEST(SpecSampled, SeededRequestsAreReproducibleWhateverTheBatch) {
   }
 }
 
+// Token trees verify by sample-and-compare: a seeded request's tokens are its plain ones.
+TEST(SpecSampled, SeededRequestsWithTokenTreesAreReproducible) {
+  const std::vector<std::vector<int32_t>> alone = run_seeded_alone();
+  ASSERT_EQ(alone.size(), 8u);
+  for (int32_t budget : {4, 16}) {
+    SCOPED_TRACE(str_cat("tree budget ", budget));
+    EXPECT_EQ(run_seeded_batched(4, 4, 0, budget), alone);
+    EXPECT_EQ(run_seeded_batched(3, 6, 20, budget), alone) << "under preemption";
+  }
+}
+
 }  // namespace
 }  // namespace arbor::engine
 
@@ -329,9 +343,11 @@ namespace {
 
 // Counts of the token generated at each of the first `len` positions over `n` unseeded
 // temperature-1 requests: [len][vocab].
-std::vector<std::vector<int64_t>> token_counts(bool spec, int32_t n, int32_t len) {
+std::vector<std::vector<int64_t>> token_counts(bool spec, int32_t n, int32_t len,
+                                               int32_t tree_budget = 0) {
   executor::CpuExecutorOptions cpu;
   cpu.num_threads = 2;
+  cpu.tree_budget = tree_budget;
   if (spec) {
     cpu.proposer = executor::SpecProposer::kDraft;
     cpu.draft_model = draft_gguf(3);
@@ -360,6 +376,7 @@ std::vector<std::vector<int64_t>> token_counts(bool spec, int32_t n, int32_t len
     }
   }
   if (spec) EXPECT_GT(engine.metrics().num_accepted_draft_tokens, n / 4) << "drafts were verified";
+  if (tree_budget > 0) EXPECT_GT(engine.metrics().num_tree_verify_steps, n / 4) << "trees were verified";
   return counts;
 }
 
@@ -368,10 +385,21 @@ std::vector<std::vector<int64_t>> token_counts(bool spec, int32_t n, int32_t len
 // without speculation. Two-sample chi-square over the tokens with >= 10 expected occurrences
 // (rarer ones pooled); the statistic must stay below df + 6 sqrt(2 df) + 10 (a 6-sigma bound on
 // a chi-square with df degrees of freedom: a false alarm is far rarer than 1 in 10^6 runs).
+void expect_same_distribution(const std::vector<std::vector<int64_t>>& a,
+                              const std::vector<std::vector<int64_t>>& b, int32_t kLen);
+
 TEST(SpecSampled, UnseededDistributionIsTheTargetsWithADraftModel) {
   constexpr int32_t kN = 4096, kLen = 6;
-  const auto a = token_counts(false, kN, kLen);
-  const auto b = token_counts(true, kN, kLen);
+  expect_same_distribution(token_counts(false, kN, kLen), token_counts(true, kN, kLen), kLen);
+}
+
+TEST(SpecSampled, UnseededDistributionIsTheTargetsWithTokenTrees) {
+  constexpr int32_t kN = 4096, kLen = 6;
+  expect_same_distribution(token_counts(false, kN, kLen), token_counts(true, kN, kLen, 12), kLen);
+}
+
+void expect_same_distribution(const std::vector<std::vector<int64_t>>& a,
+                              const std::vector<std::vector<int64_t>>& b, int32_t kLen) {
   for (int32_t p = 0; p < kLen; ++p) {
     double chi2 = 0;
     int64_t df = -1, pooled_a = 0, pooled_b = 0;

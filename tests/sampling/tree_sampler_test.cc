@@ -179,9 +179,10 @@ struct TreeEnumerated {
   bool nondeterministic = false;
 };
 
-// `draft_as` is how the proposer draws, `verify_as` the rule the verifier assumes.
+// `draft_as` is how the proposer draws, `verify_as` the rule the verifier assumes; with
+// `sample_and_compare` the verifier uses that rule instead (which needs no q).
 TreeEnumerated enumerate_tree(World& w, const TreeSetup& ts, SiblingDraws draft_as,
-                              SiblingDraws verify_as) {
+                              SiblingDraws verify_as, bool sample_and_compare = false) {
   TreeRejectionSampler sampler;
   EnumeratingDraws draws;
   std::map<std::vector<int32_t>, double> emitted;
@@ -190,7 +191,10 @@ TreeEnumerated enumerate_tree(World& w, const TreeSetup& ts, SiblingDraws draft_
     draws.begin_path();
     const TokenTree tree = draft_tree(w, ts, draft_as, draws);
     WorldTreeTarget target(w, tree, /*one_path=*/true);
-    const TreeVerdict v = sampler.verify(tree, w.setup().position(), target, draws, verify_as);
+    const TreeVerdict v =
+        sample_and_compare
+            ? sampler.verify_sample_and_compare(tree, w.setup().position(), target, draws)
+            : sampler.verify(tree, w.setup().position(), target, draws, verify_as);
     e.contract_broken |= target.contract_broken() || !verdict_ok(tree, v);
     emitted[emitted_tokens(tree, v)] += draws.path_prob();
     e.total += draws.path_prob();
@@ -291,6 +295,27 @@ TEST(TreeExactTest, EveryVariantReproducesTheTargetByEnumeration) {
       EXPECT_LT(err, 1e-9) << what;
       std::printf("%-52s %-20s %9zu %8.4f %10.2e\n", setup.world.name.c_str(), variant_name(sd),
                   e.paths, e.mean_accepted, err);
+    }
+  }
+}
+
+// Sample-and-compare (the rule the engine verifies trees with) is exact whatever the tree:
+// drawn siblings with or without replacement, chosen ones, merged trees, a greedy target.
+TEST(TreeExactTest, SampleAndCompareReproducesTheTargetByEnumeration) {
+  for (const TreeSetup& setup : exact_tree_setups()) {
+    for (SiblingDraws sd : {SiblingDraws::kWithReplacement, SiblingDraws::kWithoutReplacement}) {
+      World w(setup.world);
+      const TreeEnumerated e = enumerate_tree(w, setup, sd, sd, /*sample_and_compare=*/true);
+      const std::string what = setup.world.name + " / drawn " + variant_name(sd);
+      EXPECT_FALSE(e.contract_broken) << what;
+      EXPECT_FALSE(e.site_reused) << what;
+      EXPECT_FALSE(e.nondeterministic) << what;
+      EXPECT_NEAR(e.total, 1.0, 1e-12) << what;
+      const double err =
+          max_abs_diff(e.joint, target_joint(w, static_cast<size_t>(setup.depth() + 1)));
+      EXPECT_LT(err, 1e-9) << what;
+      std::printf("sample-and-compare %-52s %-20s E[acc] %.4f err %.2e\n",
+                  setup.world.name.c_str(), variant_name(sd), e.mean_accepted, err);
     }
   }
 }
