@@ -13,7 +13,8 @@
 # Knobs: BENCH_MODELS (default BUILD_DIR/bench-models), BENCH_THREADS (default: all cores),
 #        BENCH_QUICK=1 (fewer shapes, repetitions and rates), BENCH_NO_DOC=1 (don't touch the
 #        doc), BENCH_NO_SERVE=1 (skip the serving section), BENCH_SERVE_ONLY=1 (only the
-#        serving section), BENCH_NO_SPEC=1 (skip the speculation section, scripts/bench_spec.sh).
+#        serving section), BENCH_NO_SPEC=1 (skip the speculation sections, scripts/bench_spec.sh and
+#        scripts/bench_tree.sh).
 set -euo pipefail
 build=${1:?usage: scripts/bench.sh BUILD_DIR}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -93,13 +94,18 @@ if [ "${BENCH_QUICK:-0}" != 1 ] && [ "$serve_only" != 1 ]; then
 fi
 [ "$serve_only" != 1 ] && say '```'
 
-# Speculation on a CPU with a real draft for a realistic-cost target (issue 14): its own script,
-# Markdown out (scripts/bench_spec.sh; BENCH_NO_SPEC=1 skips it).
+# Speculation on a CPU with a real draft for a realistic-cost target (issue 14) and token trees
+# against chains (issue 15): their own scripts, Markdown out (scripts/bench_spec.sh,
+# scripts/bench_tree.sh; BENCH_NO_SPEC=1 skips both).
 if [ "${BENCH_NO_SPEC:-0}" != 1 ] && [ "$serve_only" != 1 ]; then
   say ""
   BENCH_MODELS="$models" BENCH_THREADS="$threads" ARBOR_SHARED_DIR="$shared" \
     "$root/scripts/bench_spec.sh" "$build" | tee -a "$log" ||
     say "speculation section failed (see $build/bench-results/spec/*.log)"
+  say ""
+  BENCH_MODELS="$models" BENCH_THREADS="$threads" ARBOR_SHARED_DIR="$shared" \
+    "$root/scripts/bench_tree.sh" "$build" | tee -a "$log" ||
+    say "token-tree section failed (see $build/bench-results/tree/*.log)"
 fi
 
 # start_server NAME CMD...: runs CMD (an arbor server taking --port 0 --port-file) in the

@@ -1,6 +1,7 @@
 #include "executor/draft_proposer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <utility>
 
@@ -131,21 +132,36 @@ Result<std::vector<DraftOutput>> DraftModelProposer::propose(std::span<const Dra
 }
 
 // The `width` most probable next tokens after the committed tokens and `path`, with the draft's
-// probabilities (ties to the lower id).
+// probabilities (softmax after the request's logit bias and penalties, at the request's
+// temperature, or 1 for greedy requests; filters are left out: these only rank a one-hot tree),
+// most probable first, ties to the lower id. O(vocab + vocab log width).
 std::vector<sampling::Candidate> DraftModelProposer::top_children(const DraftInput& in,
                                                                   std::span<const float> row,
                                                                   std::span<const int32_t> path,
                                                                   int32_t width) {
+  work_.assign(row.begin(), row.end());
   history_.assign(in.token_ids.begin() + in.num_prompt_tokens, in.token_ids.end());
   history_.insert(history_.end(), path.begin(), path.end());
-  work_.assign(row.begin(), row.end());
   sampler_.apply_penalties(
       work_, *in.sampling, sampling::TokenHistory{in.token_ids.first(in.num_prompt_tokens), history_});
-  sampling::SamplingParams rank = *in.sampling;
-  if (rank.greedy()) rank.temperature = 1.0f;  // rank by the draft's confidence
-  std::vector<sampling::Candidate> dist = sampler_.distribution(work_, rank);
-  if (dist.size() > static_cast<size_t>(width)) dist.resize(static_cast<size_t>(width));
-  return dist;
+  const float inv_t = in.sampling->greedy() ? 1.0f : 1.0f / in.sampling->temperature;
+  const float max_logit = *std::max_element(work_.begin(), work_.end());
+  double total = 0.0;
+  for (float& x : work_) {
+    x = std::exp((x - max_logit) * inv_t);
+    total += x;
+  }
+  const auto w = static_cast<size_t>(std::min<int64_t>(width, static_cast<int64_t>(work_.size())));
+  std::vector<int32_t> ids(work_.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<ptrdiff_t>(w), ids.end(),
+                    [&](int32_t a, int32_t b) { return work_[a] > work_[b] || (work_[a] == work_[b] && a < b); });
+  std::vector<sampling::Candidate> out;
+  for (size_t i = 0; i < w; ++i) {
+    const double p = work_[ids[i]] / total;
+    if (p > 0) out.push_back({ids[i], p});
+  }
+  return out;
 }
 
 // One input's tree under construction: every candidate so far (parents before children).

@@ -68,8 +68,8 @@ class DraftModelProposer {
   Result<std::vector<DraftOutput>> propose(std::span<const DraftInput> inputs);
   // Token trees (EAGLE-2's dynamic tree): per input a tree of at most `budget` (max_nodes) nodes and
   // num_drafts levels, parents first, every node one-hot (a chosen token) with draft_prob = the
-  // draft's probability of it at its parent (after the request's transforms; at temperature 1
-  // for greedy requests). Level by level, the `width` most probable children of each expanded
+  // draft's probability of it at its parent (softmax after the request's logit bias and
+  // penalties, at its temperature, 1 for greedy requests). Level by level, the `width` most probable children of each expanded
   // node become candidates, and the `width` candidates of the newest level with the highest
   // path probability are expanded next, in one ragged forward over all inputs (each expanded
   // node with its ancestors, under the tree mask; at most `budget` tokens per input, so the
