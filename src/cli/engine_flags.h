@@ -24,6 +24,8 @@
 //   --spec-tree-budget N              token trees of at most N nodes per request, up to --spec-k
 //                                     levels (default 0 = chains)
 //   --spec-tree-width W               children per tree node, at most (default 4)
+//   --spec-tree-sampling topk|specinfer|sequoia   how a draft model's trees are built for
+//                                     unseeded sampling requests (default topk)
 //
 // Header-only: only cmd_*.cc files are compiled into the executable, and this needs CLI11,
 // which the engine library does not link.
@@ -129,6 +131,17 @@ inline void add_engine_flags(CLI::App& app, ServingOptions* serving) {
                  "Token-tree speculation: children per node, at most")
       ->check(CLI::Range(1, executor::kMaxTreeWidth))
       ->capture_default_str();
+  static const std::map<std::string, executor::TreeSampling> kTreeSampling{
+      {"topk", executor::TreeSampling::kTopK},
+      {"specinfer", executor::TreeSampling::kSpecInfer},
+      {"sequoia", executor::TreeSampling::kSequoia}};
+  app.add_option("--spec-tree-sampling", cpu->tree_sampling,
+                 "Draft-model trees for unseeded sampling requests: topk (most probable "
+                 "children), specinfer (drawn with replacement), sequoia (drawn without "
+                 "replacement); greedy and seeded requests always use topk")
+      ->transform(CLI::CheckedTransformer(kTreeSampling, CLI::ignore_case).description(""))
+      ->type_name("topk|specinfer|sequoia")
+      ->default_str("topk");
 }
 
 // The engine's options: --spec-k applies when a proposer is chosen.

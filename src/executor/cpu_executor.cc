@@ -65,11 +65,12 @@ Result<std::unique_ptr<CpuModelExecutor>> CpuModelExecutor::load(const std::stri
     return invalid_argument("--spec-tree-budget is ", options.tree_budget,
                             " but no proposer is chosen (--spec)");
   }
-  ARBOR_RETURN_IF_ERROR(exec->set_tree_options(options.tree_budget, options.tree_width));
+  ARBOR_RETURN_IF_ERROR(
+      exec->set_tree_options(options.tree_budget, options.tree_width, options.tree_sampling));
   return exec;
 }
 
-Status CpuModelExecutor::set_tree_options(int32_t budget, int32_t width) {
+Status CpuModelExecutor::set_tree_options(int32_t budget, int32_t width, TreeSampling sampling) {
   if (budget < 0 || budget > kMaxTreeBudget) {
     return invalid_argument("--spec-tree-budget is ", budget, ", must be in [0, ", kMaxTreeBudget,
                             "]");
@@ -80,6 +81,7 @@ Status CpuModelExecutor::set_tree_options(int32_t budget, int32_t width) {
   }
   tree_budget_ = budget;
   tree_width_ = width;
+  tree_sampling_ = sampling;
   return ok_status();
 }
 
@@ -294,8 +296,9 @@ step::RequestResult CpuModelExecutor::verify_drafts(const step::ScheduledRequest
 
 // Verifies a token tree against logits rows [0, k] (row 1 + i: the token after draft i's path)
 // by sample-and-compare (tree_sampler.h): lossless for every request, greedy ones included, and
-// a seeded request's tokens are those it produces without speculation. Then moves the accepted
-// path's K/V into place.
+// a seeded request's tokens are those it produces without speculation; a tree the draft model
+// drew (unseeded sampling, --spec-tree-sampling specinfer|sequoia) by SpecInfer's or Sequoia's
+// rule with its q. Then moves the accepted path's K/V into place.
 step::RequestResult CpuModelExecutor::verify_tree(const step::ScheduledRequest& s,
                                                   const RequestState& st, const float* logits) {
   const int32_t vocab = vocab_size();
@@ -310,8 +313,28 @@ step::RequestResult CpuModelExecutor::verify_tree(const step::ScheduledRequest& 
                                                  .history = {st.prompt_ids(), st.output_ids()},
                                                  .tree = &tree});
   sampling::CounterDrawSource draws(st.seed);
-  const sampling::TreeVerdict verdict = tree_sampler_.verify_sample_and_compare(
-      tree, static_cast<int64_t>(st.token_ids.size()), target, draws);
+  const auto position = static_cast<int64_t>(st.token_ids.size());
+  sampling::TreeVerdict verdict;
+  const auto drawn = drawn_trees_.find(s.request_id);
+  const std::optional<sampling::SiblingDraws> rule = tree_draws(st);
+  const bool use_drawn = rule && drawn != drawn_trees_.end() && drawn->second.num_nodes() >= k &&
+                        drawn->second.prefix(k).parents() == s.draft_parent_ids &&
+                        drawn->second.prefix(k).slot_tokens(0) ==
+                            tree.slot_tokens(0);
+  if (use_drawn) {
+    // The drawn tree cut to the scheduled prefix (its first draws: still draws from q).
+    const sampling::TokenTree cut = drawn->second.prefix(k);
+    sampling::TreeLogitsTarget drawn_target(
+        sampler_, sampling::TreeLogitsTarget::Rows{.logits = rows,
+                                                   .vocab_size = vocab,
+                                                   .params = &st.sampling,
+                                                   .history = {st.prompt_ids(), st.output_ids()},
+                                                   .tree = &cut});
+    verdict = tree_sampler_.verify(cut, position, drawn_target, draws, *rule);
+  } else {
+    verdict = tree_sampler_.verify_sample_and_compare(tree, position, target, draws);
+  }
+  if (drawn != drawn_trees_.end()) drawn_trees_.erase(drawn);
   step::RequestResult r;
   r.request_id = s.request_id;
   r.num_draft_tokens = k;
@@ -349,8 +372,23 @@ void CpuModelExecutor::compact_kv(const step::ScheduledRequest& s,
   }
 }
 
-// Next drafts from a tree: a chain when it is one (verified by the chain rules), else the tree.
-void CpuModelExecutor::set_next_drafts(const sampling::TokenTree& tree, step::RequestResult& r) {
+// Which drawn-tree rule an unseeded sampling request gets (none: top-k trees, or a request whose
+// tokens must not depend on the batch: greedy and seeded ones).
+std::optional<sampling::SiblingDraws> CpuModelExecutor::tree_draws(const RequestState& st) const {
+  if (draft_ == nullptr || st.sampling.greedy() || st.sampling.seed.has_value()) return {};
+  switch (tree_sampling_) {
+    case TreeSampling::kTopK: return {};
+    case TreeSampling::kSpecInfer: return sampling::SiblingDraws::kWithReplacement;
+    case TreeSampling::kSequoia: return sampling::SiblingDraws::kWithoutReplacement;
+  }
+  return {};
+}
+
+// Next drafts from a tree: a chain when a chosen tree is one (verified by the chain rules),
+// else the tree. A drawn tree stays a tree, without probabilities: the policy must not size it
+// by its drawn values (a prefix chosen by them would no longer be draws from q).
+void CpuModelExecutor::set_next_drafts(const sampling::TokenTree& tree, bool drawn,
+                                       step::RequestResult& r) {
   r.next_draft_token_ids.clear();
   r.next_draft_parent_ids.clear();
   r.next_draft_probs.clear();
@@ -360,6 +398,11 @@ void CpuModelExecutor::set_next_drafts(const sampling::TokenTree& tree, step::Re
     r.next_draft_parent_ids.push_back(n.parent);
     r.next_draft_probs.push_back(static_cast<float>(std::clamp(n.draft_prob, 0.0, 1.0)));
     chain = chain && n.parent == static_cast<int32_t>(r.next_draft_parent_ids.size()) - 2;
+  }
+  if (drawn) {
+    r.next_draft_probs.clear();
+    if (!tree.empty()) drawn_trees_[r.request_id] = tree;
+    return;
   }
   if (chain) r.next_draft_parent_ids.clear();
 }
@@ -422,6 +465,7 @@ Status CpuModelExecutor::propose(const step::SchedulerOutput& output, step::Step
                                 .block_ids = s.block_ids,
                                 .num_drafts = s.max_next_draft_tokens,
                                 .max_nodes = tree_budget_ > 0 ? std::min(s.max_next_draft_nodes, tree_budget_) : 0,
+                                .draw_tree = tree_draws(st),
                                 .sampling = &st.sampling,
                                 .seed = st.seed,
                                 .keep_distributions = uses_model_rule(st)});
@@ -449,7 +493,8 @@ Status CpuModelExecutor::propose(const step::SchedulerOutput& output, step::Step
       ARBOR_ASSIGN_OR_RETURN(trees, draft_->propose_tree(tree_inputs, tree_width_));
     }
     for (size_t j = 0; j < tree_which.size(); ++j) {
-      set_next_drafts(trees[j], result.requests[tree_which[j]]);
+      set_next_drafts(trees[j], tree_inputs[j].draw_tree.has_value(),
+                      result.requests[tree_which[j]]);
     }
   }
   if (inputs.empty()) return ok_status();
@@ -480,6 +525,7 @@ Result<step::StepResult> CpuModelExecutor::execute(const step::SchedulerOutput& 
   ARBOR_ASSIGN_OR_RETURN(const auto forgotten, states_.apply(output));
   for (const auto& [id, st] : forgotten) {
     draft_q_.erase(id);
+    drawn_trees_.erase(id);
     if (draft_ != nullptr) draft_->forget(id);
     if (proposer_ != nullptr) proposer_->forget(id, st.token_ids, st.num_prompt_tokens);
   }

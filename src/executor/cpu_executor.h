@@ -8,6 +8,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <string>
 #include <vector>
@@ -49,8 +50,10 @@ class CpuModelExecutor : public step::ModelExecutor {
   bool has_proposer() const override { return draft_ != nullptr || proposer_ != nullptr; }
   bool proposer_writes_kv() const override { return draft_ != nullptr; }
   int32_t max_tree_nodes() const override { return tree_budget_; }
-  // Proposes token trees of at most `budget` nodes and `width` children per node (0: chains).
-  Status set_tree_options(int32_t budget, int32_t width);
+  // Proposes token trees of at most `budget` nodes and `width` children per node (0: chains);
+  // a draft model draws them for unseeded sampling requests as `sampling` says.
+  Status set_tree_options(int32_t budget, int32_t width,
+                          TreeSampling sampling = TreeSampling::kTopK);
 
   // Proposes with a draft model from now on (load() does this for --spec draft).
   Status set_draft_model(std::unique_ptr<DraftModelProposer> draft);
@@ -69,7 +72,8 @@ class CpuModelExecutor : public step::ModelExecutor {
   void compact_kv(const step::ScheduledRequest& s, std::span<const int32_t> accepted_nodes);
   void propose_model_free(std::span<const DraftInput> inputs,
                           std::vector<sampling::TokenTree>& trees);
-  static void set_next_drafts(const sampling::TokenTree& tree, step::RequestResult& r);
+  void set_next_drafts(const sampling::TokenTree& tree, bool drawn, step::RequestResult& r);
+  std::optional<sampling::SiblingDraws> tree_draws(const RequestState& st) const;
   bool uses_model_rule(const RequestState& st) const;
   Status propose(const step::SchedulerOutput& output, step::StepResult& result);
 
@@ -84,6 +88,10 @@ class CpuModelExecutor : public step::ModelExecutor {
   sampling::TreeRejectionSampler tree_sampler_;
   int32_t tree_budget_ = 0;  // 0: chains
   int32_t tree_width_ = 4;
+  TreeSampling tree_sampling_ = TreeSampling::kTopK;
+  // Drawn trees proposed last step (with their q groups), for requests that verify by SpecInfer's
+  // or Sequoia's rule.
+  std::unordered_map<step::RequestId, sampling::TokenTree> drawn_trees_;
   std::vector<uint8_t> mask_;     // scratch: one tree's mask, [(1 + k)^2] bytes
   std::vector<int32_t> positions_;  // scratch: one tree's positions, [1 + k]
   // The draft model's distributions q of the drafts it proposed last step, for requests that

@@ -171,6 +171,8 @@ struct DraftModelProposer::TreeBuild {
     double prob = 0.0, path = 1.0;
   };
   std::vector<Cand> cands;
+  sampling::TokenTree drawn;    // a drawn tree: the same nodes as cands, with their q groups
+  std::vector<int32_t> draws_at_depth;  // a drawn tree's draw counters, by depth
   std::vector<int32_t> expand;  // candidates expanded this level (-1: the root)
   std::vector<int32_t> run;     // candidates run in the last forward, in order (slots)
   std::vector<int32_t> path(int32_t c) const {
@@ -191,8 +193,10 @@ struct DraftModelProposer::TreeBuild {
     }
     return out;
   }
-  // The `budget` best candidates by path probability (parents first on ties) as a TokenTree.
-  sampling::TokenTree finish(int32_t budget) const {
+  // The `budget` best candidates by path probability (parents first on ties) as a TokenTree;
+  // a drawn tree whole.
+  sampling::TokenTree finish(int32_t budget, bool is_drawn) const {
+    if (is_drawn) return drawn;
     std::vector<int32_t> order(cands.size());
     for (size_t c = 0; c < cands.size(); ++c) order[c] = static_cast<int32_t>(c);
     std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
@@ -210,6 +214,36 @@ struct DraftModelProposer::TreeBuild {
     return tree;
   }
 };
+
+// A drawn tree's children of candidate u (-1: the root) at `depth`: as many as the budget
+// leaves, at most `width`, drawn from q after the request's transforms.
+void DraftModelProposer::draw_children(const DraftInput& in, std::span<const float> row,
+                                       int32_t u, int32_t depth, int32_t width, TreeBuild& t) {
+  const int32_t count =
+      std::min<int32_t>(width, in.max_nodes - static_cast<int32_t>(t.cands.size()));
+  if (count <= 0) return;
+  work_.assign(row.begin(), row.end());
+  const std::vector<int32_t> path = t.path(u);
+  history_.assign(in.token_ids.begin() + in.num_prompt_tokens, in.token_ids.end());
+  history_.insert(history_.end(), path.begin(), path.end());
+  sampler_.apply_penalties(
+      work_, *in.sampling, sampling::TokenHistory{in.token_ids.first(in.num_prompt_tokens), history_});
+  if (t.draws_at_depth.size() <= static_cast<size_t>(depth)) {
+    t.draws_at_depth.resize(static_cast<size_t>(depth) + 1, 0);
+  }
+  sampling::CounterDrawSource draws(in.seed);
+  const int32_t before = t.drawn.num_nodes();
+  sampling::append_sampled_children(t.drawn, u < 0 ? sampling::TokenTree::kRoot : u,
+                                    sampler_.distribution(work_, *in.sampling), count,
+                                    *in.draw_tree, static_cast<int64_t>(in.token_ids.size()),
+                                    t.draws_at_depth[static_cast<size_t>(depth)], draws);
+  const double base = u < 0 ? 1.0 : t.cands[u].path;
+  for (int32_t n = before; n < t.drawn.num_nodes(); ++n) {
+    const sampling::TreeNode& x = t.drawn.node(n);
+    t.cands.push_back({.token = x.token_id, .parent = u, .depth = depth, .prob = x.draft_prob,
+                       .path = base * x.draft_prob});
+  }
+}
 
 Result<std::vector<sampling::TokenTree>> DraftModelProposer::propose_tree(
     std::span<const DraftInput> inputs, int32_t width) {
@@ -240,6 +274,10 @@ Result<std::vector<sampling::TokenTree>> DraftModelProposer::propose_tree(
         const std::span<const float> row(logits_.data() + static_cast<size_t>(r) * vocab,
                                          static_cast<size_t>(vocab));
         const double base = u < 0 ? 1.0 : t.cands[u].path;
+        if (inputs[i].draw_tree) {
+          draw_children(inputs[i], row, u, depth, width, t);
+          continue;
+        }
         for (const sampling::Candidate& c : top_children(inputs[i], row, t.path(u), width)) {
           t.cands.push_back({.token = c.token_id, .parent = u, .depth = depth, .prob = c.prob,
                              .path = base * c.prob});
@@ -301,7 +339,9 @@ Result<std::vector<sampling::TokenTree>> DraftModelProposer::propose_tree(
   }
   std::vector<sampling::TokenTree> trees;
   trees.reserve(inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i) trees.push_back(builds[i].finish(inputs[i].max_nodes));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    trees.push_back(builds[i].finish(inputs[i].max_nodes, inputs[i].draw_tree.has_value()));
+  }
   return trees;
 }
 

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -30,6 +31,7 @@
 #include "model/runner.h"
 #include "sampling/sampler.h"
 #include "sampling/token_tree.h"
+#include "sampling/tree_sampler.h"
 #include "step/step.h"
 
 namespace arbor::executor {
@@ -42,6 +44,9 @@ struct DraftInput {
   std::span<const int32_t> block_ids;
   int32_t num_drafts = 0;              // >= 1 (levels, for a tree)
   int32_t max_nodes = 0;               // > 0: propose a token tree of at most this many nodes
+  // With a tree: draw each expanded node's children from the draft's q (SpecInfer: with
+  // replacement; Sequoia: without) instead of choosing its most probable ones.
+  std::optional<sampling::SiblingDraws> draw_tree;
   const sampling::SamplingParams* sampling = nullptr;
   uint64_t seed = 0;
   bool keep_distributions = false;     // fill DraftOutput::q
@@ -76,6 +81,12 @@ class DraftModelProposer {
   // scheduler's lookahead of `budget` slots holds them). The tree is the `budget` candidates of
   // highest path probability, in that order. Tree nodes' K/V is not kept: the next proposal
   // catches up from the last committed token. Errors as propose().
+  // Inputs with draw_tree get a *drawn* tree instead: each expanded node's children are drawn
+  // from q (after the request's transforms) at (position, tree_draft_stream(j)) with the
+  // request's seed (append_sampled_children), as many as the budget leaves (at most `width`),
+  // and the tree keeps every drawn node in the order drawn (level by level, no pruning: which
+  // nodes are expanded may depend on anything but their own children, so each child has law
+  // q_i given its path, as tree_sampler.h's exact rules require).
   Result<std::vector<sampling::TokenTree>> propose_tree(std::span<const DraftInput> inputs,
                                                         int32_t width);
   // Seconds of a one-token draft step (median of three after a warm-up); before any propose().
@@ -89,6 +100,8 @@ class DraftModelProposer {
   // gets one row per input, the distribution after its last committed token.
   Status catch_up(std::span<const DraftInput> inputs);
   struct TreeBuild;
+  void draw_children(const DraftInput& in, std::span<const float> row, int32_t u, int32_t depth,
+                     int32_t width, TreeBuild& t);
   std::vector<sampling::Candidate> top_children(const DraftInput& in, std::span<const float> row,
                                                 std::span<const int32_t> path, int32_t width);
 

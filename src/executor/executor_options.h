@@ -13,6 +13,13 @@ namespace arbor::executor {
 enum class SpecProposer : uint8_t { kNone, kNgram, kSuffix, kDraft };
 std::string_view spec_proposer_name(SpecProposer p);  // "off", "ngram", "suffix", "draft"
 
+// How a draft model builds token trees for unseeded sampling requests (greedy and seeded ones
+// always get top-k trees verified by sample-and-compare, which keeps their tokens exactly):
+//   kTopK       the most probable children (one-hot), verified by sample-and-compare;
+//   kSpecInfer  children drawn from q with replacement, SpecInfer's multi-step verification;
+//   kSequoia    children drawn without replacement, Sequoia's variant of it.
+enum class TreeSampling : uint8_t { kTopK, kSpecInfer, kSequoia };
+
 struct CpuExecutorOptions {
   int32_t block_size = 16;                // --block-size: tokens per KV block
   double kv_cache_gib = 1.0;              // --kv-cache-gib: KV memory budget
@@ -32,6 +39,7 @@ struct CpuExecutorOptions {
   // at most (the draft model's top candidates, the model-free proposers' branches).
   int32_t tree_budget = 0;
   int32_t tree_width = 4;
+  TreeSampling tree_sampling = TreeSampling::kTopK;  // --spec-tree-sampling
 };
 
 inline constexpr int32_t kMaxTreeBudget = 64;  // --spec-tree-budget, at most

@@ -361,6 +361,56 @@ Visibility visibility(const PagedAttentionParams& p, int b) {
   return v;
 }
 
+// ---- Token trees: each row in its path's own key order. ----
+//
+// A row of a sequence with a custom mask sees the committed keys and some new tokens (a token
+// tree's ancestors-or-self), which sit in the slots of the whole tree. Attention runs every such
+// row over its *logical* keys instead: the committed keys, then the new tokens it sees in slot
+// order (for a tree: root, ancestors by depth, itself) at logical indices committed, committed
+// + 1, ... So blocks, key chunks and lanes hold exactly the keys a plain decode of that token
+// after its path would hold, and the row's bits equal that decode's (greedy speculation with
+// trees stays token for token lossless; tests/kernels/attention_test.cc compares them).
+
+// The new tokens row i sees, in order: [count] into `out`; returns count.
+int32_t visible_new(const Visibility& vis, int32_t i, int32_t* out) {
+  int32_t count = 0;
+  for (int32_t j = 0; j < vis.n; ++j) {
+    if (mask_bit(vis.bits, vis.offset, vis.n, i, j)) out[count++] = j;
+  }
+  return count;
+}
+
+// The physical key index of logical key k of a row whose visible new tokens are `seen`.
+inline int32_t physical_key(const Visibility& vis, const int32_t* seen, int32_t k) {
+  return k < vis.committed ? k : vis.committed + seen[k - vis.committed];
+}
+
+// Row pointer of physical key k of head g in `cache` (the cache's element type).
+const uint8_t* key_row(const PagedAttentionParams& p, const int32_t* table, const void* cache,
+                       int g, int32_t k) {
+  const auto* block = static_cast<const uint8_t*>(block_rows(p, cache, table[k / p.block_size], g));
+  return block + (size_t)(k % p.block_size) * p.head_dim * kv_dtype_size(p.kv_dtype);
+}
+
+// Per-row visible-new-token lists of an item's rows [i0, i1): the thread's grow-only scratch.
+struct RowLists {
+  std::vector<int32_t> seen;   // [(i1 - i0) * n]
+  std::vector<int32_t> count;  // [i1 - i0]
+  void build(const Visibility& vis, int32_t i0, int32_t i1) {
+    seen.resize((size_t)(i1 - i0) * std::max(vis.n, 1));
+    count.resize((size_t)(i1 - i0));
+    for (int32_t i = i0; i < i1; ++i) {
+      count[i - i0] = visible_new(vis, i, seen.data() + (size_t)(i - i0) * vis.n);
+    }
+  }
+  const int32_t* of(int32_t i, int32_t i0, int32_t n) const { return seen.data() + (size_t)(i - i0) * n; }
+};
+
+RowLists& row_lists() {
+  thread_local RowLists lists;
+  return lists;
+}
+
 // Online-softmax update of one query row with keys [kb0, kb1) of one block. k and v point at
 // key kb0's row (F16 when `f16`); keys at or past full_end are tested with `vis`.
 void update_row(const PagedAttentionParams& p, const float* q, const void* k, const void* v,
@@ -453,6 +503,47 @@ void finish_item(const PagedAttentionParams& p, const WorkItem& w, const Scratch
   }
 }
 
+// A block holding new tokens of a masked sequence: each row over its own logical keys
+// [kb0, min(block end, item end, its end)), gathered (widened to f32) into kbuf / vbuf.
+void run_tree_block(const PagedAttentionParams& p, const WorkItem& w, const Scratch& sc,
+                    const Visibility& vis, const RowLists& lists, const int32_t* table,
+                    int32_t kbase, int32_t kb0, const AttnBlockOps& ops) {
+  const int r = p.num_q_heads / p.num_kv_heads;
+  const int hd = p.head_dim;
+  const int32_t per_head = (w.i1 - w.i0) * r;
+  const int64_t q_row0 = p.qo_indptr[w.b] + w.i0;
+  const bool f16 = p.kv_dtype == KvDtype::kF16;
+  for (int gi = 0; gi < w.g1 - w.g0; ++gi) {
+    const int g = w.g0 + gi;
+    for (int32_t i = w.i0; i < w.i1; ++i) {
+      const int32_t* seen = lists.of(i, w.i0, vis.n);
+      const int32_t end = vis.committed + lists.count[i - w.i0];
+      const int32_t kb1 = std::min({kbase + p.block_size, w.k1, end});
+      if (kb1 <= kb0) continue;
+      for (int32_t k = kb0; k < kb1; ++k) {
+        const int32_t phys = physical_key(vis, seen, k);
+        float* kd = sc.kbuf + (size_t)(k - kb0) * hd;
+        float* vd = sc.vbuf + (size_t)(k - kb0) * hd;
+        const uint8_t* ks = key_row(p, table, p.k_cache, g, phys);
+        const uint8_t* vs = key_row(p, table, p.v_cache, g, phys);
+        if (f16) {
+          ops.f16_to_f32(reinterpret_cast<const uint16_t*>(ks), kd, hd);
+          ops.f16_to_f32(reinterpret_cast<const uint16_t*>(vs), vd, hd);
+        } else {
+          std::memcpy(kd, ks, sizeof(float) * hd);
+          std::memcpy(vd, vs, sizeof(float) * hd);
+        }
+      }
+      for (int hh = 0; hh < r; ++hh) {
+        const int32_t row = gi * per_head + (i - w.i0) * r + hh;
+        const float* q = p.q + ((q_row0 + i - w.i0) * p.num_q_heads + g * r + hh) * hd;
+        update_row(p, q, sc.kbuf, sc.vbuf, false, kb0, kb1, kb1, i, vis, sc.m[row], sc.l[row],
+                   sc.acc + (size_t)row * hd, sc.s, ops);
+      }
+    }
+  }
+}
+
 // Rows of an item: head gi (of g0..g1), token i, query head hh at
 // gi * per_head + (i - i0) * r + hh, per_head = (i1 - i0) * r.
 void run_item(const PagedAttentionParams& p, const WorkItem& w, const Scratch& sc, float* partials,
@@ -477,6 +568,8 @@ void run_item(const PagedAttentionParams& p, const WorkItem& w, const Scratch& s
   const int32_t* table = p.kv_page_indices + p.kv_indptr[w.b];
   const int64_t q_row0 = p.qo_indptr[w.b] + w.i0;
   const bool f16 = p.kv_dtype == KvDtype::kF16;
+  RowLists& lists = row_lists();
+  if (vis.bits) lists.build(vis, w.i0, w.i1);
   // Widen each block once, then read f32 (the block ops' direct F16 reads stop at hd 512).
   const bool widen = f16 && (per_head >= kWidenRows || hd > 512);
   const size_t elem = widen ? sizeof(float) : kv_dtype_size(p.kv_dtype);
@@ -486,6 +579,10 @@ void run_item(const PagedAttentionParams& p, const WorkItem& w, const Scratch& s
     if (multi_chunk && kbase > first_kbase && kbase % chunk == 0) {
       fold_rows(sc, rows, hd);
       reset_rows(sc, rows, hd);
+    }
+    if (vis.bits && kbase + p.block_size > vis.committed) {
+      run_tree_block(p, w, sc, vis, lists, table, kbase, kb0, ops);
+      continue;
     }
     const int32_t block_id = table[kbase / p.block_size];
     // Blocks are scattered, so the hardware prefetcher cannot run ahead: fetch the K and V rows
@@ -575,6 +672,42 @@ void lanes_visibility(const Visibility& vis, int32_t i, int32_t c0, int32_t kf, 
   }
 }
 
+// A row of a masked sequence in a chunk holding new tokens: writes the new tokens it sees at
+// their logical lanes (after the committed keys lanes_transpose_chunk put in), zeroes the lanes
+// after them up to the 16-key group, sets sc.vis to its keys [kf, end) and returns its number of
+// groups (0: it sees no key of this chunk). The lanes then hold what a plain decode of the row's
+// token after its path would hold.
+int lanes_tree_row(const PagedAttentionParams& p, const int32_t* table, int g, int32_t c0,
+                   int32_t kf, int32_t kl, const Visibility& vis, const int32_t* seen,
+                   int32_t count, int stride, const Scratch& sc) {
+  const int32_t end = std::min(kl, vis.committed + count);
+  if (end <= kf) return 0;
+  const bool f16 = p.kv_dtype == KvDtype::kF16;
+  for (int32_t k = std::max(kf, vis.committed); k < end; ++k) {
+    const int32_t phys = physical_key(vis, seen, k);
+    internal::lanes_transpose_avx512(key_row(p, table, p.k_cache, g, phys), f16, 1,
+                                     sc.kt + (k - c0), stride);
+    internal::lanes_transpose_avx512(key_row(p, table, p.v_cache, g, phys), f16, 1,
+                                     sc.vt + (k - c0), stride);
+  }
+  const int groups = (end - c0 + 15) / 16;
+  for (int d = 0; d < p.head_dim; ++d) {
+    std::fill(sc.kt + (size_t)d * stride + (end - c0), sc.kt + (size_t)d * stride + groups * 16,
+              0.0f);
+    std::fill(sc.vt + (size_t)d * stride + (end - c0), sc.vt + (size_t)d * stride + groups * 16,
+              0.0f);
+  }
+  for (int gr = 0; gr < groups; ++gr) {
+    uint16_t bits = 0;
+    for (int j = 0; j < 16; ++j) {
+      const int32_t k = c0 + 16 * gr + j;
+      if (k >= kf && k < end) bits |= (uint16_t)(1u << j);
+    }
+    sc.vis[gr] = bits;
+  }
+  return groups;
+}
+
 // run_item's twin for the keys-in-lanes kernel: per head of the item and key chunk, the chunk's
 // K and V are transposed once, then every row of that head runs over them; chunks fold in key
 // order exactly as in run_item.
@@ -597,20 +730,38 @@ void run_item_lanes(const PagedAttentionParams& p, const WorkItem& w, const Scra
   const int32_t* table = p.kv_page_indices + p.kv_indptr[w.b];
   const int64_t q_row0 = p.qo_indptr[w.b] + w.i0;
   const int stride = (int)lanes_stride(p);
+  RowLists& lists = row_lists();
+  if (vis.bits) lists.build(vis, w.i0, w.i1);
   for (int gi = 0; gi < heads; ++gi) {
     const int g = w.g0 + gi;
     for (int32_t c0 = w.k0 - w.k0 % chunk; c0 < w.k1; c0 += chunk) {
       const int32_t kf = std::max(c0, w.k0), kl = std::min(c0 + chunk, w.k1);
-      lanes_transpose_chunk(p, table, g, c0, kf, kl, stride, sc);
+      const bool tree_chunk = vis.bits && kl > vis.committed;
+      // A chunk holding new tokens of a masked sequence: the committed keys are shared, each
+      // row adds the new tokens it sees at their logical lanes (lanes_tree_row).
+      lanes_transpose_chunk(p, table, g, c0, kf, tree_chunk ? std::max(kf, vis.committed) : kl,
+                            stride, sc);
       const int num_groups = (kl - c0 + 15) / 16;
       for (int32_t i = w.i0; i < w.i1; ++i) {
-        lanes_visibility(vis, i, c0, kf, kl, full_end, num_groups, sc.vis);
+        int row_groups = num_groups;
+        if (tree_chunk) {
+          row_groups = lanes_tree_row(p, table, g, c0, kf, kl, vis, lists.of(i, w.i0, vis.n),
+                                      lists.count[i - w.i0], stride, sc);
+        } else {
+          lanes_visibility(vis, i, c0, kf, kl, full_end, num_groups, sc.vis);
+        }
         for (int hh = 0; hh < r; ++hh) {
           const int32_t row = gi * per_head + (i - w.i0) * r + hh;
           const float* q = p.q + ((q_row0 + i - w.i0) * p.num_q_heads + g * r + hh) * hd;
           float* acc = sc.acc + (size_t)row * hd;
-          internal::lanes_chunk_row_avx512(q, p.scale, sc.kt, sc.vt, stride, num_groups, sc.vis,
-                                           sc.m[row], sc.l[row], acc);
+          if (row_groups == 0) {  // the row sees no key of this chunk
+            sc.m[row] = kNegInf;
+            sc.l[row] = 0.0f;
+            std::fill(acc, acc + hd, 0.0f);
+          } else {
+            internal::lanes_chunk_row_avx512(q, p.scale, sc.kt, sc.vt, stride, row_groups, sc.vis,
+                                             sc.m[row], sc.l[row], acc);
+          }
           if (multi_chunk) {
             fold_partial(sc.m[row], sc.l[row], acc, hd, sc.fm[row], sc.fl[row],
                          sc.facc + (size_t)row * hd);

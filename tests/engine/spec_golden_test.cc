@@ -343,11 +343,13 @@ namespace {
 
 // Counts of the token generated at each of the first `len` positions over `n` unseeded
 // temperature-1 requests: [len][vocab].
-std::vector<std::vector<int64_t>> token_counts(bool spec, int32_t n, int32_t len,
-                                               int32_t tree_budget = 0) {
+std::vector<std::vector<int64_t>> token_counts(
+    bool spec, int32_t n, int32_t len, int32_t tree_budget = 0,
+    executor::TreeSampling tree_sampling = executor::TreeSampling::kTopK) {
   executor::CpuExecutorOptions cpu;
   cpu.num_threads = 2;
   cpu.tree_budget = tree_budget;
+  cpu.tree_sampling = tree_sampling;
   if (spec) {
     cpu.proposer = executor::SpecProposer::kDraft;
     cpu.draft_model = draft_gguf(3);
@@ -395,7 +397,12 @@ TEST(SpecSampled, UnseededDistributionIsTheTargetsWithADraftModel) {
 
 TEST(SpecSampled, UnseededDistributionIsTheTargetsWithTokenTrees) {
   constexpr int32_t kN = 4096, kLen = 6;
-  expect_same_distribution(token_counts(false, kN, kLen), token_counts(true, kN, kLen, 12), kLen);
+  const auto plain = token_counts(false, kN, kLen);
+  for (auto ts : {executor::TreeSampling::kTopK, executor::TreeSampling::kSpecInfer,
+                  executor::TreeSampling::kSequoia}) {
+    SCOPED_TRACE(str_cat("tree sampling ", static_cast<int>(ts)));
+    expect_same_distribution(plain, token_counts(true, kN, kLen, 12, ts), kLen);
+  }
 }
 
 void expect_same_distribution(const std::vector<std::vector<int64_t>>& a,

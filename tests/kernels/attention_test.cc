@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -353,6 +354,125 @@ TEST(AttentionTest, SmallHeadDimLongContextsAndSplits) {
       }
     }
   }
+}
+
+// One sequence in a paged pool with sequential block ids: K/V rows [kv_len][kv_heads][hd]
+// written at slot = index (through F16 when the pool is F16), masks as packed bits.
+struct OneSeq {
+  kernels::testing::AttnGeometry g;
+  std::vector<float> k32, v32;
+  std::vector<uint16_t> k16, v16;
+  std::vector<int32_t> pages, qo{0, 0}, kv{0, 0}, len{0}, mask_indptr{0, 0};
+  std::vector<uint8_t> bits;
+  OneSeq(const kernels::testing::AttnGeometry& geo, const std::vector<const float*>& k_rows,
+         const std::vector<const float*>& v_rows, int num_new)
+      : g(geo) {
+    const int kv_len = (int)k_rows.size();
+    const int nb = (kv_len + g.block_size - 1) / g.block_size;
+    const size_t elems = (size_t)nb * g.num_kv_heads * g.block_size * g.head_dim;
+    k32.assign(elems, 0.0f); v32.assign(elems, 0.0f); k16.assign(elems, 0); v16.assign(elems, 0);
+    for (int b = 0; b < nb; ++b) pages.push_back(b);
+    for (int t = 0; t < kv_len; ++t) {
+      for (int h = 0; h < g.num_kv_heads; ++h) {
+        for (int d = 0; d < g.head_dim; ++d) {
+          const size_t at = (((size_t)(t / g.block_size) * g.num_kv_heads + h) * g.block_size +
+                             t % g.block_size) * g.head_dim + d;
+          const float kx = k_rows[t][h * g.head_dim + d], vx = v_rows[t][h * g.head_dim + d];
+          k32[at] = kx; v32[at] = vx;
+          k16[at] = fp32_to_fp16(kx); v16[at] = fp32_to_fp16(vx);
+        }
+      }
+    }
+    qo[1] = num_new;
+    kv[1] = nb;
+    len[0] = kv_len;
+  }
+  void set_mask(const std::vector<uint8_t>& m) {
+    bits.assign((m.size() + 7) / 8 + 1, 0);
+    for (size_t k = 0; k < m.size(); ++k) if (m[k]) bits[k >> 3] |= (uint8_t)(1u << (k & 7));
+    mask_indptr[1] = (int32_t)m.size();
+  }
+  std::vector<float> run(const std::vector<float>& q, int threads) {
+    std::vector<float> out(q.size(), std::nanf(""));
+    PagedAttentionParams p = kernels::testing::attention_params(g, 1, k32.data(), v32.data(),
+                                                                k16.data(), v16.data());
+    p.q = q.data();
+    p.out = out.data();
+    p.qo_indptr = qo.data();
+    p.kv_indptr = kv.data();
+    p.kv_page_indices = pages.data();
+    p.kv_len = len.data();
+    if (mask_indptr[1] > 0) {
+      p.mask_indptr = mask_indptr.data();
+      p.mask_bits = bits.data();
+    }
+    check_paged_attention_params(p);
+    ThreadPool pool(threads);
+    paged_attention(p, pool);
+    return out;
+  }
+};
+
+// Token trees are verified in one pass, but each tree row must get exactly the bits a plain
+// decode of its token after its path gets (greedy speculation with trees is token for token
+// lossless only then): the kernel runs a masked row over its path's own key order. Every ISA,
+// head dims 8 (keys in lanes), 24 and 64, block sizes 1, 4, 12 and 16, contexts inside one
+// block and across 512-key chunks, F16 and F32, 1 and 3 threads.
+TEST(AttentionTest, TreeRowsEqualTheirPathsDecodedBitForBit) {
+  const Isa saved = active_isa();
+  // 0 is the root (the last committed token); 9 nodes, depth up to 4, siblings at every level.
+  const std::vector<int> parent = {-1, 0, 0, 0, 1, 1, 2, 4, 4, 7};
+  const int n = (int)parent.size();
+  int checked = 0;
+  for (int hd : {8, 24, 64}) {
+    for (int bs : {1, 4, 12, 16}) {
+      for (int committed : {5, 37, 509, 1100}) {
+        if (bs == 1 && committed > 600) continue;
+        for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16}) {
+          kernels::testing::AttnGeometry g{.num_q_heads = 4, .num_kv_heads = 2, .head_dim = hd,
+                                           .block_size = bs, .dtype = dtype};
+          std::mt19937 rng(hd * 100000 + bs * 1000 + committed + (int)dtype);
+          std::normal_distribution<float> normal;
+          const size_t kv_row = (size_t)g.num_kv_heads * hd, q_row = (size_t)g.num_q_heads * hd;
+          std::vector<std::vector<float>> k(committed + n, std::vector<float>(kv_row));
+          std::vector<std::vector<float>> v = k;
+          for (auto& r : k) for (float& x : r) x = normal(rng);
+          for (auto& r : v) for (float& x : r) x = normal(rng);
+          std::vector<float> q((size_t)n * q_row);
+          for (float& x : q) x = normal(rng);
+          std::vector<const float*> kp, vp;
+          for (int t = 0; t < committed + n; ++t) { kp.push_back(k[t].data()); vp.push_back(v[t].data()); }
+          OneSeq tree(g, kp, vp, n);
+          tree.set_mask(tree_mask(parent));
+          for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+            if (isa > best_isa()) continue;
+            set_active_isa(isa);
+            for (int threads : {1, 3}) {
+              const std::vector<float> rows = tree.run(q, threads);
+              for (int i = 0; i < n; ++i) {
+                // The path: committed keys, then root .. i.
+                std::vector<int> path;
+                for (int j = i; j >= 0; j = parent[j]) path.insert(path.begin(), j);
+                std::vector<const float*> pk(kp.begin(), kp.begin() + committed), pv(vp.begin(), vp.begin() + committed);
+                for (int j : path) { pk.push_back(kp[committed + j]); pv.push_back(vp[committed + j]); }
+                OneSeq decode(g, pk, pv, 1);
+                const std::vector<float> qi(q.begin() + i * q_row, q.begin() + (i + 1) * q_row);
+                const std::vector<float> want = decode.run(qi, threads);
+                const std::vector<float> got(rows.begin() + i * q_row, rows.begin() + (i + 1) * q_row);
+                ASSERT_EQ(0, std::memcmp(got.data(), want.data(), sizeof(float) * q_row))
+                    << "isa " << isa_name(isa) << " hd " << hd << " bs " << bs << " committed "
+                    << committed << " dtype " << (int)dtype << " threads " << threads
+                    << " row " << i << ": max diff " << max_abs_diff(got, want);
+                ++checked;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  set_active_isa(saved);
+  EXPECT_GT(checked, 1000);
 }
 
 TEST(AttentionTest, EveryIsaMatchesReference) {

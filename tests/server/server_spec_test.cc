@@ -141,7 +141,38 @@ TEST_F(ServerSpec, MalformedSpeculationIsA400NamingTheField) {
   expect_400(json{{"k", 2.5}}, "speculation.k");
   expect_400(json{{"mode", "fixed"}}, "speculation.k");
   expect_400(json{{"depth", 2}}, "speculation.depth");
+  expect_400(json{{"tree_nodes", 4}}, "speculation.tree_nodes");  // a chains-only server
   EXPECT_TRUE(server_->wait_no_blocks_used());
+}
+
+// A server with token trees: greedy output unchanged with trees, chains (tree_nodes 0) and off;
+// the tree metrics count; tree_nodes out of range is a 400.
+TEST(ServerSpecTree, TreesThroughTheServerAreLosslessAndCounted) {
+  ServerProcess server({"--spec", "draft", "--draft-model", draft3(), "--spec-k", "4",
+                        "--spec-tree-budget", "8", "--spec-tree-width", "3"});
+  ASSERT_TRUE(server.ok()) << "arbor serve did not start";
+  const auto complete = [&](const json& speculation) {
+    json body{{"model", "stories260K"}, {"prompt", "Once upon a time"}, {"max_tokens", 64},
+              {"temperature", 0}, {"ignore_eos", true}, {"speculation", speculation}};
+    return server.post("/v1/completions", body);
+  };
+  const HttpResult off = complete({{"mode", "off"}});
+  const HttpResult tree = complete({{"mode", "fixed"}, {"k", 4}});
+  const HttpResult chain = complete({{"mode", "fixed"}, {"k", 4}, {"tree_nodes", 0}});
+  const HttpResult small = complete({{"mode", "fixed"}, {"k", 3}, {"tree_nodes", 5}});
+  for (const HttpResult* r : {&off, &tree, &chain, &small}) {
+    ASSERT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(r->json()["choices"][0]["text"], off.json()["choices"][0]["text"]);
+  }
+  EXPECT_GT(server.metric("arbor_spec_tree_verify_steps_total"), 0);
+  EXPECT_GT(server.metric("arbor_spec_tree_nodes_total"),
+            server.metric("arbor_spec_tree_verify_steps_total"));
+  EXPECT_GE(server.metric("arbor_spec_tree_mean_accepted_length"), 1.0);
+  const HttpResult bad = complete({{"tree_nodes", 9}});  // above --spec-tree-budget 8
+  EXPECT_EQ(bad.status, 400) << bad.body;
+  EXPECT_EQ(bad.json()["error"]["param"], "speculation.tree_nodes") << bad.body;
+  EXPECT_TRUE(server.wait_no_blocks_used());
+  EXPECT_EQ(server.terminate(), 0);
 }
 
 TEST_F(ServerSpec, FinishReasonsComeFromTheStopDecision) {
