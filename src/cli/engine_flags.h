@@ -26,6 +26,8 @@
 //   --spec-tree-width W               children per tree node, at most (default 4)
 //   --spec-tree-sampling topk|specinfer|sequoia   how a draft model's trees are built for
 //                                     unseeded sampling requests (default topk)
+//   --spec-tree-shape W1,W2,...       static draft-model trees: W_d children per node at depth
+//                                     d (default: dynamic trees)
 //
 // Header-only: only cmd_*.cc files are compiled into the executable, and this needs CLI11,
 // which the engine library does not link.
@@ -142,6 +144,13 @@ inline void add_engine_flags(CLI::App& app, ServingOptions* serving) {
       ->transform(CLI::CheckedTransformer(kTreeSampling, CLI::ignore_case).description(""))
       ->type_name("topk|specinfer|sequoia")
       ->default_str("topk");
+  app.add_option("--spec-tree-shape", cpu->tree_static_widths,
+                 "Static draft-model trees: children per node at each depth, e.g. 4,2,2,1 "
+                 "(default: dynamic trees, the most probable branches within the budget)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, executor::kMaxTreeWidth))
+      ->type_name("W1,W2,...")
+      ->default_str("dynamic");
 }
 
 // The engine's options: --spec-k applies when a proposer is chosen.

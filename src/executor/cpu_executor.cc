@@ -65,12 +65,18 @@ Result<std::unique_ptr<CpuModelExecutor>> CpuModelExecutor::load(const std::stri
     return invalid_argument("--spec-tree-budget is ", options.tree_budget,
                             " but no proposer is chosen (--spec)");
   }
-  ARBOR_RETURN_IF_ERROR(
-      exec->set_tree_options(options.tree_budget, options.tree_width, options.tree_sampling));
+  if (!options.tree_static_widths.empty() && options.proposer != SpecProposer::kDraft) {
+    return invalid_argument("--spec-tree-shape shapes a draft model's trees; --spec is ",
+                            spec_proposer_name(options.proposer));
+  }
+  ARBOR_RETURN_IF_ERROR(exec->set_tree_options(options.tree_budget, options.tree_width,
+                                               options.tree_sampling,
+                                               options.tree_static_widths));
   return exec;
 }
 
-Status CpuModelExecutor::set_tree_options(int32_t budget, int32_t width, TreeSampling sampling) {
+Status CpuModelExecutor::set_tree_options(int32_t budget, int32_t width, TreeSampling sampling,
+                                          std::vector<int32_t> static_widths) {
   if (budget < 0 || budget > kMaxTreeBudget) {
     return invalid_argument("--spec-tree-budget is ", budget, ", must be in [0, ", kMaxTreeBudget,
                             "]");
@@ -79,9 +85,24 @@ Status CpuModelExecutor::set_tree_options(int32_t budget, int32_t width, TreeSam
     return invalid_argument("--spec-tree-width is ", width, ", must be in [1, ", kMaxTreeWidth,
                             "]");
   }
+  if (static_widths.size() > static_cast<size_t>(kMaxProposedTokens)) {
+    return invalid_argument("--spec-tree-shape has ", static_widths.size(), " levels, at most ",
+                            kMaxProposedTokens);
+  }
+  for (int32_t w : static_widths) {
+    if (w < 1 || w > kMaxTreeWidth) {
+      return invalid_argument("--spec-tree-shape width ", w, ", must be in [1, ", kMaxTreeWidth,
+                              "]");
+    }
+  }
+  if (!static_widths.empty() && budget == 0) {
+    return invalid_argument("--spec-tree-shape needs --spec-tree-budget (the most nodes a tree "
+                            "may have)");
+  }
   tree_budget_ = budget;
   tree_width_ = width;
   tree_sampling_ = sampling;
+  tree_static_widths_ = std::move(static_widths);
   return ok_status();
 }
 
@@ -490,7 +511,8 @@ Status CpuModelExecutor::propose(const step::SchedulerOutput& output, step::Step
     if (proposer_ != nullptr) {
       propose_model_free(tree_inputs, trees);
     } else {
-      ARBOR_ASSIGN_OR_RETURN(trees, draft_->propose_tree(tree_inputs, tree_width_));
+      ARBOR_ASSIGN_OR_RETURN(
+          trees, draft_->propose_tree(tree_inputs, tree_width_, tree_static_widths_));
     }
     for (size_t j = 0; j < tree_which.size(); ++j) {
       set_next_drafts(trees[j], tree_inputs[j].draw_tree.has_value(),

@@ -52,8 +52,10 @@ class CpuModelExecutor : public step::ModelExecutor {
   int32_t max_tree_nodes() const override { return tree_budget_; }
   // Proposes token trees of at most `budget` nodes and `width` children per node (0: chains);
   // a draft model draws them for unseeded sampling requests as `sampling` says.
+  // static_widths: a draft model's static tree shape (empty: dynamic trees).
   Status set_tree_options(int32_t budget, int32_t width,
-                          TreeSampling sampling = TreeSampling::kTopK);
+                          TreeSampling sampling = TreeSampling::kTopK,
+                          std::vector<int32_t> static_widths = {});
 
   // Proposes with a draft model from now on (load() does this for --spec draft).
   Status set_draft_model(std::unique_ptr<DraftModelProposer> draft);
@@ -89,6 +91,7 @@ class CpuModelExecutor : public step::ModelExecutor {
   int32_t tree_budget_ = 0;  // 0: chains
   int32_t tree_width_ = 4;
   TreeSampling tree_sampling_ = TreeSampling::kTopK;
+  std::vector<int32_t> tree_static_widths_;
   // Drawn trees proposed last step (with their q groups), for requests that verify by SpecInfer's
   // or Sequoia's rule.
   std::unordered_map<step::RequestId, sampling::TokenTree> drawn_trees_;

@@ -194,15 +194,18 @@ struct DraftModelProposer::TreeBuild {
     return out;
   }
   // The `budget` best candidates by path probability (parents first on ties) as a TokenTree;
-  // a drawn tree whole.
-  sampling::TokenTree finish(int32_t budget, bool is_drawn) const {
+  // a static tree's first `budget` in level order; a drawn tree whole.
+  sampling::TokenTree finish(int32_t budget, bool is_drawn, bool is_static) const {
     if (is_drawn) return drawn;
     std::vector<int32_t> order(cands.size());
     for (size_t c = 0; c < cands.size(); ++c) order[c] = static_cast<int32_t>(c);
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-      if (cands[a].path != cands[b].path) return cands[a].path > cands[b].path;
-      return cands[a].depth < cands[b].depth;
-    });
+    // A static tree keeps its level order (the shape's first `budget` nodes).
+    if (!is_static) {
+      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+        if (cands[a].path != cands[b].path) return cands[a].path > cands[b].path;
+        return cands[a].depth < cands[b].depth;
+      });
+    }
     if (order.size() > static_cast<size_t>(budget)) order.resize(static_cast<size_t>(budget));
     std::vector<int32_t> node_of(cands.size(), -1);
     sampling::TokenTree tree;
@@ -246,8 +249,9 @@ void DraftModelProposer::draw_children(const DraftInput& in, std::span<const flo
 }
 
 Result<std::vector<sampling::TokenTree>> DraftModelProposer::propose_tree(
-    std::span<const DraftInput> inputs, int32_t width) {
+    std::span<const DraftInput> inputs, int32_t width, std::span<const int32_t> static_widths) {
   ARBOR_CHECK(width >= 1) << "tree width " << width;
+  const bool is_static = !static_widths.empty();
   const int32_t vocab = vocab_size();
   ARBOR_RETURN_IF_ERROR(catch_up(inputs));
   std::vector<TreeBuild> builds(inputs.size());
@@ -274,11 +278,12 @@ Result<std::vector<sampling::TokenTree>> DraftModelProposer::propose_tree(
         const std::span<const float> row(logits_.data() + static_cast<size_t>(r) * vocab,
                                          static_cast<size_t>(vocab));
         const double base = u < 0 ? 1.0 : t.cands[u].path;
+        const int32_t children = is_static ? static_widths[static_cast<size_t>(depth - 1)] : width;
         if (inputs[i].draw_tree) {
-          draw_children(inputs[i], row, u, depth, width, t);
+          draw_children(inputs[i], row, u, depth, children, t);
           continue;
         }
-        for (const sampling::Candidate& c : top_children(inputs[i], row, t.path(u), width)) {
+        for (const sampling::Candidate& c : top_children(inputs[i], row, t.path(u), children)) {
           t.cands.push_back({.token = c.token_id, .parent = u, .depth = depth, .prob = c.prob,
                              .path = base * c.prob});
         }
@@ -291,14 +296,18 @@ Result<std::vector<sampling::TokenTree>> DraftModelProposer::propose_tree(
       TreeBuild& t = builds[i];
       rows[i] = -1;
       if (depth >= inputs[i].num_drafts) continue;
+      if (is_static && depth >= static_cast<int32_t>(static_widths.size())) continue;
       std::vector<int32_t> level;
       for (size_t c = 0; c < t.cands.size(); ++c) {
         if (t.cands[c].depth == depth) level.push_back(static_cast<int32_t>(c));
       }
-      std::stable_sort(level.begin(), level.end(),
-                       [&](int32_t a, int32_t b) { return t.cands[a].path > t.cands[b].path; });
+      // Dynamic: the `width` most probable; static: every node of the level, in order.
+      if (!is_static) {
+        std::stable_sort(level.begin(), level.end(),
+                         [&](int32_t a, int32_t b) { return t.cands[a].path > t.cands[b].path; });
+      }
       for (int32_t c : level) {
-        if (static_cast<int32_t>(t.expand.size()) >= width) break;
+        if (!is_static && static_cast<int32_t>(t.expand.size()) >= width) break;
         t.expand.push_back(c);
         if (static_cast<int32_t>(t.closure().size()) > inputs[i].max_nodes) {
           t.expand.pop_back();
@@ -340,7 +349,8 @@ Result<std::vector<sampling::TokenTree>> DraftModelProposer::propose_tree(
   std::vector<sampling::TokenTree> trees;
   trees.reserve(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
-    trees.push_back(builds[i].finish(inputs[i].max_nodes, inputs[i].draw_tree.has_value()));
+    trees.push_back(
+        builds[i].finish(inputs[i].max_nodes, inputs[i].draw_tree.has_value(), is_static));
   }
   return trees;
 }

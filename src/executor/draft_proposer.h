@@ -87,8 +87,13 @@ class DraftModelProposer {
   // and the tree keeps every drawn node in the order drawn (level by level, no pruning: which
   // nodes are expanded may depend on anything but their own children, so each child has law
   // q_i given its path, as tree_sampler.h's exact rules require).
+  // With static_widths (non-empty) the shape is static instead (Sequoia's and Medusa's fixed
+  // trees): every node at depth d gets the static_widths[d - 1] most probable (or drawn)
+  // children, down to static_widths.size() levels, and the tree is the shape's first
+  // max_nodes nodes in level order.
   Result<std::vector<sampling::TokenTree>> propose_tree(std::span<const DraftInput> inputs,
-                                                        int32_t width);
+                                                        int32_t width,
+                                                        std::span<const int32_t> static_widths = {});
   // Seconds of a one-token draft step (median of three after a warm-up); before any propose().
   Result<double> measure_token_cost();
 

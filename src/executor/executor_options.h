@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kernels/attention.h"
 
@@ -40,6 +41,9 @@ struct CpuExecutorOptions {
   int32_t tree_budget = 0;
   int32_t tree_width = 4;
   TreeSampling tree_sampling = TreeSampling::kTopK;  // --spec-tree-sampling
+  // --spec-tree-shape W1,W2,...: a draft model's trees are static (every node at depth d gets
+  // W_d children, len levels) instead of dynamic; empty = dynamic (EAGLE-2).
+  std::vector<int32_t> tree_static_widths;
 };
 
 inline constexpr int32_t kMaxTreeBudget = 64;  // --spec-tree-budget, at most

@@ -69,6 +69,7 @@ struct SpecRun {
   int32_t tree_budget = 0;    // > 0: token trees of at most this many nodes (k levels)
   int32_t tree_width = 4;
   bool with_chains = false;   // chain-speculating requests (tree_nodes 0) in the same batches
+  std::vector<int32_t> tree_shape;  // static trees (empty: dynamic)
 };
 
 std::vector<model::testing::GoldenCase> goldens() {
@@ -89,6 +90,7 @@ std::vector<std::vector<int32_t>> run_spec(const SpecRun& r, int64_t* accepted,
   if (r.proposer == executor::SpecProposer::kDraft) cpu.draft_model = draft_gguf(r.draft_layers);
   cpu.tree_budget = r.tree_budget;
   cpu.tree_width = r.tree_width;
+  cpu.tree_static_widths = r.tree_shape;
   auto exec = executor::CpuModelExecutor::load(shared(model::testing::kStories260K), cpu);
   EXPECT_TRUE(exec.ok()) << exec.status().to_string();
   if (!exec.ok()) return {};
@@ -214,6 +216,17 @@ TEST(SpecGoldenTree, DraftModelTreesEveryShapeBothBlockSizes) {
                     .tree_width = 3});
     expect_goldens({.draft_layers = layers, .k = 3, .block_size = 1, .tree_budget = 4,
                     .tree_width = 2});
+  }
+}
+
+TEST(SpecGoldenTree, StaticTreeShapes) {
+  for (const std::vector<int32_t>& shape :
+       {std::vector<int32_t>{4, 2, 2, 1}, {2, 2, 2, 2, 2}, {3, 1, 1, 1, 1, 1}, {1, 4}}) {
+    for (int32_t budget : {8, 32}) {
+      expect_goldens({.draft_layers = 4, .k = 6, .tree_budget = budget, .tree_shape = shape});
+    }
+    expect_goldens({.draft_layers = 3, .k = 6, .block_size = 1, .num_kv_blocks = 600,
+                    .tree_budget = 16, .tree_shape = shape});
   }
 }
 
