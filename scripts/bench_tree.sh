@@ -13,7 +13,8 @@
 #               whole chain or tree: the accepted drafts per verification compare the shapes;
 #       auto  — the speculation policy sizes chains and trees each step: the tokens/s a user
 #               gets.
-#   * every output compared with plain greedy, token for token (its text).
+#   * every output compared with plain greedy, token for token (its text);
+#   * under load: 4 concurrent streams on the inflated target, plain / chain / tree 16, auto.
 # Every configuration runs once per round, right after a plain run; ratios are medians of the
 # per-round ratios. Knobs: BENCH_MODELS, BENCH_THREADS, BENCH_TREE_ROUNDS (default 3),
 # BENCH_QUICK=1 (one round, 4 prompts), ARBOR_SHARED_DIR.
@@ -55,9 +56,10 @@ run() {
     sleep 0.1
   done
   python3 - "http://127.0.0.1:$(cat "$pf")" "$k" "${MODE:-auto}" "$num_prompts" "${REPEAT:-1}" \
-    >"$out/$name.json" <<'EOF'
-import json, sys, time, urllib.request
+    "${CONC:-1}" >"$out/$name.json" <<'EOF'
+import concurrent.futures, json, sys, time, urllib.request
 url, k, mode, n, repeat = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+conc = int(sys.argv[6])
 starts = ["Once upon a time, there was a little girl named Lily.", "One day, a big dog went to the park.",
           "Tom and Sue were best friends. They liked to play", "The sun was shining and the birds were singing.",
           "There was a small cat who lived in a house.", "Once upon a time, a boy named Tim had a red ball.",
@@ -74,15 +76,17 @@ def metrics():
             m[name] = float(value)
     return m
 before = metrics()
-texts, tokens, t0 = [], 0, time.time()
-for s in starts * repeat:
+def one(s):
     body = {"prompt": s, "max_tokens": 128, "temperature": 0}
     if k > 0 and mode == "fixed":
         body["speculation"] = {"mode": "fixed", "k": k}
-    r = post("/v1/completions", body)
-    texts.append(r["choices"][0]["text"])
-    tokens += r["usage"]["completion_tokens"]
+    return post("/v1/completions", body)
+t0 = time.time()
+with concurrent.futures.ThreadPoolExecutor(max_workers=conc) as pool:
+    results = list(pool.map(one, starts * repeat))
 seconds = time.time() - t0
+texts = [r["choices"][0]["text"] for r in results]
+tokens = sum(r["usage"]["completion_tokens"] for r in results)
 after = metrics()
 d = lambda key: after.get(key, 0.0) - before.get(key, 0.0)
 print(json.dumps({"tok_s": tokens / seconds, "texts": texts[:n],
@@ -114,6 +118,14 @@ for r in $(seq 1 "$rounds"); do
       MODE=auto run "${t}_${c}_auto_$r" "${path[$t]}" "${levels[$c]}" "${weakd[@]}" ${flags[$c]}
     done
   done
+  # Under load: 4 concurrent streams on the inflated target (16 requests), policy on.
+  export REPEAT=2 CONC=4
+  MODE=auto run "c4_plain_$r" "$inflated" 0
+  # shellcheck disable=SC2086
+  MODE=auto run "c4_chain4_$r" "$inflated" 4 "${weakd[@]}" ${flags[chain4]}
+  # shellcheck disable=SC2086
+  MODE=auto run "c4_tree16_$r" "$inflated" 6 "${weakd[@]}" ${flags[tree16]}
+  export CONC=1
 done
 
 python3 - "$out" "$rounds" "$threads" <<'EOF'
@@ -160,6 +172,20 @@ for t in ["small", "inflated"]:
         print(f"| {label} | {x['nodes']:.1f} | {x['acc']:.2f} | {vs_chain:.2f}x | "
               f"{statistics.median(x['tps']):.1f} ({statistics.median(x['plain']):.1f}) | "
               f"**{x['ratio_plain']:.2f}** | {auto_vs_chain:.2f} |")
+print()
+print("**Under load: 4 concurrent streams, inflated target, policy on (16 requests x 128 tokens)**")
+print()
+print("| configuration | output tok/s per round | vs plain (median) |")
+print("|---|---|---|")
+for c, label in [("plain", "plain"), ("chain4", "chain, k = 4"), ("tree16", "tree, budget 16")]:
+    tps = [load(f"c4_{c}_{r}")["tok_s"] for r in range(1, rounds + 1)]
+    ratio = statistics.median(load(f"c4_{c}_{r}")["tok_s"] / load(f"c4_plain_{r}")["tok_s"] for r in range(1, rounds + 1))
+    if c != "plain":
+        for r in range(1, rounds + 1):
+            if load(f"c4_{c}_{r}")["texts"] != load(f"c4_plain_{r}")["texts"]:
+                mismatch = True
+                print(f"MISMATCH: 4 streams {c} round {r} differs from plain greedy", file=sys.stderr)
+    print(f"| {label} | {', '.join('%.1f' % x for x in tps)} | **{ratio:.2f}** |")
 print()
 print("Outputs: " + ("**MISMATCH** (see stderr)" if mismatch else "every configuration's greedy text equals plain decoding's."))
 sys.exit(1 if mismatch else 0)
