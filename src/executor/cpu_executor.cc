@@ -325,8 +325,22 @@ step::RequestResult CpuModelExecutor::verify_tree(const step::ScheduledRequest& 
   const int32_t vocab = vocab_size();
   const int32_t k = s.num_draft_tokens();
   const auto rows = std::span<const float>(logits, static_cast<size_t>(k + 1) * vocab);
-  const sampling::TokenTree tree =
+  sampling::TokenTree tree =
       sampling::TokenTree::from_parents(s.draft_token_ids, s.draft_parent_ids);
+  // A tree the draft model drew last step, cut to the scheduled prefix (its first draws: still
+  // draws from q), carries the q groups its rule needs.
+  const std::optional<sampling::SiblingDraws> rule = tree_draws(st);
+  bool drawn = false;
+  if (const auto it = drawn_trees_.find(s.request_id); it != drawn_trees_.end()) {
+    if (rule && it->second.num_nodes() >= k) {
+      sampling::TokenTree cut = it->second.prefix(k);
+      if (cut.parents() == s.draft_parent_ids && cut.slot_tokens(0) == tree.slot_tokens(0)) {
+        tree = std::move(cut);
+        drawn = true;
+      }
+    }
+    drawn_trees_.erase(it);
+  }
   sampling::TreeLogitsTarget target(
       sampler_, sampling::TreeLogitsTarget::Rows{.logits = rows,
                                                  .vocab_size = vocab,
@@ -335,27 +349,9 @@ step::RequestResult CpuModelExecutor::verify_tree(const step::ScheduledRequest& 
                                                  .tree = &tree});
   sampling::CounterDrawSource draws(st.seed);
   const auto position = static_cast<int64_t>(st.token_ids.size());
-  sampling::TreeVerdict verdict;
-  const auto drawn = drawn_trees_.find(s.request_id);
-  const std::optional<sampling::SiblingDraws> rule = tree_draws(st);
-  const bool use_drawn = rule && drawn != drawn_trees_.end() && drawn->second.num_nodes() >= k &&
-                        drawn->second.prefix(k).parents() == s.draft_parent_ids &&
-                        drawn->second.prefix(k).slot_tokens(0) ==
-                            tree.slot_tokens(0);
-  if (use_drawn) {
-    // The drawn tree cut to the scheduled prefix (its first draws: still draws from q).
-    const sampling::TokenTree cut = drawn->second.prefix(k);
-    sampling::TreeLogitsTarget drawn_target(
-        sampler_, sampling::TreeLogitsTarget::Rows{.logits = rows,
-                                                   .vocab_size = vocab,
-                                                   .params = &st.sampling,
-                                                   .history = {st.prompt_ids(), st.output_ids()},
-                                                   .tree = &cut});
-    verdict = tree_sampler_.verify(cut, position, drawn_target, draws, *rule);
-  } else {
-    verdict = tree_sampler_.verify_sample_and_compare(tree, position, target, draws);
-  }
-  if (drawn != drawn_trees_.end()) drawn_trees_.erase(drawn);
+  const sampling::TreeVerdict verdict =
+      drawn ? tree_sampler_.verify(tree, position, target, draws, *rule)
+            : tree_sampler_.verify_sample_and_compare(tree, position, target, draws);
   step::RequestResult r;
   r.request_id = s.request_id;
   r.num_draft_tokens = k;
