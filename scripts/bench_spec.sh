@@ -28,6 +28,8 @@ out="$build/bench-results/spec"
 single_n=8 conc_n=2
 if [ "${BENCH_QUICK:-0}" = 1 ]; then rounds=1; single_n=4; conc_n=1; fi
 mkdir -p "$models" "$out"
+# shellcheck source=scripts/serve_lib.sh
+source "$root/scripts/serve_lib.sh"
 
 small="$shared/models/stories260K/stories260K.gguf"
 [ -f "$small" ] || { echo "error: $small not found (ARBOR_SHARED_DIR?)" >&2; exit 2; }
@@ -81,17 +83,8 @@ done
 # each, to $out/NAME.txt when CONCURRENCY is 1) and prints the output tokens/s.
 serve_run() {
   local name=$1 conc=$2 n=$3; shift 3
-  local pf="$out/$name.port"
-  rm -f "$pf"
-  "$arbor" --log-level info serve -m "$target_q8" -t "$threads" --host 127.0.0.1 --port 0 \
-    --port-file "$pf" "$@" >"$out/$name.log" 2>&1 &
-  local pid=$!
-  for _ in $(seq 1 900); do
-    [ -s "$pf" ] && curl -sf "http://127.0.0.1:$(cat "$pf")/health" >/dev/null 2>&1 && break
-    kill -0 "$pid" 2>/dev/null || { echo "error: server $name died; see $out/$name.log" >&2; exit 1; }
-    sleep 0.1
-  done
-  local url="http://127.0.0.1:$(cat "$pf")"
+  start_arbor_serve "$out" "$name" "$arbor" -m "$target_q8" -t "$threads" "$@"
+  local url=$server_url
   "$arbor" --log-level warn bench serve --url "$url" --prompts-file "$prompts" -n "$n" \
     --max-concurrency "$conc" --result-json "$out/$name.json" >/dev/null
   if [ "$conc" = 1 ]; then
@@ -106,7 +99,7 @@ EOF
   fi
   curl -s "$url/metrics" | grep -E '^arbor_spec_(draft_tokens|accepted_tokens|verify_steps)_total' \
     >"$out/$name.metrics" || true
-  kill -TERM "$pid"; wait "$pid" 2>/dev/null || true
+  stop_arbor_serve
   python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['runs'][0]['output_throughput'])" \
     "$out/$name.json"
 }

@@ -30,6 +30,8 @@ if [ "${BENCH_QUICK:-0}" = 1 ]; then rounds=1; num_prompts=4; fi
 arbor="$build/arbor"
 out="$build/bench-results/tree"
 mkdir -p "$models" "$out"
+# shellcheck source=scripts/serve_lib.sh
+source "$root/scripts/serve_lib.sh"
 
 small="$shared/models/stories260K/stories260K.gguf"
 [ -f "$small" ] || { echo "error: $small not found (ARBOR_SHARED_DIR?)" >&2; exit 2; }
@@ -45,17 +47,8 @@ weak="$models/stories260K-first4layers.gguf"
 # fixed at K levels when K > 0 and MODE=fixed), then one line of JSON into $out/NAME.json.
 run() {
   local name=$1 target=$2 k=$3; shift 3
-  local pf="$out/$name.port"
-  rm -f "$pf"
-  "$arbor" --log-level info serve -m "$target" -t "$threads" --host 127.0.0.1 --port 0 \
-    --port-file "$pf" "$@" >"$out/$name.log" 2>&1 &
-  local pid=$!
-  for _ in $(seq 1 900); do
-    [ -s "$pf" ] && curl -sf "http://127.0.0.1:$(cat "$pf")/health" >/dev/null 2>&1 && break
-    kill -0 "$pid" 2>/dev/null || { echo "error: server $name died; see $out/$name.log" >&2; exit 1; }
-    sleep 0.1
-  done
-  python3 - "http://127.0.0.1:$(cat "$pf")" "$k" "${MODE:-auto}" "$num_prompts" "${REPEAT:-1}" \
+  start_arbor_serve "$out" "$name" "$arbor" -m "$target" -t "$threads" "$@"
+  python3 - "$server_url" "$k" "${MODE:-auto}" "$num_prompts" "${REPEAT:-1}" \
     "${CONC:-1}" >"$out/$name.json" <<'EOF'
 import concurrent.futures, json, sys, time, urllib.request
 url, k, mode, n, repeat = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
@@ -94,7 +87,7 @@ print(json.dumps({"tok_s": tokens / seconds, "texts": texts[:n],
                   "drafts": d("arbor_spec_draft_tokens_total"),
                   "accepted": d("arbor_spec_accepted_tokens_total")}))
 EOF
-  kill -TERM "$pid"; wait "$pid" 2>/dev/null || true
+  stop_arbor_serve
 }
 
 weakd=(--spec draft --draft-model "$weak")

@@ -54,27 +54,37 @@ TEST(SchedulerSpec, DraftsTakeBudgetTokens) {
   EXPECT_EQ(t, (Table{"A:4", "A:4(+3)", "A:4(+3)"}));
 }
 
+// Runs A, B and C (best_of 3) to completion with the fake model's drafts as given, then
+// checks every output against the request alone, every block back, the executor told of every
+// finish, and (when `expect_accepted`) that some drafts were accepted.
+void expect_outputs_equal_alone(const SchedulerOptions& o, int32_t block_size, int32_t correct,
+                                bool trees, bool expect_accepted) {
+  Harness h(o, kopts(200, block_size));
+  h.model.draft_correct = correct;
+  h.model.trees = trees;
+  ASSERT_TRUE(h.add("A", iota_prompt(7), 30).ok());
+  ASSERT_TRUE(h.add("B", iota_prompt(40, 9), 25).ok());
+  ASSERT_TRUE(h.add("C", iota_prompt(3, 20), 17, 0, /*best_of=*/3).ok());
+  h.run();
+  EXPECT_EQ(h.tokens["A"], testing::alone_tokens(iota_prompt(7), 30));
+  EXPECT_EQ(h.tokens["B"], testing::alone_tokens(iota_prompt(40, 9), 25));
+  for (const char* c : {"C.0", "C.1", "C.2"}) {
+    EXPECT_EQ(h.tokens[c], testing::alone_tokens(iota_prompt(3, 20), 17)) << c;
+  }
+  EXPECT_EQ(h.kv.num_free_blocks(), 199);
+  EXPECT_EQ(h.model.num_known(), 0u) << "the executor was told of every finished request";
+  if (expect_accepted) EXPECT_GT(h.num_accepted_tokens, 0);
+  EXPECT_LE(h.num_accepted_tokens, h.num_draft_tokens);
+}
+
 TEST(SchedulerSpec, OutputsEqualAloneForEveryDraftQualityKAndBlockSize) {
   for (int32_t block_size : {1, 4, 16}) {
     for (int32_t k = 1; k <= 8; ++k) {
       for (int32_t correct : {0, 1, 2, 5, 100}) {
         SCOPED_TRACE("block_size " + std::to_string(block_size) + " k " + std::to_string(k) +
                      " correct " + std::to_string(correct));
-        Harness h(spec_opts(k, 32), kopts(200, block_size));
-        h.model.draft_correct = correct;
-        ASSERT_TRUE(h.add("A", iota_prompt(7), 30).ok());
-        ASSERT_TRUE(h.add("B", iota_prompt(40, 9), 25).ok());
-        ASSERT_TRUE(h.add("C", iota_prompt(3, 20), 17, 0, /*best_of=*/3).ok());
-        h.run();
-        EXPECT_EQ(h.tokens["A"], testing::alone_tokens(iota_prompt(7), 30));
-        EXPECT_EQ(h.tokens["B"], testing::alone_tokens(iota_prompt(40, 9), 25));
-        for (const char* c : {"C.0", "C.1", "C.2"}) {
-          EXPECT_EQ(h.tokens[c], testing::alone_tokens(iota_prompt(3, 20), 17)) << c;
-        }
-        EXPECT_EQ(h.kv.num_free_blocks(), 199);
-        EXPECT_EQ(h.model.num_known(), 0u) << "the executor was told of every finished request";
-        if (correct > 0) EXPECT_GT(h.num_accepted_tokens, 0);
-        EXPECT_LE(h.num_accepted_tokens, h.num_draft_tokens);
+        expect_outputs_equal_alone(spec_opts(k, 32), block_size, correct, /*trees=*/false,
+                                   /*expect_accepted=*/correct > 0);
       }
     }
   }
@@ -90,22 +100,8 @@ TEST(SchedulerSpecTree, OutputsEqualAloneForEveryLadderDepthBudgetAndBlockSize) 
                      std::to_string(budget) + " correct " + std::to_string(correct));
         SchedulerOptions o = spec_opts(6, 48);
         o.max_tree_nodes = budget;
-        Harness h(o, kopts(200, block_size));
-        h.model.draft_correct = correct;
-        h.model.trees = true;
-        ASSERT_TRUE(h.add("A", iota_prompt(7), 30).ok());
-        ASSERT_TRUE(h.add("B", iota_prompt(40, 9), 25).ok());
-        ASSERT_TRUE(h.add("C", iota_prompt(3, 20), 17, 0, /*best_of=*/3).ok());
-        h.run();
-        EXPECT_EQ(h.tokens["A"], testing::alone_tokens(iota_prompt(7), 30));
-        EXPECT_EQ(h.tokens["B"], testing::alone_tokens(iota_prompt(40, 9), 25));
-        for (const char* c : {"C.0", "C.1", "C.2"}) {
-          EXPECT_EQ(h.tokens[c], testing::alone_tokens(iota_prompt(3, 20), 17)) << c;
-        }
-        EXPECT_EQ(h.kv.num_free_blocks(), 199);
-        EXPECT_EQ(h.model.num_known(), 0u);
-        if (correct > 0 && budget >= 2) EXPECT_GT(h.num_accepted_tokens, 0);
-        EXPECT_LE(h.num_accepted_tokens, h.num_draft_tokens);
+        expect_outputs_equal_alone(o, block_size, correct, /*trees=*/true,
+                                   /*expect_accepted=*/correct > 0 && budget >= 2);
       }
     }
   }
