@@ -106,6 +106,22 @@ void BM_GemmQ4_0Packed(benchmark::State& s) { run_matmul(s, GgmlType::kQ4_0, s.r
 void BM_GemmQ8_0Packed(benchmark::State& s) { run_matmul(s, GgmlType::kQ8_0, s.range(2), true); }
 void BM_GemmQ4_0Tokens(benchmark::State& s) { run_matmul(s, GgmlType::kQ4_0, s.range(2)); }
 
+// Every packed type (Q4_0, Q8_0 and the affine types) on the FFN's 5632 x 2048 shape, at one
+// token (decode), 9 (a verification of 8 drafts), 16 and 64 (prefill).
+void BM_MatmulPacked(benchmark::State& s) {
+  run_matmul(s, static_cast<GgmlType>(s.range(2)), s.range(3), true);
+}
+BENCHMARK(BM_MatmulPacked)
+    ->ArgsProduct({{5632},
+                   {2048},
+                   {int64_t(GgmlType::kQ4_0), int64_t(GgmlType::kQ8_0), int64_t(GgmlType::kQ4_1),
+                    int64_t(GgmlType::kQ5_0), int64_t(GgmlType::kQ5_1), int64_t(GgmlType::kQ2_K),
+                    int64_t(GgmlType::kQ3_K), int64_t(GgmlType::kQ4_K), int64_t(GgmlType::kQ5_K),
+                    int64_t(GgmlType::kQ6_K)},
+                   {1, 9, 16, 64}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
 void tinyllama_shapes(benchmark::internal::Benchmark* b) {
   b->Args({2048, 2048})->Args({5632, 2048})->Args({2048, 5632})->Args({32000, 2048});
   b->UseRealTime()->Unit(benchmark::kMicrosecond);

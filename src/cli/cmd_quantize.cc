@@ -1,5 +1,6 @@
-// `arbor quantize IN.gguf OUT.gguf TYPE`: re-encodes a model's weight matrices to TYPE (see
-// gguf/quantize_model.h for which tensors change) and writes a new GGUF file.
+// `arbor quantize IN.gguf OUT.gguf TYPE`: re-encodes a model's weight matrices to TYPE or a
+// K-quant mixture such as q4_K_M (see gguf/quantize_model.h for which tensors change) and writes
+// a new GGUF file.
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -19,7 +20,7 @@ struct Options {
 };
 
 Status run(const Options& opts) {
-  auto target = gguf::parse_quantize_target(opts.type);
+  auto target = gguf::parse_quantize_recipe(opts.type);
   if (!target.ok()) return target.status();
   if (opts.input == opts.output) {
     return invalid_argument("output ", opts.output, " would overwrite the input");
@@ -27,7 +28,8 @@ Status run(const Options& opts) {
   auto in = gguf::GgufFile::open(opts.input);
   if (!in.ok()) return in.status();
   gguf::QuantizeOptions options;
-  options.target = *target;
+  options.target = target->type;
+  options.mix = target->mix;
   options.show_progress = true;
   gguf::QuantizeReport report;
   auto writer = gguf::quantize_model(*in, options, &report);
@@ -37,7 +39,7 @@ Status run(const Options& opts) {
                "quantized %s -> %s (%s): %lld tensors converted (%lld with a fallback type), "
                "%lld kept; tensor data %.2f MiB -> %.2f MiB\n",
                opts.input.c_str(), opts.output.c_str(),
-               std::string(gguf::ggml_type_name(*target)).c_str(),
+               gguf::recipe_name(*target).c_str(),
                static_cast<long long>(report.num_converted),
                static_cast<long long>(report.num_fallback),
                static_cast<long long>(report.num_kept), report.bytes_in / 1048576.0,
@@ -52,7 +54,9 @@ void setup(CLI::App& app) {
   sub->add_option("output", opts->output, "Output GGUF file")->required();
   sub->add_option("type", opts->type,
                   "Target type: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_K, q3_K, q4_K, "
-                  "q5_K, q6_K")
+                  "q5_K, q6_K (every weight matrix), or a K-quant mixture like llama-quantize's: "
+                  "q3_K_S, q3_K_M, q3_K_L, q4_K_S, q4_K_M, q5_K_S, q5_K_M (output.weight q6_K, "
+                  "more bits for some attn_v / ffn_down / attn_output layers)")
       ->required();
   sub->callback([opts] { exit_on_error(run(*opts)); });
 }

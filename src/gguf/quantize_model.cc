@@ -1,5 +1,7 @@
 #include "gguf/quantize_model.h"
 
+#include <cctype>
+#include <charconv>
 #include <optional>
 
 #include "base/progress.h"
@@ -73,11 +75,119 @@ uint32_t llama_file_type(GgmlType type) {
   return t->file_type;
 }
 
+namespace {
+
+struct MixInfo {
+  QuantMix mix;
+  std::string_view name;
+  GgmlType base;
+  uint32_t file_type;
+};
+
+constexpr MixInfo kMixes[] = {
+    {QuantMix::kQ3_K_S, "q3_K_S", GgmlType::kQ3_K, 11},
+    {QuantMix::kQ3_K_M, "q3_K_M", GgmlType::kQ3_K, 12},
+    {QuantMix::kQ3_K_L, "q3_K_L", GgmlType::kQ3_K, 13},
+    {QuantMix::kQ4_K_S, "q4_K_S", GgmlType::kQ4_K, 14},
+    {QuantMix::kQ4_K_M, "q4_K_M", GgmlType::kQ4_K, 15},
+    {QuantMix::kQ5_K_S, "q5_K_S", GgmlType::kQ5_K, 16},
+    {QuantMix::kQ5_K_M, "q5_K_M", GgmlType::kQ5_K, 17},
+};
+
+const MixInfo* find_mix(QuantMix mix) {
+  for (const MixInfo& m : kMixes) {
+    if (m.mix == mix) return &m;
+  }
+  return nullptr;
+}
+
+bool equal_ignore_case(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool contains(std::string_view s, std::string_view part) {
+  return s.find(part) != std::string_view::npos;
+}
+
+// The N of "blk.N." in a tensor name, or -1.
+int layer_index(std::string_view name) {
+  if (name.substr(0, 4) != "blk.") return -1;
+  int i = -1;
+  const auto r = std::from_chars(name.data() + 4, name.data() + name.size(), i);
+  return r.ec == std::errc() ? i : -1;
+}
+
+// llama.cpp's use_more_bits(i_layer, n_layers).
+bool use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+
+// The mixture's type for a weight matrix (before fallbacks); see quantize_model.h.
+GgmlType mix_type(std::string_view name, GgmlType base, QuantMix mix, int layers) {
+  if (mix == QuantMix::kPure) return base;
+  if (name == "output.weight") return GgmlType::kQ6_K;
+  const int i = layer_index(name), n = layers;
+  const bool m_mix = mix == QuantMix::kQ4_K_M || mix == QuantMix::kQ5_K_M;
+  if (contains(name, "attn_v.weight")) {
+    if (mix == QuantMix::kQ3_K_M) return i < 2 ? GgmlType::kQ5_K : GgmlType::kQ4_K;
+    if (mix == QuantMix::kQ3_K_L) return GgmlType::kQ5_K;
+    if (m_mix && use_more_bits(i, n)) return GgmlType::kQ6_K;
+    if (mix == QuantMix::kQ4_K_S && i < 4) return GgmlType::kQ5_K;
+    return base;
+  }
+  if (contains(name, "ffn_down")) {
+    if (mix == QuantMix::kQ3_K_M) return i < n / 16 ? GgmlType::kQ5_K : GgmlType::kQ4_K;
+    if (mix == QuantMix::kQ3_K_L) return GgmlType::kQ5_K;
+    if (m_mix && use_more_bits(i, n)) return GgmlType::kQ6_K;
+    if (mix == QuantMix::kQ4_K_S && i < n / 8) return GgmlType::kQ5_K;
+    return base;
+  }
+  if (contains(name, "attn_output.weight")) {
+    if (mix == QuantMix::kQ3_K_M) return GgmlType::kQ4_K;
+    if (mix == QuantMix::kQ3_K_L) return GgmlType::kQ5_K;
+  }
+  return base;
+}
+
+}  // namespace
+
+Result<QuantRecipe> parse_quantize_recipe(std::string_view name) {
+  for (const MixInfo& m : kMixes) {
+    if (equal_ignore_case(m.name, name)) return QuantRecipe{m.base, m.mix};
+  }
+  auto type = parse_quantize_target(name);
+  if (type.ok()) return QuantRecipe{*type, QuantMix::kPure};
+  std::string accepted;
+  const auto add = [&accepted](std::string_view n) {
+    accepted += str_cat(accepted.empty() ? "" : ", ", n);
+  };
+  for (const TargetInfo& t : kTargets) add(ggml_type_name(t.type));
+  for (const MixInfo& m : kMixes) add(m.name);
+  return invalid_argument("unknown or unsupported quantisation type '", name,
+                          "'; accepted: ", accepted);
+}
+
+std::string recipe_name(const QuantRecipe& recipe) {
+  const MixInfo* m = find_mix(recipe.mix);
+  return std::string(m != nullptr ? m->name : ggml_type_name(recipe.type));
+}
+
+uint32_t llama_file_type(const QuantRecipe& recipe) {
+  const MixInfo* m = find_mix(recipe.mix);
+  return m != nullptr ? m->file_type : llama_file_type(recipe.type);
+}
+
 GgmlType choose_tensor_type(std::string_view name, const std::vector<int64_t>& dims,
-                            GgmlType source_type, GgmlType target) {
+                            GgmlType source_type, GgmlType target, QuantMix mix, int layers) {
   if (dims.size() < 2 || !ends_with(name, "weight") || ends_with(name, "ffn_gate_inp.weight")) {
     return source_type;
   }
+  target = mix_type(name, target, mix, layers);
   if (fits(target, dims[0])) return target;
   const GgmlType fallback = fallback_type(target);
   return fits(fallback, dims[0]) ? fallback : GgmlType::kF16;
@@ -127,13 +237,23 @@ Result<GgufWriter> quantize_model(const GgufFile& in, const QuantizeOptions& opt
   w.set_version(in.version());
   w.set_alignment(in.alignment());
   for (const KeyValue& kv : in.metadata()) w.set(kv.key, kv.value);
-  w.set("general.file_type", Value::u32(llama_file_type(options.target)));
+  if (options.mix != QuantMix::kPure) {
+    const MixInfo* m = find_mix(options.mix);
+    if (m == nullptr || m->base != options.target) {
+      return invalid_argument("a K-quant mixture needs its own base type, not ",
+                              ggml_type_name(options.target));
+    }
+  }
+  w.set("general.file_type", Value::u32(llama_file_type({options.target, options.mix})));
   if (is_quantized(options.target)) w.set("general.quantization_version", Value::u32(2));
+  int layers = 0;  // n of the mixtures' rules: the model's attn_v tensors
+  for (const TensorInfo& t : in.tensors()) layers += contains(t.name, "attn_v.weight") ? 1 : 0;
 
   std::optional<ProgressBar> bar;
   if (options.show_progress) bar.emplace("quantizing", in.tensors().size(), "tensors");
   for (const TensorInfo& t : in.tensors()) {
-    const GgmlType type = choose_tensor_type(t.name, t.dims, t.type, options.target);
+    const GgmlType type =
+        choose_tensor_type(t.name, t.dims, t.type, options.target, options.mix, layers);
     rep.bytes_in += t.size_bytes;
     if (type == t.type) {
       w.add_tensor_ref(t.name, t.type, t.dims, t.bytes());
@@ -145,7 +265,7 @@ Result<GgufWriter> quantize_model(const GgufFile& in, const QuantizeOptions& opt
       rep.bytes_out += data->size();
       w.add_tensor_owned(t.name, type, t.dims, std::move(data).value());
       ++rep.num_converted;
-      if (type != options.target) ++rep.num_fallback;
+      if (type != mix_type(t.name, options.target, options.mix, layers)) ++rep.num_fallback;
     }
     if (bar) bar->add(1);
   }

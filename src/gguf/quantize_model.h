@@ -1,7 +1,7 @@
 // Re-encoding tensors and whole models to another ggml type: the library half of
 // `arbor quantize` and `arbor convert --type`.
 //
-// Which tensors change (llama.cpp's basic rule, without its per-tensor "mixture" tweaks):
+// Which tensors change (llama.cpp's basic rule; the K-quant mixtures below add its tweaks):
 //   * tensors with 2 or more dims whose name ends in "weight" (except MoE routers,
 //     "*ffn_gate_inp.weight", which llama.cpp keeps exact) get the target type;
 //   * everything else (norms, biases, 1-D tensors) keeps its type;
@@ -35,9 +35,38 @@ Result<GgmlType> parse_quantize_target(std::string_view name);
 // q4_K 14 (Q4_K_S), q5_K 16 (Q5_K_S), q6_K 18, bf16 32). CHECKs is_quantize_target(type).
 uint32_t llama_file_type(GgmlType type);
 
-// The type `t` gets when the model's target is `target` (rules above).
+// llama-quantize's K-quant mixtures (llama_tensor_get_type for Llama-family models, without an
+// importance matrix): the base type everywhere the rule above applies, except
+//   output.weight                      q6_K in every mixture
+//   attn_v.weight / ffn_down.weight    Q4_K_M, Q5_K_M: q6_K on layers where use_more_bits(i, n)
+//                                      (i < n/8, i >= 7n/8, or (i - n/8) % 3 == 2)
+//                                      Q4_K_S: q5_K on layers i < 4 (attn_v), i < n/8 (ffn_down)
+//                                      Q3_K_M: attn_v q5_K for i < 2 else q4_K; ffn_down q5_K
+//                                      for i < n/16 else q4_K. Q3_K_L: q5_K
+//   attn_output.weight                 Q3_K_M: q4_K, Q3_K_L: q5_K
+// with n the number of such tensors in the model (its layers) and i the tensor's "blk.<i>."
+// index. Rows that do not fit a K block fall back as above.
+enum class QuantMix { kPure, kQ3_K_S, kQ3_K_M, kQ3_K_L, kQ4_K_S, kQ4_K_M, kQ5_K_S, kQ5_K_M };
+
+// A model-wide target: a type, and for the K-quants optionally a mixture (named like
+// llama-quantize's: "q4_K_M", case-insensitive).
+struct QuantRecipe {
+  GgmlType type = GgmlType::kQ8_0;
+  QuantMix mix = QuantMix::kPure;
+};
+// The targets above plus q3_K_S, q3_K_M, q3_K_L, q4_K_S, q4_K_M, q5_K_S, q5_K_M; the error lists
+// them.
+Result<QuantRecipe> parse_quantize_recipe(std::string_view name);
+std::string recipe_name(const QuantRecipe& recipe);
+// LLAMA_FTYPE of a mixture (Q3_K_S 11, Q3_K_M 12, Q3_K_L 13, Q4_K_S 14, Q4_K_M 15, Q5_K_S 16,
+// Q5_K_M 17), else llama_file_type(recipe.type).
+uint32_t llama_file_type(const QuantRecipe& recipe);
+
+// The type `t` gets when the model's target is `target` (rules above). For a mixture, `layers`
+// is n above (the count of attn_v / ffn_down tensors).
 GgmlType choose_tensor_type(std::string_view name, const std::vector<int64_t>& dims,
-                            GgmlType source_type, GgmlType target);
+                            GgmlType source_type, GgmlType target,
+                            QuantMix mix = QuantMix::kPure, int layers = 0);
 
 // Re-encodes one tensor's data. src: ggml_nbytes(src_type, dims) bytes (CHECKed);
 // returns ggml_nbytes(dst_type, dims) bytes. kUnimplemented when a type has no codec,
@@ -48,6 +77,7 @@ Result<std::vector<uint8_t>> convert_tensor_data(GgmlType src_type, std::span<co
 
 struct QuantizeOptions {
   GgmlType target = GgmlType::kQ8_0;  // must satisfy is_quantize_target
+  QuantMix mix = QuantMix::kPure;     // a mixture's base type is `target`
   bool show_progress = false;         // a progress bar (tensors done) on stderr
 };
 

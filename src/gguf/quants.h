@@ -140,6 +140,11 @@ void dequantize_block_q5_K(const BlockQ5_K& x, float* y);
 void dequantize_block_q6_K(const BlockQ6_K& x, float* y);
 void dequantize_block_q8_K(const BlockQ8_K& x, float* y);
 
+// Sub-block j (0..7)'s 6-bit scale and min from Q4_K/Q5_K's 12 packed bytes `q`.
+void get_scale_min_k4(int j, const uint8_t* q, uint8_t* d, uint8_t* m);
+// Q3_K's 16 six-bit scales minus 32 (so -32..31) from its 12 packed bytes. out: [16].
+void unpack_scales_q3(const uint8_t* packed, int* out);
+
 // Whether quantize_row / dequantize_row handle the type: F32, F16, BF16, Q4_0, Q4_1, Q5_0,
 // Q5_1, Q8_0, Q8_1 and Q2_K..Q8_K, both ways.
 bool can_quantize(GgmlType type);

@@ -207,6 +207,8 @@ float make_qkx2_quants(int n, int nmax, const float* x, const float* weights, ui
   return scale;
 }
 
+}  // namespace
+
 void get_scale_min_k4(int j, const uint8_t* q, uint8_t* d, uint8_t* m) {
   if (j < 4) {
     *d = q[j] & 63;
@@ -216,6 +218,8 @@ void get_scale_min_k4(int j, const uint8_t* q, uint8_t* d, uint8_t* m) {
     *m = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4));
   }
 }
+
+namespace {
 
 // Packs 8 six-bit scales and mins into Q4_K/Q5_K's 12 bytes.
 void pack_scales_k4(const float* scales, const float* mins, float max_scale, float max_min,
@@ -275,6 +279,8 @@ void quantize_k4_common(const float* x, int nmax, QkxParams params, uint16_t* d,
   }
 }
 
+}  // namespace
+
 // Decodes Q3_K's 16 six-bit scales (minus 32).
 void unpack_scales_q3(const uint8_t* packed, int* out) {
   for (int j = 0; j < kQK_K / 16; ++j) {
@@ -283,6 +289,8 @@ void unpack_scales_q3(const uint8_t* packed, int* out) {
     out[j] = (low | (high << 4)) - 32;
   }
 }
+
+namespace {
 
 }  // namespace
 

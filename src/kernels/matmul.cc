@@ -1,6 +1,7 @@
 #include "kernels/matmul.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/matmul_internal.h"
 #include "kernels/ops.h"
+#include "kernels/packed_affine.h"
 
 namespace arbor::kernels {
 
@@ -298,24 +300,19 @@ void prepare_quantized_acts(const WeightView& w, const float* x, int64_t num_tok
 }
 
 bool uses_packed(const WeightView& w, Isa isa) {
-  return w.packed != nullptr && isa >= Isa::kAvx512 && is_quantized(w.type);
+  return w.packed != nullptr && isa >= Isa::kAvx512 &&
+         (is_quantized(w.type) || internal::is_affine_type(w.type));
 }
 
-// The packed path for one or more matrices sharing x (same type and cols): activations into
-// ActBlockVnni records once, then every matrix's row groups over the pool in one job.
-void matmul_packed(std::span<const WeightView* const> ws, const float* x,
-                   std::span<float* const> ys, int64_t num_tokens, ThreadPool& pool) {
-  const WeightView& w0 = *ws[0];
-  const int64_t cols = w0.cols, nb = cols / kQBlock;
-  auto* acts = static_cast<internal::ActBlockVnni*>(
-      pool.workspace(0, static_cast<size_t>(num_tokens * nb) * sizeof(internal::ActBlockVnni)));
-  const int32_t k = w0.type == GgmlType::kQ4_0 ? 8 : 128;
-  for_each_token(num_tokens, cols, pool, [&](int64_t t) {
-    internal::pack_act_row_vnni(x + t * cols, cols, k, acts + t, num_tokens);
-  });
-  // Work units: the kernel's group tile (packed_rows_avx512: 4 groups for one token, 2 for two
-  // or three, else 1); unit_end[i] = units of matrices 0..i.
-  const int64_t unit = num_tokens == 1 ? 4 : num_tokens <= 3 ? 2 : 1;
+// Runs rows(w, acts, num_tokens, y, group_begin, group_end) for every row group of every matrix
+// in ws over the pool, in one job; acts: [cols / 32, num_tokens] records of type Act.
+template <class Act, class Rows>
+void run_packed_rows(std::span<const WeightView* const> ws, const Act* acts,
+                     std::span<float* const> ys, int64_t num_tokens, ThreadPool& pool,
+                     const Rows& rows) {
+  const int64_t cols = ws[0]->cols;
+  // Work units: the kernels' group tile; unit_end[i] = units of matrices 0..i.
+  const int64_t unit = internal::packed_group_unit(num_tokens);
   int64_t unit_end[8];
   ARBOR_CHECK_LE(ws.size(), 8u);
   int64_t units = 0, macs = 0;
@@ -332,8 +329,8 @@ void matmul_packed(std::span<const WeightView* const> ws, const float* x,
       if (begin >= unit_end[i]) continue;
       const int64_t groups = (ws[i]->rows + internal::kPackRows - 1) / internal::kPackRows;
       const int64_t stop = std::min(end, unit_end[i]);
-      internal::packed_rows_avx512(*ws[i], acts, num_tokens, ys[i], (begin - first) * unit,
-                                   std::min(groups, (stop - first) * unit));
+      rows(*ws[i], acts, num_tokens, ys[i], (begin - first) * unit,
+           std::min(groups, (stop - first) * unit));
       begin = stop;
     }
   };
@@ -347,12 +344,66 @@ void matmul_packed(std::span<const WeightView* const> ws, const float* x,
       units, [&](int64_t begin, int64_t end, int) { run_units(begin, end); }, grain);
 }
 
+// The packed path for one or more matrices sharing x (same type and cols): activations into
+// records once, then every matrix's row groups over the pool in one job.
+void matmul_packed(std::span<const WeightView* const> ws, const float* x,
+                   std::span<float* const> ys, int64_t num_tokens, ThreadPool& pool) {
+  const WeightView& w0 = *ws[0];
+  const int64_t cols = w0.cols, nb = cols / kQBlock;
+  if (internal::is_affine_type(w0.type)) {
+    auto* acts = static_cast<internal::ActBlockAffine*>(pool.workspace(
+        0, static_cast<size_t>(num_tokens * nb) * sizeof(internal::ActBlockAffine)));
+    for_each_token(num_tokens, cols, pool, [&](int64_t t) {
+      internal::pack_act_row_affine(x + t * cols, cols, acts + t, num_tokens, /*avx2=*/true);
+    });
+    run_packed_rows(ws, acts, ys, num_tokens, pool, internal::affine_rows_avx512);
+    return;
+  }
+  auto* acts = static_cast<internal::ActBlockVnni*>(
+      pool.workspace(0, static_cast<size_t>(num_tokens * nb) * sizeof(internal::ActBlockVnni)));
+  const int32_t k = w0.type == GgmlType::kQ4_0 ? 8 : 128;
+  for_each_token(num_tokens, cols, pool, [&](int64_t t) {
+    internal::pack_act_row_vnni(x + t * cols, cols, k, acts + t, num_tokens);
+  });
+  run_packed_rows(ws, acts, ys, num_tokens, pool, internal::packed_rows_avx512);
+}
+
+// The scalar twin of the affine kernels (ISA scalar, or no packed copy on AVX-512 machines is
+// not this: see matmul()): activations quantised once, rows split over the pool.
+void matmul_affine_scalar(const WeightView& w, const float* x, float* y, int64_t num_tokens,
+                          ThreadPool& pool) {
+  const int64_t cols = w.cols, nb = cols / kQBlock;
+  auto* acts = static_cast<internal::ActBlockAffine*>(pool.workspace(
+      0, static_cast<size_t>(num_tokens * nb) * sizeof(internal::ActBlockAffine)));
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    internal::pack_act_row_affine(x + t * cols, cols, acts + t, num_tokens, /*avx2=*/false);
+  }
+  if (pool.num_threads() == 1 || w.rows * cols * num_tokens < kMinParallelMacs) {
+    internal::affine_rows_scalar(w, acts, num_tokens, y, 0, w.rows);
+    return;
+  }
+  pool.parallel_for(w.rows, [&](int64_t begin, int64_t end, int) {
+    internal::affine_rows_scalar(w, acts, num_tokens, y, begin, end);
+  });
+}
+
 }  // namespace
+
+namespace {
+std::atomic<bool> g_affine_reference{false};
+}  // namespace
+
+void set_affine_reference_path(bool on) { g_affine_reference.store(on); }
 
 void matmul(const WeightView& w, const float* x, float* y, int64_t num_tokens, ThreadPool& pool) {
   check_view(w);
   if (num_tokens <= 0 || w.rows == 0) return;
   const Isa isa = active_isa();
+  if (internal::is_affine_type(w.type) &&
+      (isa == Isa::kScalar || g_affine_reference.load(std::memory_order_relaxed))) {
+    matmul_affine_scalar(w, x, y, num_tokens, pool);
+    return;
+  }
   if (uses_packed(w, isa)) {
     const WeightView* ws[1] = {&w};
     float* ys[1] = {y};
@@ -404,7 +455,7 @@ void matmul_multi(std::span<const WeightView* const> ws, const float* x, std::sp
   bool fused = ws.size() <= 8;
   for (const WeightView* w : ws) {
     check_view(*w);
-    fused = fused && uses_packed(*w, isa) && w->type == ws[0]->type && w->cols == ws[0]->cols &&
+    fused = fused && !g_affine_reference.load(std::memory_order_relaxed) && uses_packed(*w, isa) && w->type == ws[0]->type && w->cols == ws[0]->cols &&
             w->rows > 0;
   }
   if (fused) {
@@ -427,8 +478,36 @@ void matmul_ref(const WeightView& w, const float* x, float* y, int64_t num_token
   }
 }
 
+namespace {
+
+void affine_ref(const WeightView& w, const float* x, float* y, int64_t num_tokens) {
+  const internal::AffineFormat f = internal::affine_format(w.type);
+  const int64_t nb = w.cols / kQBlock;
+  std::vector<internal::ActBlockAffine> acts(static_cast<size_t>(num_tokens * nb));
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    internal::pack_act_row_affine(x + t * w.cols, w.cols, acts.data() + t * nb, 1, false);
+  }
+  internal::AffineBlock blk;
+  for (int64_t r = 0; r < w.rows; ++r) {
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      double acc = 0.0;
+      for (int64_t b = 0; b < nb; ++b) {
+        internal::decode_affine_block(w.type, row_ptr(w, r), b, &blk);
+        acc += internal::affine_block_ref(f, blk, acts[t * nb + b]);
+      }
+      y[t * w.rows + r] = static_cast<float>(acc);
+    }
+  }
+}
+
+}  // namespace
+
 void matmul_ref_quantized_act(const WeightView& w, const float* x, float* y, int64_t num_tokens) {
   check_view(w);
+  if (internal::is_affine_type(w.type)) {
+    affine_ref(w, x, y, num_tokens);
+    return;
+  }
   if (!is_quantized(w.type)) {
     matmul_ref(w, x, y, num_tokens);
     return;

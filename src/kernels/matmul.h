@@ -95,10 +95,16 @@ void matmul_multi(std::span<const WeightView* const> ws, const float* x, std::sp
 // activations (no activation quantisation). The accuracy yardstick for every type.
 void matmul_ref(const WeightView& w, const float* x, float* y, int64_t num_tokens);
 
-// Naive twin of the quantised path: quantises x exactly as matmul() does (for Q8_0/Q4_0; for
-// float types it equals matmul_ref) and accumulates integer block dot products, so matmul()
-// must agree with it up to f32 summation order.
+// Naive twin of the quantised path: quantises x exactly as matmul() does (for Q8_0/Q4_0 and the
+// affine types; for float types it equals matmul_ref) and accumulates integer block dot
+// products, so matmul() must agree with it up to f32 summation order.
 void matmul_ref_quantized_act(const WeightView& w, const float* x, float* y, int64_t num_tokens);
+
+// The reference path of the model tests: while on, matmul() multiplies the affine types (Q4_1,
+// Q5_0, Q5_1, Q2_K..Q6_K) with their scalar kernel — bit-identical to the packed AVX-512 kernel
+// by construction (kernels/packed_affine.h) — whatever the ISA and whether a packed copy exists,
+// while every other kernel keeps the active ISA. Process-wide; set it between calls only.
+void set_affine_reference_path(bool on);
 
 // Threshold on num_tokens at and above which matmul() uses the tiled GEMM (exposed for tests and
 // benchmarks, which exercise both sides).

@@ -103,6 +103,12 @@ void packed_rows_avx512(const WeightView& w, const ActBlockVnni* acts, int64_t n
 // the call (a verification step: 1 + up to 15 drafts), so each weight is read from DRAM once.
 inline constexpr int64_t kMaxStationaryTokens = 16;
 
+// Row groups per tile of the packed kernels for a call with `num_tokens` tokens (packed_tiles.h);
+// matmul() splits work across threads in multiples of it.
+inline int64_t packed_group_unit(int64_t num_tokens) {
+  return num_tokens == 1 ? 4 : num_tokens <= 3 ? 2 : 1;
+}
+
 // x: [num_tokens, cols] -> out: [ceil(cols / 16), num_tokens, 16] (see MatmulArgs::xb).
 void pack_x_blocked(const float* x, int64_t num_tokens, int64_t cols, float* out);
 

@@ -7,6 +7,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
 #include "kernels/matmul_internal.h"
+#include "kernels/packed_affine.h"
 
 namespace arbor::kernels {
 
@@ -17,7 +18,8 @@ using internal::kQBlock;
 void PackedWeights::Free::operator()(uint8_t* p) const { std::free(p); }
 
 bool packing_available(GgmlType type) {
-  return (type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0) && best_isa() >= Isa::kAvx512;
+  return (type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || internal::is_affine_type(type)) &&
+         best_isa() >= Isa::kAvx512;
 }
 
 namespace {
@@ -54,16 +56,32 @@ void pack_group_block(const WeightView& w, int64_t r0, int64_t b, uint8_t* dst) 
 
 }  // namespace
 
+namespace {
+
+uint8_t* allocate_packed(size_t bytes) {
+  auto* data = static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
+  ARBOR_CHECK(data != nullptr) << "out of memory packing " << bytes << " bytes of weights";
+  return data;
+}
+
+}  // namespace
+
 PackedWeights pack_weights(const WeightView& w) {
   ARBOR_CHECK(packing_available(w.type))
       << "no packed kernel for " << gguf::ggml_type_name(w.type) << " on this CPU";
   ARBOR_CHECK(w.cols % kQBlock == 0 && w.rows > 0);
+  if (internal::is_affine_type(w.type)) {
+    PackedWeights p;
+    p.bytes_ = internal::affine_packed_bytes(w);
+    p.data_.reset(allocate_packed(p.bytes_));
+    internal::pack_affine(w, p.data_.get());
+    return p;
+  }
   const int64_t nb = w.cols / kQBlock;
   const int64_t groups = (w.rows + kPackRows - 1) / kPackRows;
   const size_t block_bytes = internal::packed_block_bytes(w.type);
   const size_t bytes = static_cast<size_t>(groups * nb) * block_bytes;
-  auto* data = static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
-  ARBOR_CHECK(data != nullptr) << "out of memory packing " << bytes << " bytes of weights";
+  uint8_t* data = allocate_packed(bytes);
   for (int64_t g = 0; g < groups; ++g) {
     for (int64_t b = 0; b < nb; ++b) {
       pack_group_block(w, g * kPackRows, b, data + static_cast<size_t>(g * nb + b) * block_bytes);

@@ -11,6 +11,7 @@
 
 #include "kernels/avx512_target.h"
 #include "kernels/matmul_internal.h"
+#include "kernels/packed_tiles.h"
 
 namespace arbor::kernels::internal {
 namespace {
@@ -58,8 +59,17 @@ ARBOR_AVX512_INLINE void prefetch_record(const uint8_t* rec) {
 // block in order. Per (row, token) the arithmetic is fixed whatever G and T are: for each block
 // b, acc = fma(float(integer dot - offset), d_w * d_a, acc), starting from 0 — so a token's
 // result does not depend on the batch around it.
-template <GgmlType kType, int G, int T>
-ARBOR_AVX512 void tile(const WeightView& w, const ActBlockVnni* acts, int64_t num_tokens, float* y,
+template <GgmlType kType>
+struct Q0Kernel {
+  using Act = ActBlockVnni;
+  template <int G, int T>
+  ARBOR_AVX512 static void tile(const WeightView& w, const ActBlockVnni* acts,
+                                int64_t num_tokens, float* y, int64_t g0, int64_t t0);
+};
+
+template <GgmlType kType>
+template <int G, int T>
+ARBOR_AVX512 void Q0Kernel<kType>::tile(const WeightView& w, const ActBlockVnni* acts, int64_t num_tokens, float* y,
                      int64_t g0, int64_t t0) {
   constexpr size_t kRec = kRecordBytes<kType>;
   const int64_t nb = w.cols / kQBlock;
@@ -83,7 +93,7 @@ ARBOR_AVX512 void tile(const WeightView& w, const ActBlockVnni* acts, int64_t nu
       const uint8_t* rec = base[g] + static_cast<size_t>(b) * kRec;
       // Several tokens per record: fetch ahead (the group's records are contiguous, and the
       // next group's follow them).
-      if constexpr (T > 1) prefetch_record<kType>(rec + kPrefetchRecords * kRec);
+      prefetch_record<kType>(rec + kPrefetchRecords * kRec);
       const __m512 wd =
           _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec)));
       __m512i z[8];
@@ -125,62 +135,6 @@ ARBOR_AVX512 void tile(const WeightView& w, const ActBlockVnni* acts, int64_t nu
   }
 }
 
-// Tokens [t0, t1) for groups g0 .. g0 + G - 1, T at a time, then one tile for the rest.
-template <GgmlType kType, int G, int T>
-ARBOR_AVX512 void token_tiles(const WeightView& w, const ActBlockVnni* acts, int64_t num_tokens,
-                            float* y, int64_t g0, int64_t t0, int64_t t1) {
-  int64_t t = t0;
-  for (; t + T <= t1; t += T) tile<kType, G, T>(w, acts, num_tokens, y, g0, t);
-  if constexpr (T > 1) {
-    if (t < t1) token_tiles<kType, G, T - 1>(w, acts, num_tokens, y, g0, t, t1);
-  }
-}
-
-// Groups [gb, ge) x tokens [t0, t1): G groups at a time, then one at a time.
-template <GgmlType kType, int G, int T>
-ARBOR_AVX512 void group_tiles(const WeightView& w, const ActBlockVnni* acts, int64_t num_tokens,
-                            float* y, int64_t gb, int64_t ge, int64_t t0, int64_t t1) {
-  int64_t g = gb;
-  for (; g + G <= ge; g += G) token_tiles<kType, G, T>(w, acts, num_tokens, y, g, t0, t1);
-  for (; g < ge; ++g) token_tiles<kType, 1, T>(w, acts, num_tokens, y, g, t0, t1);
-}
-
-// One token (decode): four groups per tile, so 8 dot chains run at once while four weight
-// streams are read. Two or three tokens: two groups. Up to kMaxStationaryTokens (a step that
-// verifies drafts): one group x every token, so each weight record is read from memory once
-// and used for all of them (T accumulators + 8 weight registers, no spills). More tokens
-// (prefill): 1 group x 8 tokens per tile over token blocks whose activations stay in L2 while
-// the group's weights stay in L1/L2 across the block's tiles.
-template <GgmlType kType>
-ARBOR_AVX512 void packed_rows(const WeightView& w, const ActBlockVnni* acts, int64_t num_tokens,
-                            float* y, int64_t gb, int64_t ge) {
-  constexpr int64_t kTokenBlock = 64;
-  if (num_tokens == 1) {
-    group_tiles<kType, 4, 1>(w, acts, 1, y, gb, ge, 0, 1);
-    return;
-  }
-  if (num_tokens <= 3) {
-    group_tiles<kType, 2, 3>(w, acts, num_tokens, y, gb, ge, 0, num_tokens);
-    return;
-  }
-  if (num_tokens <= 2 * kMaxStationaryTokens) {
-    // Up to 32 tokens: one or two balanced tiles per group; the second finds the group's
-    // records in cache.
-    const int64_t split = num_tokens <= kMaxStationaryTokens ? num_tokens : (num_tokens + 1) / 2;
-    for (int64_t g = gb; g < ge; ++g) {
-      token_tiles<kType, 1, kMaxStationaryTokens>(w, acts, num_tokens, y, g, 0, split);
-      if (split < num_tokens) {
-        token_tiles<kType, 1, kMaxStationaryTokens>(w, acts, num_tokens, y, g, split, num_tokens);
-      }
-    }
-    return;
-  }
-  for (int64_t tb = 0; tb < num_tokens; tb += kTokenBlock) {
-    const int64_t te = std::min(num_tokens, tb + kTokenBlock);
-    group_tiles<kType, 1, 8>(w, acts, num_tokens, y, gb, ge, tb, te);
-  }
-}
-
 }  // namespace
 
 ARBOR_AVX512 void pack_act_row_vnni(const float* x, int64_t cols, int32_t k, ActBlockVnni* out,
@@ -202,9 +156,9 @@ ARBOR_AVX512 void pack_act_row_vnni(const float* x, int64_t cols, int32_t k, Act
 void packed_rows_avx512(const WeightView& w, const ActBlockVnni* acts, int64_t num_tokens,
                         float* y, int64_t group_begin, int64_t group_end) {
   if (w.type == GgmlType::kQ8_0) {
-    packed_rows<GgmlType::kQ8_0>(w, acts, num_tokens, y, group_begin, group_end);
+    packed_rows<Q0Kernel<GgmlType::kQ8_0>>(w, acts, num_tokens, y, group_begin, group_end);
   } else {
-    packed_rows<GgmlType::kQ4_0>(w, acts, num_tokens, y, group_begin, group_end);
+    packed_rows<Q0Kernel<GgmlType::kQ4_0>>(w, acts, num_tokens, y, group_begin, group_end);
   }
 }
 

@@ -58,6 +58,68 @@ TEST(QuantizeModel, TargetsAndFileTypes) {
   EXPECT_EQ(llama_file_type(GgmlType::kBF16), 32u);
 }
 
+// llama-quantize's K-quant mixtures on a 22-layer model (TinyLlama's depth): which layers get
+// more bits, enumerated.
+TEST(QuantizeModel, KQuantMixturesFollowLlamaQuantize) {
+  constexpr int kLayers = 22;
+  const auto type_of = [](std::string_view name, QuantMix mix, GgmlType base) {
+    return choose_tensor_type(name, {2048, 256}, GgmlType::kF16, base, mix, kLayers);
+  };
+  const auto blk = [](int i, std::string_view t) { return str_cat("blk.", i, ".", t, ".weight"); };
+  // use_more_bits(i, 22): i < 2, i >= 19, or (i - 2) % 3 == 2.
+  const std::vector<int> more_bits = {0, 1, 4, 7, 10, 13, 16, 19, 20, 21};
+  for (auto [mix, base] : {std::pair{QuantMix::kQ4_K_M, GgmlType::kQ4_K},
+                           std::pair{QuantMix::kQ5_K_M, GgmlType::kQ5_K}}) {
+    EXPECT_EQ(type_of("output.weight", mix, base), GgmlType::kQ6_K);
+    EXPECT_EQ(type_of("token_embd.weight", mix, base), base);
+    std::vector<int> v_layers, down_layers;
+    for (int i = 0; i < kLayers; ++i) {
+      if (type_of(blk(i, "attn_v"), mix, base) == GgmlType::kQ6_K) v_layers.push_back(i);
+      if (type_of(blk(i, "ffn_down"), mix, base) == GgmlType::kQ6_K) down_layers.push_back(i);
+      for (const char* t : {"attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up"}) {
+        EXPECT_EQ(type_of(blk(i, t), mix, base), base) << blk(i, t);
+      }
+    }
+    EXPECT_EQ(v_layers, more_bits);
+    EXPECT_EQ(down_layers, more_bits);
+  }
+  for (int i = 0; i < kLayers; ++i) {
+    const GgmlType q3 = GgmlType::kQ3_K;
+    EXPECT_EQ(type_of(blk(i, "attn_v"), QuantMix::kQ3_K_M, q3),
+              i < 2 ? GgmlType::kQ5_K : GgmlType::kQ4_K);
+    EXPECT_EQ(type_of(blk(i, "ffn_down"), QuantMix::kQ3_K_M, q3),
+              i < 1 ? GgmlType::kQ5_K : GgmlType::kQ4_K);
+    EXPECT_EQ(type_of(blk(i, "attn_output"), QuantMix::kQ3_K_M, q3), GgmlType::kQ4_K);
+    EXPECT_EQ(type_of(blk(i, "attn_q"), QuantMix::kQ3_K_M, q3), q3);
+    EXPECT_EQ(type_of(blk(i, "attn_output"), QuantMix::kQ3_K_L, q3), GgmlType::kQ5_K);
+    EXPECT_EQ(type_of(blk(i, "attn_v"), QuantMix::kQ4_K_S, GgmlType::kQ4_K),
+              i < 4 ? GgmlType::kQ5_K : GgmlType::kQ4_K);
+    EXPECT_EQ(type_of(blk(i, "ffn_down"), QuantMix::kQ4_K_S, GgmlType::kQ4_K),
+              i < 2 ? GgmlType::kQ5_K : GgmlType::kQ4_K);
+  }
+  // A row that fits no K block falls back after the mixture's choice (q6_K -> q8_0).
+  EXPECT_EQ(choose_tensor_type("blk.0.attn_v.weight", {64, 64}, GgmlType::kF32, GgmlType::kQ4_K,
+                               QuantMix::kQ4_K_M, kLayers),
+            GgmlType::kQ8_0);
+}
+
+TEST(QuantizeModel, RecipesParseAndNameTheirFileTypes) {
+  const auto r = parse_quantize_recipe("Q4_K_M");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->type, GgmlType::kQ4_K);
+  EXPECT_EQ(r->mix, QuantMix::kQ4_K_M);
+  EXPECT_EQ(recipe_name(*r), "q4_K_M");
+  EXPECT_EQ(llama_file_type(*r), 15u);
+  EXPECT_EQ(llama_file_type(*parse_quantize_recipe("q5_k_m")), 17u);
+  EXPECT_EQ(llama_file_type(*parse_quantize_recipe("q3_K_M")), 12u);
+  EXPECT_EQ(parse_quantize_recipe("q6_K")->mix, QuantMix::kPure);
+  EXPECT_EQ(llama_file_type(*parse_quantize_recipe("q6_K")), 18u);
+  const auto bad = parse_quantize_recipe("q4_K_X");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("q4_K_S, q4_K_M, q5_K_S, q5_K_M"), std::string::npos)
+      << bad.status().message();
+}
+
 TEST(QuantizeModel, ConvertTensorData) {
   std::vector<float> x(64);
   for (int i = 0; i < 64; ++i) x[i] = std::sin(0.1f * i);
@@ -80,7 +142,7 @@ TEST(QuantizeModel, Stories260KToQ8_0) {
   auto in = GgufFile::open(path);
   ASSERT_TRUE(in.ok());
   QuantizeReport report;
-  auto w = quantize_model(*in, {GgmlType::kQ8_0, false}, &report);
+  auto w = quantize_model(*in, {.target = GgmlType::kQ8_0}, &report);
   ASSERT_TRUE(w.ok()) << w.status().to_string();
   EXPECT_EQ(report.num_converted, 37);  // 2-D weights
   EXPECT_EQ(report.num_fallback, 5);    // ffn_down has rows of 172 -> f16
@@ -122,7 +184,7 @@ TEST(QuantizeModel, RequantisesAQuantisedModel) {
   const std::string path = test::shared_path("models/tinystories-656K/TinyStories-656K-Q8_0.gguf");
   auto in = GgufFile::open(path);
   ASSERT_TRUE(in.ok());
-  auto w = quantize_model(*in, {GgmlType::kQ4_0, false}, nullptr);
+  auto w = quantize_model(*in, {.target = GgmlType::kQ4_0}, nullptr);
   ASSERT_TRUE(w.ok()) << w.status().to_string();
   const std::string bytes = w->serialize();
   auto out = GgufFile::parse({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()},

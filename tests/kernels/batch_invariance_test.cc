@@ -3,7 +3,7 @@
 // there are, or on the thread count. Greedy speculative decoding relies on it: verifying k draft
 // tokens in one step must give exactly the logits of k one-token decode steps.
 //
-// matmul: for every weight type with its own kernels (and one generic type), every ISA this CPU
+// matmul: for every weight type with its own kernels (and the generic path), every ISA this CPU
 // runs, plain and packed views, 1 and 2 threads: T = 1..17 and 64 tokens in one call give, row
 // for row, the bits of each token alone (T = 1, one thread).
 // attention: for a sequence with C committed keys (C on both sides of the fixed split chunk) and
@@ -105,7 +105,13 @@ TEST(BatchInvariance, MatmulEveryTypeIsaTokenCountAndThreadCount) {
     check_matmul_invariance({type, 33, quant ? 2048 : 1000}, ++seed);
     if (::testing::Test::HasFatalFailure()) return;
   }
-  check_matmul_invariance({GgmlType::kQ4_1, 70, 256}, ++seed);  // the generic path
+  // The affine packed types (the K-quants' rows are multiples of 256).
+  for (GgmlType type : {GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ2_K,
+                        GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+    check_matmul_invariance({type, 70, 512}, ++seed);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  check_matmul_invariance({GgmlType::kQ8_1, 70, 256}, ++seed);  // the generic path
 }
 
 // ---- attention -------------------------------------------------------------------------------

@@ -21,6 +21,7 @@
 #include "gguf/quants.h"
 #include "kernels/matmul_internal.h"
 #include "kernels/ops.h"
+#include "kernels/packed_affine.h"
 #include "kernels_test_util.h"
 
 namespace arbor::kernels {
@@ -47,7 +48,14 @@ std::string describe(const Case& c, Isa isa, int threads, uint32_t seed) {
          " threads=" + std::to_string(threads) + " seed=" + std::to_string(seed);
 }
 
-bool quantized(GgmlType t) { return t == GgmlType::kQ8_0 || t == GgmlType::kQ4_0; }
+bool affine(GgmlType t) { return internal::is_affine_type(t); }
+// Whether matmul() quantises the activations for this type, ISA and view: Q8_0/Q4_0 always;
+// the affine types on their scalar kernel and their packed AVX-512 kernel (AVX2, and AVX-512
+// without a packed copy, take the f32 generic path).
+bool quantized_acts(GgmlType t, Isa isa, bool packed_view) {
+  if (t == GgmlType::kQ8_0 || t == GgmlType::kQ4_0) return true;
+  return affine(t) && (isa == Isa::kScalar || (packed_view && isa >= Isa::kAvx512));
+}
 
 // Runs one case on every ISA and thread count and checks all three tolerances above.
 void check_case(const Case& c, uint32_t seed, const std::vector<ThreadPool*>& pools) {
@@ -73,7 +81,7 @@ void check_case(const Case& c, uint32_t seed, const std::vector<ThreadPool*>& po
     for (int64_t t = 0; t < nt; ++t) {
       double s = 0.0, qb = 0.0;
       for (int64_t k = 0; k < cols; ++k) s += std::fabs(row[k]) * std::fabs(x[t * cols + k]);
-      for (int64_t b = 0; quantized(c.type) && b < cols / 32; ++b) {
+      for (int64_t b = 0; b < cols / 32; ++b) {
         float amax = 0.0f;
         for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[t * cols + b * 32 + j]));
         for (int j = 0; j < 32; ++j) qb += std::fabs(row[b * 32 + j]) * (amax / 127.0) / 2.0;
@@ -100,9 +108,10 @@ void check_case(const Case& c, uint32_t seed, const std::vector<ThreadPool*>& po
                    (view == &wp ? " packed" : ""));
       std::fill(y.begin(), y.end(), NAN);
       matmul(*view, x.data(), y.data(), nt, *pool);
+      const bool quant = quantized_acts(c.type, isa, view == &wp);
       for (size_t i = 0; i < y.size(); ++i) {
         const double s = mag[i];
-        if (quantized(c.type)) {
+        if (quant) {
           ASSERT_NEAR(y[i], ref_q[i], 1e-5 * s + 1e-30) << "vs quantised-activation ref, i=" << i;
           ASSERT_NEAR(y[i], ref[i], qbound[i] + 1e-5 * s + 1e-30) << "vs f32 ref, i=" << i;
         } else {
@@ -121,9 +130,13 @@ TEST_P(MatmulTest, MatchesReferenceAcrossShapesTokensIsas) {
   const std::vector<ThreadPool*> pools{&p1, &p2, &p3};
   const GgmlType type = GetParam();
   uint32_t seed = 1000 + static_cast<uint32_t>(type) * 100;
+  // Columns: 1, 2 and 8 blocks of 32 (the K-quants: 1 and 2 super-blocks of 256).
+  const bool k_quant = gguf::ggml_traits(type).block_size == 256;
+  const std::vector<int64_t> col_counts =
+      k_quant ? std::vector<int64_t>{256, 512} : std::vector<int64_t>{32, 64, 256};
   for (int64_t nt : {1, 2, 3, 5, 8, 17, 64}) {
     for (int64_t rows : {1, 7, 33, 250}) {
-      for (int64_t cols : {32, 64, 256}) {
+      for (int64_t cols : col_counts) {
         check_case({type, {rows, cols}, nt, 0}, ++seed, pools);
         if (HasFatalFailure()) return;
       }
@@ -132,12 +145,15 @@ TEST_P(MatmulTest, MatchesReferenceAcrossShapesTokensIsas) {
   // One long row (GEMV and GEMM), and a padded row stride.
   check_case({type, {33, 4096}, 1, 0}, ++seed, pools);
   check_case({type, {9, 4096}, 6, 0}, ++seed, pools);
-  check_case({type, {13, 96}, 5, 64}, ++seed, pools);
+  check_case({type, {13, k_quant ? 768 : 96}, 5, 64}, ++seed, pools);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest,
                          ::testing::Values(GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16,
-                                           GgmlType::kQ8_0, GgmlType::kQ4_0),
+                                           GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1,
+                                           GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ2_K,
+                                           GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K,
+                                           GgmlType::kQ6_K),
                          [](const ::testing::TestParamInfo<GgmlType>& info) {
                            return std::string(gguf::ggml_type_name(info.param));
                          });
@@ -147,13 +163,14 @@ TEST(Matmul, PackedKernelsAreBatchInvariant) {
   // A token's outputs must not depend on the tokens beside it (the engine's "batched equals
   // alone" guarantee): each of 19 tokens multiplied alone equals its row of the batched call,
   // bit for bit, for row counts that leave partial 16-row groups.
-  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0}) {
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ6_K,
+                        GgmlType::kQ5_0}) {
     if (!packing_available(type)) {
       GTEST_SKIP() << "the CPU lacks the ISA of the packed " << gguf::ggml_type_name(type)
                    << " kernel (best ISA here: " << isa_name(best_isa()) << ")";
     }
     std::mt19937 rng(77);
-    const int64_t rows = 70, cols = 320, nt = 19;
+    const int64_t rows = 70, cols = affine(type) ? 512 : 320, nt = 19;
     const std::vector<float> wf = testing::random_floats(rng, rows * cols);
     const std::vector<float> x = testing::random_floats(rng, nt * cols);
     const std::vector<uint8_t> data =
@@ -177,7 +194,8 @@ TEST(Matmul, PackedKernelsAreBatchInvariant) {
 TEST(Matmul, MultiEqualsOneCallPerMatrix) {
   // Q/K/V-like shapes (rows 70, 16, 33 leave partial groups), packed and plain, every token
   // count regime and thread count: matmul_multi must give matmul()'s bits.
-  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kF16}) {
+  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kF16, GgmlType::kQ4_K,
+                        GgmlType::kQ6_K}) {
     std::mt19937 rng(5);
     const int64_t cols = 256;
     const int64_t rows[] = {70, 16, 33};
@@ -217,11 +235,77 @@ TEST(Matmul, MultiEqualsOneCallPerMatrix) {
 }
 
 TEST(Matmul, GenericPathForOtherTypes) {
+  // Types without their own kernels dequantise each row and dot it in f32.
   ThreadPool pool(2);
-  uint32_t seed = 77;
-  for (GgmlType t : {GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kQ5_0, GgmlType::kQ4_1}) {
-    ASSERT_TRUE(matmul_supported(t)) << gguf::ggml_type_name(t);
-    for (int64_t nt : {1, 5}) check_case({t, {33, 512}, nt, 0}, ++seed, {&pool});
+  for (int64_t nt : {1, 5}) check_case({GgmlType::kQ8_1, {33, 512}, nt, 0}, 77 + nt, {&pool});
+}
+
+// The affine types' scalar kernel is the packed AVX-512 kernel's twin bit for bit (same f32
+// operations per block, in the same order), for every token-tile regime and partial groups.
+TEST(Matmul, AffineScalarKernelEqualsPackedBitForBit) {
+  if (best_isa() < Isa::kAvx512) GTEST_SKIP() << "the CPU lacks AVX-512 VNNI";
+  ThreadPool pool(2);
+  uint32_t seed = 300;
+  for (GgmlType type : {GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ2_K,
+                        GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+    std::mt19937 rng(++seed);
+    const int64_t rows = 37, cols = 512;
+    const std::vector<float> wf = testing::random_floats(rng, rows * cols);
+    const std::vector<uint8_t> data = testing::encode_weights(type, wf, rows, cols);
+    WeightView w = make_weight_view(type, data.data(), rows, cols);
+    const PackedWeights packed = pack_weights(w);
+    WeightView wp = w;
+    wp.packed = packed.data();
+    for (int64_t nt : {1, 2, 3, 4, 16, 17, 33, 70}) {
+      const std::vector<float> x = testing::random_floats(rng, nt * cols);
+      std::vector<float> simd(static_cast<size_t>(nt * rows)), scalar(simd.size());
+      {
+        IsaScope scope(Isa::kAvx512);
+        matmul(wp, x.data(), simd.data(), nt, pool);
+      }
+      {
+        IsaScope scope(Isa::kScalar);
+        matmul(w, x.data(), scalar.data(), nt, pool);
+      }
+      ASSERT_EQ(simd, scalar) << gguf::ggml_type_name(type) << " tokens " << nt;
+    }
+  }
+}
+
+// decode_affine_block reads every type's ggml bits right: S * (u - zero) + M reproduces the
+// gguf codec's dequantised value (to f32 rounding of ggml's own two-step formula), for every
+// block of rows whose values cover each type's whole range.
+TEST(Matmul, AffineBlocksDecodeLikeTheCodecs) {
+  std::mt19937 rng(11);
+  constexpr int64_t kRows = 6, kCols = 512;
+  const std::vector<float> wf = testing::random_floats(rng, kRows * kCols, -2.0f, 2.0f);
+  for (GgmlType type : {GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ2_K,
+                        GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+    const internal::AffineFormat f = internal::affine_format(type);
+    const std::vector<uint8_t> data = testing::encode_weights(type, wf, kRows, kCols);
+    const size_t stride = weight_row_bytes(type, kCols);
+    std::vector<float> want(kCols);
+    int max_u = 0;
+    for (int64_t r = 0; r < kRows; ++r) {
+      const uint8_t* row = data.data() + r * stride;
+      ASSERT_TRUE(gguf::dequantize_row(type, row, want.data(), kCols).ok());
+      for (int64_t b = 0; b < kCols / 32; ++b) {
+        internal::AffineBlock blk;
+        internal::decode_affine_block(type, row, b, &blk);
+        for (int l = 0; l < 32; ++l) {
+          const float s = internal::affine_scale(f, blk, f.split ? l / 16 : 0);
+          const float m = internal::affine_offset(f, blk, f.split ? l / 16 : 0);
+          const float got = s * static_cast<float>(blk.u[l] - f.zero) + m;
+          const float tol = 4e-7f * (std::fabs(s * blk.u[l]) + std::fabs(m)) + 1e-30f;
+          ASSERT_NEAR(got, want[b * 32 + l], tol)
+              << gguf::ggml_type_name(type) << " row " << r << " col " << b * 32 + l;
+          max_u = std::max<int>(max_u, blk.u[l]);
+        }
+      }
+    }
+    // Every bit of u is exercised (the top value of a 2..6-bit range occurs).
+    const int bits = (f.nibbles ? 4 : 0) + f.bit_planes;
+    EXPECT_EQ(max_u, (1 << bits) - 1) << gguf::ggml_type_name(type);
   }
 }
 

@@ -1,0 +1,143 @@
+// Internal to the kernels module: packed weights and kernels for the "affine" block types —
+// the K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) and the legacy Q4_1, Q5_0, Q5_1. In each, one
+// weight of row r in a run of 32 columns is
+//     w = S * (u - zero) + M,
+// u an unsigned integer of 2..6 bits, S the scale of its sub-block (32 columns, or 16 where
+// the type's sub-blocks are 16 wide: "split"), M its offset (0 for types without mins).
+// matmul() multiplies them against activations quantised to int8 blocks of 32 (ActBlockAffine),
+// so each output is a sum of integer dot products with one or two f32 scales per block pair.
+// Layout, arithmetic and the per-type table: docs/kernels.md, "Affine packed types".
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "gguf/ggml_type.h"
+#include "kernels/matmul.h"
+
+namespace arbor::kernels::internal {
+
+// How one type is stored in the packed layout. Rows go 16 at a time (a group); a group's
+// columns go in units of `blocks_per_unit` blocks of 32 (a K-quant super-block of 256, or one
+// block of 32), each unit a header followed by its blocks' records:
+//   header: [16 x fp16 d][16 x fp16 dm] (dm only with has_min)
+//   record: [nibble plane: 4 x 64 bytes]  (when nibbles) lane i (row i), byte m of word j holds
+//                                          u[4j+m] & 15 | (u[16+4j+m] & 15) << 4
+//           [bit planes: 64 bytes each]   plane p: 8 little-endian u64, bit 4i+m of word j is
+//                                          bit (nibbles ? 4 + p : p) of row i's u[4j+m]
+//           [scales: 16 int8 per sub-block] (int_scales) row i's sub-block scale, lo then hi
+//           [mins: 16 int8 per sub-block]   (int_scales && has_min)
+// S = fp16(d) * sc (or fp16(d) without int_scales); M = fp16(dm) * mn (or fp16(dm)): for the
+// K-quants dm is the negated dmin. Every product is exact in f32.
+struct AffineFormat {
+  bool nibbles = false;     // the low 4 bits of u live in the nibble plane
+  int bit_planes = 0;       // further single-bit planes
+  bool split = false;       // two sub-blocks of 16 per block of 32
+  bool has_min = false;     // w = S*u + M (else S*(u - zero))
+  int zero = 0;             // the offset subtracted from u when !has_min
+  int blocks_per_unit = 1;  // 8 (super-blocks of 256) for the K-quants
+  bool int_scales = false;  // per-sub-block int8 scales (and mins) times the header's d (dm)
+
+  constexpr int sub_blocks() const { return split ? 2 : 1; }
+  constexpr size_t header_bytes() const { return has_min ? 64 : 32; }
+  constexpr size_t scale_offset() const { return (nibbles ? 256 : 0) + 64 * bit_planes; }
+  constexpr size_t record_bytes() const {
+    return scale_offset() + (int_scales ? 16 * sub_blocks() * (has_min ? 2 : 1) : 0);
+  }
+  constexpr size_t unit_bytes() const { return header_bytes() + blocks_per_unit * record_bytes(); }
+};
+
+// The formats (docs/kernels.md has the table); a default AffineFormat for other types.
+constexpr AffineFormat affine_format_of(gguf::GgmlType type) {
+  using gguf::GgmlType;
+  switch (type) {
+    case GgmlType::kQ4_1:
+      return {.nibbles = true, .has_min = true};
+    case GgmlType::kQ5_0:
+      return {.nibbles = true, .bit_planes = 1, .zero = 16};
+    case GgmlType::kQ5_1:
+      return {.nibbles = true, .bit_planes = 1, .has_min = true};
+    case GgmlType::kQ2_K:
+      return {.bit_planes = 2, .split = true, .has_min = true, .blocks_per_unit = 8,
+              .int_scales = true};
+    case GgmlType::kQ3_K:
+      return {.bit_planes = 3, .split = true, .zero = 4, .blocks_per_unit = 8,
+              .int_scales = true};
+    case GgmlType::kQ4_K:
+      return {.nibbles = true, .has_min = true, .blocks_per_unit = 8, .int_scales = true};
+    case GgmlType::kQ5_K:
+      return {.nibbles = true, .bit_planes = 1, .has_min = true, .blocks_per_unit = 8,
+              .int_scales = true};
+    case GgmlType::kQ6_K:
+      return {.nibbles = true, .bit_planes = 2, .split = true, .zero = 32, .blocks_per_unit = 8,
+              .int_scales = true};
+    default:
+      return {};
+  }
+}
+
+// True for the eight types above.
+bool is_affine_type(gguf::GgmlType type);
+// affine_format_of, CHECKing is_affine_type.
+AffineFormat affine_format(gguf::GgmlType type);
+
+// Block b (columns 32b .. 32b+31) of one row, decoded from the ggml encoding: the values of
+// u and the raw scale fields (sc, mn: per sub-block; d, dm: fp16 bits). For the legacy types
+// sc = mn = 1 and d, dm are the block's d and m.
+struct AffineBlock {
+  uint8_t u[32];
+  int8_t sc[2];
+  int8_t mn[2];
+  uint16_t d;
+  uint16_t dm;
+};
+// row: the row's ggml bytes; b < cols / 32.
+void decode_affine_block(gguf::GgmlType type, const uint8_t* row, int64_t b, AffineBlock* out);
+// S and M of sub-block h, in f32 exactly as the kernels form them.
+float affine_scale(const AffineFormat& f, const AffineBlock& blk, int h);
+float affine_offset(const AffineFormat& f, const AffineBlock& blk, int h);
+
+// Packed bytes of a whole matrix (groups * units * unit_bytes).
+size_t affine_packed_bytes(const WeightView& w);
+// Writes the packed layout of w into dst (affine_packed_bytes(w) bytes).
+void pack_affine(const WeightView& w, uint8_t* dst);
+
+// One activation block: the int8 values (quantised exactly like quantize_act_row_avx2), their
+// scale d, the sums of the two halves (elements 0..15, 16..31) and d * float(sum0 + sum1).
+struct ActBlockAffine {
+  int8_t qs[32];
+  float d;
+  int32_t sum[2];
+  float dsum;
+};
+static_assert(sizeof(ActBlockAffine) == 48);
+
+// x: [cols] -> out[b * out_stride] for b in [0, cols / 32) (block-major like the Q4_0 packed
+// path). `avx2`: quantise with quantize_act_row_avx2 (else the scalar twin; both give the same
+// bytes).
+void pack_act_row_affine(const float* x, int64_t cols, ActBlockAffine* out, int64_t out_stride,
+                         bool avx2);
+
+// The contribution of one (row, block) to one token's output, added to acc in the kernels'
+// order (every kernel, scalar or SIMD, does exactly these f32 operations per block):
+//   split:   acc = fma(lo, S0*d, acc); acc = fma(hi, S1*d, acc);
+//            with mins: acc = fma(M0, d*sum0, acc); acc = fma(M1, d*sum1, acc)
+//   else:    acc = fma(lo + hi, S*d, acc); with a min: acc = fma(M, dsum, acc)
+// where lo / hi are the integer dots of u - zero with the halves of qs.
+float affine_block_step(const AffineFormat& f, const AffineBlock& blk, const ActBlockAffine& a,
+                        float acc);
+
+// affine_block_step's contribution summed in double (the naive twin of matmul_ref_quantized_act:
+// the same integer dots and f32 scale products, exact sums).
+double affine_block_ref(const AffineFormat& f, const AffineBlock& blk, const ActBlockAffine& a);
+
+// The scalar kernel (ISA scalar): y for rows [row_begin, row_end) from the ggml bytes,
+// bit-identical to the AVX-512 kernel on the packed layout. acts: [cols / 32, num_tokens].
+void affine_rows_scalar(const WeightView& w, const ActBlockAffine* acts, int64_t num_tokens,
+                        float* y, int64_t row_begin, int64_t row_end);
+
+// The AVX-512 VNNI kernel over w.packed: y for row groups [group_begin, group_end).
+void affine_rows_avx512(const WeightView& w, const ActBlockAffine* acts, int64_t num_tokens,
+                        float* y, int64_t group_begin, int64_t group_end);
+
+}  // namespace arbor::kernels::internal

@@ -1,0 +1,225 @@
+// AVX-512 VNNI kernel over the affine packed types (layout: packed_affine.h). Per block of 32
+// columns and group of 16 rows, a record unpacks to 8 zmm of unsigned u bytes (nibble plane:
+// two ops per pair; each bit plane: one masked byte add per zmm from a 64-bit mask), the
+// scales S (and offsets M) of the 16 rows come from the int8 sub-block scales times the unit's
+// fp16 d; then per token 8 vpdpbusd against broadcast activation dwords and one or two FMAs.
+// Unpacking is shared by every token of a tile, so multi-token steps pay it once per weight.
+// The f32 operations per (row, token, block) are affine_block_step's, in its order.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/avx512_target.h"
+#include "kernels/packed_affine.h"
+#include "kernels/packed_tiles.h"
+
+namespace arbor::kernels::internal {
+namespace {
+
+using gguf::GgmlType;
+
+ARBOR_AVX512_INLINE int32_t load_i32(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+ARBOR_AVX512_INLINE __mmask64 load_mask(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return _cvtu64_mask64(v);
+}
+
+// 16 int8 at p -> 16 f32.
+ARBOR_AVX512_INLINE __m512 load_i8_ps(const uint8_t* p) {
+  return _mm512_cvtepi32_ps(
+      _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+
+ARBOR_AVX512_INLINE __m512 load_ph(const uint8_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// Bytes ahead of the record being read that the tiles prefetch (8 records).
+template <size_t kRec>
+constexpr size_t kPrefetchBytes = 8 * kRec;
+
+template <GgmlType kType>
+struct AffineKernel {
+  using Act = ActBlockAffine;
+  static constexpr AffineFormat kF = affine_format_of(kType);
+  static constexpr int kSubs = kF.sub_blocks();
+
+  // z[j] lane i = row i's u for elements 4j .. 4j+3.
+  ARBOR_AVX512_INLINE static void unpack(const uint8_t* rec, __m512i (&z)[8]) {
+    if constexpr (kF.nibbles) {
+      const __m512i low = _mm512_set1_epi8(0x0F);
+      for (int j = 0; j < 4; ++j) {
+        const __m512i v = _mm512_loadu_si512(rec + 64 * j);
+        z[j] = _mm512_and_si512(v, low);
+        z[4 + j] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+      }
+    }
+    const uint8_t* planes = rec + (kF.nibbles ? 256 : 0);
+#pragma GCC unroll 3
+    for (int p = 0; p < kF.bit_planes; ++p) {
+      const __m512i bit = _mm512_set1_epi8(static_cast<char>((kF.nibbles ? 16 : 1) << p));
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) {
+        const __mmask64 k = load_mask(planes + 64 * p + 8 * j);
+        if (!kF.nibbles && p == 0) {
+          z[j] = _mm512_maskz_mov_epi8(k, bit);
+        } else {
+          z[j] = _mm512_mask_add_epi8(z[j], k, z[j], bit);
+        }
+      }
+    }
+  }
+
+  // S[h] (and M[h]) of the 16 rows for the record's sub-blocks, from the unit's d (and dm).
+  ARBOR_AVX512_INLINE static void scales(__m512 d, __m512 dm, const uint8_t* rec, __m512 (&s)[2],
+                                         __m512 (&m)[2]) {
+    if constexpr (kF.int_scales) {
+      const uint8_t* sc = rec + kF.scale_offset();
+      for (int h = 0; h < kSubs; ++h) s[h] = _mm512_mul_ps(d, load_i8_ps(sc + 16 * h));
+      if constexpr (kF.has_min) {
+        for (int h = 0; h < kSubs; ++h) {
+          m[h] = _mm512_mul_ps(dm, load_i8_ps(sc + 16 * kSubs + 16 * h));
+        }
+      }
+    } else {
+      s[0] = d;
+      m[0] = dm;
+    }
+  }
+
+  template <int G, int T>
+  ARBOR_AVX512 static void tile(const WeightView& w, const Act* acts, int64_t num_tokens,
+                                float* y, int64_t g0, int64_t t0) {
+    constexpr size_t kUnit = kF.unit_bytes(), kHdr = kF.header_bytes(), kRec = kF.record_bytes();
+    constexpr int64_t kBpu = kF.blocks_per_unit;
+    const int64_t nb = w.cols / kQBlock;
+    const size_t group_bytes = static_cast<size_t>(nb / kBpu) * kUnit;
+    const uint8_t* base[G];
+    for (int g = 0; g < G; ++g) {
+      base[g] = static_cast<const uint8_t*>(w.packed) + static_cast<size_t>(g0 + g) * group_bytes;
+    }
+    const int64_t n = num_tokens;
+    const Act* ab = acts + t0;
+    __m512 acc[G][T];
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) {
+#pragma GCC unroll 16
+      for (int t = 0; t < T; ++t) acc[g][t] = _mm512_setzero_ps();
+    }
+    const int64_t units = nb / kBpu;
+    for (int64_t u = 0; u < units; ++u) {
+      // The unit's d (and dm) once for its blocks.
+      __m512 d[G], dm[G];
+#pragma GCC unroll 4
+      for (int g = 0; g < G; ++g) {
+        const uint8_t* unit = base[g] + static_cast<size_t>(u) * kUnit;
+        d[g] = load_ph(unit);
+        dm[g] = kF.has_min ? load_ph(unit + 32) : _mm512_setzero_ps();
+      }
+      for (int64_t jb = 0; jb < kBpu; ++jb, ab += n) {
+#pragma GCC unroll 4
+        for (int g = 0; g < G; ++g) {
+          const uint8_t* rec = base[g] + static_cast<size_t>(u) * kUnit + kHdr + jb * kRec;
+          // Fetch ahead even for one token: unpacking and scales keep the core busy long
+          // enough per record that the hardware prefetcher alone leaves it waiting on DRAM.
+          const uint8_t* ahead = rec + kPrefetchBytes<kRec>;
+#pragma GCC unroll 8
+          for (size_t off = 0; off < kRec + 64; off += 64) {
+            _mm_prefetch(reinterpret_cast<const char*>(ahead + off), _MM_HINT_T0);
+          }
+          __m512 s[2], m[2];
+          scales(d[g], dm[g], rec, s, m);
+          __m512i z[8];
+          unpack(rec, z);
+#pragma GCC unroll 16
+          for (int t = 0; t < T; ++t) acc[g][t] = step<T>(ab[t], z, s, m, acc[g][t]);
+        }
+      }
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) {
+      const int64_t r0 = (g0 + g) * kPackRows;
+      const int64_t live = std::min<int64_t>(kPackRows, w.rows - r0);
+      const __mmask16 mask = live == kPackRows ? 0xFFFF : static_cast<__mmask16>((1u << live) - 1);
+#pragma GCC unroll 16
+      for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + (t0 + t) * w.rows + r0, mask, acc[g][t]);
+    }
+  }
+
+  // affine_block_step for 16 rows and one token.
+  template <int T>
+  ARBOR_AVX512_INLINE static __m512 step(const Act& at, const __m512i (&z)[8],
+                                         const __m512 (&s)[2], const __m512 (&m)[2],
+                                         __m512 acc) {
+    const __m512 da = _mm512_set1_ps(at.d);
+    if constexpr (kF.split) {
+      __m512i lo = kF.has_min ? _mm512_setzero_si512() : _mm512_set1_epi32(-kF.zero * at.sum[0]);
+      __m512i hi = kF.has_min ? _mm512_setzero_si512() : _mm512_set1_epi32(-kF.zero * at.sum[1]);
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) {
+        lo = _mm512_dpbusd_epi32(lo, z[j], _mm512_set1_epi32(load_i32(at.qs + 4 * j)));
+        hi = _mm512_dpbusd_epi32(hi, z[4 + j], _mm512_set1_epi32(load_i32(at.qs + 16 + 4 * j)));
+      }
+      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), _mm512_mul_ps(s[0], da), acc);
+      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), _mm512_mul_ps(s[1], da), acc);
+      if constexpr (kF.has_min) {
+        acc = _mm512_fmadd_ps(m[0], _mm512_set1_ps(at.d * static_cast<float>(at.sum[0])), acc);
+        acc = _mm512_fmadd_ps(m[1], _mm512_set1_ps(at.d * static_cast<float>(at.sum[1])), acc);
+      }
+      return acc;
+    } else {
+      const int32_t init = kF.has_min ? 0 : -kF.zero * (at.sum[0] + at.sum[1]);
+      __m512i dot;
+      if constexpr (T <= 3) {
+        // Few tokens: two dependency chains of four keep the dot units busy.
+        __m512i s0 = _mm512_set1_epi32(init), s1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) {
+          s0 = _mm512_dpbusd_epi32(s0, z[j], _mm512_set1_epi32(load_i32(at.qs + 4 * j)));
+          s1 = _mm512_dpbusd_epi32(s1, z[4 + j], _mm512_set1_epi32(load_i32(at.qs + 16 + 4 * j)));
+        }
+        dot = _mm512_add_epi32(s0, s1);
+      } else {
+        dot = _mm512_set1_epi32(init);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j) {
+          dot = _mm512_dpbusd_epi32(dot, z[j], _mm512_set1_epi32(load_i32(at.qs + 4 * j)));
+        }
+      }
+      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(s[0], da), acc);
+      if constexpr (kF.has_min) acc = _mm512_fmadd_ps(m[0], _mm512_set1_ps(at.dsum), acc);
+      return acc;
+    }
+  }
+};
+
+}  // namespace
+
+void affine_rows_avx512(const WeightView& w, const ActBlockAffine* acts, int64_t num_tokens,
+                        float* y, int64_t group_begin, int64_t group_end) {
+  switch (w.type) {
+#define ARBOR_AFFINE_CASE(T)                                                                   \
+  case GgmlType::T:                                                                            \
+    return packed_rows<AffineKernel<GgmlType::T>>(w, acts, num_tokens, y, group_begin,         \
+                                                  group_end);
+    ARBOR_AFFINE_CASE(kQ4_1)
+    ARBOR_AFFINE_CASE(kQ5_0)
+    ARBOR_AFFINE_CASE(kQ5_1)
+    ARBOR_AFFINE_CASE(kQ2_K)
+    ARBOR_AFFINE_CASE(kQ3_K)
+    ARBOR_AFFINE_CASE(kQ4_K)
+    ARBOR_AFFINE_CASE(kQ5_K)
+    ARBOR_AFFINE_CASE(kQ6_K)
+#undef ARBOR_AFFINE_CASE
+    default:
+      return;
+  }
+}
+
+}  // namespace arbor::kernels::internal

@@ -1,0 +1,78 @@
+// Internal to the kernels module: how the AVX-512 kernels over packed weights (Q8_0/Q4_0 and
+// the affine types) walk a range of 16-row groups and a call's tokens in register tiles.
+// `K` is a kernel class with
+//   using Act = <its activation record>;
+//   template <int G, int T> static void tile(const WeightView& w, const Act* acts,
+//                                            int64_t num_tokens, float* y, int64_t g0,
+//                                            int64_t t0);
+// computing y for groups g0 .. g0+G-1 and tokens t0 .. t0+T-1 (acts block-major:
+// [cols / 32, num_tokens]). Every tile accumulates each (row, token) block by block in the same
+// order, so the tiling below changes speed, never bits (batch invariance).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/avx512_target.h"
+#include "kernels/matmul_internal.h"
+
+namespace arbor::kernels::internal {
+
+// Tokens [t0, t1) for groups g0 .. g0 + G - 1, T at a time, then one tile for the rest.
+template <class K, int G, int T>
+ARBOR_AVX512 void token_tiles(const WeightView& w, const typename K::Act* acts,
+                              int64_t num_tokens, float* y, int64_t g0, int64_t t0, int64_t t1) {
+  int64_t t = t0;
+  for (; t + T <= t1; t += T) K::template tile<G, T>(w, acts, num_tokens, y, g0, t);
+  if constexpr (T > 1) {
+    if (t < t1) token_tiles<K, G, T - 1>(w, acts, num_tokens, y, g0, t, t1);
+  }
+}
+
+// Groups [gb, ge) x tokens [t0, t1): G groups at a time, then one at a time.
+template <class K, int G, int T>
+ARBOR_AVX512 void group_tiles(const WeightView& w, const typename K::Act* acts,
+                              int64_t num_tokens, float* y, int64_t gb, int64_t ge, int64_t t0,
+                              int64_t t1) {
+  int64_t g = gb;
+  for (; g + G <= ge; g += G) token_tiles<K, G, T>(w, acts, num_tokens, y, g, t0, t1);
+  for (; g < ge; ++g) token_tiles<K, 1, T>(w, acts, num_tokens, y, g, t0, t1);
+}
+
+// One token (decode): four groups per tile, so 8 dot chains run at once while four weight
+// streams are read. Two or three tokens: two groups. Up to kMaxStationaryTokens (a step that
+// verifies drafts): one group x every token, so each weight record is read from memory once
+// and used for all of them (T accumulators + 8 weight registers, no spills). More tokens
+// (prefill): 1 group x 8 tokens per tile over token blocks whose activations stay in L2 while
+// the group's weights stay in L1/L2 across the block's tiles.
+template <class K>
+ARBOR_AVX512 void packed_rows(const WeightView& w, const typename K::Act* acts,
+                              int64_t num_tokens, float* y, int64_t gb, int64_t ge) {
+  constexpr int64_t kTokenBlock = 64;
+  if (num_tokens == 1) {
+    group_tiles<K, 4, 1>(w, acts, 1, y, gb, ge, 0, 1);
+    return;
+  }
+  if (num_tokens <= 3) {
+    group_tiles<K, 2, 3>(w, acts, num_tokens, y, gb, ge, 0, num_tokens);
+    return;
+  }
+  if (num_tokens <= 2 * kMaxStationaryTokens) {
+    // Up to 32 tokens: one or two balanced tiles per group; the second finds the group's
+    // records in cache.
+    const int64_t split = num_tokens <= kMaxStationaryTokens ? num_tokens : (num_tokens + 1) / 2;
+    for (int64_t g = gb; g < ge; ++g) {
+      token_tiles<K, 1, kMaxStationaryTokens>(w, acts, num_tokens, y, g, 0, split);
+      if (split < num_tokens) {
+        token_tiles<K, 1, kMaxStationaryTokens>(w, acts, num_tokens, y, g, split, num_tokens);
+      }
+    }
+    return;
+  }
+  for (int64_t tb = 0; tb < num_tokens; tb += kTokenBlock) {
+    const int64_t te = std::min(num_tokens, tb + kTokenBlock);
+    group_tiles<K, 1, 8>(w, acts, num_tokens, y, gb, ge, tb, te);
+  }
+}
+
+}  // namespace arbor::kernels::internal
