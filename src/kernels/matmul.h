@@ -4,16 +4,16 @@
 //   W: [rows, cols] in ggml block encoding (WeightView), x: [num_tokens, cols] f32 row-major,
 //   y: [num_tokens, rows] f32 row-major.
 //
-// Weight types with their own kernels: F32, F16, BF16, Q8_0, Q4_0. Every other type that
-// gguf::dequantize_row decodes (Q4_1, Q5_0, Q5_1, Q2_K..Q6_K) takes a generic path: each row is
-// dequantised to f32 once per call and dotted with every token — correct, not fast.
-// For Q8_0 and Q4_0 the activations are quantised
+// Weight types with their own kernels: F32, F16, BF16, Q8_0, Q4_0 and the affine types (Q4_1,
+// Q5_0, Q5_1, Q2_K..Q6_K: packed AVX-512 VNNI kernels, kernels/packed_affine.h). Every other
+// type that gguf::dequantize_row decodes (Q8_1, Q8_K; the affine types on AVX2) takes a generic
+// path: each row is dequantised to f32 once per call and dotted with every token.
+// For the quantised types the activations are quantised
 // to int8 blocks of 32 with one f32 scale per block (d = max|x| / 127, q = round_even(x / d)),
 // once per call and token, and the dot products run in int8 -> int32 with one float multiply
 // per block pair; see docs/kernels.md. F16/BF16 weights are widened to f32 and use FMA.
-// Kernels: scalar, AVX2 (all types), AVX-512 (F32/F16/BF16 GEMM; Q8_0/Q4_0 on packed weights,
-// see PackedWeights), chosen by active_isa().
-//
+// Kernels: scalar, AVX2 (F32/F16/BF16/Q8_0/Q4_0), AVX-512 (F32/F16/BF16 GEMM; Q8_0/Q4_0 and the
+// affine types on packed weights, see PackedWeights), chosen by active_isa().
 // matmul() picks a GEMV kernel (few tokens: streams each weight row once, several rows at a
 // time) or a tiled GEMM (many tokens: each weight block is loaded once per tile of tokens), and
 // splits rows across the pool's threads. Scratch comes from the pool's workspace, so a
@@ -42,9 +42,10 @@ struct WeightView {
 };
 
 // Weights repacked once (at model load) into the layout of the fastest kernel for this CPU:
-// today Q8_0 and Q4_0 on AVX-512 VNNI, 16 rows interleaved per block so one vpdpbusd serves 16
-// rows (layout: docs/kernels.md, "Packed weights"). Same size as the original tensor, padded to
-// 16 rows. Move-only owner of a 64-byte-aligned buffer.
+// today Q8_0, Q4_0 and the affine types on AVX-512 VNNI, 16 rows interleaved per block so one
+// vpdpbusd serves 16 rows (layout: docs/kernels.md, "Packed weights" and "Affine packed
+// types"). About the size of the original tensor (docs/kernels.md has the table), padded to 16
+// rows. Move-only owner of a 64-byte-aligned buffer.
 class PackedWeights {
  public:
   const void* data() const { return data_.get(); }

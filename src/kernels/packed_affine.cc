@@ -198,8 +198,20 @@ void write_record(const AffineFormat& f, const AffineBlock* const* blocks, uint8
       }
     }
   }
-  uint8_t* planes = rec + (f.nibbles ? 256 : 0);
-  const int first_bit = f.nibbles ? 4 : 0;
+  if (f.crumbs) {
+    uint8_t* crumbs = rec + f.crumb_offset();
+    for (int i = 0; i < kPackRows; ++i) {
+      if (blocks[i] == nullptr) continue;
+      for (int j = 0; j < 8; ++j) {
+        for (int m = 0; m < 4; ++m) {
+          const int two = (blocks[i]->u[4 * j + m] >> f.crumb_bit()) & 3;
+          crumbs[64 * (j / 4) + 4 * i + m] |= static_cast<uint8_t>(two << (2 * (j % 4)));
+        }
+      }
+    }
+  }
+  uint8_t* planes = rec + f.plane_offset();
+  const int first_bit = f.first_plane_bit();
   for (int p = 0; p < f.bit_planes; ++p) {
     for (int j = 0; j < 8; ++j) {
       uint64_t word = 0;

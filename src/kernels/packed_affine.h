@@ -23,14 +23,18 @@ namespace arbor::kernels::internal {
 //   header: [16 x fp16 d][16 x fp16 dm] (dm only with has_min)
 //   record: [nibble plane: 4 x 64 bytes]  (when nibbles) lane i (row i), byte m of word j holds
 //                                          u[4j+m] & 15 | (u[16+4j+m] & 15) << 4
+//           [crumb plane: 2 x 64 bytes]   (when crumbs) two bits of u, from bit c = (nibbles ?
+//                                          4 : 0): lane i, byte m of word k holds in bits
+//                                          2q, 2q+1 the bits c, c+1 of u[4(4k+q)+m]
 //           [bit planes: 64 bytes each]   plane p: 8 little-endian u64, bit 4i+m of word j is
-//                                          bit (nibbles ? 4 + p : p) of row i's u[4j+m]
+//                                          bit b + p of row i's u[4j+m], b = the bits above
 //           [scales: 16 int8 per sub-block] (int_scales) row i's sub-block scale, lo then hi
 //           [mins: 16 int8 per sub-block]   (int_scales && has_min)
 // S = fp16(d) * sc (or fp16(d) without int_scales); M = fp16(dm) * mn (or fp16(dm)): for the
 // K-quants dm is the negated dmin. Every product is exact in f32.
 struct AffineFormat {
   bool nibbles = false;     // the low 4 bits of u live in the nibble plane
+  bool crumbs = false;      // the next 2 bits of u live in the crumb plane
   int bit_planes = 0;       // further single-bit planes
   bool split = false;       // two sub-blocks of 16 per block of 32
   bool has_min = false;     // w = S*u + M (else S*(u - zero))
@@ -40,7 +44,12 @@ struct AffineFormat {
 
   constexpr int sub_blocks() const { return split ? 2 : 1; }
   constexpr size_t header_bytes() const { return has_min ? 64 : 32; }
-  constexpr size_t scale_offset() const { return (nibbles ? 256 : 0) + 64 * bit_planes; }
+  constexpr int crumb_bit() const { return nibbles ? 4 : 0; }
+  constexpr int first_plane_bit() const { return crumb_bit() + (crumbs ? 2 : 0); }
+  constexpr int bits() const { return first_plane_bit() + bit_planes; }
+  constexpr size_t crumb_offset() const { return nibbles ? 256 : 0; }
+  constexpr size_t plane_offset() const { return crumb_offset() + (crumbs ? 128 : 0); }
+  constexpr size_t scale_offset() const { return plane_offset() + 64 * bit_planes; }
   constexpr size_t record_bytes() const {
     return scale_offset() + (int_scales ? 16 * sub_blocks() * (has_min ? 2 : 1) : 0);
   }
@@ -58,10 +67,10 @@ constexpr AffineFormat affine_format_of(gguf::GgmlType type) {
     case GgmlType::kQ5_1:
       return {.nibbles = true, .bit_planes = 1, .has_min = true};
     case GgmlType::kQ2_K:
-      return {.bit_planes = 2, .split = true, .has_min = true, .blocks_per_unit = 8,
+      return {.crumbs = true, .split = true, .has_min = true, .blocks_per_unit = 8,
               .int_scales = true};
     case GgmlType::kQ3_K:
-      return {.bit_planes = 3, .split = true, .zero = 4, .blocks_per_unit = 8,
+      return {.crumbs = true, .bit_planes = 1, .split = true, .zero = 4, .blocks_per_unit = 8,
               .int_scales = true};
     case GgmlType::kQ4_K:
       return {.nibbles = true, .has_min = true, .blocks_per_unit = 8, .int_scales = true};
@@ -69,7 +78,7 @@ constexpr AffineFormat affine_format_of(gguf::GgmlType type) {
       return {.nibbles = true, .bit_planes = 1, .has_min = true, .blocks_per_unit = 8,
               .int_scales = true};
     case GgmlType::kQ6_K:
-      return {.nibbles = true, .bit_planes = 2, .split = true, .zero = 32, .blocks_per_unit = 8,
+      return {.nibbles = true, .crumbs = true, .split = true, .zero = 32, .blocks_per_unit = 8,
               .int_scales = true};
     default:
       return {};

@@ -60,18 +60,35 @@ struct AffineKernel {
         z[4 + j] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
       }
     }
-    const uint8_t* planes = rec + (kF.nibbles ? 256 : 0);
+    if constexpr (kF.crumbs) {
+      // Crumb q of word k holds u's bits c, c+1 for z[4k+q]: one shift moves them to bit c
+      // (never across a byte for the bits kept), then a mask or a merge under a mask.
+      constexpr int c = kF.crumb_bit();
+      const __m512i keep = _mm512_set1_epi8(static_cast<char>(3 << c));
+#pragma GCC unroll 2
+      for (int k = 0; k < 2; ++k) {
+        const __m512i v = _mm512_loadu_si512(rec + kF.crumb_offset() + 64 * k);
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; ++q) {
+          const int shift = c - 2 * q;
+          const __m512i moved = shift > 0   ? _mm512_slli_epi16(v, shift)
+                                : shift < 0 ? _mm512_srli_epi16(v, -shift)
+                                            : v;
+          if constexpr (kF.nibbles) {
+            z[4 * k + q] = _mm512_ternarylogic_epi32(z[4 * k + q], moved, keep, 0xF8);  // a|(b&c)
+          } else {
+            z[4 * k + q] = _mm512_and_si512(moved, keep);
+          }
+        }
+      }
+    }
+    const uint8_t* planes = rec + kF.plane_offset();
 #pragma GCC unroll 3
     for (int p = 0; p < kF.bit_planes; ++p) {
-      const __m512i bit = _mm512_set1_epi8(static_cast<char>((kF.nibbles ? 16 : 1) << p));
+      const __m512i bit = _mm512_set1_epi8(static_cast<char>(1 << (kF.first_plane_bit() + p)));
 #pragma GCC unroll 8
       for (int j = 0; j < 8; ++j) {
-        const __mmask64 k = load_mask(planes + 64 * p + 8 * j);
-        if (!kF.nibbles && p == 0) {
-          z[j] = _mm512_maskz_mov_epi8(k, bit);
-        } else {
-          z[j] = _mm512_mask_add_epi8(z[j], k, z[j], bit);
-        }
+        z[j] = _mm512_mask_add_epi8(z[j], load_mask(planes + 64 * p + 8 * j), z[j], bit);
       }
     }
   }

@@ -7,9 +7,9 @@
 // any type kernels::matmul_supported() accepts; norms and biases must be F32. load() checks every
 // tensor's dims against the config and names the tensor on mismatch.
 //
-// Q8_0/Q4_0 matrices are repacked at load for the CPU's packed kernels when it has them
-// (kernels::pack_weights; each view's `packed` points into this model) and their mmapped pages are
-// released, so the resident copy is the packed one. Immutable after load; any thread may read it.
+// Q8_0, Q4_0, K-quant, Q4_1 and Q5_x matrices are repacked at load for the CPU's packed kernels
+// when it has them (kernels::pack_weights; each view's `packed` points into this model) and their
+// mmapped pages are released, so the resident copy is the packed one. Immutable after load; any thread may read it.
 #pragma once
 
 #include <memory>

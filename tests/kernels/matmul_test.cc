@@ -304,7 +304,7 @@ TEST(Matmul, AffineBlocksDecodeLikeTheCodecs) {
       }
     }
     // Every bit of u is exercised (the top value of a 2..6-bit range occurs).
-    const int bits = (f.nibbles ? 4 : 0) + f.bit_planes;
+    const int bits = f.bits();
     EXPECT_EQ(max_u, (1 << bits) - 1) << gguf::ggml_type_name(type);
   }
 }
