@@ -44,6 +44,15 @@ run() {  # run CMD... : echo the command, tee its stdout into the log
   "$@" | tee -a "$log"
 }
 
+quantized() {  # quantized SRC.gguf RECIPE: `arbor quantize` SRC to RECIPE (q4_K_M, bf16, ...), cached
+  local src=$1 recipe=$2
+  local out="${src%-*.gguf}-$recipe.gguf"
+  if [ ! -f "$out" ]; then
+    "$arbor" --log-level warn quantize "$src" "$out" "$recipe" >&2
+  fi
+  echo "$out"
+}
+
 synth() {  # synth SHAPE TYPE [extra flags]
   local shape=$1 type=$2; shift 2
   local out="$models/$shape-$type.gguf"
@@ -78,6 +87,15 @@ if [ "${BENCH_QUICK:-0}" != 1 ] && [ "$serve_only" != 1 ]; then
   for type in q4_0 q8_0 f16; do
     m=$(synth tinyllama-1.1b "$type")
     run "$arbor" bench -m "$m" -t "$threads" -r "$reps" -p 512 -n 128 --batch 1,2,4,8,16
+  done
+  # The files people download (issue 16): llama-quantize's K mixtures and BF16, made from the
+  # F16 model by `arbor quantize`, at the test sizes of the issue's llama.cpp figures.
+  f16=$(synth tinyllama-1.1b f16)
+  for spec in q4_K_M:512:128 q3_K_M:512:128 q5_K_M:128:32 q6_K:128:32 bf16:128:32 f16:128:32; do
+    IFS=: read -r recipe pp tg <<<"$spec"
+    m=$([ "$recipe" = f16 ] && echo "$f16" || quantized "$f16" "$recipe")
+    run "$arbor" bench -m "$m" -t "$threads" -r "$reps" -p "$pp" -n "$tg" --batch 1,16 \
+      --verify 1,4,8
   done
   # Peak RSS of the Q4_0 1.1B model with a full 2048-token KV cache (issue 4: at most file +
   # KV + 150 MB): a ~540-token prompt, then generation to 2048 positions.

@@ -49,15 +49,21 @@ struct AffineKernel {
   using Act = ActBlockAffine;
   static constexpr AffineFormat kF = affine_format_of(kType);
   static constexpr int kSubs = kF.sub_blocks();
+  // 4-bit types at one token: the high nibbles stay in place (16 u, still a byte), their chain
+  // is shifted right by 4 once per token instead of every register once per record (exact).
+  template <int T>
+  static constexpr bool kHighInPlace = T == 1 && kF.nibbles && !kF.crumbs && kF.bit_planes == 0;
 
-  // z[j] lane i = row i's u for elements 4j .. 4j+3.
+  // z[j] lane i = row i's u for elements 4j .. 4j+3 (z[4..7]: 16 u with kHighInPlace).
+  template <bool kHigh16>
   ARBOR_AVX512_INLINE static void unpack(const uint8_t* rec, __m512i (&z)[8]) {
     if constexpr (kF.nibbles) {
       const __m512i low = _mm512_set1_epi8(0x0F);
       for (int j = 0; j < 4; ++j) {
         const __m512i v = _mm512_loadu_si512(rec + 64 * j);
         z[j] = _mm512_and_si512(v, low);
-        z[4 + j] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+        z[4 + j] = kHigh16 ? _mm512_andnot_si512(low, v)
+                           : _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
       }
     }
     if constexpr (kF.crumbs) {
@@ -153,7 +159,7 @@ struct AffineKernel {
           __m512 s[2], m[2];
           scales(d[g], dm[g], rec, s, m);
           __m512i z[8];
-          unpack(rec, z);
+          unpack<kHighInPlace<T>>(rec, z);
 #pragma GCC unroll 16
           for (int t = 0; t < T; ++t) acc[g][t] = step<T>(ab[t], z, s, m, acc[g][t]);
         }
@@ -201,6 +207,7 @@ struct AffineKernel {
           s0 = _mm512_dpbusd_epi32(s0, z[j], _mm512_set1_epi32(load_i32(at.qs + 4 * j)));
           s1 = _mm512_dpbusd_epi32(s1, z[4 + j], _mm512_set1_epi32(load_i32(at.qs + 16 + 4 * j)));
         }
+        if constexpr (kHighInPlace<T>) s1 = _mm512_srai_epi32(s1, 4);
         dot = _mm512_add_epi32(s0, s1);
       } else {
         dot = _mm512_set1_epi32(init);
