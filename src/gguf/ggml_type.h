@@ -47,4 +47,7 @@ std::optional<uint64_t> ggml_nbytes(GgmlType type, const std::vector<int64_t>& d
 // Every known type, in enum order.
 const std::vector<GgmlTypeTraits>& all_ggml_types();
 
+// ASCII case-insensitive equality (type and recipe names: "Q4_K" == "q4_K").
+bool equal_ignore_case(std::string_view a, std::string_view b);
+
 }  // namespace arbor::gguf

@@ -1,6 +1,5 @@
 #include "gguf/quantize_model.h"
 
-#include <cctype>
 #include <charconv>
 #include <optional>
 
@@ -99,17 +98,6 @@ const MixInfo* find_mix(QuantMix mix) {
     if (m.mix == mix) return &m;
   }
   return nullptr;
-}
-
-bool equal_ignore_case(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) !=
-        std::tolower(static_cast<unsigned char>(b[i]))) {
-      return false;
-    }
-  }
-  return true;
 }
 
 bool contains(std::string_view s, std::string_view part) {

@@ -82,11 +82,7 @@ ARBOR_AVX512 void Q0Kernel<kType>::tile(const WeightView& w, const ActBlockVnni*
   const int64_t n = num_tokens;
   const ActBlockVnni* ab = acts + t0;
   __m512 acc[G][T];
-#pragma GCC unroll 4
-  for (int g = 0; g < G; ++g) {
-#pragma GCC unroll 16
-    for (int t = 0; t < T; ++t) acc[g][t] = _mm512_setzero_ps();
-  }
+  zero_tile(acc);
   for (int64_t b = 0; b < nb; ++b, ab += n) {
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
@@ -125,14 +121,7 @@ ARBOR_AVX512 void Q0Kernel<kType>::tile(const WeightView& w, const ActBlockVnni*
       }
     }
   }
-#pragma GCC unroll 4
-  for (int g = 0; g < G; ++g) {
-    const int64_t r0 = (g0 + g) * kPackRows;
-    const int64_t live = std::min<int64_t>(kPackRows, w.rows - r0);
-    const __mmask16 m = live == kPackRows ? 0xFFFF : static_cast<__mmask16>((1u << live) - 1);
-#pragma GCC unroll 16
-    for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + (t0 + t) * w.rows + r0, m, acc[g][t]);
-  }
+store_tile(w, y, g0, t0, acc);
 }
 
 }  // namespace

@@ -130,11 +130,7 @@ struct AffineKernel {
     const int64_t n = num_tokens;
     const Act* ab = acts + t0;
     __m512 acc[G][T];
-#pragma GCC unroll 4
-    for (int g = 0; g < G; ++g) {
-#pragma GCC unroll 16
-      for (int t = 0; t < T; ++t) acc[g][t] = _mm512_setzero_ps();
-    }
+    zero_tile(acc);
     const int64_t units = nb / kBpu;
     for (int64_t u = 0; u < units; ++u) {
       // The unit's d (and dm) once for its blocks.
@@ -165,14 +161,7 @@ struct AffineKernel {
         }
       }
     }
-#pragma GCC unroll 4
-    for (int g = 0; g < G; ++g) {
-      const int64_t r0 = (g0 + g) * kPackRows;
-      const int64_t live = std::min<int64_t>(kPackRows, w.rows - r0);
-      const __mmask16 mask = live == kPackRows ? 0xFFFF : static_cast<__mmask16>((1u << live) - 1);
-#pragma GCC unroll 16
-      for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + (t0 + t) * w.rows + r0, mask, acc[g][t]);
-    }
+store_tile(w, y, g0, t0, acc);
   }
 
   // affine_block_step for 16 rows and one token.

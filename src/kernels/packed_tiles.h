@@ -10,6 +10,8 @@
 // order, so the tiling below changes speed, never bits (batch invariance).
 #pragma once
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cstdint>
 
@@ -17,6 +19,30 @@
 #include "kernels/matmul_internal.h"
 
 namespace arbor::kernels::internal {
+
+// A tile's accumulators: acc[g][t] lane i = row 16 (g0 + g) + i, token t0 + t.
+template <int G, int T>
+ARBOR_AVX512_INLINE void zero_tile(__m512 (&acc)[G][T]) {
+#pragma GCC unroll 4
+  for (int g = 0; g < G; ++g) {
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) acc[g][t] = _mm512_setzero_ps();
+  }
+}
+
+// Writes the live rows of acc into y: [num_tokens, w.rows].
+template <int G, int T>
+ARBOR_AVX512_INLINE void store_tile(const WeightView& w, float* y, int64_t g0, int64_t t0,
+                                    const __m512 (&acc)[G][T]) {
+#pragma GCC unroll 4
+  for (int g = 0; g < G; ++g) {
+    const int64_t r0 = (g0 + g) * kPackRows;
+    const int64_t live = std::min<int64_t>(kPackRows, w.rows - r0);
+    const __mmask16 m = live == kPackRows ? 0xFFFF : static_cast<__mmask16>((1u << live) - 1);
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + (t0 + t) * w.rows + r0, m, acc[g][t]);
+  }
+}
 
 // Tokens [t0, t1) for groups g0 .. g0 + G - 1, T at a time, then one tile for the rest.
 template <class K, int G, int T>
