@@ -33,6 +33,7 @@
 #include "cli/command.h"
 #include "kernels/bandwidth.h"
 #include "kernels/cpu_features.h"
+#include "kernels/matmul.h"
 #include "kernels/peak.h"
 #include "model/runner.h"
 #include "sampling/rng.h"
@@ -177,7 +178,7 @@ struct ByteModel {
   double weight_bytes = 0;
   double kv_bytes_per_token = 0;
   double ops_per_token = 0;  // 2 x weight elements of the matrices a token goes through
-  bool int8 = false;         // the largest matrices are Q8_0/Q4_0 (int8 dot-product kernels)
+  bool int8 = false;         // the largest matrices have int8 dot-product kernels
 };
 
 ByteModel byte_model(model::ModelRunner& runner) {
@@ -191,7 +192,7 @@ ByteModel byte_model(model::ModelRunner& runner) {
     m.ops_per_token += 2.0 * static_cast<double>(t.num_elements());
     if (t.size_bytes > largest) {
       largest = t.size_bytes;
-      m.int8 = t.type == gguf::GgmlType::kQ8_0 || t.type == gguf::GgmlType::kQ4_0;
+      m.int8 = kernels::int8_kernels(t.type);
     }
   }
   const model::KvCacheShape& kv = runner.kv_cache().shape();

@@ -41,6 +41,10 @@ bool has_native_kernels(GgmlType type) {
 
 }  // namespace
 
+bool int8_kernels(GgmlType type) {
+  return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || internal::is_affine_type(type);
+}
+
 bool matmul_supported(GgmlType type) {
   return has_native_kernels(type) || gguf::can_dequantize(type);
 }
@@ -299,9 +303,11 @@ void prepare_quantized_acts(const WeightView& w, const float* x, int64_t num_tok
   job.args.q = QuantizedActs{qs, d, cols, sums};
 }
 
+// The packed kernels: Q8_0/Q4_0 on AVX-512, the affine types on AVX2 and AVX-512.
 bool uses_packed(const WeightView& w, Isa isa) {
-  return w.packed != nullptr && isa >= Isa::kAvx512 &&
-         (is_quantized(w.type) || internal::is_affine_type(w.type));
+  if (w.packed == nullptr) return false;
+  if (internal::is_affine_type(w.type)) return isa >= Isa::kAvx2;
+  return is_quantized(w.type) && isa >= Isa::kAvx512;
 }
 
 // Runs rows(w, acts, num_tokens, y, group_begin, group_end) for every row group of every matrix
@@ -356,7 +362,10 @@ void matmul_packed(std::span<const WeightView* const> ws, const float* x,
     for_each_token(num_tokens, cols, pool, [&](int64_t t) {
       internal::pack_act_row_affine(x + t * cols, cols, acts + t, num_tokens, /*avx2=*/true);
     });
-    run_packed_rows(ws, acts, ys, num_tokens, pool, internal::affine_rows_avx512);
+    run_packed_rows(ws, acts, ys, num_tokens, pool,
+                    active_isa() >= Isa::kAvx512 ? internal::affine_rows_avx512
+                    : cpu_features().avxvnni     ? internal::affine_rows_avxvnni
+                                                 : internal::affine_rows_avx2);
     return;
   }
   auto* acts = static_cast<internal::ActBlockVnni*>(
@@ -455,7 +464,8 @@ void matmul_multi(std::span<const WeightView* const> ws, const float* x, std::sp
   bool fused = ws.size() <= 8;
   for (const WeightView* w : ws) {
     check_view(*w);
-    fused = fused && !g_affine_reference.load(std::memory_order_relaxed) && uses_packed(*w, isa) && w->type == ws[0]->type && w->cols == ws[0]->cols &&
+    fused = fused && !g_affine_reference.load(std::memory_order_relaxed) &&
+            uses_packed(*w, isa) && w->type == ws[0]->type && w->cols == ws[0]->cols &&
             w->rows > 0;
   }
   if (fused) {

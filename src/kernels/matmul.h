@@ -5,15 +5,16 @@
 //   y: [num_tokens, rows] f32 row-major.
 //
 // Weight types with their own kernels: F32, F16, BF16, Q8_0, Q4_0 and the affine types (Q4_1,
-// Q5_0, Q5_1, Q2_K..Q6_K: packed AVX-512 VNNI kernels, kernels/packed_affine.h). Every other
-// type that gguf::dequantize_row decodes (Q8_1, Q8_K; the affine types on AVX2) takes a generic
-// path: each row is dequantised to f32 once per call and dotted with every token.
+// Q5_0, Q5_1, Q2_K..Q6_K: packed AVX2 / AVX-VNNI / AVX-512 VNNI kernels, kernels/packed_affine.h).
+// Every other type that gguf::dequantize_row decodes (Q8_1, Q8_K) takes a generic path: each row
+// is dequantised to f32 once per call and dotted with every token.
 // For the quantised types the activations are quantised
 // to int8 blocks of 32 with one f32 scale per block (d = max|x| / 127, q = round_even(x / d)),
 // once per call and token, and the dot products run in int8 -> int32 with one float multiply
 // per block pair; see docs/kernels.md. F16/BF16 weights are widened to f32 and use FMA.
-// Kernels: scalar, AVX2 (F32/F16/BF16/Q8_0/Q4_0), AVX-512 (F32/F16/BF16 GEMM; Q8_0/Q4_0 and the
-// affine types on packed weights, see PackedWeights), chosen by active_isa().
+// Kernels: scalar, AVX2 (F32/F16/BF16/Q8_0/Q4_0; the affine types on packed weights), AVX-512
+// (F32/F16/BF16 GEMM; Q8_0/Q4_0 and the affine types on packed weights, see PackedWeights),
+// chosen by active_isa().
 // matmul() picks a GEMV kernel (few tokens: streams each weight row once, several rows at a
 // time) or a tiled GEMM (many tokens: each weight block is loaded once per tile of tokens), and
 // splits rows across the pool's threads. Scratch comes from the pool's workspace, so a
@@ -69,6 +70,9 @@ PackedWeights pack_weights(const WeightView& w);
 
 // True for the weight types matmul() and get_row() accept (see above).
 bool matmul_supported(gguf::GgmlType type);
+// True for the types whose kernels quantise activations to int8 and multiply in integers (Q8_0,
+// Q4_0, the affine types): their compute-bound figures are stated against the int8 peak.
+bool int8_kernels(gguf::GgmlType type);
 
 // Elements per block (1 for float types) and bytes per block; CHECKs matmul_supported(type).
 int64_t weight_block_size(gguf::GgmlType type);
@@ -102,8 +106,8 @@ void matmul_ref(const WeightView& w, const float* x, float* y, int64_t num_token
 void matmul_ref_quantized_act(const WeightView& w, const float* x, float* y, int64_t num_tokens);
 
 // The reference path of the model tests: while on, matmul() multiplies the affine types (Q4_1,
-// Q5_0, Q5_1, Q2_K..Q6_K) with their scalar kernel — bit-identical to the packed AVX-512 kernel
-// by construction (kernels/packed_affine.h) — whatever the ISA and whether a packed copy exists,
+// Q5_0, Q5_1, Q2_K..Q6_K) with their scalar kernel — bit-identical to the packed kernels by
+// construction (kernels/packed_affine.h) — whatever the ISA and whether a packed copy exists,
 // while every other kernel keeps the active ISA. Process-wide; set it between calls only.
 void set_affine_reference_path(bool on);
 

@@ -9,10 +9,9 @@
 
 #include "base/check.h"
 #include "base/fp16.h"
+#include "kernels/avx2_target.h"
 #include "kernels/matmul_internal.h"
 
-#define ARBOR_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define ARBOR_AVX2_INLINE __attribute__((target("avx2,fma,f16c"), always_inline)) inline
 
 namespace arbor::kernels::internal {
 namespace {

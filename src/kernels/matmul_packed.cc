@@ -1,5 +1,5 @@
-// Packed weights (matmul.h): the portable repacking and the PackedWeights owner. The kernels
-// that read the layout are in matmul_packed_avx512.cc; the layout is in matmul_internal.h.
+// Packed weights (matmul.h): the portable repacking and the PackedWeights owner. Q8_0/Q4_0: layout
+// in matmul_internal.h, kernels in matmul_packed_avx512.cc; the affine types: packed_affine.h.
 #include <cstdlib>
 #include <cstring>
 
@@ -18,8 +18,8 @@ using internal::kQBlock;
 void PackedWeights::Free::operator()(uint8_t* p) const { std::free(p); }
 
 bool packing_available(GgmlType type) {
-  return (type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || internal::is_affine_type(type)) &&
-         best_isa() >= Isa::kAvx512;
+  if (internal::is_affine_type(type)) return best_isa() >= Isa::kAvx2;
+  return (type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0) && best_isa() >= Isa::kAvx512;
 }
 
 namespace {

@@ -5,10 +5,9 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/avx2_target.h"
 #include "kernels/ops_internal.h"
 
-#define ARBOR_AVX2 __attribute__((target("avx2,fma")))
-#define ARBOR_AVX2_INLINE __attribute__((target("avx2,fma"), always_inline)) inline
 
 namespace arbor::kernels::internal {
 namespace {

@@ -148,5 +148,11 @@ void affine_rows_scalar(const WeightView& w, const ActBlockAffine* acts, int64_t
 // The AVX-512 VNNI kernel over w.packed: y for row groups [group_begin, group_end).
 void affine_rows_avx512(const WeightView& w, const ActBlockAffine* acts, int64_t num_tokens,
                         float* y, int64_t group_begin, int64_t group_end);
+// The AVX2 kernels over the same layout, bit-identical to the AVX-512 one: vpmaddubsw dots (any
+// AVX2 CPU), and AVX-VNNI's 256-bit vpdpbusd (only where cpu_features().avxvnni).
+void affine_rows_avx2(const WeightView& w, const ActBlockAffine* acts, int64_t num_tokens,
+                      float* y, int64_t group_begin, int64_t group_end);
+void affine_rows_avxvnni(const WeightView& w, const ActBlockAffine* acts, int64_t num_tokens,
+                         float* y, int64_t group_begin, int64_t group_end);
 
 }  // namespace arbor::kernels::internal

@@ -54,7 +54,7 @@ bool affine(GgmlType t) { return internal::is_affine_type(t); }
 // without a packed copy, take the f32 generic path).
 bool quantized_acts(GgmlType t, Isa isa, bool packed_view) {
   if (t == GgmlType::kQ8_0 || t == GgmlType::kQ4_0) return true;
-  return affine(t) && (isa == Isa::kScalar || (packed_view && isa >= Isa::kAvx512));
+  return affine(t) && (isa == Isa::kScalar || (packed_view && isa >= Isa::kAvx2));
 }
 
 // Runs one case on every ISA and thread count and checks all three tolerances above.
@@ -240,10 +240,11 @@ TEST(Matmul, GenericPathForOtherTypes) {
   for (int64_t nt : {1, 5}) check_case({GgmlType::kQ8_1, {33, 512}, nt, 0}, 77 + nt, {&pool});
 }
 
-// The affine types' scalar kernel is the packed AVX-512 kernel's twin bit for bit (same f32
-// operations per block, in the same order), for every token-tile regime and partial groups.
+// The affine types' scalar kernel is the packed AVX2 and AVX-512 kernels' twin bit for bit
+// (same f32 operations per block, in the same order), for every token-tile regime and partial
+// groups.
 TEST(Matmul, AffineScalarKernelEqualsPackedBitForBit) {
-  if (best_isa() < Isa::kAvx512) GTEST_SKIP() << "the CPU lacks AVX-512 VNNI";
+  if (best_isa() < Isa::kAvx2) GTEST_SKIP() << "the CPU lacks AVX2";
   ThreadPool pool(2);
   uint32_t seed = 300;
   for (GgmlType type : {GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ2_K,
@@ -260,14 +261,31 @@ TEST(Matmul, AffineScalarKernelEqualsPackedBitForBit) {
       const std::vector<float> x = testing::random_floats(rng, nt * cols);
       std::vector<float> simd(static_cast<size_t>(nt * rows)), scalar(simd.size());
       {
-        IsaScope scope(Isa::kAvx512);
-        matmul(wp, x.data(), simd.data(), nt, pool);
-      }
-      {
         IsaScope scope(Isa::kScalar);
         matmul(w, x.data(), scalar.data(), nt, pool);
       }
-      ASSERT_EQ(simd, scalar) << gguf::ggml_type_name(type) << " tokens " << nt;
+      for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+        if (best_isa() < isa) continue;
+        IsaScope scope(isa);
+        std::fill(simd.begin(), simd.end(), NAN);
+        matmul(wp, x.data(), simd.data(), nt, pool);
+        ASSERT_EQ(simd, scalar) << gguf::ggml_type_name(type) << " " << isa_name(isa)
+                                << " tokens " << nt;
+      }
+      // Both AVX2 dot products, called directly (matmul() picks one by the CPU's AVX-VNNI).
+      std::vector<internal::ActBlockAffine> acts(static_cast<size_t>(nt * cols / 32));
+      for (int64_t t = 0; t < nt; ++t) {
+        internal::pack_act_row_affine(x.data() + t * cols, cols, acts.data() + t, nt, true);
+      }
+      const int64_t groups = (rows + 15) / 16;
+      for (const bool vnni : {false, true}) {
+        if (vnni && !cpu_features().avxvnni) continue;
+        std::fill(simd.begin(), simd.end(), NAN);
+        (vnni ? internal::affine_rows_avxvnni : internal::affine_rows_avx2)(
+            wp, acts.data(), nt, simd.data(), 0, groups);
+        ASSERT_EQ(simd, scalar) << gguf::ggml_type_name(type) << (vnni ? " avx-vnni" : " avx2")
+                                << " tokens " << nt;
+      }
     }
   }
 }
