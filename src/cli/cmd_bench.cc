@@ -179,6 +179,7 @@ struct ByteModel {
   double kv_bytes_per_token = 0;
   double ops_per_token = 0;  // 2 x weight elements of the matrices a token goes through
   bool int8 = false;         // the largest matrices have int8 dot-product kernels
+  bool bf16 = false;         // ... bf16 dot-product kernels (BF16 on AVX-512 BF16)
 };
 
 ByteModel byte_model(model::ModelRunner& runner) {
@@ -193,6 +194,7 @@ ByteModel byte_model(model::ModelRunner& runner) {
     if (t.size_bytes > largest) {
       largest = t.size_bytes;
       m.int8 = kernels::int8_kernels(t.type);
+      m.bf16 = kernels::rounds_acts_to_bf16(t.type);
     }
   }
   const model::KvCacheShape& kv = runner.kv_cache().shape();
@@ -246,7 +248,7 @@ double bandwidth_fraction(const TestResult& t, double gbs) {
 
 // The peak a model's matrices run against, in ops/s.
 double model_peak(const ByteModel& m, const kernels::ComputePeak& peak) {
-  return (m.int8 ? peak.int8_gops : peak.f32_gflops) * 1e9;
+  return (m.int8 ? peak.int8_gops : m.bf16 ? peak.bf16_gflops : peak.f32_gflops) * 1e9;
 }
 
 double peak_fraction(const TestResult& t, const ByteModel& m, double peak_ops) {
@@ -302,6 +304,7 @@ void print_json(const std::vector<TestResult>& tests, const std::vector<TestResu
   j["bandwidth_gbs"] = gbs;
   j["peak_f32_gflops"] = peak.f32_gflops;
   j["peak_int8_gops"] = peak.int8_gops;
+  j["peak_bf16_gflops"] = peak.bf16_gflops;
   j["ops_per_token"] = m.ops_per_token;
   for (const TestResult& t : tests) {
     j["tests"].push_back({{"name", t.name},
@@ -400,10 +403,14 @@ Status run(const Options& o) {
               "decode step: %.1f MB\n",
               o.model.c_str(), runner->config().summary().c_str(), runner->pool().num_threads(),
               kernels::isa_summary().c_str(), gbs, bytes.weight_bytes / 1e6);
-  std::printf("compute peak: f32 FMA %.0f GFLOP/s, int8 dot %.0f GOP/s; %.2f GOP per token, "
+  char bf16_peak[64] = "";
+  if (peak.bf16_gflops > 0) {
+    std::snprintf(bf16_peak, sizeof(bf16_peak), ", bf16 dot %.0f GFLOP/s", peak.bf16_gflops);
+  }
+  std::printf("compute peak: f32 FMA %.0f GFLOP/s, int8 dot %.0f GOP/s%s; %.2f GOP per token, "
               "stated against the %s peak\n\n",
-              peak.f32_gflops, peak.int8_gops, bytes.ops_per_token / 1e9,
-              bytes.int8 ? "int8" : "f32");
+              peak.f32_gflops, peak.int8_gops, bf16_peak, bytes.ops_per_token / 1e9,
+              bytes.int8 ? "int8" : bytes.bf16 ? "bf16" : "f32");
   print_table(tests, gbs, bytes, model_peak(bytes, peak));
   print_verify_table(verify, o);
   return ok_status();

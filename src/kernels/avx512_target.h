@@ -13,3 +13,11 @@
 #define ARBOR_AVX512_INLINE                                                    \
   __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"), \
                  always_inline)) inline
+
+// The same plus AVX-512 BF16 (vdpbf16ps, vcvtneps2bf16): only for code that runs where
+// cpu_features().avx512bf16.
+#define ARBOR_AVX512_BF16 \
+  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,avx512bf16")))
+#define ARBOR_AVX512_BF16_INLINE                                                          \
+  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,avx512bf16"), \
+                 always_inline)) inline

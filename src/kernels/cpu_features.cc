@@ -20,7 +20,7 @@ CpuFeatures detect() {
   f.avx512bw = __builtin_cpu_supports("avx512bw");
   f.avx512vl = __builtin_cpu_supports("avx512vl");
   f.avx512vnni = __builtin_cpu_supports("avx512vnni");
-  // GCC 12's __builtin_cpu_supports knows neither f16c nor avxvnni: read CPUID directly.
+  // GCC 12's __builtin_cpu_supports knows neither f16c, avxvnni nor avx512bf16: read CPUID.
   unsigned a = 0, b = 0, c = 0, d = 0;
   __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
   f.f16c = (c >> 29) & 1u;
@@ -28,10 +28,12 @@ CpuFeatures detect() {
   if (a >= 7) {
     __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(1));
     f.avxvnni = (a >> 4) & 1u;
+    f.avx512bf16 = (a >> 5) & 1u;
   }
   // AVX state must be enabled by the OS; __builtin_cpu_supports("avx2") already checks XCR0.
   f.f16c = f.f16c && f.avx2;
   f.avxvnni = f.avxvnni && f.avx2;
+  f.avx512bf16 = f.avx512bf16 && f.avx512f && f.avx512bw && f.avx512vl;
 #endif
   return f;
 }
@@ -116,6 +118,7 @@ std::string isa_summary() {
   add(f.avx512vl, "avx512vl");
   add(f.avx512vnni, "avx512vnni");
   add(f.avxvnni, "avxvnni");
+  add(f.avx512bf16, "avx512bf16");
   if (s.empty()) s = "baseline";
   s += " | kernels: ";
   s += isa_name(active_isa());

@@ -21,6 +21,7 @@ struct CpuFeatures {
   bool avx512vl = false;
   bool avx512vnni = false;
   bool avxvnni = false;
+  bool avx512bf16 = false;  // vdpbf16ps (Cooper Lake, Sapphire Rapids, Zen 4 and later)
 };
 
 // Detected once (thread-safe static); never changes.

@@ -41,6 +41,24 @@ bool has_native_kernels(GgmlType type) {
 
 }  // namespace
 
+bool rounds_acts_to_bf16(GgmlType type) {
+  return type == GgmlType::kBF16 && active_isa() >= Isa::kAvx512 && cpu_features().avx512bf16;
+}
+
+float round_to_bf16(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof(bits));
+  if ((bits & 0x7F800000u) == 0) {
+    bits &= 0x80000000u;  // zero and denormals: signed zero (vcvtneps2bf16 treats them as 0)
+  } else if ((bits & 0x7FFFFFFFu) <= 0x7F800000u) {  // finite or infinite: nearest even
+    bits = (bits + 0x7FFFu + ((bits >> 16) & 1u)) & 0xFFFF0000u;
+  } else {
+    bits = (bits | 0x00400000u) & 0xFFFF0000u;  // NaN stays a (quiet) NaN
+  }
+  std::memcpy(&v, &bits, sizeof(v));
+  return v;
+}
+
 bool int8_kernels(GgmlType type) {
   return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || internal::is_affine_type(type);
 }
@@ -428,7 +446,15 @@ void matmul(const WeightView& w, const float* x, float* y, int64_t num_tokens, T
                : isa >= Isa::kAvx2         ? internal::avx2_kernel(w.type)
                                            : internal::scalar_kernel(w.type);
   if (is_quantized(w.type)) prepare_quantized_acts(w, x, num_tokens, isa, pool, job);
-  if (isa >= Isa::kAvx512 && has_native_kernels(w.type) && !is_quantized(w.type)) {
+  if (rounds_acts_to_bf16(w.type)) {
+    const int64_t stride = internal::bf16_act_stride(w.cols);
+    auto* xh = static_cast<uint16_t*>(
+        pool.workspace(0, static_cast<size_t>(num_tokens * stride) * sizeof(uint16_t)));
+    internal::round_acts_bf16_avx512(x, num_tokens, w.cols, stride, xh);
+    job.args.xh = xh;
+    job.args.xh_stride = stride;
+    job.kernel = internal::bf16_rows_avx512;
+  } else if (isa >= Isa::kAvx512 && has_native_kernels(w.type) && !is_quantized(w.type)) {
     job.kernel = internal::avx512_float_kernel(w.type);
     if (num_tokens >= 2 && num_tokens <= 2 * internal::kMaxStationaryTokens) {
       const int64_t steps = (w.cols + 15) / 16;
@@ -516,6 +542,12 @@ void matmul_ref_quantized_act(const WeightView& w, const float* x, float* y, int
   check_view(w);
   if (internal::is_affine_type(w.type)) {
     affine_ref(w, x, y, num_tokens);
+    return;
+  }
+  if (rounds_acts_to_bf16(w.type)) {
+    std::vector<float> xr(x, x + num_tokens * w.cols);
+    for (float& v : xr) v = round_to_bf16(v);
+    matmul_ref(w, xr.data(), y, num_tokens);
     return;
   }
   if (!is_quantized(w.type)) {

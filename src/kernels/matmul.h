@@ -70,6 +70,13 @@ PackedWeights pack_weights(const WeightView& w);
 
 // True for the weight types matmul() and get_row() accept (see above).
 bool matmul_supported(gguf::GgmlType type);
+// True when matmul() multiplies `type` with activations rounded to bf16 on the active ISA: BF16
+// weights on CPUs with AVX-512 BF16 (vdpbf16ps, twice the multiply-adds of widening to f32).
+// matmul_ref_quantized_act then rounds them the same way.
+bool rounds_acts_to_bf16(gguf::GgmlType type);
+// v rounded to bf16 (nearest even; denormals to signed zero) and widened back, exactly as the
+// kernels round activations.
+float round_to_bf16(float v);
 // True for the types whose kernels quantise activations to int8 and multiply in integers (Q8_0,
 // Q4_0, the affine types): their compute-bound figures are stated against the int8 peak.
 bool int8_kernels(gguf::GgmlType type);
@@ -101,7 +108,7 @@ void matmul_multi(std::span<const WeightView* const> ws, const float* x, std::sp
 void matmul_ref(const WeightView& w, const float* x, float* y, int64_t num_tokens);
 
 // Naive twin of the quantised path: quantises x exactly as matmul() does (for Q8_0/Q4_0 and the
-// affine types; for float types it equals matmul_ref) and accumulates integer block dot
+// affine types; rounds it to bf16 where rounds_acts_to_bf16; else it equals matmul_ref) and accumulates integer block dot
 // products, so matmul() must agree with it up to f32 summation order.
 void matmul_ref_quantized_act(const WeightView& w, const float* x, float* y, int64_t num_tokens);
 

@@ -48,6 +48,10 @@ struct MatmulArgs {
   // as [ceil(cols / 16), num_tokens, 16], zero past cols, so a tile reads the tokens' 16
   // columns at one pointer plus fixed offsets (see pack_x_blocked).
   const float* xb = nullptr;
+  // BF16 weights where bf16_dot_kernels(): x rounded to bf16 (round to nearest even) as
+  // [num_tokens, xh_stride] uint16, zero from cols to xh_stride (a multiple of 32).
+  const uint16_t* xh = nullptr;
+  int64_t xh_stride = 0;
   QuantizedActs q;                        // Q8_0 / Q4_0 weight types
   int64_t num_tokens = 0;
   float* y = nullptr;  // [num_tokens, w->rows]
@@ -63,6 +67,18 @@ RowKernel avx2_kernel(gguf::GgmlType type);
 // sums in 8 lanes, this kernel in 16, so mixing them would make a token's bits depend on the
 // batch size.
 RowKernel avx512_float_kernel(gguf::GgmlType type);
+
+// BF16 weights on AVX-512 BF16 (MatmulArgs::xh): vdpbf16ps, 16 lanes of f32 sums over column
+// pairs, one masked step for the tail, one reduce_add per output, at every token count (the
+// same bits for a token in any batch).
+void bf16_rows_avx512(const MatmulArgs& a, int64_t row_begin, int64_t row_end);
+// x: [num_tokens, cols] -> out: [num_tokens, stride] bf16 (stride >= cols, multiple of 32,
+// zeros after cols), each value rounded to nearest even like vcvtneps2bf16.
+void round_acts_bf16_avx512(const float* x, int64_t num_tokens, int64_t cols, int64_t stride,
+                            uint16_t* out);
+// The row stride of the bf16 activations for `cols` columns: a multiple of 32 elements that is
+// not a multiple of 4 KiB, so the token rows of a tile do not share L1 sets.
+inline int64_t bf16_act_stride(int64_t cols) { return (cols + 31) / 32 * 32 + 32; }
 
 // ---- Packed weights (pack_weights) and their AVX-512 VNNI kernels ----
 // Rows are taken 16 at a time (a group; the last one padded with scale-0 rows). Group g, block b

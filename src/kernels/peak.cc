@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/cpu_features.h"
+#include "kernels/matmul.h"
 
 namespace arbor::kernels {
 namespace {
@@ -70,6 +71,38 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) double dot_loop_vnni(int6
   for (int i = 1; i < 12; ++i) t = _mm512_add_epi32(t, a[i]);
   *sink += static_cast<float>(_mm512_reduce_add_epi32(t));
   return 12.0 * 64 * static_cast<double>(iters);
+}
+
+__attribute__((target("avx2,avxvnni"))) double dot_loop_avxvnni(int64_t iters, float* sink) {
+  __m256i a[12];
+  for (int i = 0; i < 12; ++i) a[i] = _mm256_set1_epi32(i);
+  const __m256i u = _mm256_set1_epi8(3), s = _mm256_set1_epi8(-2);
+  for (int64_t k = 0; k < iters; ++k) {
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) a[i] = _mm256_dpbusd_avx_epi32(a[i], u, s);
+  }
+  __m256i t = a[0];
+  for (int i = 1; i < 12; ++i) t = _mm256_add_epi32(t, a[i]);
+  alignas(32) int32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), t);
+  for (int32_t v : lanes) *sink += static_cast<float>(v);
+  return 12.0 * 32 * static_cast<double>(iters);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) double bf16_loop_avx512(int64_t iters,
+                                                                              float* sink) {
+  __m512 a[12];
+  for (int i = 0; i < 12; ++i) a[i] = _mm512_set1_ps(1.0f + i * 1e-3f);
+  const __m512bh u = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(-1e-3f));
+  const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_set1_ps(0.5f), _mm512_set1_ps(0.25f));
+  for (int64_t k = 0; k < iters; ++k) {
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) a[i] = _mm512_dpbf16_ps(a[i], u, v);
+  }
+  __m512 s = a[0];
+  for (int i = 1; i < 12; ++i) s = _mm512_add_ps(s, a[i]);
+  *sink += _mm512_reduce_add_ps(s);
+  return 12.0 * 32 * static_cast<double>(iters);
 }
 
 __attribute__((target("avx2"))) double dot_loop_avx2(int64_t iters, float* sink) {
@@ -145,12 +178,16 @@ ComputePeak measure_compute_peak(ThreadPool& pool, double seconds) {
   const Loop fma = isa >= Isa::kAvx512 ? fma_loop_avx512
                    : isa >= Isa::kAvx2 ? fma_loop_avx2
                                        : fma_loop_scalar;
-  const Loop dot = isa >= Isa::kAvx512 ? dot_loop_vnni
-                   : isa >= Isa::kAvx2 ? dot_loop_avx2
-                                       : dot_loop_scalar;
+  const Loop dot = isa >= Isa::kAvx512      ? dot_loop_vnni
+                   : !(isa >= Isa::kAvx2)     ? dot_loop_scalar
+                   : cpu_features().avxvnni   ? dot_loop_avxvnni
+                                              : dot_loop_avx2;
   ComputePeak p;
   p.f32_gflops = 2 * rate(pool, fma, seconds) / 1e9;
   p.int8_gops = 2 * rate(pool, dot, seconds) / 1e9;
+  if (rounds_acts_to_bf16(gguf::GgmlType::kBF16)) {
+    p.bf16_gflops = 2 * rate(pool, bf16_loop_avx512, seconds) / 1e9;
+  }
   return p;
 }
 

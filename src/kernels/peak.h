@@ -9,8 +9,10 @@ namespace arbor::kernels {
 
 struct ComputePeak {
   double f32_gflops = 0;  // f32 FMA: 2 flops per lane (AVX-512, else AVX2, else scalar)
-  double int8_gops = 0;   // u8 x s8 -> s32 dot products (VNNI dpbusd, else AVX2 maddubs + madd):
-                          // 2 ops per multiply-add
+  double int8_gops = 0;   // u8 x s8 -> s32 dot products (VNNI dpbusd, AVX-VNNI's on AVX2, else
+                          // AVX2 maddubs + madd): 2 ops per multiply-add
+  double bf16_gflops = 0;  // bf16 pair dot products into f32 (AVX-512 BF16 vdpbf16ps); 0 where
+                           // the kernels do not use them
 };
 
 // Times `seconds` of each loop on all threads (best of 3) with active_isa()'s instructions.

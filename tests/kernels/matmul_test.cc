@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -50,10 +51,11 @@ std::string describe(const Case& c, Isa isa, int threads, uint32_t seed) {
 
 bool affine(GgmlType t) { return internal::is_affine_type(t); }
 // Whether matmul() quantises the activations for this type, ISA and view: Q8_0/Q4_0 always;
-// the affine types on their scalar kernel and their packed AVX-512 kernel (AVX2, and AVX-512
-// without a packed copy, take the f32 generic path).
+// the affine types on their scalar kernel and their packed AVX2 / AVX-512 kernels (without a
+// packed copy they take the f32 generic path); BF16 on AVX-512 BF16 CPUs (x rounded to bf16).
 bool quantized_acts(GgmlType t, Isa isa, bool packed_view) {
   if (t == GgmlType::kQ8_0 || t == GgmlType::kQ4_0) return true;
+  if (t == GgmlType::kBF16) return isa >= Isa::kAvx512 && cpu_features().avx512bf16;
   return affine(t) && (isa == Isa::kScalar || (packed_view && isa >= Isa::kAvx2));
 }
 
@@ -72,7 +74,10 @@ void check_case(const Case& c, uint32_t seed, const std::vector<ThreadPool*>& po
 
   std::vector<float> ref(static_cast<size_t>(nt * rows)), ref_q(ref.size());
   matmul_ref(w, x.data(), ref.data(), nt);
-  matmul_ref_quantized_act(w, x.data(), ref_q.data(), nt);
+  {
+    IsaScope scope(best_isa());  // the quantisation of the best ISA (BF16: rounded or not)
+    matmul_ref_quantized_act(w, x.data(), ref_q.data(), nt);
+  }
   // Per-output magnitude s and activation-quantisation bound.
   std::vector<double> mag(ref.size()), qbound(ref.size());
   std::vector<float> row(static_cast<size_t>(cols));
@@ -87,7 +92,8 @@ void check_case(const Case& c, uint32_t seed, const std::vector<ThreadPool*>& po
         for (int j = 0; j < 32; ++j) qb += std::fabs(row[b * 32 + j]) * (amax / 127.0) / 2.0;
       }
       mag[t * rows + r] = s;
-      qbound[t * rows + r] = qb * 1.001;
+      // bf16 rounding moves each x by at most |x| / 2^9.
+      qbound[t * rows + r] = c.type == GgmlType::kBF16 ? s / 512 * 1.001 : qb * 1.001;
     }
   }
   std::vector<float> y(ref.size());
@@ -374,6 +380,33 @@ TEST(Matmul, ActivationQuantisationIsIdenticalOnAllIsas) {
       ASSERT_EQ(ab.d, d_scalar[b]) << b;
       ASSERT_EQ(ab.neg_sum, -k * sum) << b;
     }
+  }
+}
+
+// round_to_bf16 (the reference's rounding) equals vcvtneps2bf16 (the kernels') on ties in both
+// directions, carries into the exponent, overflow to infinity, denormals, zeros, infinities
+// and 2^20 random bit patterns.
+TEST(Matmul, Bf16RoundingMatchesTheInstruction) {
+  if (!cpu_features().avx512bf16) GTEST_SKIP() << "the CPU lacks AVX-512 BF16";
+  std::vector<uint32_t> bits = {0x3F808000u, 0x3F818000u, 0x3F80FFFFu, 0x3F7FFFFFu, 0x7F7FFFFFu,
+                                0xFF7FFFFFu, 0x00000001u, 0x807FFFFFu, 0x00800000u, 0x00000000u,
+                                0x80000000u, 0x7F800000u, 0xFF800000u, 0x40490FDBu, 0xC0490FDBu};
+  std::mt19937 rng(3);
+  while (bits.size() < (1u << 20)) {
+    const uint32_t b = rng();
+    if ((b & 0x7F800000u) != 0x7F800000u) bits.push_back(b);  // NaN payloads aside
+  }
+  std::vector<float> x(bits.size());
+  std::memcpy(x.data(), bits.data(), bits.size() * sizeof(float));
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<uint16_t> h(static_cast<size_t>(n));
+  internal::round_acts_bf16_avx512(x.data(), 1, n, n, h.data());
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t want = static_cast<uint32_t>(h[i]) << 16;
+    const float got = round_to_bf16(x[i]);
+    uint32_t got_bits;
+    std::memcpy(&got_bits, &got, sizeof(got_bits));
+    ASSERT_EQ(got_bits, want) << std::hex << "input 0x" << bits[i];
   }
 }
 
