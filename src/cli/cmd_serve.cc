@@ -5,7 +5,10 @@
 // Loads the model and its tokenizer, starts the engine thread, and serves HTTP on one I/O
 // thread (request bodies are tokenised on --tokenizer-threads workers) until SIGINT/SIGTERM,
 // then drains (--shutdown-timeout) and exits 0.
+#include <sys/resource.h>
+
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -39,7 +42,34 @@ struct Options {
   double idle_timeout_s = 120.0;
   int32_t max_n = 16;
   int32_t tokenizer_threads = server::ApiServerOptions{}.tokenizer_threads;
+  int64_t max_connections = -1;  // -1: from the open-file limit (connection_cap)
 };
+
+// Descriptors kept free of connections: the model file, the listening socket, logs, workers.
+constexpr int64_t kReservedDescriptors = 64;
+constexpr int64_t kMaxAutoConnections = 10000;
+
+// Raises the soft open-file limit to the hard one (every connection is a descriptor) and
+// returns the limit in force.
+int64_t raise_open_file_limit() {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return 1024;
+  if (rl.rlim_cur != rl.rlim_max) {
+    rlimit want = rl;
+    want.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &want) == 0) {
+      ARBOR_LOG(kDebug) << "open-file limit raised from " << rl.rlim_cur << " to " << want.rlim_cur;
+      rl = want;
+    }
+  }
+  return rl.rlim_cur == RLIM_INFINITY ? int64_t{1} << 20 : static_cast<int64_t>(rl.rlim_cur);
+}
+
+// --max-connections, or by default what the open-file limit leaves room for.
+int64_t connection_cap(int64_t requested, int64_t open_files) {
+  if (requested >= 0) return requested;
+  return std::clamp(open_files - kReservedDescriptors, int64_t{16}, kMaxAutoConnections);
+}
 
 void log_configuration(const Options& o, executor::CpuModelExecutor& exec,
                        const engine::EngineCore& core, const server::ModelInfo& info,
@@ -87,6 +117,12 @@ Status run(const Options& o) {
   so.http.body_limit = static_cast<size_t>(o.body_limit_mib * (1 << 20));
   so.http.sse_keepalive_s = o.sse_keepalive_s;
   so.http.idle_timeout_s = o.idle_timeout_s;
+  const int64_t open_files = raise_open_file_limit();
+  so.http.max_connections = connection_cap(o.max_connections, open_files);
+  ARBOR_LOG(kInfo) << "connections: at most "
+                   << (so.http.max_connections > 0 ? std::to_string(so.http.max_connections)
+                                                    : std::string("unlimited"))
+                   << " (open-file limit " << open_files << "); more are answered 503";
   so.shutdown_timeout_s = o.shutdown_timeout_s;
   so.kv_blocks_total = core.num_free_blocks();
   so.max_concurrent_requests = eo.max_num_seqs;
@@ -129,6 +165,11 @@ void setup(CLI::App& app) {
                   "Seconds an idle connection stays open between requests; 0 = forever")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  sub->add_option("--max-connections", o->max_connections,
+                  "Open connections beyond this get 503 and are closed; 0 = no cap (default: "
+                  "the open-file limit, raised to its hard maximum at start, minus 64, at most "
+                  "10000)")
+      ->check(CLI::NonNegativeNumber);
   sub->add_option("--max-n", o->max_n, "Limit on n and best_of per request")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();

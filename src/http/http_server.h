@@ -17,21 +17,35 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "base/status.h"
 
 namespace arbor::http {
 
+using HttpHeaders = std::vector<std::pair<std::string, std::string>>;
+
 struct HttpRequest {
   std::string method;  // "GET", "POST", ...
   std::string target;  // "/v1/completions?x=1"
+  HttpHeaders headers;  // as received, in order
   std::string body;
+  // The first header named `name` (case-insensitive), or "" when absent.
+  std::string_view header(std::string_view name) const;
+  bool has_header(std::string_view name) const;
 };
 
 struct HttpResponse {
+  HttpResponse() = default;
+  HttpResponse(int status, std::string content_type, std::string body, HttpHeaders headers = {})
+      : status(status), content_type(std::move(content_type)), body(std::move(body)),
+        headers(std::move(headers)) {}
+
   int status = 200;
   std::string content_type = "application/json";
   std::string body;
+  HttpHeaders headers;  // sent after Content-Type
 };
 
 // One request/response exchange on a connection. The handler answers exactly once: respond(),
@@ -44,6 +58,8 @@ class HttpExchange {
   virtual void start_stream(int status, const std::string& content_type) = 0;
   virtual void write(std::string data) = 0;
   virtual void finish_stream() = 0;
+  // Adds a header to the response this exchange will send (respond() or start_stream()).
+  virtual void add_header(std::string name, std::string value) = 0;
   // `fn` runs once if the client disconnects before the exchange ends; replaced by a later call.
   virtual void set_on_disconnect(std::function<void()> fn) = 0;
   virtual bool disconnected() const = 0;
@@ -57,6 +73,11 @@ struct HttpServerOptions {
   size_t body_limit = 8u << 20;               // bytes; larger bodies get 413
   double sse_keepalive_s = 15.0;              // ": keep-alive" comment after this much silence
   double idle_timeout_s = 120.0;              // close a connection idle between requests
+  // Open connections beyond this are answered 503 and closed at once; 0 = no cap.
+  int64_t max_connections = 0;
+  // Every response status sent (the handler's and the server's own: 400, 413, 431, 503 ...),
+  // on the I/O thread; for /metrics.
+  std::function<void(int)> on_status;
   // Body of the errors the server answers itself (413, malformed request line or headers, a
   // handler that threw): (status, code, message) -> JSON. Empty = {"error": {"message": ...,
   // "type": ..., "code": ...}}, OpenAI's shape; the API layer passes its own.
@@ -74,6 +95,9 @@ class HttpServer {
   ~HttpServer();
 
   uint16_t port() const;
+  // I/O thread: exchanges not yet complete on the wire (a response still being written counts
+  // until its last byte is sent or the client is gone).
+  int64_t open_exchanges() const;
   // Runs the event loop on the calling thread until stop().
   void run();
   // Any thread: ends run() (pending connections are dropped).

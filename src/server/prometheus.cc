@@ -99,7 +99,7 @@ std::string prometheus_text(const engine::EngineMetricsSnapshot& m, const Server
          m.num_waiting);
   scalar(out, "arbor_kv_cache_usage_perc", "gauge", "Used KV blocks / usable blocks (0-1).",
          m.kv_usage);
-  scalar(out, "arbor_kv_blocks_total", "gauge", "Usable KV blocks.", s.kv_blocks_total);
+  scalar(out, "arbor_kv_blocks_usable", "gauge", "Usable KV blocks.", s.kv_blocks_total);
   scalar(out, "arbor_kv_blocks_free", "gauge", "Free KV blocks (prefix-cached ones included).",
          s.kv_blocks_free);
   scalar(out, "arbor_kv_blocks_used", "gauge", "KV blocks held by requests.",

@@ -4,7 +4,7 @@
 //               arbor_e2e_request_latency_seconds, arbor_request_queue_time_seconds,
 //               arbor_batch_size, arbor_tokens_per_step
 //   gauges      arbor_num_requests_running, arbor_num_requests_waiting, arbor_kv_cache_usage_perc,
-//               arbor_kv_blocks_total, arbor_kv_blocks_free, arbor_kv_blocks_used,
+//               arbor_kv_blocks_usable, arbor_kv_blocks_free, arbor_kv_blocks_used,
 //               arbor_prefix_cache_hit_rate, arbor_http_active_requests
 //   counters    arbor_prompt_tokens_total, arbor_generation_tokens_total,
 //               arbor_num_preemptions_total, arbor_request_success_total, ...,

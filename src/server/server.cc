@@ -280,7 +280,6 @@ class Generation : public std::enable_shared_from_this<Generation> {
   void start_stream() {
     if (started_) return;
     started_ = true;
-    ++s_.responses_by_status[200];
     ex_->start_stream(200, "text/event-stream");
   }
 
@@ -330,7 +329,6 @@ class Generation : public std::enable_shared_from_this<Generation> {
 
 void ApiServer::State::send(http::HttpExchange& ex, int status, std::string body,
                             const std::string& content_type) {
-  ++responses_by_status[status];
   ex.respond({status, content_type, std::move(body)});
 }
 
@@ -528,14 +526,22 @@ void ApiServer::State::begin_drain(int signal) {
   check_drain();
 }
 
+// Done when every request has finished and every response's last byte is written (a slow
+// reader still gets its whole stream), or past the deadline for the bytes too.
 void ApiServer::State::check_drain() {
-  if (active.empty() && preparing.empty()) {
+  const bool deadline_passed = Clock::now() >= drain_deadline;
+  if (active.empty() && preparing.empty() &&
+      (http->open_exchanges() == 0 || deadline_passed)) {
+    if (http->open_exchanges() > 0) {
+      ARBOR_LOG(kWarn) << "shutdown deadline reached: " << http->open_exchanges()
+                       << " responses not fully written";
+    }
     ARBOR_LOG(kInfo) << "drained; shutting down";
     poster->close();
     http->stop();
     return;
   }
-  if (!aborted_all && Clock::now() >= drain_deadline) {
+  if (!aborted_all && deadline_passed) {
     ARBOR_LOG(kWarn) << "shutdown deadline reached: aborting " << active.size() << " requests";
     aborted_all = true;
     for (auto& [id, g] : active) g->abort();
@@ -563,6 +569,8 @@ Result<std::unique_ptr<ApiServer>> ApiServer::create(engine::EngineCore& engine,
   state->model.max_spec_tokens = engine.max_spec_tokens();
   state->model.max_tree_nodes = engine.max_tree_nodes();
   state->options = options;
+  State* counted = state.get();
+  state->options.http.on_status = [counted](int status) { ++counted->responses_by_status[status]; };
   // Errors the HTTP layer answers itself (413, malformed requests) in the API's shape.
   state->options.http.error_body = [](int status, std::string_view code, std::string_view msg) {
     ApiError e;

@@ -264,7 +264,7 @@ TEST_F(ServerE2e, ModelsHealthAndMetrics) {
     EXPECT_NE(metrics.body.find(name), std::string::npos) << name;
   }
   EXPECT_GE(server_->metric("arbor_generation_tokens_total"), 4);
-  EXPECT_GT(server_->metric("arbor_kv_blocks_total"), 0);
+  EXPECT_GT(server_->metric("arbor_kv_blocks_usable"), 0);
   EXPECT_TRUE(server_->wait_no_blocks_used());
 }
 

@@ -15,11 +15,6 @@
 namespace arbor::server::testing {
 namespace {
 
-std::string post_raw(const std::string& path, const std::string& body) {
-  return "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-         "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
-}
-
 // Long generations (the context is 2048 tokens, prompts are short).
 const char* kLongStream =
     "{\"prompt\":\"Once upon a time\",\"max_tokens\":1500,\"ignore_eos\":true,\"stream\":true}";
@@ -27,7 +22,7 @@ const char* kLongStream =
 TEST(ServerHangup, TwentyStreamingClientsHangUpAndEveryBlockReturns) {
   ServerProcess server({"--max-num-seqs", "32"});
   ASSERT_TRUE(server.ok());
-  const double total = server.metric("arbor_kv_blocks_total");
+  const double total = server.metric("arbor_kv_blocks_usable");
   ASSERT_GT(total, 0);
   std::vector<int> fds(20, -1);
   for (int i = 0; i < 20; ++i) {

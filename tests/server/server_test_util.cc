@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -31,7 +32,7 @@ nlohmann::json HttpResult::json() const {
   return nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
 }
 
-ServerProcess::ServerProcess(std::vector<std::string> extra_args) {
+ServerProcess::ServerProcess(std::vector<std::string> extra_args, int open_files) {
   if (!test::expect_shared_file(test::kStories260K)) return;
   const std::string port_file = dir_ / "port";
   std::vector<std::string> args = {test::arbor_bin(), "--log-level", "warn", "serve", "-m",
@@ -41,6 +42,10 @@ ServerProcess::ServerProcess(std::vector<std::string> extra_args) {
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   pid_ = fork();
   if (pid_ == 0) {
+    if (open_files > 0) {
+      const rlimit rl{static_cast<rlim_t>(open_files), static_cast<rlim_t>(open_files)};
+      setrlimit(RLIMIT_NOFILE, &rl);
+    }
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -153,6 +158,41 @@ std::vector<std::string> sse_payloads(const std::string& body) {
     out.push_back(payload);
   }
   return out;
+}
+
+std::string post_raw(const std::string& path, const std::string& body) {
+  return "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+         "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+int connect_to(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  timeval tv{30, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  return fd;
+}
+
+bool send_all(int fd, const std::string& bytes) {
+  return send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size());
+}
+
+std::string read_to_close(int fd) {
+  std::string got;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) break;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  return got;
 }
 
 std::string raw_exchange(int port, const std::string& raw, size_t min_bytes, int* keep_fd) {

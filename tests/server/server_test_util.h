@@ -21,7 +21,8 @@ class ServerProcess {
  public:
   // Starts `arbor serve` on the stories260K model with `extra_args`; waits for /health. When
   // the model file is missing the current test fails naming it, and ok() is false.
-  explicit ServerProcess(std::vector<std::string> extra_args = {});
+  // `open_files` > 0: the child's RLIMIT_NOFILE (soft and hard), like `ulimit -n`.
+  explicit ServerProcess(std::vector<std::string> extra_args = {}, int open_files = 0);
   // Sends SIGKILL if still running.
   ~ServerProcess();
   ServerProcess(const ServerProcess&) = delete;
@@ -54,6 +55,14 @@ class ServerProcess {
 
 // "data: {...}" payloads of an SSE body, in order ("[DONE]" included as a string).
 std::vector<std::string> sse_payloads(const std::string& body);
+
+// A raw HTTP/1.1 POST with a JSON body and Content-Length.
+std::string post_raw(const std::string& path, const std::string& body);
+// A connected loopback socket (30 s receive timeout), or -1.
+int connect_to(int port);
+bool send_all(int fd, const std::string& bytes);
+// Reads until the peer closes (or the receive timeout).
+std::string read_to_close(int fd);
 
 // Opens a connection, sends `raw`, reads until `min_bytes` arrived (or the peer closed) and
 // returns what was read; the socket is closed on return unless `keep_fd` receives it.
