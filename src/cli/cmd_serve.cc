@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/log.h"
 #include "base/mapped_file.h"
@@ -43,7 +44,44 @@ struct Options {
   int32_t max_n = 16;
   int32_t tokenizer_threads = server::ApiServerOptions{}.tokenizer_threads;
   int64_t max_connections = -1;  // -1: from the open-file limit (connection_cap)
+  std::string api_key;
+  bool api_key_all_routes = false;
+  std::vector<std::string> allowed_origins;
+  std::vector<std::string> allowed_hosts;
 };
+
+std::string joined(const std::vector<std::string>& items) {
+  std::string out;
+  for (const std::string& item : items) out += (out.empty() ? "" : ",") + item;
+  return out;
+}
+
+// Fills the access policy and says what it decided (docs/server.md, "Deploying").
+server::AccessPolicy access_policy(const Options& o) {
+  server::AccessPolicy p;
+  p.api_key = o.api_key;
+  p.api_key_all_routes = o.api_key_all_routes;
+  p.allowed_origins = o.allowed_origins;
+  p.allowed_hosts = o.allowed_hosts;
+  p.bound_to_loopback = server::is_loopback_host(o.host);
+  ARBOR_LOG(kInfo) << "access: "
+                   << (p.api_key.empty() ? std::string("no API key")
+                       : p.api_key_all_routes
+                           ? std::string("API key required on every route")
+                           : std::string("API key required (not on /health, /metrics)"))
+                   << "; CORS origins "
+                   << (p.allowed_origins.empty() ? std::string("loopback only")
+                                                 : joined(p.allowed_origins))
+                   << "; Host "
+                   << (!p.allowed_hosts.empty() ? joined(p.allowed_hosts)
+                       : p.bound_to_loopback    ? std::string("loopback names only")
+                                                : std::string("any"));
+  if (!p.bound_to_loopback && p.api_key.empty()) {
+    ARBOR_LOG(kWarn) << "listening on " << o.host
+                     << " without --api-key: anyone who can reach the port can generate";
+  }
+  return p;
+}
 
 // Descriptors kept free of connections: the model file, the listening socket, logs, workers.
 constexpr int64_t kReservedDescriptors = 64;
@@ -127,6 +165,7 @@ Status run(const Options& o) {
   so.kv_blocks_total = core.num_free_blocks();
   so.max_concurrent_requests = eo.max_num_seqs;
   so.tokenizer_threads = o.tokenizer_threads;
+  so.access = access_policy(o);
   ARBOR_ASSIGN_OR_RETURN(auto server, server::ApiServer::create(core, info, so));
   log_configuration(o, exec_ref, core, info, server->port());
   if (!o.port_file.empty()) {
@@ -170,6 +209,19 @@ void setup(CLI::App& app) {
                   "the open-file limit, raised to its hard maximum at start, minus 64, at most "
                   "10000)")
       ->check(CLI::NonNegativeNumber);
+  sub->add_option("--api-key", o->api_key,
+                  "Require 'Authorization: Bearer <key>' on the API routes (env ARBOR_API_KEY)")
+      ->envname("ARBOR_API_KEY");
+  sub->add_flag("--api-key-all-routes", o->api_key_all_routes,
+                "Require the API key on /health and /metrics too");
+  sub->add_option("--allowed-origins", o->allowed_origins,
+                  "Browser origins (CORS) allowed to call the API, comma-separated; '*' = any "
+                  "(default: loopback origins only; others get 403)")
+      ->delimiter(',');
+  sub->add_option("--allowed-hosts", o->allowed_hosts,
+                  "Host header names served, comma-separated; '*' = any (default: loopback "
+                  "names when bound to a loopback address, any otherwise)")
+      ->delimiter(',');
   sub->add_option("--max-n", o->max_n, "Limit on n and best_of per request")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();

@@ -480,7 +480,7 @@ std::string models_json(const ModelInfo& model) {
          {"object", "model"},
          {"created", model.created},
          {"owned_by", "arbor"},
-         {"root", model.path},
+         {"root", model.name},
          {"max_model_len", model.context_length}};
   return dump_json(json{{"object", "list"}, {"data", json::array({m})}});
 }

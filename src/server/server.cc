@@ -380,12 +380,33 @@ std::variant<const Route*, ApiError> find_route(std::string_view method, std::st
   return route_not_found(method, path);
 }
 
+// The API flavor of a path's errors (TGI's routes answer in TGI's shape).
+ApiFlavor flavor_of_path(std::string_view path) {
+  for (const Route& r : kRoutes) {
+    if (r.path == path) return r.flavor;
+  }
+  return ApiFlavor::kOpenAi;
+}
+
 }  // namespace
 
 void ApiServer::State::handle(http::HttpRequest req, std::shared_ptr<http::HttpExchange> ex) {
   std::string path = req.target.substr(0, req.target.find('?'));
   if (path.size() > 1 && path.back() == '/') path.pop_back();
   ARBOR_LOG(kDebug) << req.method << " " << req.target << " (" << req.body.size() << " bytes)";
+  AccessDecision access = check_access(options.access, req, path);
+  for (auto& [name, value] : access.headers) ex->add_header(std::move(name), std::move(value));
+  if (access.error) {
+    ARBOR_LOG(kInfo) << req.method << " " << path << " " << access.error->http_status << ": "
+                     << access.error->message;
+    if (access.error->http_status == 401) ex->add_header("WWW-Authenticate", "Bearer");
+    send_error(*ex, *access.error, flavor_of_path(path));
+    return;
+  }
+  if (access.preflight) {
+    send(*ex, 200, "", "text/plain");
+    return;
+  }
   try {
     std::variant<const Route*, ApiError> found = find_route(req.method, path);
     if (const ApiError* e = std::get_if<ApiError>(&found)) {

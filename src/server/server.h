@@ -26,6 +26,7 @@
 
 #include "base/status.h"
 #include "engine/engine_core.h"
+#include "server/access.h"
 #include "server/api_common.h"
 #include "http/http_server.h"
 
@@ -38,6 +39,7 @@ struct ApiServerOptions {
   int32_t max_concurrent_requests = 64;  // reported by /info
   // --tokenizer-threads: worker threads that parse, template and tokenise request bodies (>= 1).
   int32_t tokenizer_threads = 2;
+  AccessPolicy access;  // Host guard, CORS, API key (access.h)
 };
 
 class ApiServer {

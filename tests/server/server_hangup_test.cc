@@ -78,8 +78,8 @@ TEST(ServerHangup, PipelinedRequestsInOrderThenIdleTimeoutCloses) {
   ServerProcess server({"--idle-timeout", "0.5"});
   ASSERT_TRUE(server.ok());
   const std::string raw = post_raw("/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":3}") +
-                          "GET /info HTTP/1.1\r\nHost: x\r\n\r\n"
-                          "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+                          "GET /info HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+                          "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
   // Reads until the server closes the idle connection (or 10 s pass).
   const auto start = std::chrono::steady_clock::now();
   const std::string got = raw_exchange(server.port(), raw, 1u << 30);

@@ -28,5 +28,19 @@ TEST(ServerJs, OfficialOpenAiClient) {
   EXPECT_EQ(server.terminate(), 0);
 }
 
+// The same suite against a server with --api-key, the client holding the key.
+TEST(ServerJs, OfficialOpenAiClientWithApiKey) {
+  const std::string js = std::string(ARBOR_SOURCE_DIR) + "/tests/server/js";
+  ASSERT_TRUE(std::filesystem::exists(js + "/node_modules/openai/package.json"))
+      << js << "/node_modules is absent: run scripts/install_js_deps.sh (or `make deps`)";
+  ServerProcess server({"--chat-template", "llama2", "--api-key", "sk-arbor-test"});
+  ASSERT_TRUE(server.ok());
+  const test::CommandResult r = test::run_shell(
+      "cd '" + js + "' && ARBOR_CHAT=1 ARBOR_API_KEY=sk-arbor-test ARBOR_BASE_URL='" +
+      server.url("/v1") + "' node --test --test-reporter=spec openai_client.test.mjs 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_EQ(server.terminate(), 0);
+}
+
 }  // namespace
 }  // namespace arbor::server::testing

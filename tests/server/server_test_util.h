@@ -19,7 +19,8 @@ struct HttpResult {
 
 class ServerProcess {
  public:
-  // Starts `arbor serve` on the stories260K model with `extra_args`; waits for /health. When
+  // Starts `arbor serve` on the stories260K model with `extra_args`; waits until /health
+  // answers (any status: access options may refuse the probe). When
   // the model file is missing the current test fails naming it, and ok() is false.
   // `open_files` > 0: the child's RLIMIT_NOFILE (soft and hard), like `ulimit -n`.
   explicit ServerProcess(std::vector<std::string> extra_args = {}, int open_files = 0);

@@ -8,7 +8,10 @@ import OpenAI from 'openai';
 
 const baseURL = process.env.ARBOR_BASE_URL;
 assert.ok(baseURL, 'ARBOR_BASE_URL must be set');
-const client = new OpenAI({ baseURL, apiKey: 'unused', maxRetries: 0, timeout: 60_000 });
+// ARBOR_API_KEY: the server's --api-key (the client sends it as a Bearer token).
+const client = new OpenAI({
+  baseURL, apiKey: process.env.ARBOR_API_KEY ?? 'unused', maxRetries: 0, timeout: 60_000,
+});
 const model = 'stories260K';
 const greedy = { model, prompt: 'Once upon a time', max_tokens: 10, temperature: 0, ignore_eos: true };
 
