@@ -23,6 +23,7 @@
 #include "executor/cpu_executor.h"
 #include "engine/engine_core.h"
 #include "kernels/cpu_features.h"
+#include "model/weight_check.h"
 #include "server/chat_renderer.h"
 #include "server/server.h"
 
@@ -44,6 +45,7 @@ struct Options {
   int32_t max_n = 16;
   int32_t tokenizer_threads = server::ApiServerOptions{}.tokenizer_threads;
   int64_t max_connections = -1;  // -1: from the open-file limit (connection_cap)
+  bool check_weights = false;
   std::string api_key;
   bool api_key_all_routes = false;
   std::vector<std::string> allowed_origins;
@@ -130,6 +132,10 @@ void log_configuration(const Options& o, executor::CpuModelExecutor& exec,
 Status run(const Options& o) {
   const engine::EngineOptions eo = engine_options(o.serving);
   ARBOR_ASSIGN_OR_RETURN(auto exec, executor::CpuModelExecutor::load(o.model, cpu_options(o.serving)));
+  if (o.check_weights) {
+    ARBOR_RETURN_IF_ERROR(model::check_all_weights(exec->runner().model().file()));
+    ARBOR_LOG(kInfo) << "every weight is finite";
+  }
   ARBOR_ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::from_file(o.model));
   executor::CpuModelExecutor& exec_ref = *exec;
   ARBOR_ASSIGN_OR_RETURN(auto chat, server::make_chat_renderer(*tok, o.chat_template));
@@ -209,6 +215,9 @@ void setup(CLI::App& app) {
                   "the open-file limit, raised to its hard maximum at start, minus 64, at most "
                   "10000)")
       ->check(CLI::NonNegativeNumber);
+  sub->add_flag("--check-weights", o->check_weights,
+                "Scan every weight for NaN/Inf before serving (norms and the classifier are "
+                "always checked)");
   sub->add_option("--api-key", o->api_key,
                   "Require 'Authorization: Bearer <key>' on the API routes (env ARBOR_API_KEY)")
       ->envname("ARBOR_API_KEY");

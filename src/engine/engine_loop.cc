@@ -106,6 +106,14 @@ void EngineCore::step() {
   }
   const double now = engine_now();
   for (const sched::RequestOutput& o : *outs) {
+    if (!o.error.ok()) {  // the model failed for this request alone: end its user request
+      const sched::RequestId gid = o.request_id & (sched::kMaxUserRequestId - 1);
+      if (!outputs_->contains(gid)) continue;
+      ARBOR_LOG(kError) << "request " << gid << " failed: " << o.error.message();
+      scheduler_->finish_request(gid, sched::StopReason{.kind = sched::StopKind::kAbort});
+      outputs_->fail(gid, o.error);
+      continue;
+    }
     const std::optional<sched::StopReason> stop = outputs_->process(o, now);
     if (stop) scheduler_->finish_request(o.request_id, *stop);
     observe_speculation(o);

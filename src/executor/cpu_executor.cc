@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <span>
 #include <unordered_map>
 
 #include "spec/ngram_proposer.h"
@@ -539,6 +541,23 @@ Status CpuModelExecutor::propose(const step::SchedulerOutput& output, step::Step
   return ok_status();
 }
 
+// kInternal naming the first non-finite logit of `rows` ([n, vocab]): a NaN or Inf weight, or
+// an activation that overflowed, reached the classifier. The sampler must never see one.
+Status check_finite_logits(const step::ScheduledRequest& s, std::span<const float> rows,
+                           int32_t vocab) {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (std::isfinite(rows[i])) continue;
+    const int64_t row = static_cast<int64_t>(i) / vocab;
+    return internal_error(
+        "the model produced a non-finite logit (", rows[i], ") for request ", s.request_id,
+        " at position ", s.num_computed_tokens + s.num_scheduled_tokens - s.num_draft_tokens() - 1 + row,
+        ", token id ", static_cast<int64_t>(i) % vocab,
+        ": a weight or an activation is not finite (`arbor serve --check-weights` scans the "
+        "weights)");
+  }
+  return ok_status();
+}
+
 Result<step::StepResult> CpuModelExecutor::execute(const step::SchedulerOutput& output) {
   ARBOR_ASSIGN_OR_RETURN(const auto forgotten, states_.apply(output));
   for (const auto& [id, st] : forgotten) {
@@ -562,6 +581,17 @@ Result<step::StepResult> CpuModelExecutor::execute(const step::SchedulerOutput& 
     if (rows[i] < 0) continue;
     const step::ScheduledRequest& s = output.requests[i];
     const float* rows_i = logits_.data() + static_cast<size_t>(rows[i]) * vocab;
+    // One logits row per draft plus the bonus row; a non-finite one fails this request only.
+    const size_t num_rows = static_cast<size_t>(s.num_draft_tokens()) + 1;
+    Status finite = check_finite_logits(s, std::span<const float>(rows_i, num_rows * vocab), vocab);
+    if (!finite.ok()) {
+      step::RequestResult failed;
+      failed.request_id = s.request_id;
+      failed.num_draft_tokens = s.num_draft_tokens();
+      failed.error = std::move(finite);
+      result.requests.push_back(std::move(failed));
+      continue;
+    }
     result.requests.push_back(s.is_tree() ? verify_tree(s, states_.at(s.request_id), rows_i)
                                           : verify_drafts(s, states_.at(s.request_id), rows_i));
   }

@@ -4,6 +4,7 @@
 #include "base/mapped_file.h"
 #include "base/progress.h"
 #include "base/status.h"
+#include "model/weight_check.h"
 
 namespace arbor::model {
 namespace {
@@ -65,6 +66,7 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::from_file(gguf::GgufFile file) {
   ARBOR_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::from_gguf(file));
   std::unique_ptr<LlamaModel> model(new LlamaModel(std::move(file), std::move(config)));
   ARBOR_RETURN_IF_ERROR(model->bind_weights());
+  ARBOR_RETURN_IF_ERROR(model->check_cheap_weights());
   model->pack_matrices();
   return model;
 }
@@ -92,6 +94,17 @@ void LlamaModel::pack_matrices() {
     bar.add(v->rows * v->row_stride >> 20);
   }
   bar.finish();
+}
+
+// The weights every load checks (weight_check.h): the 1-D F32 tensors (norms, biases) and the
+// classifier (token_embd when tied), which every logit reads.
+Status LlamaModel::check_cheap_weights() const {
+  for (const gguf::TensorInfo& t : file_.tensors()) {
+    const bool vector = t.dims.size() == 1 && t.type == gguf::GgmlType::kF32;
+    const bool classifier = t.name == (weights_.tied_output ? "token_embd.weight" : "output.weight");
+    if (vector || classifier) ARBOR_RETURN_IF_ERROR(check_finite_tensor(file_, t));
+  }
+  return ok_status();
 }
 
 Status LlamaModel::bind_weights() {

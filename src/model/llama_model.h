@@ -63,6 +63,7 @@ class LlamaModel {
   LlamaModel(gguf::GgufFile file, ModelConfig config)
       : file_(std::move(file)), config_(std::move(config)) {}
   Status bind_weights();
+  Status check_cheap_weights() const;
   Status bind_layer(int layer);
   // Packs every matrix matmul() reads that has a packed kernel on this CPU.
   void pack_matrices();

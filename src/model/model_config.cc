@@ -1,7 +1,9 @@
 #include "model/model_config.h"
-#include "base/status.h"
 
+#include <cmath>
 #include <limits>
+
+#include "base/status.h"
 
 namespace arbor::model {
 namespace {
@@ -27,6 +29,10 @@ Result<float> get_float_or(const gguf::GgufFile& f, const std::string& key, floa
 
 Status read_rope(const gguf::GgufFile& f, const std::string& a, ModelConfig& c) {
   ARBOR_ASSIGN_OR_RETURN(c.rope_theta, get_float_or(f, a + ".rope.freq_base", 10000.0f));
+  if (!(c.rope_theta > 0.0f) || !std::isfinite(c.rope_theta)) {
+    return invalid_argument(f.name(), ": ", a, ".rope.freq_base = ", c.rope_theta,
+                            " (must be a positive finite number)");
+  }
   ARBOR_ASSIGN_OR_RETURN(c.rope_dim, get_int_or(f, a + ".rope.dimension_count", c.head_dim));
   if (c.rope_dim > c.head_dim || c.rope_dim % 2 != 0) {
     return invalid_argument(f.name(), ": ", a, ".rope.dimension_count = ", c.rope_dim,

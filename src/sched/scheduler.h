@@ -119,6 +119,9 @@ struct RequestOutput {
   int64_t num_prompt_tokens = 0;
   int64_t num_cached_tokens = 0;  // prefix-cache hit at first admission
   bool first_scheduled = false;   // its first tokens ran this step (queue time ends)
+  // Not ok: the model failed for this request (RequestResult::error); it has ended (kAbort)
+  // and the engine must end its whole user request with this error.
+  Status error;
 };
 
 struct SchedulerStats {

@@ -474,6 +474,11 @@ void Scheduler::commit(Request& req, const ScheduledRequest& s, const RequestRes
   req.spec_parent_ids.clear();
   req.spec_probs.clear();
   if (r == nullptr) return;
+  if (!r->error.ok()) {
+    o.error = r->error;
+    o.stop_reason = StopReason{.kind = StopKind::kAbort};
+    return;
+  }
   if (req.spec_backoff_steps > 0) --req.spec_backoff_steps;
   if (k > 0 && r->num_accepted > 0) req.spec_backoff_next = 0;
   // The accepted drafts' K/V was computed in the context of committed tokens: it stays valid.

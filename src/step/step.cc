@@ -137,6 +137,13 @@ Status validate_step_result(const SchedulerOutput& output, const StepResult& res
     if (!seen.emplace(r.request_id, true).second) {
       return internal_error("the executor returned two results for request ", r.request_id);
     }
+    if (!r.error.ok()) {
+      if (!r.tokens.empty() || r.num_accepted != 0 || !r.next_draft_token_ids.empty()) {
+        return internal_error("the executor failed request ", r.request_id,
+                              " but returned tokens for it");
+      }
+      continue;
+    }
     const Status st = check_result(*it->second, r, vocab_size);
     if (!st.ok()) return st;
   }

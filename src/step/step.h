@@ -103,6 +103,10 @@ struct SampledToken {
 // K/V has been compacted into the slots after the last committed token before execute() returns.
 struct RequestResult {
   RequestId request_id = 0;
+  // Not ok: the model failed for this request alone (its logits were not finite); tokens,
+  // num_accepted and the next drafts are empty, and the engine ends the request with this
+  // error (HTTP 500) while every other request of the step goes on.
+  Status error;
   std::vector<SampledToken> tokens;  // [num_accepted + 1]
   int32_t num_draft_tokens = 0;      // drafts verified (the ScheduledRequest's k)
   int32_t num_accepted = 0;          // drafts accepted, <= num_draft_tokens

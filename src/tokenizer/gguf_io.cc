@@ -53,9 +53,17 @@ Status read_special_ids(const gguf::GgufFile& f, Vocab& v) {
       if (r.status().code() == StatusCode::kNotFound) continue;
       return r.status();
     }
-    // An id outside the vocabulary (0xFFFFFFFF, as converters write for "none") unsets the
-    // token; llama.cpp would keep its default instead (1 or 11), which no file can then undo.
-    *id = *r >= 0 && *r < v.size() ? static_cast<int32_t>(*r) : -1;
+    // -1 (0xFFFFFFFF as converters write it) means "none" and unsets the token; llama.cpp
+    // would keep its default instead (1 or 11), which no file can then undo. Any other id
+    // outside the vocabulary cannot be right: the file is refused.
+    if (*r == -1 || *r == 0xFFFFFFFFll) {
+      *id = -1;
+    } else if (*r < 0 || *r >= v.size()) {
+      return invalid_argument(f.name(), ": ", key, " = ", *r, " is outside the vocabulary of ",
+                              v.size(), " tokens");
+    } else {
+      *id = static_cast<int32_t>(*r);
+    }
   }
   return ok_status();
 }

@@ -32,11 +32,12 @@ nlohmann::json HttpResult::json() const {
   return nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
 }
 
-ServerProcess::ServerProcess(std::vector<std::string> extra_args, int open_files) {
+ServerProcess::ServerProcess(std::vector<std::string> extra_args, int open_files,
+                             const std::string& model) {
   if (!test::expect_shared_file(test::kStories260K)) return;
   const std::string port_file = dir_ / "port";
   std::vector<std::string> args = {test::arbor_bin(), "--log-level", "warn", "serve", "-m",
-                                   test::shared_path(test::kStories260K),
+                                   model.empty() ? test::shared_path(test::kStories260K) : model,
                                    "--host", "127.0.0.1", "--port", "0", "--port-file", port_file,
                                    "--threads", "1", "--num-kv-blocks", "4096"};
   args.insert(args.end(), extra_args.begin(), extra_args.end());

@@ -23,7 +23,9 @@ class ServerProcess {
   // answers (any status: access options may refuse the probe). When
   // the model file is missing the current test fails naming it, and ok() is false.
   // `open_files` > 0: the child's RLIMIT_NOFILE (soft and hard), like `ulimit -n`.
-  explicit ServerProcess(std::vector<std::string> extra_args = {}, int open_files = 0);
+  // `model`: another GGUF file than stories260K.
+  explicit ServerProcess(std::vector<std::string> extra_args = {}, int open_files = 0,
+                         const std::string& model = "");
   // Sends SIGKILL if still running.
   ~ServerProcess();
   ServerProcess(const ServerProcess&) = delete;

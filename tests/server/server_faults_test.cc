@@ -1,0 +1,127 @@
+// Faults contained (issue 17): a model with one NaN weight fails the requests that meet it with
+// a 500 and an OpenAI-style body, and the server keeps serving; `--check-weights` names the
+// tensor; norms are checked at every load; metadata that cannot be right is refused at load.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <string>
+
+#include "gguf/gguf.h"
+#include "server_test_util.h"
+#include "support/shared_data.h"
+#include "support/subprocess.h"
+#include "support/temp_dir.h"
+
+namespace arbor::server::testing {
+namespace {
+
+std::string read_all(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// stories260K with weight `index` of F32 tensor `tensor` replaced by `value`, written to `out`.
+void write_with_weight(const std::string& tensor, int64_t index, float value,
+                       const std::string& out) {
+  const std::string src = test::shared_path(test::kStories260K);
+  auto file = gguf::GgufFile::open(src);
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
+  const gguf::TensorInfo* t = file->find_tensor(tensor);
+  ASSERT_NE(t, nullptr);
+  ASSERT_EQ(t->type, gguf::GgmlType::kF32);
+  std::string bytes = read_all(src);
+  std::memcpy(bytes.data() + file->data_offset() + t->offset + 4 * index, &value, 4);
+  std::ofstream(out, std::ios::binary) << bytes;
+}
+
+TEST(ServerFaults, NanWeightFailsTheRequestWith500AndTheServerKeepsServing) {
+  ASSERT_TRUE(test::expect_shared_file(test::kStories260K));
+  test::TempDir dir("nan_model");
+  const std::string path = dir / "nan.gguf";
+  write_with_weight("blk.2.ffn_down.weight", 17, std::numeric_limits<float>::quiet_NaN(), path);
+  ServerProcess server({}, 0, path);
+  ASSERT_TRUE(server.ok());
+  for (const double temperature : {1.0, 0.0}) {  // sampled (the sampler's CHECK) and greedy
+    SCOPED_TRACE(temperature);
+    const HttpResult r = server.post(
+        "/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 8},
+                            {"temperature", temperature}});
+    EXPECT_EQ(r.status, 500) << r.body;
+    EXPECT_NE(r.json()["error"]["message"].get<std::string>().find("non-finite"),
+              std::string::npos)
+        << r.body;
+    EXPECT_EQ(r.json()["error"]["type"], "server_error") << r.body;
+  }
+  // A stream ends with an error event and its terminator; n > 1 fails as a whole.
+  const HttpResult s = server.post("/v1/completions", {{"prompt", "Once"}, {"max_tokens", 4},
+                                                       {"stream", true}});
+  EXPECT_TRUE(s.status == 500 || s.body.find("non-finite") != std::string::npos) << s.body;
+  EXPECT_EQ(server.post("/v1/completions", {{"prompt", "Once"}, {"max_tokens", 4}, {"n", 3}})
+                .status,
+            500);
+  EXPECT_EQ(server.get("/health").status, 200);
+  EXPECT_EQ(server.get("/v1/models").status, 200);
+  EXPECT_TRUE(server.running());
+  EXPECT_TRUE(server.wait_no_blocks_used());
+  EXPECT_EQ(server.terminate(), 0);
+}
+
+TEST(ServerFaults, CheckWeightsNamesTheTensorAndNormsAreCheckedAtLoad) {
+  ASSERT_TRUE(test::expect_shared_file(test::kStories260K));
+  test::TempDir dir("bad_models");
+  const std::string nan = dir / "nan.gguf";
+  write_with_weight("blk.2.ffn_down.weight", 17, std::numeric_limits<float>::infinity(), nan);
+  const test::CommandResult checked =
+      test::run_arbor("serve --check-weights --port 0 -m '" + nan + "' 2>&1");
+  EXPECT_NE(checked.exit_code, 0);
+  EXPECT_NE(checked.output().find("blk.2.ffn_down.weight"), std::string::npos)
+      << checked.output();
+  EXPECT_NE(checked.output().find("non-finite"), std::string::npos) << checked.output();
+  // A norm is checked without the flag (and by every command that loads the model).
+  const std::string norm = dir / "norm.gguf";
+  write_with_weight("blk.1.attn_norm.weight", 3, std::numeric_limits<float>::quiet_NaN(), norm);
+  const test::CommandResult loaded =
+      test::run_arbor("generate -m '" + norm + "' -p Once -n 2 2>&1");
+  EXPECT_NE(loaded.exit_code, 0);
+  EXPECT_NE(loaded.output().find("blk.1.attn_norm.weight"), std::string::npos)
+      << loaded.output();
+}
+
+TEST(ServerFaults, ImpossibleMetadataIsRefusedAtLoad) {
+  ASSERT_TRUE(test::expect_shared_file(test::kStories260K));
+  test::TempDir dir("bad_meta");
+  auto file = gguf::GgufFile::open(test::shared_path(test::kStories260K));
+  ASSERT_TRUE(file.ok());
+  const std::vector<std::pair<std::string, gguf::Value>> cases = {
+      {"llama.rope.freq_base", gguf::Value::f32(0.0f)},
+      {"llama.rope.freq_base", gguf::Value::f32(std::nanf(""))},
+      {"llama.rope.freq_base", gguf::Value::f32(-10000.0f)},
+      {"tokenizer.ggml.eos_token_id", gguf::Value::u32(70000)},
+      {"tokenizer.ggml.bos_token_id", gguf::Value::i32(-5)},
+  };
+  for (const auto& [key, value] : cases) {
+    SCOPED_TRACE(key);
+    gguf::GgufWriter w = gguf::GgufWriter::from_file(*file);
+    w.set(key, value);
+    const std::string path = dir / "meta.gguf";
+    ASSERT_TRUE(w.write(path).ok());
+    const test::CommandResult r = test::run_arbor("generate -m '" + path + "' -p Once -n 2 2>&1");
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.output().find(key), std::string::npos) << r.output();
+  }
+  // "none" (0xFFFFFFFF, as converters write it) is not an error.
+  gguf::GgufWriter w = gguf::GgufWriter::from_file(*file);
+  w.set("tokenizer.ggml.eos_token_id", gguf::Value::u32(0xFFFFFFFFu));
+  const std::string path = dir / "none.gguf";
+  ASSERT_TRUE(w.write(path).ok());
+  EXPECT_EQ(test::run_arbor("generate -m '" + path + "' -p Once -n 2 2>&1").exit_code, 0);
+}
+
+}  // namespace
+}  // namespace arbor::server::testing
