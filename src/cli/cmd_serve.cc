@@ -177,9 +177,9 @@ Status run(const Options& o) {
   if (!o.port_file.empty()) {
     ARBOR_RETURN_IF_ERROR(write_file_atomic(o.port_file, std::to_string(server->port())));
   }
-  server->run();
+  const Status stopped = server->run();
   ARBOR_LOG(kInfo) << "server stopped";
-  return ok_status();
+  return stopped;
 }
 
 void setup(CLI::App& app) {

@@ -115,6 +115,7 @@ struct HttpServer::Impl {
   int64_t connections = 0;     // open sessions
   int64_t exchanges = 0;       // sessions in an exchange (see open_exchanges())
   int64_t refused = 0;         // connections answered 503 for the cap
+  bool draining = false;       // stop_accepting() was called: close after each exchange
   Clock::time_point last_fd_warning{};
 
   void accept();
@@ -153,7 +154,8 @@ class Session : public HttpExchange, public std::enable_shared_from_this<Session
     enqueue(str_cat(status_line(r.status), "Content-Type: ", r.content_type,
                     "\r\nContent-Length: ", r.body.size(), "\r\n", header_lines(r.headers),
                     header_lines(extra_headers_), "Connection: ",
-                    keep_alive_ ? "keep-alive" : "close", "\r\n\r\n", r.body));
+                    keep_alive_ && !server_.draining ? "keep-alive" : "close", "\r\n\r\n",
+                    r.body));
   }
 
   void start_stream(int status, const std::string& content_type) override {
@@ -164,7 +166,7 @@ class Session : public HttpExchange, public std::enable_shared_from_this<Session
     enqueue(str_cat(status_line(status), "Content-Type: ", content_type,
                     "\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n",
                     header_lines(extra_headers_), "Connection: ",
-                    keep_alive_ ? "keep-alive" : "close", "\r\n\r\n"));
+                    keep_alive_ && !server_.draining ? "keep-alive" : "close", "\r\n\r\n"));
     arm_keepalive();
   }
 
@@ -422,7 +424,7 @@ class Session : public HttpExchange, public std::enable_shared_from_this<Session
     streaming_ = false;
     on_disconnect_ = nullptr;
     keepalive_timer_.cancel();
-    if (!keep_alive_) {
+    if (!keep_alive_ || server_.draining) {
       linger_close();
     } else if (watching_) {
       // Pipelined requests may already sit in buffer_; stop the watch (no write is pending
@@ -637,6 +639,7 @@ void HttpServer::run_after(double seconds, std::function<void()> fn) {
 }
 
 void HttpServer::stop_accepting() {
+  impl_->draining = true;
   beast::error_code ignored;
   impl_->acceptor.close(ignored);
 }

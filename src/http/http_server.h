@@ -106,7 +106,8 @@ class HttpServer {
   void post(std::function<void()> fn);
   // I/O thread: runs `fn` there after `seconds`.
   void run_after(double seconds, std::function<void()> fn);
-  // I/O thread: closes the listening socket; open connections keep going.
+  // I/O thread: closes the listening socket; open connections keep going, each closed once its
+  // current exchange is written (responses say "Connection: close").
   void stop_accepting();
   // Runs `fn(signal)` on the I/O thread on each SIGINT or SIGTERM.
   void on_signal(std::function<void(int)> fn);

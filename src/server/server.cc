@@ -165,6 +165,7 @@ struct ApiServer::State {
   bool draining = false;
   Clock::time_point drain_deadline;
   bool aborted_all = false;
+  bool forced = false;  // a second signal stopped the server before the drain completed
   // Last member: destroyed (joined) first, while everything its tasks read still exists.
   std::unique_ptr<WorkerPool> pool;
 
@@ -533,6 +534,7 @@ void ApiServer::State::begin_drain(int signal) {
   if (draining) {
     ARBOR_LOG(kWarn) << "second signal " << signal << ": stopping now";
     aborted_all = true;
+    forced = true;
     for (auto& [id, g] : active) g->abort();
     poster->close();
     http->stop();
@@ -615,7 +617,7 @@ Result<std::unique_ptr<ApiServer>> ApiServer::create(engine::EngineCore& engine,
 
 uint16_t ApiServer::port() const { return state_->http->port(); }
 
-void ApiServer::run() {
+Status ApiServer::run() {
   state_->http->run();
   state_->poster->close();
   // Requests still registered (second signal) were aborted; let the engine finish them so
@@ -623,6 +625,11 @@ void ApiServer::run() {
   state_->active.clear();
   state_->preparing.clear();  // their results, if any, were dropped with the I/O loop
   state_->engine->wait_idle();
+  if (state_->forced) {
+    return failed_precondition(
+        "stopped by a second signal before every request and response completed");
+  }
+  return ok_status();
 }
 
 }  // namespace arbor::server

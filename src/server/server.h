@@ -52,8 +52,9 @@ class ApiServer {
 
   uint16_t port() const;
   // Serves on the calling thread until a signal's drain completes. All requests are finished
-  // (or aborted) when it returns.
-  void run();
+  // (or aborted) when it returns: ok, or an error when a second signal cut the drain short (the
+  // process then exits non-zero).
+  Status run();
 
   struct State;
 

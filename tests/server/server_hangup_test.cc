@@ -1,6 +1,9 @@
 // Clients that hang up mid-stream get their requests aborted and every KV block back; SSE
 // keep-alive comments; graceful shutdown drains in-flight requests and exits 0.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -148,6 +151,72 @@ TEST(ServerShutdown, SigtermDrainsInFlightRequestsAndExitsZero) {
   const std::string rest = read_rest(fd);
   EXPECT_NE(rest.find("\"finish_reason\":\"length\""), std::string::npos) << rest.substr(0, 300);
   EXPECT_NE(rest.find("data: [DONE]"), std::string::npos);
+}
+
+// Streams of several MB (more than the socket buffers hold) to clients that have not read
+// them yet when SIGTERM comes: the drain waits for the bytes, not just for generation.
+TEST(ServerShutdown, SlowReadersReceiveCompleteStreams) {
+  ServerProcess server({"--shutdown-timeout", "60"});
+  ASSERT_TRUE(server.ok());
+  const std::string body =
+      "{\"prompt\":\"Once upon a time\",\"max_tokens\":1500,\"ignore_eos\":true,"
+      "\"stream\":true,\"n\":8,\"logprobs\":5}";
+  std::vector<int> fds;
+  for (int i = 0; i < 2; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    const int small = 4096;  // and no receive autotuning: the server's queue holds the rest
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(server.port()));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    ASSERT_TRUE(send_all(fd, post_raw("/v1/completions", body)));
+    fds.push_back(fd);
+  }
+  // Generation ends (nothing running) while most bytes are still queued in the server.
+  for (int i = 0; i < 600; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (server.metric("arbor_request_finished_total") >= 2 &&
+        server.metric("arbor_http_active_requests") == 0) {
+      break;
+    }
+  }
+  ASSERT_EQ(kill(server.pid(), SIGTERM), 0);
+  for (int fd : fds) {
+    std::string got;
+    char buf[65536];
+    for (;;) {
+      const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+      if (n <= 0) break;
+      got.append(buf, static_cast<size_t>(n));
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    close(fd);
+    EXPECT_GT(got.size(), 4u << 20) << "a stream of several MB";
+    EXPECT_EQ(sse_payloads(got).back(), "[DONE]");
+    EXPECT_EQ(got.substr(got.size() - 5), "0\r\n\r\n") << "no chunk terminator";
+  }
+  EXPECT_EQ(server.wait_exit(), 0);
+}
+
+TEST(ServerShutdown, SecondSignalStopsAtOnceAndExitsNonZero) {
+  ServerProcess server({"--shutdown-timeout", "60"});
+  ASSERT_TRUE(server.ok());
+  int fd = -1;
+  // 8 x 1900 tokens: seconds of work, still running when both signals come.
+  raw_exchange(server.port(),
+               post_raw("/v1/completions",
+                        "{\"prompt\":\"Once\",\"max_tokens\":1900,\"ignore_eos\":true,"
+                        "\"stream\":true,\"n\":8}"),
+               1, &fd);
+  ASSERT_EQ(kill(server.pid(), SIGTERM), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_EQ(kill(server.pid(), SIGTERM), 0);
+  const int code = server.wait_exit(10.0);
+  EXPECT_NE(code, 0);
+  EXPECT_NE(code, -1) << "it must exit (not hang) after the second signal";
+  close(fd);
 }
 
 TEST(ServerShutdown, DeadlineAbortsWhatIsStillRunning) {

@@ -83,6 +83,11 @@ bool ServerProcess::running() const {
 int ServerProcess::terminate(double timeout_s) {
   if (pid_ <= 0) return -1;
   kill(pid_, SIGTERM);
+  return wait_exit(timeout_s);
+}
+
+int ServerProcess::wait_exit(double timeout_s) {
+  if (pid_ <= 0) return -1;
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
   while (std::chrono::steady_clock::now() < deadline) {

@@ -37,6 +37,8 @@ class ServerProcess {
   std::string url(const std::string& path) const;
   // SIGTERM, then waits up to `timeout_s`; returns the exit status (-1 on timeout / signal).
   int terminate(double timeout_s = 20.0);
+  // Waits up to `timeout_s` for the process to exit (a signal sent by the caller).
+  int wait_exit(double timeout_s = 20.0);
   bool running() const;
 
   HttpResult request(const std::string& method, const std::string& path,
