@@ -516,15 +516,16 @@ Result<std::string> Template::render(const Value& globals, const RenderLimits& l
   } catch (const TemplateError& e) {
     switch (e.kind()) {
       case TemplateError::Kind::kRaised: return invalid_argument(e.message());
-      case TemplateError::Kind::kLimit:
-        return resource_exhausted("template error at ", where(e.pos()), ": ", e.message());
+      case TemplateError::Kind::kLimit:  // the request can never render: 400, not a retry
+        return invalid_argument("template resource limit at ", where(e.pos()), ": ",
+                                e.message());
       case TemplateError::Kind::kSyntax:
       case TemplateError::Kind::kRuntime:
         return invalid_argument("template error at ", where(e.pos()), ": ", e.message());
     }
     return internal_error("unreachable");
   } catch (const std::bad_alloc&) {
-    return resource_exhausted("out of memory while rendering a template");
+    return invalid_argument("template resource limit: out of memory while rendering");
   } catch (const std::exception& e) {  // a bug in the interpreter, kept inside the module
     return internal_error("template renderer failed: ", e.what());
   }

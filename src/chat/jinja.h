@@ -49,7 +49,8 @@ class Template {
 
   // Renders with `globals` (a dict Value: variable name -> value). `raise_exception(msg)` in the
   // template returns kInvalidArgument whose message is exactly `msg`; other failures are
-  // kInvalidArgument (template errors) or kResourceExhausted (a RenderLimits cap) with position.
+  // kInvalidArgument (template errors, and a RenderLimits cap: the request can never render)
+  // with position.
   Result<std::string> render(const Value& globals, const RenderLimits& limits = {}) const;
 
  private:

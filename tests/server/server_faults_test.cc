@@ -123,5 +123,31 @@ TEST(ServerFaults, ImpossibleMetadataIsRefusedAtLoad) {
   EXPECT_EQ(test::run_arbor("generate -m '" + path + "' -p Once -n 2 2>&1").exit_code, 0);
 }
 
+// A request whose chat template rendering exceeds the renderer's limits can never succeed:
+// 400 invalid_request_error, not 429 (which clients retry).
+TEST(ServerFaults, TemplateResourceLimitsAre400) {
+  test::TempDir dir("heavy_template");
+  const std::string tpl = dir / "heavy.jinja";
+  std::ofstream(tpl) << "{% for m in messages %}{% for j in range(20) %}"
+                        "{% for i in range(100000) %}{% endfor %}{% endfor %}"
+                        "{{ m['content'] }}{% endfor %}";
+  ServerProcess server({"--chat-template", tpl});
+  ASSERT_TRUE(server.ok());
+  nlohmann::json messages = nlohmann::json::array();
+  for (int i = 0; i < 6; ++i) messages.push_back({{"role", "user"}, {"content", "hi"}});
+  const HttpResult r =
+      server.post("/v1/chat/completions", {{"messages", messages}, {"max_tokens", 2}});
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(r.json()["error"]["type"], "invalid_request_error") << r.body;
+  EXPECT_NE(r.body.find("template resource limit"), std::string::npos) << r.body;
+  // Under the limit the same template works.
+  const HttpResult ok = server.post(
+      "/v1/chat/completions",
+      {{"messages", nlohmann::json::array({{{"role", "user"}, {"content", "hi"}}})},
+       {"max_tokens", 2}});
+  EXPECT_EQ(ok.status, 200) << ok.body;
+  EXPECT_EQ(server.terminate(), 0);
+}
+
 }  // namespace
 }  // namespace arbor::server::testing
