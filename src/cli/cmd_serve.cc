@@ -150,6 +150,7 @@ Status run(const Options& o) {
                      .count();
   info.max_n = o.max_n;
   info.chat = chat.get();
+  info.priority_scheduling = eo.policy == sched::SchedulingPolicy::kPriority;
   engine::EngineCoreConfig cfg;
   cfg.options = eo;
   cfg.tokenizer = tok.get();

@@ -35,6 +35,7 @@ struct ModelInfo {
   int32_t max_spec_tokens = 0;                    // the engine's --spec-k; 0 = speculation off
   int32_t max_tree_nodes = 0;                     // --spec-tree-budget; 0 = chains only
   const ChatRenderer* chat = nullptr;             // nullptr: /v1/chat/completions answers 400
+  bool priority_scheduling = false;  // --scheduling-policy priority: the `priority` field counts
 };
 
 // Turns one request's engine events into response bytes. I/O thread only.

@@ -54,6 +54,8 @@ std::optional<ApiError> read_logit_bias(const json& b, const ModelInfo& m,
 }
 
 // Sampling, n/best_of, stop and ignore_eos: the fields both endpoints share.
+constexpr int64_t kMaxPriority = 1'000'000;
+
 std::optional<ApiError> read_common(const json& b, const ModelInfo& m, engine::GenerateRequest* r) {
   sampling::SamplingParams& s = r->sampling;
   ARBOR_API_TRY(read_float(b, "temperature", 0.0, sampling::kMaxTemperature, false, &s.temperature));
@@ -80,6 +82,13 @@ std::optional<ApiError> read_common(const json& b, const ModelInfo& m, engine::G
                                             r->n, ")"));
   }
   ARBOR_API_TRY(read_speculation(b, m, &r->speculation));
+  // vLLM's field: lower values are served (and kept from preemption) first. Without the
+  // priority policy it would change nothing, so anything but 0 is refused, as vLLM does.
+  ARBOR_API_TRY(read_int32(b, "priority", -kMaxPriority, kMaxPriority, &r->priority));
+  if (r->priority != 0 && !m.priority_scheduling) {
+    return invalid_param("priority", "'priority' needs a server started with "
+                                     "--scheduling-policy priority (lower values go first)");
+  }
   ARBOR_API_TRY(read_stop(b, "stop", kMaxStopStrings, &r->stop));
   // The engine's stop rules (engine/stop_rules.h) end the sample at EOS and BOS; ignore_eos
   // turns both off.

@@ -9,6 +9,7 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "gguf/gguf.h"
 #include "server_test_util.h"
@@ -146,6 +147,48 @@ TEST(ServerFaults, TemplateResourceLimitsAre400) {
       {{"messages", nlohmann::json::array({{{"role", "user"}, {"content", "hi"}}})},
        {"max_tokens", 2}});
   EXPECT_EQ(ok.status, 200) << ok.body;
+  EXPECT_EQ(server.terminate(), 0);
+}
+
+// The request's `priority` is honoured under --scheduling-policy priority and refused (400,
+// naming the flag) otherwise, never silently ignored.
+TEST(ServerFaults, PriorityFieldIsHonouredOrRefused) {
+  {
+    ServerProcess fcfs;
+    ASSERT_TRUE(fcfs.ok());
+    const HttpResult r =
+        fcfs.post("/v1/completions", {{"prompt", "Once"}, {"max_tokens", 2}, {"priority", 3}});
+    EXPECT_EQ(r.status, 400) << r.body;
+    EXPECT_EQ(r.json()["error"]["param"], "priority") << r.body;
+    EXPECT_NE(r.body.find("--scheduling-policy priority"), std::string::npos) << r.body;
+    EXPECT_EQ(fcfs.post("/v1/completions", {{"prompt", "Once"}, {"max_tokens", 2}, {"priority", 0}})
+                  .status,
+              200);
+  }
+  ServerProcess server({"--scheduling-policy", "priority", "--max-num-seqs", "1"});
+  ASSERT_TRUE(server.ok());
+  // A long request of low importance runs; a more important one preempts it and ends first.
+  std::string long_body;
+  std::thread low([&] {
+    long_body = server
+                    .post("/v1/completions", {{"prompt", "Once upon a time"},
+                                              {"max_tokens", 1900},
+                                              {"ignore_eos", true},
+                                              {"priority", 10}})
+                    .body;
+  });
+  for (int i = 0; i < 200 && server.metric("arbor_num_requests_running") < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const HttpResult high = server.post(
+      "/v1/completions", {{"prompt", "Lily"}, {"max_tokens", 4}, {"priority", -5}});
+  const double high_done_with_low_running = server.metric("arbor_num_requests_running");
+  low.join();
+  EXPECT_EQ(high.status, 200) << high.body;
+  EXPECT_GE(server.metric("arbor_num_priority_preemptions_total"), 1);
+  EXPECT_EQ(high_done_with_low_running, 1) << "the important request did not wait for the other";
+  EXPECT_NE(long_body.find("\"completion_tokens\":1900"), std::string::npos)
+      << long_body.substr(0, 300);
   EXPECT_EQ(server.terminate(), 0);
 }
 
