@@ -5,6 +5,7 @@
 // Loads the model and its tokenizer, starts the engine thread, and serves HTTP on one I/O
 // thread (request bodies are tokenised on --tokenizer-threads workers) until SIGINT/SIGTERM,
 // then drains (--shutdown-timeout) and exits 0.
+#include <malloc.h>
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
@@ -45,6 +46,8 @@ struct Options {
   int32_t max_n = 16;
   int32_t tokenizer_threads = server::ApiServerOptions{}.tokenizer_threads;
   int64_t max_connections = -1;  // -1: from the open-file limit (connection_cap)
+  double write_timeout_s = 60.0;
+  double max_output_mib = 512.0;
   bool check_weights = false;
   std::string api_key;
   bool api_key_all_routes = false;
@@ -129,7 +132,13 @@ void log_configuration(const Options& o, executor::CpuModelExecutor& exec,
   ARBOR_LOG(kInfo) << "listening on http://" << o.host << ":" << port;
 }
 
+// Large buffers (request bodies, tokenised prompts, responses) come from mmap and go back to
+// the system when freed: glibc's default threshold rises after the first such free and then
+// keeps freed multi-MB buffers in the heap, so a burst of big requests would stay in RSS.
+void return_big_buffers_to_the_system() { mallopt(M_MMAP_THRESHOLD, 1 << 20); }
+
 Status run(const Options& o) {
+  return_big_buffers_to_the_system();
   const engine::EngineOptions eo = engine_options(o.serving);
   ARBOR_ASSIGN_OR_RETURN(auto exec, executor::CpuModelExecutor::load(o.model, cpu_options(o.serving)));
   if (o.check_weights) {
@@ -162,6 +171,8 @@ Status run(const Options& o) {
   so.http.body_limit = static_cast<size_t>(o.body_limit_mib * (1 << 20));
   so.http.sse_keepalive_s = o.sse_keepalive_s;
   so.http.idle_timeout_s = o.idle_timeout_s;
+  so.http.write_timeout_s = o.write_timeout_s;
+  so.http.max_queued_output = static_cast<int64_t>(o.max_output_mib * (1 << 20));
   const int64_t open_files = raise_open_file_limit();
   so.http.max_connections = connection_cap(o.max_connections, open_files);
   ARBOR_LOG(kInfo) << "connections: at most "
@@ -232,6 +243,16 @@ void setup(CLI::App& app) {
                   "Host header names served, comma-separated; '*' = any (default: loopback "
                   "names when bound to a loopback address, any otherwise)")
       ->delimiter(',');
+  sub->add_option("--write-timeout", o->write_timeout_s,
+                  "Seconds a client may take no byte of its response before the connection is "
+                  "closed and its request aborted; 0 = never")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  sub->add_option("--max-output-mib", o->max_output_mib,
+                  "Unsent response bytes over all connections (MiB); a response past it gets "
+                  "503 (a connection may hold at most 64 MiB)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   sub->add_option("--max-n", o->max_n, "Limit on n and best_of per request")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();

@@ -116,6 +116,7 @@ struct HttpServer::Impl {
   int64_t exchanges = 0;       // sessions in an exchange (see open_exchanges())
   int64_t refused = 0;         // connections answered 503 for the cap
   bool draining = false;       // stop_accepting() was called: close after each exchange
+  int64_t queued_bytes = 0;    // unsent response bytes over all sessions
   Clock::time_point last_fd_warning{};
 
   void accept();
@@ -136,7 +137,7 @@ class Session : public HttpExchange, public std::enable_shared_from_this<Session
  public:
   Session(tcp::socket socket, HttpServer::Impl& server)
       : socket_(std::move(socket)), server_(server), keepalive_timer_(server.ioc),
-        idle_timer_(server.ioc) {
+        idle_timer_(server.ioc), write_timer_(server.ioc) {
     ++server_.connections;
   }
   ~Session() override {
@@ -148,6 +149,18 @@ class Session : public HttpExchange, public std::enable_shared_from_this<Session
 
   void respond(HttpResponse r) override {
     if (closed_ || !in_exchange_ || answered_) return;
+    if (server_.queued_bytes + static_cast<int64_t>(r.body.size()) >
+        server_.options.max_queued_output) {
+      // Too much output waits for clients that do not read: refuse this one rather than grow.
+      ARBOR_LOG(kWarn) << "answering 503: " << server_.queued_bytes
+                       << " bytes of responses are unsent (limit "
+                       << server_.options.max_queued_output << ")";
+      r = HttpResponse(503, "application/json",
+                       server_.error_body(503, "server_busy",
+                                          str_cat("the server holds ", server_.queued_bytes,
+                                                  " bytes of unsent responses; retry later")),
+                       {{"Retry-After", "5"}});
+    }
     answered_ = true;
     ending_ = true;
     server_.count_status(r.status);
@@ -382,26 +395,63 @@ class Session : public HttpExchange, public std::enable_shared_from_this<Session
     });
   }
 
+  // Queues bytes for the client. A connection whose unsent output would pass
+  // max_connection_output is cut (the client is not reading; its request is aborted).
   void enqueue(std::string bytes) {
+    if (out_bytes_ > 0 && out_bytes_ + bytes.size() > server_.options.max_connection_output) {
+      ARBOR_LOG(kWarn) << "closing a connection whose client does not read: " << out_bytes_
+                       << " bytes unsent (limit " << server_.options.max_connection_output << ")";
+      disconnect();
+      return;
+    }
+    add_out_bytes(static_cast<int64_t>(bytes.size()));
     out_.push_back(std::move(bytes));
     if (!writing_) do_write();
   }
 
-  void do_write() {
-    writing_ = true;
-    asio::async_write(socket_, asio::buffer(out_.front()),
-                      [self = shared_from_this()](beast::error_code ec, size_t) {
-                        self->on_write(ec);
-                      });
+  void add_out_bytes(int64_t n) {
+    out_bytes_ += n;
+    server_.queued_bytes += n;
   }
 
-  void on_write(beast::error_code ec) {
+  // Writes what the socket takes of the front buffer; every bit of progress re-arms the write
+  // timeout, so a slow reader is fine and one that stopped reading is cut.
+  void do_write() {
+    writing_ = true;
+    arm_write_timeout();
+    socket_.async_write_some(
+        asio::buffer(out_.front().data() + front_sent_, out_.front().size() - front_sent_),
+        [self = shared_from_this()](beast::error_code ec, size_t n) { self->on_write(ec, n); });
+  }
+
+  void arm_write_timeout() {
+    if (server_.options.write_timeout_s <= 0) return;
+    write_timer_.expires_after(std::chrono::milliseconds(
+        static_cast<int64_t>(server_.options.write_timeout_s * 1000)));
+    write_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (ec || self->closed_ || !self->writing_) return;
+      ARBOR_LOG(kWarn) << "closing a connection whose client read nothing for "
+                       << self->server_.options.write_timeout_s << " s (" << self->out_bytes_
+                       << " bytes unsent); its request is aborted";
+      self->disconnect();
+    });
+  }
+
+  void on_write(beast::error_code ec, size_t n) {
     writing_ = false;
     if (closed_) return;
     if (ec) {
       disconnect();
       return;
     }
+    front_sent_ += n;
+    add_out_bytes(-static_cast<int64_t>(n));
+    if (front_sent_ < out_.front().size()) {
+      do_write();
+      return;
+    }
+    write_timer_.cancel();
+    front_sent_ = 0;
     out_.pop_front();
     if (probing_) {  // the probe is out: on loopback a closed client's reset is already here
       probing_ = false;
@@ -493,6 +543,9 @@ class Session : public HttpExchange, public std::enable_shared_from_this<Session
     closed_ = true;
     set_in_exchange(false);
     out_.clear();
+    add_out_bytes(-out_bytes_);
+    front_sent_ = 0;
+    write_timer_.cancel();
     keepalive_timer_.cancel();
     idle_timer_.cancel();
     beast::error_code ignored;
@@ -506,6 +559,9 @@ class Session : public HttpExchange, public std::enable_shared_from_this<Session
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   std::deque<std::string> out_;
+  size_t front_sent_ = 0;    // bytes of out_.front() already written
+  int64_t out_bytes_ = 0;    // unsent bytes in out_
+  asio::steady_timer write_timer_;
   HttpHeaders extra_headers_;  // add_header()'s, for this exchange's response
   std::function<void()> on_disconnect_;
   bool writing_ = false;

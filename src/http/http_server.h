@@ -75,6 +75,13 @@ struct HttpServerOptions {
   double idle_timeout_s = 120.0;              // close a connection idle between requests
   // Open connections beyond this are answered 503 and closed at once; 0 = no cap.
   int64_t max_connections = 0;
+  // Output bounds, so clients that do not read cannot grow the server: a connection whose
+  // unsent bytes would pass max_connection_output is closed (its request aborted); a response
+  // that would take all connections' unsent bytes past max_queued_output is answered 503
+  // instead; a connection that takes no byte for write_timeout_s is closed (0 = never).
+  size_t max_connection_output = 64u << 20;
+  int64_t max_queued_output = int64_t{512} << 20;
+  double write_timeout_s = 60.0;
   // Every response status sent (the handler's and the server's own: 400, 413, 431, 503 ...),
   // on the I/O thread; for /metrics.
   std::function<void(int)> on_status;

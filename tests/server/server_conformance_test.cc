@@ -3,13 +3,18 @@
 // close), Expect: 100-continue is answered, a half-closed client still gets its response, the
 // connection cap answers 503, running out of file descriptors neither spins a core nor sticks,
 // and every status is counted in /metrics, which passes an exposition-format check.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <string>
@@ -203,6 +208,80 @@ TEST(ServerConformance, RunningOutOfDescriptorsNeitherSpinsNorSticks) {
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   EXPECT_EQ(status, 200);
   EXPECT_LT(secs, 1.0) << "/health after the connections closed";
+  EXPECT_EQ(server.terminate(), 0);
+}
+
+int64_t rss_kib(int pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::atoll(line.c_str() + 6);
+  }
+  return -1;
+}
+
+// A client that sends `raw` and then reads nothing (a 4 KiB receive buffer, so the kernel
+// holds little of the answer for it).
+int silent_client(int port, const std::string& raw) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  const int small = 4096;
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || !send_all(fd, raw)) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// 30 clients ask for ~5.8 MB /tokenize answers and never read them: with --max-output-mib 8
+// the server holds at most 8 MiB of unsent answers (the rest get 503), instead of ~170 MB.
+TEST(ServerConformance, ClientsThatNeverReadCannotGrowTheServer) {
+  ServerProcess server({"--max-output-mib", "8", "--max-body-mib", "8"});
+  ASSERT_TRUE(server.ok());
+  std::string text;
+  while (text.size() < 5000000) text += "Once upon a time there was a little girl. ";
+  const std::string raw = post_raw("/tokenize", nlohmann::json{{"prompt", text}}.dump());
+  const int64_t before = rss_kib(server.pid());
+  std::vector<int> fds;
+  for (int i = 0; i < 30; ++i) fds.push_back(silent_client(server.port(), raw));
+  // Every request answered (200 or 503: the first bytes are there), whatever the clients do.
+  for (int i = 0; i < 600; ++i) {
+    size_t answered = 0;
+    for (int fd : fds) {
+      pollfd p{fd, POLLIN, 0};
+      answered += poll(&p, 1, 0) == 1 ? 1 : 0;
+    }
+    if (answered == fds.size()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the last buffers are freed
+  const int64_t grown_mib = (rss_kib(server.pid()) - before) / 1024;
+  EXPECT_GE(server.metric("arbor_http_requests_total{code=\"503\"}"), 1);
+  EXPECT_LT(grown_mib, 40) << "unsent answers must stay within --max-output-mib (8 MiB)";
+  for (int fd : fds) close(fd);
+  EXPECT_EQ(server.get("/health").status, 200);
+  EXPECT_EQ(server.terminate(), 0);
+}
+
+// A stream whose client stops reading is cut after --write-timeout and its request aborted, so
+// its KV blocks come back.
+TEST(ServerConformance, AClientThatStopsReadingIsCutAfterTheWriteTimeout) {
+  ServerProcess server({"--write-timeout", "1"});
+  ASSERT_TRUE(server.ok());
+  const int fd = silent_client(
+      server.port(),
+      post_raw("/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":1900,\"n\":8,"
+                                  "\"ignore_eos\":true,\"stream\":true,\"logprobs\":5}"));
+  ASSERT_GE(fd, 0);
+  const double aborted = server.metric("arbor_request_aborted_total");
+  EXPECT_TRUE(server.wait_no_blocks_used(15.0));
+  EXPECT_GT(server.metric("arbor_request_aborted_total"), aborted);
+  close(fd);
+  EXPECT_EQ(server.get("/health").status, 200);
   EXPECT_EQ(server.terminate(), 0);
 }
 

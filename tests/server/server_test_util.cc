@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -107,7 +108,9 @@ std::string ServerProcess::url(const std::string& path) const {
 
 HttpResult ServerProcess::request(const std::string& method, const std::string& path,
                                   const std::string& body, const std::string& extra_curl) const {
-  const std::string body_file = dir_ / "body";
+  // One file per request: requests may come from several threads at once.
+  static std::atomic<int64_t> next_body{0};
+  const std::string body_file = dir_ / ("body" + std::to_string(next_body++));
   {
     std::ofstream f(body_file, std::ios::binary);
     f << body;
@@ -124,6 +127,7 @@ HttpResult ServerProcess::request(const std::string& method, const std::string& 
   size_t n;
   while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
   pclose(p);
+  std::remove(body_file.c_str());
   const size_t nl = out.rfind('\n');
   if (nl == std::string::npos) return r;
   r.status = std::atoi(out.c_str() + nl + 1);

@@ -41,6 +41,7 @@ class ServerProcess {
   int wait_exit(double timeout_s = 20.0);
   bool running() const;
 
+  // Thread-safe: several threads may send requests at once.
   HttpResult request(const std::string& method, const std::string& path,
                      const std::string& body = "", const std::string& extra_curl = "") const;
   HttpResult post(const std::string& path, const nlohmann::json& body) const {
