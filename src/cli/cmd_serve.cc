@@ -49,6 +49,7 @@ struct Options {
   double write_timeout_s = 60.0;
   double max_output_mib = 512.0;
   bool check_weights = false;
+  bool allow_special_in_content = false;
   std::string api_key;
   bool api_key_all_routes = false;
   std::vector<std::string> allowed_origins;
@@ -160,6 +161,7 @@ Status run(const Options& o) {
   info.max_n = o.max_n;
   info.chat = chat.get();
   info.priority_scheduling = eo.policy == sched::SchedulingPolicy::kPriority;
+  info.allow_special_in_content = o.allow_special_in_content;
   engine::EngineCoreConfig cfg;
   cfg.options = eo;
   cfg.tokenizer = tok.get();
@@ -227,6 +229,9 @@ void setup(CLI::App& app) {
                   "the open-file limit, raised to its hard maximum at start, minus 64, at most "
                   "10000)")
       ->check(CLI::NonNegativeNumber);
+  sub->add_flag("--allow-special-in-content", o->allow_special_in_content,
+                "Let control-token text in chat message content (\"<|im_end|>\") act as control "
+                "tokens; by default it is plain text");
   sub->add_flag("--check-weights", o->check_weights,
                 "Scan every weight for NaN/Inf before serving (norms and the classifier are "
                 "always checked)");

@@ -36,6 +36,9 @@ struct ModelInfo {
   int32_t max_tree_nodes = 0;                     // --spec-tree-budget; 0 = chains only
   const ChatRenderer* chat = nullptr;             // nullptr: /v1/chat/completions answers 400
   bool priority_scheduling = false;  // --scheduling-policy priority: the `priority` field counts
+  // --allow-special-in-content: control-token text in chat message content becomes control
+  // tokens (by default it stays text: a user cannot close their turn and speak as another role).
+  bool allow_special_in_content = false;
 };
 
 // Turns one request's engine events into response bytes. I/O thread only.

@@ -443,6 +443,93 @@ std::optional<ApiError> check_messages(const json& body) {
 
 }  // namespace
 
+// The texts a user wrote in `messages` (string contents and text parts), in order.
+std::vector<json*> content_texts(json& messages) {
+  std::vector<json*> out;
+  for (json& m : messages) {
+    if (!m.is_object() || !m.contains("content")) continue;
+    json& c = m["content"];
+    if (c.is_string()) {
+      out.push_back(&c);
+    } else if (c.is_array()) {
+      for (json& part : c) {
+        if (part.is_object() && part.contains("text") && part["text"].is_string()) {
+          out.push_back(&part["text"]);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+std::string_view trim_space(std::string_view v, bool left, bool right) {
+  const auto space = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
+  while (left && !v.empty() && space(v.front())) v.remove_prefix(1);
+  while (right && !v.empty() && space(v.back())) v.remove_suffix(1);
+  return v;
+}
+
+// Where the rendered `prompt` holds message content, so that control-token text typed there
+// stays text (EncodeOptions::literal_ranges). The template is rendered again with a sentinel
+// in place of each content; between the template's own pieces, the prompt must hold the content
+// as written or trimmed (templates often strip it). Anything else (a template that rewrites
+// content) cannot be matched safely, and a content with control-token text is then a 400.
+std::optional<ApiError> literal_content_ranges(const json& body, bool add_generation_prompt,
+                                               const ModelInfo& model, const std::string& prompt,
+                                               std::vector<std::pair<size_t, size_t>>* out) {
+  json messages = body["messages"];
+  std::vector<json*> texts = content_texts(messages);
+  const bool needed = std::any_of(texts.begin(), texts.end(), [&](const json* t) {
+    return model.tokenizer->contains_control_text(t->get_ref<const std::string&>());
+  });
+  if (!needed) return std::nullopt;
+  std::vector<std::string> contents;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    contents.push_back(texts[i]->get<std::string>());
+    *texts[i] = str_cat("\x02", i, "\x03");  // not whitespace: strip() keeps them
+  }
+  const ApiError refused = invalid_param(
+      "messages", "a message contains the text of a control token (such as '<|im_end|>'), which "
+                  "this chat template does not let arbor keep as plain text; start the server "
+                  "with --allow-special-in-content to accept it as control tokens");
+  Result<std::string> marked = model.chat->render(messages, add_generation_prompt);
+  if (!marked.ok()) return refused;
+  // marked = T0 S(i0) T1 S(i1) ... Tn: match each T exactly, each S as its content, trimmed or not.
+  const std::string& m = *marked;
+  size_t at = 0, pos = 0;
+  for (;;) {
+    const size_t open = m.find('\x02', at);
+    const size_t close = open == std::string::npos ? open : m.find('\x03', open + 1);
+    const std::string_view piece(m.data() + at, (close == std::string::npos ? m.size() : open) - at);
+    if (prompt.compare(pos, piece.size(), piece) != 0) return refused;
+    pos += piece.size();
+    if (close == std::string::npos) break;
+    const size_t i = static_cast<size_t>(std::atoll(m.c_str() + open + 1));
+    if (i >= contents.size()) return refused;
+    // The template's next piece, which must follow the content.
+    const size_t next_open = m.find('\x02', close + 1);
+    const std::string_view next(m.data() + close + 1,
+                                (next_open == std::string::npos ? m.size() : next_open) -
+                                    (close + 1));
+    bool matched = false;
+    for (const auto [left, right] : {std::pair{false, false}, {true, true}, {true, false},
+                                     {false, true}}) {
+      const std::string_view c = trim_space(contents[i], left, right);
+      if (prompt.compare(pos, c.size(), c) != 0) continue;
+      if (prompt.compare(pos + c.size(), next.size(), next) != 0) continue;
+      if (next_open == std::string::npos && pos + c.size() + next.size() != prompt.size()) continue;
+      out->emplace_back(pos, pos + c.size());
+      pos += c.size();
+      matched = true;
+      break;
+    }
+    if (!matched) return refused;
+    at = close + 1;
+  }
+  if (pos != prompt.size()) return refused;
+  return std::nullopt;
+}
+
 std::optional<ApiError> prepare_chat(const json& body, const ModelInfo& model,
                                      PreparedRequest* out) {
   ARBOR_API_TRY(check_model(body, model));
@@ -460,6 +547,10 @@ std::optional<ApiError> prepare_chat(const json& body, const ModelInfo& model,
   tokenizer::EncodeOptions enc;
   enc.add_bos = false;  // the template writes BOS itself (as vLLM: no special tokens added)
   enc.parse_special = true;
+  if (!model.allow_special_in_content) {
+    ARBOR_API_TRY(literal_content_ranges(body, add_generation_prompt, model, *prompt,
+                                         &enc.literal_ranges));
+  }
   r.prompt_token_ids = model.tokenizer->encode(*prompt, enc);
   if (r.prompt_token_ids.empty()) return invalid_param("messages", "the rendered chat prompt is empty");
   ARBOR_API_TRY(truncate_prompt(body, model, &r.prompt_token_ids));

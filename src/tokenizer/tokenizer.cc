@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
+#include <iterator>
 
 #include "tokenizer/models.h"
 #include "tokenizer/pretokenizer.h"
@@ -26,12 +28,28 @@ bool is_space(char c) { return std::isspace(static_cast<unsigned char>(c)) != 0;
 
 // Splits one text fragment on every occurrence of special token `id` (llama.cpp's
 // tokenizer_st_partition), honouring the token's lstrip/rstrip flags.
+using Ranges = std::vector<std::pair<size_t, size_t>>;
+
+// Whether [begin, end) overlaps one of the sorted, disjoint `ranges`.
+bool overlaps(const Ranges& ranges, size_t begin, size_t end) {
+  auto it = std::upper_bound(ranges.begin(), ranges.end(),
+                             std::pair<size_t, size_t>(begin, SIZE_MAX));
+  if (it != ranges.begin() && std::prev(it)->second > begin) return true;
+  return it != ranges.end() && it->first < end;
+}
+
 void split_on_token(const Vocab& v, std::string_view text, int32_t id, const Fragment& f,
-                    std::vector<Fragment>& out) {
+                    const Ranges& literal, std::vector<Fragment>& out) {
   const std::string& tok = v.tokens[id];
+  const bool control = v.types[id] != internal::TokenType::kUserDefined;
   uint32_t begin = f.begin;
+  size_t from = begin;
   while (begin < f.end) {
-    const size_t match = text.substr(0, f.end).find(tok, begin);
+    size_t match = text.substr(0, f.end).find(tok, from);
+    while (match != std::string_view::npos && control &&
+           overlaps(literal, match, match + tok.size())) {
+      match = text.substr(0, f.end).find(tok, match + 1);  // text there: look further
+    }
     if (match == std::string_view::npos) break;
     uint32_t left_end = static_cast<uint32_t>(match);
     if (v.lstrip[id]) {
@@ -43,12 +61,13 @@ void split_on_token(const Vocab& v, std::string_view text, int32_t id, const Fra
     if (v.rstrip[id]) {
       while (begin < f.end && is_space(text[begin])) ++begin;
     }
+    from = begin;
   }
   if (begin < f.end) out.push_back({begin, f.end, -1});
 }
 
 std::vector<Fragment> partition_special(const Vocab& v, std::string_view text,
-                                        bool parse_special) {
+                                        bool parse_special, const Ranges& literal) {
   std::vector<Fragment> frags;
   if (text.empty()) return frags;
   frags.push_back({0, static_cast<uint32_t>(text.size()), -1});
@@ -65,7 +84,7 @@ std::vector<Fragment> partition_special(const Vocab& v, std::string_view text,
       if (f.token >= 0) {
         next.push_back(f);
       } else {
-        split_on_token(v, text, id, f, next);
+        split_on_token(v, text, id, f, literal, next);
       }
     }
     frags.swap(next);
@@ -137,7 +156,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text,
   out.reserve(text.size() / 3 + 2);
   if (options.add_bos.value_or(v.add_bos) && v.bos_id >= 0) out.push_back(v.bos_id);
   bool after_special = true;  // the start of the text counts as following a special token
-  for (const Fragment& f : partition_special(v, text, options.parse_special)) {
+  for (const Fragment& f :
+       partition_special(v, text, options.parse_special, options.literal_ranges)) {
     if (f.token >= 0) {
       out.push_back(f.token);
       after_special = true;
@@ -148,6 +168,14 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text,
   }
   if (options.add_eos.value_or(v.add_eos) && v.eos_id >= 0) out.push_back(v.eos_id);
   return out;
+}
+
+bool Tokenizer::contains_control_text(std::string_view text) const {
+  const Vocab& v = *vocab_;
+  return std::any_of(v.special_by_length.begin(), v.special_by_length.end(), [&](int32_t id) {
+    return v.types[id] != internal::TokenType::kUserDefined && !v.tokens[id].empty() &&
+           text.find(v.tokens[id]) != std::string_view::npos;
+  });
 }
 
 void Tokenizer::append_token_bytes(int32_t id, const DecodeOptions& options, bool* at_start,

@@ -25,6 +25,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -46,6 +47,11 @@ struct EncodeOptions {
   // parse_special. When false they are ordinary text. User-defined (non-special added) tokens
   // are always recognised, as Hugging Face and llama.cpp do.
   bool parse_special = false;
+  // With parse_special: byte ranges [first, second) of the text, sorted and disjoint, inside
+  // which control tokens are ordinary text (chat message content, so that a user cannot type
+  // "<|im_end|>" and speak as another role). Text around them is tokenised exactly as without
+  // the ranges: a range only stops matches that overlap it.
+  std::vector<std::pair<size_t, size_t>> literal_ranges;
 };
 
 struct DecodeOptions {
@@ -72,6 +78,9 @@ class Tokenizer {
   // replaced by U+FFFD first (as llama.cpp does); SentencePiece vocabularies keep the bytes.
   // O(n log n) in the text length. `text` must be shorter than 4 GiB (CHECKed).
   std::vector<int32_t> encode(std::string_view text, const EncodeOptions& options = {}) const;
+  // True when `text` contains the text of a control token (what parse_special would turn into
+  // one).
+  bool contains_control_text(std::string_view text) const;
 
   // Text of `ids`, always valid UTF-8: byte sequences that do not form UTF-8 become U+FFFD
   // (one per maximal invalid subpart). SentencePiece-style vocabularies drop the dummy-prefix
