@@ -118,6 +118,7 @@ struct HttpServer::Impl {
   bool draining = false;       // stop_accepting() was called: close after each exchange
   int64_t queued_bytes = 0;    // unsent response bytes over all sessions
   Clock::time_point last_fd_warning{};
+  Clock::time_point last_busy_warning{};
 
   void accept();
   void refuse(tcp::socket socket);
@@ -152,9 +153,12 @@ class Session : public HttpExchange, public std::enable_shared_from_this<Session
     if (server_.queued_bytes + static_cast<int64_t>(r.body.size()) >
         server_.options.max_queued_output) {
       // Too much output waits for clients that do not read: refuse this one rather than grow.
-      ARBOR_LOG(kWarn) << "answering 503: " << server_.queued_bytes
-                       << " bytes of responses are unsent (limit "
-                       << server_.options.max_queued_output << ")";
+      if (Clock::now() - server_.last_busy_warning > std::chrono::seconds(10)) {
+        server_.last_busy_warning = Clock::now();
+        ARBOR_LOG(kWarn) << "answering 503 while " << server_.queued_bytes
+                         << " bytes of responses are unsent (--max-output-mib: "
+                         << server_.options.max_queued_output << " bytes)";
+      }
       r = HttpResponse(503, "application/json",
                        server_.error_body(503, "server_busy",
                                           str_cat("the server holds ", server_.queued_bytes,
