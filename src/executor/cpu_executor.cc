@@ -543,17 +543,20 @@ Status CpuModelExecutor::propose(const step::SchedulerOutput& output, step::Step
 
 // kInternal naming the first non-finite logit of `rows` ([n, vocab]): a NaN or Inf weight, or
 // an activation that overflowed, reached the classifier. The sampler must never see one.
+// `first_row`: the request's first row among the step's logits (for the runner's diagnosis).
 Status check_finite_logits(const step::ScheduledRequest& s, std::span<const float> rows,
-                           int32_t vocab) {
+                           int32_t vocab, const model::ModelRunner& runner, int32_t first_row) {
   for (size_t i = 0; i < rows.size(); ++i) {
     if (std::isfinite(rows[i])) continue;
     const int64_t row = static_cast<int64_t>(i) / vocab;
+    const std::string& origin = runner.nonfinite_origin(first_row + static_cast<int32_t>(row));
     return internal_error(
         "the model produced a non-finite logit (", rows[i], ") for request ", s.request_id,
-        " at position ", s.num_computed_tokens + s.num_scheduled_tokens - s.num_draft_tokens() - 1 + row,
-        ", token id ", static_cast<int64_t>(i) % vocab,
-        ": a weight or an activation is not finite (`arbor serve --check-weights` scans the "
-        "weights)");
+        " at position ",
+        s.num_computed_tokens + s.num_scheduled_tokens - s.num_draft_tokens() - 1 + row,
+        ", token id ", static_cast<int64_t>(i) % vocab, "; the hidden state first became "
+        "non-finite in ", origin.empty() ? std::string("an unknown place") : origin,
+        " (`arbor serve --check-weights` scans the weights)");
   }
   return ok_status();
 }
@@ -583,7 +586,8 @@ Result<step::StepResult> CpuModelExecutor::execute(const step::SchedulerOutput& 
     const float* rows_i = logits_.data() + static_cast<size_t>(rows[i]) * vocab;
     // One logits row per draft plus the bonus row; a non-finite one fails this request only.
     const size_t num_rows = static_cast<size_t>(s.num_draft_tokens()) + 1;
-    Status finite = check_finite_logits(s, std::span<const float>(rows_i, num_rows * vocab), vocab);
+    Status finite = check_finite_logits(s, std::span<const float>(rows_i, num_rows * vocab), vocab,
+                                        *runner_, rows[i]);
     if (!finite.ok()) {
       step::RequestResult failed;
       failed.request_id = s.request_id;

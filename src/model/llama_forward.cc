@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 
 #include "kernels/attention.h"
 #include "kernels/ops.h"
@@ -170,12 +172,42 @@ void LlamaForward::run(const ForwardBatch& batch, PagedKvCache& cache, ThreadPoo
   const int32_t nt = batch.num_tokens();
   if (nt == 0) return;
   reserve(nt, batch.num_logits());
+  nonfinite_origin_.assign(static_cast<size_t>(batch.num_logits()), std::string());
   embed(batch, pool);
+  note_nonfinite(batch, -1, "");
   for (int layer = 0; layer < cfg_.num_layers; ++layer) {
     attention_block(layer, batch, cache, pool);
+    note_nonfinite(batch, layer, "attention");
     ffn_block(layer, nt, pool);
+    note_nonfinite(batch, layer, "feed-forward");
   }
   compute_logits(batch, pool, logits);
+  const size_t vocab = static_cast<size_t>(cfg_.vocab_size);
+  for (int32_t i = 0; i < batch.num_logits(); ++i) {
+    if (!nonfinite_origin_[i].empty()) continue;
+    const float* row = logits + static_cast<size_t>(i) * vocab;
+    if (!std::all_of(row, row + vocab, [](float v) { return std::isfinite(v); })) {
+      nonfinite_origin_[i] = "the output norm or classifier";
+    }
+  }
+}
+
+void LlamaForward::note_nonfinite(const ForwardBatch& batch, int layer, const char* block) {
+  const int dim = cfg_.dim;
+  for (int32_t i = 0; i < batch.num_logits(); ++i) {
+    if (!nonfinite_origin_[i].empty()) continue;
+    const float* row = x_.data() + static_cast<size_t>(batch.logits_indices[i]) * dim;
+    uint32_t bad = 0;  // an all-ones exponent: Inf or NaN (integer ops, so it vectorises)
+    for (int c = 0; c < dim; ++c) {
+      uint32_t bits;
+      std::memcpy(&bits, row + c, sizeof(bits));
+      bad |= (bits & 0x7F800000u) == 0x7F800000u;
+    }
+    if (bad == 0) continue;
+    nonfinite_origin_[i] =
+        layer < 0 ? std::string("the token embedding")
+                  : str_cat("layer ", layer, "'s ", block, " block");
+  }
 }
 
 }  // namespace arbor::model

@@ -9,6 +9,7 @@
 // which also owns the ThreadPool for the call.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "kernels/thread_pool.h"
@@ -31,7 +32,16 @@ class LlamaForward {
   // Tokens the scratch currently holds.
   int32_t capacity_tokens() const { return cap_tokens_; }
 
+  // After run(): where logits row i's hidden state first stopped being finite ("the token
+  // embedding", "layer 3's attention block", "layer 3's feed-forward block", "the output norm
+  // or classifier"), or "" when it stayed finite. Each block checks only the rows that produce
+  // logits (num_logits x dim values), so this costs next to nothing.
+  const std::string& nonfinite_origin(int32_t i) const { return nonfinite_origin_[i]; }
+
  private:
+  // Marks the logits rows whose hidden state is no longer finite after `layer`'s `block`
+  // (layer -1: after the embedding).
+  void note_nonfinite(const ForwardBatch& batch, int layer, const char* block);
   void reserve(int32_t num_tokens, int32_t num_logits);
   void embed(const ForwardBatch& batch, kernels::ThreadPool& pool);
   void attention_block(int layer, const ForwardBatch& batch, PagedKvCache& cache,
@@ -48,6 +58,7 @@ class LlamaForward {
   std::vector<float> inv_freq_;  // [rope_dim / 2] radians per position, after any scaling
   int32_t cap_tokens_ = 0;
   int32_t cap_logits_ = 0;
+  std::vector<std::string> nonfinite_origin_;  // [num_logits], see nonfinite_origin()
   std::vector<float> x_;         // [T, dim] residual stream
   std::vector<float> xb_;        // [T, dim] normed input / projection output
   std::vector<float> q_;         // [T, q_dim]

@@ -68,6 +68,8 @@ class ModelRunner {
   // nothing), writes the new tokens' K/V into the cache and fills
   // logits: [batch.num_logits(), vocab_size].
   Status forward(const ForwardBatch& batch, float* logits);
+  // After forward(): where logits row i first became non-finite, or "" (LlamaForward).
+  const std::string& nonfinite_origin(int32_t i) const { return forward_->nonfinite_origin(i); }
 
  private:
   ModelRunner() = default;

@@ -61,6 +61,8 @@ TEST(ServerFaults, NanWeightFailsTheRequestWith500AndTheServerKeepsServing) {
               std::string::npos)
         << r.body;
     EXPECT_EQ(r.json()["error"]["type"], "server_error") << r.body;
+    EXPECT_NE(r.body.find("layer 2's feed-forward block"), std::string::npos)
+        << "the message names where the hidden state went bad: " << r.body;
   }
   // A stream ends with an error event and its terminator; n > 1 fails as a whole.
   const HttpResult s = server.post("/v1/completions", {{"prompt", "Once"}, {"max_tokens", 4},
