@@ -218,8 +218,31 @@ class Session : public HttpExchange, public std::enable_shared_from_this<Session
     idle_timer_.expires_after(std::chrono::milliseconds(
         static_cast<int64_t>(server_.options.idle_timeout_s * 1000)));
     idle_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
-      if (!ec && !self->in_exchange_ && !self->closed_) self->close();
+      if (ec || self->in_exchange_ || self->closed_) return;
+      if (self->buffer_.size() > 0 || (self->parser_ && self->parser_->got_some())) {
+        // Part of a request came and the rest did not (a slow or stalled client): 408.
+        self->answer_and_close(408, "request_timeout",
+                               str_cat("the request did not arrive within ",
+                                       self->server_.options.idle_timeout_s, " s"));
+      } else {
+        self->close();
+      }
     });
+  }
+
+  // A small error answer written without waiting (it fits any socket buffer), then the close:
+  // for a connection that has a read pending and nothing else to finish.
+  void answer_and_close(int status, std::string_view code, std::string_view message) {
+    const std::string body = server_.error_body(status, code, message);
+    const std::string bytes =
+        str_cat(status_line(status), "Content-Type: application/json\r\nContent-Length: ",
+                body.size(), "\r\nConnection: close\r\n\r\n", body);
+    beast::error_code ignored;
+    socket_.non_blocking(true, ignored);
+    socket_.write_some(asio::buffer(bytes), ignored);
+    socket_.shutdown(tcp::socket::shutdown_send, ignored);
+    server_.count_status(status);
+    close();
   }
 
   // The header first (framing checks, Expect), then the body.
@@ -279,8 +302,15 @@ class Session : public HttpExchange, public std::enable_shared_from_this<Session
              str_cat("request body exceeds the limit of ", server_.options.body_limit,
                      " bytes"));
     } else if (ec == bhttp::error::header_limit) {
-      reject(431, "headers_too_large",
-             str_cat("request line and headers exceed the limit of ", kHeaderLimit, " bytes"));
+      const auto data = buffer_.data();
+      const std::string_view got(static_cast<const char*>(data.data()), data.size());
+      if (got.find("\r\n") == std::string_view::npos) {  // the request line alone is too long
+        reject(414, "uri_too_long",
+               str_cat("the request line exceeds the limit of ", kHeaderLimit, " bytes"));
+      } else {
+        reject(431, "headers_too_large",
+               str_cat("request line and headers exceed the limit of ", kHeaderLimit, " bytes"));
+      }
     } else if (is_parse_error(ec)) {
       reject(400, "malformed_request", str_cat("malformed HTTP request: ", ec.message()));
     } else {

@@ -83,7 +83,7 @@ TEST(ServerConformance, TransferCodingsOtherThanChunkedAre400AndTheBodyNeverRuns
   EXPECT_EQ(server.terminate(), 0);
 }
 
-TEST(ServerConformance, MalformedFramingIs400AndOversizedHeadersAre431) {
+TEST(ServerConformance, MalformedFramingIs400OversizedHeaders431LongTargets414) {
   ServerProcess server;
   ASSERT_TRUE(server.ok());
   const std::vector<std::pair<std::string, int>> cases = {
@@ -95,7 +95,7 @@ TEST(ServerConformance, MalformedFramingIs400AndOversizedHeadersAre431) {
       {"GET /health HTTP/1.1\r\nBad Header Name: x\r\n\r\n", 400},
       {"GET /health HTTP/9.9\r\n\r\n", 400},
       {"GET /health HTTP/1.1\r\nX-Big: " + std::string(20000, 'a') + "\r\n\r\n", 431},
-      {"GET /" + std::string(20000, 'a') + " HTTP/1.1\r\n\r\n", 431},
+      {"GET /" + std::string(20000, 'a') + " HTTP/1.1\r\n\r\n", 414},
       {"GET /health HTTP/1.1\r\nExpect: teapot\r\n\r\n", 417},
   };
   for (const auto& [raw, want] : cases) {
@@ -105,6 +105,22 @@ TEST(ServerConformance, MalformedFramingIs400AndOversizedHeadersAre431) {
     EXPECT_NE(got.find("\"error\""), std::string::npos) << got.substr(0, 300);
   }
   EXPECT_EQ(server.get("/health").status, 200);
+  EXPECT_EQ(server.terminate(), 0);
+}
+
+// Half a request, then silence: 408 after --idle-timeout (a connection that sent nothing is
+// just closed).
+TEST(ServerConformance, AStalledRequestGets408) {
+  ServerProcess server({"--idle-timeout", "0.5"});
+  ASSERT_TRUE(server.ok());
+  const auto t0 = Clock::now();
+  const std::string got = raw_exchange(
+      server.port(), "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Le", 1u << 16);
+  EXPECT_EQ(final_status(got), 408) << got;
+  EXPECT_NE(got.find("request_timeout"), std::string::npos) << got;
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 5.0);
+  EXPECT_EQ(raw_exchange(server.port(), "", 1u << 16), "");  // nothing sent: closed, no answer
+  EXPECT_GE(server.metric("arbor_http_requests_total{code=\"408\"}"), 1);
   EXPECT_EQ(server.terminate(), 0);
 }
 
