@@ -41,8 +41,7 @@ ARBOR_AVX512_BF16 void bf16_tile(const MatmulArgs& a, int64_t r0, int64_t rstep,
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       if constexpr (kPrefetch) {
-        _mm_prefetch(reinterpret_cast<const char*>(rows[r] + c * 2 + kPrefetchBytes),
-                     _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(rows[r] + c * 2 + kPrefetchBytes), _MM_HINT_T0);
       }
       const __m512i v = c < full ? _mm512_loadu_si512(rows[r] + c * 2)
                                  : _mm512_maskz_loadu_epi16(m, rows[r] + c * 2);

@@ -101,7 +101,8 @@ void LlamaModel::pack_matrices() {
 Status LlamaModel::check_cheap_weights() const {
   for (const gguf::TensorInfo& t : file_.tensors()) {
     const bool vector = t.dims.size() == 1 && t.type == gguf::GgmlType::kF32;
-    const bool classifier = t.name == (weights_.tied_output ? "token_embd.weight" : "output.weight");
+    const bool classifier =
+        t.name == (weights_.tied_output ? "token_embd.weight" : "output.weight");
     if (vector || classifier) ARBOR_RETURN_IF_ERROR(check_finite_tensor(file_, t));
   }
   return ok_status();

@@ -15,13 +15,13 @@ Status check_finite_tensor(const gguf::GgufFile& file, const gguf::TensorInfo& t
   const size_t row_bytes = t.size_bytes / static_cast<size_t>(rows);
   std::vector<float> row(static_cast<size_t>(cols));
   for (int64_t r = 0; r < rows; ++r) {
-    ARBOR_RETURN_IF_ERROR(
-        gguf::dequantize_row(t.type, t.data + static_cast<size_t>(r) * row_bytes, row.data(), cols));
+    ARBOR_RETURN_IF_ERROR(gguf::dequantize_row(t.type, t.data + static_cast<size_t>(r) * row_bytes,
+                                               row.data(), cols));
     for (int64_t c = 0; c < cols; ++c) {
       if (std::isfinite(row[c])) continue;
       return invalid_argument(file.name(), ": tensor ", t.name, " (", gguf::ggml_type_name(t.type),
-                              ") holds a non-finite weight (", row[c], ") at row ", r,
-                              ", column ", c, "; the model cannot produce valid logits");
+                              ") holds a non-finite weight (", row[c], ") at row ", r, ", column ",
+                              c, "; the model cannot produce valid logits");
     }
   }
   return ok_status();

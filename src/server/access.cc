@@ -65,9 +65,10 @@ std::optional<ApiError> check_host(const AccessPolicy& p, const http::HttpReques
   } else if (!p.bound_to_loopback || is_loopback_host(host)) {
     return std::nullopt;
   }
-  return forbidden("host_not_allowed",
-                   str_cat("Host '", host, "' is not allowed (a guard against DNS rebinding); "
-                           "start the server with --allowed-hosts ", host, " to serve it"));
+  return forbidden("host_not_allowed", str_cat("Host '", host,
+                                               "' is not allowed (a guard against DNS rebinding); "
+                                               "start the server with --allowed-hosts ",
+                                               host, " to serve it"));
 }
 
 std::optional<ApiError> check_key(const AccessPolicy& p, const http::HttpRequest& req,
@@ -109,9 +110,8 @@ AccessDecision check_access(const AccessPolicy& policy, const http::HttpRequest&
   if (d.error) return d;
   const std::string_view origin = req.header("Origin");
   if (!origin.empty()) {
-    const bool allowed = policy.allowed_origins.empty()
-                             ? is_loopback_host(origin_host(origin))
-                             : listed(policy.allowed_origins, origin);
+    const bool allowed = policy.allowed_origins.empty() ? is_loopback_host(origin_host(origin))
+                                                        : listed(policy.allowed_origins, origin);
     if (!allowed) {
       d.error = forbidden("origin_not_allowed",
                           str_cat("requests from origin '", origin,
@@ -126,9 +126,9 @@ AccessDecision check_access(const AccessPolicy& policy, const http::HttpRequest&
     d.preflight = true;
     d.headers.emplace_back("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
     const std::string_view asked = req.header("Access-Control-Request-Headers");
-    d.headers.emplace_back("Access-Control-Allow-Headers",
-                           asked.empty() ? std::string("Authorization, Content-Type")
-                                         : std::string(asked));
+    d.headers.emplace_back(
+        "Access-Control-Allow-Headers",
+        asked.empty() ? std::string("Authorization, Content-Type") : std::string(asked));
     d.headers.emplace_back("Access-Control-Max-Age", "600");
     d.headers.emplace_back("Allow", "GET, POST, OPTIONS");
     return d;

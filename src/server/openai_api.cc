@@ -500,7 +500,8 @@ std::optional<ApiError> literal_content_ranges(const json& body, bool add_genera
   for (;;) {
     const size_t open = m.find('\x02', at);
     const size_t close = open == std::string::npos ? open : m.find('\x03', open + 1);
-    const std::string_view piece(m.data() + at, (close == std::string::npos ? m.size() : open) - at);
+    const size_t piece_end = close == std::string::npos ? m.size() : open;
+    const std::string_view piece(m.data() + at, piece_end - at);
     if (prompt.compare(pos, piece.size(), piece) != 0) return refused;
     pos += piece.size();
     if (close == std::string::npos) break;
@@ -512,7 +513,7 @@ std::optional<ApiError> literal_content_ranges(const json& body, bool add_genera
                                 (next_open == std::string::npos ? m.size() : next_open) -
                                     (close + 1));
     bool matched = false;
-    for (const auto [left, right] : {std::pair{false, false}, {true, true}, {true, false},
+    for (const auto& [left, right] : {std::pair{false, false}, {true, true}, {true, false},
                                      {false, true}}) {
       const std::string_view c = trim_space(contents[i], left, right);
       if (prompt.compare(pos, c.size(), c) != 0) continue;

@@ -48,9 +48,10 @@ TEST(ServerConformance, TransferCodingsOtherThanChunkedAre400AndTheBodyNeverRuns
   const double submitted = server.metric("arbor_request_submitted_total");
   for (const std::string te : {"gzip", "identity", "chunked, gzip", "gzip, chunked", "chunked2"}) {
     SCOPED_TRACE(te);
-    const std::string raw = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                            "Content-Type: application/json\r\nTransfer-Encoding: " +
-                            te + "\r\n\r\n" + kSmuggled;
+    const std::string raw =
+        "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        "Content-Type: application/json\r\nTransfer-Encoding: " +
+        te + "\r\n\r\n" + kSmuggled;
     const int fd = connect_to(server.port());
     ASSERT_GE(fd, 0);
     ASSERT_TRUE(send_all(fd, raw));
@@ -61,9 +62,10 @@ TEST(ServerConformance, TransferCodingsOtherThanChunkedAre400AndTheBodyNeverRuns
     EXPECT_EQ(got.find("HTTP/1.1 200"), std::string::npos) << "the smuggled request ran: " << got;
   }
   // Both framings at once.
-  const std::string both = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                           "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" +
-                           kSmuggled;
+  const std::string both =
+      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+      "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" +
+      kSmuggled;
   const int fd = connect_to(server.port());
   ASSERT_TRUE(send_all(fd, both));
   const std::string got = read_to_close(fd);
@@ -75,9 +77,10 @@ TEST(ServerConformance, TransferCodingsOtherThanChunkedAre400AndTheBodyNeverRuns
   const std::string body = "{\"prompt\":\"Once\",\"max_tokens\":2}";
   char size[16];
   std::snprintf(size, sizeof(size), "%zx", body.size());
-  const std::string chunked = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                              "Connection: close\r\nTransfer-Encoding: chunked\r\n\r\n" +
-                              std::string(size) + "\r\n" + body + "\r\n0\r\n\r\n";
+  const std::string chunked =
+      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+      "Connection: close\r\nTransfer-Encoding: chunked\r\n\r\n" +
+      std::string(size) + "\r\n" + body + "\r\n0\r\n\r\n";
   EXPECT_EQ(final_status(raw_exchange(server.port(), chunked, 1u << 20)), 200);
   EXPECT_EQ(server.metric("arbor_request_submitted_total"), submitted + 1);
   EXPECT_EQ(server.terminate(), 0);
@@ -89,9 +92,9 @@ TEST(ServerConformance, MalformedFramingIs400OversizedHeaders431LongTargets414) 
   const std::vector<std::pair<std::string, int>> cases = {
       {"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n", 400},
       {"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n"
-       "\r\nab", 400},
-      {"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+       "\r\nab",
        400},
+      {"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400},
       {"GET /health HTTP/1.1\r\nBad Header Name: x\r\n\r\n", 400},
       {"GET /health HTTP/9.9\r\n\r\n", 400},
       {"GET /health HTTP/1.1\r\nX-Big: " + std::string(20000, 'a') + "\r\n\r\n", 431},
@@ -137,8 +140,9 @@ TEST(ServerConformance, ExpectContinueIsAnsweredAtOnce) {
   EXPECT_EQ(r.status, 200) << r.body.substr(0, 200);
   EXPECT_LT(secs, 0.5) << "curl waited for a 100 Continue that never came";
   // Over the limit: 413 at once, and no 100 first.
-  const std::string raw = "POST /detokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 5000000\r\n"
-                          "Expect: 100-continue\r\n\r\n";
+  const std::string raw =
+      "POST /detokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 5000000\r\n"
+      "Expect: 100-continue\r\n\r\n";
   const std::string got = raw_exchange(server.port(), raw, 1u << 20);
   EXPECT_EQ(got.rfind("HTTP/1.1 413", 0), 0u) << got.substr(0, 200);
   EXPECT_EQ(server.terminate(), 0);
@@ -198,7 +202,8 @@ double cpu_seconds(int pid) {
   std::vector<std::string> fields;
   while (in >> field) fields.push_back(field);
   // After the command: state is field 3 of the file, utime 14 and stime 15 (1-based).
-  return (std::stod(fields[11]) + std::stod(fields[12])) / static_cast<double>(sysconf(_SC_CLK_TCK));
+  return (std::stod(fields[11]) + std::stod(fields[12])) /
+         static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 TEST(ServerConformance, RunningOutOfDescriptorsNeitherSpinsNorSticks) {
@@ -288,10 +293,10 @@ TEST(ServerConformance, ClientsThatNeverReadCannotGrowTheServer) {
 TEST(ServerConformance, AClientThatStopsReadingIsCutAfterTheWriteTimeout) {
   ServerProcess server({"--write-timeout", "1"});
   ASSERT_TRUE(server.ok());
-  const int fd = silent_client(
-      server.port(),
-      post_raw("/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":1900,\"n\":8,"
-                                  "\"ignore_eos\":true,\"stream\":true,\"logprobs\":5}"));
+  const int fd =
+      silent_client(server.port(), post_raw("/v1/completions",
+                                            "{\"prompt\":\"Once\",\"max_tokens\":1900,\"n\":8,"
+                                            "\"ignore_eos\":true,\"stream\":true,\"logprobs\":5}"));
   ASSERT_GE(fd, 0);
   const double aborted = server.metric("arbor_request_aborted_total");
   EXPECT_TRUE(server.wait_no_blocks_used(15.0));
@@ -308,8 +313,8 @@ TEST(ServerConformance, MetricsFollowTheExpositionFormatAndCountEveryStatus) {
   ASSERT_TRUE(server.ok());
   EXPECT_EQ(server.post("/v1/completions", {{"prompt", "Once"}, {"max_tokens", 2}}).status, 200);
   EXPECT_EQ(server.request("POST", "/v1/completions", std::string(2 << 20, 'x')).status, 413);
-  EXPECT_EQ(final_status(raw_exchange(server.port(),
-                                      "GET /health HTTP/1.1\r\nContent-Length: x\r\n\r\n", 1 << 16)),
+  EXPECT_EQ(final_status(raw_exchange(
+                server.port(), "GET /health HTTP/1.1\r\nContent-Length: x\r\n\r\n", 1 << 16)),
             400);
   const HttpResult m = server.get("/metrics");
   ASSERT_EQ(m.status, 200);

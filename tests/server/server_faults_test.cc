@@ -54,23 +54,22 @@ TEST(ServerFaults, NanWeightFailsTheRequestWith500AndTheServerKeepsServing) {
   for (const double temperature : {1.0, 0.0}) {  // sampled (the sampler's CHECK) and greedy
     SCOPED_TRACE(temperature);
     const HttpResult r = server.post(
-        "/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 8},
-                            {"temperature", temperature}});
+        "/v1/completions",
+        {{"prompt", "Once upon a time"}, {"max_tokens", 8}, {"temperature", temperature}});
     EXPECT_EQ(r.status, 500) << r.body;
-    EXPECT_NE(r.json()["error"]["message"].get<std::string>().find("non-finite"),
-              std::string::npos)
+    EXPECT_NE(r.json()["error"]["message"].get<std::string>().find("non-finite"), std::string::npos)
         << r.body;
     EXPECT_EQ(r.json()["error"]["type"], "server_error") << r.body;
     EXPECT_NE(r.body.find("layer 2's feed-forward block"), std::string::npos)
         << "the message names where the hidden state went bad: " << r.body;
   }
   // A stream ends with an error event and its terminator; n > 1 fails as a whole.
-  const HttpResult s = server.post("/v1/completions", {{"prompt", "Once"}, {"max_tokens", 4},
-                                                       {"stream", true}});
+  const HttpResult s =
+      server.post("/v1/completions", {{"prompt", "Once"}, {"max_tokens", 4}, {"stream", true}});
   EXPECT_TRUE(s.status == 500 || s.body.find("non-finite") != std::string::npos) << s.body;
-  EXPECT_EQ(server.post("/v1/completions", {{"prompt", "Once"}, {"max_tokens", 4}, {"n", 3}})
-                .status,
-            500);
+  EXPECT_EQ(
+      server.post("/v1/completions", {{"prompt", "Once"}, {"max_tokens", 4}, {"n", 3}}).status,
+      500);
   EXPECT_EQ(server.get("/health").status, 200);
   EXPECT_EQ(server.get("/v1/models").status, 200);
   EXPECT_TRUE(server.running());
@@ -86,8 +85,7 @@ TEST(ServerFaults, CheckWeightsNamesTheTensorAndNormsAreCheckedAtLoad) {
   const test::CommandResult checked =
       test::run_arbor("serve --check-weights --port 0 -m '" + nan + "' 2>&1");
   EXPECT_NE(checked.exit_code, 0);
-  EXPECT_NE(checked.output().find("blk.2.ffn_down.weight"), std::string::npos)
-      << checked.output();
+  EXPECT_NE(checked.output().find("blk.2.ffn_down.weight"), std::string::npos) << checked.output();
   EXPECT_NE(checked.output().find("non-finite"), std::string::npos) << checked.output();
   // A norm is checked without the flag (and by every command that loads the model).
   const std::string norm = dir / "norm.gguf";
@@ -95,8 +93,7 @@ TEST(ServerFaults, CheckWeightsNamesTheTensorAndNormsAreCheckedAtLoad) {
   const test::CommandResult loaded =
       test::run_arbor("generate -m '" + norm + "' -p Once -n 2 2>&1");
   EXPECT_NE(loaded.exit_code, 0);
-  EXPECT_NE(loaded.output().find("blk.1.attn_norm.weight"), std::string::npos)
-      << loaded.output();
+  EXPECT_NE(loaded.output().find("blk.1.attn_norm.weight"), std::string::npos) << loaded.output();
 }
 
 TEST(ServerFaults, ImpossibleMetadataIsRefusedAtLoad) {
@@ -147,10 +144,10 @@ TEST(ServerFaults, TemplateResourceLimitsAre400) {
   EXPECT_EQ(r.json()["error"]["type"], "invalid_request_error") << r.body;
   EXPECT_NE(r.body.find("template resource limit"), std::string::npos) << r.body;
   // Under the limit the same template works.
-  const HttpResult ok = server.post(
-      "/v1/chat/completions",
-      {{"messages", nlohmann::json::array({{{"role", "user"}, {"content", "hi"}}})},
-       {"max_tokens", 2}});
+  const HttpResult ok =
+      server.post("/v1/chat/completions",
+                  {{"messages", nlohmann::json::array({{{"role", "user"}, {"content", "hi"}}})},
+                   {"max_tokens", 2}});
   EXPECT_EQ(ok.status, 200) << ok.body;
   EXPECT_EQ(server.terminate(), 0);
 }
@@ -193,8 +190,8 @@ TEST(ServerFaults, PriorityFieldIsHonouredOrRefused) {
   for (int i = 0; i < 400 && server.metric("arbor_num_requests_running") < 1; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  const HttpResult high = server.post(
-      "/v1/completions", {{"prompt", "Lily"}, {"max_tokens", 4}, {"priority", -5}});
+  const HttpResult high =
+      server.post("/v1/completions", {{"prompt", "Lily"}, {"max_tokens", 4}, {"priority", -5}});
   const Clock::time_point high_done = Clock::now();
   for (std::thread& t : low) t.join();
   EXPECT_EQ(high.status, 200) << high.body;

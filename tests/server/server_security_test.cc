@@ -20,7 +20,8 @@ std::string raw_request(const ServerProcess& server, const std::string& method,
                         const std::string& body = "") {
   const std::string raw = method + " " + path + " HTTP/1.1\r\n" + headers +
                           "Connection: close\r\nContent-Type: application/json\r\n"
-                          "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+                          "Content-Length: " +
+                          std::to_string(body.size()) + "\r\n\r\n" + body;
   return raw_exchange(server.port(), raw, 1u << 20);
 }
 
@@ -46,9 +47,9 @@ TEST(ServerSecurity, ApiKeyGuardsTheApiRoutes) {
            {"POST", "/generate", "{\"inputs\":\"Once\"}"},
            {"GET", "/info", ""}}) {
     SCOPED_TRACE(method + " " + path);
-    for (const std::string auth : {"", "Authorization: Bearer wrong\r\n",
-                                   "Authorization: sk-arbor-test\r\n",
-                                   "Authorization: Bearer sk-arbor-tes\r\n"}) {
+    for (const std::string auth :
+         {"", "Authorization: Bearer wrong\r\n", "Authorization: sk-arbor-test\r\n",
+          "Authorization: Bearer sk-arbor-tes\r\n"}) {
       const std::string got = raw_request(server, method, path, host + auth, body);
       EXPECT_EQ(status_of(got), 401) << auth << got;
       EXPECT_NE(got.find("WWW-Authenticate: Bearer"), std::string::npos) << got;
@@ -84,30 +85,31 @@ TEST(ServerSecurity, OtherOriginsAreRefusedAndLoopbackOnesGetCors) {
   ServerProcess server;
   ASSERT_TRUE(server.ok());
   const std::string host = "Host: 127.0.0.1\r\n";
-  for (const std::string origin : {"https://evil.example", "http://127.0.0.1.evil.example",
-                                   "null", "http://localhost.evil.example:8080"}) {
+  for (const std::string origin : {"https://evil.example", "http://127.0.0.1.evil.example", "null",
+                                   "http://localhost.evil.example:8080"}) {
     SCOPED_TRACE(origin);
-    const std::string got =
-        raw_request(server, "POST", "/v1/completions", host + "Origin: " + origin + "\r\n", kPrompt);
+    const std::string got = raw_request(server, "POST", "/v1/completions",
+                                        host + "Origin: " + origin + "\r\n", kPrompt);
     EXPECT_EQ(status_of(got), 403) << got;
     EXPECT_NE(got.find("origin_not_allowed"), std::string::npos) << got;
-    EXPECT_EQ(status_of(raw_request(server, "OPTIONS", "/v1/completions",
-                                    host + "Origin: " + origin +
-                                        "\r\nAccess-Control-Request-Method: POST\r\n")),
+    EXPECT_EQ(status_of(raw_request(
+                  server, "OPTIONS", "/v1/completions",
+                  host + "Origin: " + origin + "\r\nAccess-Control-Request-Method: POST\r\n")),
               403);
   }
   for (const std::string origin : {"http://localhost:3000", "http://127.0.0.1:8080",
                                    "https://[::1]", "http://app.localhost:5173"}) {
     SCOPED_TRACE(origin);
-    const std::string got =
-        raw_request(server, "POST", "/v1/completions", host + "Origin: " + origin + "\r\n", kPrompt);
+    const std::string got = raw_request(server, "POST", "/v1/completions",
+                                        host + "Origin: " + origin + "\r\n", kPrompt);
     EXPECT_EQ(status_of(got), 200) << got;
     EXPECT_NE(got.find("Access-Control-Allow-Origin: " + origin + "\r\n"), std::string::npos)
         << got;
-    const std::string pre = raw_request(
-        server, "OPTIONS", "/v1/chat/completions",
-        host + "Origin: " + origin + "\r\nAccess-Control-Request-Method: POST\r\n"
-               "Access-Control-Request-Headers: authorization, content-type\r\n");
+    const std::string pre =
+        raw_request(server, "OPTIONS", "/v1/chat/completions",
+                    host + "Origin: " + origin +
+                        "\r\nAccess-Control-Request-Method: POST\r\n"
+                        "Access-Control-Request-Headers: authorization, content-type\r\n");
     EXPECT_EQ(status_of(pre), 200) << pre;
     EXPECT_NE(pre.find("Access-Control-Allow-Methods: GET, POST, OPTIONS"), std::string::npos);
     EXPECT_NE(pre.find("Access-Control-Allow-Headers: authorization, content-type"),
@@ -139,19 +141,18 @@ TEST(ServerSecurity, ForeignHostNamesAreRefusedOnALoopbackServer) {
                                       "Host: rebind.evil.example:" + port + "\r\n", kPrompt);
   EXPECT_EQ(status_of(got), 403) << got;
   EXPECT_NE(got.find("host_not_allowed"), std::string::npos) << got;
-  for (const std::string& h : {"localhost:" + port, "127.0.0.1:" + port, "[::1]:" + port,
-                              std::string("localhost")}) {
-    EXPECT_EQ(status_of(raw_request(server, "POST", "/v1/completions", "Host: " + h + "\r\n",
-                                    kPrompt)),
-              200)
+  for (const std::string& h :
+       {"localhost:" + port, "127.0.0.1:" + port, "[::1]:" + port, std::string("localhost")}) {
+    EXPECT_EQ(
+        status_of(raw_request(server, "POST", "/v1/completions", "Host: " + h + "\r\n", kPrompt)),
+        200)
         << h;
   }
   EXPECT_EQ(server.terminate(), 0);
   ServerProcess named({"--allowed-hosts", "llm.internal"});
   ASSERT_TRUE(named.ok());
-  EXPECT_EQ(status_of(raw_request(named, "GET", "/v1/models", "Host: llm.internal:" +
-                                                                  std::to_string(named.port()) +
-                                                                  "\r\n")),
+  EXPECT_EQ(status_of(raw_request(named, "GET", "/v1/models",
+                                  "Host: llm.internal:" + std::to_string(named.port()) + "\r\n")),
             200);
   EXPECT_EQ(status_of(raw_request(named, "GET", "/v1/models", "Host: other.internal\r\n")), 403);
 }
@@ -175,10 +176,10 @@ TEST(ServerSecurity, ControlTokensTypedInChatContentStayText) {
   ServerProcess allowed({"--chat-template", "llama2", "--allow-special-in-content"});
   ASSERT_TRUE(plain.ok() && allowed.ok());
   const auto prompt_tokens = [](const ServerProcess& s, const std::string& content) {
-    const HttpResult r = s.post(
-        "/v1/chat/completions",
-        {{"messages", nlohmann::json::array({{{"role", "user"}, {"content", content}}})},
-         {"max_tokens", 1}});
+    const HttpResult r =
+        s.post("/v1/chat/completions",
+               {{"messages", nlohmann::json::array({{{"role", "user"}, {"content", content}}})},
+                {"max_tokens", 1}});
     EXPECT_EQ(r.status, 200) << r.body;
     return r.json()["usage"]["prompt_tokens"].get<int>();
   };
@@ -191,9 +192,10 @@ TEST(ServerSecurity, ControlTokensTypedInChatContentStayText) {
   // Content as a list of text parts too.
   const HttpResult parts = plain.post(
       "/v1/chat/completions",
-      {{"messages", nlohmann::json::array({{{"role", "user"},
-                                            {"content", nlohmann::json::array({{{"type", "text"},
-                                                                                {"text", spoof}}})}}})},
+      {{"messages",
+        nlohmann::json::array(
+            {{{"role", "user"},
+              {"content", nlohmann::json::array({{{"type", "text"}, {"text", spoof}}})}}})},
        {"max_tokens", 1}});
   EXPECT_EQ(parts.status, 200) << parts.body;
   EXPECT_EQ(parts.json()["usage"]["prompt_tokens"], as_text) << parts.body;
