@@ -207,6 +207,11 @@ double cpu_seconds(int pid) {
 }
 
 TEST(ServerConformance, RunningOutOfDescriptorsNeitherSpinsNorSticks) {
+#if defined(__SANITIZE_ADDRESS__)
+  // UBSan's runtime opens pipes to test memory before its vptr checks: at the descriptor limit
+  // it reports false errors and stops the server. The release build (make test) runs this.
+  GTEST_SKIP() << "not meaningful under the sanitizers (their runtime needs descriptors)";
+#endif
   // No cap, 128 descriptors: 200 connections exhaust them and accept() fails with EMFILE.
   ServerProcess server({"--max-connections", "0"}, 128);
   ASSERT_TRUE(server.ok());
@@ -261,6 +266,10 @@ int silent_client(int port, const std::string& raw) {
 // 30 clients ask for ~5.8 MB /tokenize answers and never read them: with --max-output-mib 8
 // the server holds at most 8 MiB of unsent answers (the rest get 503), instead of ~170 MB.
 TEST(ServerConformance, ClientsThatNeverReadCannotGrowTheServer) {
+#if defined(__SANITIZE_ADDRESS__)
+  // ASan's shadow and quarantine memory are RSS too. The release build (make test) runs this.
+  GTEST_SKIP() << "RSS is not meaningful under AddressSanitizer";
+#endif
   ServerProcess server({"--max-output-mib", "8", "--max-body-mib", "8"});
   ASSERT_TRUE(server.ok());
   std::string text;
