@@ -93,15 +93,5 @@ std::optional<uint64_t> ggml_nbytes(GgmlType type, const std::vector<int64_t>& d
   return bytes;
 }
 
-bool equal_ignore_case(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) !=
-        std::tolower(static_cast<unsigned char>(b[i]))) {
-      return false;
-    }
-  }
-  return true;
-}
 
 }  // namespace arbor::gguf

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "base/strings.h"
 
 namespace arbor::gguf {
 
@@ -47,7 +48,7 @@ std::optional<uint64_t> ggml_nbytes(GgmlType type, const std::vector<int64_t>& d
 // Every known type, in enum order.
 const std::vector<GgmlTypeTraits>& all_ggml_types();
 
-// ASCII case-insensitive equality (type and recipe names: "Q4_K" == "q4_K").
-bool equal_ignore_case(std::string_view a, std::string_view b);
+// ASCII case-insensitive equality of type and recipe names ("Q4_K" == "q4_K").
+using ::arbor::equal_ignore_case;
 
 }  // namespace arbor::gguf

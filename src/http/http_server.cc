@@ -17,6 +17,7 @@
 #include <optional>
 
 #include "base/log.h"
+#include "base/strings.h"
 
 namespace arbor::http {
 
@@ -39,17 +40,6 @@ constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);
 // client which closed for good answers the probe with (after the probe is written).
 constexpr std::array<std::chrono::milliseconds, 3> kProbeChecks = {
     std::chrono::milliseconds(1), std::chrono::milliseconds(20), std::chrono::milliseconds(250)};
-
-bool iequals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) !=
-        std::tolower(static_cast<unsigned char>(b[i]))) {
-      return false;
-    }
-  }
-  return true;
-}
 
 std::string_view trim(std::string_view v) {
   while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
@@ -270,7 +260,7 @@ class Session : public HttpExchange, public std::enable_shared_from_this<Session
     const auto te = req.find(bhttp::field::transfer_encoding);
     if (te != req.end()) {
       const std::string_view v = trim(std::string_view(te->value().data(), te->value().size()));
-      if (!iequals(v, "chunked")) {
+      if (!equal_ignore_case(v, "chunked")) {
         reject(400, "bad_framing",
                str_cat("Transfer-Encoding '", v, "' is not supported: only 'chunked' is"));
         return;
@@ -284,7 +274,7 @@ class Session : public HttpExchange, public std::enable_shared_from_this<Session
     if (expect != req.end()) {
       const std::string_view v =
           trim(std::string_view(expect->value().data(), expect->value().size()));
-      if (!iequals(v, "100-continue")) {
+      if (!equal_ignore_case(v, "100-continue")) {
         reject(417, "expectation_failed", str_cat("Expect '", v, "' is not supported"));
         return;
       }
@@ -704,14 +694,14 @@ int64_t HttpServer::open_exchanges() const { return impl_->exchanges; }
 
 std::string_view HttpRequest::header(std::string_view name) const {
   for (const auto& [n, v] : headers) {
-    if (iequals(n, name)) return v;
+    if (equal_ignore_case(n, name)) return v;
   }
   return {};
 }
 
 bool HttpRequest::has_header(std::string_view name) const {
   for (const auto& [n, v] : headers) {
-    if (iequals(n, name)) return true;
+    if (equal_ignore_case(n, name)) return true;
   }
   return false;
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/avx512_target.h"  // GCC 12's false -Wuninitialized in AVX-512 intrinsics
 #include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
 

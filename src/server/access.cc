@@ -4,22 +4,16 @@
 #include <netinet/in.h>
 
 #include <algorithm>
-#include <cctype>
+
+#include "base/strings.h"
 
 namespace arbor::server {
 namespace {
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
-
 bool listed(const std::vector<std::string>& list, std::string_view value) {
-  const std::string v = lower(value);
-  return std::any_of(list.begin(), list.end(),
-                     [&](const std::string& item) { return item == "*" || lower(item) == v; });
+  return std::any_of(list.begin(), list.end(), [&](const std::string& item) {
+    return item == "*" || equal_ignore_case(item, value);
+  });
 }
 
 // "example.com:8080" -> "example.com"; "[::1]:8080" -> "::1".
@@ -84,7 +78,7 @@ std::optional<ApiError> check_key(const AccessPolicy& p, const http::HttpRequest
     return e;
   }
   constexpr std::string_view kBearer = "bearer ";
-  if (auth.size() <= kBearer.size() || lower(auth.substr(0, kBearer.size())) != kBearer ||
+  if (auth.size() <= kBearer.size() || !equal_ignore_case(auth.substr(0, kBearer.size()), kBearer) ||
       !equal_in_constant_time(auth.substr(kBearer.size()), p.api_key)) {
     e.message = "incorrect API key provided";
     return e;
@@ -95,7 +89,7 @@ std::optional<ApiError> check_key(const AccessPolicy& p, const http::HttpRequest
 }  // namespace
 
 bool is_loopback_host(std::string_view host) {
-  const std::string h = lower(host);
+  const std::string h = ascii_lower(host);
   in_addr v4{};
   if (inet_pton(AF_INET, h.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
   in6_addr v6{};

@@ -51,7 +51,7 @@ struct EncodeOptions {
   // which control tokens are ordinary text (chat message content, so that a user cannot type
   // "<|im_end|>" and speak as another role). Text around them is tokenised exactly as without
   // the ranges: a range only stops matches that overlap it.
-  std::vector<std::pair<size_t, size_t>> literal_ranges;
+  std::vector<std::pair<size_t, size_t>> literal_ranges = {};
 };
 
 struct DecodeOptions {
