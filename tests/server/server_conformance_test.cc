@@ -3,9 +3,7 @@
 // close), Expect: 100-continue is answered, a half-closed client still gets its response, the
 // connection cap answers 503, running out of file descriptors neither spins a core nor sticks,
 // and every status is counted in /metrics, which passes an exposition-format check.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -246,23 +244,6 @@ int64_t rss_kib(int pid) {
   return -1;
 }
 
-// A client that sends `raw` and then reads nothing (a 4 KiB receive buffer, so the kernel
-// holds little of the answer for it).
-int silent_client(int port, const std::string& raw) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  const int small = 4096;
-  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || !send_all(fd, raw)) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 // 30 clients ask for ~5.8 MB /tokenize answers and never read them: with --max-output-mib 8
 // the server holds at most 8 MiB of unsent answers (the rest get 503), instead of ~170 MB.
 TEST(ServerConformance, ClientsThatNeverReadCannotGrowTheServer) {
@@ -277,7 +258,7 @@ TEST(ServerConformance, ClientsThatNeverReadCannotGrowTheServer) {
   const std::string raw = post_raw("/tokenize", nlohmann::json{{"prompt", text}}.dump());
   const int64_t before = rss_kib(server.pid());
   std::vector<int> fds;
-  for (int i = 0; i < 30; ++i) fds.push_back(silent_client(server.port(), raw));
+  for (int i = 0; i < 30; ++i) fds.push_back(connect_small_window(server.port(), raw));
   // Every request answered (200 or 503: the first bytes are there), whatever the clients do.
   for (int i = 0; i < 600; ++i) {
     size_t answered = 0;
@@ -303,7 +284,7 @@ TEST(ServerConformance, AClientThatStopsReadingIsCutAfterTheWriteTimeout) {
   ServerProcess server({"--write-timeout", "1"});
   ASSERT_TRUE(server.ok());
   const int fd =
-      silent_client(server.port(), post_raw("/v1/completions",
+      connect_small_window(server.port(), post_raw("/v1/completions",
                                             "{\"prompt\":\"Once\",\"max_tokens\":1900,\"n\":8,"
                                             "\"ignore_eos\":true,\"stream\":true,\"logprobs\":5}"));
   ASSERT_GE(fd, 0);

@@ -1,8 +1,6 @@
 // Clients that hang up mid-stream get their requests aborted and every KV block back; SSE
 // keep-alive comments; graceful shutdown drains in-flight requests and exits 0.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -162,16 +160,9 @@ TEST(ServerShutdown, SlowReadersReceiveCompleteStreams) {
       "{\"prompt\":\"Once upon a time\",\"max_tokens\":1500,\"ignore_eos\":true,"
       "\"stream\":true,\"n\":8,\"logprobs\":5}";
   std::vector<int> fds;
-  for (int i = 0; i < 2; ++i) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    const int small = 4096;  // and no receive autotuning: the server's queue holds the rest
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(server.port()));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    ASSERT_TRUE(send_all(fd, post_raw("/v1/completions", body)));
+  for (int i = 0; i < 2; ++i) {  // the server's queue holds what the small windows do not
+    const int fd = connect_small_window(server.port(), post_raw("/v1/completions", body));
+    ASSERT_GE(fd, 0);
     fds.push_back(fd);
   }
   // Generation ends (nothing running) while most bytes are still queued in the server.

@@ -67,6 +67,9 @@ std::string post_raw(const std::string& path, const std::string& body);
 // A connected loopback socket (30 s receive timeout), or -1.
 int connect_to(int port);
 bool send_all(int fd, const std::string& bytes);
+// A client that sends `raw` and then reads only when the test does: a 4 KiB receive buffer
+// (no autotuning), so the kernel holds little of the answer for it. -1 on failure.
+int connect_small_window(int port, const std::string& raw);
 // Reads until the peer closes (or the receive timeout).
 std::string read_to_close(int fd);
 
