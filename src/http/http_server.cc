@@ -112,6 +112,8 @@ struct HttpServer::Impl {
 
   void accept();
   void refuse(tcp::socket socket);
+  void answer_and_close(tcp::socket& socket, int status, std::string_view code,
+                        std::string_view message, std::string_view headers);
   void count_status(int status) const {
     if (options.on_status) options.on_status(status);
   }
@@ -220,18 +222,9 @@ class Session : public HttpExchange, public std::enable_shared_from_this<Session
     });
   }
 
-  // A small error answer written without waiting (it fits any socket buffer), then the close:
-  // for a connection that has a read pending and nothing else to finish.
+  // Impl::answer_and_close, then the session's close (its pending read ends).
   void answer_and_close(int status, std::string_view code, std::string_view message) {
-    const std::string body = server_.error_body(status, code, message);
-    const std::string bytes =
-        str_cat(status_line(status), "Content-Type: application/json\r\nContent-Length: ",
-                body.size(), "\r\nConnection: close\r\n\r\n", body);
-    beast::error_code ignored;
-    socket_.non_blocking(true, ignored);
-    socket_.write_some(asio::buffer(bytes), ignored);
-    socket_.shutdown(tcp::socket::shutdown_send, ignored);
-    server_.count_status(status);
+    server_.answer_and_close(socket_, status, code, message, "");
     close();
   }
 
@@ -642,18 +635,27 @@ void HttpServer::Impl::refuse(tcp::socket socket) {
     ARBOR_LOG(kWarn) << "connection limit of " << options.max_connections
                      << " reached: answering 503 (" << refused << " refused so far)";
   }
-  const std::string body = error_body(
-      503, "too_many_connections",
-      str_cat("the server has reached its limit of ", options.max_connections, " connections"));
+  answer_and_close(socket, 503, "too_many_connections",
+                   str_cat("the server has reached its limit of ", options.max_connections,
+                           " connections"),
+                   "Retry-After: 1\r\n");
+  beast::error_code ignored;
+  socket.close(ignored);
+}
+
+// A small error answer (it fits any socket buffer) written without waiting, counted, and the
+// sending side shut: for connections with nothing else to finish.
+void HttpServer::Impl::answer_and_close(tcp::socket& socket, int status, std::string_view code,
+                                        std::string_view message, std::string_view headers) {
+  const std::string body = error_body(status, code, message);
   const std::string bytes =
-      str_cat(status_line(503), "Content-Type: application/json\r\nContent-Length: ",
-              body.size(), "\r\nRetry-After: 1\r\nConnection: close\r\n\r\n", body);
+      str_cat(status_line(status), "Content-Type: application/json\r\nContent-Length: ",
+              body.size(), "\r\n", headers, "Connection: close\r\n\r\n", body);
   beast::error_code ignored;
   socket.non_blocking(true, ignored);
   socket.write_some(asio::buffer(bytes), ignored);
   socket.shutdown(tcp::socket::shutdown_send, ignored);
-  socket.close(ignored);
-  count_status(503);
+  count_status(status);
 }
 
 void HttpServer::Impl::wait_signal() {

@@ -175,14 +175,7 @@ TEST(ServerShutdown, SlowReadersReceiveCompleteStreams) {
   }
   ASSERT_EQ(kill(server.pid(), SIGTERM), 0);
   for (int fd : fds) {
-    std::string got;
-    char buf[65536];
-    for (;;) {
-      const ssize_t n = recv(fd, buf, sizeof(buf), 0);
-      if (n <= 0) break;
-      got.append(buf, static_cast<size_t>(n));
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
+    const std::string got = read_to_close(fd, /*pause_us=*/200);
     close(fd);
     EXPECT_GT(got.size(), 4u << 20) << "a stream of several MB";
     EXPECT_EQ(sse_payloads(got).back(), "[DONE]");

@@ -209,13 +209,14 @@ int connect_small_window(int port, const std::string& raw) {
   return fd;
 }
 
-std::string read_to_close(int fd) {
+std::string read_to_close(int fd, int pause_us) {
   std::string got;
   char buf[65536];
   for (;;) {
     const ssize_t n = recv(fd, buf, sizeof(buf), 0);
     if (n <= 0) break;
     got.append(buf, static_cast<size_t>(n));
+    if (pause_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(pause_us));
   }
   return got;
 }

@@ -70,8 +70,9 @@ bool send_all(int fd, const std::string& bytes);
 // A client that sends `raw` and then reads only when the test does: a 4 KiB receive buffer
 // (no autotuning), so the kernel holds little of the answer for it. -1 on failure.
 int connect_small_window(int port, const std::string& raw);
-// Reads until the peer closes (or the receive timeout).
-std::string read_to_close(int fd);
+// Reads until the peer closes (or the receive timeout); `pause_us` > 0: sleeps that long after
+// each read (a slow reader).
+std::string read_to_close(int fd, int pause_us = 0);
 
 // Opens a connection, sends `raw`, reads until `min_bytes` arrived (or the peer closed) and
 // returns what was read; the socket is closed on return unless `keep_fd` receives it.
