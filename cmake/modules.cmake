@@ -4,17 +4,19 @@
 # module includes a header of a module outside the transitive closure of its list. The list is
 # in dependency order: a module names only modules before it.
 set(ARBOR_MODULES
-  base gguf tokenizer convert kv kernels model sampling step spec sched executor engine http
+  base grammar gguf tokenizer convert kv kernels model sampling step spec sched executor engine http
   chat server loadgen)
 
 set(ARBOR_DEPS_base "")
+# Structured output: grammars, their byte-level automata and token masks. Pure logic on bytes.
+set(ARBOR_DEPS_grammar base)
 set(ARBOR_DEPS_gguf base)
 set(ARBOR_DEPS_tokenizer base gguf)
 set(ARBOR_DEPS_convert base gguf tokenizer)
 set(ARBOR_DEPS_kv base)
 set(ARBOR_DEPS_kernels base gguf)
 set(ARBOR_DEPS_model base gguf kernels)
-set(ARBOR_DEPS_sampling base)
+set(ARBOR_DEPS_sampling base grammar)
 # The step protocol's values and the executor interface: what crosses the executor boundary.
 set(ARBOR_DEPS_step base sampling)
 # Model-free speculative-decoding proposers (n-gram lookup, suffix tries): pure logic on tokens.
