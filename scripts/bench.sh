@@ -80,6 +80,11 @@ for b in kv/kv_bench tokenizer/tokenizer_bench kernels/kernels_bench; do
   fi
 done
 
+# Structured-output mask cost per token (32k and 128k vocabularies).
+if [ -x "$build/bench/grammar/grammar_bench" ] && [ "$serve_only" != 1 ]; then
+  run "$build/bench/grammar/grammar_bench"
+fi
+
 s15=$(synth stories15m q4_0 --context 1024)
 [ "$serve_only" != 1 ] && run "$arbor" bench -m "$s15" -t "$threads" -r "$reps"
 

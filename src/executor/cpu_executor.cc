@@ -35,6 +35,9 @@ Result<std::unique_ptr<CpuModelExecutor>> CpuModelExecutor::load(const std::stri
                             " blocks: need at least 2 (the null block and one more)");
   }
   auto exec = std::make_unique<CpuModelExecutor>(std::move(runner));
+  ARBOR_ASSIGN_OR_RETURN(std::unique_ptr<tokenizer::Tokenizer> tok,
+                         tokenizer::Tokenizer::from_file(path));
+  exec->set_grammar_vocabulary(grammar_vocabulary(*tok));
   switch (options.proposer) {
     case SpecProposer::kNone:
       break;
@@ -374,6 +377,27 @@ step::RequestResult CpuModelExecutor::verify_tree(const step::ScheduledRequest& 
   return r;
 }
 
+step::RequestResult CpuModelExecutor::sample_request(const step::ScheduledRequest& s,
+                                                     float* logits) {
+  const RequestState& st = states_.at(s.request_id);
+  Result<grammar::GrammarState*> g = grammars_.sync(s.request_id, st);
+  Status masked = g.status();
+  if (masked.ok() && *g != nullptr) {
+    const auto rows = std::span<float>(
+        logits, static_cast<size_t>(s.num_draft_tokens() + 1) * static_cast<size_t>(vocab_size()));
+    masked = s.is_tree() ? GrammarStates::mask_tree(**g, s.draft_token_ids, s.draft_parent_ids, rows)
+                         : GrammarStates::mask_chain(**g, s.draft_token_ids, rows);
+  }
+  if (!masked.ok()) {
+    step::RequestResult failed;
+    failed.request_id = s.request_id;
+    failed.num_draft_tokens = s.num_draft_tokens();
+    failed.error = std::move(masked);
+    return failed;
+  }
+  return s.is_tree() ? verify_tree(s, st, logits) : verify_drafts(s, st, logits);
+}
+
 // KV compaction: accepted tree node j (at depth j + 1) was written in the slot of draft index
 // accepted_nodes[j]; it moves to the slot right after its parent's, as a plain run would have
 // written it. Sources are never below destinations and moves run in depth order, so no move
@@ -564,6 +588,7 @@ Status check_finite_logits(const step::ScheduledRequest& s, std::span<const floa
 Result<step::StepResult> CpuModelExecutor::execute(const step::SchedulerOutput& output) {
   ARBOR_ASSIGN_OR_RETURN(const auto forgotten, states_.apply(output));
   for (const auto& [id, st] : forgotten) {
+    grammars_.forget(id);
     draft_q_.erase(id);
     drawn_trees_.erase(id);
     if (draft_ != nullptr) draft_->forget(id);
@@ -596,8 +621,7 @@ Result<step::StepResult> CpuModelExecutor::execute(const step::SchedulerOutput& 
       result.requests.push_back(std::move(failed));
       continue;
     }
-    result.requests.push_back(s.is_tree() ? verify_tree(s, states_.at(s.request_id), rows_i)
-                                          : verify_drafts(s, states_.at(s.request_id), rows_i));
+    result.requests.push_back(sample_request(s, logits_.data() + static_cast<size_t>(rows[i]) * vocab));
   }
   if (proposer_ != nullptr) {
     for (const step::RequestResult& r : result.requests) {
@@ -605,7 +629,48 @@ Result<step::StepResult> CpuModelExecutor::execute(const step::SchedulerOutput& 
     }
   }
   ARBOR_RETURN_IF_ERROR(propose(output, result));
+  for (step::RequestResult& r : result.requests) constrain_next_drafts(r);
   return result;
+}
+
+void CpuModelExecutor::constrain_next_drafts(step::RequestResult& r) {
+  if (r.next_draft_token_ids.empty() || !r.error.ok()) return;
+  const RequestState& st = states_.at(r.request_id);
+  if (!st.sampling.grammar.has_value() || uses_model_rule(st)) return;
+  // A drawn tree keeps its draws from q; the SpecInfer/Sequoia rules verify it as drawn.
+  if (!r.next_draft_parent_ids.empty() && tree_draws(st).has_value()) return;
+  Result<grammar::GrammarState*> g = grammars_.sync(r.request_id, st);
+  if (!g.ok() || *g == nullptr) return;
+  std::vector<int32_t> emitted;
+  for (const step::SampledToken& t : r.tokens) emitted.push_back(t.token_id);
+  if (r.next_draft_parent_ids.empty()) {
+    r.next_draft_token_ids.resize(
+        GrammarStates::valid_prefix(**g, emitted, r.next_draft_token_ids));
+    if (!r.next_draft_probs.empty()) r.next_draft_probs.resize(r.next_draft_token_ids.size());
+    return;
+  }
+  // A tree: keep the nodes whose whole path the grammar accepts (parents come first).
+  const size_t n = r.next_draft_token_ids.size();
+  std::vector<int32_t> new_index(n, -1), tokens, parents, path;
+  std::vector<float> probs;
+  for (size_t i = 0; i < n; ++i) {
+    const int32_t p = r.next_draft_parent_ids[i];
+    if (p != step::kDraftRoot && new_index[static_cast<size_t>(p)] < 0) continue;
+    path.clear();
+    for (int32_t x = static_cast<int32_t>(i); x != step::kDraftRoot;
+         x = r.next_draft_parent_ids[static_cast<size_t>(x)]) {
+      path.push_back(r.next_draft_token_ids[static_cast<size_t>(x)]);
+    }
+    std::reverse(path.begin(), path.end());
+    if (GrammarStates::valid_prefix(**g, emitted, path) != path.size()) continue;
+    new_index[i] = static_cast<int32_t>(tokens.size());
+    tokens.push_back(r.next_draft_token_ids[i]);
+    parents.push_back(p == step::kDraftRoot ? p : new_index[static_cast<size_t>(p)]);
+    if (!r.next_draft_probs.empty()) probs.push_back(r.next_draft_probs[i]);
+  }
+  r.next_draft_token_ids = std::move(tokens);
+  r.next_draft_parent_ids = std::move(parents);
+  r.next_draft_probs = std::move(probs);
 }
 
 }  // namespace arbor::executor

@@ -15,6 +15,7 @@
 
 #include "executor/draft_proposer.h"
 #include "executor/executor_options.h"
+#include "executor/grammar_states.h"
 #include "spec/proposer.h"
 #include "executor/request_states.h"
 #include "step/model_executor.h"
@@ -62,11 +63,19 @@ class CpuModelExecutor : public step::ModelExecutor {
   // Proposes with a model-free proposer from now on (--spec ngram / suffix).
   void set_proposer(std::unique_ptr<spec::Proposer> proposer) { proposer_ = std::move(proposer); }
 
+  // The vocabulary structured output masks over (load() sets it from the model's tokenizer);
+  // without one, requests with a grammar fail.
+  void set_grammar_vocabulary(std::shared_ptr<const grammar::TokenVocabulary> vocab) {
+    grammars_.set_vocabulary(std::move(vocab));
+  }
+
   model::ModelRunner& runner() { return *runner_; }
   Status check_max_model_len(int64_t max_model_len) const override;
 
  private:
   Status build_batch(const step::SchedulerOutput& output, std::vector<int32_t>& rows);
+  // Masks the request's logits rows with its grammar (if it has one) and verifies its drafts.
+  step::RequestResult sample_request(const step::ScheduledRequest& s, float* logits);
   step::RequestResult verify_drafts(const step::ScheduledRequest& s, const RequestState& st,
                                     const float* logits);
   step::RequestResult verify_tree(const step::ScheduledRequest& s, const RequestState& st,
@@ -78,9 +87,13 @@ class CpuModelExecutor : public step::ModelExecutor {
   std::optional<sampling::SiblingDraws> tree_draws(const RequestState& st) const;
   bool uses_model_rule(const RequestState& st) const;
   Status propose(const step::SchedulerOutput& output, step::StepResult& result);
+  // Drops next drafts a grammar refuses, where dropping them by value keeps verification
+  // lossless (sample-and-compare; not the model rule's draws from q).
+  void constrain_next_drafts(step::RequestResult& r);
 
   std::unique_ptr<model::ModelRunner> runner_;
   RequestStates states_;
+  GrammarStates grammars_;
   std::unique_ptr<DraftModelProposer> draft_;
   std::unique_ptr<spec::Proposer> proposer_;
   double draft_token_cost_ = 0.0;

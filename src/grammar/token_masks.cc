@@ -40,10 +40,11 @@ void sort_by_bytes(int32_t n, BytesOf bytes_of, std::vector<int32_t>& ids,
 enum class Verdict : uint8_t { kAccepted, kRejected, kUncertain };
 
 // Runs every token of `ids` (sorted by bytes, lcp as sort_by_bytes gives) from `start`, reusing
-// the stack sets of the common prefix with the previous token, and calls on(id, verdict).
+// the stack sets of the common prefix with the previous token, and calls on(id, verdict, pops).
 // kUncertain: the token failed, but the bottom frame's rule could complete after one or more of
-// its bytes (only with a kUnknownParent bottom). A token that fails at byte d decides every
-// following token that shares its first d + 1 bytes.
+// its bytes (only with a kUnknownParent bottom); pops lists those byte counts (>= 1, increasing;
+// empty for other verdicts). A token that fails at byte d decides every following token that
+// shares its first d + 1 bytes.
 class TokenWalk {
  public:
   template <typename BytesOf, typename On>
@@ -70,10 +71,18 @@ class TokenWalk {
       const Verdict v = ok           ? Verdict::kAccepted
                         : popped_[d] ? Verdict::kUncertain
                                      : Verdict::kRejected;
-      on(ids[j], v);
+      pops_.clear();
+      if (v == Verdict::kUncertain) {
+        for (size_t i = 1; i <= d; ++i) {
+          if (sets_[i].pops_unknown) pops_.push_back(static_cast<int32_t>(i));
+        }
+      }
+      on(ids[j], v, std::span<const int32_t>(pops_));
       ++j;
       if (!ok) {
-        while (j < ids.size() && static_cast<size_t>(lcp[j]) > d) on(ids[j++], v);
+        while (j < ids.size() && static_cast<size_t>(lcp[j]) > d) {
+          on(ids[j++], v, std::span<const int32_t>(pops_));
+        }
       }
     }
   }
@@ -81,38 +90,22 @@ class TokenWalk {
  private:
   std::vector<StackSet> sets_;
   std::vector<uint8_t> popped_;
+  std::vector<int32_t> pops_;
 };
 
 thread_local TokenWalk g_walk;
 
 }  // namespace
 
-TokenVocabulary::TokenVocabulary(std::vector<std::string> bytes, std::vector<int32_t> end_ids,
-                                 bool strip_first_space)
-    : bytes_(std::move(bytes)),
-      end_ids_(std::move(end_ids)),
-      strip_first_space_(strip_first_space) {
+TokenVocabulary::TokenVocabulary(std::vector<std::string> bytes, std::vector<int32_t> end_ids)
+    : bytes_(std::move(bytes)), end_ids_(std::move(end_ids)) {
   std::sort(end_ids_.begin(), end_ids_.end());
   end_ids_.erase(std::unique(end_ids_.begin(), end_ids_.end()), end_ids_.end());
   for (int32_t e : end_ids_) {
     ARBOR_CHECK(e >= 0 && e < size()) << "end id " << e << " outside the vocabulary";
     bytes_[static_cast<size_t>(e)].clear();
   }
-  sort_by_bytes(
-      size(), [&](int32_t i) { return this->bytes(i); }, sorted_, lcp_);
-  if (strip_first_space_) {
-    sort_by_bytes(
-        size(), [&](int32_t i) { return first_bytes(i); }, sorted_first_, lcp_first_);
-  } else {
-    sorted_first_ = sorted_;
-    lcp_first_ = lcp_;
-  }
-}
-
-std::string_view TokenVocabulary::first_bytes(int32_t id) const {
-  std::string_view b = bytes(id);
-  if (strip_first_space_ && !b.empty() && b.front() == ' ') b.remove_prefix(1);
-  return b;
+  sort_by_bytes(size(), [&](int32_t i) { return this->bytes(i); }, sorted_, lcp_);
 }
 
 TokenBitmask& TokenBitmask::operator|=(const TokenBitmask& o) {
@@ -139,6 +132,10 @@ void apply_mask(const TokenBitmask& mask, std::span<float> logits) {
     uint64_t off = ~words[w];
     if (off == 0) continue;
     const size_t base = w * 64;
+    if (words[w] == 0 && base + 64 <= logits.size()) {  // most words of a tight mask: one fill
+      std::fill_n(logits.begin() + static_cast<ptrdiff_t>(base), 64, kMinusInf);
+      continue;
+    }
     while (off != 0) {
       const size_t i = base + static_cast<size_t>(std::countr_zero(off));
       if (i >= logits.size()) break;
@@ -164,46 +161,60 @@ void CompiledGrammar::build_state(int32_t state) {
   StackSet start;
   start.tops = {scratch_arena_.intern(state, kUnknownParent)};
   const TokenVocabulary& v = *vocab_;
-  g_walk.run(
-      stepper_, scratch_arena_, start, v.sorted(), v.sorted_lcp(),
-      [&](int32_t id) { return v.bytes(id); },
-      [&](int32_t id, Verdict verdict) {
-        if (verdict == Verdict::kAccepted) st.accepted.set(id);
-        if (verdict == Verdict::kUncertain) st.uncertain.push_back(id);
-      });
-  st.uncertain_lcp.assign(st.uncertain.size(), 0);
-  for (size_t j = 1; j < st.uncertain.size(); ++j) {
-    st.uncertain_lcp[j] = common_prefix(v.bytes(st.uncertain[j - 1]), v.bytes(st.uncertain[j]));
+  std::vector<std::pair<std::string_view, int32_t>> rests;  // (bytes after a pop, token)
+  g_walk.run(stepper_, scratch_arena_, start, v.sorted(), v.sorted_lcp(),
+             [&](int32_t id) { return v.bytes(id); },
+             [&](int32_t id, Verdict verdict, std::span<const int32_t> pops) {
+               if (verdict == Verdict::kAccepted) st.accepted.set(id);
+               for (int32_t d : pops) {
+                 rests.emplace_back(v.bytes(id).substr(static_cast<size_t>(d)), id);
+               }
+             });
+  // Group the tokens by remainder: the caller's stack decides a remainder once for all of them.
+  std::sort(rests.begin(), rests.end());
+  for (size_t i = 0; i < rests.size(); ++i) {
+    if (i == 0 || rests[i].first != rests[i - 1].first) {
+      st.rest_lcp.push_back(st.rests.empty() ? 0 : common_prefix(st.rests.back(), rests[i].first));
+      st.rests.push_back(rests[i].first);
+      st.rest_begin.push_back(static_cast<int32_t>(st.rest_tokens.size()));
+    }
+    st.rest_tokens.push_back(rests[i].second);
   }
+  st.rest_begin.push_back(static_cast<int32_t>(st.rest_tokens.size()));
   ++stats_.states_built;
 }
 
-void CompiledGrammar::compute(Matcher& matcher, bool first, TokenBitmask& out) {
+void CompiledGrammar::compute(Matcher& matcher, TokenBitmask& out) {
   out.clear();
   const TokenVocabulary& v = *vocab_;
   const StackSet& cur = matcher.current();
-  auto set_accepted = [&](int32_t id, Verdict verdict) {
-    if (verdict == Verdict::kAccepted) out.set(id);
-  };
-  if (first && v.strip_first_space()) {
-    // The first token's bytes differ (one leading space dropped): walk the vocabulary once
-    // from the real stacks. Only the start state pays this, and the cache keeps it.
-    g_walk.run(
-        matcher.stepper(), matcher.arena(), cur, v.sorted_first(), v.sorted_first_lcp(),
-        [&](int32_t id) { return v.first_bytes(id); }, set_accepted);
-  } else {
+  {
+    std::vector<int32_t> work;
+    StackSet caller;
+    std::vector<int32_t> rest_ids;
     for (int32_t f : cur.tops) {
       const int32_t s = matcher.arena().state(f);
       StateTokens& st = states_[static_cast<size_t>(s)];
       if (!st.built) build_state(s);
       out |= st.accepted;
-      if (st.uncertain.empty()) continue;
-      StackSet single;
-      single.tops = {f};
-      stats_.uncertain_checked += static_cast<int64_t>(st.uncertain.size());
-      g_walk.run(
-          matcher.stepper(), matcher.arena(), single, st.uncertain, st.uncertain_lcp,
-          [&](int32_t id) { return v.bytes(id); }, set_accepted);
+      const int32_t parent = matcher.arena().parent(f);
+      if (st.rests.empty() || parent < 0) continue;  // the root completing ends the output
+      // The rule of `f` completes partway through these tokens: the caller's stack (the
+      // parent frame, expanded) must take the rest.
+      work.assign(1, parent);
+      matcher.stepper().expand(matcher.arena(), work, caller);
+      rest_ids.resize(st.rests.size());
+      std::iota(rest_ids.begin(), rest_ids.end(), 0);
+      stats_.uncertain_checked += static_cast<int64_t>(st.rests.size());
+      g_walk.run(matcher.stepper(), matcher.arena(), caller, rest_ids, st.rest_lcp,
+                 [&](int32_t i) { return st.rests[static_cast<size_t>(i)]; },
+                 [&](int32_t i, Verdict verdict, std::span<const int32_t>) {
+                   if (verdict != Verdict::kAccepted) return;
+                   for (int32_t k = st.rest_begin[static_cast<size_t>(i)];
+                        k < st.rest_begin[static_cast<size_t>(i) + 1]; ++k) {
+                     out.set(st.rest_tokens[static_cast<size_t>(k)]);
+                   }
+                 });
     }
   }
   if (cur.can_end) {
@@ -211,12 +222,11 @@ void CompiledGrammar::compute(Matcher& matcher, bool first, TokenBitmask& out) {
   }
 }
 
-const TokenBitmask& CompiledGrammar::mask(Matcher& matcher, bool first) {
+const TokenBitmask& CompiledGrammar::mask(Matcher& matcher) {
   ++stats_.masks;
   const std::vector<int32_t> key_ints = matcher.state_key();
   std::string key(reinterpret_cast<const char*>(key_ints.data()),
                   key_ints.size() * sizeof(int32_t));
-  key.push_back(first ? '\1' : '\0');
   if (const auto it = cache_.find(key); it != cache_.end()) {
     ++stats_.cache_hits;
     return it->second;
@@ -224,7 +234,7 @@ const TokenBitmask& CompiledGrammar::mask(Matcher& matcher, bool first) {
   const size_t entry_bytes = static_cast<size_t>(vocab_->size()) / 8 + 64;
   if ((cache_.size() + 1) * entry_bytes > kMaxCacheBytes) cache_.clear();
   auto [it, inserted] = cache_.try_emplace(std::move(key), vocab_->size());
-  compute(matcher, first, it->second);
+  compute(matcher, it->second);
   return it->second;
 }
 
@@ -234,8 +244,6 @@ GrammarState::GrammarState(std::shared_ptr<CompiledGrammar> grammar)
       ended_mask_(grammar_->vocab().size()) {
   for (int32_t e : grammar_->vocab().end_ids()) ended_mask_.set(e);
 }
-
-bool GrammarState::first() const { return tokens_.empty(); }
 
 namespace {
 bool is_end(const TokenVocabulary& v, int32_t token) {
@@ -248,7 +256,7 @@ bool GrammarState::allows(int32_t token) {
   if (token < 0 || token >= v.size()) return false;
   if (is_end(v, token)) return ended() || matcher_.can_end();
   if (ended()) return false;
-  const std::string_view b = first() ? v.first_bytes(token) : v.bytes(token);
+  const std::string_view b = v.bytes(token);
   return !b.empty() && matcher_.accepts(b);
 }
 
@@ -261,7 +269,7 @@ bool GrammarState::accept(int32_t token) {
     return true;
   }
   if (ended()) return false;
-  const std::string_view b = first() ? v.first_bytes(token) : v.bytes(token);
+  const std::string_view b = v.bytes(token);
   if (b.empty() || !matcher_.accept(b)) return false;
   tokens_.push_back({.ended = false});
   return true;
@@ -277,7 +285,7 @@ void GrammarState::rollback(size_t n) {
 
 const TokenBitmask& GrammarState::mask() {
   if (ended()) return ended_mask_;
-  return grammar_->mask(matcher_, first());
+  return grammar_->mask(matcher_);
 }
 
 }  // namespace arbor::grammar

@@ -6,8 +6,9 @@
 // be a stack top we precompute, once per grammar (lazily, the first time s is a top):
 //   accepted[s]   tokens whose bytes are consumed without completing s's rule: allowed
 //                 whatever the stack below s holds (context-independent);
-//   uncertain[s]  tokens that need s's rule to complete partway and the caller to go on:
-//                 checked at run time against the real stack;
+//   uncertain[s]  tokens that need s's rule to complete partway and the caller to go on
+//                 with the rest: at run time the caller's real stack checks each distinct
+//                 rest once (a few hundred short strings, not thousands of tokens);
 // every other token is rejected. The mask of a stack set is the union over its tops; whole
 // masks are cached by the stack set's content (Matcher::state_key), so a step that revisits a
 // state costs a hash lookup. Tokens are walked in byte order, sharing the work of common
@@ -36,30 +37,22 @@ class TokenVocabulary {
  public:
   // bytes: [vocab_size] a token's bytes; "" for a token a grammar never allows (control and
   // unknown tokens). end_ids: the end-of-generation ids, allowed once the grammar can complete.
-  // strip_first_space: the first token of an output loses one leading ' ' (SentencePiece's
-  // dummy prefix; tokenizer::Tokenizer::drops_leading_space()).
-  TokenVocabulary(std::vector<std::string> bytes, std::vector<int32_t> end_ids,
-                  bool strip_first_space);
+  // An output's text is the concatenation of its tokens' bytes (the server's detokenizer is
+  // primed with the prompt, so no first-piece space is dropped).
+  TokenVocabulary(std::vector<std::string> bytes, std::vector<int32_t> end_ids);
 
   int32_t size() const { return static_cast<int32_t>(bytes_.size()); }
   std::string_view bytes(int32_t id) const { return bytes_[static_cast<size_t>(id)]; }
-  // The bytes a token produces as the first of an output.
-  std::string_view first_bytes(int32_t id) const;
   std::span<const int32_t> end_ids() const { return end_ids_; }
-  bool strip_first_space() const { return strip_first_space_; }
 
   // Tokens with bytes, sorted by them, and each one's common-prefix length with the previous.
   std::span<const int32_t> sorted() const { return sorted_; }
   std::span<const int32_t> sorted_lcp() const { return lcp_; }
-  // The same for first_bytes().
-  std::span<const int32_t> sorted_first() const { return sorted_first_; }
-  std::span<const int32_t> sorted_first_lcp() const { return lcp_first_; }
 
  private:
   std::vector<std::string> bytes_;
   std::vector<int32_t> end_ids_;
-  bool strip_first_space_;
-  std::vector<int32_t> sorted_, lcp_, sorted_first_, lcp_first_;
+  std::vector<int32_t> sorted_, lcp_;
 };
 
 // One bit per token: [ceil(vocab_size / 64)] words, bit i of word w is token 64 w + i.
@@ -88,7 +81,7 @@ struct MaskStats {
   int64_t masks = 0;              // fill_mask() calls
   int64_t cache_hits = 0;         // answered from the state cache
   int64_t states_built = 0;       // automaton states whose accepted/uncertain sets were built
-  int64_t uncertain_checked = 0;  // uncertain tokens checked against a real stack
+  int64_t uncertain_checked = 0;   // token remainders checked against a caller's stack
 };
 
 // A grammar's automaton bound to a vocabulary, with the per-state token sets and the mask cache.
@@ -100,21 +93,26 @@ class CompiledGrammar {
   const std::shared_ptr<const Automaton>& automaton() const { return automaton_; }
   const TokenVocabulary& vocab() const { return *vocab_; }
 
-  // The tokens allowed after what `matcher` has consumed; `first` when no token has been
-  // accepted yet (first_bytes apply). End ids are allowed when the root can complete. Returns a
-  // reference into the cache, valid until the next fill call.
-  const TokenBitmask& mask(Matcher& matcher, bool first);
+  // The tokens allowed after what `matcher` has consumed. End ids are allowed when the root can
+  // complete. Returns a reference into the cache, valid until the next call.
+  const TokenBitmask& mask(Matcher& matcher);
   const MaskStats& stats() const { return stats_; }
 
  private:
   struct StateTokens {
     bool built = false;
     TokenBitmask accepted;
-    std::vector<int32_t> uncertain;      // sorted by bytes
-    std::vector<int32_t> uncertain_lcp;  // [uncertain.size()]
+    // Uncertain tokens: the state's rule can complete after some of their bytes, and the rest
+    // must then be taken by the caller. rests: the distinct remainders, sorted ([num_rests],
+    // views into the vocabulary), rest_lcp their common prefixes, and rest_tokens
+    // [rest_begin[i], rest_begin[i + 1]) the tokens with remainder i.
+    std::vector<std::string_view> rests;
+    std::vector<int32_t> rest_lcp;
+    std::vector<int32_t> rest_begin;  // [num_rests + 1]
+    std::vector<int32_t> rest_tokens;
   };
   void build_state(int32_t state);
-  void compute(Matcher& matcher, bool first, TokenBitmask& out);
+  void compute(Matcher& matcher, TokenBitmask& out);
 
   std::shared_ptr<const Automaton> automaton_;
   std::shared_ptr<const TokenVocabulary> vocab_;
@@ -126,7 +124,7 @@ class CompiledGrammar {
   MaskStats stats_;
 };
 
-// A request's grammar: its matcher plus the token-level rules (first token, end of generation).
+// A request's grammar: its matcher plus the token-level rules (end of generation).
 class GrammarState {
  public:
   explicit GrammarState(std::shared_ptr<CompiledGrammar> grammar);
@@ -148,7 +146,6 @@ class GrammarState {
   struct Accepted {
     bool ended;  // an end id (no bytes consumed)
   };
-  bool first() const;
   std::shared_ptr<CompiledGrammar> grammar_;
   Matcher matcher_;
   std::vector<Accepted> tokens_;

@@ -271,6 +271,7 @@ void Sampler::compute_logprobs(std::span<const float> logits, int32_t num_top,
   if (num_top <= 0) return;
   for (size_t i = 0; i < logits.size(); ++i) {
     const float x = logits[i];
+    if (x == -std::numeric_limits<float>::infinity()) continue;  // masked: not a candidate
     if (top.size() == static_cast<size_t>(num_top) && !(x > top.back().logprob)) continue;
     auto pos = std::find_if(top.begin(), top.end(),
                             [x](const TokenLogprob& t) { return x > t.logprob; });

@@ -7,6 +7,8 @@
 //   4. temperature == 0 -> argmax (ties -> lowest id); otherwise logits / temperature
 //   5. min_p -> top_k -> top_p        each on the survivors of the previous step
 //   6. one draw from the renormalised survivors
+// A grammar (structured output) masks the raw logits before step 1: disallowed tokens get -inf,
+// so logprobs, like vLLM's, describe the masked distribution.
 // Logprobs are computed from log_softmax of the *raw* logits (before steps 1-5), as vLLM does by
 // default: they describe the model, not the sampling transform.
 #pragma once
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "grammar/grammar_spec.h"
 
 namespace arbor::sampling {
 
@@ -52,6 +55,10 @@ struct SamplingParams {
   // nullopt: no logprobs computed. n >= 0: the sampled token's logprob plus the n most likely
   // alternatives.
   std::optional<int32_t> logprobs;
+  // Structured output: only tokens the grammar allows are sampled (their logits pass, every
+  // other one becomes -inf before step 1), with and without speculation. nullopt = free text.
+  // validate() does not compile it; the server does (a 400 names the problem).
+  std::optional<grammar::GrammarSpec> grammar;
 
   bool greedy() const { return temperature < kGreedyEpsilon; }
   bool top_k_enabled() const { return top_k > 0; }

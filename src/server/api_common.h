@@ -62,6 +62,9 @@ struct PreparedRequest {
   engine::GenerateRequest request;                 // the first prompt
   std::vector<std::vector<int32_t>> more_prompts;  // prompts 2.. of a batch
   std::unique_ptr<ResponseBuilder> builder;
+  // The request body's text while it is prepared (a view: not valid afterwards); "" when the
+  // body did not come as text.
+  std::string_view raw_body;
 };
 
 // Parses a body that must be a JSON object; errors are malformed_body (400).

@@ -1,4 +1,5 @@
 #include "server/openai_api.h"
+#include "server/structured_output_api.h"
 
 #include <atomic>
 #include <cerrno>
@@ -355,7 +356,9 @@ void log_unknown_fields(const json& body, bool chat) {
       "top_p", "n", "best_of", "stop", "seed", "presence_penalty", "frequency_penalty",
       "logit_bias", "logprobs", "top_logprobs", "echo", "stream", "stream_options", "user",
       "top_k", "min_p", "repetition_penalty", "ignore_eos", "truncate_prompt_tokens",
-      "add_generation_prompt", "suffix", "speculation"};
+      "add_generation_prompt", "suffix", "speculation", "priority", "response_format",
+      "structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
+      "grammar", "json_schema"};
   if (!log_enabled(LogLevel::kDebug)) return;
   for (const auto& [key, value] : body.items()) {
     if (!kKnown.contains(key)) {
@@ -381,6 +384,7 @@ std::optional<ApiError> prepare_completion(const json& body, const ModelInfo& mo
   }
   ARBOR_API_TRY(read_max_tokens(body, model, longest, &r));
   ARBOR_API_TRY(read_common(body, model, &r));
+  ARBOR_API_TRY(read_structured_output(body, out->raw_body, &r.sampling.grammar));
   if (body.contains("suffix") && !body["suffix"].is_null()) {
     return invalid_param("suffix", "'suffix' is not supported");
   }
@@ -557,6 +561,7 @@ std::optional<ApiError> prepare_chat(const json& body, const ModelInfo& model,
   ARBOR_API_TRY(truncate_prompt(body, model, &r.prompt_token_ids));
   ARBOR_API_TRY(read_max_tokens(body, model, r.prompt_token_ids.size(), &r));
   ARBOR_API_TRY(read_common(body, model, &r));
+  ARBOR_API_TRY(read_structured_output(body, out->raw_body, &r.sampling.grammar));
   BuilderOptions o;
   o.chat = true;
   o.model = model.name;

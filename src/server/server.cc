@@ -61,7 +61,9 @@ WorkResult prepare_with(PrepareFn prepare, std::string_view body, const ModelInf
   w.error = parse_json_object(body, &j);
   if (w.error) return w;
   PreparedRequest prepared;
+  prepared.raw_body = body;
   w.error = prepare(j, model, &prepared);
+  prepared.raw_body = {};
   if (!w.error) w.request = std::move(prepared);
   return w;
 }

@@ -1,4 +1,5 @@
 #include "server/tgi_api.h"
+#include "server/structured_output_api.h"
 
 namespace arbor::server {
 
@@ -108,7 +109,7 @@ std::optional<ApiError> read_tgi_sampling(const json& p, const ModelInfo& m,
     ARBOR_API_TRY(read_int(p, "seed", 0, INT64_MAX, &seed));
     s.seed = static_cast<uint64_t>(seed);
   }
-  for (const char* unsupported : {"typical_p", "top_n_tokens", "grammar", "adapter_id"}) {
+  for (const char* unsupported : {"typical_p", "top_n_tokens", "adapter_id"}) {
     if (p.contains(unsupported) && !p[unsupported].is_null()) {
       return invalid_param(unsupported, str_cat("'", unsupported, "' is not supported"));
     }
@@ -150,6 +151,7 @@ std::optional<ApiError> prepare_tgi(const json& body, const ModelInfo& model, bo
   ARBOR_API_TRY(check_lengths(model, r.prompt_token_ids.size(), explicit_max, "max_new_tokens",
                               &r.max_tokens));
   ARBOR_API_TRY(read_tgi_sampling(p, model, &r));
+  ARBOR_API_TRY(read_tgi_grammar(p, out->raw_body, &r.sampling.grammar));
   ARBOR_API_TRY(read_speculation(p, model, &r.speculation));
   ARBOR_API_TRY(read_int32(p, "best_of", 1, model.max_n, &r.best_of));
   if (r.best_of > 1 && stream) {

@@ -1,7 +1,7 @@
 // Token masks against brute force: at every state a seeded random walk reaches, the mask equals
 // the set of tokens GrammarState::allows() (which runs each token's bytes through the matcher),
 // for vocabularies built to stress the precomputation (tokens that cross rule ends, share
-// prefixes, split UTF-8 characters, start with the SentencePiece space).
+// prefixes, split UTF-8 characters).
 #include "grammar/token_masks.h"
 
 #include <gtest/gtest.h>
@@ -17,8 +17,7 @@ namespace {
 // A vocabulary of every string of length 1..3 over `alphabet`, plus some longer ones, plus two
 // end ids and a control token (empty bytes).
 std::shared_ptr<const TokenVocabulary> make_vocab(const std::string& alphabet,
-                                                  const std::vector<std::string>& extra,
-                                                  bool strip_first_space) {
+                                                  const std::vector<std::string>& extra) {
   std::vector<std::string> bytes = {"", "", ""};  // 0: control, 1 and 2: end ids
   std::vector<std::string> level = {""};
   for (int len = 1; len <= 3; ++len) {
@@ -30,8 +29,7 @@ std::shared_ptr<const TokenVocabulary> make_vocab(const std::string& alphabet,
     level = std::move(next);
   }
   bytes.insert(bytes.end(), extra.begin(), extra.end());
-  return std::make_shared<const TokenVocabulary>(std::move(bytes), std::vector<int32_t>{2, 1},
-                                                 strip_first_space);
+  return std::make_shared<const TokenVocabulary>(std::move(bytes), std::vector<int32_t>{2, 1});
 }
 
 std::shared_ptr<CompiledGrammar> compile_for(std::string_view gbnf,
@@ -75,7 +73,7 @@ value ::= str | num | obj | "[" ( value ( "," value )* )? "]" | "true"
 str ::= "\"" ( [^"\\] | "\\" ["\\n] )* "\""
 num ::= "-"? [0-9]+)g";
   auto vocab =
-      make_vocab("{}[]\":,1a-\\", {"\":\"", "\"},{\"", "true", "tr", "\":1}", "],\"a\":"}, false);
+      make_vocab("{}[]\":,1a-\\", {"\":\"", "\"},{\"", "true", "tr", "\":1}", "],\"a\":"});
   auto grammar = compile_for(gbnf, vocab);
   for (uint64_t seed = 1; seed <= 6; ++seed) check_random_walk(grammar, seed, 150);
   EXPECT_GT(grammar->stats().cache_hits, 0);
@@ -87,38 +85,22 @@ TEST(TokenMasks, EqualBruteForceWithNullableRulesAndNesting) {
 ws ::= " "{0,2}
 item ::= "(" root? ")" | [ab] x
 x ::= "" | "b" x)g";
-  auto vocab = make_vocab(" (),ab", {" ( ", "b)", "),(", "bb,", "a ,", ")  "}, false);
+  auto vocab = make_vocab(" (),ab", {" ( ", "b)", "),(", "bb,", "a ,", ")  "});
   auto grammar = compile_for(gbnf, vocab);
   for (uint64_t seed = 1; seed <= 6; ++seed) check_random_walk(grammar, seed, 150);
-}
-
-TEST(TokenMasks, FirstTokenLosesItsLeadingSpace) {
-  // With SentencePiece's dummy prefix the first token " a" prints "a": the grammar must see that.
-  auto vocab = make_vocab(" ab", {}, /*strip_first_space=*/true);
-  auto grammar = compile_for(R"g(root ::= "a" " b"*)g", vocab);
-  GrammarState state(grammar);
-  const int32_t space_a = 3 + 3 + 1;  // level 2 starts after 3 one-byte tokens: "  "," a"...
-  ASSERT_EQ(vocab->bytes(space_a), " a");
-  EXPECT_TRUE(state.mask().test(space_a));
-  EXPECT_TRUE(state.allows(space_a));
-  EXPECT_FALSE(state.mask().test(3));  // " " alone prints nothing first: never allowed
-  ASSERT_TRUE(state.accept(space_a));
-  EXPECT_FALSE(state.allows(space_a));  // later tokens keep their space
-  check_random_walk(grammar, 7, 60);
 }
 
 TEST(TokenMasks, UnicodeTokensSplittingCharacters) {
   // "é" is C3 A9 and "€" E2 82 AC; tokens hold whole, partial and straddling pieces.
   auto vocab = make_vocab("a\"",
                           {"\xC3", "\xA9", "\xC3\xA9", "\xE2\x82", "\xAC\"", "\xA9\xE2",
-                           "\xE2\x82\xAC", "\x82", "\xFF"},
-                          false);
+                           "\xE2\x82\xAC", "\x82", "\xFF"});
   auto grammar = compile_for(R"g(root ::= "\"" [^"a]* "\"")g", vocab);
   for (uint64_t seed = 1; seed <= 4; ++seed) check_random_walk(grammar, seed, 100);
 }
 
 TEST(TokenMasks, EndIdsOnlyWhenTheRootCanComplete) {
-  auto vocab = make_vocab("ab", {}, false);
+  auto vocab = make_vocab("ab", {});
   auto grammar = compile_for(R"g(root ::= "a" "b"?)g", vocab);
   GrammarState state(grammar);
   EXPECT_FALSE(state.mask().test(1));

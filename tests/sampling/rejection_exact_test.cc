@@ -190,7 +190,7 @@ SpecSetup make_setup(const char* name, int vocab, int k, SamplingParams target,
 // Target transforms x draft shapes: q with the request's own transforms, a narrower q (tokens
 // outside q's support), a wider q (drafts outside p's support), a greedy draft model (one-hot
 // q), q = p (every draft accepted); ties at the filters' cuts; penalties, which make p_i
-// depend on d_0..d_{i-1}; both candidate orders.
+// depend on d_0..d_{i-1}; both candidate orders; grammar masks (-inf logits) on p, on p and q.
 std::vector<SpecSetup> exact_setups() {
   std::vector<SpecSetup> out;
   out.push_back(make_setup("plain T=1, draft T=1", 8, 3, params(1.0f), params(1.0f)));
@@ -216,6 +216,24 @@ std::vector<SpecSetup> exact_setups() {
   out.push_back(make_setup("vocab 2, draft T=0.5", 2, 3, params(1.0f), params(0.5f)));
   out.push_back(make_setup("k=1, min_p=0.3 + penalties, draft T=2", 3, 1,
                            with_penalties(params(0.9f, 0, 1.0f, 0.3f)), params(2.0f)));
+  // Structured output: a grammar masks p (and, with a draft model that knows the grammar, q)
+  // differently after every prefix.
+  SpecSetup masked = make_setup("grammar mask on p and q, draft T=1.2", 6, 3, params(1.0f),
+                                params(1.2f));
+  masked.target_model.mask_seed = masked.draft_model.mask_seed = 11;
+  out.push_back(masked);
+  SpecSetup p_only = make_setup("grammar mask on p only (drafts it refuses)", 6, 3,
+                                params(0.9f), params(1.0f));
+  p_only.target_model.mask_seed = 12;
+  out.push_back(p_only);
+  SpecSetup filtered = make_setup("grammar mask + top_k=3 + penalties, masked greedy draft", 7, 3,
+                                  with_penalties(params(0.8f, 3)), params(0.0f));
+  filtered.target_model.mask_seed = filtered.draft_model.mask_seed = 13;
+  out.push_back(filtered);
+  SpecSetup greedy = make_setup("greedy masked target, masked draft T=1", 5, 3, params(0.0f),
+                                params(1.0f));
+  greedy.target_model.mask_seed = greedy.draft_model.mask_seed = 14;
+  out.push_back(greedy);
   return out;
 }
 

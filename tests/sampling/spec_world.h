@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <limits>
 #include <random>
 #include <set>
 #include <span>
@@ -40,10 +41,13 @@ inline const char* rule_name(Rule rule) {
 
 // Logits [vocab] as a function of (seed, context): N(0, scale) from a generator seeded by a hash
 // of both; `tie_grid` > 0 rounds them to multiples of it (ties at the top-k / top-p cut).
+// mask_seed > 0: a grammar's mask (structured output) on top: about a third of the tokens,
+// chosen by a hash of (mask_seed, context, token), get -inf, never all of them.
 struct ToyModel {
   uint64_t seed = 0;
   float scale = 1.5f;
   float tie_grid = 0.0f;
+  uint64_t mask_seed = 0;
 
   std::vector<float> logits(int vocab, std::span<const int32_t> context) const {
     uint64_t h = seed * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL;
@@ -54,6 +58,17 @@ struct ToyModel {
     for (float& x : out) {
       x = normal(gen);
       if (tie_grid > 0.0f) x = std::round(x / tie_grid) * tie_grid;
+    }
+    if (mask_seed > 0) {
+      uint64_t m = mask_seed * 0xd6e8feb86659fd93ULL;
+      for (int32_t t : context) m = (m ^ static_cast<uint64_t>(t + 7)) * 0x9e3779b97f4a7c15ULL;
+      const auto keep = static_cast<int>((m >> 17) % static_cast<uint64_t>(vocab));
+      for (int t = 0; t < vocab; ++t) {
+        const uint64_t h = (m ^ static_cast<uint64_t>(t + 1)) * 0xff51afd7ed558ccdULL;
+        if (t != keep && (h >> 33) % 3 == 0) {
+          out[static_cast<size_t>(t)] = -std::numeric_limits<float>::infinity();
+        }
+      }
     }
     return out;
   }

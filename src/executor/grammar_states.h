@@ -1,0 +1,78 @@
+// GrammarStates: the structured-output state of every running request that has a grammar, for
+// an executor that samples on the host (docs/structured_output.md, "In the executor").
+//
+// A request's GrammarState follows its committed output: sync() accepts the tokens committed
+// since the last call (so preemption, forks and resumption replay them from the request's
+// tokens), and callers that look ahead (masking draft rows) roll back what they accepted.
+// Compiled grammars are shared by every request with the same spec (an LRU of
+// kMaxCompiledGrammars), so their per-state token sets and mask cache serve them all.
+//
+// Threading: the engine thread only.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+
+#include "base/status.h"
+#include "executor/request_states.h"
+#include "grammar/grammar_spec.h"
+#include "grammar/token_masks.h"
+#include "tokenizer/tokenizer.h"
+
+namespace arbor::executor {
+
+inline constexpr size_t kMaxCompiledGrammars = 64;
+
+// The bytes each token adds to an output, as the server's detokenizer writes them: control and
+// unknown tokens write nothing (a grammar never allows them); end-of-generation ids are
+// allowed once a grammar can complete.
+std::shared_ptr<const grammar::TokenVocabulary> grammar_vocabulary(const tokenizer::Tokenizer& t);
+
+class GrammarStates {
+ public:
+  void set_vocabulary(std::shared_ptr<const grammar::TokenVocabulary> vocab) {
+    vocab_ = std::move(vocab);
+  }
+  bool has_vocabulary() const { return vocab_ != nullptr; }
+
+  // The request's grammar, having accepted every committed output token of `st`; nullptr when
+  // the request has no grammar. Errors: no vocabulary was set, the spec does not compile, or a
+  // committed token is not allowed by the grammar (kInternal: the executor produced it).
+  Result<grammar::GrammarState*> sync(step::RequestId id, const RequestState& st);
+  void forget(step::RequestId id) { states_.erase(id); }
+  size_t size() const { return states_.size(); }
+
+  // Masks logits rows [0, k] of a chain: row i with the grammar after drafts 0..i-1. Stops at
+  // the first draft the grammar refuses (later rows are never read: verification rejects that
+  // draft). rows: [(k + 1) * vocab]. kFailedPrecondition when the grammar allows no token.
+  static Status mask_chain(grammar::GrammarState& g, std::span<const int32_t> drafts,
+                           std::span<float> rows);
+  // Masks a token tree's rows: row 0 after the committed tokens, row 1 + i after draft i's path
+  // (drafts: [k], parents: [k] with step::kDraftRoot). Rows of paths the grammar refuses are
+  // left as they are.
+  static Status mask_tree(grammar::GrammarState& g, std::span<const int32_t> drafts,
+                          std::span<const int32_t> parents, std::span<float> rows);
+  // The longest prefix of `drafts` the grammar accepts after `extra` (tokens not yet
+  // committed: the ones this step emits). Nothing is left accepted.
+  static size_t valid_prefix(grammar::GrammarState& g, std::span<const int32_t> extra,
+                             std::span<const int32_t> drafts);
+
+ private:
+  Result<std::shared_ptr<grammar::CompiledGrammar>> compiled(const grammar::GrammarSpec& spec);
+
+  struct Entry {
+    std::unique_ptr<grammar::GrammarState> state;
+    std::string key;  // the spec's cache key
+  };
+  std::shared_ptr<const grammar::TokenVocabulary> vocab_;
+  std::unordered_map<step::RequestId, Entry> states_;
+  // Most recently used first.
+  std::list<std::pair<std::string, std::shared_ptr<grammar::CompiledGrammar>>> compiled_;
+};
+
+}  // namespace arbor::executor

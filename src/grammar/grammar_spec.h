@@ -1,0 +1,41 @@
+// What a request asks its output to be: the structured-output constraint as a plain value (it
+// crosses the step protocol inside SamplingParams), and its compilation to an automaton.
+//
+// Kinds and their sources:
+//   kGbnf        GBNF text (grammar.h)
+//   kJsonSchema  a JSON Schema, as JSON text (json_schema_to_gbnf.h has the supported subset)
+//   kJsonObject  any JSON object (OpenAI's response_format json_object); source unused
+//   kRegex       a regular expression the whole output must match (regex_to_gbnf.h)
+//   kChoice      a JSON array of strings: the output is exactly one of them
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "base/status.h"
+#include "grammar/automaton.h"
+
+namespace arbor::grammar {
+
+enum class GrammarKind : uint8_t { kGbnf, kJsonSchema, kJsonObject, kRegex, kChoice };
+
+struct GrammarSpec {
+  GrammarKind kind = GrammarKind::kGbnf;
+  std::string source;
+
+  bool operator==(const GrammarSpec&) const = default;
+  // A key that identifies the spec (kind and source).
+  std::string cache_key() const;
+};
+
+std::string_view grammar_kind_name(GrammarKind kind);
+
+// The spec as GBNF (converting schemas, regexes and choices). Errors are invalid_argument and
+// name what is wrong (the keyword and its path, the regex offset, the grammar line).
+Result<std::string> spec_to_gbnf(const GrammarSpec& spec);
+
+// spec_to_gbnf() then compile_gbnf().
+Result<Automaton> compile_spec(const GrammarSpec& spec);
+
+}  // namespace arbor::grammar

@@ -1,0 +1,288 @@
+// Structured output through the engine and the CPU executor, on models whose weights do nothing
+// to keep the output valid: a random-weight model (arbor synth) over the Llama 2 vocabulary and
+// the 512-token stories260K. For a suite of JSON Schemas, regexes, grammars and choices:
+//   * every output is complete (finish reason stop), parses and validates (an independent
+//     validator: tests/support/json_schema_validator.h, PCRE2 for regexes);
+//   * greedy and seeded outputs are token for token the same with speculation (n-gram chains,
+//     draft-model chains and trees) as without;
+//   * unseeded sampling with a draft model (the model rule, masked p) stays valid.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "draft_models.h"
+#include "engine/engine_core.h"
+#include "engine_test_util.h"
+#include "executor/cpu_executor.h"
+#include "support/json_schema_validator.h"
+#include "support/subprocess.h"
+#include "support/temp_dir.h"
+#include "tokenizer/tokenizer.h"
+
+namespace arbor::engine {
+namespace {
+
+using grammar::GrammarKind;
+using grammar::GrammarSpec;
+using json = nlohmann::json;
+
+// JSON Schemas of varied shapes. Strings, arrays and recursion are bounded where a random
+// model could otherwise write forever (a grammar constrains form, not length).
+const std::vector<std::string> kSchemas = {
+    R"({"type":"object","properties":{"name":{"type":"string","maxLength":12},"age":{"type":"integer","minimum":0,"maximum":120}},"required":["name","age"]})",
+    R"({"type":"boolean"})",
+    R"({"type":"null"})",
+    R"({"enum":["red","green","blue"]})",
+    R"({"const":{"a":1,"b":[true,null]}})",
+    R"({"type":"array","items":{"type":"integer","minimum":1,"maximum":9},"minItems":1,"maxItems":4})",
+    R"({"type":"object","properties":{"tags":{"type":"array","items":{"type":"string","maxLength":5},"maxItems":3}},"required":["tags"]})",
+    R"({"type":"object","properties":{"user":{"type":"object","properties":{"id":{"type":"integer","minimum":1,"maximum":1000},"nick":{"type":"string","minLength":1,"maxLength":8}},"required":["id"]}},"required":["user"]})",
+    R"({"anyOf":[{"type":"integer","minimum":0,"maximum":50},{"type":"string","maxLength":4}]})",
+    R"({"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer","minimum":0,"maximum":9},"next":{"anyOf":[{"$ref":"#/$defs/node"},{"type":"null"}]}},"required":["v","next"]}},"$ref":"#/$defs/node"})",
+    R"({"type":"string","pattern":"^[A-Z]{2}-[0-9]{3}$"})",
+    R"({"type":"string","format":"date"})",
+    R"({"type":"string","format":"uuid"})",
+    R"({"type":"number","minimum":0,"maximum":100})",
+    R"({"type":"integer","minimum":-20,"maximum":-3})",
+    R"({"type":"object","properties":{"a":{"type":"integer","minimum":0,"maximum":9},"b":{"type":"boolean"},"c":{"type":"null"}},"required":["b"]})",
+    R"({"type":"array","prefixItems":[{"type":"string","maxLength":3},{"type":"integer","minimum":0,"maximum":5}],"items":false,"minItems":2})",
+    R"({"type":["integer","null"],"minimum":0,"maximum":3})",
+    R"({"enum":[1,"two",null,true,{"x":[1]}]})",
+    R"({"oneOf":[{"type":"object","properties":{"kind":{"const":"a"},"n":{"type":"integer","minimum":0,"maximum":3}},"required":["kind","n"]},{"type":"object","properties":{"kind":{"const":"b"}},"required":["kind"]}]})",
+    R"({"allOf":[{"type":"string","minLength":2,"maxLength":4}]})",
+    R"({"type":"string","minLength":3,"maxLength":3})",
+    R"({"type":"array","items":{"type":"object","properties":{"k":{"enum":["x","y"]},"v":{"type":"number","minimum":0,"maximum":1}},"required":["k","v"]},"maxItems":3})",
+    R"({"type":"string","format":"time"})",
+    R"({"type":"string","format":"date-time"})",
+    R"({"type":"string","format":"ipv4"})",
+    R"({"type":"object","properties":{"a":{"type":"object","properties":{"b":{"type":"object","properties":{"c":{"type":"array","items":{"type":"boolean"},"maxItems":2}},"required":["c"]}},"required":["b"]}},"required":["a"]})",
+    R"({"definitions":{"p":{"type":"integer","minimum":10,"maximum":99}},"type":"object","properties":{"x":{"$ref":"#/definitions/p"},"y":{"$ref":"#/definitions/p"}},"required":["x","y"]})",
+    R"({"enum":["café","naïve","日本"]})",
+    R"({"type":"integer","exclusiveMinimum":0,"exclusiveMaximum":10})",
+    R"({"type":"array","items":{"type":"array","items":{"type":"integer","minimum":0,"maximum":1},"maxItems":2},"maxItems":2})",
+    R"({"type":"object","properties":{}})",
+    R"({"title":"T","description":"annotations only","type":"object","properties":{"ok":{"type":"boolean","description":"x"}},"required":["ok"]})",
+};
+
+// Regexes (the whole output must match) and their ECMAScript form for std::regex.
+const std::vector<std::string> kRegexes = {
+    "[a-z]{3,6}", "(yes|no|maybe)", "\\d{3}-\\d{4}", "[A-Z][a-z]{1,8}( [A-Z][a-z]{1,8})?",
+    "0x[0-9a-f]{4}", "(ab|cd)*e",
+};
+
+// GBNF grammars with a std::regex that accepts the same language.
+struct GbnfCase {
+  std::string gbnf;
+  std::string regex;
+};
+const std::vector<GbnfCase> kGrammars = {
+    {"root ::= term ((\"+\" | \"-\") term){0,3}\nterm ::= [0-9]{1,3}", "[0-9]{1,3}([+-][0-9]{1,3}){0,3}"},
+    {"root ::= \"<\" tag \">\" [a-z ]{0,10} \"</\" tag \">\"\ntag ::= \"b\" | \"i\"",
+     "<[bi]>[a-z ]{0,10}</[bi]>"},
+};
+
+const std::vector<std::string> kChoices = {"alpha", "beta", "gamma delta"};
+
+struct Case {
+  std::string name;
+  GrammarSpec spec;
+};
+
+std::vector<Case> all_cases() {
+  std::vector<Case> cases;
+  for (size_t i = 0; i < kSchemas.size(); ++i) {
+    cases.push_back({str_cat("schema ", i), {GrammarKind::kJsonSchema, kSchemas[i]}});
+  }
+  cases.push_back({"json_object", {GrammarKind::kJsonObject, ""}});
+  for (size_t i = 0; i < kRegexes.size(); ++i) {
+    cases.push_back({str_cat("regex ", i), {GrammarKind::kRegex, kRegexes[i]}});
+  }
+  for (size_t i = 0; i < kGrammars.size(); ++i) {
+    cases.push_back({str_cat("grammar ", i), {GrammarKind::kGbnf, kGrammars[i].gbnf}});
+  }
+  cases.push_back({"choice", {GrammarKind::kChoice, json(kChoices).dump()}});
+  return cases;
+}
+
+// "" when `text` is what `spec` asks for, else what is wrong.
+std::string check_output(const GrammarSpec& spec, const std::string& text) {
+  switch (spec.kind) {
+    case GrammarKind::kJsonSchema:
+    case GrammarKind::kJsonObject: {
+      const json value = json::parse(text, nullptr, false);
+      if (value.is_discarded()) return "not JSON";
+      if (spec.kind == GrammarKind::kJsonObject) return value.is_object() ? "" : "not an object";
+      const std::optional<std::string> error = test::validate_json(value, json::parse(spec.source));
+      return error.value_or("");
+    }
+    case GrammarKind::kRegex:
+      return std::regex_match(text, std::regex(spec.source)) ? "" : "no regex match";
+    case GrammarKind::kGbnf:
+      for (const GbnfCase& g : kGrammars) {
+        if (g.gbnf == spec.source) {
+          return std::regex_match(text, std::regex(g.regex)) ? "" : "not in the grammar's language";
+        }
+      }
+      return "unknown grammar";
+    case GrammarKind::kChoice:
+      for (const std::string& c : kChoices) {
+        if (c == text) return "";
+      }
+      return "not one of the choices";
+  }
+  return "?";
+}
+
+struct Setup {
+  executor::SpecProposer proposer = executor::SpecProposer::kNone;
+  int32_t k = 0;
+  int32_t tree_budget = 0;
+};
+
+struct Output {
+  std::vector<int32_t> tokens;
+  std::string text;
+  std::optional<sched::FinishReason> finish;
+};
+
+enum class Mode { kGreedy, kSeeded, kUnseeded };
+
+// Runs every case once (all submitted together: batched) and returns the outputs.
+std::vector<Output> run_cases(const std::string& model, const Setup& setup,
+                              const std::vector<Case>& cases, Mode mode) {
+  executor::CpuExecutorOptions cpu;
+  cpu.num_kv_blocks = 4096 / 16 + 2;
+  cpu.num_threads = 2;
+  cpu.proposer = setup.proposer;
+  if (setup.proposer == executor::SpecProposer::kDraft) cpu.draft_model = testing::draft_gguf(3);
+  cpu.tree_budget = setup.tree_budget;
+  auto exec = executor::CpuModelExecutor::load(model, cpu);
+  EXPECT_TRUE(exec.ok()) << exec.status().to_string();
+  if (!exec.ok()) return {};
+  auto tok = tokenizer::Tokenizer::from_file(model);
+  EXPECT_TRUE(tok.ok());
+  EngineCoreConfig cfg;
+  cfg.options.max_spec_tokens = std::max(setup.k, 1);
+  cfg.options.max_num_batched_tokens = 256;
+  cfg.tokenizer = tok->get();  // outlives the engine: declared first
+  EngineCore engine(std::move(exec).value(), cfg);
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    GenerateRequest g;
+    g.prompt_token_ids = (*tok)->encode("Once upon a time, the answer was");
+    g.sampling.temperature = mode == Mode::kGreedy ? 0.0f : 1.0f;
+    if (mode == Mode::kSeeded) g.sampling.seed = 1000 + i;
+    g.sampling.grammar = cases[i].spec;
+    g.max_tokens = 300;
+    g.speculation = setup.k > 0 ? sched::SpecRequest{.mode = sched::SpecMode::kFixed, .k = setup.k}
+                                : sched::SpecRequest{.mode = sched::SpecMode::kOff};
+    auto s = engine.submit(std::move(g));
+    EXPECT_TRUE(s.ok()) << s.status().to_string();
+    if (s.ok()) streams.push_back(*s);
+  }
+  std::vector<Output> out;
+  for (auto& s : streams) {
+    testing::Collected c = testing::drain(*s, 1);
+    EXPECT_TRUE(c.final_event.error.ok()) << c.final_event.error.to_string();
+    out.push_back({c.token_ids[0], c.text[0], c.finish[0]});
+  }
+  return out;
+}
+
+void expect_valid(const std::vector<Case>& cases, const std::vector<Output>& outputs,
+                  const std::string& what) {
+  ASSERT_EQ(outputs.size(), cases.size()) << what;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_EQ(outputs[i].finish, sched::FinishReason::kStop)
+        << what << ", " << cases[i].name << ": did not finish: '" << outputs[i].text << "'";
+    EXPECT_EQ(check_output(cases[i].spec, outputs[i].text), "")
+        << what << ", " << cases[i].name << ": '" << outputs[i].text << "' (tokens "
+        << ::testing::PrintToString(outputs[i].tokens) << ")";
+  }
+}
+
+void expect_same_tokens(const std::vector<Output>& a, const std::vector<Output>& b,
+                        const std::vector<Case>& cases, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].tokens, b[i].tokens) << what << ", " << cases[i].name;
+  }
+}
+
+// A random-weight model over the Llama 2 vocabulary (32000 tokens), made once per run.
+const std::string& random_llama2_model() {
+  static test::TempDir dir("structured_output");
+  static const std::string path = [] {
+    const std::string p = dir.path() + "/random.gguf";
+    EXPECT_TRUE(test::expect_shared_file("tokenizers/llamacpp-vocab/ggml-vocab-llama-spm.gguf"));
+    const test::CommandResult r = test::run_arbor(
+        "synth --shape custom --dim 64 --ffn 128 --layers 2 --heads 4 --kv-heads 2 --context 1024 "
+        "--type f32 --seed 5 --vocab " +
+        test::shared_path("tokenizers/llamacpp-vocab/ggml-vocab-llama-spm.gguf") + " -o " + p);
+    EXPECT_EQ(r.exit_code, 0) << r.output();
+    return p;
+  }();
+  return path;
+}
+
+// The cases whose language is infinite in depth or length, where a random model may go on past
+// max_tokens (a grammar constrains form, not length).
+bool unbounded(const Case& c) {
+  return c.name == "schema 9" || c.name == "json_object" || c.name == "regex 5";
+}
+
+TEST(StructuredOutput, RandomModelEveryOutputValidGreedyAndSeededSameWithNgramSpeculation) {
+  std::vector<Case> cases;
+  for (const Case& c : all_cases()) {
+    if (!unbounded(c)) cases.push_back(c);
+  }
+  ASSERT_GE(kSchemas.size(), 30u);
+  for (Mode mode : {Mode::kGreedy, Mode::kSeeded}) {
+    const std::string what = mode == Mode::kGreedy ? "greedy" : "seeded";
+    const std::vector<Output> plain = run_cases(random_llama2_model(), {}, cases, mode);
+    expect_valid(cases, plain, what);
+    const std::vector<Output> ngram = run_cases(
+        random_llama2_model(), {.proposer = executor::SpecProposer::kNgram, .k = 4}, cases, mode);
+    expect_valid(cases, ngram, what + " with n-gram speculation");
+    expect_same_tokens(plain, ngram, cases, what + ": n-gram speculation vs none");
+  }
+}
+
+TEST(StructuredOutput, Stories260KSameWithDraftModelChainsAndTrees) {
+  const std::string model = testing::shared(test::kStories260K);
+  const std::vector<Case> cases = all_cases();
+  for (Mode mode : {Mode::kGreedy, Mode::kSeeded}) {
+    const std::string what = mode == Mode::kGreedy ? "greedy" : "seeded";
+    const std::vector<Output> plain = run_cases(model, {}, cases, mode);
+    expect_valid(cases, plain, what);
+    const std::vector<Output> draft =
+        run_cases(model, {.proposer = executor::SpecProposer::kDraft, .k = 4}, cases, mode);
+    expect_valid(cases, draft, what + " with draft chains");
+    expect_same_tokens(plain, draft, cases, what + ": draft chains vs none");
+    const std::vector<Output> tree = run_cases(
+        model, {.proposer = executor::SpecProposer::kDraft, .k = 4, .tree_budget = 12}, cases, mode);
+    expect_valid(cases, tree, what + " with draft trees");
+    expect_same_tokens(plain, tree, cases, what + ": draft trees vs none");
+    const std::vector<Output> suffix =
+        run_cases(model, {.proposer = executor::SpecProposer::kSuffix, .k = 5}, cases, mode);
+    expect_same_tokens(plain, suffix, cases, what + ": suffix speculation vs none");
+  }
+}
+
+TEST(StructuredOutput, UnseededSamplingWithDraftModelStaysValid) {
+  const std::string model = testing::shared(test::kStories260K);
+  // Bounded cases only: an unseeded run is not reproducible.
+  std::vector<Case> cases;
+  for (const Case& c : all_cases()) {
+    if (!unbounded(c)) cases.push_back(c);
+  }
+  const std::vector<Output> out =
+      run_cases(model, {.proposer = executor::SpecProposer::kDraft, .k = 4}, cases, Mode::kUnseeded);
+  expect_valid(cases, out, "unseeded with draft chains");
+}
+
+}  // namespace
+}  // namespace arbor::engine
