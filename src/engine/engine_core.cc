@@ -180,6 +180,18 @@ Result<std::shared_ptr<RequestStream>> EngineCore::submit(GenerateRequest reques
   spec.stop.ignore_eos = request.ignore_eos;
   spec.stop.eos_token_ids = eos_ids_;
   spec.stop.stop_token_ids = request.stop_token_ids;
+  if (spec.sampling.min_tokens > 0) {
+    if (spec.sampling.min_tokens > request.max_tokens) {
+      return invalid_argument("min_tokens is ", spec.sampling.min_tokens,
+                              ", more than max_tokens (", request.max_tokens, ")");
+    }
+    // What min_tokens holds back: the ids that would end the sample.
+    std::vector<int32_t>& banned = spec.sampling.min_tokens_banned;
+    banned = request.stop_token_ids;
+    if (!request.ignore_eos) banned.insert(banned.end(), eos_ids_.begin(), eos_ids_.end());
+    std::sort(banned.begin(), banned.end());
+    banned.erase(std::unique(banned.begin(), banned.end()), banned.end());
+  }
   spec.n = request.n;
   spec.best_of = request.best_of;
   spec.priority = request.priority;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <span>
 #include <unordered_map>
 
@@ -388,6 +389,9 @@ step::RequestResult CpuModelExecutor::sample_request(const step::ScheduledReques
     masked = s.is_tree() ? GrammarStates::mask_tree(**g, s.draft_token_ids, s.draft_parent_ids, rows)
                          : GrammarStates::mask_chain(**g, s.draft_token_ids, rows);
   }
+  if (masked.ok() && st.sampling.min_tokens > 0) {
+    mask_min_tokens(s, st, logits);
+  }
   if (!masked.ok()) {
     step::RequestResult failed;
     failed.request_id = s.request_id;
@@ -396,6 +400,31 @@ step::RequestResult CpuModelExecutor::sample_request(const step::ScheduledReques
     return failed;
   }
   return s.is_tree() ? verify_tree(s, st, logits) : verify_drafts(s, st, logits);
+}
+
+// min_tokens: rows whose token would be output number < min_tokens get -inf for the banned ids
+// (row i of a chain is output number num_outputs + i; a tree's row 1 + i is at depth(i)). A row
+// where nothing else is allowed (a completed grammar) keeps them.
+void CpuModelExecutor::mask_min_tokens(const step::ScheduledRequest& s, const RequestState& st,
+                                       float* logits) {
+  const auto vocab = static_cast<size_t>(vocab_size());
+  const auto produced = static_cast<int64_t>(st.output_ids().size());
+  const std::vector<int32_t> depths = step::draft_depths(s.draft_parent_ids, s.draft_token_ids.size());
+  for (int32_t row = 0; row <= s.num_draft_tokens(); ++row) {
+    const int64_t output_index = produced + (row == 0 ? 0 : depths[static_cast<size_t>(row - 1)]);
+    if (output_index >= st.sampling.min_tokens) continue;
+    float* r = logits + static_cast<size_t>(row) * vocab;
+    bool other = false;
+    for (size_t t = 0; t < vocab && !other; ++t) {
+      other = r[t] != -std::numeric_limits<float>::infinity() &&
+              !std::binary_search(st.sampling.min_tokens_banned.begin(),
+                                  st.sampling.min_tokens_banned.end(), static_cast<int32_t>(t));
+    }
+    if (!other) continue;
+    for (int32_t id : st.sampling.min_tokens_banned) {
+      r[static_cast<size_t>(id)] = -std::numeric_limits<float>::infinity();
+    }
+  }
 }
 
 // KV compaction: accepted tree node j (at depth j + 1) was written in the slot of draft index

@@ -76,6 +76,7 @@ class CpuModelExecutor : public step::ModelExecutor {
   Status build_batch(const step::SchedulerOutput& output, std::vector<int32_t>& rows);
   // Masks the request's logits rows with its grammar (if it has one) and verifies its drafts.
   step::RequestResult sample_request(const step::ScheduledRequest& s, float* logits);
+  void mask_min_tokens(const step::ScheduledRequest& s, const RequestState& st, float* logits);
   step::RequestResult verify_drafts(const step::ScheduledRequest& s, const RequestState& st,
                                     const float* logits);
   step::RequestResult verify_tree(const step::ScheduledRequest& s, const RequestState& st,

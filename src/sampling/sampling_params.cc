@@ -35,6 +35,13 @@ Status validate_logit_bias(const SamplingParams& p, int64_t vocab_size) {
 }  // namespace
 
 Status SamplingParams::validate(int64_t vocab_size) const {
+  if (min_tokens < 0) return invalid_argument("min_tokens is ", min_tokens, ", must be >= 0");
+  for (int32_t id : min_tokens_banned) {
+    if (id < 0 || id >= vocab_size) {
+      return invalid_argument("min_tokens banned id ", id, " is outside the vocabulary [0, ",
+                              vocab_size, ")");
+    }
+  }
   ARBOR_RETURN_IF_ERROR(check_range("temperature", temperature, 0.0f, kMaxTemperature));
   if (top_k < -1) {
     return invalid_argument("top_k is ", top_k, ", must be -1 or 0 (disabled) or a positive count");

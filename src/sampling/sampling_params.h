@@ -59,6 +59,12 @@ struct SamplingParams {
   // other one becomes -inf before step 1), with and without speculation. nullopt = free text.
   // validate() does not compile it; the server does (a 400 names the problem).
   std::optional<grammar::GrammarSpec> grammar;
+  // vLLM's min_tokens: until the request has generated this many tokens, the ids in
+  // min_tokens_banned (its EOS ids unless ignore_eos, and its stop_token_ids; the engine fills
+  // them in) are masked like a grammar's refusals. 0 = disabled. Where a grammar allows nothing
+  // but those ids (it has completed), the grammar wins and they stay allowed.
+  int32_t min_tokens = 0;
+  std::vector<int32_t> min_tokens_banned;
 
   bool greedy() const { return temperature < kGreedyEpsilon; }
   bool top_k_enabled() const { return top_k > 0; }

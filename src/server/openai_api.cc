@@ -91,6 +91,13 @@ std::optional<ApiError> read_common(const json& b, const ModelInfo& m, engine::G
                                      "--scheduling-policy priority (lower values go first)");
   }
   ARBOR_API_TRY(read_stop(b, "stop", kMaxStopStrings, &r->stop));
+  // vLLM's min_tokens: EOS and stop ids are held back until this many tokens are generated.
+  // read_max_tokens() has run: r->max_tokens is final.
+  ARBOR_API_TRY(read_int32(b, "min_tokens", 0, m.context_length, &s.min_tokens));
+  if (s.min_tokens > r->max_tokens) {
+    return invalid_param("min_tokens", str_cat("'min_tokens' is ", s.min_tokens,
+                                               ", more than max_tokens (", r->max_tokens, ")"));
+  }
   // The engine's stop rules (engine/stop_rules.h) end the sample at EOS and BOS; ignore_eos
   // turns both off.
   ARBOR_API_TRY(read_bool(b, "ignore_eos", &r->ignore_eos));
@@ -358,7 +365,7 @@ void log_unknown_fields(const json& body, bool chat) {
       "top_k", "min_p", "repetition_penalty", "ignore_eos", "truncate_prompt_tokens",
       "add_generation_prompt", "suffix", "speculation", "priority", "response_format",
       "structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
-      "grammar", "json_schema"};
+      "grammar", "json_schema", "min_tokens"};
   if (!log_enabled(LogLevel::kDebug)) return;
   for (const auto& [key, value] : body.items()) {
     if (!kKnown.contains(key)) {

@@ -15,6 +15,7 @@
 
 #include "draft_models.h"
 #include "engine/engine_core.h"
+#include "engine/stop_rules.h"
 #include "engine_test_util.h"
 #include "executor/cpu_executor.h"
 #include "support/json_schema_validator.h"
@@ -136,7 +137,7 @@ std::string check_output(const GrammarSpec& spec, const std::string& text) {
   return "?";
 }
 
-struct Setup {
+struct SpecRun {
   executor::SpecProposer proposer = executor::SpecProposer::kNone;
   int32_t k = 0;
   int32_t tree_budget = 0;
@@ -151,7 +152,7 @@ struct Output {
 enum class Mode { kGreedy, kSeeded, kUnseeded };
 
 // Runs every case once (all submitted together: batched) and returns the outputs.
-std::vector<Output> run_cases(const std::string& model, const Setup& setup,
+std::vector<Output> run_cases(const std::string& model, const SpecRun& setup,
                               const std::vector<Case>& cases, Mode mode) {
   executor::CpuExecutorOptions cpu;
   cpu.num_kv_blocks = 4096 / 16 + 2;
@@ -282,6 +283,57 @@ TEST(StructuredOutput, UnseededSamplingWithDraftModelStaysValid) {
   const std::vector<Output> out =
       run_cases(model, {.proposer = executor::SpecProposer::kDraft, .k = 4}, cases, Mode::kUnseeded);
   expect_valid(cases, out, "unseeded with draft chains");
+}
+
+// min_tokens holds back EOS until the count is reached, with and without speculation (the same
+// tokens), and the engine refuses min_tokens above max_tokens.
+TEST(MinTokens, HoldsBackEosWithAndWithoutSpeculation) {
+  const std::string model = testing::shared(test::kStories260K);
+  auto tok = tokenizer::Tokenizer::from_file(model);
+  ASSERT_TRUE(tok.ok());
+  const std::vector<int32_t> eos = default_stop_token_ids(**tok);
+  auto generate = [&](const SpecRun& setup, int32_t min_tokens) {
+    executor::CpuExecutorOptions cpu;
+    cpu.num_kv_blocks = 4096 / 16 + 2;
+    cpu.num_threads = 2;
+    cpu.proposer = setup.proposer;
+    if (setup.proposer == executor::SpecProposer::kDraft) cpu.draft_model = testing::draft_gguf(3);
+    auto exec = executor::CpuModelExecutor::load(model, cpu);
+    EXPECT_TRUE(exec.ok()) << exec.status().to_string();
+    EngineCoreConfig cfg;
+    cfg.options.max_spec_tokens = std::max(setup.k, 1);
+    cfg.tokenizer = tok->get();
+    EngineCore engine(std::move(exec).value(), cfg);
+    GenerateRequest g;
+    g.prompt_token_ids = (*tok)->encode("The cat");  // its greedy story ends after ~210 tokens
+    g.sampling.temperature = 0.0f;
+    g.sampling.min_tokens = min_tokens;
+    g.max_tokens = 250;
+    g.speculation = setup.k > 0 ? sched::SpecRequest{.mode = sched::SpecMode::kFixed, .k = setup.k}
+                                : sched::SpecRequest{.mode = sched::SpecMode::kOff};
+    GenerateRequest too_many = g;
+    too_many.sampling.min_tokens = 251;
+    EXPECT_FALSE(engine.submit(std::move(too_many)).ok());
+    auto s = engine.submit(std::move(g));
+    EXPECT_TRUE(s.ok());
+    return testing::drain(**s, 1).token_ids[0];
+  };
+  const std::vector<int32_t> plain = generate({}, 0);
+  ASSERT_FALSE(plain.empty());
+  ASSERT_TRUE(std::count(eos.begin(), eos.end(), plain.back()) > 0 && plain.size() < 230)
+      << "the prompt must end early without min_tokens for this test to mean anything: "
+      << plain.size() << " tokens";
+  const std::vector<int32_t> held = generate({}, 230);
+  ASSERT_GE(held.size(), 230u);
+  for (size_t i = 0; i < 230; ++i) {
+    EXPECT_EQ(std::count(eos.begin(), eos.end(), held[i]), 0) << "EOS at output " << i;
+  }
+  // Before the point where EOS was first the argmax, the outputs agree.
+  EXPECT_TRUE(std::equal(plain.begin(), plain.end() - 1, held.begin()));
+  EXPECT_EQ(generate({.proposer = executor::SpecProposer::kNgram, .k = 4}, 230), held);
+  EXPECT_EQ(generate({.proposer = executor::SpecProposer::kDraft, .k = 3}, 230), held);
+  EXPECT_EQ(generate({.proposer = executor::SpecProposer::kDraft, .k = 3, .tree_budget = 8}, 230),
+            held);
 }
 
 }  // namespace

@@ -141,6 +141,20 @@ TEST(ServerStructured, WhatCannotRunIsA400NamingTheField) {
     EXPECT_NE(j["error"]["message"].get<std::string>().find(b.message), std::string::npos)
         << r.body;
   }
+  // min_tokens (vLLM): a count in [0, max_tokens].
+  for (const auto& [body, message] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"prompt":"Once","max_tokens":10,"min_tokens":-5})", "'min_tokens' is -5"},
+           {R"({"prompt":"Once","max_tokens":10,"min_tokens":11})",
+            "'min_tokens' is 11, more than max_tokens (10)"}}) {
+    const HttpResult r = server.request("POST", "/v1/completions", body);
+    EXPECT_EQ(r.status, 400) << r.body;
+    EXPECT_EQ(r.json()["error"]["param"], "min_tokens") << r.body;
+    EXPECT_NE(r.body.find(message), std::string::npos) << r.body;
+  }
+  const HttpResult held = server.request(
+      "POST", "/v1/completions", R"({"prompt":"The cat","max_tokens":250,"min_tokens":230,"temperature":0})");
+  ASSERT_EQ(held.status, 200) << held.body;
+  EXPECT_GE(held.json()["usage"]["completion_tokens"].get<int>(), 230) << held.body;
   const HttpResult tgi = server.request(
       "POST", "/generate", R"({"inputs":"Once","parameters":{"grammar":{"type":"ebnf","value":"x"}}})");
   EXPECT_EQ(tgi.status, 422) << tgi.body;
