@@ -441,6 +441,7 @@ void ApiServer::State::health(http::HttpExchange& ex) {
 
 void ApiServer::State::metrics(http::HttpExchange& ex) {
   ServerMetrics sm;
+  sm.model_name = model.name;
   sm.kv_blocks_total = options.kv_blocks_total;
   sm.kv_blocks_free = engine->num_free_blocks();
   sm.active_requests = static_cast<int64_t>(active.size());

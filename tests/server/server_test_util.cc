@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -135,12 +136,61 @@ HttpResult ServerProcess::request(const std::string& method, const std::string& 
   return r;
 }
 
-double ServerProcess::metric(const std::string& name) const {
-  const HttpResult r = get("/metrics");
-  std::istringstream in(r.body);
+namespace {
+
+// "name{k=\"v\",...} value" or "name value" -> name and labels; false for other lines.
+bool parse_sample(const std::string& line, std::string* name,
+                  std::map<std::string, std::string>* labels) {
+  if (line.empty() || line[0] == '#') return false;
+  const size_t end = line.find_first_of("{ ");
+  if (end == std::string::npos) return false;
+  *name = line.substr(0, end);
+  labels->clear();
+  if (line[end] != '{') return true;
+  size_t i = end + 1;
+  while (i < line.size() && line[i] != '}') {
+    const size_t eq = line.find("=\"", i);
+    if (eq == std::string::npos) return false;
+    const std::string key = line.substr(i, eq - i);
+    std::string value;
+    for (i = eq + 2; i < line.size() && line[i] != '"'; ++i) {
+      if (line[i] == '\\' && i + 1 < line.size()) ++i;
+      value += line[i];
+    }
+    (*labels)[key] = value;
+    if (i < line.size()) ++i;                       // the closing quote
+    if (i < line.size() && line[i] == ',') ++i;
+  }
+  return i < line.size();
+}
+
+}  // namespace
+
+std::vector<MetricSample> metric_samples(const std::string& exposition) {
+  std::vector<MetricSample> out;
+  std::istringstream in(exposition);
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind(name + " ", 0) == 0) return std::atof(line.c_str() + name.size() + 1);
+    MetricSample s;
+    if (!parse_sample(line, &s.name, &s.labels)) continue;
+    s.value = std::atof(line.c_str() + line.rfind(' ') + 1);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+double ServerProcess::metric(const std::string& query) const {
+  std::string name;
+  std::map<std::string, std::string> want;
+  if (!parse_sample(query + " 0", &name, &want)) return -1;
+  for (const MetricSample& s : metric_samples(get("/metrics").body)) {
+    if (s.name != name) continue;
+    bool match = true;
+    for (const auto& [key, value] : want) {
+      auto it = s.labels.find(key);
+      match = match && it != s.labels.end() && it->second == value;
+    }
+    if (match) return s.value;
   }
   return -1;
 }
