@@ -581,14 +581,4 @@ std::optional<ApiError> prepare_chat(const json& body, const ModelInfo& model,
   return std::nullopt;
 }
 
-std::string models_json(const ModelInfo& model) {
-  json m{{"id", model.name},
-         {"object", "model"},
-         {"created", model.created},
-         {"owned_by", "arbor"},
-         {"root", model.name},
-         {"max_model_len", model.context_length}};
-  return dump_json(json{{"object", "list"}, {"data", json::array({m})}});
-}
-
 }  // namespace arbor::server

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <map>
 #include <mutex>
@@ -12,6 +13,7 @@
 #include <variant>
 
 #include "base/log.h"
+#include "server/models_api.h"
 #include "server/openai_api.h"
 #include "server/prometheus.h"
 #include "server/tgi_api.h"
@@ -86,6 +88,70 @@ WorkResult tgi_stream_work(std::string_view body, const ModelInfo& model) {
   return prepare_with([](const json& b, const ModelInfo& m, PreparedRequest* out) {
     return prepare_tgi(b, m, /*stream=*/true, out);
   }, body, model);
+}
+
+// A non-streaming answer wrapped in a JSON array: TGI's POST / answers [{"generated_text": ...}]
+// (the shape of the Hugging Face Inference API).
+class ArrayBodyBuilder : public ResponseBuilder {
+ public:
+  explicit ArrayBodyBuilder(std::unique_ptr<ResponseBuilder> inner) : inner_(std::move(inner)) {}
+  bool streaming() const override { return inner_->streaming(); }
+  ApiFlavor flavor() const override { return inner_->flavor(); }
+  std::string on_event(const engine::StreamEvent& ev) override { return inner_->on_event(ev); }
+  std::string on_final(const engine::StreamEvent& ev) override {
+    return str_cat("[", inner_->on_final(ev), "]");
+  }
+  std::string on_stream_error(const ApiError& error) override {
+    return inner_->on_stream_error(error);
+  }
+
+ private:
+  std::unique_ptr<ResponseBuilder> inner_;
+};
+
+// TGI's POST / (its compat_generate): /generate_stream when the body says "stream": true, else
+// /generate with the answer in a one-element array; `return_full_text` defaults to true, as in
+// TGI for a text-generation model.
+WorkResult tgi_root_work(std::string_view body, const ModelInfo& model) {
+  WorkResult w;
+  json j;
+  bool stream = false;
+  w.error = parse_json_object(body, &j);
+  if (!w.error) w.error = read_bool(j, "stream", &stream);
+  if (w.error) return w;
+  j.erase("stream");
+  auto params = j.find("parameters");
+  if (params == j.end() || params->is_null()) {
+    j["parameters"] = json::object();
+    params = j.find("parameters");
+  }
+  if (params->is_object() && params->value("return_full_text", json()).is_null()) {
+    (*params)["return_full_text"] = true;
+  }
+  PreparedRequest prepared;
+  prepared.raw_body = body;  // the grammar's property order (its JSON pointer is unchanged)
+  w.error = prepare_tgi(j, model, stream, &prepared);
+  prepared.raw_body = {};
+  if (w.error) return w;
+  if (!stream) prepared.builder = std::make_unique<ArrayBodyBuilder>(std::move(prepared.builder));
+  w.request = std::move(prepared);
+  return w;
+}
+
+// "%2F" -> "/": clients encode the '/' of "org/model" in /v1/models/{id}. Malformed escapes stay
+// as they are.
+std::string percent_decode(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
+      out += static_cast<char>(std::stoi(std::string(s.substr(i + 1, 2)), nullptr, 16));
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
 }
 
 WorkResult tokenize_work(std::string_view body, const ModelInfo& model) {
@@ -175,10 +241,12 @@ struct ApiServer::State {
   void send(http::HttpExchange& ex, int status, std::string body,
             const std::string& content_type = "application/json");
   void send_error(http::HttpExchange& ex, const ApiError& e, ApiFlavor flavor);
-  void health(http::HttpExchange& ex);
-  void metrics(http::HttpExchange& ex);
-  void models(http::HttpExchange& ex);
-  void info(http::HttpExchange& ex);
+  // Answers of the I/O-thread routes; `param`: a prefix route's rest of the path ("" otherwise).
+  void health(http::HttpExchange& ex, std::string_view param);
+  void metrics(http::HttpExchange& ex, std::string_view param);
+  void models(http::HttpExchange& ex, std::string_view param);
+  void model_card(http::HttpExchange& ex, std::string_view id);
+  void info(http::HttpExchange& ex, std::string_view param);
   void start_work(const Route& route, std::string body,
                   const std::shared_ptr<http::HttpExchange>& ex);
   void cancel_work(uint64_t id);
@@ -347,11 +415,13 @@ void ApiServer::State::send_error(http::HttpExchange& ex, const ApiError& e, Api
 // submitted to the engine on the I/O thread.
 struct Route {
   std::string_view method;
-  std::string_view path;
+  std::string_view path;  // the path, or with `prefix` its start ("/v1/models/" + id)
   ApiFlavor flavor = ApiFlavor::kOpenAi;
-  void (ApiServer::State::*answer)(http::HttpExchange&) = nullptr;
+  // `param`: the rest of a prefix route's path, percent-decoded ("" for other routes).
+  void (ApiServer::State::*answer)(http::HttpExchange&, std::string_view param) = nullptr;
   WorkFn work = nullptr;
   bool generates = false;  // submits to the engine: refused (503) while draining
+  bool prefix = false;     // `path` is followed by a non-empty parameter
 };
 
 namespace {
@@ -362,20 +432,27 @@ const Route kRoutes[] = {
     {"POST", "/v1/chat/completions", ApiFlavor::kOpenAi, nullptr, chat_work, true},
     {"POST", "/generate", ApiFlavor::kTgi, nullptr, tgi_work, true},
     {"POST", "/generate_stream", ApiFlavor::kTgi, nullptr, tgi_stream_work, true},
+    {"POST", "/", ApiFlavor::kTgi, nullptr, tgi_root_work, true},
     {"POST", "/tokenize", ApiFlavor::kOpenAi, nullptr, tokenize_work, false},
     {"POST", "/detokenize", ApiFlavor::kOpenAi, nullptr, detokenize_work, false},
     {"GET", "/v1/models", ApiFlavor::kOpenAi, &S::models, nullptr, false},
+    {"GET", "/v1/models/", ApiFlavor::kOpenAi, &S::model_card, nullptr, false, true},
     {"GET", "/info", ApiFlavor::kTgi, &S::info, nullptr, false},
     {"GET", "/health", ApiFlavor::kOpenAi, &S::health, nullptr, false},
+    {"GET", "/", ApiFlavor::kTgi, &S::health, nullptr, false},  // TGI's health route too
     {"GET", "/metrics", ApiFlavor::kOpenAi, &S::metrics, nullptr, false},
 };
+
+bool matches(const Route& r, std::string_view path) {
+  return r.prefix ? path.size() > r.path.size() && path.starts_with(r.path) : path == r.path;
+}
 
 // The route of (method, path), or the error for a path that is unknown (404) or known under
 // other methods only (405).
 std::variant<const Route*, ApiError> find_route(std::string_view method, std::string_view path) {
   bool path_known = false;
   for (const Route& r : kRoutes) {
-    if (r.path != path) continue;
+    if (!matches(r, path)) continue;
     if (r.method == method) return &r;
     path_known = true;
   }
@@ -386,7 +463,7 @@ std::variant<const Route*, ApiError> find_route(std::string_view method, std::st
 // The API flavor of a path's errors (TGI's routes answer in TGI's shape).
 ApiFlavor flavor_of_path(std::string_view path) {
   for (const Route& r : kRoutes) {
-    if (r.path == path) return r.flavor;
+    if (matches(r, path)) return r.flavor;
   }
   return ApiFlavor::kOpenAi;
 }
@@ -418,7 +495,8 @@ void ApiServer::State::handle(http::HttpRequest req, std::shared_ptr<http::HttpE
     }
     const Route& route = *std::get<const Route*>(found);
     if (route.answer != nullptr) {
-      (this->*route.answer)(*ex);
+      const std::string param = route.prefix ? percent_decode(path.substr(route.path.size())) : "";
+      (this->*route.answer)(*ex, param);
     } else if (route.generates && draining) {
       send_error(*ex, server_unavailable("the server is shutting down"), route.flavor);
     } else {
@@ -431,7 +509,7 @@ void ApiServer::State::handle(http::HttpRequest req, std::shared_ptr<http::HttpE
   }
 }
 
-void ApiServer::State::health(http::HttpExchange& ex) {
+void ApiServer::State::health(http::HttpExchange& ex, std::string_view) {
   if (draining) {
     send_error(ex, server_unavailable("the server is shutting down"), ApiFlavor::kOpenAi);
   } else {
@@ -439,7 +517,7 @@ void ApiServer::State::health(http::HttpExchange& ex) {
   }
 }
 
-void ApiServer::State::metrics(http::HttpExchange& ex) {
+void ApiServer::State::metrics(http::HttpExchange& ex, std::string_view) {
   ServerMetrics sm;
   sm.model_name = model.name;
   sm.kv_blocks_total = options.kv_blocks_total;
@@ -450,9 +528,20 @@ void ApiServer::State::metrics(http::HttpExchange& ex) {
   send(ex, 200, prometheus_text(engine->metrics(), sm), "text/plain; version=0.0.4");
 }
 
-void ApiServer::State::models(http::HttpExchange& ex) { send(ex, 200, models_json(model)); }
+void ApiServer::State::models(http::HttpExchange& ex, std::string_view) {
+  send(ex, 200, models_json(model));
+}
 
-void ApiServer::State::info(http::HttpExchange& ex) {
+// GET /v1/models/{id}: any served name (or, with --accept-any-model-name, any name).
+void ApiServer::State::model_card(http::HttpExchange& ex, std::string_view id) {
+  if (is_served_name(model, id) || model.accept_any_model_name) {
+    send(ex, 200, model_json(model, id));
+  } else {
+    send_error(ex, unknown_model(model, id), ApiFlavor::kOpenAi);
+  }
+}
+
+void ApiServer::State::info(http::HttpExchange& ex, std::string_view) {
   send(ex, 200, tgi_info_json(model, options.max_concurrent_requests));
 }
 

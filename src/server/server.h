@@ -1,9 +1,9 @@
 // ApiServer: the HTTP routes of `arbor serve` over one EngineCore.
 //
 //   POST /v1/completions, /v1/chat/completions   OpenAI (openai_api.h)
-//   GET  /v1/models
-//   POST /generate, /generate_stream             TGI (tgi_api.h)
-//   GET  /info, /health
+//   GET  /v1/models, /v1/models/{id}             the served names (models_api.h)
+//   POST /generate, /generate_stream, /          TGI (tgi_api.h; / is either, by "stream")
+//   GET  /info, /health, /
 //   GET  /metrics                                Prometheus (prometheus.h)
 //   POST /tokenize, /detokenize
 //
