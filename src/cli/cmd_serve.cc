@@ -46,6 +46,7 @@ struct Options {
   double idle_timeout_s = 120.0;
   int32_t max_n = 16;
   int32_t tokenizer_threads = server::ApiServerOptions{}.tokenizer_threads;
+  double log_stats_interval_s = server::ApiServerOptions{}.log_stats_interval_s;
   int64_t max_connections = -1;  // -1: from the open-file limit (connection_cap)
   double write_timeout_s = 60.0;
   double max_output_mib = 512.0;
@@ -209,6 +210,7 @@ Status run(const Options& o) {
   so.kv_blocks_total = core.num_free_blocks();
   so.max_concurrent_requests = eo.max_num_seqs;
   so.tokenizer_threads = o.tokenizer_threads;
+  so.log_stats_interval_s = o.log_stats_interval_s;
   so.access = access_policy(o);
   ARBOR_ASSIGN_OR_RETURN(auto server, server::ApiServer::create(core, info, so));
   log_configuration(o, exec_ref, core, info, server->port());
@@ -292,6 +294,11 @@ void setup(CLI::App& app) {
   sub->add_option("--tokenizer-threads", o->tokenizer_threads,
                   "Threads that parse, template and tokenise request bodies off the I/O thread")
       ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  sub->add_option("--log-stats-interval", o->log_stats_interval_s,
+                  "Seconds between the engine's info lines (throughput, running and waiting "
+                  "requests, KV cache use, speculation acceptance) while it is busy; 0 = never")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   add_engine_flags(*sub, &o->serving);
   sub->callback([o] { exit_on_error(run(*o)); });

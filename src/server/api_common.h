@@ -59,6 +59,11 @@ class ResponseBuilder {
   virtual std::string on_final(const engine::StreamEvent& ev) = 0;
   // An error after the stream started, as stream bytes.
   virtual std::string on_stream_error(const ApiError& error) = 0;
+  // The request's id (X-Request-Id, request_log.h), given before the first event: bodies that
+  // carry an id build it on this one (OpenAI: "chatcmpl-<id>"), as vLLM does.
+  virtual void set_request_id(std::string_view request_id) {}
+  // The id the body carries, "" if none.
+  virtual std::string response_id() const { return ""; }
 };
 
 // A validated request ready for EngineCore::submit.

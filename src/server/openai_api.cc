@@ -266,6 +266,11 @@ class OpenAiBuilder : public ResponseBuilder {
     return sse_data(json::parse(error_body(error, ApiFlavor::kOpenAi))) + "data: [DONE]\n\n";
   }
 
+  void set_request_id(std::string_view request_id) override {
+    id_ = str_cat(o_.chat ? "chatcmpl-" : "cmpl-", request_id);
+  }
+  std::string response_id() const override { return id_; }
+
  private:
   struct Choice {
     std::string text;

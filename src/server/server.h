@@ -40,6 +40,9 @@ struct ApiServerOptions {
   // --tokenizer-threads: worker threads that parse, template and tokenise request bodies (>= 1).
   int32_t tokenizer_threads = 2;
   AccessPolicy access;  // Host guard, CORS, API key (access.h)
+  // --log-stats-interval: the engine's line (engine::stats_line) every this many seconds, at
+  // info while the engine is busy; 0 = never.
+  double log_stats_interval_s = 10.0;
 };
 
 class ApiServer {

@@ -1,6 +1,7 @@
 #include "server_test_util.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -35,10 +36,11 @@ nlohmann::json HttpResult::json() const {
 }
 
 ServerProcess::ServerProcess(std::vector<std::string> extra_args, int open_files,
-                             const std::string& model) {
+                             const std::string& model, const std::string& log_file) {
   if (!test::expect_shared_file(test::kStories260K)) return;
   const std::string port_file = dir_ / "port";
-  std::vector<std::string> args = {test::arbor_bin(), "--log-level", "warn", "serve", "-m",
+  std::vector<std::string> args = {test::arbor_bin(), "--log-level",
+                                   log_file.empty() ? "warn" : "info", "serve", "-m",
                                    model.empty() ? test::shared_path(test::kStories260K) : model,
                                    "--host", "127.0.0.1", "--port", "0", "--port-file", port_file,
                                    "--threads", "1", "--num-kv-blocks", "4096"};
@@ -48,6 +50,12 @@ ServerProcess::ServerProcess(std::vector<std::string> extra_args, int open_files
     if (open_files > 0) {
       const rlimit rl{static_cast<rlim_t>(open_files), static_cast<rlim_t>(open_files)};
       setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (!log_file.empty()) {
+      const int fd = open(log_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd < 0) _exit(126);
+      dup2(fd, STDERR_FILENO);
+      dup2(fd, STDOUT_FILENO);
     }
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());

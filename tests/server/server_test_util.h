@@ -34,8 +34,10 @@ class ServerProcess {
   // the model file is missing the current test fails naming it, and ok() is false.
   // `open_files` > 0: the child's RLIMIT_NOFILE (soft and hard), like `ulimit -n`.
   // `model`: another GGUF file than stories260K.
+  // `log_file`: the server logs at info level into this file (else at warn, to the test's
+  // stderr).
   explicit ServerProcess(std::vector<std::string> extra_args = {}, int open_files = 0,
-                         const std::string& model = "");
+                         const std::string& model = "", const std::string& log_file = "");
   // Sends SIGKILL if still running.
   ~ServerProcess();
   ServerProcess(const ServerProcess&) = delete;
