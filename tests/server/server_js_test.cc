@@ -19,7 +19,8 @@ TEST(ServerJs, OfficialOpenAiClient) {
       << "node not found: run scripts/install_deps.sh --tests (or `make deps`)";
   ASSERT_TRUE(std::filesystem::exists(js + "/node_modules/openai/package.json"))
       << js << "/node_modules is absent: run scripts/install_js_deps.sh (or `make deps`)";
-  ServerProcess server({"--chat-template", "llama2"});
+  ServerProcess server(
+      {"--chat-template", "llama2", "--served-model-name", "stories260K,org/model"});
   ASSERT_TRUE(server.ok());
   const test::CommandResult r =
       test::run_shell("cd '" + js + "' && ARBOR_CHAT=1 ARBOR_BASE_URL='" + server.url("/v1") +
@@ -33,7 +34,8 @@ TEST(ServerJs, OfficialOpenAiClientWithApiKey) {
   const std::string js = std::string(ARBOR_SOURCE_DIR) + "/tests/server/js";
   ASSERT_TRUE(std::filesystem::exists(js + "/node_modules/openai/package.json"))
       << js << "/node_modules is absent: run scripts/install_js_deps.sh (or `make deps`)";
-  ServerProcess server({"--chat-template", "llama2", "--api-key", "sk-arbor-test"});
+  ServerProcess server({"--chat-template", "llama2", "--api-key", "sk-arbor-test",
+                        "--served-model-name", "stories260K,org/model"});
   ASSERT_TRUE(server.ok());
   const test::CommandResult r = test::run_shell(
       "cd '" + js + "' && ARBOR_CHAT=1 ARBOR_API_KEY=sk-arbor-test ARBOR_BASE_URL='" +
