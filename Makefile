@@ -13,28 +13,42 @@ ASAN_BUILD ?= build-asan
 JOBS       ?= 2
 CMAKE_FLAGS = -G Ninja -DARBOR_SHARED_DIR=$(SHARED_ABS)
 
-.PHONY: all deps build build-asan serve test test-release test-asan bench fuzz clean
+.PHONY: all deps deps-serve build build-serve build-asan serve test test-release test-asan \
+        bench fuzz clean
 
 all: build
 
-deps:
+# What building and serving need; `make serve` installs nothing else.
+deps-serve:
 	@scripts/install_deps.sh
+
+# ... plus what the tests and benchmarks need (GoogleTest, Google Benchmark, node and the
+# `openai` npm client, ...).
+deps:
+	@scripts/install_deps.sh --tests
 	@scripts/install_js_deps.sh
 
-$(BUILD)/build.ninja:
-	cmake -S . -B $(BUILD) $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=Release
+# `make serve` configures a new build folder without the tests (ARBOR_BUILD_TESTS=OFF, so no
+# GoogleTest is needed) and builds only `arbor`; the other targets turn the tests on (a build
+# folder that `make serve` made is reconfigured once).
+build-serve: deps-serve
+	@test -f $(BUILD)/build.ninja || \
+	  cmake -S . -B $(BUILD) $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=Release -DARBOR_BUILD_TESTS=OFF
+	cmake --build $(BUILD) -j $(JOBS) --target arbor
 
 $(ASAN_BUILD)/build.ninja:
 	cmake -S . -B $(ASAN_BUILD) $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DARBOR_SANITIZE=ON
 
-build: deps $(BUILD)/build.ninja
+build: deps
+	@grep -qs '^ARBOR_BUILD_TESTS:BOOL=ON' $(BUILD)/CMakeCache.txt || \
+	  cmake -S . -B $(BUILD) $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=Release -DARBOR_BUILD_TESTS=ON
 	cmake --build $(BUILD) -j $(JOBS)
 
 # The sanitizer build compiles only what the unit tests need.
 build-asan: deps $(ASAN_BUILD)/build.ninja
 	cmake --build $(ASAN_BUILD) -j $(JOBS) --target arbor_unit_tests
 
-serve: build
+serve: build-serve
 	@ARBOR_SHARED_DIR=$(SHARED_ABS) scripts/serve.sh $(BUILD)/arbor
 
 test: test-release test-asan

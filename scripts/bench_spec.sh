@@ -132,7 +132,7 @@ row() {
     ratios+="$(python3 -c "print(${tps[${cfg}_$r]} / ${tps[${base}_$r]})") "
   done
   local acc
-  acc=$(awk '/draft_tokens_total/{d+=$2} /accepted_tokens_total/{a+=$2} /verify_steps_total/{v+=$2}
+  acc=$(awk '/draft_tokens_total/{d+=$NF} /accepted_tokens_total/{a+=$NF} /verify_steps_total/{v+=$NF}
              END{if (d > 0) printf "%d/%d accepted in %d verifications", a, d, v; else print "none"}' \
         "$out/${cfg}"_*.metrics)
   # shellcheck disable=SC2086

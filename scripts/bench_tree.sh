@@ -66,7 +66,7 @@ def metrics():
     for line in urllib.request.urlopen(url + "/metrics").read().decode().splitlines():
         if line.startswith("arbor_spec_") and not line.startswith("arbor_spec_acceptance_by"):
             name, value = line.rsplit(" ", 1)
-            m[name] = float(value)
+            m[name.split("{", 1)[0]] = float(value)  # labels (model_name) dropped
     return m
 before = metrics()
 def one(s):

@@ -1,22 +1,36 @@
 #!/usr/bin/env bash
 # Installs the Debian packages arbor needs, and only the missing ones (idempotent).
-# Usage: scripts/install_deps.sh [--with-server-tests]
+# Usage: scripts/install_deps.sh [--tests]
+#   (none)    what building and serving need (`make serve`)
+#   --tests   also what the tests and benchmarks need (`make test`, `make bench`): GoogleTest,
+#             Google Benchmark, curl, numpy, gnuplot, node and npm
 set -euo pipefail
+
+with_tests=0
+case "${1:-}" in
+  "") ;;
+  --tests) with_tests=1 ;;
+  *) echo "usage: $0 [--tests]" >&2; exit 2 ;;
+esac
 
 packages=(
   build-essential cmake ninja-build pkg-config
-  libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libxxhash-dev libpcre2-dev libboost-dev
-  curl gnuplot-nox
-  # tests/model/inflate_test.cc compares `synth --inflate` with shared/tools/inflate_gguf.py,
-  # which runs on /usr/bin/python3 with numpy.
-  python3-numpy
 )
 
-# node and npm run the official `openai` client in the end-to-end tests. Debian's packages are
-# installed only when the commands are absent (a NodeSource nodejs already bundles npm).
-command -v node >/dev/null 2>&1 || packages+=(nodejs)
-command -v npm >/dev/null 2>&1 || packages+=(npm)
+if [ "$with_tests" = 1 ]; then
+  packages+=(
+    libgtest-dev libgmock-dev libbenchmark-dev
+    curl gnuplot-nox
+    # tests/model/inflate_test.cc compares `synth --inflate` with shared/tools/inflate_gguf.py,
+    # which runs on /usr/bin/python3 with numpy.
+    python3-numpy
+  )
+  # node and npm run the official `openai` client in the end-to-end tests. Debian's packages are
+  # installed only when the commands are absent (a NodeSource nodejs already bundles npm).
+  command -v node >/dev/null 2>&1 || packages+=(nodejs)
+  command -v npm >/dev/null 2>&1 || packages+=(npm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -36,7 +36,8 @@ struct Options {
   std::string host = "127.0.0.1";
   int port = 8080;
   std::string port_file;
-  std::string served_model_name;
+  std::vector<std::string> served_model_names;
+  bool accept_any_model_name = false;
   std::string chat_template;
   ServingOptions serving;
   double body_limit_mib = 8.0;
@@ -45,6 +46,7 @@ struct Options {
   double idle_timeout_s = 120.0;
   int32_t max_n = 16;
   int32_t tokenizer_threads = server::ApiServerOptions{}.tokenizer_threads;
+  double log_stats_interval_s = server::ApiServerOptions{}.log_stats_interval_s;
   int64_t max_connections = -1;  // -1: from the open-file limit (connection_cap)
   double write_timeout_s = 60.0;
   double max_output_mib = 512.0;
@@ -89,6 +91,27 @@ server::AccessPolicy access_policy(const Options& o) {
   return p;
 }
 
+// --served-model-name a,b (or repeated, or "a b" as in vLLM): served as "a", "b" accepted too
+// (vLLM's rule); default: the file name without its extension.
+Status set_model_names(const Options& o, server::ModelInfo* info) {
+  std::vector<std::string> names;
+  for (const std::string& list : o.served_model_names) {
+    for (size_t start = 0, end = 0; end != std::string::npos; start = end + 1) {
+      end = list.find(',', start);
+      const std::string name = list.substr(start, end - start);
+      if (name.empty()) {
+        return invalid_argument("--served-model-name '", list, "' has an empty name");
+      }
+      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+    }
+  }
+  if (names.empty()) names.push_back(std::filesystem::path(o.model).stem().string());
+  info->name = names[0];
+  info->aliases.assign(names.begin() + 1, names.end());
+  info->accept_any_model_name = o.accept_any_model_name;
+  return ok_status();
+}
+
 // Descriptors kept free of connections: the model file, the listening socket, logs, workers.
 constexpr int64_t kReservedDescriptors = 64;
 constexpr int64_t kMaxAutoConnections = 10000;
@@ -119,8 +142,11 @@ void log_configuration(const Options& o, executor::CpuModelExecutor& exec,
                        const engine::EngineCore& core, const server::ModelInfo& info,
                        uint16_t port) {
   auto& runner = exec.runner();
-  ARBOR_LOG(kInfo) << "model " << o.model << " served as '" << info.name
-                   << "': " << runner.config().summary();
+  std::string names = str_cat("'", info.name, "'");
+  for (const std::string& alias : info.aliases) names += str_cat(", '", alias, "'");
+  ARBOR_LOG(kInfo) << "model " << o.model << " served as " << names
+                   << (info.accept_any_model_name ? " (and any other name)" : "") << ": "
+                   << runner.config().summary();
   ARBOR_LOG(kInfo) << "kv cache: " << core.num_free_blocks() << " usable blocks x "
                    << exec.block_size() << " tokens; max_num_seqs " << o.serving.engine.max_num_seqs
                    << ", max_num_batched_tokens " << o.serving.engine.max_num_batched_tokens
@@ -150,8 +176,7 @@ Status run(const Options& o) {
   executor::CpuModelExecutor& exec_ref = *exec;
   ARBOR_ASSIGN_OR_RETURN(auto chat, server::make_chat_renderer(*tok, o.chat_template));
   server::ModelInfo info;
-  info.name = o.served_model_name.empty() ? std::filesystem::path(o.model).stem().string()
-                                          : o.served_model_name;
+  ARBOR_RETURN_IF_ERROR(set_model_names(o, &info));
   info.path = o.model;
   info.tokenizer = tok.get();
   info.vocab_size = exec->vocab_size();
@@ -185,6 +210,7 @@ Status run(const Options& o) {
   so.kv_blocks_total = core.num_free_blocks();
   so.max_concurrent_requests = eo.max_num_seqs;
   so.tokenizer_threads = o.tokenizer_threads;
+  so.log_stats_interval_s = o.log_stats_interval_s;
   so.access = access_policy(o);
   ARBOR_ASSIGN_OR_RETURN(auto server, server::ApiServer::create(core, info, so));
   log_configuration(o, exec_ref, core, info, server->port());
@@ -205,8 +231,12 @@ void setup(CLI::App& app) {
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
   sub->add_option("--port-file", o->port_file, "Write the bound port to this file once listening");
-  sub->add_option("--served-model-name", o->served_model_name,
-                  "Model name in the API (default: the file name without extension)");
+  sub->add_option("--served-model-name", o->served_model_names,
+                  "Model names in the API, comma-separated or repeated: responses report the "
+                  "first, requests may use any (default: the file name without extension)");
+  sub->add_flag("--accept-any-model-name", o->accept_any_model_name,
+                "Serve requests whatever model they name (clients that send the endpoint URL "
+                "as the model); default off: an unknown model is a 404");
   sub->add_option("--chat-template", o->chat_template,
                   "Chat template: a builtin name or a file; default: the model's own");
   sub->add_option("--max-body-mib", o->body_limit_mib, "Request body limit (MiB); larger is 413")
@@ -264,6 +294,11 @@ void setup(CLI::App& app) {
   sub->add_option("--tokenizer-threads", o->tokenizer_threads,
                   "Threads that parse, template and tokenise request bodies off the I/O thread")
       ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  sub->add_option("--log-stats-interval", o->log_stats_interval_s,
+                  "Seconds between the engine's info lines (throughput, running and waiting "
+                  "requests, KV cache use, speculation acceptance) while it is busy; 0 = never")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   add_engine_flags(*sub, &o->serving);
   sub->callback([o] { exit_on_error(run(*o)); });

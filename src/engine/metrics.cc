@@ -1,10 +1,12 @@
 #include "engine/metrics.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 #include <utility>
 
 #include "base/check.h"
+#include "base/status.h"
 
 namespace arbor::engine {
 
@@ -38,6 +40,48 @@ double Histogram::quantile_upper_bound(double q) const {
     }
   }
   return std::numeric_limits<double>::infinity();
+}
+
+namespace {
+
+std::string fixed(double v, int decimals) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.*f", decimals, v);
+  return buf;
+}
+
+double ratio(int64_t num, int64_t den) {
+  return den > 0 ? static_cast<double>(num) / static_cast<double>(den) : 0.0;
+}
+
+}  // namespace
+
+std::string stats_line(const EngineMetricsSnapshot& before, const EngineMetricsSnapshot& now,
+                       double seconds) {
+  const double per_s = seconds > 0 ? 1.0 / seconds : 0.0;
+  const int64_t prompt = now.num_prompt_tokens - before.num_prompt_tokens;
+  const int64_t generated = now.num_generation_tokens - before.num_generation_tokens;
+  const int64_t queried = now.num_prefix_cache_query_tokens - before.num_prefix_cache_query_tokens;
+  const int64_t hits = now.num_prefix_cache_hit_tokens - before.num_prefix_cache_hit_tokens;
+  std::string line = str_cat(
+      "Avg prompt throughput: ", fixed(static_cast<double>(prompt) * per_s, 1),
+      " tokens/s, Avg generation throughput: ", fixed(static_cast<double>(generated) * per_s, 1),
+      " tokens/s, Running: ", now.num_running, " reqs, Waiting: ", now.num_waiting,
+      " reqs, KV cache usage: ", fixed(100.0 * now.kv_usage, 1),
+      "%, Prefix cache hit rate: ", fixed(100.0 * ratio(hits, queried), 1), "%");
+  const int64_t drafts = now.num_draft_tokens - before.num_draft_tokens;
+  if (drafts > 0) {
+    const int64_t accepted = now.num_accepted_draft_tokens - before.num_accepted_draft_tokens;
+    const int64_t verifies = now.num_verify_steps - before.num_verify_steps;
+    line += str_cat(", Spec acceptance rate: ", fixed(100.0 * ratio(accepted, drafts), 1), "% (",
+                    accepted, "/", drafts, " drafts), Mean accepted length: ",
+                    fixed(1.0 + ratio(accepted, verifies), 2));
+  }
+  return line;
+}
+
+bool engine_active(const EngineMetricsSnapshot& before, const EngineMetricsSnapshot& now) {
+  return now.num_steps != before.num_steps || now.num_running > 0 || now.num_waiting > 0;
 }
 
 }  // namespace arbor::engine

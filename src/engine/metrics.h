@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <mutex>
+#include <string>
 #include <vector>
 
 namespace arbor::engine {
@@ -82,6 +83,21 @@ struct EngineMetricsSnapshot {
   int64_t num_spec_declined = 0;           // ... for which the policy chose to verify none
   double spec_acceptance_estimate = 0.0;   // the policy's engine-wide acceptance estimate
 };
+
+// The engine's periodic log line (`arbor serve --log-stats-interval`), in the words of vLLM's:
+//
+//   Avg prompt throughput: 512.0 tokens/s, Avg generation throughput: 45.3 tokens/s,
+//   Running: 3 reqs, Waiting: 0 reqs, KV cache usage: 12.5%, Prefix cache hit rate: 40.0%,
+//   Spec acceptance rate: 62.5% (75/120 drafts), Mean accepted length: 2.40
+//
+// from two snapshots `seconds` apart: throughputs, the prefix-cache hit rate and the speculation
+// figures are over the interval (the speculation part only when drafts were verified in it);
+// running, waiting and KV use are as of the last step.
+std::string stats_line(const EngineMetricsSnapshot& before, const EngineMetricsSnapshot& now,
+                       double seconds);
+// Whether the engine stepped between the two snapshots or holds requests: the line is logged at
+// info only then (at debug when idle, as vLLM does, so an idle server's log stays quiet).
+bool engine_active(const EngineMetricsSnapshot& before, const EngineMetricsSnapshot& now);
 
 // The published snapshot. publish() from the engine thread, read() from any thread.
 class MetricsBoard {

@@ -159,6 +159,7 @@ class Session : public HttpExchange, public std::enable_shared_from_this<Session
     }
     answered_ = true;
     ending_ = true;
+    sent_status_ = r.status;
     server_.count_status(r.status);
     enqueue(str_cat(status_line(r.status), "Content-Type: ", r.content_type,
                     "\r\nContent-Length: ", r.body.size(), "\r\n", header_lines(r.headers),
@@ -171,6 +172,7 @@ class Session : public HttpExchange, public std::enable_shared_from_this<Session
     if (closed_ || !in_exchange_ || answered_) return;
     answered_ = true;
     streaming_ = true;
+    sent_status_ = status;
     server_.count_status(status);
     enqueue(str_cat(status_line(status), "Content-Type: ", content_type,
                     "\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n",
@@ -196,6 +198,7 @@ class Session : public HttpExchange, public std::enable_shared_from_this<Session
   }
   void set_on_disconnect(std::function<void()> fn) override { on_disconnect_ = std::move(fn); }
   bool disconnected() const override { return closed_; }
+  int sent_status() const override { return sent_status_; }
 
  private:
   void set_in_exchange(bool on) {
@@ -318,6 +321,7 @@ class Session : public HttpExchange, public std::enable_shared_from_this<Session
     keep_alive_ = req.keep_alive();
     set_in_exchange(true);
     answered_ = false;
+    sent_status_ = 0;
     extra_headers_.clear();
     watch();
     try {
@@ -335,6 +339,7 @@ class Session : public HttpExchange, public std::enable_shared_from_this<Session
     ARBOR_LOG(kInfo) << "HTTP " << status << ": " << message;
     set_in_exchange(true);
     answered_ = false;
+    sent_status_ = 0;
     keep_alive_ = false;
     extra_headers_.clear();
     respond({status, "application/json", server_.error_body(status, code, message)});
@@ -585,6 +590,7 @@ class Session : public HttpExchange, public std::enable_shared_from_this<Session
   bool watching_ = false;
   bool in_exchange_ = false;  // a request is being answered (until its last byte is written)
   bool answered_ = false;     // respond() or start_stream() was called for it
+  int sent_status_ = 0;       // ... and the status it sent
   bool ending_ = false;       // the whole response is queued
   bool streaming_ = false;
   bool wrote_since_tick_ = false;

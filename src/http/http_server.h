@@ -63,6 +63,9 @@ class HttpExchange {
   // `fn` runs once if the client disconnects before the exchange ends; replaced by a later call.
   virtual void set_on_disconnect(std::function<void()> fn) = 0;
   virtual bool disconnected() const = 0;
+  // The status line sent (respond() may send 503 instead of the response it was given, see
+  // HttpServerOptions::max_queued_output); 0 before an answer or when none could be sent.
+  virtual int sent_status() const = 0;
 };
 
 using HttpHandler = std::function<void(HttpRequest, std::shared_ptr<HttpExchange>)>;

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/log.h"
+#include "server/models_api.h"
+
 namespace arbor::server {
 
 using nlohmann::json;
@@ -244,7 +247,10 @@ std::optional<ApiError> check_model(const json& o, const ModelInfo& model) {
   if (v == nullptr) return std::nullopt;
   if (!v->is_string()) return wrong_type("model", "a string", *v);
   const std::string name = v->get<std::string>();
-  if (name != model.name && name != model.path) return model_not_found(name);
+  if (is_served_name(model, name) || name == model.path) return std::nullopt;
+  if (!model.accept_any_model_name) return unknown_model(model, name);
+  ARBOR_LOG(kDebug) << "unknown model '" << name << "' served as '" << model.name
+                    << "' (--accept-any-model-name)";
   return std::nullopt;
 }
 

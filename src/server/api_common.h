@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "engine/engine_core.h"
 #include "server/api_errors.h"
@@ -24,6 +25,11 @@ class ChatRenderer;
 // Facts about the served model. Immutable after startup; any thread.
 struct ModelInfo {
   std::string name;                               // served model name ("model" field)
+  // More names requests may use (--served-model-name a,b,c: name "a", aliases "b", "c");
+  // responses report `name` (models_api.h).
+  std::vector<std::string> aliases;
+  // --accept-any-model-name: a request naming another model is served, not answered 404.
+  bool accept_any_model_name = false;
   std::string path;                               // the GGUF file
   const tokenizer::Tokenizer* tokenizer = nullptr;
   // Longest sequence (prompt + generated tokens): ApiServer::create sets it from
@@ -53,6 +59,11 @@ class ResponseBuilder {
   virtual std::string on_final(const engine::StreamEvent& ev) = 0;
   // An error after the stream started, as stream bytes.
   virtual std::string on_stream_error(const ApiError& error) = 0;
+  // The request's id (X-Request-Id, request_log.h), given before the first event: bodies that
+  // carry an id build it on this one (OpenAI: "chatcmpl-<id>"), as vLLM does.
+  virtual void set_request_id(std::string_view request_id) {}
+  // The id the body carries, "" if none.
+  virtual std::string response_id() const { return ""; }
 };
 
 // A validated request ready for EngineCore::submit.
@@ -90,7 +101,8 @@ std::optional<ApiError> read_string(const nlohmann::json& o, const char* name, s
 // A string or an array of non-empty strings (at most `max` of them).
 std::optional<ApiError> read_stop(const nlohmann::json& o, const char* name, size_t max,
                                   std::vector<std::string>* out);
-// The "model" field, when present, must name the served model (404 otherwise).
+// The "model" field, when present, must name the served model: its name, an alias or the file's
+// path (404 otherwise, unless accept_any_model_name).
 std::optional<ApiError> check_model(const nlohmann::json& o, const ModelInfo& model);
 // The server's one length check, against model.context_length (the engine's max_model_len()):
 // prompt + max_tokens must fit, so the prompt leaves room for at least one token. An explicit

@@ -273,6 +273,11 @@ class OpenAiBuilder : public ResponseBuilder {
     return sse_data(json::parse(error_body(error, ApiFlavor::kOpenAi))) + "data: [DONE]\n\n";
   }
 
+  void set_request_id(std::string_view request_id) override {
+    id_ = str_cat(o_.chat ? "chatcmpl-" : "cmpl-", request_id);
+  }
+  std::string response_id() const override { return id_; }
+
  private:
   struct Choice {
     std::string text;
@@ -586,16 +591,6 @@ std::optional<ApiError> prepare_chat(const json& body, const ModelInfo& model,
   if (!valid.ok()) return error_from_status(valid);
   out->builder = std::make_unique<OpenAiBuilder>(std::move(o));
   return std::nullopt;
-}
-
-std::string models_json(const ModelInfo& model) {
-  json m{{"id", model.name},
-         {"object", "model"},
-         {"created", model.created},
-         {"owned_by", "arbor"},
-         {"root", model.name},
-         {"max_model_len", model.context_length}};
-  return dump_json(json{{"object", "list"}, {"data", json::array({m})}});
 }
 
 }  // namespace arbor::server

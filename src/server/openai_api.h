@@ -1,6 +1,6 @@
 // The OpenAI-compatible API: request parsing and validation for POST /v1/completions and
 // POST /v1/chat/completions (into an engine::GenerateRequest), and the response bodies and
-// server-sent-event chunks, plus GET /v1/models. No I/O here: server.cc wires it to HTTP.
+// server-sent-event chunks (GET /v1/models: models_api.h). No I/O here: server.cc wires it to HTTP.
 //
 // Fields (docs/server.md): model, prompt (string, [ids], or a batch [string...] / [[ids]...];
 // a batch becomes PreparedRequest::more_prompts), messages, max_tokens / max_completion_tokens, temperature, top_p, n, best_of, stop,
@@ -33,7 +33,5 @@ std::optional<ApiError> prepare_completion(const nlohmann::json& body, const Mod
 // Validates a /v1/chat/completions body (renders the messages); on success fills *out.
 std::optional<ApiError> prepare_chat(const nlohmann::json& body, const ModelInfo& model,
                                      PreparedRequest* out);
-// The body of GET /v1/models.
-std::string models_json(const ModelInfo& model);
 
 }  // namespace arbor::server

@@ -1,6 +1,8 @@
 #include "server/prometheus.h"
 
 #include <cstdio>
+#include <string_view>
+#include <utility>
 
 #include "base/status.h"
 
@@ -14,29 +16,59 @@ std::string num(double v) {
   return buf;
 }
 
-void header(std::string& out, const char* name, const char* type, const char* help) {
-  out += str_cat("# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
+// Prometheus label values escape backslash, double quote and newline.
+std::string label_value(std::string_view v) {
+  std::string out;
+  for (const char c : v) {
+    if (c == '\\' || c == '"') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
 }
 
-void scalar(std::string& out, const char* name, const char* type, const char* help, double v) {
+// The exposition being written. Every sample carries the model_name label, as vLLM's do.
+struct Out {
+  std::string text;
+  std::string model_label;  // model_name="..."
+};
+
+void header(Out& out, const char* name, const char* type, const char* help) {
+  out.text += str_cat("# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
+}
+
+// One sample; `labels`: its own labels before model_name ("code=\"200\""), or "".
+void sample(Out& out, std::string_view name, std::string_view labels, std::string_view value) {
+  out.text += str_cat(name, "{", labels, labels.empty() ? "" : ",", out.model_label, "} ", value,
+                      "\n");
+}
+
+void scalar(Out& out, const char* name, const char* type, const char* help, double v) {
   header(out, name, type, help);
-  out += str_cat(name, " ", num(v), "\n");
+  sample(out, name, "", num(v));
 }
 
 // Engine histograms keep per-bucket counts; Prometheus wants cumulative ones plus +Inf.
-void histogram(std::string& out, const char* name, const char* help, const engine::Histogram& h) {
+void histogram(Out& out, const char* name, const char* help, const engine::Histogram& h) {
   header(out, name, "histogram", help);
   uint64_t cumulative = 0;
   const auto& counts = h.counts();
+  const std::string bucket = str_cat(name, "_bucket");
   for (size_t i = 0; i < h.bounds().size(); ++i) {
     cumulative += i < counts.size() ? counts[i] : 0;
-    out += str_cat(name, "_bucket{le=\"", num(h.bounds()[i]), "\"} ", cumulative, "\n");
+    sample(out, bucket, str_cat("le=\"", num(h.bounds()[i]), "\""), str_cat(cumulative));
   }
-  out += str_cat(name, "_bucket{le=\"+Inf\"} ", h.count(), "\n");
-  out += str_cat(name, "_sum ", num(h.sum()), "\n", name, "_count ", h.count(), "\n");
+  sample(out, bucket, "le=\"+Inf\"", str_cat(h.count()));
+  sample(out, str_cat(name, "_sum"), "", num(h.sum()));
+  sample(out, str_cat(name, "_count"), "", str_cat(h.count()));
 }
 
-void speculation(std::string& out, const engine::EngineMetricsSnapshot& m) {
+void speculation(Out& out, const engine::EngineMetricsSnapshot& m) {
   scalar(out, "arbor_spec_draft_tokens_total", "counter", "Speculative draft tokens verified.",
          m.num_draft_tokens);
   scalar(out, "arbor_spec_accepted_tokens_total", "counter", "Draft tokens accepted.",
@@ -68,10 +100,9 @@ void speculation(std::string& out, const engine::EngineMetricsSnapshot& m) {
          "tree's depth - 1).");
   for (size_t i = 0; i < m.drafts_at_position.size(); ++i) {
     if (m.drafts_at_position[i] == 0) continue;
-    out += str_cat("arbor_spec_acceptance_by_position{position=\"", i, "\"} ",
-                   num(static_cast<double>(m.accepted_at_position[i]) /
-                       static_cast<double>(m.drafts_at_position[i])),
-                   "\n");
+    sample(out, "arbor_spec_acceptance_by_position", str_cat("position=\"", i, "\""),
+           num(static_cast<double>(m.accepted_at_position[i]) /
+               static_cast<double>(m.drafts_at_position[i])));
   }
   scalar(out, "arbor_spec_decisions_total", "counter",
          "Requests with drafts the policy considered, per step.", m.num_spec_candidates);
@@ -84,7 +115,8 @@ void speculation(std::string& out, const engine::EngineMetricsSnapshot& m) {
 }  // namespace
 
 std::string prometheus_text(const engine::EngineMetricsSnapshot& m, const ServerMetrics& s) {
-  std::string out;
+  Out out;
+  out.model_label = str_cat("model_name=\"", label_value(s.model_name), "\"");
   histogram(out, "arbor_time_to_first_token_seconds", "Arrival to first generated token.",
             m.ttft_s);
   histogram(out, "arbor_inter_token_latency_seconds", "Time between tokens of a sample.",
@@ -131,9 +163,9 @@ std::string prometheus_text(const engine::EngineMetricsSnapshot& m, const Server
   speculation(out, m);
   header(out, "arbor_http_requests_total", "counter", "HTTP responses by status code.");
   for (const auto& [code, count] : s.responses_by_status) {
-    out += str_cat("arbor_http_requests_total{code=\"", code, "\"} ", count, "\n");
+    sample(out, "arbor_http_requests_total", str_cat("code=\"", code, "\""), str_cat(count));
   }
-  return out;
+  return std::move(out.text);
 }
 
 }  // namespace arbor::server

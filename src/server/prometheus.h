@@ -1,5 +1,6 @@
 // Prometheus text exposition (format 0.0.4) of the engine's metrics snapshot plus the server's
-// own counters, for GET /metrics. Names follow vLLM where one exists (arbor_ prefix):
+// own counters, for GET /metrics. Names follow vLLM where one exists (arbor_ prefix), and every
+// sample carries the label model_name="<the served name>" as vLLM's do:
 //   histograms  arbor_time_to_first_token_seconds, arbor_inter_token_latency_seconds,
 //               arbor_e2e_request_latency_seconds, arbor_request_queue_time_seconds,
 //               arbor_batch_size, arbor_tokens_per_step
@@ -21,6 +22,7 @@
 namespace arbor::server {
 
 struct ServerMetrics {
+  std::string model_name;        // the served model name (the first --served-model-name)
   int64_t kv_blocks_total = 0;   // usable blocks in the pool
   int64_t kv_blocks_free = 0;    // free as of the engine's last step (cached blocks count free)
   int64_t active_requests = 0;   // generation requests the server is answering

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <map>
 #include <mutex>
@@ -12,8 +13,10 @@
 #include <variant>
 
 #include "base/log.h"
+#include "server/models_api.h"
 #include "server/openai_api.h"
 #include "server/prometheus.h"
+#include "server/request_log.h"
 #include "server/tgi_api.h"
 #include "server/worker_pool.h"
 
@@ -88,6 +91,74 @@ WorkResult tgi_stream_work(std::string_view body, const ModelInfo& model) {
   }, body, model);
 }
 
+// A non-streaming answer wrapped in a JSON array: TGI's POST / answers [{"generated_text": ...}]
+// (the shape of the Hugging Face Inference API).
+class ArrayBodyBuilder : public ResponseBuilder {
+ public:
+  explicit ArrayBodyBuilder(std::unique_ptr<ResponseBuilder> inner) : inner_(std::move(inner)) {}
+  bool streaming() const override { return inner_->streaming(); }
+  ApiFlavor flavor() const override { return inner_->flavor(); }
+  std::string on_event(const engine::StreamEvent& ev) override { return inner_->on_event(ev); }
+  std::string on_final(const engine::StreamEvent& ev) override {
+    return str_cat("[", inner_->on_final(ev), "]");
+  }
+  std::string on_stream_error(const ApiError& error) override {
+    return inner_->on_stream_error(error);
+  }
+  void set_request_id(std::string_view request_id) override {
+    inner_->set_request_id(request_id);
+  }
+  std::string response_id() const override { return inner_->response_id(); }
+
+ private:
+  std::unique_ptr<ResponseBuilder> inner_;
+};
+
+// TGI's POST / (its compat_generate): /generate_stream when the body says "stream": true, else
+// /generate with the answer in a one-element array; `return_full_text` defaults to true, as in
+// TGI for a text-generation model.
+WorkResult tgi_root_work(std::string_view body, const ModelInfo& model) {
+  WorkResult w;
+  json j;
+  bool stream = false;
+  w.error = parse_json_object(body, &j);
+  if (!w.error) w.error = read_bool(j, "stream", &stream);
+  if (w.error) return w;
+  j.erase("stream");
+  auto params = j.find("parameters");
+  if (params == j.end() || params->is_null()) {
+    j["parameters"] = json::object();
+    params = j.find("parameters");
+  }
+  if (params->is_object() && params->value("return_full_text", json()).is_null()) {
+    (*params)["return_full_text"] = true;
+  }
+  PreparedRequest prepared;
+  prepared.raw_body = body;  // the grammar's property order (its JSON pointer is unchanged)
+  w.error = prepare_tgi(j, model, stream, &prepared);
+  prepared.raw_body = {};
+  if (w.error) return w;
+  if (!stream) prepared.builder = std::make_unique<ArrayBodyBuilder>(std::move(prepared.builder));
+  w.request = std::move(prepared);
+  return w;
+}
+
+// "%2F" -> "/": clients encode the '/' of "org/model" in /v1/models/{id}. Malformed escapes stay
+// as they are.
+std::string percent_decode(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
+      out += static_cast<char>(std::stoi(std::string(s.substr(i + 1, 2)), nullptr, 16));
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
 WorkResult tokenize_work(std::string_view body, const ModelInfo& model) {
   WorkResult w;
   json j;
@@ -139,6 +210,8 @@ WorkResult run_work(WorkFn work, std::string_view body, const ModelInfo& model) 
 
 class Generation;
 struct Route;
+// Every exchange the API server answers writes its log line (request_log.h).
+using Exchange = LoggedExchange;
 
 // A request whose body a worker is preparing. The worker sees only its PrepJob, no HTTP object:
 // the last reference to a connection must never be dropped off the I/O thread.
@@ -149,7 +222,7 @@ struct PrepJob {
 
 struct Preparing {
   const Route* route = nullptr;
-  std::shared_ptr<http::HttpExchange> ex;
+  std::shared_ptr<Exchange> ex;
   std::shared_ptr<PrepJob> job;
 };
 
@@ -172,30 +245,32 @@ struct ApiServer::State {
   std::unique_ptr<WorkerPool> pool;
 
   void handle(http::HttpRequest req, std::shared_ptr<http::HttpExchange> ex);
-  void send(http::HttpExchange& ex, int status, std::string body,
+  void send(Exchange& ex, int status, std::string body,
             const std::string& content_type = "application/json");
-  void send_error(http::HttpExchange& ex, const ApiError& e, ApiFlavor flavor);
-  void health(http::HttpExchange& ex);
-  void metrics(http::HttpExchange& ex);
-  void models(http::HttpExchange& ex);
-  void info(http::HttpExchange& ex);
-  void start_work(const Route& route, std::string body,
-                  const std::shared_ptr<http::HttpExchange>& ex);
+  void send_error(Exchange& ex, const ApiError& e, ApiFlavor flavor);
+  // Answers of the I/O-thread routes; `param`: a prefix route's rest of the path ("" otherwise).
+  void health(Exchange& ex, std::string_view param);
+  void metrics(Exchange& ex, std::string_view param);
+  void models(Exchange& ex, std::string_view param);
+  void model_card(Exchange& ex, std::string_view id);
+  void info(Exchange& ex, std::string_view param);
+  void start_work(const Route& route, std::string body, const std::shared_ptr<Exchange>& ex);
   void cancel_work(uint64_t id);
   void on_prepared(uint64_t id, WorkResult result);
-  void generate(const Route& route, uint64_t id, const std::shared_ptr<http::HttpExchange>& ex,
+  void generate(const Route& route, uint64_t id, const std::shared_ptr<Exchange>& ex,
                 PreparedRequest prepared);
   void begin_drain(int signal);
   void check_drain();
+  // Logs the engine's line for the interval since `since` in an interval's time, and again.
+  void log_stats_after(engine::EngineMetricsSnapshot before, Clock::time_point since);
 };
 
 // One generation request in flight: drains its RequestStream on the I/O thread.
 class Generation : public std::enable_shared_from_this<Generation> {
  public:
-  Generation(ApiServer::State& s, uint64_t id, std::string path,
-             std::shared_ptr<http::HttpExchange> ex, PreparedRequest prepared)
-      : s_(s), id_(id), path_(std::move(path)), ex_(std::move(ex)),
-        builder_(std::move(prepared.builder)), start_(Clock::now()) {}
+  Generation(ApiServer::State& s, uint64_t id, std::shared_ptr<Exchange> ex,
+             PreparedRequest prepared)
+      : s_(s), id_(id), ex_(std::move(ex)), builder_(std::move(prepared.builder)) {}
 
   // Registers the callbacks; the streams may already hold events. `n`: choices per prompt.
   void start(std::vector<std::shared_ptr<engine::RequestStream>> streams, int32_t n) {
@@ -235,8 +310,8 @@ class Generation : public std::enable_shared_from_this<Generation> {
  private:
   void on_disconnect() {
     if (done_) return;
-    ARBOR_LOG(kDebug) << path_ << " " << streams_[0]->request_id()
-                      << ": client disconnected, aborting";
+    ARBOR_LOG(kDebug) << ex_->request_id() << " (engine " << streams_[0]->request_id()
+                      << "): client disconnected, aborting";
     abort();
   }
 
@@ -286,13 +361,16 @@ class Generation : public std::enable_shared_from_this<Generation> {
     ex_->start_stream(200, "text/event-stream");
   }
 
+  // Sends the end of the answer; the exchange logs the request's line (request_log.h).
   void finish(const engine::StreamEvent& ev) {
     done_ = true;
-    int status = 200;
+    ex_->set_detail(str_cat("prompt=", ev.usage.prompt_tokens,
+                            " completion=", ev.usage.completion_tokens));
     if (!ev.error.ok()) {
       const ApiError e = error_from_status(ev.error);
-      status = error_http_status(e, builder_->flavor());
       if (started_) {
+        ex_->set_error(str_cat("the stream ended with error ",
+                               error_http_status(e, builder_->flavor()), ": ", e.message));
         ex_->write(builder_->on_stream_error(e));
         ex_->finish_stream();
       } else {
@@ -305,12 +383,6 @@ class Generation : public std::enable_shared_from_this<Generation> {
     } else {
       s_.send(*ex_, 200, builder_->on_final(ev));
     }
-    const double secs = std::chrono::duration<double>(Clock::now() - start_).count();
-    ARBOR_LOG(kInfo) << "POST " << path_ << " " << status << " " << streams_[0]->request_id()
-                     << " prompt=" << ev.usage.prompt_tokens
-                     << " completion=" << ev.usage.completion_tokens << " "
-                     << static_cast<int64_t>(secs * 1000) << "ms"
-                     << (ex_->disconnected() ? " (client gone)" : "");
     ex_->set_on_disconnect(nullptr);
     for (auto& stream : streams_) stream->set_notify(nullptr);
     s_.active.erase(id_);  // may destroy *this: `keep` in drain() holds it
@@ -318,27 +390,24 @@ class Generation : public std::enable_shared_from_this<Generation> {
 
   ApiServer::State& s_;
   uint64_t id_;
-  std::string path_;
-  std::shared_ptr<http::HttpExchange> ex_;
+  std::shared_ptr<Exchange> ex_;
   std::unique_ptr<ResponseBuilder> builder_;
   std::vector<std::shared_ptr<engine::RequestStream>> streams_;  // one per prompt
   std::vector<bool> final_seen_;
   int32_t n_ = 1;
   engine::StreamEvent total_;  // the combined final event
-  Clock::time_point start_;
   bool started_ = false;
   bool done_ = false;
 };
 
-void ApiServer::State::send(http::HttpExchange& ex, int status, std::string body,
+void ApiServer::State::send(Exchange& ex, int status, std::string body,
                             const std::string& content_type) {
   ex.respond({status, content_type, std::move(body)});
 }
 
-void ApiServer::State::send_error(http::HttpExchange& ex, const ApiError& e, ApiFlavor flavor) {
-  const int status = error_http_status(e, flavor);
-  ARBOR_LOG(kDebug) << "error " << status << ": " << e.message;
-  send(ex, status, error_body(e, flavor));
+void ApiServer::State::send_error(Exchange& ex, const ApiError& e, ApiFlavor flavor) {
+  ex.set_error(e.message);
+  send(ex, error_http_status(e, flavor), error_body(e, flavor));
 }
 
 // The one routing table: the dispatcher, the 404/405 answers, the drain rule and the logs all
@@ -347,11 +416,14 @@ void ApiServer::State::send_error(http::HttpExchange& ex, const ApiError& e, Api
 // submitted to the engine on the I/O thread.
 struct Route {
   std::string_view method;
-  std::string_view path;
+  std::string_view path;  // the path, or with `prefix` its start ("/v1/models/" + id)
   ApiFlavor flavor = ApiFlavor::kOpenAi;
-  void (ApiServer::State::*answer)(http::HttpExchange&) = nullptr;
+  // `param`: the rest of a prefix route's path, percent-decoded ("" for other routes).
+  void (ApiServer::State::*answer)(Exchange&, std::string_view param) = nullptr;
   WorkFn work = nullptr;
   bool generates = false;  // submits to the engine: refused (503) while draining
+  bool prefix = false;     // `path` is followed by a non-empty parameter
+  bool probe = false;      // polled by probes and scrapers: successes logged at debug
 };
 
 namespace {
@@ -362,20 +434,27 @@ const Route kRoutes[] = {
     {"POST", "/v1/chat/completions", ApiFlavor::kOpenAi, nullptr, chat_work, true},
     {"POST", "/generate", ApiFlavor::kTgi, nullptr, tgi_work, true},
     {"POST", "/generate_stream", ApiFlavor::kTgi, nullptr, tgi_stream_work, true},
+    {"POST", "/", ApiFlavor::kTgi, nullptr, tgi_root_work, true},
     {"POST", "/tokenize", ApiFlavor::kOpenAi, nullptr, tokenize_work, false},
     {"POST", "/detokenize", ApiFlavor::kOpenAi, nullptr, detokenize_work, false},
     {"GET", "/v1/models", ApiFlavor::kOpenAi, &S::models, nullptr, false},
+    {"GET", "/v1/models/", ApiFlavor::kOpenAi, &S::model_card, nullptr, false, true},
     {"GET", "/info", ApiFlavor::kTgi, &S::info, nullptr, false},
-    {"GET", "/health", ApiFlavor::kOpenAi, &S::health, nullptr, false},
-    {"GET", "/metrics", ApiFlavor::kOpenAi, &S::metrics, nullptr, false},
+    {"GET", "/health", ApiFlavor::kOpenAi, &S::health, nullptr, false, false, true},
+    {"GET", "/", ApiFlavor::kTgi, &S::health, nullptr, false, false, true},  // TGI's health
+    {"GET", "/metrics", ApiFlavor::kOpenAi, &S::metrics, nullptr, false, false, true},
 };
+
+bool matches(const Route& r, std::string_view path) {
+  return r.prefix ? path.size() > r.path.size() && path.starts_with(r.path) : path == r.path;
+}
 
 // The route of (method, path), or the error for a path that is unknown (404) or known under
 // other methods only (405).
 std::variant<const Route*, ApiError> find_route(std::string_view method, std::string_view path) {
   bool path_known = false;
   for (const Route& r : kRoutes) {
-    if (r.path != path) continue;
+    if (!matches(r, path)) continue;
     if (r.method == method) return &r;
     path_known = true;
   }
@@ -386,22 +465,23 @@ std::variant<const Route*, ApiError> find_route(std::string_view method, std::st
 // The API flavor of a path's errors (TGI's routes answer in TGI's shape).
 ApiFlavor flavor_of_path(std::string_view path) {
   for (const Route& r : kRoutes) {
-    if (r.path == path) return r.flavor;
+    if (matches(r, path)) return r.flavor;
   }
   return ApiFlavor::kOpenAi;
 }
 
 }  // namespace
 
-void ApiServer::State::handle(http::HttpRequest req, std::shared_ptr<http::HttpExchange> ex) {
+void ApiServer::State::handle(http::HttpRequest req,
+                              std::shared_ptr<http::HttpExchange> http_ex) {
   std::string path = req.target.substr(0, req.target.find('?'));
   if (path.size() > 1 && path.back() == '/') path.pop_back();
-  ARBOR_LOG(kDebug) << req.method << " " << req.target << " (" << req.body.size() << " bytes)";
+  auto ex = std::make_shared<Exchange>(std::move(http_ex), req.method, path, request_id_for(req));
+  ARBOR_LOG(kDebug) << req.method << " " << req.target << " " << ex->request_id() << " ("
+                    << req.body.size() << " bytes)";
   AccessDecision access = check_access(options.access, req, path);
   for (auto& [name, value] : access.headers) ex->add_header(std::move(name), std::move(value));
   if (access.error) {
-    ARBOR_LOG(kInfo) << req.method << " " << path << " " << access.error->http_status << ": "
-                     << access.error->message;
     if (access.error->http_status == 401) ex->add_header("WWW-Authenticate", "Bearer");
     send_error(*ex, *access.error, flavor_of_path(path));
     return;
@@ -417,8 +497,10 @@ void ApiServer::State::handle(http::HttpRequest req, std::shared_ptr<http::HttpE
       return;
     }
     const Route& route = *std::get<const Route*>(found);
+    ex->set_quiet_success(route.probe);
     if (route.answer != nullptr) {
-      (this->*route.answer)(*ex);
+      const std::string param = route.prefix ? percent_decode(path.substr(route.path.size())) : "";
+      (this->*route.answer)(*ex, param);
     } else if (route.generates && draining) {
       send_error(*ex, server_unavailable("the server is shutting down"), route.flavor);
     } else {
@@ -431,7 +513,7 @@ void ApiServer::State::handle(http::HttpRequest req, std::shared_ptr<http::HttpE
   }
 }
 
-void ApiServer::State::health(http::HttpExchange& ex) {
+void ApiServer::State::health(Exchange& ex, std::string_view) {
   if (draining) {
     send_error(ex, server_unavailable("the server is shutting down"), ApiFlavor::kOpenAi);
   } else {
@@ -439,8 +521,9 @@ void ApiServer::State::health(http::HttpExchange& ex) {
   }
 }
 
-void ApiServer::State::metrics(http::HttpExchange& ex) {
+void ApiServer::State::metrics(Exchange& ex, std::string_view) {
   ServerMetrics sm;
+  sm.model_name = model.name;
   sm.kv_blocks_total = options.kv_blocks_total;
   sm.kv_blocks_free = engine->num_free_blocks();
   sm.active_requests = static_cast<int64_t>(active.size());
@@ -449,9 +532,20 @@ void ApiServer::State::metrics(http::HttpExchange& ex) {
   send(ex, 200, prometheus_text(engine->metrics(), sm), "text/plain; version=0.0.4");
 }
 
-void ApiServer::State::models(http::HttpExchange& ex) { send(ex, 200, models_json(model)); }
+void ApiServer::State::models(Exchange& ex, std::string_view) {
+  send(ex, 200, models_json(model));
+}
 
-void ApiServer::State::info(http::HttpExchange& ex) {
+// GET /v1/models/{id}: any served name (or, with --accept-any-model-name, any name).
+void ApiServer::State::model_card(Exchange& ex, std::string_view id) {
+  if (is_served_name(model, id) || model.accept_any_model_name) {
+    send(ex, 200, model_json(model, id));
+  } else {
+    send_error(ex, unknown_model(model, id), ApiFlavor::kOpenAi);
+  }
+}
+
+void ApiServer::State::info(Exchange& ex, std::string_view) {
   send(ex, 200, tgi_info_json(model, options.max_concurrent_requests));
 }
 
@@ -459,7 +553,7 @@ void ApiServer::State::info(http::HttpExchange& ex) {
 // hangs up meanwhile is forgotten at once (its result, if any, is dropped unsubmitted) and a
 // task not yet started is skipped.
 void ApiServer::State::start_work(const Route& route, std::string body,
-                                  const std::shared_ptr<http::HttpExchange>& ex) {
+                                  const std::shared_ptr<Exchange>& ex) {
   const uint64_t id = next_id++;
   auto job = std::make_shared<PrepJob>();
   job->body = std::move(body);
@@ -477,7 +571,7 @@ void ApiServer::State::start_work(const Route& route, std::string body,
 void ApiServer::State::cancel_work(uint64_t id) {
   auto it = preparing.find(id);
   if (it == preparing.end()) return;
-  ARBOR_LOG(kDebug) << it->second.route->path << " http-" << id
+  ARBOR_LOG(kDebug) << it->second.route->path << " " << it->second.ex->request_id()
                     << ": client disconnected while the request was prepared";
   it->second.job->cancelled = true;
   preparing.erase(it);
@@ -487,7 +581,7 @@ void ApiServer::State::on_prepared(uint64_t id, WorkResult result) {
   auto it = preparing.find(id);
   if (it == preparing.end()) return;  // the client left: nothing was submitted
   const Route& route = *it->second.route;
-  std::shared_ptr<http::HttpExchange> ex = std::move(it->second.ex);
+  std::shared_ptr<Exchange> ex = std::move(it->second.ex);
   preparing.erase(it);
   ex->set_on_disconnect(nullptr);
   if (result.error) {
@@ -504,8 +598,7 @@ void ApiServer::State::on_prepared(uint64_t id, WorkResult result) {
 
 // Submits a prepared request (one engine request per prompt) and starts its Generation.
 void ApiServer::State::generate(const Route& route, uint64_t id,
-                                const std::shared_ptr<http::HttpExchange>& ex,
-                                PreparedRequest prepared) {
+                                const std::shared_ptr<Exchange>& ex, PreparedRequest prepared) {
   const int32_t n = prepared.request.n;
   std::vector<engine::GenerateRequest> requests;
   for (auto& prompt : prepared.more_prompts) {
@@ -526,8 +619,10 @@ void ApiServer::State::generate(const Route& route, uint64_t id,
     }
     streams.push_back(std::move(stream).value());
   }
-  auto g = std::make_shared<Generation>(*this, id, std::string(route.path), ex,
-                                        std::move(prepared));
+  // The answer's id builds on the request id ("chatcmpl-<id>"), and the log line names it.
+  prepared.builder->set_request_id(ex->request_id());
+  ex->set_response_id(prepared.builder->response_id());
+  auto g = std::make_shared<Generation>(*this, id, ex, std::move(prepared));
   active.emplace(id, g);
   g->start(std::move(streams), n);
 }
@@ -574,6 +669,21 @@ void ApiServer::State::check_drain() {
   http->run_after(0.05, [this] { check_drain(); });
 }
 
+void ApiServer::State::log_stats_after(engine::EngineMetricsSnapshot before,
+                                       Clock::time_point since) {
+  http->run_after(options.log_stats_interval_s, [this, before = std::move(before), since] {
+    engine::EngineMetricsSnapshot now = engine->metrics();
+    const Clock::time_point t = Clock::now();
+    const double seconds = std::chrono::duration<double>(t - since).count();
+    if (engine::engine_active(before, now)) {
+      ARBOR_LOG(kInfo) << engine::stats_line(before, now, seconds);
+    } else {
+      ARBOR_LOG(kDebug) << engine::stats_line(before, now, seconds);
+    }
+    log_stats_after(std::move(now), t);
+  });
+}
+
 ApiServer::ApiServer(std::unique_ptr<State> state) : state_(std::move(state)) {}
 
 ApiServer::~ApiServer() {
@@ -614,6 +724,9 @@ Result<std::unique_ptr<ApiServer>> ApiServer::create(engine::EngineCore& engine,
   state->poster = std::make_shared<Poster>(state->http.get());
   state->http->on_signal([s](int sig) { s->begin_drain(sig); });
   state->pool = std::make_unique<WorkerPool>(options.tokenizer_threads);
+  if (options.log_stats_interval_s > 0) {
+    state->http->post([s] { s->log_stats_after(s->engine->metrics(), Clock::now()); });
+  }
   return std::unique_ptr<ApiServer>(new ApiServer(std::move(state)));
 }
 

@@ -1,9 +1,9 @@
 // ApiServer: the HTTP routes of `arbor serve` over one EngineCore.
 //
 //   POST /v1/completions, /v1/chat/completions   OpenAI (openai_api.h)
-//   GET  /v1/models
-//   POST /generate, /generate_stream             TGI (tgi_api.h)
-//   GET  /info, /health
+//   GET  /v1/models, /v1/models/{id}             the served names (models_api.h)
+//   POST /generate, /generate_stream, /          TGI (tgi_api.h; / is either, by "stream")
+//   GET  /info, /health, /
 //   GET  /metrics                                Prometheus (prometheus.h)
 //   POST /tokenize, /detokenize
 //
@@ -40,6 +40,9 @@ struct ApiServerOptions {
   // --tokenizer-threads: worker threads that parse, template and tokenise request bodies (>= 1).
   int32_t tokenizer_threads = 2;
   AccessPolicy access;  // Host guard, CORS, API key (access.h)
+  // --log-stats-interval: the engine's line (engine::stats_line) every this many seconds, at
+  // info while the engine is busy; 0 = never.
+  double log_stats_interval_s = 10.0;
 };
 
 class ApiServer {

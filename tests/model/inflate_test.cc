@@ -171,7 +171,7 @@ std::string reference_inflation(const test::TempDir& tmp, bool f16) {
       shared_path(tool) + " " + shared_path(kStories260K) + " " + out +
       " --dim 256 --ffn 512 --layers 8 --kv-ratio 8" + (f16 ? " --f16" : ""));
   EXPECT_EQ(r.exit_code, 0) << r.output() << "(the tool needs /usr/bin/python3 with numpy: "
-                            << "scripts/install_deps.sh installs python3-numpy)";
+                            << "scripts/install_deps.sh --tests installs python3-numpy)";
   return out;
 }
 

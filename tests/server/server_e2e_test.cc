@@ -265,6 +265,17 @@ TEST_F(ServerE2e, ModelsHealthAndMetrics) {
   }
   EXPECT_GE(server_->metric("arbor_generation_tokens_total"), 4);
   EXPECT_GT(server_->metric("arbor_kv_blocks_usable"), 0);
+  EXPECT_GE(server_->metric("arbor_http_requests_total{code=\"200\"}"), 2);
+  // Every sample carries the served name as model_name (vLLM's label), labelled ones included.
+  const std::vector<MetricSample> samples = metric_samples(metrics.body);
+  ASSERT_GT(samples.size(), 100u);
+  size_t with_own_labels = 0;
+  for (const MetricSample& s : samples) {
+    auto it = s.labels.find("model_name");
+    EXPECT_TRUE(it != s.labels.end() && it->second == "stories260K") << s.name;
+    with_own_labels += s.labels.size() > 1 ? 1 : 0;
+  }
+  EXPECT_GT(with_own_labels, 20u) << "histogram buckets and status codes keep their labels";
   EXPECT_TRUE(server_->wait_no_blocks_used());
 }
 

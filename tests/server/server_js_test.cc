@@ -1,7 +1,7 @@
 // Runs tests/server/js (node:test + the official openai npm client) against a live server.
-// node/npm and tests/server/js/node_modules are installed by `make deps`
-// (scripts/install_deps.sh, scripts/install_js_deps.sh), so their absence fails the test with
-// the command that installs them: a skip would count as a pass.
+// node/npm and tests/server/js/node_modules are installed by `make deps` (make test runs it:
+// scripts/install_deps.sh --tests, scripts/install_js_deps.sh), so their absence fails the test
+// with the command that installs them: a skip would count as a pass.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -16,10 +16,11 @@ namespace {
 TEST(ServerJs, OfficialOpenAiClient) {
   const std::string js = std::string(ARBOR_SOURCE_DIR) + "/tests/server/js";
   ASSERT_EQ(test::run_shell("node --version").exit_code, 0)
-      << "node not found: run scripts/install_deps.sh (or `make deps`)";
+      << "node not found: run scripts/install_deps.sh --tests (or `make deps`)";
   ASSERT_TRUE(std::filesystem::exists(js + "/node_modules/openai/package.json"))
       << js << "/node_modules is absent: run scripts/install_js_deps.sh (or `make deps`)";
-  ServerProcess server({"--chat-template", "llama2"});
+  ServerProcess server(
+      {"--chat-template", "llama2", "--served-model-name", "stories260K,org/model"});
   ASSERT_TRUE(server.ok());
   const test::CommandResult r =
       test::run_shell("cd '" + js + "' && ARBOR_CHAT=1 ARBOR_BASE_URL='" + server.url("/v1") +
@@ -33,7 +34,8 @@ TEST(ServerJs, OfficialOpenAiClientWithApiKey) {
   const std::string js = std::string(ARBOR_SOURCE_DIR) + "/tests/server/js";
   ASSERT_TRUE(std::filesystem::exists(js + "/node_modules/openai/package.json"))
       << js << "/node_modules is absent: run scripts/install_js_deps.sh (or `make deps`)";
-  ServerProcess server({"--chat-template", "llama2", "--api-key", "sk-arbor-test"});
+  ServerProcess server({"--chat-template", "llama2", "--api-key", "sk-arbor-test",
+                        "--served-model-name", "stories260K,org/model"});
   ASSERT_TRUE(server.ok());
   const test::CommandResult r = test::run_shell(
       "cd '" + js + "' && ARBOR_CHAT=1 ARBOR_API_KEY=sk-arbor-test ARBOR_BASE_URL='" +

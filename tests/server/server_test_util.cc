@@ -1,6 +1,7 @@
 #include "server_test_util.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -13,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -34,10 +36,11 @@ nlohmann::json HttpResult::json() const {
 }
 
 ServerProcess::ServerProcess(std::vector<std::string> extra_args, int open_files,
-                             const std::string& model) {
+                             const std::string& model, const std::string& log_file) {
   if (!test::expect_shared_file(test::kStories260K)) return;
   const std::string port_file = dir_ / "port";
-  std::vector<std::string> args = {test::arbor_bin(), "--log-level", "warn", "serve", "-m",
+  std::vector<std::string> args = {test::arbor_bin(), "--log-level",
+                                   log_file.empty() ? "warn" : "info", "serve", "-m",
                                    model.empty() ? test::shared_path(test::kStories260K) : model,
                                    "--host", "127.0.0.1", "--port", "0", "--port-file", port_file,
                                    "--threads", "1", "--num-kv-blocks", "4096"};
@@ -47,6 +50,12 @@ ServerProcess::ServerProcess(std::vector<std::string> extra_args, int open_files
     if (open_files > 0) {
       const rlimit rl{static_cast<rlim_t>(open_files), static_cast<rlim_t>(open_files)};
       setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (!log_file.empty()) {
+      const int fd = open(log_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd < 0) _exit(126);
+      dup2(fd, STDERR_FILENO);
+      dup2(fd, STDOUT_FILENO);
     }
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
@@ -135,12 +144,61 @@ HttpResult ServerProcess::request(const std::string& method, const std::string& 
   return r;
 }
 
-double ServerProcess::metric(const std::string& name) const {
-  const HttpResult r = get("/metrics");
-  std::istringstream in(r.body);
+namespace {
+
+// "name{k=\"v\",...} value" or "name value" -> name and labels; false for other lines.
+bool parse_sample(const std::string& line, std::string* name,
+                  std::map<std::string, std::string>* labels) {
+  if (line.empty() || line[0] == '#') return false;
+  const size_t end = line.find_first_of("{ ");
+  if (end == std::string::npos) return false;
+  *name = line.substr(0, end);
+  labels->clear();
+  if (line[end] != '{') return true;
+  size_t i = end + 1;
+  while (i < line.size() && line[i] != '}') {
+    const size_t eq = line.find("=\"", i);
+    if (eq == std::string::npos) return false;
+    const std::string key = line.substr(i, eq - i);
+    std::string value;
+    for (i = eq + 2; i < line.size() && line[i] != '"'; ++i) {
+      if (line[i] == '\\' && i + 1 < line.size()) ++i;
+      value += line[i];
+    }
+    (*labels)[key] = value;
+    if (i < line.size()) ++i;                       // the closing quote
+    if (i < line.size() && line[i] == ',') ++i;
+  }
+  return i < line.size();
+}
+
+}  // namespace
+
+std::vector<MetricSample> metric_samples(const std::string& exposition) {
+  std::vector<MetricSample> out;
+  std::istringstream in(exposition);
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind(name + " ", 0) == 0) return std::atof(line.c_str() + name.size() + 1);
+    MetricSample s;
+    if (!parse_sample(line, &s.name, &s.labels)) continue;
+    s.value = std::atof(line.c_str() + line.rfind(' ') + 1);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+double ServerProcess::metric(const std::string& query) const {
+  std::string name;
+  std::map<std::string, std::string> want;
+  if (!parse_sample(query + " 0", &name, &want)) return -1;
+  for (const MetricSample& s : metric_samples(get("/metrics").body)) {
+    if (s.name != name) continue;
+    bool match = true;
+    for (const auto& [key, value] : want) {
+      auto it = s.labels.find(key);
+      match = match && it != s.labels.end() && it->second == value;
+    }
+    if (match) return s.value;
   }
   return -1;
 }

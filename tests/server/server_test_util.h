@@ -3,6 +3,7 @@
 // sockets for clients that hang up mid-stream.
 #pragma once
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -17,6 +18,15 @@ struct HttpResult {
   nlohmann::json json() const;  // discarded value when the body is not JSON
 };
 
+// One sample of a Prometheus text exposition.
+struct MetricSample {
+  std::string name;
+  std::map<std::string, std::string> labels;
+  double value = 0;
+};
+// Every sample of `exposition` (comments skipped), in order.
+std::vector<MetricSample> metric_samples(const std::string& exposition);
+
 class ServerProcess {
  public:
   // Starts `arbor serve` on the stories260K model with `extra_args`; waits until /health
@@ -24,8 +34,10 @@ class ServerProcess {
   // the model file is missing the current test fails naming it, and ok() is false.
   // `open_files` > 0: the child's RLIMIT_NOFILE (soft and hard), like `ulimit -n`.
   // `model`: another GGUF file than stories260K.
+  // `log_file`: the server logs at info level into this file (else at warn, to the test's
+  // stderr).
   explicit ServerProcess(std::vector<std::string> extra_args = {}, int open_files = 0,
-                         const std::string& model = "");
+                         const std::string& model = "", const std::string& log_file = "");
   // Sends SIGKILL if still running.
   ~ServerProcess();
   ServerProcess(const ServerProcess&) = delete;
@@ -48,7 +60,9 @@ class ServerProcess {
     return request("POST", path, body.dump());
   }
   HttpResult get(const std::string& path) const { return request("GET", path); }
-  // A Prometheus sample's value ("arbor_kv_blocks_used"); -1 if absent.
+  // A Prometheus sample's value: the first sample named `name` that has the labels given with
+  // it ("arbor_kv_blocks_used", "arbor_http_requests_total{code=\"200\"}"; other labels, such
+  // as model_name, may be present); -1 if absent.
   double metric(const std::string& name) const;
   // Polls until arbor_kv_blocks_used and arbor_http_active_requests are 0.
   bool wait_no_blocks_used(double timeout_s = 10.0) const;

@@ -20,6 +20,28 @@ test('models.list names the served model', async () => {
   assert.equal(page.data[0].id, model);
 });
 
+// The server runs with --served-model-name stories260K,org/model (server_js_test.cc).
+test('models.retrieve finds every served name, a "/" in it too', async () => {
+  for (const id of [model, 'org/model']) {
+    const m = await client.models.retrieve(id);
+    assert.equal(m.id, id);
+    assert.equal(m.object, 'model');
+  }
+  await assert.rejects(client.models.retrieve('nope'),
+    (e) => e instanceof OpenAI.NotFoundError && e.status === 404);
+  const r = await client.completions.create({ ...greedy, model: 'org/model', max_tokens: 2 });
+  assert.equal(r.model, model, 'responses report the first name');
+});
+
+test('the X-Request-Id header and the response id agree', async () => {
+  const { data, response } = await client.completions.create(greedy).withResponse();
+  const id = response.headers.get('x-request-id');
+  assert.match(id, /^[0-9a-f]{32}$/);
+  assert.equal(data.id, `cmpl-${id}`);
+  const mine = await client.completions.create(greedy, { headers: { 'X-Request-Id': 'js-42' } });
+  assert.equal(mine.id, 'cmpl-js-42');
+});
+
 test('completions non-streaming and streaming agree', async () => {
   const full = await client.completions.create(greedy);
   assert.equal(full.object, 'text_completion');
