@@ -2,8 +2,8 @@
 // ResponseBuilder that turns engine events into bytes, and typed readers of JSON request fields
 // that produce ApiErrors naming the field and the limit.
 //
-// Unknown fields are ignored (as the OpenAI API and vLLM's default do), so clients that send
-// newer or vendor-specific fields keep working; they are logged at debug level.
+// Fields a route does not read are refused with a 400 naming them (request_fields.h).
+
 #pragma once
 
 #include <cstdint>

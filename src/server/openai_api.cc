@@ -1,4 +1,5 @@
 #include "server/openai_api.h"
+#include "server/request_fields.h"
 #include "server/structured_output_api.h"
 
 #include <atomic>
@@ -361,31 +362,12 @@ class OpenAiBuilder : public ResponseBuilder {
   std::vector<Choice> choices_;
 };
 
-// Unknown fields are ignored (docs/server.md); a debug line helps find misspelt ones.
-void log_unknown_fields(const json& body, bool chat) {
-  static const std::set<std::string> kKnown = {
-      "model", "prompt", "messages", "max_tokens", "max_completion_tokens", "temperature",
-      "top_p", "n", "best_of", "stop", "seed", "presence_penalty", "frequency_penalty",
-      "logit_bias", "logprobs", "top_logprobs", "echo", "stream", "stream_options", "user",
-      "top_k", "min_p", "repetition_penalty", "ignore_eos", "truncate_prompt_tokens",
-      "add_generation_prompt", "suffix", "speculation", "priority", "response_format",
-      "structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
-      "grammar", "json_schema", "min_tokens"};
-  if (!log_enabled(LogLevel::kDebug)) return;
-  for (const auto& [key, value] : body.items()) {
-    if (!kKnown.contains(key)) {
-      ARBOR_LOG(kDebug) << (chat ? "chat" : "completion") << " request: ignoring unknown field '"
-                        << key << "'";
-    }
-  }
-}
-
 }  // namespace
 
 std::optional<ApiError> prepare_completion(const json& body, const ModelInfo& model,
                                            PreparedRequest* out) {
   ARBOR_API_TRY(check_model(body, model));
-  log_unknown_fields(body, false);
+  ARBOR_API_TRY(check_request_fields(body, OpenAiRoute::kCompletions));
   engine::GenerateRequest& r = out->request;
   std::vector<std::vector<int32_t>> prompts;
   ARBOR_API_TRY(read_prompts(body, model, &prompts));
@@ -551,7 +533,7 @@ std::optional<ApiError> prepare_chat(const json& body, const ModelInfo& model,
                                      PreparedRequest* out) {
   ARBOR_API_TRY(check_model(body, model));
   ARBOR_API_TRY(check_messages(body));
-  log_unknown_fields(body, true);
+  ARBOR_API_TRY(check_request_fields(body, OpenAiRoute::kChat));
   if (model.chat == nullptr) {
     return invalid_param("messages", "the model has no chat template; start the server with "
                                      "--chat-template NAME");

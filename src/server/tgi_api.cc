@@ -1,6 +1,8 @@
 #include "server/tgi_api.h"
 #include "server/structured_output_api.h"
 
+#include <algorithm>
+
 namespace arbor::server {
 
 using nlohmann::json;
@@ -108,6 +110,22 @@ std::optional<ApiError> read_tgi_sampling(const json& p, const ModelInfo& m,
     int64_t seed = 0;
     ARBOR_API_TRY(read_int(p, "seed", 0, INT64_MAX, &seed));
     s.seed = static_cast<uint64_t>(seed);
+  }
+  // Every other parameter is refused by name, never ignored (request_fields.h's rule).
+  static constexpr std::string_view kRead[] = {
+      "do_sample", "temperature", "top_k", "top_p", "repetition_penalty", "frequency_penalty",
+      "seed", "grammar", "decoder_input_details", "truncate", "max_new_tokens", "speculation",
+      "best_of", "stop", "ignore_eos", "details", "return_full_text"};
+  for (const auto& [key, value] : p.items()) {
+    if (value.is_null() || std::find(std::begin(kRead), std::end(kRead), key) != std::end(kRead)) {
+      continue;
+    }
+    const bool known = key == "typical_p" || key == "top_n_tokens" || key == "adapter_id" ||
+                       key == "watermark";
+    if (known && !(key == "watermark" && value == false)) {
+      return invalid_param(key, str_cat("'", key, "' is not supported"));
+    }
+    if (!known) return invalid_param(key, str_cat("unknown parameter '", key, "'"));
   }
   for (const char* unsupported : {"typical_p", "top_n_tokens", "adapter_id"}) {
     if (p.contains(unsupported) && !p[unsupported].is_null()) {

@@ -1,0 +1,31 @@
+// Which request fields the OpenAI routes read — the one list (docs/server.md, "Fields").
+//
+// A field arbor does not implement is a 400 naming it, never a 200 that silently ignores what
+// the client asked for (the `tools` of an agent framework, a vLLM option arbor lacks, a typo).
+// Three kinds of field pass:
+//   read       the request parsing reads it and it changes the answer;
+//   metadata   it asks nothing of the output (OpenAI's `user`, `metadata`, `store: false`, ...);
+//   no-op      it asks for what arbor always does (`parallel_tool_calls` without `tools`,
+//              `tool_choice: "none"` without `tools`, `service_tier: "auto"`).
+// Everything else is refused: known fields with what arbor lacks ("'tools' is not supported
+// (tool calling)"), unknown ones as unknown.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "server/api_errors.h"
+
+namespace arbor::server {
+
+enum class OpenAiRoute { kCompletions, kChat };
+
+// nullopt when every field of `body` is read, metadata or a no-op on `route`.
+std::optional<ApiError> check_request_fields(const nlohmann::json& body, OpenAiRoute route);
+
+// The fields `route` reads (for documentation and the tests that walk the API schemas).
+std::vector<std::string_view> read_fields(OpenAiRoute route);
+
+}  // namespace arbor::server
