@@ -3,6 +3,7 @@
 #include <map>
 #include <optional>
 
+#include "grammar/gbnf_text.h"
 #include "grammar/grammar.h"
 
 namespace arbor::grammar {
@@ -27,42 +28,13 @@ void append_utf8(uint32_t cp, std::string& out) {
 
 std::vector<CodepointRange> normalise_class(const std::vector<CodepointRange>& ranges,
                                             bool negated) {
-  std::vector<CodepointRange> sorted = ranges;
-  std::sort(sorted.begin(), sorted.end(),
-            [](const CodepointRange& a, const CodepointRange& b) { return a.lo < b.lo; });
-  std::vector<CodepointRange> merged;
-  for (const CodepointRange& r : sorted) {
-    if (r.lo > r.hi) continue;
-    if (!merged.empty() && r.lo <= merged.back().hi + 1) {
-      merged.back().hi = std::max(merged.back().hi, r.hi);
-    } else {
-      merged.push_back(r);
-    }
+  CodepointSet set;
+  for (const CodepointRange& r : ranges) {
+    if (r.lo <= r.hi && r.lo <= kMaxCodepoint) set.add(r.lo, std::min(r.hi, kMaxCodepoint));
   }
-  std::vector<CodepointRange> out;
-  if (negated) {
-    uint32_t next = 0;
-    for (const CodepointRange& r : merged) {
-      if (r.lo > next) out.push_back({next, r.lo - 1});
-      next = r.hi + 1;
-    }
-    if (next <= kMaxCodepoint) out.push_back({next, kMaxCodepoint});
-  } else {
-    out = merged;
-  }
+  if (negated) set = set.complement();
   // Surrogates are not code points of UTF-8 text.
-  std::vector<CodepointRange> result;
-  for (const CodepointRange& r : out) {
-    const uint32_t hi = std::min(r.hi, kMaxCodepoint);
-    if (r.lo > hi) continue;
-    if (hi < 0xD800 || r.lo > 0xDFFF) {
-      result.push_back({r.lo, hi});
-      continue;
-    }
-    if (r.lo < 0xD800) result.push_back({r.lo, 0xD7FF});
-    if (hi > 0xDFFF) result.push_back({0xE000, hi});
-  }
-  return result;
+  return set.minus(CodepointSet::range(0xD800, 0xDFFF)).ranges();
 }
 
 namespace {

@@ -44,9 +44,10 @@ std::set<size_t> ends(const Grammar& g, const Expr& e, const std::string& s, siz
       // Overlong encodings are not UTF-8.
       const size_t want = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
       if (want != len || (cp >= 0xD800 && cp <= 0xDFFF) || cp > kMaxCodepoint) return {};
-      for (const CodepointRange& r : normalise_class(e.ranges, e.negated)) {
-        if (cp >= r.lo && cp <= r.hi) return {pos + len};
-      }
+      // Membership straight from the class as written (not normalise_class: it is under test).
+      bool listed = false;
+      for (const CodepointRange& r : e.ranges) listed = listed || (cp >= r.lo && cp <= r.hi);
+      if (listed != e.negated) return {pos + len};
       return {};
     }
     case Expr::Kind::kRule:
