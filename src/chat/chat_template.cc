@@ -115,13 +115,13 @@ Result<std::string> ChatTemplate::render_json_impl(const Json& messages,
   jinja::ValueList list;
   list.reserve(messages.size());
   for (size_t i = 0; i < messages.size(); ++i) {
-    const nlohmann::json& m = messages[i];
+    const Json& m = messages[i];  // not nlohmann::json: that copy would sort the keys
     if (!m.is_object()) return invalid_argument("messages[", i, "] must be an object");
     if (!m.contains("role") || !m["role"].is_string())
       return invalid_argument("messages[", i, "].role must be a string");
     jinja::Value v = jinja::Value::from_json(m);
     if (m.contains("content") && m["content"].is_array()) {
-      Result<std::string> text = flatten_message_content(m["content"]);
+      Result<std::string> text = flatten_message_content(nlohmann::json(m["content"]));
       if (!text.ok()) return text.status().with_context(str_cat("messages[", i, "]"));
       v.set("content", jinja::Value(std::move(text).value()));
     }

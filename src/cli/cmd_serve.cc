@@ -19,6 +19,7 @@
 
 #include "base/log.h"
 #include "base/mapped_file.h"
+#include "chat/tool_calls.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
 #include "executor/cpu_executor.h"
@@ -39,6 +40,7 @@ struct Options {
   std::vector<std::string> served_model_names;
   bool accept_any_model_name = false;
   std::string chat_template;
+  std::string tool_call_parser = "auto";
   ServingOptions serving;
   double body_limit_mib = 8.0;
   double shutdown_timeout_s = 10.0;
@@ -174,7 +176,9 @@ Status run(const Options& o) {
   }
   ARBOR_ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::from_file(o.model));
   executor::CpuModelExecutor& exec_ref = *exec;
-  ARBOR_ASSIGN_OR_RETURN(auto chat, server::make_chat_renderer(*tok, o.chat_template));
+  ARBOR_ASSIGN_OR_RETURN(
+      auto chat, server::make_chat_renderer(*tok, o.chat_template,
+                                            chat::parse_tool_call_format(o.tool_call_parser)));
   server::ModelInfo info;
   ARBOR_RETURN_IF_ERROR(set_model_names(o, &info));
   info.path = o.model;
@@ -239,6 +243,11 @@ void setup(CLI::App& app) {
                 "as the model); default off: an unknown model is a 404");
   sub->add_option("--chat-template", o->chat_template,
                   "Chat template: a builtin name or a file; default: the model's own");
+  sub->add_option("--tool-call-parser", o->tool_call_parser,
+                  "How the model writes tool calls: hermes (<tool_call> JSON), llama3_json, or "
+                  "auto (read from the chat template; docs/tool_calling.md)")
+      ->check(CLI::IsMember({"auto", "hermes", "llama3_json"}))
+      ->capture_default_str();
   sub->add_option("--max-body-mib", o->body_limit_mib, "Request body limit (MiB); larger is 413")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

@@ -165,19 +165,22 @@ class SchemaConverter {
     for (int i = 0; i < internal::kNumSharedRules; ++i) {
       names_.insert(std::string(internal::shared_rule_name(static_cast<SharedRule>(i))));
     }
-    reserve("root");
+    // `root` stays reserved when the value has another name: the caller defines it.
+    if (options_.root_rule != "root") names_.insert("root");
+    reserve(options_.root_rule);
   }
 
   Result<std::string> convert() {
-    ref_rules_[""] = "root";
+    const std::string& root = options_.root_rule;
+    ref_rules_[""] = root;
     unguarded_refs_.insert("");
-    ARBOR_ASSIGN_OR_RETURN(std::string body, visit(root_, "", "root"));
-    define("root", std::move(body));
+    ARBOR_ASSIGN_OR_RETURN(std::string body, visit(root_, "", root));
+    define(root, std::move(body));
     return render();
   }
 
   std::string free_object() {
-    define("root", shared(SharedRule::kObject));
+    define(options_.root_rule, shared(SharedRule::kObject));
     return render();
   }
 

@@ -84,6 +84,11 @@ enum class JsonWhitespace {
 
 struct JsonGrammarOptions {
   JsonWhitespace whitespace = JsonWhitespace::kFlexible;  // default: flexible
+  // The name of the rule for the schema's value, which also prefixes the rules derived from it.
+  // Another name than "root" leaves `root` undefined (and reserved) for a caller that embeds
+  // the value in a grammar of its own (tool calls: root ::= "<tool_call>" call ...). It must be
+  // a GBNF rule name that is not one of the shared rules listed above.
+  std::string root_rule = "root";
 };
 
 // The grammar for JSON texts valid under `schema` (see above). kInvalidArgument names the

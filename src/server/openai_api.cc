@@ -1,6 +1,7 @@
 #include "server/openai_api.h"
 #include "server/request_fields.h"
 #include "server/structured_output_api.h"
+#include "server/tool_calling_api.h"
 
 #include <atomic>
 #include <cerrno>
@@ -194,6 +195,13 @@ struct BuilderOptions {
   int32_t n = 1;
   int32_t num_prompts = 1;          // choices: num_prompts * n
   std::vector<std::string> echo;    // completions: per prompt, text put before its choices
+  // Chat with tools (tool_choice other than none): each choice's text is read for calls.
+  struct ToolParsing {
+    chat::ToolCallFormat format = chat::ToolCallFormat::kHermes;
+    std::vector<std::string> names;
+    bool single = false;  // parallel_tool_calls false: calls after the first are dropped
+  };
+  std::optional<ToolParsing> tools;
   std::string model;
   const tokenizer::Tokenizer* tokenizer = nullptr;
 };
@@ -230,6 +238,10 @@ class OpenAiBuilder : public ResponseBuilder {
       out += sse_data(chunk(ev.index, {{"role", "assistant"}, {"content", ""}}, nullptr,
                             nullptr));
     }
+    if (o_.tools) {
+      c.started = true;
+      return out + tool_event(ev, c);
+    }
     std::string text = ev.text;
     if (!o_.chat && !c.started) text = echo_of(ev.index) + text;
     c.started = true;
@@ -258,7 +270,13 @@ class OpenAiBuilder : public ResponseBuilder {
     for (size_t i = 0; i < choices_.size(); ++i) {
       Choice& c = choices_[i];
       json choice{{"index", i}, {"finish_reason", finish_reason_string(c.finish)}};
-      if (o_.chat) {
+      if (o_.chat && o_.tools) {
+        chat::ParsedToolOutput parsed =
+            chat::parse_tool_calls(o_.tools->format, c.text, true, o_.tools->names);
+        if (o_.tools->single && parsed.calls.size() > 1) parsed.calls.resize(1);
+        choice["message"] = tool_message(parsed);
+        choice["finish_reason"] = tool_finish_reason(c.finish, parsed.calls.size());
+      } else if (o_.chat) {
         choice["message"] = {{"role", "assistant"}, {"content", c.text}};
       } else {
         choice["text"] = c.text;
@@ -282,6 +300,8 @@ class OpenAiBuilder : public ResponseBuilder {
  private:
   struct Choice {
     std::string text;
+    std::optional<chat::ToolCallStreamer> tool_streamer;  // streamed chat with tools
+    int32_t num_calls = 0;                                // tool calls streamed
     std::vector<engine::TokenLogprobs> logprobs;
     std::optional<sched::FinishReason> finish;
     bool started = false;
@@ -313,6 +333,57 @@ class OpenAiBuilder : public ResponseBuilder {
     if (u.cached_tokens > 0) j["prompt_tokens_details"] = {{"cached_tokens", u.cached_tokens}};
     if (u.draft_tokens > 0) j["speculation"] = speculation_usage_json(u);
     return j;
+  }
+
+  // OpenAI's "tool_calls" when the model stopped after making calls.
+  static std::string tool_finish_reason(const std::optional<sched::FinishReason>& finish,
+                                        size_t num_calls) {
+    if (num_calls > 0 && finish == sched::FinishReason::kStop) return "tool_calls";
+    return finish_reason_string(finish);
+  }
+
+  static json tool_message(const chat::ParsedToolOutput& parsed) {
+    json m{{"role", "assistant"}, {"content", parsed.content}};
+    if (parsed.calls.empty()) return m;
+    if (parsed.content.empty()) m["content"] = nullptr;
+    m["tool_calls"] = json::array();
+    for (const chat::ParsedToolCall& call : parsed.calls) {
+      m["tool_calls"].push_back({{"id", new_id("call_")},
+                                 {"type", "function"},
+                                 {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+    }
+    return m;
+  }
+
+  // A streamed event of a chat with tools: content and tool-call deltas from the parse of the
+  // text so far (chat::ToolCallStreamer), so that the deltas add up to the non-streamed message.
+  std::string tool_event(const engine::StreamEvent& ev, Choice& c) {
+    if (!c.tool_streamer) c.tool_streamer.emplace(o_.tools->format, o_.tools->names);
+    c.text += ev.text;
+    const bool done = ev.finish_reason().has_value();
+    const chat::ToolCallStreamer::Step step = c.tool_streamer->update(c.text, done);
+    json delta = json::object();
+    if (!step.content.empty()) delta["content"] = step.content;
+    json calls = json::array();
+    for (const chat::ToolCallDelta& d : step.calls) {
+      if (o_.tools->single && d.index > 0) continue;
+      json e{{"index", d.index}};
+      if (d.first) {
+        ++c.num_calls;
+        e["id"] = new_id("call_");
+        e["type"] = "function";
+        e["function"] = {{"name", d.name}, {"arguments", d.arguments}};
+      } else {
+        e["function"] = {{"arguments", d.arguments}};
+      }
+      calls.push_back(std::move(e));
+    }
+    if (!calls.empty()) delta["tool_calls"] = std::move(calls);
+    const bool has_logprobs = o_.logprobs && !ev.logprobs.empty();
+    if (delta.empty() && !has_logprobs && !done) return "";
+    const json lp = o_.logprobs ? logprobs_json(c, ev.logprobs) : json(nullptr);
+    const json reason = done ? json(tool_finish_reason(ev.finish_reason(), c.num_calls)) : json();
+    return sse_data(chunk(ev.index, std::move(delta), lp, reason));
   }
 
   std::string echo_of(size_t choice) const {
@@ -411,6 +482,29 @@ std::optional<ApiError> prepare_completion(const json& body, const ModelInfo& mo
 
 namespace {
 
+// An assistant message's tool_calls: [{"id"?, "type": "function", "function": {"name",
+// "arguments"}}], arguments being JSON text as OpenAI sends them.
+std::optional<ApiError> check_tool_calls(const json& m, const std::string& where) {
+  auto calls = m.find("tool_calls");
+  if (calls == m.end() || calls->is_null()) return std::nullopt;
+  if (m["role"] != "assistant") {
+    return invalid_param("messages", str_cat(where, ".tool_calls is only for assistant messages"));
+  }
+  if (!calls->is_array()) return invalid_param("messages", str_cat(where, ".tool_calls must be an array"));
+  for (size_t j = 0; j < calls->size(); ++j) {
+    const json& c = (*calls)[j];
+    const bool ok = c.is_object() && c.contains("function") && c["function"].is_object() &&
+                    c["function"].contains("name") && c["function"]["name"].is_string() &&
+                    c["function"].contains("arguments") && c["function"]["arguments"].is_string();
+    if (!ok) {
+      return invalid_param("messages", str_cat(where, ".tool_calls[", j, "] must be {\"type\": "
+                                               "\"function\", \"function\": {\"name\": string, "
+                                               "\"arguments\": string}}"));
+    }
+  }
+  return std::nullopt;
+}
+
 std::optional<ApiError> check_messages(const json& body) {
   auto it = body.find("messages");
   if (it == body.end() || it->is_null()) return invalid_param("messages", "'messages' is required");
@@ -435,22 +529,29 @@ std::optional<ApiError> check_messages(const json& body) {
     if (!ok_content) {
       return invalid_param("messages", str_cat(where, ".content must be a string or an array of parts"));
     }
+    ARBOR_API_TRY(check_tool_calls(m, where));
+    if (r == "tool") {
+      auto id = m.find("tool_call_id");
+      if (id != m.end() && !id->is_null() && !id->is_string()) {
+        return invalid_param("messages", str_cat(where, ".tool_call_id must be a string"));
+      }
+    }
   }
   return std::nullopt;
 }
 
-}  // namespace
+using ojson = nlohmann::ordered_json;
 
 // The texts a user wrote in `messages` (string contents and text parts), in order.
-std::vector<json*> content_texts(json& messages) {
-  std::vector<json*> out;
-  for (json& m : messages) {
+std::vector<ojson*> content_texts(ojson& messages) {
+  std::vector<ojson*> out;
+  for (ojson& m : messages) {
     if (!m.is_object() || !m.contains("content")) continue;
-    json& c = m["content"];
+    ojson& c = m["content"];
     if (c.is_string()) {
       out.push_back(&c);
     } else if (c.is_array()) {
-      for (json& part : c) {
+      for (ojson& part : c) {
         if (part.is_object() && part.contains("text") && part["text"].is_string()) {
           out.push_back(&part["text"]);
         }
@@ -472,12 +573,12 @@ std::string_view trim_space(std::string_view v, bool left, bool right) {
 // in place of each content; between the template's own pieces, the prompt must hold the content
 // as written or trimmed (templates often strip it). Anything else (a template that rewrites
 // content) cannot be matched safely, and a content with control-token text is then a 400.
-std::optional<ApiError> literal_content_ranges(const json& body, bool add_generation_prompt,
+std::optional<ApiError> literal_content_ranges(const ojson& body, const ChatPromptExtras& extras,
                                                const ModelInfo& model, const std::string& prompt,
                                                std::vector<std::pair<size_t, size_t>>* out) {
-  json messages = body["messages"];
-  std::vector<json*> texts = content_texts(messages);
-  const bool needed = std::any_of(texts.begin(), texts.end(), [&](const json* t) {
+  ojson messages = body["messages"];
+  std::vector<ojson*> texts = content_texts(messages);
+  const bool needed = std::any_of(texts.begin(), texts.end(), [&](const ojson* t) {
     return model.tokenizer->contains_control_text(t->get_ref<const std::string&>());
   });
   if (!needed) return std::nullopt;
@@ -490,7 +591,7 @@ std::optional<ApiError> literal_content_ranges(const json& body, bool add_genera
       "messages", "a message contains the text of a control token (such as '<|im_end|>'), which "
                   "this chat template does not let arbor keep as plain text; start the server "
                   "with --allow-special-in-content to accept it as control tokens");
-  Result<std::string> marked = model.chat->render(messages, add_generation_prompt);
+  Result<std::string> marked = model.chat->render(messages, extras);
   if (!marked.ok()) return refused;
   // marked = T0 S(i0) T1 S(i1) ... Tn: match each T exactly, each S as its content, trimmed or not.
   const std::string& m = *marked;
@@ -529,6 +630,57 @@ std::optional<ApiError> literal_content_ranges(const json& body, bool add_genera
   return std::nullopt;
 }
 
+// The body with the client's key order: tools and tool-call arguments reach the template as
+// written (transformers renders them in that order too).
+ojson ordered_body(const json& body, std::string_view raw_body) {
+  if (!raw_body.empty()) {
+    ojson o = ojson::parse(raw_body, nullptr, false);
+    if (o.is_object()) return o;
+  }
+  return ojson(body);
+}
+
+// vLLM's chat_template_kwargs: more template variables (e.g. {"enable_thinking": false}).
+std::optional<ApiError> read_template_kwargs(const ojson& body, ojson* out) {
+  auto it = body.find("chat_template_kwargs");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_object()) {
+    return invalid_param("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+  }
+  for (const char* key : {"messages", "tools", "add_generation_prompt"}) {
+    if (it->contains(key)) {
+      return invalid_param("chat_template_kwargs",
+                           str_cat("'chat_template_kwargs' may not set '", key,
+                                   "'; use the request field"));
+    }
+  }
+  *out = *it;
+  return std::nullopt;
+}
+
+// tool_choice required or named: the grammar that makes the output calls.
+std::optional<ApiError> force_tool_calls(const ToolRequest& tools, const ModelInfo& model,
+                                         sampling::SamplingParams* s) {
+  if (s->grammar) {
+    return invalid_param("tool_choice", "'tool_choice' \"required\" or a named function "
+                                        "cannot be combined with another output constraint "
+                                        "(response_format, structured_outputs, guided_*, "
+                                        "grammar, json_schema)");
+  }
+  Result<std::string> gbnf = tool_call_grammar(tools, model.chat->tool_support().format);
+  if (!gbnf.ok()) return invalid_param("tools", gbnf.status().message());
+  grammar::GrammarSpec spec{grammar::GrammarKind::kGbnf, std::move(gbnf).value()};
+  Result<grammar::Automaton> compiled = grammar::compile_spec(spec);
+  if (!compiled.ok()) {
+    return invalid_param("tools", str_cat("the tools cannot be enforced: ",
+                                          compiled.status().message()));
+  }
+  s->grammar = std::move(spec);
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::optional<ApiError> prepare_chat(const json& body, const ModelInfo& model,
                                      PreparedRequest* out) {
   ARBOR_API_TRY(check_model(body, model));
@@ -538,17 +690,21 @@ std::optional<ApiError> prepare_chat(const json& body, const ModelInfo& model,
     return invalid_param("messages", "the model has no chat template; start the server with "
                                      "--chat-template NAME");
   }
-  bool add_generation_prompt = true;
-  ARBOR_API_TRY(read_bool(body, "add_generation_prompt", &add_generation_prompt));
-  Result<std::string> prompt = model.chat->render(body["messages"], add_generation_prompt);
+  const ojson ordered = ordered_body(body, out->raw_body);
+  ToolRequest tools;
+  ARBOR_API_TRY(read_tools(body, ordered, &tools));
+  ChatPromptExtras extras;
+  ARBOR_API_TRY(read_bool(body, "add_generation_prompt", &extras.add_generation_prompt));
+  ARBOR_API_TRY(read_template_kwargs(ordered, &extras.template_kwargs));
+  extras.tools = tools.tools;
+  Result<std::string> prompt = model.chat->render(ordered["messages"], extras);
   if (!prompt.ok()) return error_from_status(prompt.status(), "messages");
   engine::GenerateRequest& r = out->request;
   tokenizer::EncodeOptions enc;
   enc.add_bos = false;  // the template writes BOS itself (as vLLM: no special tokens added)
   enc.parse_special = true;
   if (!model.allow_special_in_content) {
-    ARBOR_API_TRY(literal_content_ranges(body, add_generation_prompt, model, *prompt,
-                                         &enc.literal_ranges));
+    ARBOR_API_TRY(literal_content_ranges(ordered, extras, model, *prompt, &enc.literal_ranges));
   }
   r.prompt_token_ids = model.tokenizer->encode(*prompt, enc);
   if (r.prompt_token_ids.empty()) return invalid_param("messages", "the rendered chat prompt is empty");
@@ -556,11 +712,18 @@ std::optional<ApiError> prepare_chat(const json& body, const ModelInfo& model,
   ARBOR_API_TRY(read_max_tokens(body, model, r.prompt_token_ids.size(), &r));
   ARBOR_API_TRY(read_common(body, model, &r));
   ARBOR_API_TRY(read_structured_output(body, out->raw_body, &r.sampling.grammar));
+  if (tools.forces_calls()) ARBOR_API_TRY(force_tool_calls(tools, model, &r.sampling));
   BuilderOptions o;
   o.chat = true;
   o.model = model.name;
   o.tokenizer = model.tokenizer;
   o.n = r.n;
+  if (tools.parses_calls()) {
+    o.tools.emplace();
+    o.tools->format = model.chat->tool_support().format;
+    o.tools->names = tools.names;
+    o.tools->single = !tools.parallel;
+  }
   ARBOR_API_TRY(read_bool(body, "logprobs", &o.logprobs));
   int32_t top = 0;
   ARBOR_API_TRY(read_int32(body, "top_logprobs", 0, sampling::kMaxLogprobs, &top));

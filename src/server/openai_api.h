@@ -2,7 +2,8 @@
 // POST /v1/chat/completions (into an engine::GenerateRequest), and the response bodies and
 // server-sent-event chunks (GET /v1/models: models_api.h). No I/O here: server.cc wires it to HTTP.
 //
-// Fields (docs/server.md): model, prompt (string, [ids], or a batch [string...] / [[ids]...];
+// Fields (docs/server.md): model, tools, tool_choice, parallel_tool_calls,
+// chat_template_kwargs (tool_calling_api.h), prompt (string, [ids], or a batch [string...] / [[ids]...];
 // a batch becomes PreparedRequest::more_prompts), messages, max_tokens / max_completion_tokens, temperature, top_p, n, best_of, stop,
 // seed, presence_penalty, frequency_penalty, logit_bias, logprobs (completions: int; chat: bool
 // + top_logprobs), echo, stream, stream_options.include_usage, user; extensions top_k, min_p,
@@ -14,17 +15,31 @@
 #include <optional>
 #include <string>
 
+#include "chat/tool_calls.h"
 #include "server/api_common.h"
 
 namespace arbor::server {
 
-// Renders chat messages ([{"role":..., "content":...}, ...]) to a prompt string.
+// What a chat prompt is rendered with besides the messages.
+struct ChatPromptExtras {
+  bool add_generation_prompt = true;
+  nlohmann::ordered_json tools;            // the request's tools, or null
+  nlohmann::ordered_json template_kwargs;  // chat_template_kwargs (an object), or null
+};
+
+// Renders chat messages ([{"role":..., "content":..., "tool_calls"?...}, ...]) to a prompt
+// string: the messages pass through chat::template_messages() (tool calls and results made fit
+// for the template), then the template sees every message field, `tools` (when it renders them)
+// and the template kwargs.
 class ChatRenderer {
  public:
   virtual ~ChatRenderer() = default;
   // Errors (kInvalidArgument) name the message and the problem.
-  virtual Result<std::string> render(const nlohmann::json& messages,
-                                     bool add_generation_prompt) const = 0;
+  virtual Result<std::string> render(const nlohmann::ordered_json& messages,
+                                     const ChatPromptExtras& extras) const = 0;
+  // How the template handles tools and how the model writes calls (--tool-call-parser may
+  // have chosen the format).
+  virtual const chat::TemplateToolSupport& tool_support() const = 0;
 };
 
 // Validates a /v1/completions body; on success fills *out.

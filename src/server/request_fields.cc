@@ -18,7 +18,9 @@ constexpr std::string_view kShared[] = {
     "priority", "speculation", "truncate_prompt_tokens", "response_format", "structured_outputs",
     "guided_json", "guided_regex", "guided_choice", "guided_grammar", "grammar", "json_schema"};
 constexpr std::string_view kCompletionsOnly[] = {"prompt", "echo"};
-constexpr std::string_view kChatOnly[] = {"messages", "top_logprobs", "add_generation_prompt"};
+constexpr std::string_view kChatOnly[] = {"messages", "top_logprobs", "add_generation_prompt",
+                                          "tools", "tool_choice", "parallel_tool_calls",
+                                          "chat_template_kwargs"};
 
 // Ask nothing of the output.
 constexpr std::string_view kMetadata[] = {"user", "metadata", "safety_identifier",
@@ -30,8 +32,6 @@ struct Missing {
   std::string_view what;
 };
 constexpr Missing kMissing[] = {
-    {"tools", "tool calling"},
-    {"tool_choice", "tool calling"},
     {"functions", "function calling"},
     {"function_call", "function calling"},
     {"audio", "audio output"},
@@ -54,7 +54,6 @@ constexpr Missing kMissing[] = {
     {"add_special_tokens", "choosing special tokens"},
     {"documents", "RAG documents"},
     {"chat_template", "per-request chat templates"},
-    {"chat_template_kwargs", "chat template arguments"},
     {"mm_processor_kwargs", "multi-modal inputs"},
     {"logits_processors", "custom logits processors"},
     {"return_tokens_as_token_ids", "token-id logprobs"},
@@ -78,7 +77,7 @@ bool reads(OpenAiRoute route, std::string_view field) {
                   field);
 }
 
-// A field that asks for what arbor does anyway.
+// A field that asks for what arbor does anyway (on chat, the tool fields are read).
 bool no_op(std::string_view field, const json& value, const json& body) {
   const bool has_tools = body.contains("tools") && !body["tools"].is_null();
   if (field == "store") return value.is_boolean() && !value.get<bool>();

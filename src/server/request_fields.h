@@ -1,14 +1,14 @@
 // Which request fields the OpenAI routes read — the one list (docs/server.md, "Fields").
 //
 // A field arbor does not implement is a 400 naming it, never a 200 that silently ignores what
-// the client asked for (the `tools` of an agent framework, a vLLM option arbor lacks, a typo).
+// the client asked for (an OpenAI feature arbor lacks, a vLLM option, a typo).
 // Three kinds of field pass:
 //   read       the request parsing reads it and it changes the answer;
 //   metadata   it asks nothing of the output (OpenAI's `user`, `metadata`, `store: false`, ...);
 //   no-op      it asks for what arbor always does (`parallel_tool_calls` without `tools`,
 //              `tool_choice: "none"` without `tools`, `service_tier: "auto"`).
-// Everything else is refused: known fields with what arbor lacks ("'tools' is not supported
-// (tool calling)"), unknown ones as unknown.
+// Everything else is refused: known fields with what arbor lacks ("'audio' is not supported
+// (audio output)"), unknown ones as unknown.
 #pragma once
 
 #include <nlohmann/json.hpp>

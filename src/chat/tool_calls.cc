@@ -1,0 +1,326 @@
+#include "chat/tool_calls.h"
+
+#include <algorithm>
+#include <cctype>
+#include <regex>
+
+namespace arbor::chat {
+
+namespace {
+
+constexpr std::string_view kHermesOpen = "<tool_call>";
+constexpr std::string_view kHermesClose = "</tool_call>";
+constexpr std::string_view kPythonTag = "<|python_tag|>";
+constexpr size_t kNone = std::string_view::npos;
+
+bool is_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
+size_t skip_space(std::string_view t, size_t i) {
+  while (i < t.size() && is_space(t[i])) ++i;
+  return i;
+}
+
+bool all_space(std::string_view t) { return std::all_of(t.begin(), t.end(), is_space); }
+
+// The length of the longest suffix of `t` that is a proper prefix of `word` (text a partial parse
+// holds back because it may still become `word`).
+size_t partial_suffix(std::string_view t, std::string_view word) {
+  for (size_t n = std::min(t.size(), word.size() - 1); n > 0; --n) {
+    if (t.substr(t.size() - n) == word.substr(0, n)) return n;
+  }
+  return 0;
+}
+
+enum class Scan { kComplete, kIncomplete, kInvalid };
+
+struct ScanResult {
+  Scan state = Scan::kInvalid;
+  size_t end = 0;  // kComplete: just past the value; kInvalid: where it went wrong
+};
+
+// A JSON string starting at t[i] == '"'. *decoded (when given) receives its value, with the
+// short escapes decoded and \uXXXX kept as written (tool names never need it).
+ScanResult scan_string(std::string_view t, size_t i, std::string* decoded) {
+  for (size_t j = i + 1; j < t.size(); ++j) {
+    const char c = t[j];
+    if (c == '"') return {Scan::kComplete, j + 1};
+    if (c != '\\') {
+      if (decoded) decoded->push_back(c);
+      continue;
+    }
+    if (++j >= t.size()) break;
+    if (!decoded) continue;
+    switch (t[j]) {
+      case 'n': decoded->push_back('\n'); break;
+      case 't': decoded->push_back('\t'); break;
+      case 'r': decoded->push_back('\r'); break;
+      case 'b': decoded->push_back('\b'); break;
+      case 'f': decoded->push_back('\f'); break;
+      case 'u': decoded->append("\\u"); break;
+      default: decoded->push_back(t[j]);
+    }
+  }
+  return {Scan::kIncomplete, t.size()};
+}
+
+bool is_scalar_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '-' || c == '+' || c == '.';
+}
+
+// A JSON value at t[i] (no leading space). Objects and arrays are matched by bracket depth with
+// strings skipped: lenient inside, which is enough to find where the arguments end (they are
+// passed on as written).
+ScanResult scan_value(std::string_view t, size_t i) {
+  if (i >= t.size()) return {Scan::kIncomplete, t.size()};
+  const char c = t[i];
+  if (c == '"') return scan_string(t, i, nullptr);
+  if (c == '{' || c == '[') {
+    std::string closers;
+    for (size_t j = i; j < t.size(); ++j) {
+      const char d = t[j];
+      if (d == '"') {
+        const ScanResult s = scan_string(t, j, nullptr);
+        if (s.state != Scan::kComplete) return s;
+        j = s.end - 1;
+      } else if (d == '{' || d == '[') {
+        closers.push_back(d == '{' ? '}' : ']');
+      } else if (d == '}' || d == ']') {
+        if (d != closers.back()) return {Scan::kInvalid, j};
+        closers.pop_back();
+        if (closers.empty()) return {Scan::kComplete, j + 1};
+      }
+    }
+    return {Scan::kIncomplete, t.size()};
+  }
+  if (!is_scalar_char(c)) return {Scan::kInvalid, i};
+  size_t j = i;
+  while (j < t.size() && is_scalar_char(t[j])) ++j;
+  // A number at the very end may still grow.
+  return {j == t.size() ? Scan::kIncomplete : Scan::kComplete, j};
+}
+
+// One call's JSON object: {"name": "...", "arguments": {...}} with the keys in any order (and
+// "parameters" for "arguments"), other keys skipped.
+struct CallScan {
+  Scan state = Scan::kInvalid;
+  size_t end = 0;                    // as ScanResult
+  std::optional<std::string> name;   // once its string is complete
+  size_t args_begin = kNone;         // the arguments value's first byte, once seen
+  size_t args_end = kNone;           // just past it, once complete
+};
+
+CallScan scan_call(std::string_view t, size_t i) {
+  CallScan r;
+  const auto stop = [&](Scan s, size_t at) {
+    r.state = s;
+    r.end = at;
+    return r;
+  };
+  i = skip_space(t, i);
+  if (i >= t.size()) return stop(Scan::kIncomplete, i);
+  if (t[i] != '{') return stop(Scan::kInvalid, i);
+  ++i;
+  for (bool first = true;; first = false) {
+    i = skip_space(t, i);
+    if (i >= t.size()) return stop(Scan::kIncomplete, i);
+    if (t[i] == '}' && first) return stop(Scan::kComplete, i + 1);
+    if (t[i] != '"') return stop(Scan::kInvalid, i);
+    std::string key;
+    const ScanResult k = scan_string(t, i, &key);
+    if (k.state != Scan::kComplete) return stop(k.state, k.end);
+    i = skip_space(t, k.end);
+    if (i >= t.size()) return stop(Scan::kIncomplete, i);
+    if (t[i] != ':') return stop(Scan::kInvalid, i);
+    i = skip_space(t, i + 1);
+    if (i >= t.size()) return stop(Scan::kIncomplete, i);
+    const bool is_args = (key == "arguments" || key == "parameters") && r.args_begin == kNone;
+    if (key == "name" && !r.name) {
+      if (t[i] != '"') return stop(Scan::kInvalid, i);
+      std::string name;
+      const ScanResult v = scan_string(t, i, &name);
+      if (v.state != Scan::kComplete) return stop(v.state, v.end);
+      r.name = std::move(name);
+      i = v.end;
+    } else {
+      if (is_args) r.args_begin = i;
+      const ScanResult v = scan_value(t, i);
+      if (v.state != Scan::kComplete) return stop(v.state, v.end);
+      if (is_args) r.args_end = v.end;
+      i = v.end;
+    }
+    i = skip_space(t, i);
+    if (i >= t.size()) return stop(Scan::kIncomplete, i);
+    if (t[i] == '}') return stop(Scan::kComplete, i + 1);
+    if (t[i] != ',') return stop(Scan::kInvalid, i);
+    ++i;
+  }
+}
+
+bool known(std::span<const std::string> names, const std::optional<std::string>& name) {
+  return name && std::find(names.begin(), names.end(), *name) != names.end();
+}
+
+// A call whose name is complete and known, from the scan (arguments so far, or "{}").
+ParsedToolCall make_call(std::string_view t, const CallScan& s) {
+  ParsedToolCall c;
+  c.name = *s.name;
+  c.complete = s.state != Scan::kIncomplete;
+  if (s.args_begin == kNone) {
+    c.arguments = c.complete ? "{}" : "";
+  } else {
+    // Arguments cut short by bad JSON end where it went wrong.
+    const size_t end = s.args_end != kNone ? s.args_end
+                       : s.state == Scan::kInvalid ? s.end : t.size();
+    c.arguments = std::string(t.substr(s.args_begin, end - s.args_begin));
+  }
+  return c;
+}
+
+// Outside text: before the first call it is content as written; after a call, whitespace-only
+// stretches are dropped (the separators between calls).
+void add_text(ParsedToolOutput& out, std::string_view text) {
+  if (out.calls.empty() || !all_space(text)) out.content.append(text);
+}
+
+ParsedToolOutput parse_hermes(std::string_view t, bool final, std::span<const std::string> names) {
+  ParsedToolOutput out;
+  size_t pos = 0;     // start of the outside text not yet added
+  size_t search = 0;  // where to look for the next <tool_call>
+  for (;;) {
+    const size_t open = t.find(kHermesOpen, search);
+    if (open == kNone) {
+      std::string_view rest = t.substr(pos);
+      if (!final) rest.remove_suffix(partial_suffix(rest, kHermesOpen));
+      add_text(out, rest);
+      return out;
+    }
+    const CallScan s = scan_call(t, open + kHermesOpen.size());
+    if (!known(names, s.name)) {
+      if (s.state == Scan::kIncomplete && !s.name && !final) {
+        add_text(out, t.substr(pos, open - pos));  // hold back the call that may be forming
+        return out;
+      }
+      search = open + 1;  // this <tool_call> is text
+      continue;
+    }
+    add_text(out, t.substr(pos, open - pos));
+    out.calls.push_back(make_call(t, s));
+    if (s.state == Scan::kIncomplete) return out;
+    if (s.state == Scan::kInvalid) {
+      pos = search = s.end;
+      continue;
+    }
+    const size_t after = skip_space(t, s.end);
+    const std::string_view tail = t.substr(after);
+    if (tail.starts_with(kHermesClose)) {
+      pos = search = after + kHermesClose.size();
+    } else if (!final && kHermesClose.starts_with(tail)) {
+      return out;  // the closing tag may be on its way
+    } else {
+      pos = search = s.end;  // no closing tag: what follows is outside text
+    }
+  }
+}
+
+ParsedToolOutput parse_llama3(std::string_view t, bool final, std::span<const std::string> names) {
+  ParsedToolOutput out;
+  size_t p = skip_space(t, 0);
+  if (t.substr(p).starts_with(kPythonTag)) p = skip_space(t, p + kPythonTag.size());
+  const std::string_view head = t.substr(p);
+  if (!final && (head.empty() || kPythonTag.starts_with(head))) return out;
+  if (head.empty() || head[0] != '{') {
+    out.content = std::string(t);
+    return out;
+  }
+  for (;;) {
+    const CallScan s = scan_call(t, p);
+    if (!known(names, s.name)) {
+      if (s.state == Scan::kIncomplete && !s.name && !final) return out;  // undecided: hold
+      // Not a call: everything from here is content (all of it when nothing was a call).
+      add_text(out, out.calls.empty() ? t : t.substr(p));
+      return out;
+    }
+    out.calls.push_back(make_call(t, s));
+    if (s.state == Scan::kIncomplete) return out;
+    const size_t k = skip_space(t, s.end);
+    if (s.state == Scan::kComplete && k < t.size() && t[k] == ';') {
+      const size_t next = skip_space(t, k + 1);
+      if (next >= t.size()) {
+        if (!final) return out;
+      } else if (t[next] == '{') {
+        p = next;
+        continue;
+      }
+    }
+    std::string_view rest = t.substr(s.end);
+    if (!final && all_space(rest)) return out;
+    add_text(out, rest);
+    return out;
+  }
+}
+
+}  // namespace
+
+std::string_view tool_call_format_name(ToolCallFormat format) {
+  return format == ToolCallFormat::kHermes ? "hermes" : "llama3_json";
+}
+
+std::optional<ToolCallFormat> parse_tool_call_format(std::string_view name) {
+  if (name == "hermes") return ToolCallFormat::kHermes;
+  if (name == "llama3_json") return ToolCallFormat::kLlama3Json;
+  return std::nullopt;
+}
+
+TemplateToolSupport detect_tool_support(std::string_view source) {
+  TemplateToolSupport s;
+  static const std::regex kToolsVariable(R"(\btools\b)");
+  s.renders_tools = std::regex_search(source.begin(), source.end(), kToolsVariable);
+  if (!s.renders_tools) {
+    s.reason = "the chat template does not render tools: arbor describes them in a system "
+               "message and reads <tool_call> blocks";
+    return s;
+  }
+  if (source.find(kHermesOpen) != kNone) {
+    s.reason = "the chat template writes <tool_call>";
+  } else if (source.find(kPythonTag) != kNone || source.find("<|start_header_id|>") != kNone) {
+    s.format = ToolCallFormat::kLlama3Json;
+    s.reason = "the chat template is a Llama 3 template that renders tools";
+  } else {
+    s.reason = "the chat template renders tools in a format arbor does not recognise; reading "
+               "<tool_call> blocks (choose another with --tool-call-parser)";
+  }
+  return s;
+}
+
+ParsedToolOutput parse_tool_calls(ToolCallFormat format, std::string_view text, bool final,
+                                  std::span<const std::string> tool_names) {
+  return format == ToolCallFormat::kHermes ? parse_hermes(text, final, tool_names)
+                                           : parse_llama3(text, final, tool_names);
+}
+
+ToolCallStreamer::Step ToolCallStreamer::update(std::string_view text, bool final) {
+  const ParsedToolOutput p = parse_tool_calls(format_, text, final, tool_names_);
+  Step step;
+  if (p.content.size() > sent_content_) {
+    step.content = p.content.substr(sent_content_);
+    sent_content_ = p.content.size();
+  }
+  for (size_t i = 0; i < p.calls.size(); ++i) {
+    const ParsedToolCall& c = p.calls[i];
+    ToolCallDelta d;
+    d.index = static_cast<int32_t>(i);
+    if (i >= sent_args_.size()) {
+      d.first = true;
+      d.name = c.name;
+      sent_args_.push_back(0);
+    }
+    if (c.arguments.size() > sent_args_[i]) {
+      d.arguments = c.arguments.substr(sent_args_[i]);
+      sent_args_[i] = c.arguments.size();
+    }
+    if (d.first || !d.arguments.empty()) step.calls.push_back(std::move(d));
+  }
+  return step;
+}
+
+}  // namespace arbor::chat

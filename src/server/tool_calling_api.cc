@@ -1,0 +1,164 @@
+#include "server/tool_calling_api.h"
+
+#include <algorithm>
+#include <set>
+
+#include "grammar/json_schema_to_gbnf.h"
+
+namespace arbor::server {
+
+namespace {
+
+using nlohmann::json;
+using ojson = nlohmann::ordered_json;
+
+bool valid_function_name(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '-';
+  });
+}
+
+std::optional<ApiError> read_tool(const ojson& tool, size_t i, std::string* name) {
+  const std::string where = str_cat("tools[", i, "]");
+  if (!tool.is_object()) return invalid_param("tools", str_cat(where, " must be an object"));
+  if (tool.value("type", ojson()) != "function") {
+    return invalid_param("tools", str_cat(where, ".type must be \"function\""));
+  }
+  auto f = tool.find("function");
+  if (f == tool.end() || !f->is_object()) {
+    return invalid_param("tools", str_cat(where, ".function must be an object"));
+  }
+  auto n = f->find("name");
+  if (n == f->end() || !n->is_string() || !valid_function_name(n->get<std::string>())) {
+    return invalid_param("tools", str_cat(where, ".function.name must be 1-64 characters of "
+                                                 "a-z, A-Z, 0-9, _ and -"));
+  }
+  *name = n->get<std::string>();
+  auto d = f->find("description");
+  if (d != f->end() && !d->is_null() && !d->is_string()) {
+    return invalid_param("tools", str_cat(where, ".function.description must be a string"));
+  }
+  auto p = f->find("parameters");
+  if (p != f->end() && !p->is_null() && !p->is_object()) {
+    return invalid_param("tools", str_cat(where, ".function.parameters must be a JSON Schema "
+                                                 "object"));
+  }
+  auto s = f->find("strict");
+  if (s != f->end() && !s->is_null() && !s->is_boolean()) {
+    return invalid_param("tools", str_cat(where, ".function.strict must be a boolean"));
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> read_tool_choice(const json& body, ToolRequest* out) {
+  auto it = body.find("tool_choice");
+  out->choice = out->has_tools() ? ToolChoice::kAuto : ToolChoice::kNone;
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  const json& c = *it;
+  if (c == "none") {
+    out->choice = ToolChoice::kNone;
+    return std::nullopt;
+  }
+  if (!out->has_tools()) {
+    return invalid_param("tool_choice", "'tool_choice' other than \"none\" needs 'tools'");
+  }
+  if (c == "auto") return std::nullopt;
+  if (c == "required") {
+    out->choice = ToolChoice::kRequired;
+    return std::nullopt;
+  }
+  const bool named = c.is_object() && c.value("type", json()) == "function" &&
+                     c.contains("function") && c["function"].is_object() &&
+                     c["function"].contains("name") && c["function"]["name"].is_string();
+  if (!named) {
+    return invalid_param("tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" "
+                                        "or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+  }
+  out->named = c["function"]["name"].get<std::string>();
+  if (std::find(out->names.begin(), out->names.end(), out->named) == out->names.end()) {
+    return invalid_param("tool_choice", str_cat("'tool_choice' names function '", out->named,
+                                                "', which is not in 'tools'"));
+  }
+  out->choice = ToolChoice::kNamed;
+  return std::nullopt;
+}
+
+// {"name": <const>, <args_key>: <parameters>} for one tool.
+ojson call_schema(const ojson& tool, std::string_view args_key) {
+  const ojson& f = tool["function"];
+  ojson params = f.contains("parameters") && f["parameters"].is_object()
+                     ? f["parameters"]
+                     : ojson{{"type", "object"}, {"properties", ojson::object()}};
+  ojson properties = ojson::object();
+  properties["name"] = {{"const", f["name"]}};
+  properties[std::string(args_key)] = std::move(params);
+  return {{"type", "object"},
+          {"properties", std::move(properties)},
+          {"required", {"name", std::string(args_key)}}};
+}
+
+}  // namespace
+
+std::optional<ApiError> read_tools(const json& body, const ojson& ordered, ToolRequest* out) {
+  auto it = ordered.find("tools");
+  if (it != ordered.end() && !it->is_null()) {
+    if (!it->is_array()) return invalid_param("tools", "'tools' must be an array");
+    if (it->size() > kMaxTools) {
+      return invalid_param("tools", str_cat("'tools' has ", it->size(), " tools, at most ",
+                                            kMaxTools, " are allowed"));
+    }
+    std::set<std::string> seen;
+    for (size_t i = 0; i < it->size(); ++i) {
+      std::string name;
+      ARBOR_API_TRY(read_tool((*it)[i], i, &name));
+      if (!seen.insert(name).second) {
+        return invalid_param("tools", str_cat("tools[", i, "]: function '", name,
+                                              "' is defined twice"));
+      }
+      out->names.push_back(std::move(name));
+    }
+    if (!it->empty()) out->tools = *it;
+  }
+  ARBOR_API_TRY(read_tool_choice(body, out));
+  auto p = body.find("parallel_tool_calls");
+  if (p != body.end() && !p->is_null()) {
+    if (!p->is_boolean()) {
+      return invalid_param("parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
+    }
+    out->parallel = p->get<bool>();
+  }
+  return std::nullopt;
+}
+
+Result<std::string> tool_call_grammar(const ToolRequest& request, chat::ToolCallFormat format) {
+  const bool hermes = format == chat::ToolCallFormat::kHermes;
+  const std::string_view args_key = hermes ? "arguments" : "parameters";
+  ojson branches = ojson::array();
+  for (size_t i = 0; i < request.names.size(); ++i) {
+    if (request.choice == ToolChoice::kNamed && request.names[i] != request.named) continue;
+    branches.push_back(call_schema(request.tools[i], args_key));
+  }
+  const ojson schema = branches.size() == 1 ? branches[0] : ojson{{"anyOf", branches}};
+  grammar::JsonGrammarOptions options;
+  options.root_rule = "call-json";
+  Result<std::string> json_rules = grammar::json_schema_to_gbnf(schema, options);
+  if (!json_rules.ok()) {
+    return invalid_argument("a tool's parameters cannot be enforced: ",
+                            json_rules.status().message());
+  }
+  const bool many = request.parallel && request.choice == ToolChoice::kRequired;
+  std::string top;
+  if (hermes) {
+    top = "root ::= call";
+    if (many) top += " (\"\\n\" call)*";
+    top += "\ncall ::= \"<tool_call>\\n\" call-json \"\\n</tool_call>\"\n";
+  } else {
+    top = "root ::= call-json";
+    if (many) top += " (\"; \" call-json)*";
+    top += "\n";
+  }
+  return top + *json_rules;
+}
+
+}  // namespace arbor::server
