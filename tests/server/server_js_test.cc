@@ -1,4 +1,5 @@
-// Runs tests/server/js (node:test + the official openai npm client) against a live server.
+// Runs tests/server/js (node:test + the official openai npm client and LangChain) against a live
+// server.
 // node/npm and tests/server/js/node_modules are installed by `make deps` (make test runs it:
 // scripts/install_deps.sh --tests, scripts/install_js_deps.sh), so their absence fails the test
 // with the command that installs them: a skip would count as a pass.
@@ -41,6 +42,22 @@ TEST(ServerJs, OfficialOpenAiClientWithApiKey) {
       "cd '" + js + "' && ARBOR_CHAT=1 ARBOR_API_KEY=sk-arbor-test ARBOR_BASE_URL='" +
       server.url("/v1") + "' node --test --test-reporter=spec openai_client.test.mjs 2>&1");
   EXPECT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_EQ(server.terminate(), 0);
+}
+
+// Tool calling and structured output with the openai client and LangChain's ChatOpenAI
+// (tools.test.mjs), on a random-weight model whose template renders tools, with speculation on.
+TEST(ServerJs, ToolCallingWithOpenAiAndLangChain) {
+  const std::string js = std::string(ARBOR_SOURCE_DIR) + "/tests/server/js";
+  ASSERT_TRUE(std::filesystem::exists(js + "/node_modules/@langchain/openai/package.json"))
+      << js << "/node_modules is absent: run scripts/install_js_deps.sh (or `make deps`)";
+  ServerProcess server({"--spec", "ngram"}, 0, random_qwen3_model());
+  ASSERT_TRUE(server.ok());
+  const test::CommandResult r =
+      test::run_shell("cd '" + js + "' && ARBOR_MODEL=random_qwen3 ARBOR_BASE_URL='" +
+                      server.url("/v1") + "' node --test --test-reporter=spec tools.test.mjs 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_TRUE(server.wait_no_blocks_used());
   EXPECT_EQ(server.terminate(), 0);
 }
 

@@ -20,6 +20,7 @@
 
 #include "support/shared_data.h"
 #include "support/subprocess.h"
+#include "support/temp_dir.h"
 
 namespace arbor::server::testing {
 
@@ -303,6 +304,23 @@ std::string raw_exchange(int port, const std::string& raw, size_t min_bytes, int
     close(fd);
   }
   return got;
+}
+
+// A random-weight model over Qwen 3's vocabulary (151,669 tokens) whose GGUF carries Qwen 3's
+// chat template (tokenizer_config.json), made once per run.
+const std::string& random_qwen3_model() {
+  static ::arbor::test::TempDir dir("server_tools");
+  static const std::string path = [] {
+    const std::string p = dir.path() + "/random_qwen3.gguf";
+    EXPECT_TRUE(::arbor::test::expect_shared_file("tokenizers/hf/qwen3/tokenizer_config.json"));
+    const ::arbor::test::CommandResult r = ::arbor::test::run_arbor(
+        "synth --shape custom --dim 64 --ffn 128 --layers 2 --heads 4 --kv-heads 2 --context 2048 "
+        "--type f32 --seed 11 --vocab " + ::arbor::test::shared_path("tokenizers/hf/qwen3") +
+        " -o " + p);
+    EXPECT_EQ(r.exit_code, 0) << r.output();
+    return p;
+  }();
+  return path;
 }
 
 }  // namespace arbor::server::testing

@@ -73,6 +73,11 @@ class ServerProcess {
   test::TempDir dir_{"srv_test"};  // port file and request bodies
 };
 
+// A random-weight model (arbor synth, dim 64, 2 layers, F32) over Qwen 3's vocabulary
+// (151,669 tokens) whose GGUF carries Qwen 3's chat template, which renders tools: made once
+// per test process from shared/tokenizers/hf/qwen3. Its served name is "random_qwen3".
+const std::string& random_qwen3_model();
+
 // "data: {...}" payloads of an SSE body, in order ("[DONE]" included as a string).
 std::vector<std::string> sse_payloads(const std::string& body);
 
