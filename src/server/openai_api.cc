@@ -78,6 +78,14 @@ std::optional<ApiError> read_common(const json& b, const ModelInfo& m, engine::G
     s.seed = static_cast<uint64_t>(seed);
   }
   ARBOR_API_TRY(read_logit_bias(b, m, &s));
+  // TGI's do_sample, which @huggingface/inference's textGeneration sends here: false is greedy
+  // unless temperature, top_p or top_k ask for sampling (TGI's rule); true is OpenAI's default.
+  bool do_sample = true;
+  ARBOR_API_TRY(read_bool(b, "do_sample", &do_sample));
+  const auto given = [&](const char* f) { return b.contains(f) && !b[f].is_null(); };
+  if (!do_sample && !given("temperature") && !given("top_p") && !given("top_k")) {
+    s.temperature = 0.0f;
+  }
   ARBOR_API_TRY(read_int32(b, "n", 1, m.max_n, &r->n));
   ARBOR_API_TRY(read_int32(b, "best_of", 1, m.max_n, &r->best_of));
   if (r->best_of != 0 && r->best_of < r->n) {

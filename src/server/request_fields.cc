@@ -16,7 +16,8 @@ constexpr std::string_view kShared[] = {
     "stop", "seed", "presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "stream",
     "stream_options", "top_k", "min_p", "repetition_penalty", "ignore_eos", "min_tokens",
     "priority", "speculation", "truncate_prompt_tokens", "response_format", "structured_outputs",
-    "guided_json", "guided_regex", "guided_choice", "guided_grammar", "grammar", "json_schema"};
+    "guided_json", "guided_regex", "guided_choice", "guided_grammar", "grammar", "json_schema",
+    "do_sample"};
 constexpr std::string_view kCompletionsOnly[] = {"prompt", "echo"};
 constexpr std::string_view kChatOnly[] = {"messages", "top_logprobs", "add_generation_prompt",
                                           "tools", "tool_choice", "parallel_tool_calls",

@@ -70,8 +70,10 @@ const std::vector<Field> kCompletionFields = {
     {"grammar", "root ::= \"a\""}, {"json_schema", {{"type", "string"}}},
 };
 
-// arbor's own extensions (not in the schemas above).
-const std::set<std::string> kArborExtensions = {"speculation", "model", "messages", "prompt"};
+// Fields arbor reads beyond the schemas: its own, the route basics, and TGI's do_sample, which
+// @huggingface/inference's textGeneration sends to /v1/completions (hf_inference.test.mjs).
+const std::set<std::string> kArborExtensions = {"speculation", "model", "messages", "prompt",
+                                                "do_sample"};
 
 void walk(const ServerProcess& server, const std::string& path, const json& base,
           const std::vector<Field>& fields, OpenAiRoute route) {

@@ -61,5 +61,20 @@ TEST(ServerJs, ToolCallingWithOpenAiAndLangChain) {
   EXPECT_EQ(server.terminate(), 0);
 }
 
+// Hugging Face's @huggingface/inference client (hf_inference.test.mjs): it sends the endpoint URL
+// as the model, hence --accept-any-model-name.
+TEST(ServerJs, HuggingFaceInferenceClient) {
+  const std::string js = std::string(ARBOR_SOURCE_DIR) + "/tests/server/js";
+  ASSERT_TRUE(std::filesystem::exists(js + "/node_modules/@huggingface/inference/package.json"))
+      << js << "/node_modules is absent: run scripts/install_js_deps.sh (or `make deps`)";
+  ServerProcess server({"--chat-template", "llama2", "--accept-any-model-name"});
+  ASSERT_TRUE(server.ok());
+  const test::CommandResult r =
+      test::run_shell("cd '" + js + "' && ARBOR_ROOT_URL='" + server.url("") +
+                      "' node --test --test-reporter=spec hf_inference.test.mjs 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_EQ(server.terminate(), 0);
+}
+
 }  // namespace
 }  // namespace arbor::server::testing
