@@ -1,4 +1,5 @@
 #include "server/openai_api.h"
+#include "server/prompt_logprobs_api.h"
 #include "server/request_fields.h"
 #include "server/structured_output_api.h"
 
@@ -83,6 +84,11 @@ std::optional<ApiError> read_common(const json& b, const ModelInfo& m, engine::G
     return invalid_param("best_of", str_cat("'best_of' is ", r->best_of, ", must be >= n (",
                                             r->n, ")"));
   }
+  if (r->max_tokens == 0 && (r->n > 1 || r->best_of > 1)) {
+    return invalid_param("max_tokens", str_cat("'max_tokens' is 0 with n = ", r->n, " and best_of = ",
+                                               r->best_of, ": a request that generates nothing "
+                                               "has one choice"));
+  }
   ARBOR_API_TRY(read_speculation(b, m, &r->speculation));
   // vLLM's field: lower values are served (and kept from preemption) first. Without the
   // priority policy it would change nothing, so anything but 0 is refused, as vLLM does.
@@ -114,7 +120,8 @@ std::optional<ApiError> read_max_tokens(const json& b, const ModelInfo& m, size_
   }
   const bool explicit_max = b.contains(name) && !b[name].is_null();
   r->max_tokens = 16;
-  ARBOR_API_TRY(read_int32(b, name, 1, m.context_length, &r->max_tokens));
+  // 0: score the prompt only (echo, prompt_logprobs), as lm-evaluation-harness asks.
+  ARBOR_API_TRY(read_int32(b, name, 0, m.context_length, &r->max_tokens));
   return check_lengths(m, num_prompt, explicit_max, name, &r->max_tokens);
 }
 
@@ -194,6 +201,10 @@ struct BuilderOptions {
   int32_t n = 1;
   int32_t num_prompts = 1;          // choices: num_prompts * n
   std::vector<std::string> echo;    // completions: per prompt, text put before its choices
+  // completions echo + logprobs: per prompt, its token ids (their logprobs lead the choice's)
+  std::vector<std::vector<int32_t>> echo_ids;
+  int32_t logprobs_n = 0;           // completions: alternatives per token
+  std::optional<int32_t> prompt_logprobs;  // vLLM's prompt_logprobs: alternatives per position
   std::string model;
   const tokenizer::Tokenizer* tokenizer = nullptr;
 };
@@ -219,6 +230,7 @@ class OpenAiBuilder : public ResponseBuilder {
   std::string on_event(const engine::StreamEvent& ev) override {
     if (ev.index < 0 || ev.index >= static_cast<int32_t>(choices_.size())) return "";
     Choice& c = choices_[static_cast<size_t>(ev.index)];
+    if (ev.prompt_logprobs != nullptr) c.prompt_logprobs = ev.prompt_logprobs;
     if (!o_.stream) {
       c.text += ev.text;
       c.logprobs.insert(c.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
@@ -231,14 +243,18 @@ class OpenAiBuilder : public ResponseBuilder {
                             nullptr));
     }
     std::string text = ev.text;
-    if (!o_.chat && !c.started) text = echo_of(ev.index) + text;
+    const bool first = !c.started;
+    if (!o_.chat && first) text = echo_of(ev.index) + text;
     c.started = true;
     if (text.empty() && ev.token_ids.empty() && !ev.finish_reason()) return out;
-    const json lp = o_.logprobs ? logprobs_json(c, ev.logprobs) : json(nullptr);
+    // The echo's chunk leads with the prompt's logprobs.
+    const json lp = o_.logprobs ? logprobs_json(c, ev.logprobs, first) : json(nullptr);
     const json reason = ev.finish_reason() ? json(finish_reason_string(ev.finish_reason())) : json();
     json delta = o_.chat ? json{{"content", text}} : json(text);
     if (o_.chat && text.empty() && ev.finish_reason()) delta = json::object();
-    return out + sse_data(chunk(ev.index, delta, lp, reason));
+    json j = chunk(ev.index, delta, lp, reason);
+    if (first && o_.prompt_logprobs) add_prompt_logprobs(j, c);
+    return out + sse_data(j);
   }
 
   std::string on_final(const engine::StreamEvent& ev) override {
@@ -263,9 +279,10 @@ class OpenAiBuilder : public ResponseBuilder {
       } else {
         choice["text"] = c.text;
       }
-      choice["logprobs"] = o_.logprobs ? logprobs_json(c, c.logprobs) : json(nullptr);
+      choice["logprobs"] = o_.logprobs ? logprobs_json(c, c.logprobs, true) : json(nullptr);
       j["choices"].push_back(std::move(choice));
     }
+    if (o_.prompt_logprobs && !choices_.empty()) add_prompt_logprobs(j, choices_[0]);
     j["usage"] = usage;
     return dump_json(j);
   }
@@ -284,6 +301,7 @@ class OpenAiBuilder : public ResponseBuilder {
     std::string text;
     std::vector<engine::TokenLogprobs> logprobs;
     std::optional<sched::FinishReason> finish;
+    std::shared_ptr<const engine::PromptLogprobs> prompt_logprobs;
     bool started = false;
     size_t text_offset = 0;  // completions logprobs: offset of the next token's text
     size_t echo_size = 0;
@@ -322,7 +340,29 @@ class OpenAiBuilder : public ResponseBuilder {
 
   std::string piece(int32_t id) const { return o_.tokenizer->token_to_piece(id); }
 
-  json logprobs_json(Choice& c, const std::vector<engine::TokenLogprobs>& lps) const {
+  // vLLM's prompt_logprobs: per completions choice (the choice's own prompt), top level for chat
+  // (one prompt). `j` is a body or a chunk whose choices hold c's (the first for chat).
+  void add_prompt_logprobs(json& j, const Choice& c) const {
+    if (o_.chat) {
+      j["prompt_logprobs"] = c.prompt_logprobs == nullptr
+                                 ? json(nullptr)
+                                 : vllm_prompt_logprobs_json(*c.prompt_logprobs, *o_.prompt_logprobs,
+                                                             *o_.tokenizer);
+      return;
+    }
+    for (json& choice : j["choices"]) {
+      const Choice& ci = choices_[choice["index"].get<size_t>()];
+      choice["prompt_logprobs"] =
+          ci.prompt_logprobs == nullptr
+              ? json(nullptr)
+              : vllm_prompt_logprobs_json(*ci.prompt_logprobs, *o_.prompt_logprobs, *o_.tokenizer);
+    }
+  }
+
+  // `with_prompt`: completions with echo begin with the prompt's tokens (the first chunk of a
+  // stream, or the whole body).
+  json logprobs_json(Choice& c, const std::vector<engine::TokenLogprobs>& lps,
+                     bool with_prompt) const {
     if (o_.chat) {
       json content = json::array();
       for (const auto& t : lps) {
@@ -337,11 +377,18 @@ class OpenAiBuilder : public ResponseBuilder {
     json j{{"tokens", json::array()}, {"token_logprobs", json::array()},
            {"top_logprobs", json::array()}, {"text_offset", json::array()}};
     if (c.text_offset == 0) c.text_offset = c.echo_size;
+    const size_t p = static_cast<size_t>(&c - choices_.data()) / static_cast<size_t>(o_.n);
+    if (with_prompt && p < o_.echo_ids.size() && c.prompt_logprobs != nullptr) {
+      append_echo_logprobs(j, o_.echo_ids[p], *c.prompt_logprobs, o_.logprobs_n, *o_.tokenizer,
+                           o_.echo[p]);
+    }
     for (const auto& t : lps) {
       j["tokens"].push_back(piece(t.token_id));
       j["token_logprobs"].push_back(t.logprob);
       json top = json::object();
       for (const auto& a : t.top) top[piece(a.token_id)] = a.logprob;
+      // OpenAI always lists the chosen token too (unless a more likely one has its text).
+      if (!top.contains(piece(t.token_id))) top[piece(t.token_id)] = t.logprob;
       j["top_logprobs"].push_back(std::move(top));
       j["text_offset"].push_back(c.text_offset);
       c.text_offset += piece(t.token_id).size();
@@ -395,9 +442,15 @@ std::optional<ApiError> prepare_completion(const json& body, const ModelInfo& mo
   }
   bool echo = false;
   ARBOR_API_TRY(read_bool(body, "echo", &echo));
+  ARBOR_API_TRY(read_prompt_logprobs(body, &o.prompt_logprobs));
+  o.logprobs_n = std::max(logprobs, 0);
+  // Echo with logprobs scores the prompt too: as many alternatives as either asks.
+  std::optional<int32_t> scored = o.prompt_logprobs;
   if (echo && o.logprobs) {
-    return invalid_param("echo", "'echo' together with 'logprobs' (prompt logprobs) is not supported");
+    scored = std::max(scored.value_or(0), logprobs);
+    o.echo_ids = prompts;
   }
+  r.sampling.prompt_logprobs = scored;
   for (const auto& ids : prompts) o.echo.push_back(echo ? model.tokenizer->decode(ids) : "");
   ARBOR_API_TRY(read_stream(body, &o.stream, &o.include_usage));
   const Status valid = r.sampling.validate(model.vocab_size);
@@ -568,6 +621,8 @@ std::optional<ApiError> prepare_chat(const json& body, const ModelInfo& model,
     return invalid_param("top_logprobs", "'top_logprobs' needs 'logprobs' set to true");
   }
   if (o.logprobs) r.sampling.logprobs = top;
+  ARBOR_API_TRY(read_prompt_logprobs(body, &o.prompt_logprobs));
+  r.sampling.prompt_logprobs = o.prompt_logprobs;
   ARBOR_API_TRY(read_stream(body, &o.stream, &o.include_usage));
   const Status valid = r.sampling.validate(model.vocab_size);
   if (!valid.ok()) return error_from_status(valid);
