@@ -93,7 +93,8 @@ step::PromptLogprobsResult FakeExecutor::score_prompt(const step::ScheduledReque
     const int32_t token = st.token_ids[static_cast<size_t>(p)];
     sampling::PromptLogprob e{.token_id = token,
                               .logprob = fake_sampled(token).logprob,
-                              .rank = 1 + token % 7};
+                              .rank = 1 + token % 7,
+                              .top = {}};
     const int32_t greedy = fake_greedy_token(before, options_);
     for (int32_t j = 0; j < st.sampling.prompt_logprobs.value_or(0); ++j) {
       e.top.push_back(sampling::TokenLogprob{

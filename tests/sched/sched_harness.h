@@ -47,12 +47,13 @@ class FakeModel {
       toks.insert(toks.end(), s.new_token_ids.begin(), s.new_token_ids.end());
       if (s.num_prompt_logprobs() > 0) {
         // Position p's "logprob" is -p and its rank the token: a test sees which positions came.
-        step::PromptLogprobsResult p{.request_id = s.request_id,
-                                     .first_position = s.prompt_logprobs_begin};
+        step::PromptLogprobsResult p{
+            .request_id = s.request_id, .first_position = s.prompt_logprobs_begin, .entries = {}};
         for (int64_t q = s.prompt_logprobs_begin; q < s.prompt_logprobs_end; ++q) {
           p.entries.push_back(sampling::PromptLogprob{.token_id = toks[static_cast<size_t>(q)],
                                                       .logprob = -static_cast<float>(q),
-                                                      .rank = 1});
+                                                      .rank = 1,
+                                                      .top = {}});
         }
         r.prompt_logprobs.push_back(std::move(p));
       }
