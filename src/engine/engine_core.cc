@@ -222,6 +222,7 @@ Result<std::shared_ptr<RequestStream>> EngineCore::submit(GenerateRequest reques
   group.n = request.n;
   group.best_of = request.best_of == 0 ? request.n : request.best_of;
   group.logprobs = request.sampling.logprobs.has_value();
+  group.prompt_logprobs = request.sampling.prompt_logprobs.has_value();
   group.stop = std::move(request.stop);
   group.num_prompt_tokens = num_prompt_tokens;
   const size_t tail = std::min(spec.prompt_token_ids.size(), SampleText::kPrimeTokens);

@@ -43,7 +43,8 @@ struct GenerateRequest {
   std::string request_id;                // unique among live requests; "" = "req-<n>"
   std::vector<int32_t> prompt_token_ids; // non-empty
   sampling::SamplingParams sampling{};
-  int32_t max_tokens = 16;               // generated tokens per sample, >= 1
+  int32_t max_tokens = 16;               // generated tokens per sample, >= 0 (0: n = 1, the
+                                         // prompt is only scored; finishes with kMaxTokens)
   bool ignore_eos = false;
   std::vector<int32_t> stop_token_ids;   // end the sample (the id is in token_ids, not text)
   // End the sample before the first occurrence in its text, matched across token boundaries;

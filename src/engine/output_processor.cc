@@ -67,10 +67,12 @@ std::optional<sched::StopReason> OutputProcessor::process(const sched::RequestOu
   }
   g.num_draft_tokens += o.num_draft_tokens;
   g.num_accepted_draft_tokens += o.num_accepted_tokens;
+  add_prompt_logprobs(g, o);
   if (o.new_tokens.empty() && !o.stop_reason) return std::nullopt;
   Sample& s = g.samples[static_cast<size_t>(o.sample_index)];
   StreamEvent ev;
   ev.index = o.sample_index;
+  attach_prompt_logprobs(g, s, ev);
   // As vLLM: the text of the token that ends the sample (EOS, a stop id) is not output.
   const bool last_is_stop_token =
       o.stop_reason && (o.stop_reason->kind == sched::StopKind::kEos ||
@@ -97,6 +99,27 @@ std::optional<sched::StopReason> OutputProcessor::process(const sched::RequestOu
   }
   if (g.num_finished == static_cast<int32_t>(g.samples.size())) finish_group(gid, ok_status());
   return to_scheduler;
+}
+
+// The scheduler sends each position once, in order (a fork parent's, then nothing from its
+// children); CHECKed, since a gap would shift every later position.
+void OutputProcessor::add_prompt_logprobs(Group& g, const sched::RequestOutput& o) {
+  if (o.prompt_logprobs.empty()) return;
+  ARBOR_CHECK_EQ(o.first_prompt_logprob, static_cast<int64_t>(g.prompt_logprobs.size()) + 1)
+      << "prompt logprobs of request " << o.request_id << " out of order";
+  g.prompt_logprobs.insert(g.prompt_logprobs.end(), o.prompt_logprobs.begin(),
+                           o.prompt_logprobs.end());
+}
+
+void OutputProcessor::attach_prompt_logprobs(Group& g, Sample& s, StreamEvent& ev) {
+  if (!g.spec.prompt_logprobs || s.sent_prompt_logprobs) return;
+  s.sent_prompt_logprobs = true;
+  if (g.prompt_logprobs_done == nullptr) {
+    ARBOR_CHECK_EQ(static_cast<int64_t>(g.prompt_logprobs.size()), g.spec.num_prompt_tokens - 1)
+        << "request " << g.spec.id << " emits before its prompt is scored";
+    g.prompt_logprobs_done = std::make_shared<const PromptLogprobs>(std::move(g.prompt_logprobs));
+  }
+  ev.prompt_logprobs = g.prompt_logprobs_done;
 }
 
 void OutputProcessor::add_token(Group& g, Sample& s, const sched::SampledToken& t, bool text,
@@ -148,6 +171,7 @@ void OutputProcessor::buffer(Sample& s, StreamEvent ev) {
   s.token_ids.insert(s.token_ids.end(), ev.token_ids.begin(), ev.token_ids.end());
   s.full_text += ev.text;
   for (TokenLogprobs& lp : ev.logprobs) s.logprobs.push_back(std::move(lp));
+  if (ev.prompt_logprobs != nullptr) s.prompt_logprobs = std::move(ev.prompt_logprobs);
 }
 
 // Sends the best_of > n selection (if any) and the final event, then forgets the group.
@@ -179,6 +203,7 @@ void OutputProcessor::finish_group(sched::RequestId id, Status error) {
       ev.text = std::move(s.full_text);
       ev.logprobs = std::move(s.logprobs);
       ev.cumulative_logprob = s.cumulative_logprob;
+      ev.prompt_logprobs = std::move(s.prompt_logprobs);
       ev.stop_reason = s.stop;
       g.spec.stream->push(std::move(ev));
     }

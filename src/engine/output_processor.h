@@ -46,6 +46,7 @@ struct OutputGroupSpec {
   int32_t n = 1;
   int32_t best_of = 1;                    // >= n
   bool logprobs = false;                  // events carry per-token logprobs
+  bool prompt_logprobs = false;           // first events carry the prompt logprobs
   std::vector<std::string> stop;          // stop strings
   std::vector<int32_t> prompt_tail;       // the last <= SampleText::kPrimeTokens prompt tokens
   int64_t num_prompt_tokens = 0;
@@ -84,9 +85,11 @@ class OutputProcessor {
     std::vector<int32_t> token_ids;        // kept only when buffered (best_of > n)
     std::string full_text;                 // kept only when buffered
     std::vector<TokenLogprobs> logprobs;   // kept only when buffered and asked for
+    std::shared_ptr<const PromptLogprobs> prompt_logprobs;  // kept only when buffered
     double cumulative_logprob = 0.0;
     double last_token_time = 0.0;
     std::optional<sched::StopReason> stop;
+    bool sent_prompt_logprobs = false;
   };
   struct Group {
     OutputGroupSpec spec;
@@ -98,7 +101,11 @@ class OutputProcessor {
     int64_t num_accepted_draft_tokens = 0;
     int32_t num_finished = 0;
     std::vector<Sample> samples;           // [best_of]
+    PromptLogprobs prompt_logprobs;        // positions 1 .. scored so far
+    std::shared_ptr<const PromptLogprobs> prompt_logprobs_done;  // all of them, once complete
   };
+  void add_prompt_logprobs(Group& g, const sched::RequestOutput& o);
+  void attach_prompt_logprobs(Group& g, Sample& s, StreamEvent& ev);
 
   void add_token(Group& g, Sample& s, const sched::SampledToken& t, bool text, double now,
                  StreamEvent& ev, std::optional<sched::StopReason>& stop_string);

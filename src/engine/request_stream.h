@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -23,6 +24,9 @@ struct TokenLogprobs {
   std::vector<sampling::TokenLogprob> top;
 };
 
+// A request's prompt logprobs: entry i scores prompt position i + 1 (position 0 has none).
+using PromptLogprobs = std::vector<sampling::PromptLogprob>;
+
 struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;  // over all best_of samples
@@ -37,6 +41,9 @@ struct StreamEvent {
   std::string text;                      // new text, valid UTF-8
   std::vector<TokenLogprobs> logprobs;   // parallel to token_ids when sampling.logprobs is set
   double cumulative_logprob = 0.0;       // of the sample so far (when logprobs are computed)
+  // Set (sampling.prompt_logprobs asked) on each sample's first event, which comes after the
+  // whole prompt has been scored: num_prompt_tokens - 1 entries. Shared by the samples.
+  std::shared_ptr<const PromptLogprobs> prompt_logprobs;
   std::optional<sched::StopReason> stop_reason;  // the sample ended with this event, for this
                                                  // reason (decided once; see sched::StopReason)
   bool final = false;                    // the request's last event: usage set, nothing follows

@@ -228,11 +228,13 @@ Result<std::vector<double>> CpuModelExecutor::measure_step_costs(
 }
 
 // Appends every scheduled request to the batch; rows[i] = the first logits row of request i
-// (-1 when it does not sample).
+// (-1 when it does not sample), prompt_rows[i] = its first prompt logprobs row (-1: none).
 Status CpuModelExecutor::build_batch(const step::SchedulerOutput& output,
-                                     std::vector<int32_t>& rows) {
+                                     std::vector<int32_t>& rows,
+                                     std::vector<int32_t>& prompt_rows) {
   builder_.clear();
   rows.assign(output.requests.size(), -1);
+  prompt_rows.assign(output.requests.size(), -1);
   for (size_t i = 0; i < output.requests.size(); ++i) {
     const step::ScheduledRequest& s = output.requests[i];
     const RequestState& st = states_.at(s.request_id);
@@ -265,10 +267,58 @@ Status CpuModelExecutor::build_batch(const step::SchedulerOutput& output,
     in.logits = !s.sample ? model::LogitsMode::kNone
                 : k > 0   ? model::LogitsMode::kAll
                           : model::LogitsMode::kLast;
+    int32_t prompt_row = -1;  // the prompt logprob rows' offset among the sequence's logits rows
+    if (s.num_prompt_logprobs() > 0) {
+      ARBOR_RETURN_IF_ERROR(prompt_logprobs_rows(s, st, num_committed_run, in));
+      prompt_row = 0;
+    }
     const int32_t row = builder_.add(in);
-    if (s.sample) rows[i] = row;
+    if (s.sample) rows[i] = row + (in.logits == model::LogitsMode::kRange
+                                       ? in.logits_end - 1 - in.logits_begin - k
+                                       : 0);
+    if (prompt_row >= 0) prompt_rows[i] = row;
   }
   return ok_status();
+}
+
+// Rows for prompt logprobs: position p is scored by the row of position p - 1, so the range
+// [begin, end) needs the sequence's rows [begin - 1 - c, end - 1 - c); with sampling, the rows up
+// to the last one too (the sampling row follows the prompt rows; rows between them, which only a
+// recompute past the prompt could leave, are computed and ignored). Only these requests pay
+// for LM-head rows beyond their sampling row.
+Status CpuModelExecutor::prompt_logprobs_rows(const step::ScheduledRequest& s,
+                                              const RequestState& st, int32_t num_committed_run,
+                                              model::SequenceInput& in) const {
+  const int64_t c = s.num_computed_tokens;
+  if (s.prompt_logprobs_begin < c + 1 || s.prompt_logprobs_end > c + num_committed_run + 1 ||
+      s.prompt_logprobs_end > st.num_prompt_tokens || !st.sampling.prompt_logprobs ||
+      s.num_draft_tokens() > 0) {
+    return internal_error("request ", s.request_id, " asks prompt logprobs for positions [",
+                          s.prompt_logprobs_begin, ", ", s.prompt_logprobs_end, ") from rows [",
+                          c, ", ", c + num_committed_run, ") of a ", st.num_prompt_tokens,
+                          "-token prompt", st.sampling.prompt_logprobs ? "" : " (not asked for)");
+  }
+  in.logits = model::LogitsMode::kRange;
+  in.logits_begin = static_cast<int32_t>(s.prompt_logprobs_begin - 1 - c);
+  in.logits_end = s.sample ? num_committed_run : static_cast<int32_t>(s.prompt_logprobs_end - 1 - c);
+  return ok_status();
+}
+
+// Scores the prompt positions of `s` from its rows (raw logits, before any grammar mask).
+step::PromptLogprobsResult CpuModelExecutor::score_prompt(const step::ScheduledRequest& s,
+                                                          const float* rows) {
+  const RequestState& st = states_.at(s.request_id);
+  const auto vocab = static_cast<size_t>(vocab_size());
+  step::PromptLogprobsResult r;
+  r.request_id = s.request_id;
+  r.first_position = s.prompt_logprobs_begin;
+  for (int64_t p = s.prompt_logprobs_begin; p < s.prompt_logprobs_end; ++p) {
+    const auto row = static_cast<size_t>(p - s.prompt_logprobs_begin);
+    r.entries.push_back(sampler_.score_prompt(std::span<const float>(rows + row * vocab, vocab),
+                                              st.token_ids[static_cast<size_t>(p)],
+                                              *st.sampling.prompt_logprobs));
+  }
+  return r;
 }
 
 // The model rule (accept with min(1, p/q), recover from the residual) needs the draft model's q
@@ -629,11 +679,17 @@ Result<step::StepResult> CpuModelExecutor::execute(const step::SchedulerOutput& 
   }
   step::StepResult result;
   if (output.requests.empty()) return result;
-  std::vector<int32_t> rows;
-  ARBOR_RETURN_IF_ERROR(build_batch(output, rows));
+  std::vector<int32_t> rows, prompt_rows;
+  ARBOR_RETURN_IF_ERROR(build_batch(output, rows, prompt_rows));
   const int32_t vocab = vocab_size();
   logits_.resize(static_cast<size_t>(builder_.num_logits()) * vocab);
   ARBOR_RETURN_IF_ERROR(runner_->forward(builder_.batch(), logits_.data()));
+  // Prompt logprobs first: sampling masks its rows in place (grammar, min_tokens).
+  for (size_t i = 0; i < output.requests.size(); ++i) {
+    if (prompt_rows[i] < 0) continue;
+    result.prompt_logprobs.push_back(score_prompt(
+        output.requests[i], logits_.data() + static_cast<size_t>(prompt_rows[i]) * vocab));
+  }
   for (size_t i = 0; i < output.requests.size(); ++i) {
     if (rows[i] < 0) continue;
     const step::ScheduledRequest& s = output.requests[i];

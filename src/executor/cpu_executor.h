@@ -2,7 +2,8 @@
 //
 // Builds one ForwardBatch per step from the SchedulerOutput (BatchBuilder: per request its block
 // table, num_computed_tokens as committed tokens, the scheduled committed tokens and drafts,
-// logits of the last 1 + k rows when it samples), runs the forward on the runner's thread pool
+// logits of the last 1 + k rows when it samples, and of the rows that score prompt positions
+// when it asks for prompt logprobs), runs the forward on the runner's thread pool
 // and samples or verifies each sampling request (verify_drafts). Thread-safety: engine thread
 // only.
 #pragma once
@@ -73,7 +74,11 @@ class CpuModelExecutor : public step::ModelExecutor {
   Status check_max_model_len(int64_t max_model_len) const override;
 
  private:
-  Status build_batch(const step::SchedulerOutput& output, std::vector<int32_t>& rows);
+  Status build_batch(const step::SchedulerOutput& output, std::vector<int32_t>& rows,
+                     std::vector<int32_t>& prompt_rows);
+  Status prompt_logprobs_rows(const step::ScheduledRequest& s, const RequestState& st,
+                              int32_t num_committed_run, model::SequenceInput& in) const;
+  step::PromptLogprobsResult score_prompt(const step::ScheduledRequest& s, const float* rows);
   // Masks the request's logits rows with its grammar (if it has one) and verifies its drafts.
   step::RequestResult sample_request(const step::ScheduledRequest& s, float* logits);
   void mask_min_tokens(const step::ScheduledRequest& s, const RequestState& st, float* logits);

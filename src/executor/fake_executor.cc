@@ -79,6 +79,34 @@ step::RequestResult FakeExecutor::run(const step::ScheduledRequest& s, RequestSt
   return r;
 }
 
+// The fake's score of the prompt token at position p: logprob as fake_sampled's, rank
+// 1 + token % 7, and num_top alternatives: the fake greedy token after tokens < p, then the ids
+// after it (logprobs -0.05, -0.1, ...).
+step::PromptLogprobsResult FakeExecutor::score_prompt(const step::ScheduledRequest& s,
+                                                      const RequestState& st) const {
+  step::PromptLogprobsResult r;
+  r.request_id = s.request_id;
+  r.first_position = s.prompt_logprobs_begin;
+  for (int64_t p = s.prompt_logprobs_begin; p < s.prompt_logprobs_end; ++p) {
+    const std::span<const int32_t> before = std::span<const int32_t>(st.token_ids).first(
+        static_cast<size_t>(p));
+    const int32_t token = st.token_ids[static_cast<size_t>(p)];
+    sampling::PromptLogprob e{.token_id = token,
+                              .logprob = fake_sampled(token).logprob,
+                              .rank = 1 + token % 7,
+                              .top = {}};
+    const int32_t greedy = fake_greedy_token(before, options_);
+    for (int32_t j = 0; j < st.sampling.prompt_logprobs.value_or(0); ++j) {
+      e.top.push_back(sampling::TokenLogprob{
+          .token_id = options_.min_token_id +
+                      (greedy - options_.min_token_id + j) % (options_.vocab_size - options_.min_token_id),
+          .logprob = -0.05f * static_cast<float>(j + 1)});
+    }
+    r.entries.push_back(std::move(e));
+  }
+  return r;
+}
+
 Result<std::vector<double>> FakeExecutor::measure_step_costs(std::span<const int32_t> num_tokens) {
   std::vector<double> costs;
   for (int32_t n : num_tokens) costs.push_back(options_.step_base_s + options_.step_token_s * n);
@@ -93,6 +121,9 @@ Result<step::StepResult> FakeExecutor::execute(const step::SchedulerOutput& outp
   }
   step::StepResult result;
   for (const step::ScheduledRequest& s : output.requests) {
+    if (s.num_prompt_logprobs() > 0) {
+      result.prompt_logprobs.push_back(score_prompt(s, states_.at(s.request_id)));
+    }
     if (s.sample) result.requests.push_back(run(s, states_.at(s.request_id)));
   }
   return result;

@@ -5,7 +5,9 @@
 // the draw of Rng::at(seed, position, kSample), so seeded requests are reproducible and unseeded
 // ones vary. The logprob of a token is -((token % 13) + 1) / 10. Tokens are in
 // [min_token_id, vocab_size), so BOS/EOS (low ids) never appear unless a test lowers
-// min_token_id. No KV is touched.
+// min_token_id. No KV is touched. Prompt logprobs: the prompt token at position p gets the same
+// logprob formula, rank 1 + token % 7, and as alternatives the fake greedy token after tokens < p
+// and the ids after it (fake_executor.cc), for exactly the positions the scheduler asks.
 //
 // Speculation: drafts are verified by sample-and-compare (the executor's rule for one-hot
 // drafts: token i is what a plain step at that position would produce; continue while it equals
@@ -60,6 +62,8 @@ class FakeExecutor : public step::ModelExecutor {
  private:
   int32_t next_token(const RequestState& st, std::span<const int32_t> tokens) const;
   step::RequestResult run(const step::ScheduledRequest& s, RequestState& st) const;
+  step::PromptLogprobsResult score_prompt(const step::ScheduledRequest& s,
+                                          const RequestState& st) const;
 
   FakeExecutorOptions options_;
   RequestStates states_;

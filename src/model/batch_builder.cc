@@ -38,12 +38,16 @@ int32_t BatchBuilder::add(const SequenceInput& seq) {
   ARBOR_CHECK(seq.positions.empty() || (int32_t)seq.positions.size() == n);
   const int32_t row0 = (int32_t)tokens_.size();
   const int32_t first_logit = (int32_t)logits_indices_.size();
+  ARBOR_CHECK(seq.logits != LogitsMode::kRange ||
+              (0 <= seq.logits_begin && seq.logits_begin <= seq.logits_end && seq.logits_end <= n))
+      << "logits rows [" << seq.logits_begin << ", " << seq.logits_end << ") of " << n;
   for (int32_t i = 0; i < n; ++i) {
     const int32_t k = seq.num_committed + i;
     tokens_.push_back(seq.tokens[i]);
     positions_.push_back(seq.positions.empty() ? k : seq.positions[i]);
     slot_mapping_.push_back(seq.block_table[k / block_size_] * block_size_ + k % block_size_);
-    if (seq.logits == LogitsMode::kAll || (seq.logits == LogitsMode::kLast && i == n - 1)) {
+    if (seq.logits == LogitsMode::kAll || (seq.logits == LogitsMode::kLast && i == n - 1) ||
+        (seq.logits == LogitsMode::kRange && i >= seq.logits_begin && i < seq.logits_end)) {
       logits_indices_.push_back(row0 + i);
     }
   }

@@ -13,7 +13,9 @@
 
 namespace arbor::model {
 
-enum class LogitsMode { kNone, kLast, kAll };
+// Which of a sequence's rows get logits: none, the last, all, or rows [logits_begin, logits_end)
+// (kRange: prompt logprobs score a run of prompt rows, possibly followed by the sampling row).
+enum class LogitsMode { kNone, kLast, kAll, kRange };
 
 struct SequenceInput {
   // Block ids of the sequence, covering num_committed + tokens.size() tokens. [num_blocks]
@@ -25,6 +27,8 @@ struct SequenceInput {
   // [n * n] row-major, nonzero = new token i sees new token j; empty = causal.
   std::span<const uint8_t> mask;
   LogitsMode logits = LogitsMode::kLast;  // which of this sequence's rows get logits
+  int32_t logits_begin = 0;  // kRange: 0 <= logits_begin <= logits_end <= n (CHECKed)
+  int32_t logits_end = 0;
 };
 
 class BatchBuilder {

@@ -310,6 +310,21 @@ SampleResult Sampler::score(std::span<const float> logits, int32_t token_id,
   return result;
 }
 
+PromptLogprob Sampler::score_prompt(std::span<const float> logits, int32_t token_id,
+                                   int32_t num_top) {
+  ARBOR_CHECK(token_id >= 0 && static_cast<size_t>(token_id) < logits.size())
+      << "token id " << token_id << " outside vocabulary of " << logits.size();
+  SampleResult scored;
+  scored.token_id = token_id;
+  compute_logprobs(logits, num_top, scored);
+  const float x = logits[static_cast<size_t>(token_id)];
+  const auto rank = std::count_if(logits.begin(), logits.end(), [x](float y) { return y >= x; });
+  return PromptLogprob{.token_id = token_id,
+                       .logprob = scored.logprob,
+                       .rank = static_cast<int32_t>(rank),
+                       .top = std::move(scored.top_logprobs)};
+}
+
 int32_t inverse_cdf(std::span<const Candidate> dist, double u) {
   auto by_id = [](const Candidate& a, const Candidate& b) { return a.token_id < b.token_id; };
   std::vector<Candidate> sorted_copy;

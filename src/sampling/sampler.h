@@ -43,6 +43,16 @@ struct SampleResult {
   std::vector<TokenLogprob> top_logprobs;
 };
 
+// One prompt token's score (SamplingParams::prompt_logprobs).
+struct PromptLogprob {
+  int32_t token_id = 0;   // the prompt token scored
+  float logprob = 0.0f;   // log_softmax(raw logits)[token_id]
+  // vLLM's rank: how many tokens have a logit >= the token's (1 = the most likely; ties with
+  // other tokens count against it). In [1, vocab_size].
+  int32_t rank = 1;
+  std::vector<TokenLogprob> top;  // [n] the n most likely, as SampleResult::top_logprobs
+};
+
 // One token of a sparse distribution (the kept tokens of a row, a residual). Double so that the
 // arithmetic of rejection sampling on top of it is exact to ~1e-15, not to float rounding.
 struct Candidate {
@@ -80,6 +90,12 @@ class Sampler {
   // (CHECKed). O(vocab) when logprobs are asked, O(1) otherwise.
   SampleResult score(std::span<const float> logits, int32_t token_id,
                      const SamplingParams& params);
+
+  // A prompt token's score from the raw logits row [vocab_size] that predicts it: logprob and
+  // top (num_top >= 0) exactly as score() computes them (same arithmetic, so a token scored
+  // here and the same token sampled from the same row get the same float), plus its rank.
+  // token_id in range (CHECKed). O(vocab).
+  PromptLogprob score_prompt(std::span<const float> logits, int32_t token_id, int32_t num_top);
 
   // Step 1-3: logit_bias, repetition, presence and frequency penalties, in place.
   // logits: [vocab_size].

@@ -63,6 +63,10 @@ Status SamplingParams::validate(int64_t vocab_size) const {
   if (logprobs && (*logprobs < 0 || *logprobs > kMaxLogprobs)) {
     return invalid_argument("logprobs is ", *logprobs, ", must be in [0, ", kMaxLogprobs, "]");
   }
+  if (prompt_logprobs && (*prompt_logprobs < 0 || *prompt_logprobs > kMaxLogprobs)) {
+    return invalid_argument("prompt_logprobs is ", *prompt_logprobs, ", must be in [0, ",
+                            kMaxLogprobs, "]");
+  }
   return ok_status();
 }
 

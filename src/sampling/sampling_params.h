@@ -55,6 +55,12 @@ struct SamplingParams {
   // nullopt: no logprobs computed. n >= 0: the sampled token's logprob plus the n most likely
   // alternatives.
   std::optional<int32_t> logprobs;
+  // Prompt logprobs (vLLM's prompt_logprobs). nullopt: none. n in [0, kMaxLogprobs]: for every
+  // prompt position p >= 1, the logprob of prompt token p given tokens < p, its rank and the n
+  // most likely alternatives, all from log_softmax of the model's *raw* logits (no logit_bias,
+  // penalties, temperature, grammar or min_tokens mask: what the model says of the prompt, as
+  // vLLM's default "raw logprobs"). Position 0 has none (nothing precedes it).
+  std::optional<int32_t> prompt_logprobs;
   // Structured output: only tokens the grammar allows are sampled (their logits pass, every
   // other one becomes -inf before step 1), with and without speculation. nullopt = free text.
   // validate() does not compile it; the server does (a 400 names the problem).

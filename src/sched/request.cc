@@ -103,11 +103,15 @@ Status validate_request_spec(const RequestSpec& spec, int32_t vocab_size) {
       return invalid_argument("prompt token ", i, " is ", id, ", vocabulary size is ", vocab_size);
     }
   }
-  if (spec.stop.max_tokens < 1) {
-    return invalid_argument("max_tokens is ", spec.stop.max_tokens, ", must be >= 1");
+  if (spec.stop.max_tokens < 0) {
+    return invalid_argument("max_tokens is ", spec.stop.max_tokens, ", must be >= 0");
   }
   if (spec.n < 1) return invalid_argument("n is ", spec.n, ", must be >= 1");
   const int32_t best_of = spec.best_of == 0 ? spec.n : spec.best_of;
+  if (spec.stop.max_tokens == 0 && best_of > 1) {
+    return invalid_argument("max_tokens is 0 with n = ", spec.n, " and best_of = ", best_of,
+                            ": a request that generates nothing has one sample");
+  }
   if (best_of < spec.n || best_of > 1024) {
     return invalid_argument("best_of is ", best_of, ", must be in [n = ", spec.n, ", 1024]");
   }

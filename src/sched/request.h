@@ -75,7 +75,9 @@ struct StopReason {
 
 // Stop conditions that need no text (the engine's OutputProcessor handles stop strings).
 struct StopConditions {
-  int32_t max_tokens = 16;             // generated tokens, >= 1
+  // Generated tokens, >= 0. 0: the prompt is computed (prompt logprobs, echo) and the request
+  // ends with kMaxTokens without sampling anything; n and best_of must then be 1.
+  int32_t max_tokens = 16;
   bool ignore_eos = false;             // true: EOS ids do not stop
   std::vector<int32_t> eos_token_ids;  // end-of-generation ids (engine/stop_rules.h)
   std::vector<int32_t> stop_token_ids; // always stop (even with ignore_eos)
@@ -155,6 +157,10 @@ struct Request {
   // has been sent token_ids[0, num_tokens_sent).
   bool known_to_executor = false;
   int64_t num_tokens_sent = 0;
+  // Prompt logprobs (sampling.prompt_logprobs set): the first prompt position not yet scored
+  // (1 at first, num_prompt when every position is). Never goes back: a recompute after
+  // preemption scores only the positions from here on, and prefix-cache hits stop before it.
+  int64_t next_prompt_logprob = 1;
   std::optional<StopReason> stop_reason;
 
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
@@ -175,7 +181,8 @@ struct Request {
   void append_output(int32_t token_id);
 };
 
-// Checks a spec (non-empty prompt, ids in [0, vocab), max_tokens >= 1, n/best_of, id range,
+// Checks a spec (non-empty prompt, ids in [0, vocab), max_tokens >= 0 (0 only with n = best_of
+// = 1), n/best_of, id range,
 // sampling params). The message names the field and the numbers.
 Status validate_request_spec(const RequestSpec& spec, int32_t vocab_size);
 

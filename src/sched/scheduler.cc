@@ -33,6 +33,7 @@ std::unique_ptr<Request> make_child(const Request& parent, int32_t index) {
   c->sample_index = index;
   c->token_ids = parent.token_ids;
   c->num_prompt = parent.num_prompt;
+  c->next_prompt_logprob = parent.next_prompt_logprob;
   c->sampling = parent.sampling;
   // best_of > n ranks samples by cumulative logprob, so every sample needs its logprob.
   if (parent.best_of > parent.n && !c->sampling.logprobs) c->sampling.logprobs = 0;

@@ -110,6 +110,11 @@ struct RequestOutput {
   RequestId parent_id = 0;        // the user request a fork child belongs to; 0 otherwise
   int32_t sample_index = 0;
   std::vector<SampledToken> new_tokens;  // committed this step, up to and including a stop
+  // Prompt logprobs scored this step: prompt_logprobs[i] is position first_prompt_logprob + i.
+  // Over the life of a request they arrive in order, each position 1 .. num_prompt - 1 once,
+  // all of them before (or with) the output that carries its first token or its stop.
+  int64_t first_prompt_logprob = 0;
+  std::vector<sampling::PromptLogprob> prompt_logprobs;
   std::optional<StopReason> stop_reason;  // the sample ended (set once, here or by finish_request)
   int32_t num_draft_tokens = 0;           // drafts verified this step
   int32_t num_accepted_tokens = 0;        // ... of which accepted (and emitted, unless stopped)
@@ -197,6 +202,7 @@ class Scheduler {
   std::optional<size_t> num_victims_needed(const Request& req, const kv::ComputedBlocks& hit,
                                            int64_t num_new) const;
   void admit(Request& req, const kv::ComputedBlocks& hit, int64_t num_new, SchedulerOutput& out);
+  kv::ComputedBlocks computed_blocks(const Request& req) const;
   void preempt(Request& req);
   void enqueue_waiting(Request* req, bool front);
   void insert_running(Request* req);

@@ -61,7 +61,18 @@ void Scheduler::schedule(Request& req, int64_t num_new, int32_t num_drafts, bool
   s.draft_token_ids.assign(req.spec_token_ids.begin(), req.spec_token_ids.begin() + num_drafts);
   const std::span<const kv::BlockId> table = kv_.block_ids(req.request_id);
   s.block_ids.assign(table.begin(), table.end());
-  s.sample = !req.is_fork_parent() && req.num_computed_tokens + num_new == req.num_tokens();
+  // max_tokens 0 (echo, prompt scoring): the prompt runs, nothing is sampled.
+  s.sample = !req.is_fork_parent() && req.stop.max_tokens > 0 &&
+             req.num_computed_tokens + num_new == req.num_tokens();
+  if (req.sampling.prompt_logprobs) {
+    // Row q scores position q + 1: this step's rows score [c + 1, c + num_new + 1), capped at the
+    // prompt's end and started where the last step left off (a recompute scores nothing twice).
+    s.prompt_logprobs_begin = std::max(req.num_computed_tokens + 1, req.next_prompt_logprob);
+    s.prompt_logprobs_end = std::min(req.num_computed_tokens + num_new + 1, req.num_prompt_tokens());
+    if (s.prompt_logprobs_end <= s.prompt_logprobs_begin) {
+      s.prompt_logprobs_begin = s.prompt_logprobs_end = 0;
+    }
+  }
   s.max_next_draft_tokens = s.sample ? next_draft_request(req, num_drafts) : 0;
   s.is_prompt_chunk = req.num_computed_tokens < req.num_prompt_tokens();
   s.is_new = is_new;
@@ -356,6 +367,22 @@ void Scheduler::reserve_draft_slots(SchedulerOutput& out) {
   }
 }
 
+// The prefix-cache hit `req` may use: a request still owed prompt logprobs uses none past the
+// row that scores its next position (cached tokens run no rows), as vLLM skips the cache for it.
+kv::ComputedBlocks Scheduler::computed_blocks(const Request& req) const {
+  kv::ComputedBlocks hit = kv_.get_computed_blocks(req.kv_view());
+  if (!req.sampling.prompt_logprobs || req.next_prompt_logprob >= req.num_prompt_tokens()) {
+    return hit;
+  }
+  const int64_t bs = kv_.block_size();
+  const auto keep = static_cast<size_t>(std::min<int64_t>(
+      (req.next_prompt_logprob - 1) / bs, static_cast<int64_t>(hit.block_ids.size())));
+  hit.block_ids.resize(keep);
+  hit.block_hashes.resize(keep);
+  hit.num_computed_tokens = static_cast<int64_t>(keep) * bs;
+  return hit;
+}
+
 void Scheduler::schedule_waiting(SchedulerOutput& out, Budget& budget) {
   while (!waiting_.empty() && budget.tokens > 0) {
     Request& req = *waiting_.front();
@@ -365,7 +392,7 @@ void Scheduler::schedule_waiting(SchedulerOutput& out, Budget& budget) {
       break;
     }
     const int32_t seqs = req.is_fork_parent() ? req.best_of : 1;
-    const kv::ComputedBlocks hit = kv_.get_computed_blocks(req.kv_view());
+    const kv::ComputedBlocks hit = computed_blocks(req);
     const int64_t num_new =
         chunk_size(req, req.target_tokens() - hit.num_computed_tokens, budget.tokens);
     const bool fits =
@@ -473,7 +500,12 @@ void Scheduler::commit(Request& req, const ScheduledRequest& s, const RequestRes
   req.spec_token_ids.clear();
   req.spec_parent_ids.clear();
   req.spec_probs.clear();
-  if (r == nullptr) return;
+  if (r == nullptr) {
+    if (req.stop.max_tokens == 0 && req.num_computed_tokens == req.num_tokens()) {
+      o.stop_reason = StopReason{.kind = StopKind::kMaxTokens};
+    }
+    return;
+  }
   if (!r->error.ok()) {
     o.error = r->error;
     o.stop_reason = StopReason{.kind = StopKind::kAbort};
@@ -510,6 +542,10 @@ Result<std::vector<RequestOutput>> Scheduler::update_from_output(const Scheduler
   if (!valid.ok()) return valid;
   std::unordered_map<RequestId, const RequestResult*> results;
   for (const RequestResult& r : result.requests) results.emplace(r.request_id, &r);
+  std::unordered_map<RequestId, const step::PromptLogprobsResult*> prompt_logprobs;
+  for (const step::PromptLogprobsResult& p : result.prompt_logprobs) {
+    prompt_logprobs.emplace(p.request_id, &p);
+  }
   std::vector<RequestOutput> outs;
   std::vector<RequestId> done;
   for (const ScheduledRequest& s : output.requests) {
@@ -523,6 +559,11 @@ Result<std::vector<RequestOutput>> Scheduler::update_from_output(const Scheduler
     o.num_prompt_tokens = req.num_prompt_tokens();
     o.num_cached_tokens = req.num_cached_tokens;
     o.first_scheduled = s.is_new && req.num_preemptions == 0;
+    if (auto p = prompt_logprobs.find(s.request_id); p != prompt_logprobs.end()) {
+      o.first_prompt_logprob = p->second->first_position;
+      o.prompt_logprobs = p->second->entries;
+      req.next_prompt_logprob = s.prompt_logprobs_end;
+    }
     commit(req, s, s.sample ? results.at(s.request_id) : nullptr, o);
     kv_.cache_full_blocks(req.kv_view());
     if (o.stop_reason) {

@@ -1,4 +1,5 @@
 #include "server/openai_api.h"
+#include "server/prompt_logprobs_api.h"
 #include "server/request_fields.h"
 #include "server/structured_output_api.h"
 #include "server/tool_calling_api.h"
@@ -92,6 +93,11 @@ std::optional<ApiError> read_common(const json& b, const ModelInfo& m, engine::G
     return invalid_param("best_of", str_cat("'best_of' is ", r->best_of, ", must be >= n (",
                                             r->n, ")"));
   }
+  if (r->max_tokens == 0 && (r->n > 1 || r->best_of > 1)) {
+    return invalid_param("max_tokens", str_cat("'max_tokens' is 0 with n = ", r->n, " and best_of = ",
+                                               r->best_of, ": a request that generates nothing "
+                                               "has one choice"));
+  }
   ARBOR_API_TRY(read_speculation(b, m, &r->speculation));
   // vLLM's field: lower values are served (and kept from preemption) first. Without the
   // priority policy it would change nothing, so anything but 0 is refused, as vLLM does.
@@ -123,7 +129,8 @@ std::optional<ApiError> read_max_tokens(const json& b, const ModelInfo& m, size_
   }
   const bool explicit_max = b.contains(name) && !b[name].is_null();
   r->max_tokens = 16;
-  ARBOR_API_TRY(read_int32(b, name, 1, m.context_length, &r->max_tokens));
+  // 0: score the prompt only (echo, prompt_logprobs), as lm-evaluation-harness asks.
+  ARBOR_API_TRY(read_int32(b, name, 0, m.context_length, &r->max_tokens));
   return check_lengths(m, num_prompt, explicit_max, name, &r->max_tokens);
 }
 
@@ -210,6 +217,10 @@ struct BuilderOptions {
     bool single = false;  // parallel_tool_calls false: calls after the first are dropped
   };
   std::optional<ToolParsing> tools;
+  // completions echo + logprobs: per prompt, its token ids (their logprobs lead the choice's)
+  std::vector<std::vector<int32_t>> echo_ids;
+  int32_t logprobs_n = 0;           // completions: alternatives per token
+  std::optional<int32_t> prompt_logprobs;  // vLLM's prompt_logprobs: alternatives per position
   std::string model;
   const tokenizer::Tokenizer* tokenizer = nullptr;
 };
@@ -235,6 +246,7 @@ class OpenAiBuilder : public ResponseBuilder {
   std::string on_event(const engine::StreamEvent& ev) override {
     if (ev.index < 0 || ev.index >= static_cast<int32_t>(choices_.size())) return "";
     Choice& c = choices_[static_cast<size_t>(ev.index)];
+    if (ev.prompt_logprobs != nullptr) c.prompt_logprobs = ev.prompt_logprobs;
     if (!o_.stream) {
       c.text += ev.text;
       c.logprobs.insert(c.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
@@ -247,18 +259,23 @@ class OpenAiBuilder : public ResponseBuilder {
                             nullptr));
     }
     if (o_.tools) {
+      const bool first = !c.started;
       c.started = true;
-      return out + tool_event(ev, c);
+      return out + tool_event(ev, c, first);
     }
     std::string text = ev.text;
-    if (!o_.chat && !c.started) text = echo_of(ev.index) + text;
+    const bool first = !c.started;
+    if (!o_.chat && first) text = echo_of(ev.index) + text;
     c.started = true;
     if (text.empty() && ev.token_ids.empty() && !ev.finish_reason()) return out;
-    const json lp = o_.logprobs ? logprobs_json(c, ev.logprobs) : json(nullptr);
+    // The echo's chunk leads with the prompt's logprobs.
+    const json lp = o_.logprobs ? logprobs_json(c, ev.logprobs, first) : json(nullptr);
     const json reason = ev.finish_reason() ? json(finish_reason_string(ev.finish_reason())) : json();
     json delta = o_.chat ? json{{"content", text}} : json(text);
     if (o_.chat && text.empty() && ev.finish_reason()) delta = json::object();
-    return out + sse_data(chunk(ev.index, delta, lp, reason));
+    json j = chunk(ev.index, delta, lp, reason);
+    if (first && o_.prompt_logprobs) add_prompt_logprobs(j, c);
+    return out + sse_data(j);
   }
 
   std::string on_final(const engine::StreamEvent& ev) override {
@@ -289,9 +306,10 @@ class OpenAiBuilder : public ResponseBuilder {
       } else {
         choice["text"] = c.text;
       }
-      choice["logprobs"] = o_.logprobs ? logprobs_json(c, c.logprobs) : json(nullptr);
+      choice["logprobs"] = o_.logprobs ? logprobs_json(c, c.logprobs, true) : json(nullptr);
       j["choices"].push_back(std::move(choice));
     }
+    if (o_.prompt_logprobs && !choices_.empty()) add_prompt_logprobs(j, choices_[0]);
     j["usage"] = usage;
     return dump_json(j);
   }
@@ -312,6 +330,7 @@ class OpenAiBuilder : public ResponseBuilder {
     int32_t num_calls = 0;                                // tool calls streamed
     std::vector<engine::TokenLogprobs> logprobs;
     std::optional<sched::FinishReason> finish;
+    std::shared_ptr<const engine::PromptLogprobs> prompt_logprobs;
     bool started = false;
     size_t text_offset = 0;  // completions logprobs: offset of the next token's text
     size_t echo_size = 0;
@@ -365,7 +384,8 @@ class OpenAiBuilder : public ResponseBuilder {
 
   // A streamed event of a chat with tools: content and tool-call deltas from the parse of the
   // text so far (chat::ToolCallStreamer), so that the deltas add up to the non-streamed message.
-  std::string tool_event(const engine::StreamEvent& ev, Choice& c) {
+  // `first`: the choice's first event, whose chunk carries vLLM's prompt_logprobs.
+  std::string tool_event(const engine::StreamEvent& ev, Choice& c, bool first) {
     if (!c.tool_streamer) c.tool_streamer.emplace(o_.tools->format, o_.tools->names);
     c.text += ev.text;
     const bool done = ev.finish_reason().has_value();
@@ -388,10 +408,13 @@ class OpenAiBuilder : public ResponseBuilder {
     }
     if (!calls.empty()) delta["tool_calls"] = std::move(calls);
     const bool has_logprobs = o_.logprobs && !ev.logprobs.empty();
-    if (delta.empty() && !has_logprobs && !done) return "";
-    const json lp = o_.logprobs ? logprobs_json(c, ev.logprobs) : json(nullptr);
+    const bool with_prompt = first && o_.prompt_logprobs;
+    if (delta.empty() && !has_logprobs && !done && !with_prompt) return "";
+    const json lp = o_.logprobs ? logprobs_json(c, ev.logprobs, false) : json(nullptr);
     const json reason = done ? json(tool_finish_reason(ev.finish_reason(), c.num_calls)) : json();
-    return sse_data(chunk(ev.index, std::move(delta), lp, reason));
+    json j = chunk(ev.index, std::move(delta), lp, reason);
+    if (with_prompt) add_prompt_logprobs(j, c);
+    return sse_data(j);
   }
 
   std::string echo_of(size_t choice) const {
@@ -401,7 +424,29 @@ class OpenAiBuilder : public ResponseBuilder {
 
   std::string piece(int32_t id) const { return o_.tokenizer->token_to_piece(id); }
 
-  json logprobs_json(Choice& c, const std::vector<engine::TokenLogprobs>& lps) const {
+  // vLLM's prompt_logprobs: per completions choice (the choice's own prompt), top level for chat
+  // (one prompt). `j` is a body or a chunk whose choices hold c's (the first for chat).
+  void add_prompt_logprobs(json& j, const Choice& c) const {
+    if (o_.chat) {
+      j["prompt_logprobs"] = c.prompt_logprobs == nullptr
+                                 ? json(nullptr)
+                                 : vllm_prompt_logprobs_json(*c.prompt_logprobs, *o_.prompt_logprobs,
+                                                             *o_.tokenizer);
+      return;
+    }
+    for (json& choice : j["choices"]) {
+      const Choice& ci = choices_[choice["index"].get<size_t>()];
+      choice["prompt_logprobs"] =
+          ci.prompt_logprobs == nullptr
+              ? json(nullptr)
+              : vllm_prompt_logprobs_json(*ci.prompt_logprobs, *o_.prompt_logprobs, *o_.tokenizer);
+    }
+  }
+
+  // `with_prompt`: completions with echo begin with the prompt's tokens (the first chunk of a
+  // stream, or the whole body).
+  json logprobs_json(Choice& c, const std::vector<engine::TokenLogprobs>& lps,
+                     bool with_prompt) const {
     if (o_.chat) {
       json content = json::array();
       for (const auto& t : lps) {
@@ -416,11 +461,18 @@ class OpenAiBuilder : public ResponseBuilder {
     json j{{"tokens", json::array()}, {"token_logprobs", json::array()},
            {"top_logprobs", json::array()}, {"text_offset", json::array()}};
     if (c.text_offset == 0) c.text_offset = c.echo_size;
+    const size_t p = static_cast<size_t>(&c - choices_.data()) / static_cast<size_t>(o_.n);
+    if (with_prompt && p < o_.echo_ids.size() && c.prompt_logprobs != nullptr) {
+      append_echo_logprobs(j, o_.echo_ids[p], *c.prompt_logprobs, o_.logprobs_n, *o_.tokenizer,
+                           o_.echo[p]);
+    }
     for (const auto& t : lps) {
       j["tokens"].push_back(piece(t.token_id));
       j["token_logprobs"].push_back(t.logprob);
       json top = json::object();
       for (const auto& a : t.top) top[piece(a.token_id)] = a.logprob;
+      // OpenAI always lists the chosen token too (unless a more likely one has its text).
+      if (!top.contains(piece(t.token_id))) top[piece(t.token_id)] = t.logprob;
       j["top_logprobs"].push_back(std::move(top));
       j["text_offset"].push_back(c.text_offset);
       c.text_offset += piece(t.token_id).size();
@@ -474,9 +526,15 @@ std::optional<ApiError> prepare_completion(const json& body, const ModelInfo& mo
   }
   bool echo = false;
   ARBOR_API_TRY(read_bool(body, "echo", &echo));
+  ARBOR_API_TRY(read_prompt_logprobs(body, &o.prompt_logprobs));
+  o.logprobs_n = std::max(logprobs, 0);
+  // Echo with logprobs scores the prompt too: as many alternatives as either asks.
+  std::optional<int32_t> scored = o.prompt_logprobs;
   if (echo && o.logprobs) {
-    return invalid_param("echo", "'echo' together with 'logprobs' (prompt logprobs) is not supported");
+    scored = std::max(scored.value_or(0), logprobs);
+    o.echo_ids = prompts;
   }
+  r.sampling.prompt_logprobs = scored;
   for (const auto& ids : prompts) o.echo.push_back(echo ? model.tokenizer->decode(ids) : "");
   ARBOR_API_TRY(read_stream(body, &o.stream, &o.include_usage));
   const Status valid = r.sampling.validate(model.vocab_size);
@@ -739,6 +797,8 @@ std::optional<ApiError> prepare_chat(const json& body, const ModelInfo& model,
     return invalid_param("top_logprobs", "'top_logprobs' needs 'logprobs' set to true");
   }
   if (o.logprobs) r.sampling.logprobs = top;
+  ARBOR_API_TRY(read_prompt_logprobs(body, &o.prompt_logprobs));
+  r.sampling.prompt_logprobs = o.prompt_logprobs;
   ARBOR_API_TRY(read_stream(body, &o.stream, &o.include_usage));
   const Status valid = r.sampling.validate(model.vocab_size);
   if (!valid.ok()) return error_from_status(valid);

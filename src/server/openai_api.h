@@ -7,7 +7,8 @@
 // a batch becomes PreparedRequest::more_prompts), messages, max_tokens / max_completion_tokens, temperature, top_p, n, best_of, stop,
 // seed, presence_penalty, frequency_penalty, logit_bias, logprobs (completions: int; chat: bool
 // + top_logprobs), echo, stream, stream_options.include_usage, user; extensions top_k, min_p,
-// repetition_penalty, ignore_eos, truncate_prompt_tokens, add_generation_prompt.
+// repetition_penalty, ignore_eos, truncate_prompt_tokens, add_generation_prompt, prompt_logprobs
+// (prompt_logprobs_api.h; echo + logprobs scores the prompt too).
 // Thread-safety: functions are pure; a ResponseBuilder belongs to one request (I/O thread).
 #pragma once
 

@@ -17,7 +17,7 @@ constexpr std::string_view kShared[] = {
     "stream_options", "top_k", "min_p", "repetition_penalty", "ignore_eos", "min_tokens",
     "priority", "speculation", "truncate_prompt_tokens", "response_format", "structured_outputs",
     "guided_json", "guided_regex", "guided_choice", "guided_grammar", "grammar", "json_schema",
-    "do_sample"};
+    "do_sample", "prompt_logprobs"};
 constexpr std::string_view kCompletionsOnly[] = {"prompt", "echo"};
 constexpr std::string_view kChatOnly[] = {"messages", "top_logprobs", "add_generation_prompt",
                                           "tools", "tool_choice", "parallel_tool_calls",
@@ -48,7 +48,6 @@ constexpr Missing kMissing[] = {
     {"include_stop_str_in_output", "keeping the stop string"},
     {"skip_special_tokens", "printing special tokens"},
     {"spaces_between_special_tokens", "printing special tokens"},
-    {"prompt_logprobs", "prompt logprobs"},
     {"allowed_token_ids", "allowed token lists"},
     {"bad_words", "bad words"},
     {"continue_final_message", "continuing the final message"},

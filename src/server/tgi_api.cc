@@ -1,4 +1,5 @@
 #include "server/tgi_api.h"
+#include "server/prompt_logprobs_api.h"
 #include "server/structured_output_api.h"
 
 #include <algorithm>
@@ -13,14 +14,18 @@ constexpr size_t kMaxStopSequences = 16;
 
 class TgiBuilder : public ResponseBuilder {
  public:
-  TgiBuilder(const ModelInfo& model, bool stream, bool details, std::string prefix)
-      : tok_(*model.tokenizer), stream_(stream), details_(details), prefix_(std::move(prefix)) {}
+  // prompt_ids: non-empty for decoder_input_details (details.prefill lists them).
+  TgiBuilder(const ModelInfo& model, bool stream, bool details, std::string prefix,
+             std::vector<int32_t> prompt_ids)
+      : tok_(*model.tokenizer), stream_(stream), details_(details), prefix_(std::move(prefix)),
+        prompt_ids_(std::move(prompt_ids)) {}
 
   bool streaming() const override { return stream_; }
   ApiFlavor flavor() const override { return ApiFlavor::kTgi; }
 
   std::string on_event(const engine::StreamEvent& ev) override {
     if (ev.index != 0) return "";
+    if (ev.prompt_logprobs != nullptr) prompt_logprobs_ = ev.prompt_logprobs;
     std::string out;
     for (size_t i = 0; i < ev.token_ids.size(); ++i) {
       const bool last = i + 1 == ev.token_ids.size();
@@ -52,7 +57,9 @@ class TgiBuilder : public ResponseBuilder {
       j["details"] = {{"finish_reason", finish_reason(finish_)},
                       {"generated_tokens", tokens_.size()},
                       {"seed", nullptr},
-                      {"prefill", json::array()},
+                      {"prefill", prompt_logprobs_ == nullptr
+                                      ? json::array()
+                                      : tgi_prefill_json(prompt_ids_, *prompt_logprobs_, tok_)},
                       {"tokens", tokens_}};
       if (ev.usage.draft_tokens > 0) j["details"]["speculation"] = speculation_usage_json(ev.usage);
     }
@@ -89,6 +96,8 @@ class TgiBuilder : public ResponseBuilder {
   std::string text_;
   json tokens_ = json::array();
   std::optional<sched::StopReason> finish_;
+  std::vector<int32_t> prompt_ids_;
+  std::shared_ptr<const engine::PromptLogprobs> prompt_logprobs_;
 };
 
 std::optional<ApiError> read_tgi_sampling(const json& p, const ModelInfo& m,
@@ -131,11 +140,6 @@ std::optional<ApiError> read_tgi_sampling(const json& p, const ModelInfo& m,
     if (p.contains(unsupported) && !p[unsupported].is_null()) {
       return invalid_param(unsupported, str_cat("'", unsupported, "' is not supported"));
     }
-  }
-  bool prefill_details = false;
-  ARBOR_API_TRY(read_bool(p, "decoder_input_details", &prefill_details));
-  if (prefill_details) {
-    return invalid_param("decoder_input_details", "'decoder_input_details' is not supported");
   }
   s.logprobs = 0;  // every token reports its logprob
   return std::nullopt;
@@ -183,9 +187,22 @@ std::optional<ApiError> prepare_tgi(const json& body, const ModelInfo& model, bo
   bool full_text = false;
   ARBOR_API_TRY(read_bool(p, "details", &details));
   ARBOR_API_TRY(read_bool(p, "return_full_text", &full_text));
+  // decoder_input_details: the prompt's logprobs in details.prefill (non-streaming, as TGI).
+  bool prefill_details = false;
+  ARBOR_API_TRY(read_bool(p, "decoder_input_details", &prefill_details));
+  if (prefill_details && stream) {
+    return invalid_param("decoder_input_details",
+                         "'decoder_input_details' is not supported when streaming tokens");
+  }
+  std::vector<int32_t> prompt_ids;
+  if (prefill_details && details) {
+    r.sampling.prompt_logprobs = 0;
+    prompt_ids = r.prompt_token_ids;
+  }
   const Status valid = r.sampling.validate(model.vocab_size);
   if (!valid.ok()) return error_from_status(valid);
-  out->builder = std::make_unique<TgiBuilder>(model, stream, details, full_text ? inputs : "");
+  out->builder = std::make_unique<TgiBuilder>(model, stream, details, full_text ? inputs : "",
+                                              std::move(prompt_ids));
   return std::nullopt;
 }
 

@@ -119,6 +119,62 @@ Status check_result(const ScheduledRequest& s, const RequestResult& r, int32_t v
   return check_next_drafts(s, r, vocab_size);
 }
 
+Status check_prompt_logprobs(const ScheduledRequest& s, const PromptLogprobsResult& r,
+                             int32_t vocab_size) {
+  const RequestId id = s.request_id;
+  if (r.first_position != s.prompt_logprobs_begin ||
+      r.entries.size() != static_cast<size_t>(s.num_prompt_logprobs())) {
+    return internal_error("request ", id, ": prompt logprobs for ", r.entries.size(),
+                          " positions from ", r.first_position, ", positions [",
+                          s.prompt_logprobs_begin, ", ", s.prompt_logprobs_end,
+                          ") were asked for");
+  }
+  for (size_t i = 0; i < r.entries.size(); ++i) {
+    const sampling::PromptLogprob& e = r.entries[i];
+    const int64_t pos = r.first_position + static_cast<int64_t>(i);
+    if (e.token_id < 0 || e.token_id >= vocab_size || e.rank < 1 || e.rank > vocab_size ||
+        e.top.size() > static_cast<size_t>(sampling::kMaxLogprobs)) {
+      return internal_error("request ", id, ": prompt position ", pos, " has token ", e.token_id,
+                            ", rank ", e.rank, " and ", e.top.size(),
+                            " alternatives; vocabulary size is ", vocab_size);
+    }
+    for (const sampling::TokenLogprob& t : e.top) {
+      if (t.token_id < 0 || t.token_id >= vocab_size) {
+        return internal_error("request ", id, ": prompt position ", pos, " has alternative ",
+                              t.token_id, ", vocabulary size is ", vocab_size);
+      }
+    }
+  }
+  return ok_status();
+}
+
+Status validate_prompt_logprobs(const SchedulerOutput& output, const StepResult& result,
+                                int32_t vocab_size) {
+  std::unordered_map<RequestId, const ScheduledRequest*> asked;
+  for (const ScheduledRequest& s : output.requests) {
+    if (s.num_prompt_logprobs() > 0) asked.emplace(s.request_id, &s);
+  }
+  std::unordered_map<RequestId, bool> seen;
+  for (const PromptLogprobsResult& r : result.prompt_logprobs) {
+    auto it = asked.find(r.request_id);
+    if (it == asked.end()) {
+      return internal_error("the executor returned prompt logprobs for request ", r.request_id,
+                            ", which asked for none this step");
+    }
+    if (!seen.emplace(r.request_id, true).second) {
+      return internal_error("the executor returned prompt logprobs twice for request ",
+                            r.request_id);
+    }
+    ARBOR_RETURN_IF_ERROR(check_prompt_logprobs(*it->second, r, vocab_size));
+  }
+  for (const auto& [id, s] : asked) {
+    if (!seen.contains(id)) {
+      return internal_error("the executor returned no prompt logprobs for request ", id);
+    }
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 Status validate_step_result(const SchedulerOutput& output, const StepResult& result,
@@ -152,7 +208,7 @@ Status validate_step_result(const SchedulerOutput& output, const StepResult& res
       if (!seen.contains(id)) return internal_error("the executor returned no result for request ", id);
     }
   }
-  return ok_status();
+  return validate_prompt_logprobs(output, result, vocab_size);
 }
 
 }  // namespace arbor::step

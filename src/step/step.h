@@ -63,11 +63,22 @@ struct ScheduledRequest {
   // > 0: propose a token tree of at most this many nodes (and max_next_draft_tokens levels)
   // instead of a chain; 0: a chain.
   int32_t max_next_draft_nodes = 0;
+  // Prompt logprobs (the request's sampling.prompt_logprobs is set): score the prompt tokens at
+  // positions [prompt_logprobs_begin, prompt_logprobs_end), each from the logits row of the
+  // position before it, which this step runs: c + 1 <= begin and end <= c + committed tokens run
+  // + 1 (the chunk's last row scores the next chunk's first token), end <= num_prompt_tokens.
+  // The scheduler never asks for a position twice (preemption, recompute) nor skips one (prefix
+  // cache hits stop before the first position not yet scored). Empty (begin == end): none.
+  int64_t prompt_logprobs_begin = 0;
+  int64_t prompt_logprobs_end = 0;
   bool is_prompt_chunk = false;        // informational: the step includes prompt tokens
   bool is_new = false;                 // informational: admitted (or resumed) this step
 
   int32_t num_draft_tokens() const { return static_cast<int32_t>(draft_token_ids.size()); }
   int32_t num_logits() const { return sample ? 1 + num_draft_tokens() : 0; }
+  int32_t num_prompt_logprobs() const {
+    return static_cast<int32_t>(prompt_logprobs_end - prompt_logprobs_begin);
+  }
   bool is_tree() const { return !draft_parent_ids.empty(); }
 };
 
@@ -123,17 +134,30 @@ struct RequestResult {
   std::vector<float> next_draft_probs;
 };
 
-// One RequestResult per ScheduledRequest with sample == true, in any order.
+// One request's prompt logprobs of a step: entries[i] scores the prompt token at position
+// first_position + i. Returned for every ScheduledRequest with a non-empty prompt logprobs range,
+// whether or not it samples.
+struct PromptLogprobsResult {
+  RequestId request_id = 0;
+  int64_t first_position = 0;                     // the range's begin
+  std::vector<sampling::PromptLogprob> entries;   // [end - begin]
+};
+
+// One RequestResult per ScheduledRequest with sample == true, in any order; one
+// PromptLogprobsResult per ScheduledRequest with a prompt logprobs range, in any order.
 struct StepResult {
   std::vector<RequestResult> requests;
+  std::vector<PromptLogprobsResult> prompt_logprobs;
 };
 
 // ok when `result` answers `output`: exactly one result per sampling request and none for
 // others; num_draft_tokens equal to the request's k; 0 <= num_accepted <= k; tokens.size() ==
 // num_accepted + 1; accepted tokens equal the drafts (for a tree: along a root-to-node path);
 // token ids in [0, vocab_size); next drafts within max_next_draft_tokens (levels, for a tree)
-// and the vocabulary, with valid parents and probabilities. Otherwise kInternal naming the
-// request and the broken rule.
+// and the vocabulary, with valid parents and probabilities; prompt logprobs exactly for the
+// requests with a range, covering it (first_position, one entry per position), with token ids and
+// top ids in the vocabulary, ranks in [1, vocab_size] and at most kMaxLogprobs alternatives.
+// Otherwise kInternal naming the request and the broken rule.
 Status validate_step_result(const SchedulerOutput& output, const StepResult& result,
                             int32_t vocab_size);
 

@@ -425,3 +425,47 @@ TEST(EngineFakeSpec, EverythingAClientSeesIsUnchanged) {
 
 }  // namespace
 }  // namespace arbor::engine
+
+namespace arbor::engine {
+namespace {
+
+// Every sample's first event carries the whole prompt's logprobs (the fake's: token p, rank
+// 1 + token % 7, its greedy token first among the alternatives), streamed (n = 3) or buffered
+// (best_of 3 > n = 2); a fork parent's chunks arrive before any sample's first token.
+TEST(EngineFake, EachSamplesFirstEventCarriesThePromptLogprobs) {
+  EngineOptions o;
+  o.max_num_batched_tokens = 4;  // the 11-token prompt in chunks
+  for (const auto& [n, best_of] : {std::pair{3, 3}, std::pair{2, 3}, std::pair{1, 1}}) {
+    FakeEngine fe(o);
+    GenerateRequest r = greedy({5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, n == 1 ? 0 : 4);
+    r.sampling.temperature = 1.0f;
+    r.sampling.seed = 3;
+    r.sampling.prompt_logprobs = 2;
+    r.n = n;
+    r.best_of = best_of;
+    auto s = fe.submit(r);
+    std::vector<int> carriers(static_cast<size_t>(n));
+    while (std::optional<StreamEvent> e = s->next()) {
+      if (e->final) break;
+      if (e->prompt_logprobs == nullptr) continue;
+      ++carriers[static_cast<size_t>(e->index)];
+      const PromptLogprobs& lp = *e->prompt_logprobs;
+      ASSERT_EQ(lp.size(), r.prompt_token_ids.size() - 1);
+      for (size_t i = 0; i < lp.size(); ++i) {
+        const int32_t token = r.prompt_token_ids[i + 1];
+        EXPECT_EQ(lp[i].token_id, token);
+        EXPECT_EQ(lp[i].rank, 1 + token % 7);
+        ASSERT_EQ(lp[i].top.size(), 2u);
+        EXPECT_EQ(lp[i].top[0].token_id,
+                  executor::fake_greedy_token(
+                      std::span<const int32_t>(r.prompt_token_ids).first(i + 1), fe.fopts));
+      }
+    }
+    EXPECT_EQ(carriers, std::vector<int>(static_cast<size_t>(n), 1)) << "n " << n;
+    fe.engine->wait_idle();
+    EXPECT_EQ(fe.engine->num_free_blocks(), fe.fopts.num_kv_blocks - 1);
+  }
+}
+
+}  // namespace
+}  // namespace arbor::engine

@@ -45,6 +45,18 @@ class FakeModel {
       EXPECT_TRUE(tokens_.contains(s.request_id)) << s.request_id;
       std::vector<int32_t>& toks = tokens_[s.request_id];
       toks.insert(toks.end(), s.new_token_ids.begin(), s.new_token_ids.end());
+      if (s.num_prompt_logprobs() > 0) {
+        // Position p's "logprob" is -p and its rank the token: a test sees which positions came.
+        step::PromptLogprobsResult p{
+            .request_id = s.request_id, .first_position = s.prompt_logprobs_begin, .entries = {}};
+        for (int64_t q = s.prompt_logprobs_begin; q < s.prompt_logprobs_end; ++q) {
+          p.entries.push_back(sampling::PromptLogprob{.token_id = toks[static_cast<size_t>(q)],
+                                                      .logprob = -static_cast<float>(q),
+                                                      .rank = 1,
+                                                      .top = {}});
+        }
+        r.prompt_logprobs.push_back(std::move(p));
+      }
       if (!s.sample) continue;
       EXPECT_EQ(s.num_computed_tokens + s.num_scheduled_tokens - s.num_draft_tokens(),
                 static_cast<int64_t>(toks.size()));
@@ -141,6 +153,7 @@ class Harness {
     spec.n = best_of;
     spec.best_of = best_of;
     spec.speculation = speculation;
+    spec.sampling.prompt_logprobs = prompt_logprobs;
     return sched.add_request(make_request(std::move(spec)));
   }
   RequestId id(const std::string& name) const {
@@ -177,6 +190,12 @@ class Harness {
     last_outputs = outs.ok() ? std::move(outs).value() : std::vector<RequestOutput>{};
     for (const RequestOutput& o : last_outputs) {
       for (const SampledToken& t : o.new_tokens) tokens[name(o.request_id)].push_back(t.token_id);
+      for (size_t i = 0; i < o.prompt_logprobs.size(); ++i) {
+        prompt_positions[name(o.request_id)].push_back(o.first_prompt_logprob +
+                                                       static_cast<int64_t>(i));
+        EXPECT_EQ(o.prompt_logprobs[i].logprob,
+                  -static_cast<float>(o.first_prompt_logprob + static_cast<int64_t>(i)));
+      }
       num_draft_tokens += o.num_draft_tokens;
       num_accepted_tokens += o.num_accepted_tokens;
       if (o.num_draft_tokens > 0) {
@@ -209,6 +228,10 @@ class Harness {
   std::map<std::string, std::vector<int32_t>> tokens;  // generated, by name
   std::map<std::string, int64_t> tokens_run;  // scheduled tokens over all steps, by name
   std::map<std::string, int64_t> max_blocks;  // largest block table seen when scheduled
+  // Prompt positions scored, by name, in the order they arrived.
+  std::map<std::string, std::vector<int64_t>> prompt_positions;
+  // sampling.prompt_logprobs of the requests add() adds from now on.
+  std::optional<int32_t> prompt_logprobs;
   int64_t num_draft_tokens = 0;     // over all steps
   int64_t num_accepted_tokens = 0;
 
