@@ -161,11 +161,23 @@ inline void check_batched_equals_alone(int num, int32_t max_prompt, int32_t max_
                          priority ? ", priority policy" : ""));
     RunOptions opts = alone_options(c.budget, c.blocks);
     opts.engine.policy = c.policy;
-    const BatchedRun run = run_batched(cases, opts);
-    ASSERT_EQ(run.tokens.size(), alone.size());
-    for (size_t i = 0; i < alone.size(); ++i) {
-      EXPECT_EQ(run.tokens[i], alone[i]) << "request " << i << ", prompt of "
-                                         << cases[i].prompt.size() << " tokens";
+    // Whether a run batches and preempts depends on when the engine thread picks requests up.
+    // Every run must equal the alone runs; a run that did not exercise what the configuration
+    // is for (a busy machine spread the requests out) is run again, up to 3 times, so that the
+    // test stays meaningful without depending on timing.
+    BatchedRun run;
+    bool exercised = false;
+    for (int attempt = 0; attempt < 3 && !exercised; ++attempt) {
+      run = run_batched(cases, opts);
+      ASSERT_EQ(run.tokens.size(), alone.size());
+      for (size_t i = 0; i < alone.size(); ++i) {
+        EXPECT_EQ(run.tokens[i], alone[i]) << "request " << i << ", prompt of "
+                                           << cases[i].prompt.size() << " tokens";
+      }
+      if (!priority) EXPECT_EQ(run.metrics.num_priority_preemptions, 0);
+      exercised = run.metrics.batch_size.mean() > 1.5 &&
+                  (c.blocks != small_pool_blocks || run.metrics.num_preemptions > 0) &&
+                  (!priority || run.metrics.num_priority_preemptions > 0);
     }
     EXPECT_GT(run.metrics.batch_size.mean(), 1.5) << "requests did not run batched";
     if (c.blocks == small_pool_blocks) {
@@ -173,8 +185,6 @@ inline void check_batched_equals_alone(int num, int32_t max_prompt, int32_t max_
     }
     if (priority) {
       EXPECT_GT(run.metrics.num_priority_preemptions, 0);
-    } else {
-      EXPECT_EQ(run.metrics.num_priority_preemptions, 0);
     }
     std::printf("budget %d, %lld blocks%s: %lld steps, mean batch %.1f, preemptions %lld "
                 "(%lld for priority)\n",
