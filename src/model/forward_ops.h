@@ -1,0 +1,132 @@
+// ForwardOps: the operators the forward pass is written over, one implementation per device.
+//
+// LlamaForward (llama_forward.h) is the one front end: it sequences these ops for every layer.
+// CpuForwardOps (cpu_forward_ops.h) runs them with the CPU kernels on a ThreadPool; the CUDA
+// executor's ops (src/cuda) launch GPU kernels on a stream. Nothing else differs between devices
+// (CTranslate2's split: one front end, an implementation per op and device).
+//
+//   embed -> rope_tables -> per layer: rms_norm -> matmul_multi(q, k, v) -> qkv_epilogue (bias,
+//   RoPE, K/V into their cache slots) -> attention -> matmul(wo) -> add -> rms_norm ->
+//   matmul_multi(gate, up) -> silu_mul -> matmul(down) -> add;  then rms_norm_rows over the
+//   logits rows -> matmul(output).
+//
+// Memory: every pointer an op takes or returns lives in the device's memory ("device pointers"),
+// including the model's weights as weights() returns them and the batch arrays as stage()
+// returns them. On the CPU device memory is host memory and both are the host pointers
+// themselves. Ops are issued in program order from one thread; a device may run them
+// asynchronously, and to_host() (the only way results come back) waits for all earlier ops.
+//
+// Numerics: every op is batch invariant (a row's result depends, bit for bit, only on that row's
+// inputs, never on the other rows of the call or how many there are), as the CPU kernels are
+// (docs/kernels.md), so that a sequence's logits do not depend on what it is batched with.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "base/status.h"
+#include "kernels/attention.h"
+#include "kernels/matmul.h"
+#include "model/forward_batch.h"
+#include "model/llama_model.h"
+
+namespace arbor::model {
+
+// One device's memory: where a PagedKvCache and the forward's scratch live.
+class DeviceMemory {
+ public:
+  virtual ~DeviceMemory() = default;
+  // "cpu", "cuda:0", ... for logs and errors.
+  virtual std::string_view name() const = 0;
+  // True when device pointers are host pointers (the CPU).
+  virtual bool is_host() const = 0;
+  // `bytes` of zeroed device memory, aligned to at least 256 bytes; resource_exhausted with the
+  // byte count when the device cannot hold them. Freed with release().
+  virtual Result<void*> allocate(size_t bytes) = 0;
+  virtual void release(void* p) = 0;
+  // Copies within device memory, in issue order with the ops.
+  struct Copy {
+    void* dst = nullptr;
+    const void* src = nullptr;
+    size_t bytes = 0;
+  };
+  virtual void copy(std::span<const Copy> copies) = 0;
+  // Host -> device; the host buffer may be reused as soon as the call returns.
+  virtual void to_device(void* dst, const void* src, size_t bytes) = 0;
+  // Device -> host, after every op issued before it has finished.
+  virtual void to_host(void* dst, const void* src, size_t bytes) = 0;
+};
+
+// Host memory: anonymous mmap (zeroed; pages committed on first touch), memcpy.
+DeviceMemory& host_memory();
+
+// What qkv_epilogue does for every new token t of a layer, in this order: adds the biases (when
+// not null) to q[t] and k[t] and v[t]; rotates q[t] (num_q_heads heads) and k[t] (num_kv_heads)
+// by RoPE with cos/sin row t; writes k[t] and v[t] into cache slot slot_mapping[t], converting to
+// the cache dtype.
+struct QkvEpilogue {
+  int32_t num_tokens = 0;
+  int num_q_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int rope_dim = 0;           // rotated dimensions of each head (even, <= head_dim)
+  bool rope_neox = false;     // kernels::RopeParams::neox
+  float* q = nullptr;         // [T, num_q_heads * head_dim]
+  float* k = nullptr;         // [T, num_kv_heads * head_dim]
+  float* v = nullptr;         // [T, num_kv_heads * head_dim]
+  const float* bq = nullptr;  // [num_q_heads * head_dim] or null
+  const float* bk = nullptr;  // [num_kv_heads * head_dim] or null
+  const float* bv = nullptr;  // [num_kv_heads * head_dim] or null
+  const float* cos = nullptr;  // [T, rope_dim / 2]
+  const float* sin = nullptr;  // [T, rope_dim / 2]
+  const int32_t* slot_mapping = nullptr;  // [T]
+  // The layer's pools, [num_blocks, num_kv_heads, block_size, head_dim] of kv_dtype.
+  void* k_cache = nullptr;
+  void* v_cache = nullptr;
+  kernels::KvDtype kv_dtype = kernels::KvDtype::kF16;
+  int block_size = 0;
+};
+
+class ForwardOps : public DeviceMemory {
+ public:
+  // The model's weights in this device's memory: the same structure as model.weights(), with
+  // every pointer (WeightView::data / packed, norms, biases, rope_freqs) a device pointer.
+  virtual const LlamaWeights& weights() const = 0;
+
+  // The batch's arrays in device memory, valid until the next stage() (the CPU returns `batch`).
+  virtual ForwardBatch stage(const ForwardBatch& batch) = 0;
+
+  // x[t] = row tokens[t] of `table`, dequantised. x: [n, table.cols].
+  virtual void embed(const kernels::WeightView& table, const int32_t* tokens, int32_t n,
+                     float* x) = 0;
+  // cos[t, i] = cos(positions[t] * inv_freq[i]), sin likewise; [n, half] each.
+  virtual void rope_tables(const int32_t* positions, int32_t n, const float* inv_freq, int half,
+                           float* cos, float* sin) = 0;
+  // y[r] = rms_norm(x[rows ? rows[r] : r]) * weight for r < n; x, y: [*, dim]. rows: device
+  // pointer or null (every row in order).
+  virtual void rms_norm_rows(const float* x, const int32_t* rows, int32_t n, const float* weight,
+                             float* y, int dim, float eps) = 0;
+  // ys[i] = x ws[i]^T, each [num_tokens, ws[i]->rows] (kernels::matmul_multi's contract).
+  virtual void matmul_multi(std::span<const kernels::WeightView* const> ws, const float* x,
+                            std::span<float* const> ys, int32_t num_tokens) = 0;
+  void matmul(const kernels::WeightView& w, const float* x, float* y, int32_t num_tokens) {
+    const kernels::WeightView* ws[] = {&w};
+    float* ys[] = {y};
+    matmul_multi(ws, x, ys, num_tokens);
+  }
+  virtual void qkv_epilogue(const QkvEpilogue& p) = 0;
+  // kernels::paged_attention's contract, every pointer a device pointer.
+  virtual void attention(const kernels::PagedAttentionParams& p) = 0;
+  // y += x; [n].
+  virtual void add(float* y, const float* x, int64_t n) = 0;
+  // gate = silu(gate) * up; [n].
+  virtual void silu_mul(float* gate, const float* up, int64_t n) = 0;
+  // flags[i] = 1 when row rows[i] of x ([*, dim]) holds an Inf or NaN, else left as it was.
+  // rows: device pointer, [n]; flags: device bytes, [n].
+  virtual void flag_nonfinite(const float* x, const int32_t* rows, int32_t n, int dim,
+                              uint8_t* flags) = 0;
+};
+
+}  // namespace arbor::model
