@@ -6,7 +6,9 @@
 // (sequence, kv head) attention work item stream block_size * head_dim contiguous values.
 //
 // The cache knows nothing about which request owns which block: block ids come from the KV
-// manager (src/kv) as plain int32 arrays. All memory is mapped once, in create().
+// manager (src/kv) as plain int32 arrays. All memory is allocated once, in create(): host memory
+// by default, or a device's (DeviceMemory, e.g. a GPU's), where the pools' pointers are device
+// pointers and copies run on the device.
 // Not thread-safe: the forward pass writes it while no one else touches the same slots.
 #pragma once
 
@@ -16,6 +18,7 @@
 
 #include "base/status.h"
 #include "kernels/attention.h"
+#include "model/forward_ops.h"
 
 namespace arbor::model {
 
@@ -40,11 +43,12 @@ class PagedKvCache {
   // block).
   static Result<int32_t> blocks_for_budget(const KvCacheShape& shape, int64_t budget_bytes);
 
-  // Maps num_blocks blocks, zero-filled: pages committed on first write, or all at once when
-  // `populate`. Errors: num_blocks < 1, bad shape, or the mapping failing (the message has the
-  // byte count).
+  // Allocates num_blocks blocks, zero-filled. In host memory (`device` null or host): pages
+  // committed on first write, or all at once when `populate`. Errors: num_blocks < 1, bad shape,
+  // or the allocation failing (the message has the byte count). `device` must outlive the cache.
   static Result<std::unique_ptr<PagedKvCache>> create(const KvCacheShape& shape,
-                                                      int64_t num_blocks, bool populate = false);
+                                                      int64_t num_blocks, bool populate = false,
+                                                      DeviceMemory* device = nullptr);
   ~PagedKvCache();
   PagedKvCache(const PagedKvCache&) = delete;
   PagedKvCache& operator=(const PagedKvCache&) = delete;
@@ -60,10 +64,14 @@ class PagedKvCache {
   const void* k_pool(int layer) const;
   const void* v_pool(int layer) const;
 
+  // The memory the pools live in.
+  DeviceMemory& memory() const { return *memory_; }
+
   // Writes one token's K and V (f32, [num_kv_heads, head_dim] each) into `slot` of `layer`,
-  // converting to the cache dtype.
+  // converting to the cache dtype. Host memory only (the forward writes device caches itself).
   void write_token(int layer, int64_t slot, const float* k, const float* v);
   // Reads back one token's K or V of one kv head as f32 ([head_dim]); for tests and debugging.
+  // Any memory (a device cache copies the row to the host).
   void read_token(int layer, int64_t slot, int kv_head, bool value, float* out) const;
 
   // Copies block `src` onto block `dst` in every layer, K and V (copy-on-write of a shared
@@ -74,7 +82,8 @@ class PagedKvCache {
   void copy_slot(int64_t src, int64_t dst);
 
  private:
-  PagedKvCache(const KvCacheShape& shape, int64_t num_blocks, uint8_t* data, size_t bytes);
+  PagedKvCache(const KvCacheShape& shape, int64_t num_blocks, uint8_t* data, size_t bytes,
+               DeviceMemory* device);
   size_t pool_bytes() const;  // one layer, K or V
   size_t elem_offset(int64_t slot, int kv_head) const;  // elements from a pool base
 
@@ -82,6 +91,14 @@ class PagedKvCache {
   int64_t num_blocks_;
   uint8_t* data_;  // [num_layers][2 (K, V)][pool]
   size_t bytes_;
+  DeviceMemory* device_;  // null: data_ is our own host mapping
+  DeviceMemory* memory_;  // device_, or host_memory()
 };
+
+// Writes one token's K and V (f32, [num_kv_heads, head_dim] each) into `slot` of host pools
+// laid out as PagedKvCache's ([num_blocks, num_kv_heads, block_size, head_dim] of shape.dtype;
+// shape.num_layers is not read). The one place the host layout's store is written.
+void store_kv_token(const KvCacheShape& shape, void* k_pool, void* v_pool, int64_t slot,
+                    const float* k, const float* v);
 
 }  // namespace arbor::model

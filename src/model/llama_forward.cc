@@ -5,15 +5,17 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/attention.h"
 #include "kernels/ops.h"
 
 namespace arbor::model {
 
-using kernels::ThreadPool;
+namespace {
+// Checkpoints of the non-finite check: after the embedding, then after each block.
+int num_checkpoints(const ModelConfig& cfg) { return 1 + 2 * cfg.num_layers; }
+}  // namespace
 
-LlamaForward::LlamaForward(const LlamaModel& model, int32_t reserve_tokens)
-    : model_(model), cfg_(model.config()) {
+LlamaForward::LlamaForward(const LlamaModel& model, ForwardOps& ops, int32_t reserve_tokens)
+    : model_(model), ops_(ops), cfg_(model.config()), w_(ops.weights()) {
   kernels::RopeParams rope;
   rope.theta = cfg_.rope_theta;
   rope.neox = cfg_.rope_neox;
@@ -23,96 +25,93 @@ LlamaForward::LlamaForward(const LlamaModel& model, int32_t reserve_tokens)
     rope.high_freq_factor = cfg_.rope_high_freq_factor;
     rope.original_context = cfg_.rope_original_context;
   }
-  inv_freq_.resize(cfg_.rope_dim / 2);
-  kernels::rope_inv_freqs(rope, cfg_.rope_dim, inv_freq_.data());
-  if (const float* factors = model.weights().rope_freqs) {
-    for (size_t i = 0; i < inv_freq_.size(); ++i) inv_freq_[i] /= factors[i];
+  std::vector<float> inv_freq(cfg_.rope_dim / 2);
+  kernels::rope_inv_freqs(rope, cfg_.rope_dim, inv_freq.data());
+  if (const float* factors = model.weights().rope_freqs) {  // host copy of rope_freqs
+    for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] /= factors[i];
   }
+  ensure(inv_freq_, inv_freq.size() * sizeof(float));
+  ops_.to_device(inv_freq_.p, inv_freq.data(), inv_freq.size() * sizeof(float));
   if (reserve_tokens > 0) reserve(reserve_tokens, reserve_tokens);
+}
+
+LlamaForward::~LlamaForward() {
+  for (Scratch* s : {&inv_freq_, &x_, &xb_, &q_, &k_, &v_, &att_, &hb_, &hb2_, &rope_cos_,
+                     &rope_sin_, &xl_, &logits_, &flags_}) {
+    ops_.release(s->p);
+  }
+}
+
+void LlamaForward::ensure(Scratch& s, size_t bytes) {
+  if (s.bytes >= bytes) return;
+  ops_.release(s.p);
+  Result<void*> p = ops_.allocate(bytes);
+  ARBOR_CHECK(p.ok()) << "forward scratch: " << p.status().message();
+  s.p = *p;
+  s.bytes = bytes;
 }
 
 void LlamaForward::reserve(int32_t t, int32_t l) {
   if (t > cap_tokens_) {
     cap_tokens_ = std::max(t, cap_tokens_ * 2);
-    const size_t n = cap_tokens_;
-    x_.resize(n * cfg_.dim);
-    xb_.resize(n * cfg_.dim);
-    q_.resize(n * cfg_.q_dim());
-    k_.resize(n * cfg_.kv_dim());
-    v_.resize(n * cfg_.kv_dim());
-    att_.resize(n * cfg_.q_dim());
-    hb_.resize(n * cfg_.ffn_dim);
-    hb2_.resize(n * cfg_.ffn_dim);
-    rope_cos_.resize(n * (cfg_.rope_dim / 2));
-    rope_sin_.resize(n * (cfg_.rope_dim / 2));
+    const size_t n = cap_tokens_ * sizeof(float);
+    ensure(x_, n * cfg_.dim);
+    ensure(xb_, n * cfg_.dim);
+    ensure(q_, n * cfg_.q_dim());
+    ensure(k_, n * cfg_.kv_dim());
+    ensure(v_, n * cfg_.kv_dim());
+    ensure(att_, n * cfg_.q_dim());
+    ensure(hb_, n * cfg_.ffn_dim);
+    ensure(hb2_, n * cfg_.ffn_dim);
+    ensure(rope_cos_, n * (cfg_.rope_dim / 2));
+    ensure(rope_sin_, n * (cfg_.rope_dim / 2));
   }
   if (l > cap_logits_) {
     cap_logits_ = std::max(l, cap_logits_ * 2);
-    xl_.resize((size_t)cap_logits_ * cfg_.dim);
+    const size_t n = static_cast<size_t>(cap_logits_);
+    ensure(xl_, n * cfg_.dim * sizeof(float));
+    if (!ops_.is_host()) ensure(logits_, n * cfg_.vocab_size * sizeof(float));
+    ensure(flags_, n * num_checkpoints(cfg_));
   }
 }
 
-void LlamaForward::norm_rows(const float* in, const float* weight, float* out, int32_t rows,
-                             ThreadPool& pool) {
-  const int dim = cfg_.dim;
-  const float eps = cfg_.rms_eps;
-  pool.parallel_for(rows, [&](int64_t begin, int64_t end, int) {
-    for (int64_t t = begin; t < end; ++t) {
-      kernels::rms_norm(in + t * dim, weight, out + t * dim, dim, eps);
-    }
-  });
-}
-
-void LlamaForward::embed(const ForwardBatch& batch, ThreadPool& pool) {
-  const int dim = cfg_.dim;
-  const int half = cfg_.rope_dim / 2;
-  const kernels::WeightView& embd = model_.weights().token_embd;
-  pool.parallel_for(batch.num_tokens(), [&](int64_t begin, int64_t end, int) {
-    for (int64_t t = begin; t < end; ++t) {
-      kernels::get_row(embd, batch.tokens[t], x_.data() + t * dim);
-      // Positions are the same in every layer: compute the rotation once per step.
-      const float pos = (float)batch.positions[t];
-      for (int i = 0; i < half; ++i) {
-        const float angle = pos * inv_freq_[i];
-        rope_cos_[t * half + i] = std::cos(angle);
-        rope_sin_[t * half + i] = std::sin(angle);
-      }
-    }
-  });
-}
-
-void LlamaForward::qkv_rope_store(int layer, const ForwardBatch& batch, PagedKvCache& cache,
-                                  ThreadPool& pool) {
-  const LayerWeights& w = model_.weights().layers[layer];
+void LlamaForward::embed(const ForwardBatch& batch) {
   const int32_t nt = batch.num_tokens();
-  const int qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), half = cfg_.rope_dim / 2;
+  ops_.embed(w_.token_embd, batch.tokens.data(), nt, x_.f());
+  // Positions are the same in every layer: compute the rotation once per step.
+  ops_.rope_tables(batch.positions.data(), nt, inv_freq_.f(), cfg_.rope_dim / 2, rope_cos_.f(),
+                   rope_sin_.f());
+}
+
+void LlamaForward::attention_block(int layer, const ForwardBatch& batch, PagedKvCache& cache) {
+  const LayerWeights& w = w_.layers[layer];
+  const int32_t nt = batch.num_tokens();
+  ops_.rms_norm_rows(x_.f(), nullptr, nt, w.attn_norm, xb_.f(), cfg_.dim, cfg_.rms_eps);
   const kernels::WeightView* qkv[] = {&w.wq, &w.wk, &w.wv};
-  float* qkv_out[] = {q_.data(), k_.data(), v_.data()};
-  kernels::matmul_multi(qkv, xb_.data(), qkv_out, nt, pool);
-  pool.parallel_for(nt, [&](int64_t begin, int64_t end, int) {
-    for (int64_t t = begin; t < end; ++t) {
-      float* q = q_.data() + t * qd;
-      float* k = k_.data() + t * kvd;
-      float* v = v_.data() + t * kvd;
-      if (w.bq != nullptr) kernels::add(q, w.bq, qd);
-      if (w.bk != nullptr) kernels::add(k, w.bk, kvd);
-      if (w.bv != nullptr) kernels::add(v, w.bv, kvd);
-      const float* c = rope_cos_.data() + t * half;
-      const float* s = rope_sin_.data() + t * half;
-      kernels::rope_apply(q, cfg_.num_heads, cfg_.head_dim, cfg_.rope_dim, cfg_.rope_neox, c, s);
-      kernels::rope_apply(k, cfg_.num_kv_heads, cfg_.head_dim, cfg_.rope_dim, cfg_.rope_neox, c, s);
-      // Distinct tokens have distinct slots, so concurrent writes never overlap.
-      cache.write_token(layer, batch.slot_mapping[t], k, v);
-    }
-  });
-}
+  float* qkv_out[] = {q_.f(), k_.f(), v_.f()};
+  ops_.matmul_multi(qkv, xb_.f(), qkv_out, nt);
 
-void LlamaForward::attention_block(int layer, const ForwardBatch& batch, PagedKvCache& cache,
-                                   ThreadPool& pool) {
-  const LayerWeights& w = model_.weights().layers[layer];
-  const int32_t nt = batch.num_tokens();
-  norm_rows(x_.data(), w.attn_norm, xb_.data(), nt, pool);
-  qkv_rope_store(layer, batch, cache, pool);
+  QkvEpilogue e;
+  e.num_tokens = nt;
+  e.num_q_heads = cfg_.num_heads;
+  e.num_kv_heads = cfg_.num_kv_heads;
+  e.head_dim = cfg_.head_dim;
+  e.rope_dim = cfg_.rope_dim;
+  e.rope_neox = cfg_.rope_neox;
+  e.q = q_.f();
+  e.k = k_.f();
+  e.v = v_.f();
+  e.bq = w.bq;
+  e.bk = w.bk;
+  e.bv = w.bv;
+  e.cos = rope_cos_.f();
+  e.sin = rope_sin_.f();
+  e.slot_mapping = batch.slot_mapping.data();
+  e.k_cache = cache.k_pool(layer);
+  e.v_cache = cache.v_pool(layer);
+  e.kv_dtype = cache.shape().dtype;
+  e.block_size = cache.block_size();
+  ops_.qkv_epilogue(e);
 
   kernels::PagedAttentionParams p;
   p.num_seqs = batch.num_seqs();
@@ -121,8 +120,8 @@ void LlamaForward::attention_block(int layer, const ForwardBatch& batch, PagedKv
   p.head_dim = cfg_.head_dim;
   p.block_size = cache.block_size();
   p.scale = 1.0f / std::sqrt((float)cfg_.head_dim);
-  p.q = q_.data();
-  p.out = att_.data();
+  p.q = q_.f();
+  p.out = att_.f();
   p.kv_dtype = cache.shape().dtype;
   p.k_cache = cache.k_pool(layer);
   p.v_cache = cache.v_pool(layer);
@@ -134,79 +133,86 @@ void LlamaForward::attention_block(int layer, const ForwardBatch& batch, PagedKv
     p.mask_indptr = batch.mask_indptr.data();
     p.mask_bits = batch.mask_bits.data();
   }
-  kernels::paged_attention(p, pool);
+  ops_.attention(p);
 
-  kernels::matmul(w.wo, att_.data(), xb_.data(), nt, pool);
-  kernels::add(x_.data(), xb_.data(), (int64_t)nt * cfg_.dim);
+  ops_.matmul(w.wo, att_.f(), xb_.f(), nt);
+  ops_.add(x_.f(), xb_.f(), (int64_t)nt * cfg_.dim);
 }
 
-void LlamaForward::ffn_block(int layer, int32_t nt, ThreadPool& pool) {
-  const LayerWeights& w = model_.weights().layers[layer];
-  norm_rows(x_.data(), w.ffn_norm, xb_.data(), nt, pool);
+void LlamaForward::ffn_block(int layer, int32_t nt) {
+  const LayerWeights& w = w_.layers[layer];
+  ops_.rms_norm_rows(x_.f(), nullptr, nt, w.ffn_norm, xb_.f(), cfg_.dim, cfg_.rms_eps);
   const kernels::WeightView* gate_up[] = {&w.w_gate, &w.w_up};
-  float* gate_up_out[] = {hb_.data(), hb2_.data()};
-  kernels::matmul_multi(gate_up, xb_.data(), gate_up_out, nt, pool);
-  kernels::silu_mul(hb_.data(), hb2_.data(), (int64_t)nt * cfg_.ffn_dim);
-  kernels::matmul(w.w_down, hb_.data(), xb_.data(), nt, pool);
-  kernels::add(x_.data(), xb_.data(), (int64_t)nt * cfg_.dim);
+  float* gate_up_out[] = {hb_.f(), hb2_.f()};
+  ops_.matmul_multi(gate_up, xb_.f(), gate_up_out, nt);
+  ops_.silu_mul(hb_.f(), hb2_.f(), (int64_t)nt * cfg_.ffn_dim);
+  ops_.matmul(w.w_down, hb_.f(), xb_.f(), nt);
+  ops_.add(x_.f(), xb_.f(), (int64_t)nt * cfg_.dim);
 }
 
-void LlamaForward::compute_logits(const ForwardBatch& batch, ThreadPool& pool, float* logits) {
+void LlamaForward::compute_logits(const ForwardBatch& batch, float* logits) {
   const int32_t nl = batch.num_logits();
   if (nl == 0) return;
-  const int dim = cfg_.dim;
-  const LlamaWeights& w = model_.weights();
-  for (int32_t i = 0; i < nl; ++i) {
-    kernels::rms_norm(x_.data() + (size_t)batch.logits_indices[i] * dim, w.output_norm,
-                      xl_.data() + (size_t)i * dim, dim, cfg_.rms_eps);
+  ops_.rms_norm_rows(x_.f(), batch.logits_indices.data(), nl, w_.output_norm, xl_.f(), cfg_.dim,
+                     cfg_.rms_eps);
+  if (ops_.is_host()) {
+    ops_.matmul(w_.output, xl_.f(), logits, nl);
+    return;
   }
-  kernels::matmul(w.output, xl_.data(), logits, nl, pool);
+  ops_.matmul(w_.output, xl_.f(), logits_.f(), nl);
+  ops_.to_host(logits, logits_.p, (size_t)nl * cfg_.vocab_size * sizeof(float));
 }
 
-void LlamaForward::run(const ForwardBatch& batch, PagedKvCache& cache, ThreadPool& pool,
-                       float* logits) {
+void LlamaForward::run(const ForwardBatch& host_batch, PagedKvCache& cache, float* logits) {
   const KvCacheShape& s = cache.shape();
   ARBOR_CHECK(s.num_layers == cfg_.num_layers && s.num_kv_heads == cfg_.num_kv_heads &&
               s.head_dim == cfg_.head_dim)
       << "KV cache shape does not match the model";
-  const int32_t nt = batch.num_tokens();
+  const int32_t nt = host_batch.num_tokens();
   if (nt == 0) return;
-  reserve(nt, batch.num_logits());
-  nonfinite_origin_.assign(static_cast<size_t>(batch.num_logits()), std::string());
-  embed(batch, pool);
-  note_nonfinite(batch, -1, "");
+  const int32_t nl = host_batch.num_logits();
+  reserve(nt, nl);
+  const ForwardBatch batch = ops_.stage(host_batch);
+  flags_host_.assign((size_t)nl * num_checkpoints(cfg_), 0);
+  if (!flags_host_.empty()) ops_.to_device(flags_.p, flags_host_.data(), flags_host_.size());
+  embed(batch);
+  flag_nonfinite(batch, 0);
   for (int layer = 0; layer < cfg_.num_layers; ++layer) {
-    attention_block(layer, batch, cache, pool);
-    note_nonfinite(batch, layer, "attention");
-    ffn_block(layer, nt, pool);
-    note_nonfinite(batch, layer, "feed-forward");
+    attention_block(layer, batch, cache);
+    flag_nonfinite(batch, 1 + 2 * layer);
+    ffn_block(layer, nt);
+    flag_nonfinite(batch, 2 + 2 * layer);
   }
-  compute_logits(batch, pool, logits);
+  compute_logits(batch, logits);
+  name_nonfinite(nl, logits);
+}
+
+void LlamaForward::flag_nonfinite(const ForwardBatch& batch, int checkpoint) {
+  const int32_t nl = batch.num_logits();
+  if (nl == 0) return;
+  ops_.flag_nonfinite(x_.f(), batch.logits_indices.data(), nl, cfg_.dim,
+                      static_cast<uint8_t*>(flags_.p) + (size_t)checkpoint * nl);
+}
+
+void LlamaForward::name_nonfinite(int32_t nl, const float* logits) {
+  nonfinite_origin_.assign(static_cast<size_t>(nl), std::string());
+  if (nl == 0) return;
+  ops_.to_host(flags_host_.data(), flags_.p, flags_host_.size());
   const size_t vocab = static_cast<size_t>(cfg_.vocab_size);
-  for (int32_t i = 0; i < batch.num_logits(); ++i) {
+  for (int32_t i = 0; i < nl; ++i) {
+    for (int c = 0; c < num_checkpoints(cfg_); ++c) {
+      if (flags_host_[(size_t)c * nl + i] == 0) continue;
+      nonfinite_origin_[i] =
+          c == 0 ? std::string("the token embedding")
+                 : str_cat("layer ", (c - 1) / 2, "'s ", c % 2 == 1 ? "attention" : "feed-forward",
+                           " block");
+      break;
+    }
     if (!nonfinite_origin_[i].empty()) continue;
     const float* row = logits + static_cast<size_t>(i) * vocab;
     if (!std::all_of(row, row + vocab, [](float v) { return std::isfinite(v); })) {
       nonfinite_origin_[i] = "the output norm or classifier";
     }
-  }
-}
-
-void LlamaForward::note_nonfinite(const ForwardBatch& batch, int layer, const char* block) {
-  const int dim = cfg_.dim;
-  for (int32_t i = 0; i < batch.num_logits(); ++i) {
-    if (!nonfinite_origin_[i].empty()) continue;
-    const float* row = x_.data() + static_cast<size_t>(batch.logits_indices[i]) * dim;
-    uint32_t bad = 0;  // an all-ones exponent: Inf or NaN (integer ops, so it vectorises)
-    for (int c = 0; c < dim; ++c) {
-      uint32_t bits;
-      std::memcpy(&bits, row + c, sizeof(bits));
-      bad |= (bits & 0x7F800000u) == 0x7F800000u;
-    }
-    if (bad == 0) continue;
-    nonfinite_origin_[i] =
-        layer < 0 ? std::string("the token embedding")
-                  : str_cat("layer ", layer, "'s ", block, " block");
   }
 }
 

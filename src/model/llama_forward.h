@@ -1,19 +1,20 @@
-// LlamaForward: the forward pass of a LlamaModel over one ragged batch and a paged KV cache.
+// LlamaForward: the forward pass of a LlamaModel over one ragged batch and a paged KV cache,
+// written once over ForwardOps (forward_ops.h), so the same sequence of ops runs on every device.
 //
 //   embed -> per layer: rms_norm -> q, k, v (+bias) -> RoPE at positions[t] -> K/V written at
 //   slot_mapping[t] -> paged attention -> wo -> residual -> rms_norm -> gate, up -> silu_mul ->
 //   down -> residual;  final rms_norm and the output matmul only for logits_indices rows.
 //
-// Owns the activation scratch, sized for the largest batch seen so far (grows when a batch has
-// more tokens; a steady-state step allocates nothing). Not thread-safe: one caller at a time,
-// which also owns the ThreadPool for the call.
+// Owns the activation scratch in the device's memory, sized for the largest batch seen so far
+// (grows when a batch has more tokens; a steady-state step allocates nothing). Not thread-safe:
+// one caller at a time.
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "kernels/thread_pool.h"
 #include "model/forward_batch.h"
+#include "model/forward_ops.h"
 #include "model/kv_cache.h"
 #include "model/llama_model.h"
 
@@ -21,13 +22,16 @@ namespace arbor::model {
 
 class LlamaForward {
  public:
-  // `model` must outlive this object. reserve_tokens sizes the scratch up front.
-  explicit LlamaForward(const LlamaModel& model, int32_t reserve_tokens = 0);
+  // `model` and `ops` must outlive this object; ops runs on the device the cache lives on.
+  // reserve_tokens sizes the scratch up front.
+  LlamaForward(const LlamaModel& model, ForwardOps& ops, int32_t reserve_tokens = 0);
+  ~LlamaForward();
+  LlamaForward(const LlamaForward&) = delete;
+  LlamaForward& operator=(const LlamaForward&) = delete;
 
-  // Runs one step. The batch must be valid (validate_batch) for `cache`, whose shape must match
-  // the model (CHECKed). logits: [batch.num_logits(), vocab_size].
-  void run(const ForwardBatch& batch, PagedKvCache& cache, kernels::ThreadPool& pool,
-           float* logits);
+  // Runs one step. The batch (host arrays) must be valid (validate_batch) for `cache`, whose
+  // shape must match the model (CHECKed). logits: host [batch.num_logits(), vocab_size].
+  void run(const ForwardBatch& batch, PagedKvCache& cache, float* logits);
 
   // Tokens the scratch currently holds.
   int32_t capacity_tokens() const { return cap_tokens_; }
@@ -39,37 +43,47 @@ class LlamaForward {
   const std::string& nonfinite_origin(int32_t i) const { return nonfinite_origin_[i]; }
 
  private:
-  // Marks the logits rows whose hidden state is no longer finite after `layer`'s `block`
-  // (layer -1: after the embedding).
-  void note_nonfinite(const ForwardBatch& batch, int layer, const char* block);
+  // A scratch array in the device's memory.
+  struct Scratch {
+    void* p = nullptr;
+    size_t bytes = 0;
+    float* f() const { return static_cast<float*>(p); }
+  };
+  // Makes `s` hold at least `bytes` (contents not kept).
+  void ensure(Scratch& s, size_t bytes);
   void reserve(int32_t num_tokens, int32_t num_logits);
-  void embed(const ForwardBatch& batch, kernels::ThreadPool& pool);
-  void attention_block(int layer, const ForwardBatch& batch, PagedKvCache& cache,
-                       kernels::ThreadPool& pool);
-  void qkv_rope_store(int layer, const ForwardBatch& batch, PagedKvCache& cache,
-                      kernels::ThreadPool& pool);
-  void ffn_block(int layer, int32_t num_tokens, kernels::ThreadPool& pool);
-  void compute_logits(const ForwardBatch& batch, kernels::ThreadPool& pool, float* logits);
-  void norm_rows(const float* in, const float* weight, float* out, int32_t rows,
-                 kernels::ThreadPool& pool);
+  void embed(const ForwardBatch& batch);
+  void attention_block(int layer, const ForwardBatch& batch, PagedKvCache& cache);
+  void ffn_block(int layer, int32_t num_tokens);
+  void compute_logits(const ForwardBatch& batch, float* logits);
+  // Flags the logits rows whose hidden state is no longer finite at checkpoint `c`
+  // (0: after the embedding; 1 + 2 * layer: after its attention block; 2 + 2 * layer: after its
+  // feed-forward block), then names each row's first flagged checkpoint after the step.
+  void flag_nonfinite(const ForwardBatch& batch, int checkpoint);
+  void name_nonfinite(int32_t num_logits, const float* logits);
 
   const LlamaModel& model_;
+  ForwardOps& ops_;
   const ModelConfig& cfg_;
-  std::vector<float> inv_freq_;  // [rope_dim / 2] radians per position, after any scaling
+  const LlamaWeights& w_;          // the model's weights in the device's memory
   int32_t cap_tokens_ = 0;
   int32_t cap_logits_ = 0;
   std::vector<std::string> nonfinite_origin_;  // [num_logits], see nonfinite_origin()
-  std::vector<float> x_;         // [T, dim] residual stream
-  std::vector<float> xb_;        // [T, dim] normed input / projection output
-  std::vector<float> q_;         // [T, q_dim]
-  std::vector<float> k_;         // [T, kv_dim]
-  std::vector<float> v_;         // [T, kv_dim]
-  std::vector<float> att_;       // [T, q_dim]
-  std::vector<float> hb_;        // [T, ffn_dim]
-  std::vector<float> hb2_;       // [T, ffn_dim]
-  std::vector<float> rope_cos_;  // [T, rope_dim / 2]
-  std::vector<float> rope_sin_;  // [T, rope_dim / 2]
-  std::vector<float> xl_;        // [L, dim] normed rows for the output matmul
+  std::vector<uint8_t> flags_host_;            // [checkpoints, num_logits]
+  Scratch inv_freq_;  // [rope_dim / 2] radians per position, after any scaling
+  Scratch x_;         // [T, dim] residual stream
+  Scratch xb_;        // [T, dim] normed input / projection output
+  Scratch q_;         // [T, q_dim]
+  Scratch k_;         // [T, kv_dim]
+  Scratch v_;         // [T, kv_dim]
+  Scratch att_;       // [T, q_dim]
+  Scratch hb_;        // [T, ffn_dim]
+  Scratch hb2_;       // [T, ffn_dim]
+  Scratch rope_cos_;  // [T, rope_dim / 2]
+  Scratch rope_sin_;  // [T, rope_dim / 2]
+  Scratch xl_;        // [L, dim] normed rows for the output matmul
+  Scratch logits_;    // [L, vocab] when the device is not the host
+  Scratch flags_;     // [checkpoints, L] bytes
 };
 
 }  // namespace arbor::model

@@ -57,17 +57,19 @@ Result<const float*> optional_vector_f32(const gguf::GgufFile& f, const std::str
 
 }  // namespace
 
-Result<std::unique_ptr<LlamaModel>> LlamaModel::load(const std::string& path) {
+Result<std::unique_ptr<LlamaModel>> LlamaModel::load(const std::string& path,
+                                                     const ModelLoadOptions& options) {
   ARBOR_ASSIGN_OR_RETURN(gguf::GgufFile file, gguf::GgufFile::open(path));
-  return from_file(std::move(file));
+  return from_file(std::move(file), options);
 }
 
-Result<std::unique_ptr<LlamaModel>> LlamaModel::from_file(gguf::GgufFile file) {
+Result<std::unique_ptr<LlamaModel>> LlamaModel::from_file(gguf::GgufFile file,
+                                                          const ModelLoadOptions& options) {
   ARBOR_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::from_gguf(file));
   std::unique_ptr<LlamaModel> model(new LlamaModel(std::move(file), std::move(config)));
   ARBOR_RETURN_IF_ERROR(model->bind_weights());
   ARBOR_RETURN_IF_ERROR(model->check_cheap_weights());
-  model->pack_matrices();
+  if (options.pack_for_cpu) model->pack_matrices();
   return model;
 }
 

@@ -48,12 +48,20 @@ struct LlamaWeights {
   const float* rope_freqs = nullptr;
 };
 
+struct ModelLoadOptions {
+  // Repack matrices for the CPU's packed kernels (see above). A model that runs on a GPU skips
+  // it: the device reads the GGUF encoding from the mapping.
+  bool pack_for_cpu = true;
+};
+
 class LlamaModel {
  public:
   // Opens and maps `path`, reads the config and binds every weight.
-  static Result<std::unique_ptr<LlamaModel>> load(const std::string& path);
+  static Result<std::unique_ptr<LlamaModel>> load(const std::string& path,
+                                                  const ModelLoadOptions& options = {});
   // Same, from an already opened file (taken over).
-  static Result<std::unique_ptr<LlamaModel>> from_file(gguf::GgufFile file);
+  static Result<std::unique_ptr<LlamaModel>> from_file(gguf::GgufFile file,
+                                                       const ModelLoadOptions& options = {});
 
   const ModelConfig& config() const { return config_; }
   const LlamaWeights& weights() const { return weights_; }

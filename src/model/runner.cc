@@ -1,13 +1,17 @@
 #include "model/runner.h"
-#include "base/status.h"
 
 #include <algorithm>
+
+#include "base/status.h"
+#include "model/cpu_forward_ops.h"
 
 namespace arbor::model {
 
 Result<std::unique_ptr<ModelRunner>> ModelRunner::load(const std::string& path,
                                                        const RunnerOptions& options) {
-  ARBOR_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, LlamaModel::load(path));
+  ModelLoadOptions lo;
+  lo.pack_for_cpu = options.make_ops == nullptr;
+  ARBOR_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, LlamaModel::load(path, lo));
   return create(std::move(model), options);
 }
 
@@ -35,11 +39,17 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<LlamaMo
     num_blocks = *blocks;
   }
   std::unique_ptr<ModelRunner> r(new ModelRunner());
-  ARBOR_ASSIGN_OR_RETURN(r->cache_, PagedKvCache::create(shape, num_blocks, options.populate_kv));
+  r->model_ = std::move(model);
   r->pool_ = options.pool ? options.pool
                           : std::make_shared<kernels::ThreadPool>(options.num_threads);
-  r->forward_ = std::make_unique<LlamaForward>(*model, options.reserve_tokens);
-  r->model_ = std::move(model);
+  if (options.make_ops) {
+    ARBOR_ASSIGN_OR_RETURN(r->ops_, options.make_ops(*r->model_));
+  } else {
+    r->ops_ = std::make_unique<CpuForwardOps>(*r->model_, *r->pool_);
+  }
+  ARBOR_ASSIGN_OR_RETURN(r->cache_, PagedKvCache::create(shape, num_blocks, options.populate_kv,
+                                                         r->ops_.get()));
+  r->forward_ = std::make_unique<LlamaForward>(*r->model_, *r->ops_, options.reserve_tokens);
   return r;
 }
 
@@ -49,7 +59,7 @@ Status ModelRunner::forward(const ForwardBatch& batch, float* logits) {
   limits.block_size = cache_->block_size();
   limits.num_blocks = cache_->num_blocks();
   ARBOR_RETURN_IF_ERROR(validate_batch(batch, limits));
-  forward_->run(batch, *cache_, *pool_, logits);
+  forward_->run(batch, *cache_, logits);
   return ok_status();
 }
 

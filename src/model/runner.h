@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -24,6 +25,7 @@
 #include "kernels/thread_pool.h"
 #include "model/batch_builder.h"
 #include "model/forward_batch.h"
+#include "model/forward_ops.h"
 #include "model/kv_cache.h"
 #include "model/llama_forward.h"
 #include "model/llama_model.h"
@@ -46,6 +48,11 @@ struct RunnerOptions {
   // Run on this pool instead of starting one (a draft model shares its target's threads: the two
   // never run at once). Null: a pool of num_threads.
   std::shared_ptr<kernels::ThreadPool> pool;
+  // The device the forward runs on and the KV cache lives in: builds its ops for the loaded
+  // model (which must outlive them). Null: the CPU (CpuForwardOps on the pool). A GPU's factory
+  // comes from src/cuda; load() then skips the CPU's weight packing.
+  using OpsFactory = std::function<Result<std::unique_ptr<ForwardOps>>(const LlamaModel&)>;
+  OpsFactory make_ops;
 };
 
 class ModelRunner {
@@ -61,6 +68,8 @@ class ModelRunner {
   const ModelConfig& config() const { return model_->config(); }
   const LlamaModel& model() const { return *model_; }
   PagedKvCache& kv_cache() { return *cache_; }
+  // The device the forward runs on ("cpu", "cuda:0").
+  std::string_view device_name() const { return ops_->name(); }
   kernels::ThreadPool& pool() { return *pool_; }
   const std::shared_ptr<kernels::ThreadPool>& shared_pool() const { return pool_; }
 
@@ -74,9 +83,12 @@ class ModelRunner {
  private:
   ModelRunner() = default;
 
+  // Destroyed bottom-up: the forward and the cache release device memory through ops_, which
+  // reads model_ and may use pool_.
   std::unique_ptr<LlamaModel> model_;
-  std::unique_ptr<PagedKvCache> cache_;
   std::shared_ptr<kernels::ThreadPool> pool_;
+  std::unique_ptr<ForwardOps> ops_;
+  std::unique_ptr<PagedKvCache> cache_;
   std::unique_ptr<LlamaForward> forward_;
 };
 

@@ -1,0 +1,61 @@
+// CpuForwardOps: ForwardOps on the CPU — the kernels of src/kernels on a
+// ThreadPool, device memory = host memory, the model's own weights (packed
+// copies included).
+//
+// Each op runs to completion before it returns. Not thread-safe: one caller at
+// a time, which also owns the pool for the call.
+#pragma once
+
+#include "kernels/thread_pool.h"
+#include "model/forward_ops.h"
+
+namespace arbor::model {
+
+class CpuForwardOps final : public ForwardOps {
+public:
+  // `model` and `pool` must outlive this object.
+  CpuForwardOps(const LlamaModel &model, kernels::ThreadPool &pool)
+      : model_(model), pool_(pool) {}
+
+  std::string_view name() const override { return "cpu"; }
+  bool is_host() const override { return true; }
+  Result<void *> allocate(size_t bytes) override {
+    return host_memory().allocate(bytes);
+  }
+  void release(void *p) override { host_memory().release(p); }
+  void copy(std::span<const Copy> copies) override {
+    host_memory().copy(copies);
+  }
+  void to_device(void *dst, const void *src, size_t bytes) override {
+    host_memory().to_device(dst, src, bytes);
+  }
+  void to_host(void *dst, const void *src, size_t bytes) override {
+    host_memory().to_host(dst, src, bytes);
+  }
+
+  const LlamaWeights &weights() const override { return model_.weights(); }
+  ForwardBatch stage(const ForwardBatch &batch) override { return batch; }
+
+  void embed(const kernels::WeightView &table, const int32_t *tokens, int32_t n,
+             float *x) override;
+  void rope_tables(const int32_t *positions, int32_t n, const float *inv_freq,
+                   int half, float *cos, float *sin) override;
+  void rms_norm_rows(const float *x, const int32_t *rows, int32_t n,
+                     const float *weight, float *y, int dim,
+                     float eps) override;
+  void matmul_multi(std::span<const kernels::WeightView *const> ws,
+                    const float *x, std::span<float *const> ys,
+                    int32_t num_tokens) override;
+  void qkv_epilogue(const QkvEpilogue &p) override;
+  void attention(const kernels::PagedAttentionParams &p) override;
+  void add(float *y, const float *x, int64_t n) override;
+  void silu_mul(float *gate, const float *up, int64_t n) override;
+  void flag_nonfinite(const float *x, const int32_t *rows, int32_t n, int dim,
+                      uint8_t *flags) override;
+
+private:
+  const LlamaModel &model_;
+  kernels::ThreadPool &pool_;
+};
+
+} // namespace arbor::model
