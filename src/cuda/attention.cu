@@ -227,14 +227,74 @@ struct KernelArgs {
   float* partials;    // split: [T, num_q_heads, max_chunks, head_dim + 2] (m, l, acc)
   int32_t* nchunks;   // split: [T] chunks of token t's rows
   int32_t max_chunks;
+  bool vector_loads;  // head_dim a multiple of 16 bytes' elements, both pools 16-byte aligned
 };
+
+__device__ __forceinline__ float half_bits_to_float(unsigned bits) {
+  return __half2float(__ushort_as_half((unsigned short)bits));
+}
+
+// Element index of dimension 0 of the key at cache position `pos` of kv head g.
+__device__ __forceinline__ int64_t key_index(const kernels::PagedAttentionParams& p,
+                                             const int32_t* table, int g, int pos) {
+  const int64_t block = table[pos / p.block_size];
+  return ((block * p.num_kv_heads + g) * p.block_size + pos % p.block_size) * p.head_dim;
+}
+
+// sh.kt / sh.vt rows 0..nk = the K / V rows of the tile's keys (sh.phys), widened to f32.
+// 16-byte loads (8 halves or 4 floats) where a.vector_loads, else one element per load.
+__device__ __forceinline__ void load_tile(const KernelArgs& a, const int32_t* table, int g, int nk, Shared sh) {
+  const kernels::PagedAttentionParams& p = a.p;
+  const int hd = p.head_dim, stride = a.lay.kv_stride();
+  const bool f16 = p.kv_dtype == kernels::KvDtype::kF16;
+  if (!a.vector_loads) {
+    for (int x = threadIdx.x; x < nk * hd; x += kThreads) {
+      const int j = x / hd, d = x % hd;
+      const int64_t idx = key_index(p, table, g, sh.phys[j]) + d;
+      sh.kt[j * stride + d] = load_kv(p.k_cache, idx, f16);
+      sh.vt[j * stride + d] = load_kv(p.v_cache, idx, f16);
+    }
+    return;
+  }
+  const int per_vec = f16 ? 8 : 4;
+  const int vecs = hd / per_vec;  // per key row
+  for (int x = threadIdx.x; x < nk * vecs; x += kThreads) {
+    const int j = x / vecs, d0 = (x % vecs) * per_vec;
+    const int64_t idx = key_index(p, table, g, sh.phys[j]) + d0;
+    float* kd = sh.kt + j * stride + d0;
+    float* vd = sh.vt + j * stride + d0;
+    if (f16) {
+      const uint4 kraw = *reinterpret_cast<const uint4*>(static_cast<const __half*>(p.k_cache) + idx);
+      const uint4 vraw = *reinterpret_cast<const uint4*>(static_cast<const __half*>(p.v_cache) + idx);
+      const unsigned kw[4] = {kraw.x, kraw.y, kraw.z, kraw.w};
+      const unsigned vw[4] = {vraw.x, vraw.y, vraw.z, vraw.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {  // element 2e in the low half of word e (little-endian)
+        kd[2 * e] = half_bits_to_float(kw[e] & 0xffffu);
+        kd[2 * e + 1] = half_bits_to_float(kw[e] >> 16);
+        vd[2 * e] = half_bits_to_float(vw[e] & 0xffffu);
+        vd[2 * e + 1] = half_bits_to_float(vw[e] >> 16);
+      }
+    } else {
+      const float4 kf = *reinterpret_cast<const float4*>(static_cast<const float*>(p.k_cache) + idx);
+      const float4 vf = *reinterpret_cast<const float4*>(static_cast<const float*>(p.v_cache) + idx);
+      kd[0] = kf.x;
+      kd[1] = kf.y;
+      kd[2] = kf.z;
+      kd[3] = kf.w;
+      vd[0] = vf.x;
+      vd[1] = vf.y;
+      vd[2] = vf.z;
+      vd[3] = vf.w;
+    }
+  }
+}
 
 // Runs keys [k0, k1) of one chunk for every row of the block into sh.m / sh.l / sh.acc.
 __device__ void run_chunk(const KernelArgs& a, const RowGeometry& r, int g, int k0, int k1,
                           Shared sh, int lane, int warp) {
   const kernels::PagedAttentionParams& p = a.p;
   const int hd = p.head_dim, rows = a.lay.rows, stride = a.lay.kv_stride();
-  const bool f16 = p.kv_dtype == kernels::KvDtype::kF16;
   const int32_t* table = p.kv_page_indices + p.kv_indptr[r.b];
   __syncthreads();  // every warp is done with the previous chunk's m / l / acc
   for (int x = threadIdx.x; x < rows * hd; x += kThreads) sh.acc[x] = 0.0f;
@@ -261,15 +321,7 @@ __device__ void run_chunk(const KernelArgs& a, const RowGeometry& r, int g, int 
                             r.committed, sh.phys + (tail0 - kt0), lane);
     }
     __syncthreads();
-    for (int x = threadIdx.x; x < nk * hd; x += kThreads) {
-      const int j = x / hd, d = x % hd;
-      const int pos = sh.phys[j];
-      const int64_t block = table[pos / p.block_size];
-      const int64_t idx =
-          ((block * p.num_kv_heads + g) * p.block_size + pos % p.block_size) * hd + d;
-      sh.kt[j * stride + d] = load_kv(p.k_cache, idx, f16);
-      sh.vt[j * stride + d] = load_kv(p.v_cache, idx, f16);
-    }
+    load_tile(a, table, g, nk, sh);
     __syncthreads();
     for (int row = warp; row < rows; row += kWarps) {
       tile_step(sh.q + row * hd, sh.kt, sh.vt, stride, nk, hd, p.scale, sh.m + row, sh.l + row,
@@ -282,7 +334,7 @@ __device__ void run_chunk(const KernelArgs& a, const RowGeometry& r, int g, int 
 // Launch: grid (T, num_kv_heads, split ? max_chunks : 1), kThreads threads, lay.bytes() of
 // dynamic shared memory. Block (t, g, z) serves query heads g*r .. g*r + r-1 of token t, warp w
 // the heads w, w + kWarps, ...
-__global__ void __launch_bounds__(kThreads) paged_attention_kernel(KernelArgs a) {
+__global__ void __launch_bounds__(kThreads, 4) paged_attention_kernel(KernelArgs a) {
   extern __shared__ float smem[];
   const kernels::PagedAttentionParams& p = a.p;
   const Shared sh = carve(smem, a.lay);
@@ -395,6 +447,9 @@ void launch_paged_attention(const kernels::PagedAttentionParams& p, const Attent
   a.max_chunks = std::max(plan.max_chunks, 1);
   a.partials = nullptr;
   a.nchunks = nullptr;
+  const int per_vec = p.kv_dtype == kernels::KvDtype::kF16 ? 8 : 4;
+  a.vector_loads = p.head_dim % per_vec == 0 && reinterpret_cast<uintptr_t>(p.k_cache) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(p.v_cache) % 16 == 0;
   if (plan.split) {
     ARBOR_CHECK(workspace != nullptr);
     a.partials = static_cast<float*>(workspace);

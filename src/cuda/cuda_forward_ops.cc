@@ -182,10 +182,13 @@ Status CudaForwardOps::upload_weights(const model::LlamaModel& model) {
   }
   auto* base = static_cast<uint8_t*>(weights_mem_);
   for (const UploadPlan::Tensor& t : plan.tensors) {
-    ARBOR_RETURN_IF_ERROR(cuda_status(
-        cudaMemcpy2D(base + t.offset, t.row_bytes, t.host, t.host_stride, t.row_bytes, t.rows,
-                     cudaMemcpyHostToDevice),
-        "cudaMemcpy2D (weights)"));
+    // Dense tensors in one copy; strided rows (a view into a wider buffer) row by row.
+    const cudaError_t copied =
+        t.host_stride == t.row_bytes
+            ? cudaMemcpy(base + t.offset, t.host, t.row_bytes * t.rows, cudaMemcpyHostToDevice)
+            : cudaMemcpy2D(base + t.offset, t.row_bytes, t.host, t.host_stride, t.row_bytes,
+                           t.rows, cudaMemcpyHostToDevice);
+    ARBOR_RETURN_IF_ERROR(cuda_status(copied, str_cat("uploading ", t.name).c_str()));
   }
   weights_ = device_weights(model.weights(), plan, base);
   ARBOR_LOG(kInfo) << name_ << " (" << device_name_ << ", " << num_sms_ << " SMs): uploaded "

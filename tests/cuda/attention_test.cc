@@ -227,8 +227,9 @@ std::vector<int> path_of(int i) {
 // Decode over 3 key chunks, a causal chunk after 700 committed, a token tree, a short decode, a
 // sequence with no new token, a prefill from empty: per geometry and KV dtype.
 TEST_F(CudaAttentionTest, MatchesTheCpu) {
+  // The last: head_dim 18 takes the one-element-per-load path (no 16-byte vectors per row).
   const Geometry geometries[] = {{8, 2, 64, 16, KvDtype::kF16}, {4, 4, 80, 32, KvDtype::kF16},
-                                 {16, 2, 128, 16, KvDtype::kF16}};
+                                 {16, 2, 128, 16, KvDtype::kF16}, {6, 3, 18, 8, KvDtype::kF16}};
   uint32_t seed = 77;
   for (Geometry g : geometries) {
     for (KvDtype dt : {KvDtype::kF16, KvDtype::kF32}) {
