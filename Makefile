@@ -1,6 +1,7 @@
 # arbor — top-level entry points. See README.md.
 #   make serve   install what is missing, build, start arbor on the default model
 #   make test    install what is missing, build, run every test (Release + ASan/UBSan unit tests)
+#   make test-gpu  build, run the tests that need a CUDA device (skipped without one)
 #   make bench   benchmarks (slow; not part of make test)
 #   make fuzz    long mutation run over the GGUF reader
 
@@ -14,7 +15,7 @@ JOBS       ?= 2
 CMAKE_FLAGS = -G Ninja -DARBOR_SHARED_DIR=$(SHARED_ABS)
 
 .PHONY: all deps deps-serve build build-serve build-asan serve test test-release test-asan \
-        bench fuzz clean
+        test-gpu bench fuzz clean
 
 all: build
 
@@ -37,7 +38,8 @@ build-serve: deps-serve
 	cmake --build $(BUILD) -j $(JOBS) --target arbor
 
 $(ASAN_BUILD)/build.ninja:
-	cmake -S . -B $(ASAN_BUILD) $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DARBOR_SANITIZE=ON
+	cmake -S . -B $(ASAN_BUILD) $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DARBOR_SANITIZE=ON \
+	  -DARBOR_CUDA=OFF
 
 build: deps
 	@grep -qs '^ARBOR_BUILD_TESTS:BOOL=ON' $(BUILD)/CMakeCache.txt || \
@@ -53,8 +55,12 @@ serve: build-serve
 
 test: test-release test-asan
 
+# gpu tests run too: without a CUDA device each is reported as Skipped with its reason.
 test-release: build
-	cd $(BUILD) && ARBOR_SHARED_DIR=$(SHARED_ABS) ctest -L 'unit|e2e' -LE slow --output-on-failure -j $(JOBS)
+	cd $(BUILD) && ARBOR_SHARED_DIR=$(SHARED_ABS) ctest -L 'unit|e2e|gpu' -LE slow --output-on-failure -j $(JOBS)
+
+test-gpu: build
+	cd $(BUILD) && ARBOR_SHARED_DIR=$(SHARED_ABS) ctest -L gpu --output-on-failure -j 1
 
 test-asan: build-asan
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \

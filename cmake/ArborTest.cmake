@@ -4,6 +4,9 @@
 #   unit  fast, runs in Release and under ASan/UBSan
 #   e2e   runs the real binary / server; Release only
 #   slow  kept out of `make test`
+#   gpu   needs a CUDA device (`make test-gpu`; `make test` runs them too). Each such test
+#         GTEST_SKIP()s with the reason when there is none, and CTest reports it as Skipped
+#         (SKIP_REGULAR_EXPRESSION on GoogleTest's "[  SKIPPED ]" line) instead of Passed.
 # Every test gets ARBOR_SOURCE_DIR as a macro. Shared data paths and the arbor executable come
 # from arbor_test_support (tests/support: test::shared_path, test::require_shared_file,
 # test::run_arbor), which a test links through LIBS; a test that runs the binary adds
@@ -24,7 +27,11 @@ function(arbor_add_test name)
   if(T_PREFIX)
     set(prefix_args TEST_PREFIX "${T_PREFIX}")
   endif()
+  set(skip_args)
+  if("gpu" IN_LIST T_LABELS)
+    set(skip_args SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
+  endif()
   gtest_discover_tests(${name} ${prefix_args}
-    PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
+    PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT} ${skip_args}
     DISCOVERY_TIMEOUT 120)
 endfunction()

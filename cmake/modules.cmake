@@ -4,7 +4,7 @@
 # module includes a header of a module outside the transitive closure of its list. The list is
 # in dependency order: a module names only modules before it.
 set(ARBOR_MODULES
-  base grammar gguf tokenizer convert kv kernels model sampling step spec sched executor engine http
+  base grammar gguf tokenizer convert kv kernels model cuda sampling step spec sched executor engine http
   chat server loadgen)
 
 set(ARBOR_DEPS_base "")
@@ -16,6 +16,8 @@ set(ARBOR_DEPS_convert base gguf tokenizer)
 set(ARBOR_DEPS_kv base)
 set(ARBOR_DEPS_kernels base gguf)
 set(ARBOR_DEPS_model base gguf kernels)
+# The CUDA ops behind model::ForwardOps (a stub without -DARBOR_CUDA=ON).
+set(ARBOR_DEPS_cuda base gguf kernels model)
 set(ARBOR_DEPS_sampling base grammar)
 # The step protocol's values and the executor interface: what crosses the executor boundary.
 set(ARBOR_DEPS_step base sampling)
@@ -24,7 +26,7 @@ set(ARBOR_DEPS_spec base)
 # Pure scheduling logic: never tensors or kernels.
 set(ARBOR_DEPS_sched base kv sampling step)
 # Executors run the model behind the step protocol; the engine never sees them.
-set(ARBOR_DEPS_executor base gguf tokenizer kernels model sampling step spec)
+set(ARBOR_DEPS_executor base gguf tokenizer kernels model cuda sampling step spec)
 set(ARBOR_DEPS_engine base kv sampling step sched tokenizer)
 set(ARBOR_DEPS_http base)
 set(ARBOR_DEPS_chat base)

@@ -32,3 +32,15 @@ if ! grep -qF "$expected" <<< "$out"; then
   exit 1
 fi
 echo "PASS: $expected"
+
+# CUDA sources are checked too: src/cuda must not see the executor.
+printf '\n#include "executor/cpu_executor.h"\n' >> "$tmp/src/cuda/matmul.cu"
+out=$(check) || true
+lines=$(wc -l < "$tmp/src/cuda/matmul.cu")
+expected="src/cuda/matmul.cu:$lines: module 'cuda' must not include #include \"executor/cpu_executor.h\""
+if ! grep -qF "$expected" <<< "$out"; then
+  echo "FAIL: a forbidden include in a .cu file is not reported. Wanted: $expected"
+  echo "Got:"; echo "$out"
+  exit 1
+fi
+echo "PASS: $expected"

@@ -1,0 +1,238 @@
+#include "cuda/host_plan.h"
+
+#include <algorithm>
+#include <cstring>
+#include <iterator>
+#include <map>
+#include <unordered_map>
+#include <unordered_set>
+#include <array>
+
+namespace arbor::cuda {
+namespace {
+
+size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+
+class Planner {
+ public:
+  explicit Planner(bool (*supported)(gguf::GgmlType)) : supported_(supported) {}
+
+  Status matrix(const std::string& name, const kernels::WeightView& w) {
+    if (!supported_(w.type)) {
+      return unimplemented(name, " has type ", gguf::ggml_type_name(w.type),
+                           ", which the CUDA matmul does not support (f32, f16, bf16, q8_0, "
+                           "q4_0)");
+    }
+    const size_t row_bytes = kernels::weight_row_bytes(w.type, w.cols);
+    add(name, w.data, w.row_stride != 0 ? w.row_stride : row_bytes, row_bytes, w.rows);
+    return ok_status();
+  }
+  void vector(const std::string& name, const float* v, int64_t n) {
+    if (v != nullptr) add(name, v, n * sizeof(float), n * sizeof(float), 1);
+  }
+  UploadPlan take() { return std::move(plan_); }
+
+ private:
+  void add(const std::string& name, const void* host, size_t stride, size_t row_bytes,
+           int64_t rows) {
+    if (!seen_.insert(host).second) return;  // tied output: the same tensor again
+    plan_.tensors.push_back({name, host, stride, row_bytes, rows, plan_.total_bytes});
+    plan_.total_bytes += align256(row_bytes * rows);
+  }
+
+  bool (*supported_)(gguf::GgmlType);
+  std::unordered_set<const void*> seen_;
+  UploadPlan plan_;
+};
+
+}  // namespace
+
+Result<UploadPlan> plan_weight_upload(const model::LlamaModel& model,
+                                      bool (*supported)(gguf::GgmlType)) {
+  const model::ModelConfig& c = model.config();
+  const model::LlamaWeights& w = model.weights();
+  Planner p(supported);
+  ARBOR_RETURN_IF_ERROR(p.matrix("token_embd.weight", w.token_embd));
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    const model::LayerWeights& lw = w.layers[l];
+    const std::string blk = str_cat("blk.", l, ".");
+    p.vector(blk + "attn_norm.weight", lw.attn_norm, c.dim);
+    ARBOR_RETURN_IF_ERROR(p.matrix(blk + "attn_q.weight", lw.wq));
+    ARBOR_RETURN_IF_ERROR(p.matrix(blk + "attn_k.weight", lw.wk));
+    ARBOR_RETURN_IF_ERROR(p.matrix(blk + "attn_v.weight", lw.wv));
+    p.vector(blk + "attn_q.bias", lw.bq, c.q_dim());
+    p.vector(blk + "attn_k.bias", lw.bk, c.kv_dim());
+    p.vector(blk + "attn_v.bias", lw.bv, c.kv_dim());
+    ARBOR_RETURN_IF_ERROR(p.matrix(blk + "attn_output.weight", lw.wo));
+    p.vector(blk + "ffn_norm.weight", lw.ffn_norm, c.dim);
+    ARBOR_RETURN_IF_ERROR(p.matrix(blk + "ffn_gate.weight", lw.w_gate));
+    ARBOR_RETURN_IF_ERROR(p.matrix(blk + "ffn_up.weight", lw.w_up));
+    ARBOR_RETURN_IF_ERROR(p.matrix(blk + "ffn_down.weight", lw.w_down));
+  }
+  p.vector("output_norm.weight", w.output_norm, c.dim);
+  ARBOR_RETURN_IF_ERROR(
+      p.matrix(w.tied_output ? "token_embd.weight" : "output.weight", w.output));
+  p.vector("rope_freqs.weight", w.rope_freqs, c.rope_dim / 2);
+  return p.take();
+}
+
+model::LlamaWeights device_weights(const model::LlamaWeights& host, const UploadPlan& plan,
+                                   uint8_t* base) {
+  std::unordered_map<const void*, size_t> offset;
+  for (const UploadPlan::Tensor& t : plan.tensors) offset.emplace(t.host, t.offset);
+  auto moved = [&](const void* p) -> uint8_t* {
+    if (p == nullptr) return nullptr;
+    const auto it = offset.find(p);
+    ARBOR_CHECK(it != offset.end()) << "a weight missing from the upload plan";
+    return base + it->second;
+  };
+  auto vec = [&](const float* p) { return reinterpret_cast<const float*>(moved(p)); };
+  auto mat = [&](const kernels::WeightView& w) {
+    kernels::WeightView d = w;
+    d.data = moved(w.data);
+    d.row_stride = kernels::weight_row_bytes(w.type, w.cols);
+    d.packed = nullptr;
+    return d;
+  };
+  model::LlamaWeights d;
+  d.token_embd = mat(host.token_embd);
+  for (const model::LayerWeights& lw : host.layers) {
+    model::LayerWeights dl;
+    dl.attn_norm = vec(lw.attn_norm);
+    dl.wq = mat(lw.wq);
+    dl.wk = mat(lw.wk);
+    dl.wv = mat(lw.wv);
+    dl.bq = vec(lw.bq);
+    dl.bk = vec(lw.bk);
+    dl.bv = vec(lw.bv);
+    dl.wo = mat(lw.wo);
+    dl.ffn_norm = vec(lw.ffn_norm);
+    dl.w_gate = mat(lw.w_gate);
+    dl.w_up = mat(lw.w_up);
+    dl.w_down = mat(lw.w_down);
+    d.layers.push_back(dl);
+  }
+  d.output_norm = vec(host.output_norm);
+  d.output = mat(host.output);
+  d.tied_output = host.tied_output;
+  d.rope_freqs = vec(host.rope_freqs);
+  return d;
+}
+
+namespace {
+
+// The batch's arrays as (pointer, bytes), in StagingLayout order.
+struct ArrayBytes {
+  const void* data;
+  size_t bytes;
+};
+std::array<ArrayBytes, 10> arrays_of(const model::ForwardBatch& b) {
+  auto i32 = [](std::span<const int32_t> s) { return ArrayBytes{s.data(), s.size_bytes()}; };
+  return {i32(b.tokens),       i32(b.positions),      i32(b.qo_indptr),  i32(b.kv_indptr),
+          i32(b.kv_page_indices), i32(b.kv_len),     i32(b.slot_mapping), i32(b.logits_indices),
+          i32(b.mask_indptr),  ArrayBytes{b.mask_bits.data(), b.mask_bits.size_bytes()}};
+}
+
+}  // namespace
+
+StagingLayout staging_layout(const model::ForwardBatch& batch) {
+  StagingLayout lay;
+  const auto arrays = arrays_of(batch);
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    lay.offsets[i] = lay.total_bytes;
+    lay.total_bytes += align256(arrays[i].bytes);
+  }
+  lay.total_bytes = std::max<size_t>(lay.total_bytes, 256);
+  return lay;
+}
+
+void write_staging(const model::ForwardBatch& batch, const StagingLayout& lay, uint8_t* dst) {
+  const auto arrays = arrays_of(batch);
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    if (arrays[i].bytes > 0) std::memcpy(dst + lay.offsets[i], arrays[i].data, arrays[i].bytes);
+  }
+}
+
+model::ForwardBatch staged_batch(const model::ForwardBatch& batch, const StagingLayout& lay,
+                                 const uint8_t* base) {
+  auto i32 = [&](std::span<const int32_t> s, int i) {
+    if (s.empty()) return std::span<const int32_t>();
+    return std::span<const int32_t>(reinterpret_cast<const int32_t*>(base + lay.offsets[i]),
+                                    s.size());
+  };
+  model::ForwardBatch d;
+  d.tokens = i32(batch.tokens, 0);
+  d.positions = i32(batch.positions, 1);
+  d.qo_indptr = i32(batch.qo_indptr, 2);
+  d.kv_indptr = i32(batch.kv_indptr, 3);
+  d.kv_page_indices = i32(batch.kv_page_indices, 4);
+  d.kv_len = i32(batch.kv_len, 5);
+  d.slot_mapping = i32(batch.slot_mapping, 6);
+  d.logits_indices = i32(batch.logits_indices, 7);
+  d.mask_indptr = i32(batch.mask_indptr, 8);
+  if (!batch.mask_bits.empty()) {
+    d.mask_bits = std::span<const uint8_t>(base + lay.offsets[9], batch.mask_bits.size());
+  }
+  return d;
+}
+
+namespace {
+
+// Disjoint byte ranges [begin, end), merged on insertion.
+class RangeSet {
+ public:
+  bool overlaps(uintptr_t b, uintptr_t e) const {
+    auto it = ranges_.lower_bound(e);  // ranges starting at or after e cannot overlap
+    if (it == ranges_.begin()) return false;
+    return std::prev(it)->second > b;  // the last range starting before e ends latest
+  }
+  void add(uintptr_t b, uintptr_t e) {
+    auto it = ranges_.upper_bound(b);
+    if (it != ranges_.begin() && std::prev(it)->second >= b) {
+      --it;
+      b = it->first;
+      e = std::max(e, it->second);
+      it = ranges_.erase(it);
+    }
+    while (it != ranges_.end() && it->first <= e) {
+      e = std::max(e, it->second);
+      it = ranges_.erase(it);
+    }
+    ranges_.emplace(b, e);
+  }
+  void clear() { ranges_.clear(); }
+
+ private:
+  std::map<uintptr_t, uintptr_t> ranges_;
+};
+
+}  // namespace
+
+std::vector<CopyRun> copy_runs(std::span<const model::DeviceMemory::Copy> copies) {
+  std::vector<CopyRun> runs;
+  RangeSet reads, writes;
+  CopyRun run;
+  for (size_t i = 0; i < copies.size(); ++i) {
+    const model::DeviceMemory::Copy& c = copies[i];
+    const auto s = reinterpret_cast<uintptr_t>(c.src), d = reinterpret_cast<uintptr_t>(c.dst);
+    const bool hazard = c.bytes > 0 && (writes.overlaps(s, s + c.bytes) ||
+                                        writes.overlaps(d, d + c.bytes) ||
+                                        reads.overlaps(d, d + c.bytes));
+    if (hazard) {
+      runs.push_back(run);
+      run = CopyRun{(int32_t)i, 0, 0};
+      reads.clear();
+      writes.clear();
+    }
+    if (c.bytes > 0) {
+      reads.add(s, s + c.bytes);
+      writes.add(d, d + c.bytes);
+    }
+    ++run.count;
+    run.max_bytes = std::max(run.max_bytes, c.bytes);
+  }
+  if (run.count > 0) runs.push_back(run);
+  return runs;
+}
+
+}  // namespace arbor::cuda

@@ -1,0 +1,71 @@
+// The host-side planning of CudaForwardOps, kept apart from the CUDA calls so that it is tested
+// without a GPU: where each weight goes in the one device allocation, how a batch is packed for
+// its single upload, and how a list of region copies splits into runs that may run in parallel.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "gguf/ggml_type.h"
+#include "model/forward_batch.h"
+#include "model/forward_ops.h"
+#include "model/llama_model.h"
+
+namespace arbor::cuda {
+
+// Every distinct host tensor of a model's weights, with its place in one device allocation.
+struct UploadPlan {
+  struct Tensor {
+    std::string name;        // GGUF name, for errors and logs
+    const void* host = nullptr;
+    size_t host_stride = 0;  // bytes between host rows
+    size_t row_bytes = 0;    // dense bytes of a row (= the device row stride)
+    int64_t rows = 0;        // 1 for a vector
+    size_t offset = 0;       // from the allocation's base; a multiple of 256
+  };
+  std::vector<Tensor> tensors;  // in upload order; a tensor seen twice (tied output) once
+  size_t total_bytes = 0;
+};
+
+// Plans the upload of model.weights(): token_embd, per layer attn_norm, wq, wk, wv, bq, bk, bv,
+// wo, ffn_norm, w_gate, w_up, w_down, then output_norm, output, rope_freqs (absent ones
+// skipped). Each matrix must have a type `supported` accepts, else unimplemented naming the
+// tensor and its type ("blk.0.attn_q.weight has type q4_K, which the CUDA matmul does not
+// support").
+Result<UploadPlan> plan_weight_upload(const model::LlamaModel& model,
+                                      bool (*supported)(gguf::GgmlType));
+
+// host's structure with every pointer moved to base + its tensor's offset (found by host
+// pointer), views dense (row_stride = row bytes) and `packed` null.
+model::LlamaWeights device_weights(const model::LlamaWeights& host, const UploadPlan& plan,
+                                   uint8_t* base);
+
+// A batch's ten arrays packed back to back, each at a multiple of 256 bytes.
+struct StagingLayout {
+  size_t offsets[10] = {};  // tokens, positions, qo_indptr, kv_indptr, kv_page_indices, kv_len,
+                            // slot_mapping, logits_indices, mask_indptr, mask_bits
+  size_t total_bytes = 0;
+};
+StagingLayout staging_layout(const model::ForwardBatch& batch);
+// Copies the arrays into `dst` (total_bytes) at their offsets.
+void write_staging(const model::ForwardBatch& batch, const StagingLayout& lay, uint8_t* dst);
+// The batch whose arrays are those at `base` (the staged copy); empty arrays stay empty (null).
+model::ForwardBatch staged_batch(const model::ForwardBatch& batch, const StagingLayout& lay,
+                                 const uint8_t* base);
+
+// Copies [first, first + count) of a list, which may run at the same time: no copy of the run
+// reads or writes bytes an earlier copy of the run writes, nor writes bytes an earlier one reads.
+struct CopyRun {
+  int32_t first = 0;
+  int32_t count = 0;
+  size_t max_bytes = 0;
+};
+// Greedy split of `copies` in order into hazard-free runs; zero-byte copies join any run.
+// O(n log n).
+std::vector<CopyRun> copy_runs(std::span<const model::DeviceMemory::Copy> copies);
+
+}  // namespace arbor::cuda
