@@ -23,6 +23,8 @@ namespace arbor::cuda::internal {
 namespace {
 
 constexpr int kMaxThreads = kMaxSlices * 32;
+// Two blocks per SM (64 registers) where that does not spill: the decode instances and the
+// F16/BF16 9..16-token one (speculative verification steps); the others take up to 128.
 
 // Chunks whose weight loads a warp of the F16/BF16 kernel issues before computing on them: with
 // 2, 64 bytes per thread are in flight and the decode kernel fits 64 registers (2 blocks of 512
@@ -86,7 +88,7 @@ __device__ __forceinline__ uint4 load_halves8(const uint16_t* row, bool ok, int 
 // {2q, 2q + 1, 2q + 8, 2q + 9}; A and B use the same column-to-k map, so each MMA sums the
 // products of 16 distinct columns and the chunk covers all 32 exactly once.
 template <bool kBf16, int NT, bool kVec>
-__global__ void __launch_bounds__(kMaxThreads, NT == 1 ? 2 : 1) mma_float_kernel(MmaArgs a) {
+__global__ void __launch_bounds__(kMaxThreads, NT <= 2 ? 2 : 1) mma_float_kernel(MmaArgs a) {
   const int lane = static_cast<int>(threadIdx.x) & 31, slice = static_cast<int>(threadIdx.x) / 32;
   const int g = lane >> 2, q = lane & 3;
   const int64_t tile_row0 = static_cast<int64_t>(blockIdx.y) * kRowTile;
