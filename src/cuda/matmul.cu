@@ -1,114 +1,161 @@
-// The simple CUDA matmul: one warp per output, obviously correct and batch invariant. A faster
-// implementation of the same header (cuda/matmul.h) replaces this file; nothing else in src/cuda
-// depends on how it works.
+// The GPU matmul's entry points (cuda/matmul.h): checks, the workspace layout and the choice of
+// kernel per weight type. The kernels: matmul_mma.cu (tensor cores) and matmul_simt.cu.
 #include "cuda/matmul.h"
 
-#include "cuda/cuda_check.h"
-#include "cuda/dequant.cuh"
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "base/check.h"
+#include "cuda/matmul_internal.cuh"
 
 namespace arbor::cuda {
+
+using gguf::GgmlType;
+
+namespace internal {
+
+void check_launch(const char* what) {
+  const cudaError_t err = cudaGetLastError();
+  ARBOR_CHECK(err == cudaSuccess) << what << ": " << cudaGetErrorString(err);
+}
+
+}  // namespace internal
+
 namespace {
 
-constexpr int kWarpsPerBlock = 8;
+constexpr size_t kAlign = 256;
 
-const uint8_t* row_ptr(const kernels::WeightView& w, int64_t r) {
-  return static_cast<const uint8_t*>(w.data) + r * (int64_t)w.row_stride;
-}
+size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
-// Launch: blocks of kWarpsPerBlock warps; warp o (global) computes y[t, r] for o = t * rows + r.
-// Lane l sums cols l, l + 32, ... in order with f32 FMAs; the 32 partial sums meet in a fixed
-// xor-butterfly, so y[t, r] depends only on x[t] and row r (batch invariant).
-__global__ void matmul_warp_kernel(const uint8_t* w, size_t row_stride, gguf::GgmlType type,
-                                   int64_t rows, int64_t cols, const float* x, float* y,
-                                   int64_t num_outputs) {
-  const int64_t o = (int64_t)blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (o >= num_outputs) return;
-  const int64_t t = o / rows, r = o % rows;
-  const uint8_t* row = w + r * (int64_t)row_stride;
-  const float* xt = x + t * cols;
-  float acc = 0.0f;
-  for (int64_t c = lane; c < cols; c += 32) acc = __fmaf_rn(weight_at(row, type, c), xt[c], acc);
-  for (int off = 16; off > 0; off /= 2) acc = __fadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, off));
-  if (lane == 0) y[t * rows + r] = acc;
-}
-
-// Launch: one thread per output y[t, r] (blocks of 256). Double accumulation in column order,
-// each product and sum rounded separately, as kernels::matmul_ref does on the host.
-__global__ void matmul_ref_kernel(const uint8_t* w, size_t row_stride, gguf::GgmlType type,
-                                  int64_t rows, int64_t cols, const float* x, float* y,
-                                  int64_t num_outputs) {
-  const int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (o >= num_outputs) return;
-  const int64_t t = o / rows, r = o % rows;
-  const uint8_t* row = w + r * (int64_t)row_stride;
-  double acc = 0.0;
-  for (int64_t c = 0; c < cols; ++c) {
-    acc = __dadd_rn(acc, __dmul_rn((double)weight_at(row, type, c), (double)x[t * cols + c]));
-  }
-  y[t * rows + r] = (float)acc;
-}
-
-// Launch: one block of 256 threads per id; threads stride over the columns.
-__global__ void get_rows_kernel(const uint8_t* w, size_t row_stride, gguf::GgmlType type,
-                                int64_t cols, const int32_t* ids, float* out) {
-  const uint8_t* row = w + (int64_t)ids[blockIdx.x] * (int64_t)row_stride;
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-    out[(int64_t)blockIdx.x * cols + c] = weight_at(row, type, c);
-  }
-}
+// The kernels read F32 weights as floats and every other type in 2-byte units.
+size_t element_alignment(GgmlType type) { return type == GgmlType::kF32 ? 4 : 2; }
 
 void check_view(const kernels::WeightView& w) {
-  ARBOR_CHECK(matmul_supported(w.type)) << gguf::ggml_type_name(w.type);
-  ARBOR_CHECK(w.data != nullptr && w.rows > 0 && w.cols > 0);
+  ARBOR_CHECK(matmul_supported(w.type))
+      << "the GPU matmul does not take " << gguf::ggml_type_name(w.type) << " weights";
+  ARBOR_CHECK(w.rows >= 0 && w.cols >= 0) << w.rows << " x " << w.cols;
+  // Rows are indexed by int32 and row tiles by gridDim.y (at most 65535).
+  ARBOR_CHECK(w.rows <= int64_t{65535} * internal::kRowTile && w.cols < (int64_t{1} << 30))
+      << w.rows << " x " << w.cols;
   ARBOR_CHECK_GE(w.row_stride, kernels::weight_row_bytes(w.type, w.cols));
+  ARBOR_CHECK(w.data != nullptr || w.rows == 0);
+  const size_t align = element_alignment(w.type);
+  ARBOR_CHECK(w.row_stride % align == 0 && reinterpret_cast<uintptr_t>(w.data) % align == 0)
+      << "weights at " << w.data << ", row stride " << w.row_stride << ": not " << align
+      << "-byte aligned";
+}
+
+// Workspace layout: F16/BF16: [num_tokens, cols] rounded activations; Q8_0/Q4_0:
+// [num_tokens, cols] int8, then (256-byte aligned) [num_tokens, cols / 32] f32 scales.
+size_t quant_scales_offset(const kernels::WeightView& w, int32_t num_tokens) {
+  return align_up(static_cast<size_t>(num_tokens) * static_cast<size_t>(w.cols));
 }
 
 }  // namespace
 
-bool matmul_supported(gguf::GgmlType type) {
+bool matmul_supported(GgmlType type) {
   switch (type) {
-    case gguf::GgmlType::kF32:
-    case gguf::GgmlType::kF16:
-    case gguf::GgmlType::kBF16:
-    case gguf::GgmlType::kQ8_0:
-    case gguf::GgmlType::kQ4_0:
+    case GgmlType::kF32:
+    case GgmlType::kF16:
+    case GgmlType::kBF16:
+    case GgmlType::kQ8_0:
+    case GgmlType::kQ4_0:
       return true;
     default:
       return false;
   }
 }
 
-size_t matmul_workspace_bytes(const kernels::WeightView& w, int32_t num_tokens) { return 0; }
+size_t matmul_workspace_bytes(const kernels::WeightView& w, int32_t num_tokens) {
+  ARBOR_CHECK(matmul_supported(w.type))
+      << "the GPU matmul does not take " << gguf::ggml_type_name(w.type) << " weights";
+  if (num_tokens <= 0) return 0;
+  const size_t n = static_cast<size_t>(num_tokens) * static_cast<size_t>(w.cols);
+  switch (w.type) {
+    case GgmlType::kF16:
+    case GgmlType::kBF16:
+      return align_up(n * sizeof(uint16_t));
+    case GgmlType::kQ8_0:
+    case GgmlType::kQ4_0:
+      return quant_scales_offset(w, num_tokens) +
+             align_up(static_cast<size_t>(num_tokens) * static_cast<size_t>(w.cols / 32) *
+                      sizeof(float));
+    default:
+      return 0;
+  }
+}
 
 void matmul(const kernels::WeightView& w, const float* x, float* y, int32_t num_tokens,
             void* workspace, cudaStream_t stream) {
   check_view(w);
-  if (num_tokens <= 0) return;
-  const int64_t outputs = (int64_t)num_tokens * w.rows;
-  const int64_t blocks = (outputs + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  matmul_warp_kernel<<<(unsigned)blocks, kWarpsPerBlock * 32, 0, stream>>>(
-      row_ptr(w, 0), w.row_stride, w.type, w.rows, w.cols, x, y, outputs);
-  ARBOR_CUDA_CHECK_LAUNCH();
+  ARBOR_CHECK_GE(num_tokens, 0);
+  if (num_tokens == 0 || w.rows == 0) return;
+  if (w.cols == 0) {
+    const cudaError_t err = cudaMemsetAsync(
+        y, 0, static_cast<size_t>(num_tokens) * static_cast<size_t>(w.rows) * sizeof(float), stream);
+    ARBOR_CHECK(err == cudaSuccess) << cudaGetErrorString(err);
+    return;
+  }
+  ARBOR_CHECK(workspace != nullptr || matmul_workspace_bytes(w, num_tokens) == 0);
+  ARBOR_CHECK(reinterpret_cast<uintptr_t>(workspace) % 16 == 0) << "workspace at " << workspace;
+  const auto* wdata = static_cast<const uint8_t*>(w.data);
+  const auto rows = static_cast<int32_t>(w.rows), cols = static_cast<int32_t>(w.cols);
+  internal::MmaArgs a;
+  a.w = wdata;
+  a.row_stride = w.row_stride;
+  a.rows = rows;
+  a.cols = cols;
+  a.num_tokens = num_tokens;
+  a.y = y;
+  a.plan = internal::slice_plan(cols);
+  switch (w.type) {
+    case GgmlType::kF32:
+      internal::launch_f32(wdata, w.row_stride, rows, cols, x, num_tokens, y, stream);
+      return;
+    case GgmlType::kF16:
+    case GgmlType::kBF16: {
+      auto* xh = static_cast<uint16_t*>(workspace);
+      internal::launch_round_acts(x, static_cast<int64_t>(num_tokens) * cols,
+                                  w.type == GgmlType::kBF16, xh, stream);
+      a.acts = xh;
+      internal::launch_mma(w.type, a, stream);
+      return;
+    }
+    case GgmlType::kQ8_0:
+    case GgmlType::kQ4_0: {
+      auto* base = static_cast<uint8_t*>(workspace);
+      auto* qs = reinterpret_cast<int8_t*>(base);
+      auto* d = reinterpret_cast<float*>(base + quant_scales_offset(w, num_tokens));
+      internal::launch_quantize_acts(x, num_tokens, cols, qs, d, stream);
+      a.acts = qs;
+      a.act_scales = d;
+      internal::launch_mma(w.type, a, stream);
+      return;
+    }
+    default:
+      ARBOR_CHECK(false) << "unreachable: " << gguf::ggml_type_name(w.type);
+  }
 }
 
 void matmul_ref(const kernels::WeightView& w, const float* x, float* y, int32_t num_tokens,
                 cudaStream_t stream) {
   check_view(w);
-  if (num_tokens <= 0) return;
-  const int64_t outputs = (int64_t)num_tokens * w.rows;
-  matmul_ref_kernel<<<(unsigned)((outputs + 255) / 256), 256, 0, stream>>>(
-      row_ptr(w, 0), w.row_stride, w.type, w.rows, w.cols, x, y, outputs);
-  ARBOR_CUDA_CHECK_LAUNCH();
+  ARBOR_CHECK_GE(num_tokens, 0);
+  if (num_tokens == 0 || w.rows == 0) return;
+  internal::launch_ref(w.type, static_cast<const uint8_t*>(w.data), w.row_stride,
+                       static_cast<int32_t>(w.rows), static_cast<int32_t>(w.cols), x, num_tokens,
+                       y, stream);
 }
 
 void get_rows(const kernels::WeightView& w, const int32_t* ids, int32_t n, float* out,
               cudaStream_t stream) {
   check_view(w);
-  if (n <= 0) return;
-  get_rows_kernel<<<(unsigned)n, 256, 0, stream>>>(row_ptr(w, 0), w.row_stride, w.type, w.cols,
-                                                   ids, out);
-  ARBOR_CUDA_CHECK_LAUNCH();
+  ARBOR_CHECK_GE(n, 0);
+  if (n == 0 || w.cols == 0) return;
+  internal::launch_get_rows(w.type, static_cast<const uint8_t*>(w.data), w.row_stride,
+                            static_cast<int32_t>(w.rows), static_cast<int32_t>(w.cols), ids, n,
+                            out, stream);
 }
 
 }  // namespace arbor::cuda

@@ -1,0 +1,326 @@
+// The GPU matmul's tensor-core kernels (F16, BF16, Q8_0, Q4_0) and the activation preparation
+// they read. Layouts, launch shapes and why every output is batch invariant: docs/cuda.md,
+// "Matmul".
+//
+// One kernel per type serves every token count. A block computes one tile of 16 rows
+// (blockIdx.y) for NT * 8 tokens (blockIdx.x, fastest, so the blocks that share a weight tile
+// run together and the tile comes from DRAM once); warp s of the block walks K slice s of the
+// slice plan (a function of cols alone), keeping NT tiles of 16 x 8 f32 accumulators; the
+// slice sums meet in shared memory and are added in slice order 0, 1, ...
+//
+// Lane l = 4 g + q (g = l / 4, q = l % 4) holds rows g and g + 8 of the tile and reads the B
+// column (token) g, as mma.sync's fragments place them.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "base/check.h"
+#include "cuda/matmul_device.cuh"
+#include "cuda/matmul_internal.cuh"
+
+namespace arbor::cuda::internal {
+namespace {
+
+constexpr int kMaxThreads = kMaxSlices * 32;
+// Two blocks per SM (64 registers) where that does not spill: the decode instances and the
+// F16/BF16 9..16-token one (speculative verification steps); the others take up to 128.
+
+// Chunks whose weight loads a warp of the F16/BF16 kernel issues before computing on them: with
+// 2, 64 bytes per thread are in flight and the decode kernel fits 64 registers (2 blocks of 512
+// threads per SM); kUnroll's 4 spilled. Divides kUnroll, so slices hold whole groups.
+constexpr int kFloatUnroll = 2;
+static_assert(kUnroll % kFloatUnroll == 0);
+
+__device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// Stores each warp's partial sums (acc[j][e]: the C fragment of token tile j) in shared memory,
+// then sums them in slice order and writes y. Consecutive threads write consecutive rows.
+template <int NT>
+__device__ __forceinline__ void reduce_and_store(const float (&acc)[NT][4], const MmaArgs& a,
+                                                 int64_t tile_row0, int64_t tok0) {
+  __shared__ float partial[kMaxSlices][NT][4][32];
+  const int slice = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) & 31;
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) partial[slice][j][e][lane] = acc[j][e];
+  }
+  __syncthreads();
+  for (int i = static_cast<int>(threadIdx.x); i < NT * kTokTile * kRowTile;
+       i += static_cast<int>(blockDim.x)) {
+    const int row_l = i % kRowTile, tok_l = i / kRowTile;
+    const int j = tok_l / kTokTile, n = tok_l % kTokTile;
+    // C fragment: c0, c1 = row g, tokens 2q, 2q + 1; c2, c3 = row g + 8, the same tokens.
+    const int src_lane = (row_l % 8) * 4 + n / 2;
+    const int e = (row_l / 8) * 2 + (n & 1);
+    float sum = partial[0][j][e][src_lane];
+    for (int s = 1; s < a.plan.slices; ++s) sum = __fadd_rn(sum, partial[s][j][e][src_lane]);
+    const int64_t row = tile_row0 + row_l, tok = tok0 + tok_l;
+    if (row < a.rows && tok < a.num_tokens) a.y[tok * a.rows + row] = sum;
+  }
+}
+
+// Eight halves of a row from element `col` on; zeros for a missing row or past `cols`.
+// kVec: 16-byte aligned and col + 7 < cols. kStream: the weights (read once, not kept in L1).
+template <bool kVec, bool kStream>
+__device__ __forceinline__ uint4 load_halves8(const uint16_t* row, bool ok, int col, int cols) {
+  uint4 v = make_uint4(0, 0, 0, 0);
+  if (!ok) return v;
+  if constexpr (kVec) {
+    if constexpr (kStream) return load_u128(reinterpret_cast<const uint8_t*>(row + col));
+    return __ldg(reinterpret_cast<const uint4*>(row + col));
+  } else {
+    uint32_t h[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) h[e] = col + e < cols ? __ldg(row + col + e) : 0u;
+    v.x = h[0] | (h[1] << 16);
+    v.y = h[2] | (h[3] << 16);
+    v.z = h[4] | (h[5] << 16);
+    v.w = h[6] | (h[7] << 16);
+    return v;
+  }
+}
+
+// F16 / BF16. Chunk c (32 columns) is two m16n8k16 MMAs. Lane (g, q) loads the 8 halves at
+// columns 32c + 8q .. 32c + 8q + 7 of rows g and g + 8 and of token g's activations: one 16-byte
+// load each. MMA 0 takes halves 0-3, MMA 1 halves 4-7, as the fragment elements of logical k
+// {2q, 2q + 1, 2q + 8, 2q + 9}; A and B use the same column-to-k map, so each MMA sums the
+// products of 16 distinct columns and the chunk covers all 32 exactly once.
+template <bool kBf16, int NT, bool kVec>
+__global__ void __launch_bounds__(kMaxThreads, NT <= 2 ? 2 : 1) mma_float_kernel(MmaArgs a) {
+  const int lane = static_cast<int>(threadIdx.x) & 31, slice = static_cast<int>(threadIdx.x) / 32;
+  const int g = lane >> 2, q = lane & 3;
+  const int64_t tile_row0 = static_cast<int64_t>(blockIdx.y) * kRowTile;
+  const int64_t tok0 = static_cast<int64_t>(blockIdx.x) * NT * kTokTile;
+  const bool ok0 = tile_row0 + g < a.rows, ok1 = tile_row0 + g + 8 < a.rows;
+  const auto* w0 = reinterpret_cast<const uint16_t*>(a.w + (ok0 ? tile_row0 + g : 0) * a.row_stride);
+  const auto* w1 =
+      reinterpret_cast<const uint16_t*>(a.w + (ok1 ? tile_row0 + g + 8 : 0) * a.row_stride);
+  // B column g of token tile j: token tok0 + 8 j + g, valid for j < tok_tiles_g.
+  const int tok_tiles_g = static_cast<int>(
+      min64(NT, (a.num_tokens - tok0 - g + kTokTile - 1) / kTokTile));
+  const uint16_t* xrow0 =
+      static_cast<const uint16_t*>(a.acts) + (tok0 + min64(g, a.num_tokens - 1 - tok0)) * a.cols;
+  float acc[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+
+  const int c_begin = slice * a.plan.chunks_per_slice;
+  const int c_end = min(c_begin + a.plan.chunks_per_slice, a.plan.chunks);
+  for (int c = c_begin; c < c_end; c += kFloatUnroll) {
+    uint4 wa[kFloatUnroll], wb[kFloatUnroll];
+#pragma unroll
+    for (int u = 0; u < kFloatUnroll; ++u) {  // all loads first: kFloatUnroll chunks in flight
+      const int col = (c + u) * kChunk + q * 8;
+      const bool in = c + u < c_end;
+      wa[u] = load_halves8<kVec, true>(w0, ok0 && in, col, a.cols);
+      wb[u] = load_halves8<kVec, true>(w1, ok1 && in, col, a.cols);
+    }
+#pragma unroll
+    for (int u = 0; u < kFloatUnroll; ++u) {
+      if (c + u >= c_end) break;
+      const int col = (c + u) * kChunk + q * 8;
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const uint4 b = load_halves8<kVec, false>(xrow0 + j * kTokTile * a.cols, j < tok_tiles_g,
+                                                  col, a.cols);
+        mma_16816<kBf16>(acc[j], wa[u].x, wb[u].x, wa[u].y, wb[u].y, b.x, b.y);
+        mma_16816<kBf16>(acc[j], wa[u].z, wb[u].z, wa[u].w, wb[u].w, b.z, b.w);
+      }
+    }
+  }
+  reduce_and_store<NT>(acc, a, tile_row0, tok0);
+}
+
+// One Q8_0 / Q4_0 block of a weight row as int8 A-fragment registers: lo = elements
+// 4q .. 4q + 3 (logical k 4q..), hi = elements 16 + 4q .. 16 + 4q + 3 (logical k 16 + 4q..),
+// d = the block's scale. Zeros for a missing row.
+struct QuantFrag {
+  uint32_t lo = 0, hi = 0;
+  float d = 0.0f;
+};
+
+template <bool kQ4>
+__device__ __forceinline__ QuantFrag load_quant_frag(const uint8_t* blk, bool ok, int q) {
+  QuantFrag f;
+  if (!ok) return f;
+  f.d = f16_bits_to_float(load_u16(blk));
+  if constexpr (kQ4) {
+    // Byte i of qs holds element i (low nibble) and element i + 16 (high nibble).
+    const uint32_t v = load_u32_a2(blk + 2 + 4 * q);
+    f.lo = __vsub4(v & 0x0F0F0F0Fu, 0x08080808u);
+    f.hi = __vsub4((v >> 4) & 0x0F0F0F0Fu, 0x08080808u);
+  } else {
+    f.lo = load_u32_a2(blk + 2 + 4 * q);
+    f.hi = load_u32_a2(blk + 2 + 16 + 4 * q);
+  }
+  return f;
+}
+
+// Q8_0 / Q4_0. Chunk b is ggml block b: one m16n8k32 int8 MMA gives the exact integer dot of
+// each (row, token) block pair, then acc = fma(dot, d_w * d_x, acc) in block order.
+template <bool kQ4, int NT>
+__global__ void __launch_bounds__(kMaxThreads, NT == 1 ? 2 : 1) mma_quant_kernel(MmaArgs a) {
+  constexpr int kBlockBytes = kQ4 ? kQ4Bytes : kQ8Bytes;
+  const int lane = static_cast<int>(threadIdx.x) & 31, slice = static_cast<int>(threadIdx.x) / 32;
+  const int g = lane >> 2, q = lane & 3;
+  const int64_t tile_row0 = static_cast<int64_t>(blockIdx.y) * kRowTile;
+  const int64_t tok0 = static_cast<int64_t>(blockIdx.x) * NT * kTokTile;
+  const int nb = a.cols / kChunk;
+  const bool ok0 = tile_row0 + g < a.rows, ok1 = tile_row0 + g + 8 < a.rows;
+  const uint8_t* w0 = a.w + (ok0 ? tile_row0 + g : 0) * a.row_stride;
+  const uint8_t* w1 = a.w + (ok1 ? tile_row0 + g + 8 : 0) * a.row_stride;
+  // B column g of token tile j: token tok0 + 8 j + g, valid for j < tok_tiles_g. C columns
+  // 2q, 2q + 1: tokens tc + 8 j and tc + 8 j + 1, tc = tok0 + 2q.
+  const int tok_tiles_g = static_cast<int>(
+      min64(NT, (a.num_tokens - tok0 - g + kTokTile - 1) / kTokTile));
+  const int8_t* xrow0 =
+      static_cast<const int8_t*>(a.acts) + (tok0 + min64(g, a.num_tokens - 1 - tok0)) * a.cols;
+  const int64_t tc = tok0 + 2 * q;
+  const int tok_left = static_cast<int>(min64(a.num_tokens - tc, NT * kTokTile));
+  const float* xd = a.act_scales + min64(tc, a.num_tokens - 1) * nb;
+  float acc[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+
+  const int c_begin = slice * a.plan.chunks_per_slice;
+  const int c_end = min(c_begin + a.plan.chunks_per_slice, a.plan.chunks);
+  for (int c = c_begin; c < c_end; c += kUnroll) {
+    QuantFrag fa[kUnroll], fb[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const bool in = c + u < c_end;
+      const int64_t off = static_cast<int64_t>(c + u) * kBlockBytes;
+      fa[u] = load_quant_frag<kQ4>(w0 + off, ok0 && in, q);
+      fb[u] = load_quant_frag<kQ4>(w1 + off, ok1 && in, q);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int b = c + u;
+      if (b >= c_end) break;
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const int8_t* xb = xrow0 + j * kTokTile * a.cols + b * kChunk + 4 * q;
+        const bool tok_ok = j < tok_tiles_g;
+        const uint32_t b0 = tok_ok ? __ldg(reinterpret_cast<const uint32_t*>(xb)) : 0u;
+        const uint32_t b1 = tok_ok ? __ldg(reinterpret_cast<const uint32_t*>(xb + 16)) : 0u;
+        int32_t dot[4];
+        mma_16832_s8(dot, fa[u].lo, fb[u].lo, fa[u].hi, fb[u].hi, b0, b1);
+        const float* xdj = xd + j * kTokTile * nb + b;
+        const float dx0 = j * kTokTile < tok_left ? __ldg(xdj) : 0.0f;
+        const float dx1 = j * kTokTile + 1 < tok_left ? __ldg(xdj + nb) : 0.0f;
+        // |dot| <= 32 * 127 * 127 < 2^24: exact in f32.
+        acc[j][0] = __fmaf_rn(static_cast<float>(dot[0]), __fmul_rn(fa[u].d, dx0), acc[j][0]);
+        acc[j][1] = __fmaf_rn(static_cast<float>(dot[1]), __fmul_rn(fa[u].d, dx1), acc[j][1]);
+        acc[j][2] = __fmaf_rn(static_cast<float>(dot[2]), __fmul_rn(fb[u].d, dx0), acc[j][2]);
+        acc[j][3] = __fmaf_rn(static_cast<float>(dot[3]), __fmul_rn(fb[u].d, dx1), acc[j][3]);
+      }
+    }
+  }
+  reduce_and_store<NT>(acc, a, tile_row0, tok0);
+}
+
+template <bool kBf16>
+__global__ void round_acts_kernel(const float* x, int64_t n, uint16_t* out) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    out[i] = kBf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(x[i]))
+                   : __half_as_ushort(__float2half_rn(x[i]));
+  }
+}
+
+// One warp per block of 32 activations: d = max|x| / 127, q = round_half_even(x * (1 / d)),
+// each step rounded as the CPU's scalar quantiser rounds it.
+__global__ void quantize_acts_kernel(const float* x, int64_t num_blocks, int8_t* qs, float* d) {
+  const int64_t blk = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  if (blk >= num_blocks) return;
+  const float v = x[blk * kChunk + lane];
+  float amax = fabsf(v);
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+  const float db = __fdiv_rn(amax, 127.0f);
+  const float id = db != 0.0f ? __frcp_rn(db) : 0.0f;
+  qs[blk * kChunk + lane] = static_cast<int8_t>(__float2int_rn(__fmul_rn(v, id)));
+  if (lane == 0) d[blk] = db;
+}
+
+template <int NT>
+void launch_tiles(gguf::GgmlType type, const MmaArgs& a, cudaStream_t stream) {
+  const dim3 grid((a.num_tokens + NT * kTokTile - 1) / (NT * kTokTile),
+                  (a.rows + kRowTile - 1) / kRowTile);
+  const dim3 block(32 * a.plan.slices);
+  const bool vec = a.cols % kChunk == 0 && a.row_stride % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(a.w) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(a.acts) % 16 == 0;
+  switch (type) {
+    case gguf::GgmlType::kF16:
+      if (vec) mma_float_kernel<false, NT, true><<<grid, block, 0, stream>>>(a);
+      else mma_float_kernel<false, NT, false><<<grid, block, 0, stream>>>(a);
+      break;
+    case gguf::GgmlType::kBF16:
+      if (vec) mma_float_kernel<true, NT, true><<<grid, block, 0, stream>>>(a);
+      else mma_float_kernel<true, NT, false><<<grid, block, 0, stream>>>(a);
+      break;
+    case gguf::GgmlType::kQ8_0:
+      mma_quant_kernel<false, NT><<<grid, block, 0, stream>>>(a);
+      break;
+    case gguf::GgmlType::kQ4_0:
+      mma_quant_kernel<true, NT><<<grid, block, 0, stream>>>(a);
+      break;
+    default:
+      ARBOR_CHECK(false) << "no tensor-core kernel for " << gguf::ggml_type_name(type);
+  }
+  check_launch("mma kernel");
+}
+
+}  // namespace
+
+SlicePlan slice_plan(int64_t cols) {
+  SlicePlan p;
+  p.chunks = static_cast<int32_t>((cols + kChunk - 1) / kChunk);
+  const int32_t per = (p.chunks + kMaxSlices - 1) / kMaxSlices;
+  p.chunks_per_slice = std::max(kUnroll, (per + kUnroll - 1) / kUnroll * kUnroll);
+  p.slices = (p.chunks + p.chunks_per_slice - 1) / p.chunks_per_slice;
+  return p;
+}
+
+int token_tiles(int32_t num_tokens) {
+  return num_tokens <= kTokTile ? 1 : num_tokens <= 2 * kTokTile ? 2 : 4;
+}
+
+void launch_round_acts(const float* x, int64_t n, bool bf16, uint16_t* out, cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65536));
+  if (bf16) {
+    round_acts_kernel<true><<<blocks, kThreads, 0, stream>>>(x, n, out);
+  } else {
+    round_acts_kernel<false><<<blocks, kThreads, 0, stream>>>(x, n, out);
+  }
+  check_launch("round_acts_kernel");
+}
+
+void launch_quantize_acts(const float* x, int32_t num_tokens, int32_t cols, int8_t* qs, float* d,
+                          cudaStream_t stream) {
+  constexpr int kWarps = 8;
+  const int64_t num_blocks = static_cast<int64_t>(num_tokens) * (cols / kChunk);
+  quantize_acts_kernel<<<static_cast<unsigned>((num_blocks + kWarps - 1) / kWarps), kWarps * 32,
+                         0, stream>>>(x, num_blocks, qs, d);
+  check_launch("quantize_acts_kernel");
+}
+
+void launch_mma(gguf::GgmlType type, const MmaArgs& a, cudaStream_t stream) {
+  switch (token_tiles(a.num_tokens)) {
+    case 1:
+      launch_tiles<1>(type, a, stream);
+      return;
+    case 2:
+      launch_tiles<2>(type, a, stream);
+      return;
+    default:
+      launch_tiles<4>(type, a, stream);
+  }
+}
+
+}  // namespace arbor::cuda::internal
