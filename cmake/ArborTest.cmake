@@ -6,7 +6,8 @@
 #   slow  kept out of `make test`
 #   gpu   needs a CUDA device (`make test-gpu`; `make test` runs them too). Each such test
 #         GTEST_SKIP()s with the reason when there is none, and CTest reports it as Skipped
-#         (SKIP_REGULAR_EXPRESSION on GoogleTest's "[  SKIPPED ]" line) instead of Passed.
+#         (SKIP_REGULAR_EXPRESSION on GoogleTest's "[  SKIPPED ]" line, or on the skip of a
+#         whole GPU twin executable, tests/support/test_device.h) instead of Passed.
 # Every test gets ARBOR_SOURCE_DIR as a macro. Shared data paths and the arbor executable come
 # from arbor_test_support (tests/support: test::shared_path, test::require_shared_file,
 # test::run_arbor), which a test links through LIBS; a test that runs the binary adds
@@ -29,7 +30,7 @@ function(arbor_add_test name)
   endif()
   set(skip_args)
   if("gpu" IN_LIST T_LABELS)
-    set(skip_args SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
+    set(skip_args SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]|test_device.h:[0-9]+: Skipped")
   endif()
   gtest_discover_tests(${name} ${prefix_args}
     PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT} ${skip_args}

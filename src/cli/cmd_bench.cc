@@ -31,6 +31,8 @@
 #include "base/progress.h"
 #include "cli/bench_command.h"
 #include "cli/command.h"
+#include "cli/engine_flags.h"
+#include "executor/device.h"
 #include "kernels/bandwidth.h"
 #include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
@@ -54,6 +56,8 @@ struct Options {
   int32_t batch_steps = 32;
   int32_t block_size = 16;
   std::string kv_dtype = "f16";
+  executor::Device device = executor::Device::kAuto;
+  int cuda_device = 0;
   int bandwidth_mib = 256;
   bool json = false;
 };
@@ -329,7 +333,13 @@ void print_json(const std::vector<TestResult>& tests, const std::vector<TestResu
 
 Result<std::unique_ptr<model::ModelRunner>> load_runner(const Options& o, int32_t* blocks_per_seq) {
   ARBOR_ASSIGN_OR_RETURN(kernels::KvDtype kv_dtype, parse_kv_dtype(o.kv_dtype));
-  ARBOR_ASSIGN_OR_RETURN(auto model, model::LlamaModel::load(o.model));
+  ARBOR_ASSIGN_OR_RETURN(executor::DeviceChoice device,
+                         executor::choose_device(o.device, o.cuda_device));
+  ARBOR_LOG(kInfo) << "device: " << executor::device_name(device.device) << " (" << device.reason
+                   << ")";
+  ARBOR_ASSIGN_OR_RETURN(
+      auto model,
+      model::LlamaModel::load(o.model, {.pack_for_cpu = device.make_ops == nullptr}));
   const int32_t max_verify = o.verify.empty() ? 0 : *std::max_element(o.verify.begin(), o.verify.end());
   const int32_t longest = std::max({o.prompt, o.gen + 1, o.batch_prompt + o.batch_steps,
                                     o.verify.empty() ? 0 : o.verify_context + max_verify + 1});
@@ -345,6 +355,7 @@ Result<std::unique_ptr<model::ModelRunner>> load_runner(const Options& o, int32_
   r.kv_dtype = kv_dtype;
   r.num_threads = o.threads;
   r.reserve_tokens = std::max(o.prompt, max_batch * o.batch_prompt);
+  r.make_ops = device.make_ops;
   return model::ModelRunner::create(std::move(model), r);
 }
 
@@ -422,6 +433,7 @@ void setup(CLI::App& app) {
   auto o = std::make_shared<Options>();
   sub->add_option("-m,--model", o->model, "GGUF model (required without a subcommand)");
   sub->add_option("-t,--threads", o->threads, "Threads; 0 = all cores")->capture_default_str();
+  add_device_flags(*sub, &o->device, &o->cuda_device);
   sub->add_option("-r,--reps", o->reps, "Timed runs per test (after one warm-up)")
       ->capture_default_str();
   sub->add_option("-p,--n-prompt", o->prompt, "Prompt tokens of the prefill test")

@@ -27,7 +27,7 @@
 #include "cli/command.h"
 #include "cli/engine_flags.h"
 #include "engine/engine_core.h"
-#include "executor/cpu_executor.h"
+#include "executor/local_executor.h"
 #include "gguf/gguf.h"
 #include "kernels/cpu_features.h"
 #include "model/model_config.h"
@@ -89,7 +89,7 @@ sampling::SamplingParams sampling_params(const Options& o) {
   return p;
 }
 
-void log_configuration(executor::CpuModelExecutor& exec, const Options& o, int64_t num_tokens) {
+void log_configuration(executor::LocalExecutor& exec, const Options& o, int64_t num_tokens) {
   model::ModelRunner& runner = exec.runner();
   const model::LlamaModel& m = runner.model();
   const auto& w = m.weights();
@@ -110,9 +110,9 @@ void log_configuration(executor::CpuModelExecutor& exec, const Options& o, int64
 // The executor's options for one sequence of `num_tokens` (prompt + -n): unless the command
 // line sized the pool, exactly the blocks it needs (as many as the context can use) plus the
 // null block; scratch for the prompt's prefill.
-executor::CpuExecutorOptions executor_options(const Options& o, int64_t num_tokens,
+executor::ExecutorOptions executor_options(const Options& o, int64_t num_tokens,
                                               int64_t context_length, int64_t num_prompt_tokens) {
-  executor::CpuExecutorOptions cpu = cpu_options(o.serving);
+  executor::ExecutorOptions cpu = cpu_options(o.serving);
   if (!o.pool_size_given) {
     const int64_t tokens = std::min(num_tokens, context_length);
     cpu.num_kv_blocks = (tokens + cpu.block_size - 1) / cpu.block_size + 1;
@@ -211,9 +211,9 @@ Status run(const Options& o) {
   const auto num_prompt = static_cast<int64_t>(g.prompt_ids.size());
   const int64_t total = num_prompt + o.n;
   ARBOR_ASSIGN_OR_RETURN(auto exec,
-                         executor::CpuModelExecutor::load(
+                         executor::LocalExecutor::load(
                              o.model, executor_options(o, total, context_length, num_prompt)));
-  executor::CpuModelExecutor& exec_ref = *exec;
+  executor::LocalExecutor& exec_ref = *exec;
   log_configuration(exec_ref, o, total);
   engine::EngineCoreConfig cfg;
   cfg.options = engine_options(o.serving);

@@ -22,7 +22,7 @@
 #include "chat/tool_calls.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
-#include "executor/cpu_executor.h"
+#include "executor/local_executor.h"
 #include "engine/engine_core.h"
 #include "kernels/cpu_features.h"
 #include "model/weight_check.h"
@@ -140,7 +140,7 @@ int64_t connection_cap(int64_t requested, int64_t open_files) {
   return std::clamp(open_files - kReservedDescriptors, int64_t{16}, kMaxAutoConnections);
 }
 
-void log_configuration(const Options& o, executor::CpuModelExecutor& exec,
+void log_configuration(const Options& o, executor::LocalExecutor& exec,
                        const engine::EngineCore& core, const server::ModelInfo& info,
                        uint16_t port) {
   auto& runner = exec.runner();
@@ -169,13 +169,13 @@ void return_big_buffers_to_the_system() { mallopt(M_MMAP_THRESHOLD, 1 << 20); }
 Status run(const Options& o) {
   return_big_buffers_to_the_system();
   const engine::EngineOptions eo = engine_options(o.serving);
-  ARBOR_ASSIGN_OR_RETURN(auto exec, executor::CpuModelExecutor::load(o.model, cpu_options(o.serving)));
+  ARBOR_ASSIGN_OR_RETURN(auto exec, executor::LocalExecutor::load(o.model, cpu_options(o.serving)));
   if (o.check_weights) {
     ARBOR_RETURN_IF_ERROR(model::check_all_weights(exec->runner().model().file()));
     ARBOR_LOG(kInfo) << "every weight is finite";
   }
   ARBOR_ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::from_file(o.model));
-  executor::CpuModelExecutor& exec_ref = *exec;
+  executor::LocalExecutor& exec_ref = *exec;
   ARBOR_ASSIGN_OR_RETURN(
       auto chat, server::make_chat_renderer(*tok, o.chat_template,
                                             chat::parse_tool_call_format(o.tool_call_parser)));

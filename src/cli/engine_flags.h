@@ -8,6 +8,9 @@
 //   --max-model-len N                 longest sequence, prompt + generated tokens (default 0 =
 //                                     the model's context length, capped by the KV pool; more
 //                                     than that is a startup error)
+//   --device auto|cpu|cuda            where the model runs (default auto: a CUDA GPU when this
+//                                     build has CUDA and one is present, else the CPU)
+//   --cuda-device N                   which GPU (default 0)
 //   --block-size N                    tokens per KV block (default 16)
 //   --kv-cache-gib X                  KV memory budget in GiB (default 1.0)
 //   --num-kv-blocks N                 exact KV pool size in blocks, overrides --kv-cache-gib
@@ -44,16 +47,34 @@ namespace arbor::cli {
 
 // What the flags below fill: the engine's scheduling knobs and the CPU executor's.
 struct ServingOptions {
+  ServingOptions() { cpu.device = executor::Device::kAuto; }
   engine::EngineOptions engine;
-  executor::CpuExecutorOptions cpu;
+  executor::ExecutorOptions cpu;
   int32_t spec_k = 4;  // --spec-k; the engine's max_spec_tokens when --spec is not off
 };
+
+// --device and --cuda-device (also used by `arbor bench`).
+inline void add_device_flags(CLI::App& app, executor::Device* device, int* cuda_device) {
+  static const std::map<std::string, executor::Device> kDevices{
+      {"auto", executor::Device::kAuto},
+      {"cpu", executor::Device::kCpu},
+      {"cuda", executor::Device::kCuda}};
+  app.add_option("--device", *device,
+                 "Where the model runs: auto (a CUDA GPU when this build has CUDA and one is "
+                 "present, else the CPU), cpu or cuda")
+      ->transform(CLI::CheckedTransformer(kDevices, CLI::ignore_case).description(""))
+      ->type_name("auto|cpu|cuda")
+      ->default_str(std::string(executor::device_name(*device)));
+  app.add_option("--cuda-device", *cuda_device, "Which CUDA GPU (--device cuda or auto)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+}
 
 // Adds the flags to `app`; parsing writes into *serving, which must outlive the parse. The
 // defaults shown in --help are the values *serving holds when this is called.
 inline void add_engine_flags(CLI::App& app, ServingOptions* serving) {
   engine::EngineOptions* options = &serving->engine;
-  executor::CpuExecutorOptions* cpu = &serving->cpu;
+  executor::ExecutorOptions* cpu = &serving->cpu;
   app.add_option("--max-num-seqs", options->max_num_seqs, "Running sequences per step")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -74,6 +95,7 @@ inline void add_engine_flags(CLI::App& app, ServingOptions* serving) {
                  "(capped by the KV pool)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  add_device_flags(app, &cpu->device, &cpu->cuda_device);
   app.add_option("--block-size", cpu->block_size, "Tokens per KV block")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
@@ -161,8 +183,8 @@ inline engine::EngineOptions engine_options(const ServingOptions& s) {
 }
 
 // The executor's activation scratch follows the engine's token budget.
-inline executor::CpuExecutorOptions cpu_options(const ServingOptions& s) {
-  executor::CpuExecutorOptions cpu = s.cpu;
+inline executor::ExecutorOptions cpu_options(const ServingOptions& s) {
+  executor::ExecutorOptions cpu = s.cpu;
   cpu.reserve_tokens = s.engine.max_num_batched_tokens;
   return cpu;
 }

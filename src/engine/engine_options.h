@@ -1,6 +1,6 @@
 // EngineOptions: the scheduling knobs shared by every command that runs the engine (`arbor
 // serve`, `arbor bench throughput`). cli/engine_flags.h maps them to command-line flags; the
-// executor's own knobs (KV pool, threads) are executor::CpuExecutorOptions.
+// executor's own knobs (KV pool, threads) are executor::ExecutorOptions.
 #pragma once
 
 #include <cstdint>

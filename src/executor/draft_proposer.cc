@@ -11,11 +11,12 @@ namespace arbor::executor {
 
 Result<std::unique_ptr<DraftModelProposer>> DraftModelProposer::load(
     const std::string& path, int64_t num_blocks, int32_t block_size,
-    std::shared_ptr<kernels::ThreadPool> pool) {
+    std::shared_ptr<kernels::ThreadPool> pool, model::RunnerOptions::OpsFactory make_ops) {
   model::RunnerOptions ro;
   ro.block_size = block_size;
   ro.num_blocks = num_blocks;
   ro.pool = std::move(pool);
+  ro.make_ops = std::move(make_ops);
   Result<std::unique_ptr<model::ModelRunner>> runner = model::ModelRunner::load(path, ro);
   if (!runner.ok()) return runner.status().with_context(str_cat("draft model ", path));
   return std::unique_ptr<DraftModelProposer>(new DraftModelProposer(std::move(runner).value()));

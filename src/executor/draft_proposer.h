@@ -60,10 +60,10 @@ struct DraftOutput {
 class DraftModelProposer {
  public:
   // Loads the draft GGUF with a KV pool of `num_blocks` blocks of `block_size` tokens, running
-  // on `pool`. Errors name the file.
+  // on `pool`, on the device of `make_ops` (the target's; null: the CPU). Errors name the file.
   static Result<std::unique_ptr<DraftModelProposer>> load(
       const std::string& path, int64_t num_blocks, int32_t block_size,
-      std::shared_ptr<kernels::ThreadPool> pool);
+      std::shared_ptr<kernels::ThreadPool> pool, model::RunnerOptions::OpsFactory make_ops = {});
 
   int32_t vocab_size() const { return runner_->config().vocab_size; }
   // Mirror of the target's copy-on-write copies.

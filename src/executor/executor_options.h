@@ -1,4 +1,4 @@
-// CpuExecutorOptions: how the CPU executor sizes its KV pool and runs its forwards. cli/
+// ExecutorOptions: where the local executor runs its forwards and how it sizes its KV pool. cli/
 // engine_flags.h maps them to command-line flags (`arbor serve`, `arbor bench throughput`).
 #pragma once
 
@@ -21,12 +21,21 @@ std::string_view spec_proposer_name(SpecProposer p);  // "off", "ngram", "suffix
 //   kSequoia    children drawn without replacement, Sequoia's variant of it.
 enum class TreeSampling : uint8_t { kTopK, kSpecInfer, kSequoia };
 
-struct CpuExecutorOptions {
+// --device: where the forward runs and the KV pool lives. kAuto: a CUDA GPU when this build has
+// CUDA and one is present, else the CPU.
+enum class Device : uint8_t { kAuto, kCpu, kCuda };
+std::string_view device_name(Device d);  // "auto", "cpu", "cuda"
+
+struct ExecutorOptions {
+  Device device = Device::kCpu;           // --device (the flag's default is auto)
+  int cuda_device = 0;                    // --cuda-device: which GPU (cudaSetDevice's ordinal)
   int32_t block_size = 16;                // --block-size: tokens per KV block
   double kv_cache_gib = 1.0;              // --kv-cache-gib: KV memory budget
   int64_t num_kv_blocks = 0;              // --num-kv-blocks: > 0 overrides kv_cache_gib
   kernels::KvDtype kv_dtype = kernels::KvDtype::kF16;  // --kv-dtype
-  int num_threads = 0;                    // -t: forward threads; 0 = hardware concurrency
+  // -t: forward threads (CPU; on a GPU the host's sampling and proposers); 0 = hardware
+  // concurrency
+  int num_threads = 0;
   // Activation scratch sized up front for this many tokens per step (the engine's
   // max_num_batched_tokens); grows on demand anyway.
   int32_t reserve_tokens = 2048;

@@ -1,7 +1,7 @@
 // ModelExecutor: runs one scheduler step. One step is one execute() call.
 //
-// The in-process CPU executor (cpu_executor.h) is the only real one today; a CUDA executor or
-// remote model shards (gRPC, as text-generation-inference's router talks to its shards) plug in
+// The in-process executor (executor/local_executor.h) runs the model on the CPU or a GPU (its
+// forward's ops are the device's); remote model shards (gRPC, as text-generation-inference's router talks to its shards) plug in
 // behind the same interface. A remote executor serialises the SchedulerOutput (token ids, block
 // tables, sampling params) and returns the sampled tokens; the Rng state then lives with the
 // shard (seeded from the request's seed), which is why every sample draws exactly one value.

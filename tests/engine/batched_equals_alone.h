@@ -10,7 +10,7 @@
 #include <random>
 #include <thread>
 
-#include "executor/cpu_executor.h"
+#include "executor/local_executor.h"
 #include "engine_test_util.h"
 #include "model/runner.h"
 #include "sampling/sampler.h"
@@ -72,7 +72,7 @@ inline std::vector<std::vector<int32_t>> run_alone(const std::vector<AloneCase>&
 // The engine's and the CPU executor's options of one test run.
 struct RunOptions {
   EngineOptions engine;
-  executor::CpuExecutorOptions cpu;
+  executor::ExecutorOptions cpu;
 };
 
 struct BatchedRun {
@@ -94,7 +94,7 @@ inline void wait_until_kv_busy(const EngineCore& engine) {
 // the KV pool, so that it has to preempt them.
 inline BatchedRun run_batched(const std::vector<AloneCase>& cases, const RunOptions& run_opts) {
   const EngineOptions& opts = run_opts.engine;
-  auto exec = executor::CpuModelExecutor::load(stories260k_path(), run_opts.cpu);
+  auto exec = executor::LocalExecutor::load(stories260k_path(), run_opts.cpu);
   EXPECT_TRUE(exec.ok()) << exec.status().to_string();
   EngineCoreConfig cfg;
   cfg.options = opts;

@@ -19,7 +19,7 @@ TEST(EngineModel, BatchedEqualsAloneSmall) {
 
 std::unique_ptr<EngineCore> make_engine(const testing::RunOptions& o,
                                         const tokenizer::Tokenizer* tok = nullptr) {
-  auto exec = executor::CpuModelExecutor::load(testing::stories260k_path(), o.cpu);
+  auto exec = executor::LocalExecutor::load(testing::stories260k_path(), o.cpu);
   EXPECT_TRUE(exec.ok()) << exec.status().to_string();
   EngineCoreConfig cfg;
   cfg.options = o.engine;
@@ -80,7 +80,7 @@ TEST(EngineModel, AbortMidGenerationReturnsEveryBlock) {
 TEST(EngineModel, MaxModelLenIsCheckedBeforeTheEngineStarts) {
   // stories260K has a context length of 2048.
   testing::RunOptions o = testing::alone_options(64, 2048);
-  auto exec = executor::CpuModelExecutor::load(testing::stories260k_path(), o.cpu);
+  auto exec = executor::LocalExecutor::load(testing::stories260k_path(), o.cpu);
   ASSERT_TRUE(exec.ok()) << exec.status().to_string();
   EXPECT_EQ((*exec)->max_model_len(), 2048);
   EngineCoreConfig cfg;
@@ -94,7 +94,7 @@ TEST(EngineModel, MaxModelLenIsCheckedBeforeTheEngineStarts) {
       << st.to_string();
   // 5 blocks of 16 tokens: the null block and 4 usable ones cap sequences at 64 tokens.
   o = testing::alone_options(64, 5);
-  exec = executor::CpuModelExecutor::load(testing::stories260k_path(), o.cpu);
+  exec = executor::LocalExecutor::load(testing::stories260k_path(), o.cpu);
   ASSERT_TRUE(exec.ok()) << exec.status().to_string();
   EXPECT_EQ((*exec)->max_model_len(), 64);
   cfg.options.max_model_len = 100;

@@ -52,7 +52,7 @@ std::unique_ptr<EngineCore> make_engine(int32_t budget, int64_t blocks = 256,
                                         bool prefix_caching = true) {
   testing::RunOptions o = testing::alone_options(budget, blocks);
   o.engine.enable_prefix_caching = prefix_caching;
-  auto exec = executor::CpuModelExecutor::load(testing::stories260k_path(), o.cpu);
+  auto exec = executor::LocalExecutor::load(testing::stories260k_path(), o.cpu);
   EXPECT_TRUE(exec.ok()) << exec.status().to_string();
   EngineCoreConfig cfg;
   cfg.options = o.engine;

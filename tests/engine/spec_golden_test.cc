@@ -1,6 +1,7 @@
 // Greedy speculative decoding is lossless: every case of stories260K_greedy.json comes out token
 // for token with speculation on — draft models (stories260K's first 3 and 4 layers), k = 1..8,
 // alone, batched with plain requests, under preemption (a small KV pool), block sizes 1 and 16.
+// On the CPU; its twin spec_golden_gpu_test on a CUDA GPU (support/test_device.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,9 +17,10 @@
 #include "engine/engine_core.h"
 #include "draft_models.h"
 #include "engine_test_util.h"
-#include "executor/cpu_executor.h"
+#include "executor/local_executor.h"
 #include "gguf/gguf.h"
 #include "../model/golden_util.h"
+#include "support/test_device.h"
 
 namespace arbor::engine {
 namespace {
@@ -49,16 +51,17 @@ std::vector<model::testing::GoldenCase> goldens() {
 // ids per case and the engine's accepted-draft count.
 std::vector<std::vector<int32_t>> run_spec(const SpecRun& r, int64_t* accepted,
                                            int64_t* preemptions) {
-  executor::CpuExecutorOptions cpu;
+  executor::ExecutorOptions cpu;
   cpu.block_size = r.block_size;
   cpu.num_kv_blocks = r.num_kv_blocks > 0 ? r.num_kv_blocks : 4096 / r.block_size + 2;
   cpu.num_threads = 2;
+  cpu.device = test::kTestDevice;
   cpu.proposer = r.proposer;
   if (r.proposer == executor::SpecProposer::kDraft) cpu.draft_model = draft_gguf(r.draft_layers);
   cpu.tree_budget = r.tree_budget;
   cpu.tree_width = r.tree_width;
   cpu.tree_static_widths = r.tree_shape;
-  auto exec = executor::CpuModelExecutor::load(shared(model::testing::kStories260K), cpu);
+  auto exec = executor::LocalExecutor::load(shared(model::testing::kStories260K), cpu);
   EXPECT_TRUE(exec.ok()) << exec.status().to_string();
   if (!exec.ok()) return {};
   EngineCoreConfig cfg;
@@ -247,7 +250,7 @@ GenerateRequest seeded_request(int i) {
 
 std::unique_ptr<EngineCore> seeded_engine(int layers, int32_t k, int64_t num_kv_blocks,
                                           int32_t tree_budget = 0) {
-  executor::CpuExecutorOptions cpu;
+  executor::ExecutorOptions cpu;
   cpu.num_kv_blocks = num_kv_blocks;
   cpu.num_threads = 2;
   cpu.tree_budget = tree_budget;
@@ -255,7 +258,7 @@ std::unique_ptr<EngineCore> seeded_engine(int layers, int32_t k, int64_t num_kv_
     cpu.proposer = executor::SpecProposer::kDraft;
     cpu.draft_model = draft_gguf(layers);
   }
-  auto exec = executor::CpuModelExecutor::load(shared(model::testing::kStories260K), cpu);
+  auto exec = executor::LocalExecutor::load(shared(model::testing::kStories260K), cpu);
   EXPECT_TRUE(exec.ok()) << exec.status().to_string();
   if (!exec.ok()) return nullptr;
   EngineCoreConfig cfg;
@@ -326,7 +329,7 @@ namespace {
 std::vector<std::vector<int64_t>> token_counts(
     bool spec, int32_t n, int32_t len, int32_t tree_budget = 0,
     executor::TreeSampling tree_sampling = executor::TreeSampling::kTopK) {
-  executor::CpuExecutorOptions cpu;
+  executor::ExecutorOptions cpu;
   cpu.num_threads = 2;
   cpu.tree_budget = tree_budget;
   cpu.tree_sampling = tree_sampling;
@@ -334,7 +337,7 @@ std::vector<std::vector<int64_t>> token_counts(
     cpu.proposer = executor::SpecProposer::kDraft;
     cpu.draft_model = draft_gguf(3);
   }
-  auto exec = executor::CpuModelExecutor::load(shared(model::testing::kStories260K), cpu);
+  auto exec = executor::LocalExecutor::load(shared(model::testing::kStories260K), cpu);
   EXPECT_TRUE(exec.ok()) << exec.status().to_string();
   const int32_t vocab = (*exec)->vocab_size();
   EngineCoreConfig cfg;

@@ -17,7 +17,7 @@
 #include "engine/engine_core.h"
 #include "engine/stop_rules.h"
 #include "engine_test_util.h"
-#include "executor/cpu_executor.h"
+#include "executor/local_executor.h"
 #include "support/json_schema_validator.h"
 #include "support/subprocess.h"
 #include "support/temp_dir.h"
@@ -154,13 +154,13 @@ enum class Mode { kGreedy, kSeeded, kUnseeded };
 // Runs every case once (all submitted together: batched) and returns the outputs.
 std::vector<Output> run_cases(const std::string& model, const SpecRun& setup,
                               const std::vector<Case>& cases, Mode mode) {
-  executor::CpuExecutorOptions cpu;
+  executor::ExecutorOptions cpu;
   cpu.num_kv_blocks = 4096 / 16 + 2;
   cpu.num_threads = 2;
   cpu.proposer = setup.proposer;
   if (setup.proposer == executor::SpecProposer::kDraft) cpu.draft_model = testing::draft_gguf(3);
   cpu.tree_budget = setup.tree_budget;
-  auto exec = executor::CpuModelExecutor::load(model, cpu);
+  auto exec = executor::LocalExecutor::load(model, cpu);
   EXPECT_TRUE(exec.ok()) << exec.status().to_string();
   if (!exec.ok()) return {};
   auto tok = tokenizer::Tokenizer::from_file(model);
@@ -293,12 +293,12 @@ TEST(MinTokens, HoldsBackEosWithAndWithoutSpeculation) {
   ASSERT_TRUE(tok.ok());
   const std::vector<int32_t> eos = default_stop_token_ids(**tok);
   auto generate = [&](const SpecRun& setup, int32_t min_tokens) {
-    executor::CpuExecutorOptions cpu;
+    executor::ExecutorOptions cpu;
     cpu.num_kv_blocks = 4096 / 16 + 2;
     cpu.num_threads = 2;
     cpu.proposer = setup.proposer;
     if (setup.proposer == executor::SpecProposer::kDraft) cpu.draft_model = testing::draft_gguf(3);
-    auto exec = executor::CpuModelExecutor::load(model, cpu);
+    auto exec = executor::LocalExecutor::load(model, cpu);
     EXPECT_TRUE(exec.ok()) << exec.status().to_string();
     EngineCoreConfig cfg;
     cfg.options.max_spec_tokens = std::max(setup.k, 1);

@@ -1,4 +1,4 @@
-// KV compaction after a token tree's verification (step.h, cpu_executor.cc): the cache holds
+// KV compaction after a token tree's verification (step.h, local_executor.cc): the cache holds
 // exactly what a run that only ever saw the accepted path holds, and the next step's logits
 // agree. Driven through the step protocol on stories260K (F32 KV), block sizes 1, 4 and 16;
 // with 10 committed tokens the tree's slots share a block with committed ones (sizes 4, 16).
@@ -10,20 +10,20 @@
 #include <vector>
 
 #include "engine_test_util.h"
-#include "executor/cpu_executor.h"
+#include "executor/local_executor.h"
 
 namespace arbor::executor {
 namespace {
 
 constexpr step::RequestId kId = 7;
 
-std::unique_ptr<CpuModelExecutor> load(int32_t block_size) {
-  CpuExecutorOptions o;
+std::unique_ptr<LocalExecutor> load(int32_t block_size) {
+  ExecutorOptions o;
   o.block_size = block_size;
   o.num_kv_blocks = 64 / block_size + 2;
   o.kv_dtype = kernels::KvDtype::kF32;
   o.num_threads = 2;
-  auto exec = CpuModelExecutor::load(engine::testing::stories260k_path(), o);
+  auto exec = LocalExecutor::load(engine::testing::stories260k_path(), o);
   EXPECT_TRUE(exec.ok()) << exec.status().to_string();
   return exec.ok() ? std::move(exec).value() : nullptr;
 }
@@ -62,7 +62,7 @@ step::SchedulerOutput make_step(int64_t step, int64_t num_computed, std::vector<
 }
 
 // K and V of every layer, kv head and position in [0, n), read through the block table 1, 2, ..
-std::vector<float> read_cache(CpuModelExecutor& e, int64_t n) {
+std::vector<float> read_cache(LocalExecutor& e, int64_t n) {
   model::PagedKvCache& kv = e.runner().kv_cache();
   const model::KvCacheShape& sh = kv.shape();
   std::vector<float> out, row(static_cast<size_t>(sh.head_dim));
@@ -85,7 +85,7 @@ TEST(TreeCompaction, CacheEqualsARunThatOnlySawTheAcceptedPath) {
   for (int32_t bs : {1, 4, 16}) {
     SCOPED_TRACE(str_cat("block size ", bs));
     // The plain run: the prompt, then greedy decoding one token per step.
-    std::unique_ptr<CpuModelExecutor> plain = load(bs);
+    std::unique_ptr<LocalExecutor> plain = load(bs);
     ASSERT_NE(plain, nullptr);
     std::vector<int32_t> greedy;  // t0, t1, ...
     auto r = plain->execute(make_step(0, 0, prompt, 10, {}, {}, bs, true));
@@ -98,7 +98,7 @@ TEST(TreeCompaction, CacheEqualsARunThatOnlySawTheAcceptedPath) {
     }
     // The tree run: after the prompt, one verification of [t0 + tree] where the true path is
     // each level's second child: nodes w1, t1, w2, t2, t3 with parents -1, -1, 1, 1, 3.
-    std::unique_ptr<CpuModelExecutor> tree = load(bs);
+    std::unique_ptr<LocalExecutor> tree = load(bs);
     ASSERT_NE(tree, nullptr);
     r = tree->execute(make_step(0, 0, prompt, 10, {}, {}, bs, true));
     ASSERT_TRUE(r.ok());

@@ -1,4 +1,5 @@
-// End-to-end greedy goldens through ModelRunner: stories260K (llama2.c run.c, f32) token for
+// End-to-end greedy goldens through ModelRunner (on the CPU; its twin model_golden_gpu_test on a
+// CUDA GPU, support/test_device.h): stories260K (llama2.c run.c, f32) token for
 // token one request at a time, all six in one ragged batch, with chunked prefill, with block
 // sizes 1/16/32, with F16 KV; TinyStories-656K (Q8_0 GGUF).
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 #include "convert/hf.h"
 #include "convert/model_plan.h"
 #include "golden_util.h"
+#include "support/test_device.h"
 
 namespace arbor::model::testing {
 namespace {
@@ -23,6 +25,7 @@ std::unique_ptr<ModelRunner> load_runner(const std::string& rel, int32_t block_s
   opt.num_blocks = num_blocks;
   opt.kv_dtype = dtype;
   opt.num_threads = threads;
+  opt.make_ops = test::test_ops();
   if (rel.front() != '/') {
     EXPECT_TRUE(require_shared_file(rel));
   }

@@ -1,9 +1,11 @@
-// CpuModelExecutor: the in-process executor over model::ModelRunner.
+// LocalExecutor: the in-process executor over model::ModelRunner, on the CPU or a CUDA GPU
+// (options.device picks the forward's ops, model/forward_ops.h; everything else is the same:
+// logits come back to the host, where sampling, verification and proposers run).
 //
 // Builds one ForwardBatch per step from the SchedulerOutput (BatchBuilder: per request its block
 // table, num_computed_tokens as committed tokens, the scheduled committed tokens and drafts,
 // logits of the last 1 + k rows when it samples, and of the rows that score prompt positions
-// when it asks for prompt logprobs), runs the forward on the runner's thread pool
+// when it asks for prompt logprobs), runs the forward on the runner's device
 // and samples or verifies each sampling request (verify_drafts). Thread-safety: engine thread
 // only.
 #pragma once
@@ -33,13 +35,13 @@ namespace arbor::executor {
 // EOS, every token's text); otherwise kInvalidArgument naming both vocabularies.
 Status check_same_vocabulary(const std::string& target_path, const std::string& draft_path);
 
-class CpuModelExecutor : public step::ModelExecutor {
+class LocalExecutor : public step::ModelExecutor {
  public:
   // Loads the GGUF at `path` with a KV pool of options.num_kv_blocks blocks (or as many as
   // options.kv_cache_gib holds) of options.block_size tokens.
-  static Result<std::unique_ptr<CpuModelExecutor>> load(const std::string& path,
-                                                        const CpuExecutorOptions& options);
-  explicit CpuModelExecutor(std::unique_ptr<model::ModelRunner> runner);
+  static Result<std::unique_ptr<LocalExecutor>> load(const std::string& path,
+                                                        const ExecutorOptions& options);
+  explicit LocalExecutor(std::unique_ptr<model::ModelRunner> runner);
 
   Result<step::StepResult> execute(const step::SchedulerOutput& output) override;
   int32_t vocab_size() const override { return runner_->config().vocab_size; }

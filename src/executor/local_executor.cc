@@ -1,4 +1,4 @@
-#include "executor/cpu_executor.h"
+#include "executor/local_executor.h"
 
 #include <algorithm>
 #include <chrono>
@@ -7,6 +7,8 @@
 #include <span>
 #include <unordered_map>
 
+#include "base/log.h"
+#include "executor/device.h"
 #include "spec/ngram_proposer.h"
 #include "spec/suffix_proposer.h"
 #include "tokenizer/tokenizer.h"
@@ -19,9 +21,13 @@ namespace {
 constexpr int32_t kMaxProposedTokens = 16;
 }  // namespace
 
-Result<std::unique_ptr<CpuModelExecutor>> CpuModelExecutor::load(const std::string& path,
-                                                                 const CpuExecutorOptions& options) {
+Result<std::unique_ptr<LocalExecutor>> LocalExecutor::load(const std::string& path,
+                                                                 const ExecutorOptions& options) {
+  ARBOR_ASSIGN_OR_RETURN(DeviceChoice device,
+                         choose_device(options.device, options.cuda_device));
+  ARBOR_LOG(kInfo) << "device: " << device_name(device.device) << " (" << device.reason << ")";
   model::RunnerOptions ro;
+  ro.make_ops = device.make_ops;
   ro.block_size = options.block_size;
   ro.num_blocks = options.num_kv_blocks;
   ro.populate_kv = true;
@@ -35,7 +41,7 @@ Result<std::unique_ptr<CpuModelExecutor>> CpuModelExecutor::load(const std::stri
     return invalid_argument("KV cache of ", runner->kv_cache().num_blocks(),
                             " blocks: need at least 2 (the null block and one more)");
   }
-  auto exec = std::make_unique<CpuModelExecutor>(std::move(runner));
+  auto exec = std::make_unique<LocalExecutor>(std::move(runner));
   ARBOR_ASSIGN_OR_RETURN(std::unique_ptr<tokenizer::Tokenizer> tok,
                          tokenizer::Tokenizer::from_file(path));
   exec->set_grammar_vocabulary(grammar_vocabulary(*tok));
@@ -48,7 +54,7 @@ Result<std::unique_ptr<CpuModelExecutor>> CpuModelExecutor::load(const std::stri
       ARBOR_ASSIGN_OR_RETURN(
           std::unique_ptr<DraftModelProposer> draft,
           DraftModelProposer::load(options.draft_model, exec->num_kv_blocks(), exec->block_size(),
-                                   exec->runner().shared_pool()));
+                                   exec->runner().shared_pool(), device.make_ops));
       ARBOR_RETURN_IF_ERROR(exec->set_draft_model(std::move(draft)));
       break;
     }
@@ -81,7 +87,7 @@ Result<std::unique_ptr<CpuModelExecutor>> CpuModelExecutor::load(const std::stri
   return exec;
 }
 
-Status CpuModelExecutor::set_tree_options(int32_t budget, int32_t width, TreeSampling sampling,
+Status LocalExecutor::set_tree_options(int32_t budget, int32_t width, TreeSampling sampling,
                                           std::vector<int32_t> static_widths) {
   if (budget < 0 || budget > kMaxTreeBudget) {
     return invalid_argument("--spec-tree-budget is ", budget, ", must be in [0, ", kMaxTreeBudget,
@@ -112,7 +118,7 @@ Status CpuModelExecutor::set_tree_options(int32_t budget, int32_t width, TreeSam
   return ok_status();
 }
 
-Status CpuModelExecutor::set_draft_model(std::unique_ptr<DraftModelProposer> draft) {
+Status LocalExecutor::set_draft_model(std::unique_ptr<DraftModelProposer> draft) {
   if (draft->vocab_size() != vocab_size()) {
     return invalid_argument("the draft model's vocabulary has ", draft->vocab_size(),
                             " tokens, the target's ", vocab_size());
@@ -164,7 +170,7 @@ Status check_same_vocabulary(const std::string& target_path, const std::string& 
   return ok_status();
 }
 
-Status CpuModelExecutor::check_max_model_len(int64_t max_model_len) const {
+Status LocalExecutor::check_max_model_len(int64_t max_model_len) const {
   const int64_t context = runner_->config().context_length;
   const int64_t usable_blocks = runner_->kv_cache().num_blocks() - 1;
   if (max_model_len < 0) return invalid_argument("--max-model-len is ", max_model_len);
@@ -180,20 +186,20 @@ Status CpuModelExecutor::check_max_model_len(int64_t max_model_len) const {
   return ok_status();
 }
 
-int64_t CpuModelExecutor::max_model_len() const {
+int64_t LocalExecutor::max_model_len() const {
   const int64_t pool_tokens = (runner_->kv_cache().num_blocks() - 1) * int64_t{block_size()};
   return std::min<int64_t>(runner_->config().context_length, pool_tokens);
 }
 
-CpuModelExecutor::CpuModelExecutor(std::unique_ptr<model::ModelRunner> runner)
+LocalExecutor::LocalExecutor(std::unique_ptr<model::ModelRunner> runner)
     : runner_(std::move(runner)), builder_(runner_->kv_cache().block_size()) {}
 
-int64_t CpuModelExecutor::num_kv_blocks() const { return runner_->kv_cache().num_blocks(); }
-int32_t CpuModelExecutor::block_size() const { return runner_->kv_cache().block_size(); }
+int64_t LocalExecutor::num_kv_blocks() const { return runner_->kv_cache().num_blocks(); }
+int32_t LocalExecutor::block_size() const { return runner_->kv_cache().block_size(); }
 
 // One sequence with kContext committed tokens (whatever K/V the blocks hold) and n new tokens,
 // logits for every row: the shape of a verification step. Median of three after a warm-up.
-Result<std::vector<double>> CpuModelExecutor::measure_step_costs(
+Result<std::vector<double>> LocalExecutor::measure_step_costs(
     std::span<const int32_t> num_tokens) {
   std::vector<double> costs;
   const int32_t bs = block_size();
@@ -229,7 +235,7 @@ Result<std::vector<double>> CpuModelExecutor::measure_step_costs(
 
 // Appends every scheduled request to the batch; rows[i] = the first logits row of request i
 // (-1 when it does not sample), prompt_rows[i] = its first prompt logprobs row (-1: none).
-Status CpuModelExecutor::build_batch(const step::SchedulerOutput& output,
+Status LocalExecutor::build_batch(const step::SchedulerOutput& output,
                                      std::vector<int32_t>& rows,
                                      std::vector<int32_t>& prompt_rows) {
   builder_.clear();
@@ -286,7 +292,7 @@ Status CpuModelExecutor::build_batch(const step::SchedulerOutput& output,
 // to the last one too (the sampling row follows the prompt rows; rows between them, which only a
 // recompute past the prompt could leave, are computed and ignored). Only these requests pay
 // for LM-head rows beyond their sampling row.
-Status CpuModelExecutor::prompt_logprobs_rows(const step::ScheduledRequest& s,
+Status LocalExecutor::prompt_logprobs_rows(const step::ScheduledRequest& s,
                                               const RequestState& st, int32_t num_committed_run,
                                               model::SequenceInput& in) const {
   const int64_t c = s.num_computed_tokens;
@@ -305,7 +311,7 @@ Status CpuModelExecutor::prompt_logprobs_rows(const step::ScheduledRequest& s,
 }
 
 // Scores the prompt positions of `s` from its rows (raw logits, before any grammar mask).
-step::PromptLogprobsResult CpuModelExecutor::score_prompt(const step::ScheduledRequest& s,
+step::PromptLogprobsResult LocalExecutor::score_prompt(const step::ScheduledRequest& s,
                                                           const float* rows) {
   const RequestState& st = states_.at(s.request_id);
   const auto vocab = static_cast<size_t>(vocab_size());
@@ -325,14 +331,14 @@ step::PromptLogprobsResult CpuModelExecutor::score_prompt(const step::ScheduledR
 // and gives the highest acceptance; it is used for unseeded sampling requests. Greedy and seeded
 // requests, and drafts without a q (model-free proposers), use sample-and-compare, whose output
 // is token for token what the request produces without speculation.
-bool CpuModelExecutor::uses_model_rule(const RequestState& st) const {
+bool LocalExecutor::uses_model_rule(const RequestState& st) const {
   return draft_ != nullptr && !st.sampling.greedy() && !st.sampling.seed.has_value();
 }
 
 // Verifies the request's drafts against logits rows [0, k] (row i: the token after d_0..d_{i-1})
 // with the RejectionSampler (docs/sampling.md, "Rejection sampling"); every emitted token gets
 // the logprobs a plain step would report for it.
-step::RequestResult CpuModelExecutor::verify_drafts(const step::ScheduledRequest& s,
+step::RequestResult LocalExecutor::verify_drafts(const step::ScheduledRequest& s,
                                                     const RequestState& st,
                                                     const float* logits) {
   const int32_t vocab = vocab_size();
@@ -376,7 +382,7 @@ step::RequestResult CpuModelExecutor::verify_drafts(const step::ScheduledRequest
 // a seeded request's tokens are those it produces without speculation; a tree the draft model
 // drew (unseeded sampling, --spec-tree-sampling specinfer|sequoia) by SpecInfer's or Sequoia's
 // rule with its q. Then moves the accepted path's K/V into place.
-step::RequestResult CpuModelExecutor::verify_tree(const step::ScheduledRequest& s,
+step::RequestResult LocalExecutor::verify_tree(const step::ScheduledRequest& s,
                                                   const RequestState& st, const float* logits) {
   const int32_t vocab = vocab_size();
   const int32_t k = s.num_draft_tokens();
@@ -428,7 +434,7 @@ step::RequestResult CpuModelExecutor::verify_tree(const step::ScheduledRequest& 
   return r;
 }
 
-step::RequestResult CpuModelExecutor::sample_request(const step::ScheduledRequest& s,
+step::RequestResult LocalExecutor::sample_request(const step::ScheduledRequest& s,
                                                      float* logits) {
   const RequestState& st = states_.at(s.request_id);
   Result<grammar::GrammarState*> g = grammars_.sync(s.request_id, st);
@@ -455,7 +461,7 @@ step::RequestResult CpuModelExecutor::sample_request(const step::ScheduledReques
 // min_tokens: rows whose token would be output number < min_tokens get -inf for the banned ids
 // (row i of a chain is output number num_outputs + i; a tree's row 1 + i is at depth(i)). A row
 // where nothing else is allowed (a completed grammar) keeps them.
-void CpuModelExecutor::mask_min_tokens(const step::ScheduledRequest& s, const RequestState& st,
+void LocalExecutor::mask_min_tokens(const step::ScheduledRequest& s, const RequestState& st,
                                        float* logits) {
   const auto vocab = static_cast<size_t>(vocab_size());
   const auto produced = static_cast<int64_t>(st.output_ids().size());
@@ -481,7 +487,7 @@ void CpuModelExecutor::mask_min_tokens(const step::ScheduledRequest& s, const Re
 // accepted_nodes[j]; it moves to the slot right after its parent's, as a plain run would have
 // written it. Sources are never below destinations and moves run in depth order, so no move
 // overwrites a source still to be read. Rejected nodes' slots are simply reused later.
-void CpuModelExecutor::compact_kv(const step::ScheduledRequest& s,
+void LocalExecutor::compact_kv(const step::ScheduledRequest& s,
                                   std::span<const int32_t> accepted_nodes) {
   const int64_t bs = block_size();
   const auto slot = [&](int64_t pos) {
@@ -496,7 +502,7 @@ void CpuModelExecutor::compact_kv(const step::ScheduledRequest& s,
 
 // Which drawn-tree rule an unseeded sampling request gets (none: top-k trees, or a request whose
 // tokens must not depend on the batch: greedy and seeded ones).
-std::optional<sampling::SiblingDraws> CpuModelExecutor::tree_draws(const RequestState& st) const {
+std::optional<sampling::SiblingDraws> LocalExecutor::tree_draws(const RequestState& st) const {
   if (draft_ == nullptr || st.sampling.greedy() || st.sampling.seed.has_value()) return {};
   switch (tree_sampling_) {
     case TreeSampling::kTopK: return {};
@@ -509,7 +515,7 @@ std::optional<sampling::SiblingDraws> CpuModelExecutor::tree_draws(const Request
 // Next drafts from a tree: a chain when a chosen tree is one (verified by the chain rules),
 // else the tree. A drawn tree stays a tree, without probabilities: the policy must not size it
 // by its drawn values (a prefix chosen by them would no longer be draws from q).
-void CpuModelExecutor::set_next_drafts(const sampling::TokenTree& tree, bool drawn,
+void LocalExecutor::set_next_drafts(const sampling::TokenTree& tree, bool drawn,
                                        step::RequestResult& r) {
   r.next_draft_token_ids.clear();
   r.next_draft_parent_ids.clear();
@@ -533,7 +539,7 @@ void CpuModelExecutor::set_next_drafts(const sampling::TokenTree& tree, bool dra
 // prefixes once, continuations as siblings). The first candidate's
 // nodes get probability 1, each further candidate's new nodes its score relative to the first's.
 // At most each input's max_nodes nodes.
-void CpuModelExecutor::propose_model_free(std::span<const DraftInput> inputs,
+void LocalExecutor::propose_model_free(std::span<const DraftInput> inputs,
                                           std::vector<sampling::TokenTree>& trees) {
   std::vector<spec::DraftCandidate> candidates;
   trees.assign(inputs.size(), sampling::TokenTree());
@@ -561,7 +567,7 @@ void CpuModelExecutor::propose_model_free(std::span<const DraftInput> inputs,
 }
 
 // Drafts for the next step, for every request that asked for some.
-Status CpuModelExecutor::propose(const step::SchedulerOutput& output, step::StepResult& result) {
+Status LocalExecutor::propose(const step::SchedulerOutput& output, step::StepResult& result) {
   if (draft_ == nullptr && proposer_ == nullptr) return ok_status();
   // Most steps under load ask nobody for drafts: skip the bookkeeping then.
   if (std::none_of(output.requests.begin(), output.requests.end(),
@@ -664,7 +670,7 @@ Status check_finite_logits(const step::ScheduledRequest& s, std::span<const floa
   return ok_status();
 }
 
-Result<step::StepResult> CpuModelExecutor::execute(const step::SchedulerOutput& output) {
+Result<step::StepResult> LocalExecutor::execute(const step::SchedulerOutput& output) {
   ARBOR_ASSIGN_OR_RETURN(const auto forgotten, states_.apply(output));
   for (const auto& [id, st] : forgotten) {
     grammars_.forget(id);
@@ -718,7 +724,7 @@ Result<step::StepResult> CpuModelExecutor::execute(const step::SchedulerOutput& 
   return result;
 }
 
-void CpuModelExecutor::constrain_next_drafts(step::RequestResult& r) {
+void LocalExecutor::constrain_next_drafts(step::RequestResult& r) {
   if (r.next_draft_token_ids.empty() || !r.error.ok()) return;
   const RequestState& st = states_.at(r.request_id);
   if (!st.sampling.grammar.has_value() || uses_model_rule(st)) return;
