@@ -32,6 +32,7 @@
 #include "cli/bench_command.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
+#include "cuda/runtime.h"
 #include "executor/device.h"
 #include "kernels/bandwidth.h"
 #include "kernels/cpu_features.h"
@@ -304,6 +305,7 @@ void print_json(const std::vector<TestResult>& tests, const std::vector<TestResu
   j["model"] = o.model;
   j["config"] = runner.config().summary();
   j["threads"] = runner.pool().num_threads();
+  j["device"] = std::string(runner.device_name());
   j["isa"] = kernels::isa_summary();
   j["bandwidth_gbs"] = gbs;
   j["peak_f32_gflops"] = peak.f32_gflops;
@@ -331,12 +333,10 @@ void print_json(const std::vector<TestResult>& tests, const std::vector<TestResu
   std::printf("%s\n", j.dump(2).c_str());
 }
 
-Result<std::unique_ptr<model::ModelRunner>> load_runner(const Options& o, int32_t* blocks_per_seq) {
+Result<std::unique_ptr<model::ModelRunner>> load_runner(const Options& o,
+                                                       const executor::DeviceChoice& device,
+                                                       int32_t* blocks_per_seq) {
   ARBOR_ASSIGN_OR_RETURN(kernels::KvDtype kv_dtype, parse_kv_dtype(o.kv_dtype));
-  ARBOR_ASSIGN_OR_RETURN(executor::DeviceChoice device,
-                         executor::choose_device(o.device, o.cuda_device));
-  ARBOR_LOG(kInfo) << "device: " << executor::device_name(device.device) << " (" << device.reason
-                   << ")";
   ARBOR_ASSIGN_OR_RETURN(
       auto model,
       model::LlamaModel::load(o.model, {.pack_for_cpu = device.make_ops == nullptr}));
@@ -361,14 +361,26 @@ Result<std::unique_ptr<model::ModelRunner>> load_runner(const Options& o, int32_
 
 Status run(const Options& o) {
   ARBOR_RETURN_IF_ERROR(validate(o));
+  ARBOR_ASSIGN_OR_RETURN(executor::DeviceChoice device,
+                         executor::choose_device(o.device, o.cuda_device));
+  ARBOR_LOG(kInfo) << "device: " << executor::device_name(device.device) << " (" << device.reason
+                   << ")";
+  const bool gpu = device.device == executor::Device::kCuda;
   int32_t blocks_per_seq = 0;
-  ARBOR_ASSIGN_OR_RETURN(auto runner, load_runner(o, &blocks_per_seq));
+  ARBOR_ASSIGN_OR_RETURN(auto runner, load_runner(o, device, &blocks_per_seq));
   ARBOR_LOG(kInfo) << "model " << o.model << ": " << runner->config().summary();
   ARBOR_LOG(kInfo) << "threads " << runner->pool().num_threads() << ", cpu "
                    << kernels::isa_summary();
-  const double gbs = kernels::measure_read_bandwidth_gbs(
-      runner->pool(), static_cast<size_t>(o.bandwidth_mib) << 20, 5);
-  const kernels::ComputePeak peak = kernels::measure_compute_peak(runner->pool());
+  // "% of bw" is against the device the weights are read from; "% of peak" only on the CPU.
+  double gbs = 0.0;
+  kernels::ComputePeak peak;
+  if (gpu) {
+    ARBOR_ASSIGN_OR_RETURN(gbs, cuda::measure_read_bandwidth_gbs(o.cuda_device));
+  } else {
+    gbs = kernels::measure_read_bandwidth_gbs(runner->pool(),
+                                              static_cast<size_t>(o.bandwidth_mib) << 20, 5);
+    peak = kernels::measure_compute_peak(runner->pool());
+  }
   const ByteModel bytes = byte_model(*runner);
   ModelBench bench(*runner, o, blocks_per_seq);
   std::vector<TestResult> tests;
@@ -410,15 +422,18 @@ Status run(const Options& o) {
     print_json(tests, verify, gbs, peak, bytes, o, *runner);
     return ok_status();
   }
-  std::printf("model: %s\n%s\nthreads: %d, cpu: %s\nread bandwidth: %.1f GB/s; weights read per "
-              "decode step: %.1f MB\n",
-              o.model.c_str(), runner->config().summary().c_str(), runner->pool().num_threads(),
-              kernels::isa_summary().c_str(), gbs, bytes.weight_bytes / 1e6);
+  std::printf("model: %s\n%s\ndevice: %s; threads: %d, cpu: %s\n%s read bandwidth: %.1f GB/s; "
+              "weights read per decode step: %.1f MB\n",
+              o.model.c_str(), runner->config().summary().c_str(),
+              std::string(runner->device_name()).c_str(), runner->pool().num_threads(),
+              kernels::isa_summary().c_str(), gpu ? "device" : "host", gbs,
+              bytes.weight_bytes / 1e6);
   char bf16_peak[64] = "";
   if (peak.bf16_gflops > 0) {
     std::snprintf(bf16_peak, sizeof(bf16_peak), ", bf16 dot %.0f GFLOP/s", peak.bf16_gflops);
   }
-  std::printf("compute peak: f32 FMA %.0f GFLOP/s, int8 dot %.0f GOP/s%s; %.2f GOP per token, "
+  if (gpu) std::printf("compute peak: not measured on a GPU\n\n");
+  if (!gpu) std::printf("compute peak: f32 FMA %.0f GFLOP/s, int8 dot %.0f GOP/s%s; %.2f GOP per token, "
               "stated against the %s peak\n\n",
               peak.f32_gflops, peak.int8_gops, bf16_peak, bytes.ops_per_token / 1e9,
               bytes.int8 ? "int8" : bytes.bf16 ? "bf16" : "f32");

@@ -14,6 +14,10 @@ int device_count() { return 0; }
 
 std::string describe_devices() { return std::string("no CUDA device: ") + kNoCuda; }
 
+Result<double> measure_read_bandwidth_gbs(int device, size_t bytes, int reps) {
+  return failed_precondition(kNoCuda);
+}
+
 Result<std::unique_ptr<model::ForwardOps>> make_cuda_forward_ops(const model::LlamaModel& model,
                                                                  int device) {
   return failed_precondition(kNoCuda);

@@ -6,7 +6,10 @@
 // device_count() is 0 and describe_devices() says why.
 #pragma once
 
+#include <cstddef>
 #include <string>
+
+#include "base/status.h"
 
 namespace arbor::cuda {
 
@@ -18,5 +21,11 @@ int device_count();
 // device, "no CUDA device: <the runtime's reason>" (e.g. "CUDA driver version is insufficient
 // for CUDA runtime version" where no driver is installed).
 std::string describe_devices();
+
+// Device `device`'s read bandwidth in GB/s: the best of `reps` timed passes of a streaming read
+// kernel over `bytes` of device memory (after one untimed pass). `arbor bench --device cuda`
+// states its "% of bw" against it. Errors: no such device, the buffer not fitting.
+Result<double> measure_read_bandwidth_gbs(int device, size_t bytes = size_t{1} << 30,
+                                          int reps = 5);
 
 }  // namespace arbor::cuda
