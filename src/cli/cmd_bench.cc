@@ -72,6 +72,9 @@ struct TestResult {
   double bytes_per_step = 0;  // bytes read per forward (decode tests), 0 for prefill
   int32_t seqs = 1;           // tokens per forward step (decode tests)
   bool compute_bound = false;  // stated against the arithmetic peak
+  // Read bandwidth (GB/s) probed right before each timed run of a memory-bound CPU test, [reps];
+  // empty: the test is stated against the bandwidth probed at start.
+  std::vector<double> probed_gbs;
 
   double stat(double q) const {  // q = 0 min, 0.5 median, 1 max
     std::vector<double> v = rates;
@@ -234,10 +237,15 @@ Status validate(const Options& o) {
   return ok_status();
 }
 
-// One untimed run, then o.reps timed ones.
+// One untimed run, then o.reps timed ones. With a probe, a memory-bound test probes the read
+// bandwidth before each timed run (3 reads of the probe's buffer, ~15 ms).
 template <typename Fn>
-Status run_test(TestResult& t, const Options& o, ProgressBar& bar, Fn fn) {
+Status run_test(TestResult& t, const Options& o, ProgressBar& bar, Fn fn,
+                kernels::ReadBandwidthProbe* probe = nullptr) {
   for (int rep = 0; rep <= o.reps; ++rep) {
+    if (rep > 0 && probe != nullptr && t.bytes_per_step > 0) {
+      t.probed_gbs.push_back(probe->measure(3));
+    }
     Result<double> rate = fn();
     if (!rate.ok()) return rate.status().with_context(t.name);
     if (rep > 0) t.rates.push_back(*rate);
@@ -246,9 +254,32 @@ Status run_test(TestResult& t, const Options& o, ProgressBar& bar, Fn fn) {
   return ok_status();
 }
 
+// The bytes a test's steps read per second over the read bandwidth: the median over its runs of
+// each run against the bandwidth probed just before it when there are probes (a shared host's
+// bandwidth moves within seconds, so a reading taken minutes earlier says little), else the
+// median run against `gbs`.
 double bandwidth_fraction(const TestResult& t, double gbs) {
-  if (t.bytes_per_step == 0 || gbs <= 0) return 0;
+  if (t.bytes_per_step == 0) return 0;
+  if (t.probed_gbs.size() == t.rates.size() && !t.rates.empty()) {
+    TestResult per_run;
+    for (size_t i = 0; i < t.rates.size(); ++i) {
+      per_run.rates.push_back(t.bytes_per_step * (t.rates[i] / t.seqs) / (t.probed_gbs[i] * 1e9));
+    }
+    return per_run.stat(0.5);
+  }
+  if (gbs <= 0) return 0;
   return t.bytes_per_step * (t.stat(0.5) / t.seqs) / (gbs * 1e9);
+}
+
+// "median M (min-max) GB/s over N probes" of every probe the tests took, or "" without probes.
+std::string probe_summary(const std::vector<TestResult>& tests) {
+  TestResult all;
+  for (const TestResult& t : tests) all.rates.insert(all.rates.end(), t.probed_gbs.begin(), t.probed_gbs.end());
+  if (all.rates.empty()) return "";
+  char buf[128];
+  std::snprintf(buf, sizeof(buf), "median %.1f (%.1f-%.1f) GB/s over %zu probes", all.stat(0.5),
+                all.stat(0), all.stat(1), all.rates.size());
+  return buf;
 }
 
 // The peak a model's matrices run against, in ops/s.
@@ -321,6 +352,7 @@ void print_json(const std::vector<TestResult>& tests, const std::vector<TestResu
                           {"max", t.stat(1)},
                           {"bytes_per_step", t.bytes_per_step},
                           {"bandwidth_fraction", bandwidth_fraction(t, gbs)},
+                          {"probed_bandwidth_gbs", t.probed_gbs},
                           {"peak_fraction", peak_fraction(t, m, model_peak(m, peak))}});
   }
   for (const TestResult& t : verify) {
@@ -372,25 +404,29 @@ Status run(const Options& o) {
   ARBOR_LOG(kInfo) << "threads " << runner->pool().num_threads() << ", cpu "
                    << kernels::isa_summary();
   // "% of bw" is against the device the weights are read from; "% of peak" only on the CPU.
+  // On the CPU the decode tests also probe the bandwidth before each timed run (a GPU's does
+  // not move with other tenants' traffic).
   double gbs = 0.0;
   kernels::ComputePeak peak;
+  std::unique_ptr<kernels::ReadBandwidthProbe> probe;
   if (gpu) {
     ARBOR_ASSIGN_OR_RETURN(gbs, cuda::measure_read_bandwidth_gbs(o.cuda_device));
   } else {
-    gbs = kernels::measure_read_bandwidth_gbs(runner->pool(),
-                                              static_cast<size_t>(o.bandwidth_mib) << 20, 5);
+    probe = std::make_unique<kernels::ReadBandwidthProbe>(
+        runner->pool(), static_cast<size_t>(o.bandwidth_mib) << 20);
+    gbs = probe->measure(5);
     peak = kernels::measure_compute_peak(runner->pool());
   }
   const ByteModel bytes = byte_model(*runner);
   ModelBench bench(*runner, o, blocks_per_seq);
   std::vector<TestResult> tests;
-  tests.push_back({"pp" + std::to_string(o.prompt), o.prompt, {}, 0.0, 1, true});
+  tests.push_back({"pp" + std::to_string(o.prompt), o.prompt, {}, 0.0, 1, true, {}});
   tests.push_back({"tg" + std::to_string(o.gen), o.gen, {},
-                   bytes.weight_bytes + bytes.kv_bytes_per_token * (1 + o.gen / 2.0), 1});
+                   bytes.weight_bytes + bytes.kv_bytes_per_token * (1 + o.gen / 2.0), 1, false, {}});
   for (int32_t b : o.batches) {
     const double kv = bytes.kv_bytes_per_token * b * (o.batch_prompt + o.batch_steps / 2.0);
     tests.push_back({"batch " + std::to_string(b), int64_t{b} * o.batch_steps, {},
-                     bytes.weight_bytes + kv, b, b >= 2});
+                     bytes.weight_bytes + kv, b, b >= 2, {}});
   }
   // Verification: K = 0 (a plain decode step) first, then every --verify entry.
   std::vector<int32_t> verify_ks = {0};
@@ -405,10 +441,12 @@ Status run(const Options& o) {
                       (o.reps + 1),
                   "runs");
   ARBOR_RETURN_IF_ERROR(run_test(tests[0], o, bar, [&] { return bench.prefill_rate(); }));
-  ARBOR_RETURN_IF_ERROR(run_test(tests[1], o, bar, [&] { return bench.decode_rate(); }));
+  ARBOR_RETURN_IF_ERROR(
+      run_test(tests[1], o, bar, [&] { return bench.decode_rate(); }, probe.get()));
   for (size_t i = 0; i < o.batches.size(); ++i) {
     const int32_t b = o.batches[i];
-    ARBOR_RETURN_IF_ERROR(run_test(tests[2 + i], o, bar, [&] { return bench.batch_rate(b); }));
+    ARBOR_RETURN_IF_ERROR(
+        run_test(tests[2 + i], o, bar, [&] { return bench.batch_rate(b); }, probe.get()));
   }
   if (o.verify.empty()) verify.clear();
   // "rates" hold seconds per step here; one untimed round first, as for the other tests.
@@ -428,6 +466,11 @@ Status run(const Options& o) {
               std::string(runner->device_name()).c_str(), runner->pool().num_threads(),
               kernels::isa_summary().c_str(), gpu ? "device" : "host", gbs,
               bytes.weight_bytes / 1e6);
+  if (const std::string probes = probe_summary(tests); !probes.empty()) {
+    std::printf("probed before each decode run: %s; each run's %% of bw is against the probe "
+                "just before it (median of the runs)\n",
+                probes.c_str());
+  }
   char bf16_peak[64] = "";
   if (peak.bf16_gflops > 0) {
     std::snprintf(bf16_peak, sizeof(bf16_peak), ", bf16 dot %.0f GFLOP/s", peak.bf16_gflops);
