@@ -111,6 +111,7 @@ class CudaForwardOps final : public model::ForwardOps {
   void silu_mul(float* gate, const float* up, int64_t n) override;
   void flag_nonfinite(const float* x, const int32_t* rows, int32_t n, int dim,
                       uint8_t* flags) override;
+  void argmax_rows(const float* x, int32_t n, int32_t cols, int32_t* ids) override;
 
  private:
   void use_device() const { ARBOR_CUDA_CHECK(cudaSetDevice(device_)); }
@@ -351,6 +352,11 @@ void CudaForwardOps::flag_nonfinite(const float* x, const int32_t* rows, int32_t
                                     uint8_t* flags) {
   use_device();
   launch_flag_nonfinite(x, rows, n, dim, flags, stream_);
+}
+
+void CudaForwardOps::argmax_rows(const float* x, int32_t n, int32_t cols, int32_t* ids) {
+  use_device();
+  launch_argmax_rows(x, n, cols, ids, stream_);
 }
 
 }  // namespace

@@ -36,6 +36,12 @@ void launch_silu_mul(float* gate, const float* up, int64_t n, cudaStream_t strea
 void launch_flag_nonfinite(const float* x, const int32_t* rows, int32_t n, int dim,
                            uint8_t* flags, cudaStream_t stream);
 
+// ids[r] = the lowest index of the maximum of row r of x ([n, cols]), or -1 when the row has an
+// Inf or NaN. One block per row; the (value, index) pairs are reduced by a fixed tree, ties to the
+// lower index. ids: [n].
+void launch_argmax_rows(const float* x, int32_t n, int32_t cols, int32_t* ids,
+                        cudaStream_t stream);
+
 // One region copy within device memory (DeviceMemory::Copy's layout, device-side).
 struct CopyRegion {
   void* dst;

@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "cuda/cuda_check.h"
 #include "cuda/device_ops.h"
@@ -150,6 +151,46 @@ __global__ void flag_nonfinite_kernel(const float* x, const int32_t* rows, int d
   if (__syncthreads_or(bad) && threadIdx.x == 0) flags[blockIdx.x] = 1;
 }
 
+// Launch: one block of kThreads threads per row. Each thread keeps the first maximum of its strided
+// columns (so the lowest index among its equal maxima), then a fixed tree halves the pairs,
+// preferring the larger value and, between equal ones, the lower index.
+__global__ void argmax_rows_kernel(const float* x, int cols, int32_t* ids) {
+  __shared__ float best_value[kThreads];
+  __shared__ int32_t best_index[kThreads];
+  const float* xr = x + (int64_t)blockIdx.x * cols;
+  float v = -INFINITY;
+  int32_t idx = INT32_MAX;
+  int bad = 0;
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+    const float e = xr[c];
+    bad |= !isfinite(e);
+    if (e > v || idx == INT32_MAX) {
+      v = e;
+      idx = c;
+    }
+  }
+  best_value[threadIdx.x] = v;
+  best_index[threadIdx.x] = idx;
+  __syncthreads();
+  for (int half = blockDim.x / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) {
+      const float ov = best_value[threadIdx.x + half];
+      const int32_t oi = best_index[threadIdx.x + half];
+      if (ov > best_value[threadIdx.x] ||
+          (ov == best_value[threadIdx.x] && oi < best_index[threadIdx.x])) {
+        best_value[threadIdx.x] = ov;
+        best_index[threadIdx.x] = oi;
+      }
+    }
+    __syncthreads();
+  }
+  if (__syncthreads_or(bad)) {
+    if (threadIdx.x == 0) ids[blockIdx.x] = -1;
+  } else if (threadIdx.x == 0) {
+    ids[blockIdx.x] = best_index[0];
+  }
+}
+
 // Launch: grid (x, regions), 256 threads; block row y copies region y, blocks along x striding.
 __global__ void copy_regions_kernel(const CopyRegion* regions) {
   const CopyRegion r = regions[blockIdx.y];
@@ -212,6 +253,14 @@ void launch_flag_nonfinite(const float* x, const int32_t* rows, int32_t n, int d
                            uint8_t* flags, cudaStream_t stream) {
   if (n <= 0) return;
   flag_nonfinite_kernel<<<(unsigned)n, kThreads, 0, stream>>>(x, rows, dim, flags);
+  ARBOR_CUDA_CHECK_LAUNCH();
+}
+
+void launch_argmax_rows(const float* x, int32_t n, int32_t cols, int32_t* ids,
+                        cudaStream_t stream) {
+  if (n <= 0) return;
+  ARBOR_CHECK_GT(cols, 0);
+  argmax_rows_kernel<<<(unsigned)n, kThreads, 0, stream>>>(x, cols, ids);
   ARBOR_CUDA_CHECK_LAUNCH();
 }
 

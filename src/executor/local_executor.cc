@@ -340,16 +340,24 @@ bool LocalExecutor::uses_model_rule(const RequestState& st) const {
 // the logprobs a plain step would report for it.
 step::RequestResult LocalExecutor::verify_drafts(const step::ScheduledRequest& s,
                                                     const RequestState& st,
-                                                    const float* logits) {
+                                                    const RequestRows& rows) {
   const int32_t vocab = vocab_size();
   const int32_t k = s.num_draft_tokens();
-  const auto rows = std::span<const float>(logits, static_cast<size_t>(k + 1) * vocab);
-  sampling::LogitsTarget target(
-      sampler_, sampling::LogitsTarget::Rows{.logits = rows,
-                                             .vocab_size = vocab,
-                                             .params = &st.sampling,
-                                             .history = {st.prompt_ids(), st.output_ids()},
-                                             .draft_ids = s.draft_token_ids});
+  std::optional<sampling::LogitsTarget> logits_target;
+  std::optional<sampling::ArgmaxTarget> argmax_target;
+  if (rows.logits != nullptr) {
+    logits_target.emplace(
+        sampler_, sampling::LogitsTarget::Rows{
+                      .logits = std::span<const float>(rows.logits, static_cast<size_t>(k + 1) * vocab),
+                      .vocab_size = vocab,
+                      .params = &st.sampling,
+                      .history = {st.prompt_ids(), st.output_ids()},
+                      .draft_ids = s.draft_token_ids});
+  } else {
+    argmax_target.emplace(rows.argmax);
+  }
+  sampling::TargetDistributions& target =
+      logits_target ? static_cast<sampling::TargetDistributions&>(*logits_target) : *argmax_target;
   sampling::CounterDrawSource draws(st.seed);
   sampling::DraftChain chain{.position = static_cast<int64_t>(st.token_ids.size()),
                              .token_ids = s.draft_token_ids};
@@ -368,13 +376,20 @@ step::RequestResult LocalExecutor::verify_drafts(const step::ScheduledRequest& s
   r.num_accepted = verdict.num_accepted;
   for (int32_t i = 0; i <= verdict.num_accepted; ++i) {
     const int32_t token = i < verdict.num_accepted ? s.draft_token_ids[i] : verdict.next_token;
-    sampling::SampleResult sr =
-        sampler_.score(rows.subspan(static_cast<size_t>(i) * vocab, vocab), token, st.sampling);
-    r.tokens.push_back(step::SampledToken{.token_id = token,
-                                          .logprob = sr.logprob,
-                                          .top_logprobs = std::move(sr.top_logprobs)});
+    r.tokens.push_back(emitted(rows, i, token, st));
   }
   return r;
+}
+
+step::SampledToken LocalExecutor::emitted(const RequestRows& rows, int32_t row, int32_t token,
+                                          const RequestState& st) {
+  if (rows.logits == nullptr) return step::SampledToken{token, 0.0f, {}};  // no logprobs asked
+  const auto vocab = static_cast<size_t>(vocab_size());
+  sampling::SampleResult sr = sampler_.score(
+      std::span<const float>(rows.logits + static_cast<size_t>(row) * vocab, vocab), token,
+      st.sampling);
+  return step::SampledToken{
+      .token_id = token, .logprob = sr.logprob, .top_logprobs = std::move(sr.top_logprobs)};
 }
 
 // Verifies a token tree against logits rows [0, k] (row 1 + i: the token after draft i's path)
@@ -383,10 +398,10 @@ step::RequestResult LocalExecutor::verify_drafts(const step::ScheduledRequest& s
 // drew (unseeded sampling, --spec-tree-sampling specinfer|sequoia) by SpecInfer's or Sequoia's
 // rule with its q. Then moves the accepted path's K/V into place.
 step::RequestResult LocalExecutor::verify_tree(const step::ScheduledRequest& s,
-                                                  const RequestState& st, const float* logits) {
+                                                  const RequestState& st,
+                                                  const RequestRows& rows) {
   const int32_t vocab = vocab_size();
   const int32_t k = s.num_draft_tokens();
-  const auto rows = std::span<const float>(logits, static_cast<size_t>(k + 1) * vocab);
   sampling::TokenTree tree =
       sampling::TokenTree::from_parents(s.draft_token_ids, s.draft_parent_ids);
   // A tree the draft model drew last step, cut to the scheduled prefix (its first draws: still
@@ -403,12 +418,22 @@ step::RequestResult LocalExecutor::verify_tree(const step::ScheduledRequest& s,
     }
     drawn_trees_.erase(it);
   }
-  sampling::TreeLogitsTarget target(
-      sampler_, sampling::TreeLogitsTarget::Rows{.logits = rows,
-                                                 .vocab_size = vocab,
-                                                 .params = &st.sampling,
-                                                 .history = {st.prompt_ids(), st.output_ids()},
-                                                 .tree = &tree});
+  std::optional<sampling::TreeLogitsTarget> logits_target;
+  std::optional<sampling::TreeArgmaxTarget> argmax_target;
+  if (rows.logits != nullptr) {
+    logits_target.emplace(
+        sampler_, sampling::TreeLogitsTarget::Rows{
+                      .logits = std::span<const float>(rows.logits, static_cast<size_t>(k + 1) * vocab),
+                      .vocab_size = vocab,
+                      .params = &st.sampling,
+                      .history = {st.prompt_ids(), st.output_ids()},
+                      .tree = &tree});
+  } else {
+    argmax_target.emplace(rows.argmax);
+  }
+  sampling::TreeTargetDistributions& target =
+      logits_target ? static_cast<sampling::TreeTargetDistributions&>(*logits_target)
+                    : *argmax_target;
   sampling::CounterDrawSource draws(st.seed);
   const auto position = static_cast<int64_t>(st.token_ids.size());
   const sampling::TreeVerdict verdict =
@@ -424,19 +449,27 @@ step::RequestResult LocalExecutor::verify_tree(const step::ScheduledRequest& s,
     const int32_t token =
         accepted ? s.draft_token_ids[verdict.accepted_nodes[i]] : verdict.next_token;
     const int32_t slot = i == 0 ? 0 : verdict.accepted_nodes[i - 1] + 1;  // the parent's row
-    sampling::SampleResult sr =
-        sampler_.score(rows.subspan(static_cast<size_t>(slot) * vocab, vocab), token, st.sampling);
-    r.tokens.push_back(step::SampledToken{.token_id = token,
-                                          .logprob = sr.logprob,
-                                          .top_logprobs = std::move(sr.top_logprobs)});
+    r.tokens.push_back(emitted(rows, slot, token, st));
   }
   compact_kv(s, verdict.accepted_nodes);
   return r;
 }
 
+bool LocalExecutor::argmax_suffices(const RequestState& st) {
+  const sampling::SamplingParams& p = st.sampling;
+  return p.greedy() && !p.logprobs.has_value() && p.logit_bias.empty() &&
+         p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
+         p.frequency_penalty == 0.0f && !p.grammar.has_value() &&
+         static_cast<int64_t>(st.output_ids().size()) >= p.min_tokens;
+}
+
 step::RequestResult LocalExecutor::sample_request(const step::ScheduledRequest& s,
-                                                     float* logits) {
+                                                     const RequestRows& rows) {
   const RequestState& st = states_.at(s.request_id);
+  if (rows.logits == nullptr) {  // argmax_suffices: nothing to mask
+    return s.is_tree() ? verify_tree(s, st, rows) : verify_drafts(s, st, rows);
+  }
+  float* logits = rows.logits;
   Result<grammar::GrammarState*> g = grammars_.sync(s.request_id, st);
   Status masked = g.status();
   if (masked.ok() && *g != nullptr) {
@@ -455,7 +488,7 @@ step::RequestResult LocalExecutor::sample_request(const step::ScheduledRequest& 
     failed.error = std::move(masked);
     return failed;
   }
-  return s.is_tree() ? verify_tree(s, st, logits) : verify_drafts(s, st, logits);
+  return s.is_tree() ? verify_tree(s, st, rows) : verify_drafts(s, st, rows);
 }
 
 // min_tokens: rows whose token would be output number < min_tokens get -inf for the banned ids
@@ -670,6 +703,23 @@ Status check_finite_logits(const step::ScheduledRequest& s, std::span<const floa
   return ok_status();
 }
 
+// The same check for rows that came back as their argmax only (-1: the row has an Inf or NaN).
+Status check_finite_argmax(const step::ScheduledRequest& s, std::span<const int32_t> argmax,
+                           const model::ModelRunner& runner, int32_t first_row) {
+  for (size_t row = 0; row < argmax.size(); ++row) {
+    if (argmax[row] >= 0) continue;
+    const std::string& origin = runner.nonfinite_origin(first_row + static_cast<int32_t>(row));
+    return internal_error(
+        "the model produced a non-finite logit for request ", s.request_id, " at position ",
+        s.num_computed_tokens + s.num_scheduled_tokens - s.num_draft_tokens() - 1 +
+            static_cast<int64_t>(row),
+        "; the hidden state first became non-finite in ",
+        origin.empty() ? std::string("an unknown place") : origin,
+        " (`arbor serve --check-weights` scans the weights)");
+  }
+  return ok_status();
+}
+
 Result<step::StepResult> LocalExecutor::execute(const step::SchedulerOutput& output) {
   ARBOR_ASSIGN_OR_RETURN(const auto forgotten, states_.apply(output));
   for (const auto& [id, st] : forgotten) {
@@ -688,8 +738,18 @@ Result<step::StepResult> LocalExecutor::execute(const step::SchedulerOutput& out
   std::vector<int32_t> rows, prompt_rows;
   ARBOR_RETURN_IF_ERROR(build_batch(output, rows, prompt_rows));
   const int32_t vocab = vocab_size();
-  logits_.resize(static_cast<size_t>(builder_.num_logits()) * vocab);
-  ARBOR_RETURN_IF_ERROR(runner_->forward(builder_.batch(), logits_.data()));
+  const auto num_logits = static_cast<size_t>(builder_.num_logits());
+  logits_.resize(num_logits * vocab);
+  want_.assign(num_logits, model::RowOut::kRow);
+  argmax_.assign(num_logits, -1);
+  for (size_t i = 0; i < output.requests.size(); ++i) {
+    const step::ScheduledRequest& s = output.requests[i];
+    if (rows[i] < 0 || prompt_rows[i] >= 0 || !argmax_suffices(states_.at(s.request_id))) continue;
+    std::fill_n(want_.begin() + rows[i], s.num_draft_tokens() + 1, model::RowOut::kArgmax);
+  }
+  ARBOR_RETURN_IF_ERROR(runner_->forward(
+      builder_.batch(),
+      model::LogitsOut{.logits = logits_.data(), .want = want_, .argmax = argmax_.data()}));
   // Prompt logprobs first: sampling masks its rows in place (grammar, min_tokens).
   for (size_t i = 0; i < output.requests.size(); ++i) {
     if (prompt_rows[i] < 0) continue;
@@ -699,11 +759,20 @@ Result<step::StepResult> LocalExecutor::execute(const step::SchedulerOutput& out
   for (size_t i = 0; i < output.requests.size(); ++i) {
     if (rows[i] < 0) continue;
     const step::ScheduledRequest& s = output.requests[i];
-    const float* rows_i = logits_.data() + static_cast<size_t>(rows[i]) * vocab;
+    float* rows_i = logits_.data() + static_cast<size_t>(rows[i]) * vocab;
     // One logits row per draft plus the bonus row; a non-finite one fails this request only.
     const size_t num_rows = static_cast<size_t>(s.num_draft_tokens()) + 1;
-    Status finite = check_finite_logits(s, std::span<const float>(rows_i, num_rows * vocab), vocab,
-                                        *runner_, rows[i]);
+    RequestRows request_rows{.logits = rows_i, .argmax = {}};
+    Status finite;
+    if (want_[static_cast<size_t>(rows[i])] == model::RowOut::kArgmax) {
+      request_rows = RequestRows{.logits = nullptr,
+                                 .argmax = std::span<const int32_t>(argmax_).subspan(
+                                     static_cast<size_t>(rows[i]), num_rows)};
+      finite = check_finite_argmax(s, request_rows.argmax, *runner_, rows[i]);
+    } else {
+      finite = check_finite_logits(s, std::span<const float>(rows_i, num_rows * vocab), vocab,
+                                   *runner_, rows[i]);
+    }
     if (!finite.ok()) {
       step::RequestResult failed;
       failed.request_id = s.request_id;
@@ -712,7 +781,7 @@ Result<step::StepResult> LocalExecutor::execute(const step::SchedulerOutput& out
       result.requests.push_back(std::move(failed));
       continue;
     }
-    result.requests.push_back(sample_request(s, logits_.data() + static_cast<size_t>(rows[i]) * vocab));
+    result.requests.push_back(sample_request(s, request_rows));
   }
   if (proposer_ != nullptr) {
     for (const step::RequestResult& r : result.requests) {

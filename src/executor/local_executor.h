@@ -1,6 +1,8 @@
 // LocalExecutor: the in-process executor over model::ModelRunner, on the CPU or a CUDA GPU
 // (options.device picks the forward's ops, model/forward_ops.h; everything else is the same:
-// logits come back to the host, where sampling, verification and proposers run).
+// sampling, verification and proposers run on the host. What comes back of the logits: whole
+// rows, except for greedy requests whose transforms cannot move the argmax (argmax_suffices),
+// which get only each row's argmax, computed on the device: 4 bytes instead of 4 x vocab).
 //
 // Builds one ForwardBatch per step from the SchedulerOutput (BatchBuilder: per request its block
 // table, num_computed_tokens as committed tokens, the scheduled committed tokens and drafts,
@@ -81,13 +83,27 @@ class LocalExecutor : public step::ModelExecutor {
   Status prompt_logprobs_rows(const step::ScheduledRequest& s, const RequestState& st,
                               int32_t num_committed_run, model::SequenceInput& in) const;
   step::PromptLogprobsResult score_prompt(const step::ScheduledRequest& s, const float* rows);
+  // A request's logits rows [0, k] as the step returned them: whole rows, or (argmax_suffices)
+  // only each row's argmax.
+  struct RequestRows {
+    float* logits = nullptr;          // [k + 1, vocab_size], or null
+    std::span<const int32_t> argmax;  // [k + 1] when logits is null
+  };
+  // Whether the request's tokens follow from its rows' argmax alone, so that its logits can stay
+  // on the device: greedy, and nothing that moves or reads the logits beyond the argmax (no
+  // logprobs, logit_bias, penalties, grammar, or min_tokens mask still to apply). The one place
+  // that decides; LogitsOut::want follows it.
+  static bool argmax_suffices(const RequestState& st);
   // Masks the request's logits rows with its grammar (if it has one) and verifies its drafts.
-  step::RequestResult sample_request(const step::ScheduledRequest& s, float* logits);
+  step::RequestResult sample_request(const step::ScheduledRequest& s, const RequestRows& rows);
   void mask_min_tokens(const step::ScheduledRequest& s, const RequestState& st, float* logits);
   step::RequestResult verify_drafts(const step::ScheduledRequest& s, const RequestState& st,
-                                    const float* logits);
+                                    const RequestRows& rows);
   step::RequestResult verify_tree(const step::ScheduledRequest& s, const RequestState& st,
-                                  const float* logits);
+                                  const RequestRows& rows);
+  // The token emitted from row `row` and, when logits are there, what sample() reports of it.
+  step::SampledToken emitted(const RequestRows& rows, int32_t row, int32_t token,
+                             const RequestState& st);
   void compact_kv(const step::ScheduledRequest& s, std::span<const int32_t> accepted_nodes);
   void propose_model_free(std::span<const DraftInput> inputs,
                           std::vector<sampling::TokenTree>& trees);
@@ -122,6 +138,8 @@ class LocalExecutor : public step::ModelExecutor {
   // verify by the model rule (unseeded sampling). [num_drafts][candidates]
   std::unordered_map<step::RequestId, std::vector<std::vector<sampling::Candidate>>> draft_q_;
   std::vector<float> logits_;  // [num_logits, vocab_size]
+  std::vector<model::RowOut> want_;  // [num_logits] what comes back of each row
+  std::vector<int32_t> argmax_;      // [num_logits] the kArgmax rows' argmax
   std::vector<int32_t> tokens_;   // scratch: one request's tokens run this step
 };
 

@@ -115,4 +115,18 @@ void CpuForwardOps::flag_nonfinite(const float *x, const int32_t *rows,
   }
 }
 
+void CpuForwardOps::argmax_rows(const float *x, int32_t n, int32_t cols,
+                                int32_t *ids) {
+  for (int32_t r = 0; r < n; ++r) {
+    const float *row = x + static_cast<size_t>(r) * cols;
+    int32_t best = 0;
+    bool finite = true;
+    for (int32_t c = 0; c < cols; ++c) {
+      finite = finite && std::isfinite(row[c]);
+      if (row[c] > row[best]) best = c;
+    }
+    ids[r] = finite ? best : -1;
+  }
+}
+
 } // namespace arbor::model

@@ -52,6 +52,8 @@ public:
   void silu_mul(float *gate, const float *up, int64_t n) override;
   void flag_nonfinite(const float *x, const int32_t *rows, int32_t n, int dim,
                       uint8_t *flags) override;
+  void argmax_rows(const float *x, int32_t n, int32_t cols,
+                   int32_t *ids) override;
 
 private:
   const LlamaModel &model_;

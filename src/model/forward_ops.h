@@ -127,6 +127,10 @@ class ForwardOps : public DeviceMemory {
   // rows: device pointer, [n]; flags: device bytes, [n].
   virtual void flag_nonfinite(const float* x, const int32_t* rows, int32_t n, int dim,
                               uint8_t* flags) = 0;
+  // ids[r] = the lowest index of the maximum of row r of x ([n, cols]), or -1 when the row holds
+  // an Inf or NaN; r < n. The greedy token of a row without its logits leaving the device
+  // (a finite row's argmax is what sampling::Sampler picks for greedy params). ids: [n].
+  virtual void argmax_rows(const float* x, int32_t n, int32_t cols, int32_t* ids) = 0;
 };
 
 }  // namespace arbor::model

@@ -37,7 +37,7 @@ LlamaForward::LlamaForward(const LlamaModel& model, ForwardOps& ops, int32_t res
 
 LlamaForward::~LlamaForward() {
   for (Scratch* s : {&inv_freq_, &x_, &xb_, &q_, &k_, &v_, &att_, &hb_, &hb2_, &rope_cos_,
-                     &rope_sin_, &xl_, &logits_, &flags_}) {
+                     &rope_sin_, &xl_, &logits_, &argmax_, &flags_}) {
     ops_.release(s->p);
   }
 }
@@ -70,7 +70,10 @@ void LlamaForward::reserve(int32_t t, int32_t l) {
     cap_logits_ = std::max(l, cap_logits_ * 2);
     const size_t n = static_cast<size_t>(cap_logits_);
     ensure(xl_, n * cfg_.dim * sizeof(float));
-    if (!ops_.is_host()) ensure(logits_, n * cfg_.vocab_size * sizeof(float));
+    if (!ops_.is_host()) {
+      ensure(logits_, n * cfg_.vocab_size * sizeof(float));
+      ensure(argmax_, n * sizeof(int32_t));
+    }
     ensure(flags_, n * num_checkpoints(cfg_));
   }
 }
@@ -150,20 +153,52 @@ void LlamaForward::ffn_block(int layer, int32_t nt) {
   ops_.add(x_.f(), xb_.f(), (int64_t)nt * cfg_.dim);
 }
 
-void LlamaForward::compute_logits(const ForwardBatch& batch, float* logits) {
+namespace {
+
+// Calls fn(first, end, kind) for each maximal run of rows [first, end) that want the same kind.
+template <typename Fn>
+void for_each_run(std::span<const RowOut> want, int32_t n, Fn fn) {
+  for (int32_t first = 0; first < n;) {
+    const RowOut kind = want.empty() ? RowOut::kRow : want[first];
+    int32_t end = first + 1;
+    while (end < n && !want.empty() && want[end] == kind) ++end;
+    fn(first, end, kind);
+    first = end;
+  }
+}
+
+}  // namespace
+
+// Every row's logits are computed on the device; what crosses to the host is what `out` asks:
+// the argmax kernels are issued first, then the whole rows and the argmax ids are read back.
+void LlamaForward::compute_logits(const ForwardBatch& batch, const LogitsOut& out) {
   const int32_t nl = batch.num_logits();
   if (nl == 0) return;
   ops_.rms_norm_rows(x_.f(), batch.logits_indices.data(), nl, w_.output_norm, xl_.f(), cfg_.dim,
                      cfg_.rms_eps);
-  if (ops_.is_host()) {
-    ops_.matmul(w_.output, xl_.f(), logits, nl);
-    return;
-  }
-  ops_.matmul(w_.output, xl_.f(), logits_.f(), nl);
-  ops_.to_host(logits, logits_.p, (size_t)nl * cfg_.vocab_size * sizeof(float));
+  const bool host = ops_.is_host();
+  float* logits = host ? out.logits : logits_.f();
+  ops_.matmul(w_.output, xl_.f(), logits, nl);
+  const size_t vocab = static_cast<size_t>(cfg_.vocab_size);
+  int32_t* ids = host ? out.argmax : static_cast<int32_t*>(argmax_.p);
+  bool any_argmax = false;
+  for_each_run(out.want, nl, [&](int32_t first, int32_t end, RowOut kind) {
+    if (kind != RowOut::kArgmax) return;
+    ARBOR_CHECK(out.argmax != nullptr) << "argmax rows without an argmax array";
+    ops_.argmax_rows(logits + first * vocab, end - first, cfg_.vocab_size, ids + first);
+    any_argmax = true;
+  });
+  if (host) return;
+  for_each_run(out.want, nl, [&](int32_t first, int32_t end, RowOut kind) {
+    if (kind != RowOut::kRow) return;
+    ops_.to_host(out.logits + first * vocab, logits + first * vocab,
+                 (end - first) * vocab * sizeof(float));
+  });
+  if (any_argmax) ops_.to_host(out.argmax, ids, static_cast<size_t>(nl) * sizeof(int32_t));
 }
 
-void LlamaForward::run(const ForwardBatch& host_batch, PagedKvCache& cache, float* logits) {
+void LlamaForward::run(const ForwardBatch& host_batch, PagedKvCache& cache,
+                       const LogitsOut& out) {
   const KvCacheShape& s = cache.shape();
   ARBOR_CHECK(s.num_layers == cfg_.num_layers && s.num_kv_heads == cfg_.num_kv_heads &&
               s.head_dim == cfg_.head_dim)
@@ -171,6 +206,8 @@ void LlamaForward::run(const ForwardBatch& host_batch, PagedKvCache& cache, floa
   const int32_t nt = host_batch.num_tokens();
   if (nt == 0) return;
   const int32_t nl = host_batch.num_logits();
+  ARBOR_CHECK(out.want.empty() || static_cast<int32_t>(out.want.size()) == nl)
+      << out.want.size() << " row kinds for " << nl << " logits rows";
   reserve(nt, nl);
   const ForwardBatch batch = ops_.stage(host_batch);
   flags_host_.assign((size_t)nl * num_checkpoints(cfg_), 0);
@@ -183,8 +220,8 @@ void LlamaForward::run(const ForwardBatch& host_batch, PagedKvCache& cache, floa
     ffn_block(layer, nt);
     flag_nonfinite(batch, 2 + 2 * layer);
   }
-  compute_logits(batch, logits);
-  name_nonfinite(nl, logits);
+  compute_logits(batch, out);
+  name_nonfinite(nl, out);
 }
 
 void LlamaForward::flag_nonfinite(const ForwardBatch& batch, int checkpoint) {
@@ -194,7 +231,7 @@ void LlamaForward::flag_nonfinite(const ForwardBatch& batch, int checkpoint) {
                       static_cast<uint8_t*>(flags_.p) + (size_t)checkpoint * nl);
 }
 
-void LlamaForward::name_nonfinite(int32_t nl, const float* logits) {
+void LlamaForward::name_nonfinite(int32_t nl, const LogitsOut& out) {
   nonfinite_origin_.assign(static_cast<size_t>(nl), std::string());
   if (nl == 0) return;
   ops_.to_host(flags_host_.data(), flags_.p, flags_host_.size());
@@ -209,8 +246,11 @@ void LlamaForward::name_nonfinite(int32_t nl, const float* logits) {
       break;
     }
     if (!nonfinite_origin_[i].empty()) continue;
-    const float* row = logits + static_cast<size_t>(i) * vocab;
-    if (!std::all_of(row, row + vocab, [](float v) { return std::isfinite(v); })) {
+    const float* row = out.logits + static_cast<size_t>(i) * vocab;
+    const bool finite = !out.want.empty() && out.want[i] == RowOut::kArgmax
+                            ? out.argmax[i] >= 0
+                            : std::all_of(row, row + vocab, [](float v) { return std::isfinite(v); });
+    if (!finite) {
       nonfinite_origin_[i] = "the output norm or classifier";
     }
   }

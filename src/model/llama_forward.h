@@ -10,6 +10,8 @@
 // one caller at a time.
 #pragma once
 
+#include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,23 @@
 #include "model/llama_model.h"
 
 namespace arbor::model {
+
+// What comes back to the host of one logits row.
+enum class RowOut : uint8_t {
+  kRow,     // the whole row: vocab_size floats
+  kArgmax,  // only its argmax (ForwardOps::argmax_rows): one int; the row stays on the device
+};
+
+// Where a step's logits go, all host memory.
+struct LogitsOut {
+  // [num_logits, vocab_size]: row i holds the logits when `want` is empty or want[i] == kRow;
+  // the other rows' contents are unspecified (the CPU writes them, a GPU leaves them alone).
+  float* logits = nullptr;
+  std::span<const RowOut> want;  // [num_logits], or empty: every row whole
+  // [num_logits]: argmax[i] for every kArgmax row, as ForwardOps::argmax_rows gives it (-1 when
+  // the row holds a non-finite logit); other entries unspecified. Needed when a row is kArgmax.
+  int32_t* argmax = nullptr;
+};
 
 class LlamaForward {
  public:
@@ -30,8 +49,12 @@ class LlamaForward {
   LlamaForward& operator=(const LlamaForward&) = delete;
 
   // Runs one step. The batch (host arrays) must be valid (validate_batch) for `cache`, whose
-  // shape must match the model (CHECKed). logits: host [batch.num_logits(), vocab_size].
-  void run(const ForwardBatch& batch, PagedKvCache& cache, float* logits);
+  // shape must match the model (CHECKed). The logits rows go to `out` (host memory).
+  void run(const ForwardBatch& batch, PagedKvCache& cache, const LogitsOut& out);
+  // Every row whole. logits: host [batch.num_logits(), vocab_size].
+  void run(const ForwardBatch& batch, PagedKvCache& cache, float* logits) {
+    run(batch, cache, LogitsOut{.logits = logits, .want = {}, .argmax = nullptr});
+  }
 
   // Tokens the scratch currently holds.
   int32_t capacity_tokens() const { return cap_tokens_; }
@@ -55,12 +78,12 @@ class LlamaForward {
   void embed(const ForwardBatch& batch);
   void attention_block(int layer, const ForwardBatch& batch, PagedKvCache& cache);
   void ffn_block(int layer, int32_t num_tokens);
-  void compute_logits(const ForwardBatch& batch, float* logits);
+  void compute_logits(const ForwardBatch& batch, const LogitsOut& out);
   // Flags the logits rows whose hidden state is no longer finite at checkpoint `c`
   // (0: after the embedding; 1 + 2 * layer: after its attention block; 2 + 2 * layer: after its
   // feed-forward block), then names each row's first flagged checkpoint after the step.
   void flag_nonfinite(const ForwardBatch& batch, int checkpoint);
-  void name_nonfinite(int32_t num_logits, const float* logits);
+  void name_nonfinite(int32_t num_logits, const LogitsOut& out);
 
   const LlamaModel& model_;
   ForwardOps& ops_;
@@ -83,6 +106,7 @@ class LlamaForward {
   Scratch rope_sin_;  // [T, rope_dim / 2]
   Scratch xl_;        // [L, dim] normed rows for the output matmul
   Scratch logits_;    // [L, vocab] when the device is not the host
+  Scratch argmax_;    // [L] int32 when the device is not the host
   Scratch flags_;     // [checkpoints, L] bytes
 };
 

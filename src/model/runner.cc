@@ -54,12 +54,20 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<LlamaMo
 }
 
 Status ModelRunner::forward(const ForwardBatch& batch, float* logits) {
+  return forward(batch, LogitsOut{.logits = logits, .want = {}, .argmax = nullptr});
+}
+
+Status ModelRunner::forward(const ForwardBatch& batch, const LogitsOut& out) {
   BatchLimits limits;
   limits.vocab_size = config().vocab_size;
   limits.block_size = cache_->block_size();
   limits.num_blocks = cache_->num_blocks();
   ARBOR_RETURN_IF_ERROR(validate_batch(batch, limits));
-  forward_->run(batch, *cache_, logits);
+  if (!out.want.empty() && static_cast<int32_t>(out.want.size()) != batch.num_logits()) {
+    return invalid_argument("LogitsOut has ", out.want.size(), " row kinds for ",
+                            batch.num_logits(), " logits rows");
+  }
+  forward_->run(batch, *cache_, out);
   return ok_status();
 }
 

@@ -75,6 +75,13 @@ std::span<const Candidate> LogitsTarget::at(int32_t i) {
   return dist_;
 }
 
+std::span<const Candidate> ArgmaxTarget::at(int32_t i) {
+  ARBOR_CHECK(i >= 0 && static_cast<size_t>(i) < ids_.size()) << i;
+  ARBOR_CHECK_GE(ids_[static_cast<size_t>(i)], 0) << "row " << i << " has no argmax";
+  one_ = Candidate{.token_id = ids_[static_cast<size_t>(i)], .prob = 1.0};
+  return {&one_, 1};
+}
+
 double prob_of(std::span<const Candidate> dist, int32_t token_id) {
   for (const Candidate& c : dist) {
     if (c.token_id == token_id) return c.prob;

@@ -101,6 +101,21 @@ class LogitsTarget final : public TargetDistributions {
   std::vector<Candidate> dist_;
 };
 
+// TargetDistributions of a greedy request whose transforms cannot move its argmax (no
+// logit_bias, penalties, grammar or min_tokens mask): p_i = one-hot(argmax_ids[i]), which is what
+// LogitsTarget gives for such a request (Sampler::distribution of greedy params is the argmax,
+// ties to the lowest id, with probability 1). The argmax comes from the device
+// (ForwardOps::argmax_rows), so the rows' logits need not reach the host. Borrows argmax_ids.
+class ArgmaxTarget final : public TargetDistributions {
+ public:
+  explicit ArgmaxTarget(std::span<const int32_t> argmax_ids) : ids_(argmax_ids) {}  // [k + 1]
+  std::span<const Candidate> at(int32_t i) override;
+
+ private:
+  std::span<const int32_t> ids_;
+  Candidate one_;
+};
+
 struct DraftChain {
   int64_t position = 0;                 // absolute position of the token d_0 proposes
   std::span<const int32_t> token_ids;   // [k] d_0..d_{k-1}, k >= 0

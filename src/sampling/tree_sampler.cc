@@ -69,6 +69,14 @@ std::span<const Candidate> TreeLogitsTarget::at(int32_t node) {
   return dist_;
 }
 
+std::span<const Candidate> TreeArgmaxTarget::at(int32_t node) {
+  const auto slot = static_cast<size_t>(node + 1);
+  ARBOR_CHECK(node >= TokenTree::kRoot && slot < ids_.size()) << node;
+  ARBOR_CHECK_GE(ids_[slot], 0) << "node " << node << " has no argmax";
+  one_ = Candidate{.token_id = ids_[slot], .prob = 1.0};
+  return {&one_, 1};
+}
+
 TreeVerdict TreeRejectionSampler::verify(const TokenTree& tree, int64_t position,
                                          TreeTargetDistributions& target, DrawSource& draws,
                                          SiblingDraws sibling_draws) {

@@ -91,6 +91,19 @@ class TreeLogitsTarget final : public TreeTargetDistributions {
   std::vector<Candidate> dist_;
 };
 
+// TreeTargetDistributions of a greedy request whose transforms cannot move its argmax (as
+// ArgmaxTarget): p(node) = one-hot(argmax_ids[slot(node)]), slot(root) = 0, slot(i) = 1 + i.
+// Borrows argmax_ids.
+class TreeArgmaxTarget final : public TreeTargetDistributions {
+ public:
+  explicit TreeArgmaxTarget(std::span<const int32_t> argmax_ids) : ids_(argmax_ids) {}
+  std::span<const Candidate> at(int32_t node) override;
+
+ private:
+  std::span<const int32_t> ids_;  // [num_slots]
+  Candidate one_;
+};
+
 struct TreeVerdict {
   std::vector<int32_t> accepted_nodes;  // [num_accepted] a path from a child of the root
   int32_t next_token = 0;  // emitted after them, at position + num_accepted

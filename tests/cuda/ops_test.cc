@@ -405,5 +405,38 @@ TEST_F(CudaOpsTest, AddSiluMulAndNonfiniteFlags) {
   EXPECT_EQ(download(df, flags.size()), (std::vector<uint8_t>{0, 1, 7, 1, 1, 1}));
 }
 
+TEST_F(CudaOpsTest, ArgmaxRowsIsTheLowestIdOfTheMaximumOrMinusOne) {
+  // Rows long enough that every thread of the block holds several columns; few distinct values,
+  // so ties land in different threads and the tree must prefer the lower index.
+  SCOPED_TRACE(::testing::Message() << "seed " << kSeed);
+  std::mt19937 rng(kSeed);
+  std::uniform_int_distribution<int> level(0, 3);
+  for (const int cols : {1, 7, 256, 257, 32000}) {
+    constexpr int kRows = 40;
+    std::vector<float> x(static_cast<size_t>(kRows) * cols);
+    for (float& v : x) v = static_cast<float>(level(rng));
+    if (cols > 3) {
+      x[1 * cols + cols - 1] = INFINITY;
+      x[2 * cols + 2] = NAN;
+      x[3 * cols + cols / 2] = -INFINITY;
+      std::fill(x.begin() + 4 * cols, x.begin() + 5 * cols, -5.0f);  // all equal: 0
+    }
+    std::vector<int32_t> want(kRows);
+    for (int r = 0; r < kRows; ++r) {
+      const float* row = x.data() + static_cast<size_t>(r) * cols;
+      int32_t best = 0;
+      bool finite = true;
+      for (int c = 0; c < cols; ++c) {
+        finite = finite && std::isfinite(row[c]);
+        if (row[c] > row[best]) best = c;
+      }
+      want[r] = finite ? best : -1;
+    }
+    int32_t* ids = upload(std::vector<int32_t>(kRows, 99));
+    ops().argmax_rows(upload(x), kRows, cols, ids);
+    EXPECT_EQ(download(ids, kRows), want) << cols << " columns";
+  }
+}
+
 }  // namespace
 }  // namespace arbor::cuda

@@ -6,8 +6,12 @@
 // arithmetic is CpuForwardOps', so results must equal the CPU's bit for bit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
+#include <random>
 
 #include "golden_util.h"
 #include "model/batch_builder.h"
@@ -178,6 +182,13 @@ public:
     expect_device(flags, n, "flags");
     cpu_.flag_nonfinite(x, rows, n, dim, flags);
   }
+  void argmax_rows(const float *x, int32_t n, int32_t cols, int32_t *ids) override {
+    expect_device(x, static_cast<size_t>(n) * cols * sizeof(float), "argmax rows");
+    expect_device(ids, n * sizeof(int32_t), "argmax ids");
+    cpu_.argmax_rows(x, n, cols, ids);
+    ++argmax_calls_;
+  }
+  int argmax_calls() const { return argmax_calls_; }
 
   int stages() const { return stages_; }
 
@@ -240,11 +251,13 @@ private:
   std::vector<int32_t> staged_[9];
   std::vector<uint8_t> staged_mask_;
   int stages_ = 0;
+  int argmax_calls_ = 0;
 };
 
 std::unique_ptr<ModelRunner>
 load(int32_t block_size, int64_t num_blocks, bool shadow,
-     kernels::KvDtype dtype = kernels::KvDtype::kF32) {
+     kernels::KvDtype dtype = kernels::KvDtype::kF32,
+     ShadowOps **shadow_ops = nullptr) {
   EXPECT_TRUE(require_shared_file(kStories260K));
   RunnerOptions opt;
   opt.block_size = block_size;
@@ -254,9 +267,11 @@ load(int32_t block_size, int64_t num_blocks, bool shadow,
   if (shadow) {
     opt.pool = std::make_shared<kernels::ThreadPool>(1);
     opt.make_ops =
-        [pool = opt.pool](
+        [pool = opt.pool, shadow_ops](
             const LlamaModel &m) -> Result<std::unique_ptr<ForwardOps>> {
-      return std::unique_ptr<ForwardOps>(new ShadowOps(m, *pool));
+      auto *ops = new ShadowOps(m, *pool);
+      if (shadow_ops != nullptr) *shadow_ops = ops;
+      return std::unique_ptr<ForwardOps>(ops);
     };
   }
   auto r = ModelRunner::load(shared_path(kStories260K), opt);
@@ -324,6 +339,115 @@ TEST(ForwardOpsTest, ShadowDeviceLogitsEqualTheCpusBitForBit) {
   ASSERT_EQ(logits[0].size(), logits[1].size());
   EXPECT_EQ(0, std::memcmp(logits[0].data(), logits[1].data(),
                            logits[0].size() * sizeof(float)));
+}
+
+// The lowest index of the row's maximum, -1 with a non-finite entry (the
+// contract of ForwardOps::argmax_rows, written naively).
+int32_t naive_argmax(const float *row, int32_t n) {
+  int32_t best = -1;
+  for (int32_t i = 0; i < n; ++i) {
+    if (!std::isfinite(row[i])) return -1;
+    if (best < 0 || row[i] > row[best]) best = i;
+  }
+  return best;
+}
+
+TEST(ForwardOpsTest, ArgmaxRowsTiesToTheLowestIdAndFlagsNonFiniteRows) {
+  auto runner = load(4, 8, false);
+  ASSERT_TRUE(runner);
+  kernels::ThreadPool pool(1);
+  CpuForwardOps ops(runner->model(), pool);
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const int32_t cols = 5;
+  const std::vector<float> x = {
+      1, 3, 3, 2, 3,            // ties: the first 3
+      -7, -7, -7, -7, -7,       // all equal: 0
+      0, 0, 0, 0, 1e-30f,       // the last
+      -1e30f, 2, inf, 0, 1,     // +inf: flagged
+      1, 2, 3, 4, -inf,         // -inf: flagged
+      nan, 9, 1, 2, 3,          // NaN first: flagged
+      -0.0f, 0.0f, -1, -2, -3,  // -0 == +0: the first
+  };
+  const auto n = static_cast<int32_t>(x.size() / cols);
+  std::vector<int32_t> ids(n, 99);
+  ops.argmax_rows(x.data(), n, cols, ids.data());
+  EXPECT_EQ(ids, (std::vector<int32_t>{1, 0, 4, -1, -1, -1, 0}));
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> level(0, 3);  // few levels: many ties
+  std::vector<float> r(1000 * 37);
+  for (float &v : r) v = static_cast<float>(level(rng));
+  std::vector<int32_t> got(1000);
+  ops.argmax_rows(r.data(), 1000, 37, got.data());
+  for (int32_t i = 0; i < 1000; ++i)
+    ASSERT_EQ(got[i], naive_argmax(r.data() + i * 37, 37)) << "row " << i;
+}
+
+TEST(ForwardOpsTest, OnlyTheRowsAskedForLeaveTheDevice) {
+  // Whole rows where `want` says kRow, only the argmax elsewhere: the kRow rows
+  // equal the CPU's bit for bit, the kArgmax rows never reach the host buffer,
+  // and their argmax is the CPU row's.
+  ShadowOps *shadow = nullptr;
+  auto cpu = load(4, 32, false);
+  auto dev = load(4, 32, true, kernels::KvDtype::kF32, &shadow);
+  ASSERT_TRUE(cpu && dev && shadow);
+  const int32_t vocab = cpu->config().vocab_size;
+  const std::vector<int32_t> tokens = {1, 403, 407, 261, 378, 432, 383, 286, 261};
+  const std::vector<RowOut> want = {RowOut::kArgmax, RowOut::kArgmax, RowOut::kRow,
+                                    RowOut::kArgmax, RowOut::kRow,    RowOut::kRow,
+                                    RowOut::kArgmax, RowOut::kArgmax, RowOut::kArgmax};
+  std::vector<float> full(tokens.size() * vocab);
+  std::vector<float> part(tokens.size() * vocab,
+                          std::numeric_limits<float>::quiet_NaN());
+  std::vector<int32_t> argmax(tokens.size(), 99), cpu_argmax(tokens.size(), 99);
+  for (int d = 0; d < 2; ++d) {
+    ModelRunner &r = d == 0 ? *cpu : *dev;
+    BatchBuilder b(4);
+    b.add({.block_table = SingleSequence::contiguous_blocks(0, 8),
+           .num_committed = 0,
+           .tokens = tokens,
+           .logits = LogitsMode::kAll});
+    if (d == 0) {
+      ASSERT_TRUE(r.forward(b.batch(), full.data()).ok());
+      // The CPU with the same request: the argmax it computes on the host.
+      std::vector<float> again(full.size());
+      ASSERT_TRUE(r.forward(b.batch(), LogitsOut{.logits = again.data(),
+                                                 .want = want,
+                                                 .argmax = cpu_argmax.data()})
+                      .ok());
+    } else {
+      ASSERT_TRUE(r.forward(b.batch(), LogitsOut{.logits = part.data(),
+                                                 .want = want,
+                                                 .argmax = argmax.data()})
+                      .ok());
+    }
+  }
+  EXPECT_EQ(shadow->argmax_calls(), 3);  // one per run of kArgmax rows
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const float *cpu_row = full.data() + i * vocab;
+    const float *dev_row = part.data() + i * vocab;
+    if (want[i] == RowOut::kRow) {
+      EXPECT_EQ(0, std::memcmp(cpu_row, dev_row, vocab * sizeof(float))) << i;
+      continue;
+    }
+    EXPECT_TRUE(std::all_of(dev_row, dev_row + vocab,
+                            [](float v) { return std::isnan(v); }))
+        << "row " << i << " was copied to the host";
+    EXPECT_EQ(argmax[i], naive_argmax(cpu_row, vocab)) << i;
+    EXPECT_EQ(cpu_argmax[i], argmax[i]) << i;
+    EXPECT_GE(argmax[i], 0);
+  }
+  // A want of the wrong length is refused, not read past.
+  BatchBuilder b(4);
+  b.add({.block_table = SingleSequence::contiguous_blocks(8, 8),
+         .num_committed = 0,
+         .tokens = tokens,
+         .logits = LogitsMode::kAll});
+  const std::vector<RowOut> short_want(3, RowOut::kArgmax);
+  EXPECT_FALSE(dev->forward(b.batch(), LogitsOut{.logits = part.data(),
+                                                 .want = short_want,
+                                                 .argmax = argmax.data()})
+                   .ok());
 }
 
 TEST(ForwardOpsTest, KvCacheOnADeviceCopiesBlocksAndSlots) {

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -492,6 +493,78 @@ TEST(TreeLogitsTargetTest, RowsBySlotGiveTheSameVerdicts) {
       EXPECT_EQ(v.is_bonus, reference.is_bonus) << "seed " << seed;
     }
   }
+}
+
+// ---- Greedy rows that stay on the device: only their argmax comes back. ----
+
+// Rows with few distinct values (many ties) and the argmax naively: the lowest id of the maximum.
+std::vector<float> tied_rows(std::mt19937& rng, int32_t num_rows, int32_t vocab,
+                             std::vector<int32_t>& argmax) {
+  std::uniform_int_distribution<int> level(0, 2);
+  std::vector<float> rows(static_cast<size_t>(num_rows) * vocab);
+  argmax.assign(static_cast<size_t>(num_rows), 0);
+  for (int32_t r = 0; r < num_rows; ++r) {
+    for (int32_t t = 0; t < vocab; ++t) {
+      float& v = rows[static_cast<size_t>(r) * vocab + t];
+      v = static_cast<float>(level(rng)) - 0.5f * static_cast<float>(r % 3);
+      if (v > rows[static_cast<size_t>(r) * vocab + argmax[r]]) argmax[r] = t;
+    }
+  }
+  return rows;
+}
+
+TEST(ArgmaxTargetTest, GreedyVerdictsEqualTheLogitsTargetsOnChainsAndTrees) {
+  constexpr int32_t kVocab = 6;
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  Sampler row_sampler;
+  RejectionSampler chains;
+  TreeRejectionSampler trees;
+  std::mt19937 rng(20261125);
+  std::uniform_int_distribution<int32_t> token(0, kVocab - 1);
+  int accepted = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int32_t k = trial % 6;
+    std::vector<int32_t> argmax;
+    const std::vector<float> rows = tied_rows(rng, k + 1, kVocab, argmax);
+    // Drafts that often follow the argmax, so that chains get accepted too.
+    std::vector<int32_t> drafts(static_cast<size_t>(k)), parents(static_cast<size_t>(k));
+    for (int32_t i = 0; i < k; ++i) {
+      drafts[i] = token(rng) < 3 ? argmax[i] : token(rng);
+      parents[i] = static_cast<int32_t>(rng() % static_cast<uint32_t>(i + 1)) - 1;  // root..i-1
+    }
+    const std::vector<int32_t> none;
+    CounterDrawSource draws(static_cast<uint64_t>(trial));
+    const DraftChain chain{.position = 5, .token_ids = drafts, .draft_probs = {}};
+    LogitsTarget by_logits(row_sampler, {rows, kVocab, &greedy, {none, none}, drafts});
+    ArgmaxTarget by_argmax(argmax);
+    const ChainVerdict want = chains.verify_sample_and_compare(chain, by_logits, draws);
+    const ChainVerdict got = chains.verify_sample_and_compare(chain, by_argmax, draws);
+    ASSERT_EQ(got.num_accepted, want.num_accepted) << "trial " << trial;
+    ASSERT_EQ(got.next_token, want.next_token) << "trial " << trial;
+    ASSERT_EQ(got.is_bonus, want.is_bonus) << "trial " << trial;
+    accepted += want.num_accepted;
+    // The same rows as a tree's slots (distinct sibling tokens: a tree's rule).
+    std::vector<int32_t> tree_tokens = drafts;
+    for (int32_t i = 0; i < k; ++i) {
+      const auto taken = [&](int32_t t) {
+        for (int32_t j = 0; j < i; ++j) {
+          if (parents[j] == parents[i] && tree_tokens[j] == t) return true;
+        }
+        return false;
+      };
+      while (taken(tree_tokens[i])) tree_tokens[i] = (tree_tokens[i] + 1) % kVocab;
+    }
+    const TokenTree tree = TokenTree::from_parents(tree_tokens, parents);
+    TreeLogitsTarget tree_logits(row_sampler, {rows, kVocab, &greedy, {none, none}, &tree});
+    TreeArgmaxTarget tree_argmax(argmax);
+    const TreeVerdict tw = trees.verify_sample_and_compare(tree, 5, tree_logits, draws);
+    const TreeVerdict tg = trees.verify_sample_and_compare(tree, 5, tree_argmax, draws);
+    ASSERT_EQ(tg.accepted_nodes, tw.accepted_nodes) << "trial " << trial;
+    ASSERT_EQ(tg.next_token, tw.next_token) << "trial " << trial;
+    ASSERT_EQ(tg.is_bonus, tw.is_bonus) << "trial " << trial;
+  }
+  EXPECT_GT(accepted, 500);  // the comparison covers accepted drafts, not only first rejections
 }
 
 // ---- Greedy. ----
