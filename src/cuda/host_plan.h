@@ -34,8 +34,8 @@ struct UploadPlan {
 // Plans the upload of model.weights(): token_embd, per layer attn_norm, wq, wk, wv, bq, bk, bv,
 // wo, ffn_norm, w_gate, w_up, w_down, then output_norm, output, rope_freqs (absent ones
 // skipped). Each matrix must have a type `supported` accepts, else unimplemented naming the
-// tensor and its type ("blk.0.attn_q.weight has type q4_K, which the CUDA matmul does not
-// support").
+// tensor and its type ("blk.0.attn_q.weight has type iq4_xs, which the CUDA matmul does not
+// support (...)").
 Result<UploadPlan> plan_weight_upload(const model::LlamaModel& model,
                                       bool (*supported)(gguf::GgmlType));
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "base/check.h"
+#include "cuda/ggml_dequant.h"
 #include "cuda/matmul_internal.cuh"
 
 namespace arbor::cuda {
@@ -47,7 +48,8 @@ void check_view(const kernels::WeightView& w) {
 }
 
 // Workspace layout: F16/BF16: [num_tokens, cols] rounded activations; Q8_0/Q4_0:
-// [num_tokens, cols] int8, then (256-byte aligned) [num_tokens, cols / 32] f32 scales.
+// [num_tokens, cols] int8, then (256-byte aligned) [num_tokens, cols / 32] f32 scales; the
+// affine types: the same int8, then [num_tokens, cols / 32] ggml::ActSums (16 bytes each).
 size_t quant_scales_offset(const kernels::WeightView& w, int32_t num_tokens) {
   return align_up(static_cast<size_t>(num_tokens) * static_cast<size_t>(w.cols));
 }
@@ -63,7 +65,7 @@ bool matmul_supported(GgmlType type) {
     case GgmlType::kQ4_0:
       return true;
     default:
-      return false;
+      return ggml::is_affine(type);
   }
 }
 
@@ -81,8 +83,12 @@ size_t matmul_workspace_bytes(const kernels::WeightView& w, int32_t num_tokens) 
       return quant_scales_offset(w, num_tokens) +
              align_up(static_cast<size_t>(num_tokens) * static_cast<size_t>(w.cols / 32) *
                       sizeof(float));
-    default:
+    case GgmlType::kF32:
       return 0;
+    default:  // the affine types
+      return quant_scales_offset(w, num_tokens) +
+             align_up(static_cast<size_t>(num_tokens) * static_cast<size_t>(w.cols / 32) *
+                      sizeof(ggml::ActSums));
   }
 }
 
@@ -127,14 +133,22 @@ void matmul(const kernels::WeightView& w, const float* x, float* y, int32_t num_
       auto* base = static_cast<uint8_t*>(workspace);
       auto* qs = reinterpret_cast<int8_t*>(base);
       auto* d = reinterpret_cast<float*>(base + quant_scales_offset(w, num_tokens));
-      internal::launch_quantize_acts(x, num_tokens, cols, qs, d, stream);
+      internal::launch_quantize_acts(x, num_tokens, cols, qs, d, nullptr, stream);
       a.acts = qs;
       a.act_scales = d;
       internal::launch_mma(w.type, a, stream);
       return;
     }
-    default:
-      ARBOR_CHECK(false) << "unreachable: " << gguf::ggml_type_name(w.type);
+    default: {  // the affine types (check_view: matmul_supported)
+      auto* base = static_cast<uint8_t*>(workspace);
+      auto* qs = reinterpret_cast<int8_t*>(base);
+      auto* sums = reinterpret_cast<ggml::ActSums*>(base + quant_scales_offset(w, num_tokens));
+      internal::launch_quantize_acts(x, num_tokens, cols, qs, nullptr, sums, stream);
+      a.acts = qs;
+      a.act_sums = sums;
+      internal::launch_affine(w.type, a, stream);
+      return;
+    }
   }
 }
 

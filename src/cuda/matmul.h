@@ -4,8 +4,12 @@
 //      uploaded to the device unchanged from the GGUF file: the device reads ggml's blocks.
 //   x: [num_tokens, cols] f32, y: [num_tokens, rows] f32, both device pointers, y not aliasing x.
 //
-// Types: F32, F16, BF16, Q8_0, Q4_0 (matmul_supported); the forward refuses a model with
-// another matrix type on the GPU at load, naming the tensor.
+// Types: F32, F16, BF16, Q8_0, Q4_0 and the affine types Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K,
+// Q5_K, Q6_K (matmul_supported; cols a multiple of the type's block size); the forward refuses a
+// model with another matrix type on the GPU at load, naming the tensor. Q8_0, Q4_0 and the
+// affine types multiply the activations quantised to int8 per block of 32 exactly as the CPU's
+// kernels do (and the affine types take the CPU's f32 step per block), so they agree with
+// kernels::matmul_ref_quantized_act up to f32 summation order.
 //
 // Batch invariance (the contract speculative decoding depends on): y[t, r] depends, bit for bit,
 // only on x[t] and row r of W — not on num_tokens, on the other tokens of the call, or on which

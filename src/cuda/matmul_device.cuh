@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "cuda/ggml_dequant.h"
+#include "cuda/matmul_internal.cuh"
 #include "gguf/ggml_type.h"
 
 namespace arbor::cuda::internal {
@@ -40,7 +42,8 @@ __device__ __forceinline__ uint32_t load_u32_a2(const uint8_t* p) {
 }
 
 // Element c of a weight row, dequantised to f32 exactly as gguf::dequantize_row does
-// (q * d rounded once). Types other than matmul_supported's give NaN.
+// (Q8_0/Q4_0: q * d rounded once; the affine types: ggml::affine_weight_at). Types other than
+// matmul_supported's give NaN.
 __device__ __forceinline__ float weight_at(gguf::GgmlType type, const uint8_t* row, int64_t c) {
   switch (type) {
     case gguf::GgmlType::kF32:
@@ -64,6 +67,7 @@ __device__ __forceinline__ float weight_at(gguf::GgmlType type, const uint8_t* r
       return __fmul_rn(static_cast<float>(q), d);
     }
     default:
+      if (ggml::is_affine(type)) return ggml::affine_weight_at(type, row, static_cast<int32_t>(c));
       return __int_as_float(0x7fc00000);
   }
 }
@@ -88,6 +92,18 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a
   }
 }
 
+// D = A B, m16n8k16, int8 inputs, exact int32 results: a0 = row g, k 4q..4q+3; a1 = row g + 8,
+// the same k; b0 = k 4q..4q+3 of column g (PTX ISA, "Matrix fragments for mma.m16n8k16 with
+// integer type").
+__device__ __forceinline__ void mma_16816_s8(int32_t (&d)[4], uint32_t a0, uint32_t a1,
+                                             uint32_t b0) {
+  asm(
+      "mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, "
+      "{%4, %5}, {%6}, {%7, %7, %7, %7};"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+      : "r"(a0), "r"(a1), "r"(b0), "r"(0));
+}
+
 // D = A B, m16n8k32, int8 inputs, exact int32 results (PTX ISA, "Matrix fragments for
 // mma.m16n8k32").
 __device__ __forceinline__ void mma_16832_s8(int32_t (&d)[4], uint32_t a0, uint32_t a1,
@@ -97,6 +113,36 @@ __device__ __forceinline__ void mma_16832_s8(int32_t (&d)[4], uint32_t a0, uint3
       "{%4, %5, %6, %7}, {%8, %9}, {%10, %10, %10, %10};"
       : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
+}
+
+__device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// The end of every tensor-core kernel: stores each warp's partial sums (acc[j][e]: the C fragment
+// of token tile j) in shared memory, then sums them in slice order 0, 1, ... and writes y.
+// Consecutive threads write consecutive rows.
+template <int NT>
+__device__ __forceinline__ void reduce_and_store(const float (&acc)[NT][4], const MmaArgs& a,
+                                                 int64_t tile_row0, int64_t tok0) {
+  __shared__ float partial[kMaxSlices][NT][4][32];
+  const int slice = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) & 31;
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) partial[slice][j][e][lane] = acc[j][e];
+  }
+  __syncthreads();
+  for (int i = static_cast<int>(threadIdx.x); i < NT * kTokTile * kRowTile;
+       i += static_cast<int>(blockDim.x)) {
+    const int row_l = i % kRowTile, tok_l = i / kRowTile;
+    const int j = tok_l / kTokTile, n = tok_l % kTokTile;
+    // C fragment: c0, c1 = row g, tokens 2q, 2q + 1; c2, c3 = row g + 8, the same tokens.
+    const int src_lane = (row_l % 8) * 4 + n / 2;
+    const int e = (row_l / 8) * 2 + (n & 1);
+    float sum = partial[0][j][e][src_lane];
+    for (int s = 1; s < a.plan.slices; ++s) sum = __fadd_rn(sum, partial[s][j][e][src_lane]);
+    const int64_t row = tile_row0 + row_l, tok = tok0 + tok_l;
+    if (row < a.rows && tok < a.num_tokens) a.y[tok * a.rows + row] = sum;
+  }
 }
 
 }  // namespace arbor::cuda::internal

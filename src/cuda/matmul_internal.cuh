@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda/ggml_dequant.h"
 #include "gguf/ggml_type.h"
 
 namespace arbor::cuda::internal {
@@ -44,10 +45,11 @@ struct MmaArgs {
   size_t row_stride = 0;
   int32_t rows = 0;
   int32_t cols = 0;
-  // Activations prepared by prepare_acts: F16/BF16: [num_tokens, cols] halves;
-  // Q8_0/Q4_0: [num_tokens, cols] int8.
+  // Activations: F16/BF16: [num_tokens, cols] halves (launch_round_acts); Q8_0/Q4_0 and the
+  // affine types: [num_tokens, cols] int8 (launch_quantize_acts).
   const void* acts = nullptr;
-  const float* act_scales = nullptr;  // Q8_0/Q4_0: [num_tokens, cols / 32]
+  const float* act_scales = nullptr;          // Q8_0/Q4_0: [num_tokens, cols / 32]
+  const ggml::ActSums* act_sums = nullptr;    // affine types: [num_tokens, cols / 32]
   int32_t num_tokens = 0;
   float* y = nullptr;  // [num_tokens, rows]
   SlicePlan plan;
@@ -56,13 +58,20 @@ struct MmaArgs {
 // Rounds x [num_tokens, cols] to f16 (bf16 = false) or bf16, nearest even: out [num_tokens, cols].
 void launch_round_acts(const float* x, int64_t n, bool bf16, uint16_t* out, cudaStream_t stream);
 // Quantises x [num_tokens, cols] per block of 32 exactly as the CPU does
-// (kernels::internal::quantize_act_row_scalar): qs [num_tokens, cols], d [num_tokens, cols / 32].
+// (kernels::internal::quantize_act_row_scalar): qs [num_tokens, cols], and either the scales
+// d [num_tokens, cols / 32] (sums null) or, for the affine types, sums [num_tokens, cols / 32]
+// (d null): each block's d with d times the sums of its halves' and its int8 values, as
+// kernels::internal::pack_act_row_affine forms them.
 void launch_quantize_acts(const float* x, int32_t num_tokens, int32_t cols, int8_t* qs, float* d,
-                          cudaStream_t stream);
+                          ggml::ActSums* sums, cudaStream_t stream);
 
 // y = x W^T on tensor cores for F16/BF16 (args.acts rounded by launch_round_acts) and Q8_0/Q4_0
 // (args.acts quantised by launch_quantize_acts).
 void launch_mma(gguf::GgmlType type, const MmaArgs& args, cudaStream_t stream);
+
+// The affine types (ggml::is_affine) on int8 tensor cores: args.acts and args.act_sums from
+// launch_quantize_acts; per block the CPU's f32 step (ggml::affine_step).
+void launch_affine(gguf::GgmlType type, const MmaArgs& args, cudaStream_t stream);
 
 // F32 weights: fixed-order f32 FMA chains on CUDA cores (no TF32). x: [num_tokens, cols].
 void launch_f32(const uint8_t* w, size_t row_stride, int32_t rows, int32_t cols, const float* x,

@@ -32,35 +32,6 @@ constexpr int kMaxThreads = kMaxSlices * 32;
 constexpr int kFloatUnroll = 2;
 static_assert(kUnroll % kFloatUnroll == 0);
 
-__device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-
-// Stores each warp's partial sums (acc[j][e]: the C fragment of token tile j) in shared memory,
-// then sums them in slice order and writes y. Consecutive threads write consecutive rows.
-template <int NT>
-__device__ __forceinline__ void reduce_and_store(const float (&acc)[NT][4], const MmaArgs& a,
-                                                 int64_t tile_row0, int64_t tok0) {
-  __shared__ float partial[kMaxSlices][NT][4][32];
-  const int slice = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) & 31;
-#pragma unroll
-  for (int j = 0; j < NT; ++j) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) partial[slice][j][e][lane] = acc[j][e];
-  }
-  __syncthreads();
-  for (int i = static_cast<int>(threadIdx.x); i < NT * kTokTile * kRowTile;
-       i += static_cast<int>(blockDim.x)) {
-    const int row_l = i % kRowTile, tok_l = i / kRowTile;
-    const int j = tok_l / kTokTile, n = tok_l % kTokTile;
-    // C fragment: c0, c1 = row g, tokens 2q, 2q + 1; c2, c3 = row g + 8, the same tokens.
-    const int src_lane = (row_l % 8) * 4 + n / 2;
-    const int e = (row_l / 8) * 2 + (n & 1);
-    float sum = partial[0][j][e][src_lane];
-    for (int s = 1; s < a.plan.slices; ++s) sum = __fadd_rn(sum, partial[s][j][e][src_lane]);
-    const int64_t row = tile_row0 + row_l, tok = tok0 + tok_l;
-    if (row < a.rows && tok < a.num_tokens) a.y[tok * a.rows + row] = sum;
-  }
-}
-
 // Eight halves of a row from element `col` on; zeros for a missing row or past `cols`.
 // kVec: 16-byte aligned and col + 7 < cols. kStream: the weights (read once, not kept in L1).
 template <bool kVec, bool kStream>
@@ -231,8 +202,10 @@ __global__ void round_acts_kernel(const float* x, int64_t n, uint16_t* out) {
 }
 
 // One warp per block of 32 activations: d = max|x| / 127, q = round_half_even(x * (1 / d)),
-// each step rounded as the CPU's scalar quantiser rounds it.
-__global__ void quantize_acts_kernel(const float* x, int64_t num_blocks, int8_t* qs, float* d) {
+// each step rounded as the CPU's scalar quantiser rounds it. kSums (the affine types): instead of
+// d, out gets ggml::ActSums {d, d * sum(q[0..15]), d * sum(q[16..31]), d * sum(q)}.
+template <bool kSums>
+__global__ void quantize_acts_kernel(const float* x, int64_t num_blocks, int8_t* qs, void* out) {
   const int64_t blk = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = static_cast<int>(threadIdx.x) & 31;
   if (blk >= num_blocks) return;
@@ -242,8 +215,24 @@ __global__ void quantize_acts_kernel(const float* x, int64_t num_blocks, int8_t*
   for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
   const float db = __fdiv_rn(amax, 127.0f);
   const float id = db != 0.0f ? __frcp_rn(db) : 0.0f;
-  qs[blk * kChunk + lane] = static_cast<int8_t>(__float2int_rn(__fmul_rn(v, id)));
-  if (lane == 0) d[blk] = db;
+  const int q = __float2int_rn(__fmul_rn(v, id));
+  qs[blk * kChunk + lane] = static_cast<int8_t>(q);
+  if constexpr (kSums) {
+    int half = q;  // lanes 0..15 end with the sum of the first half, 16..31 of the second
+#pragma unroll
+    for (int off = 8; off > 0; off /= 2) half += __shfl_xor_sync(0xffffffffu, half, off);
+    const int hi = __shfl_sync(0xffffffffu, half, 16);
+    if (lane == 0) {
+      ggml::ActSums s;
+      s.d = db;
+      s.dsum0 = __fmul_rn(db, static_cast<float>(half));
+      s.dsum1 = __fmul_rn(db, static_cast<float>(hi));
+      s.dsum = __fmul_rn(db, static_cast<float>(half + hi));
+      static_cast<ggml::ActSums*>(out)[blk] = s;
+    }
+  } else {
+    if (lane == 0) static_cast<float*>(out)[blk] = db;
+  }
 }
 
 template <int NT>
@@ -302,11 +291,15 @@ void launch_round_acts(const float* x, int64_t n, bool bf16, uint16_t* out, cuda
 }
 
 void launch_quantize_acts(const float* x, int32_t num_tokens, int32_t cols, int8_t* qs, float* d,
-                          cudaStream_t stream) {
+                          ggml::ActSums* sums, cudaStream_t stream) {
   constexpr int kWarps = 8;
   const int64_t num_blocks = static_cast<int64_t>(num_tokens) * (cols / kChunk);
-  quantize_acts_kernel<<<static_cast<unsigned>((num_blocks + kWarps - 1) / kWarps), kWarps * 32,
-                         0, stream>>>(x, num_blocks, qs, d);
+  const auto grid = static_cast<unsigned>((num_blocks + kWarps - 1) / kWarps);
+  if (sums != nullptr) {
+    quantize_acts_kernel<true><<<grid, kWarps * 32, 0, stream>>>(x, num_blocks, qs, sums);
+  } else {
+    quantize_acts_kernel<false><<<grid, kWarps * 32, 0, stream>>>(x, num_blocks, qs, d);
+  }
   check_launch("quantize_acts_kernel");
 }
 

@@ -1,16 +1,25 @@
 // What src/cuda does without a GPU: the runtime's report, make_cuda_forward_ops() refusing with a
-// clear error, and the host-side planning (weight upload, batch staging, copy runs) that
-// CudaForwardOps relies on. Built with and without ARBOR_CUDA.
+// clear error, the host-side planning (weight upload, batch staging, copy runs) that
+// CudaForwardOps relies on, and the GPU matmul's decoding of the affine weight types
+// (cuda/ggml_dequant.h, the same functions the kernels run) against gguf's and the CPU kernels'
+// decoders. Built with and without ARBOR_CUDA.
 #include <gtest/gtest.h>
 
+#include <bit>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "base/fp16.h"
 #include "cuda/cuda_forward_ops.h"
+#include "cuda/ggml_dequant.h"
 #include "cuda/host_plan.h"
 #include "cuda/runtime.h"
+#include "gguf/quants.h"
+#include "kernels/packed_affine.h"
 #include "model/llama_model.h"
 #include "support/shared_data.h"
 
@@ -272,6 +281,295 @@ TEST(CopyRuns, RandomListsRunBackwardsEqualInOrder) {
       for (int i = r.first + r.count - 1; i >= r.first; --i) apply(b, copies[i]);
     }
     ASSERT_EQ(a, b) << "iteration " << iter;
+  }
+}
+
+// ---- Affine weight types: cuda/ggml_dequant.h against gguf and the CPU kernels. ----
+
+namespace dq = arbor::cuda::ggml;
+using gguf::GgmlType;
+
+constexpr GgmlType kAffineTypes[] = {GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
+                                     GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K,
+                                     GgmlType::kQ5_K, GgmlType::kQ6_K};
+
+// Bit for bit, except that any NaN equals any NaN: which NaN an operation on NaN or inf * 0
+// gives is the compiler's and the processor's choice (x86 keeps the first operand's, and gcc
+// may swap the operands of a sum; the GPU gives its canonical NaN).
+bool same_bits(float a, float b) {
+  return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b) ||
+         (std::isnan(a) && std::isnan(b));
+}
+
+TEST(GgmlDequant, TraitsMatchGgufAndTheCpuFormats) {
+  for (const GgmlType t : kAffineTypes) {
+    SCOPED_TRACE(gguf::ggml_type_name(t));
+    const dq::AffineTraits tr = dq::affine_traits(t);
+    const kernels::internal::AffineFormat f = kernels::internal::affine_format(t);
+    EXPECT_TRUE(dq::is_affine(t));
+    EXPECT_EQ(static_cast<uint32_t>(tr.block_elems), gguf::ggml_traits(t).block_size);
+    EXPECT_EQ(static_cast<uint32_t>(tr.block_bytes), gguf::ggml_traits(t).type_size);
+    EXPECT_EQ(tr.split, f.split);
+    EXPECT_EQ(tr.has_min, f.has_min);
+    EXPECT_EQ(tr.zero, f.zero);
+  }
+  for (const GgmlType t : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0,
+                           GgmlType::kQ4_0, GgmlType::kQ8_1, GgmlType::kQ8_K}) {
+    EXPECT_FALSE(dq::is_affine(t)) << gguf::ggml_type_name(t);
+  }
+}
+
+TEST(GgmlDequant, BytePrimitives) {
+  for (uint32_t k : {4u, 16u, 32u}) {
+    for (uint32_t u = 0; u < 128; ++u) {
+      const uint32_t word = u | ((127 - u) << 8) | ((u ^ 0x55) << 16) | ((u * 7 % 128) << 24);
+      const uint32_t got = dq::sub_bytes(word, k);
+      for (int b = 0; b < 4; ++b) {
+        const int want = static_cast<int>((word >> (8 * b)) & 0xFF) - static_cast<int>(k);
+        ASSERT_EQ(static_cast<int8_t>(got >> (8 * b)), want) << "u " << u << " k " << k;
+      }
+    }
+  }
+  for (uint32_t b = 0; b < 16; ++b) {
+    uint32_t want = 0;
+    for (int i = 0; i < 4; ++i) want |= ((b >> i) & 1u) << (8 * i);
+    EXPECT_EQ(dq::spread_bits4(b | 0xFFF0u), want) << b;  // bits above 3 are ignored
+  }
+  const uint8_t bytes[6] = {0x11, 0x22, 0x33, 0x44, 0x55, 0x66};
+  EXPECT_EQ(dq::load_u16(bytes + 2), 0x4433u);
+  EXPECT_EQ(dq::load_u32(bytes + 2), 0x66554433u);
+}
+
+// gguf's reference dequantisation of one block (any alignment): out [block_elems].
+void gguf_dequantize_block(GgmlType t, const uint8_t* src, float* out) {
+  auto run = [&](auto block, auto fn) {
+    std::memcpy(&block, src, sizeof(block));
+    fn(block, out);
+  };
+  switch (t) {
+    case GgmlType::kQ4_1:
+      return run(gguf::BlockQ4_1{}, gguf::dequantize_block_q4_1);
+    case GgmlType::kQ5_0:
+      return run(gguf::BlockQ5_0{}, gguf::dequantize_block_q5_0);
+    case GgmlType::kQ5_1:
+      return run(gguf::BlockQ5_1{}, gguf::dequantize_block_q5_1);
+    case GgmlType::kQ2_K:
+      return run(gguf::BlockQ2_K{}, gguf::dequantize_block_q2_K);
+    case GgmlType::kQ3_K:
+      return run(gguf::BlockQ3_K{}, gguf::dequantize_block_q3_K);
+    case GgmlType::kQ4_K:
+      return run(gguf::BlockQ4_K{}, gguf::dequantize_block_q4_K);
+    case GgmlType::kQ5_K:
+      return run(gguf::BlockQ5_K{}, gguf::dequantize_block_q5_K);
+    case GgmlType::kQ6_K:
+      return run(gguf::BlockQ6_K{}, gguf::dequantize_block_q6_K);
+    default:
+      FAIL() << "not an affine type";
+  }
+}
+
+// Byte offsets of a block's f16 scale fields (d, and dmin / m where the type has one).
+std::vector<size_t> half_fields(GgmlType t) {
+  switch (t) {
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ5_1:
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+      return {0, 2};
+    case GgmlType::kQ5_0:
+      return {0};
+    case GgmlType::kQ2_K:
+      return {80, 82};
+    case GgmlType::kQ3_K:
+      return {108};
+    case GgmlType::kQ6_K:
+      return {208};
+    default:
+      return {};
+  }
+}
+
+// How the blocks of a test row are filled.
+enum class Fill { kQuantized, kRandomBytes, kExtremeScales, kAllOnes, kZeroScales };
+
+constexpr uint16_t kExtremeHalves[] = {0x0000, 0x8000, 0x7BFF, 0xFBFF, 0x0001, 0x8001, 0x0400,
+                                       0x3C00, 0xBC00, 0x7C00, 0xFC00, 0x7E00, 0x03FF, 0x1234};
+
+// A row of `blocks` blocks of type t, filled as `fill` says.
+std::vector<uint8_t> make_row(GgmlType t, int blocks, Fill fill, std::mt19937& rng) {
+  const dq::AffineTraits tr = dq::affine_traits(t);
+  const int64_t cols = int64_t{tr.block_elems} * blocks;
+  std::vector<uint8_t> row(static_cast<size_t>(tr.block_bytes) * blocks);
+  if (fill == Fill::kQuantized) {
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> x(static_cast<size_t>(cols));
+    // Per block a random magnitude and offset, so mins and scales take many values.
+    for (int64_t c = 0; c < cols; ++c) {
+      if (c % tr.block_elems == 0) dist = std::normal_distribution<float>(dist(rng), 0.01f + std::fabs(dist(rng)));
+      x[static_cast<size_t>(c)] = dist(rng);
+    }
+    const Status st = gguf::quantize_row(t, x.data(), row.data(), cols);
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    return row;
+  }
+  for (uint8_t& b : row) b = fill == Fill::kAllOnes ? 0xFF : static_cast<uint8_t>(rng());
+  for (int b = 0; b < blocks; ++b) {
+    uint8_t* blk = row.data() + static_cast<size_t>(b) * tr.block_bytes;
+    for (const size_t at : half_fields(t)) {
+      uint16_t h = 0;
+      if (fill == Fill::kExtremeScales) h = kExtremeHalves[rng() % std::size(kExtremeHalves)];
+      if (fill == Fill::kRandomBytes || fill == Fill::kAllOnes) std::memcpy(&h, blk + at, 2);
+      std::memcpy(blk + at, &h, 2);
+    }
+  }
+  return row;
+}
+
+// Every run of the row (at a 2-byte aligned, not 4-byte aligned address) against gguf's blocks
+// and the CPU kernels' decode_affine_block, bit for bit.
+void check_row_runs(GgmlType t, const std::vector<uint8_t>& bytes, int blocks) {
+  const dq::AffineTraits tr = dq::affine_traits(t);
+  const kernels::internal::AffineFormat f = kernels::internal::affine_format(t);
+  const int32_t cols = tr.block_elems * blocks;
+  std::vector<uint8_t> buffer(bytes.size() + 2);
+  std::memcpy(buffer.data() + 2, bytes.data(), bytes.size());
+  const uint8_t* row = buffer.data() + 2;
+  std::vector<float> want(static_cast<size_t>(cols));
+  for (int b = 0; b < blocks; ++b) {
+    gguf_dequantize_block(t, bytes.data() + static_cast<size_t>(b) * tr.block_bytes,
+                          want.data() + static_cast<size_t>(b) * tr.block_elems);
+  }
+  for (int32_t col = 0; col < cols; col += 4) {
+    const dq::WeightRun run = dq::decode_run(t, row, col);
+    kernels::internal::AffineBlock blk;
+    kernels::internal::decode_affine_block(t, row, col / 32, &blk);
+    const int e = col % 32, half = f.split ? e / 16 : 0;
+    ASSERT_TRUE(same_bits(run.scale, kernels::internal::affine_scale(f, blk, half)))
+        << "col " << col << ": scale " << run.scale;
+    ASSERT_TRUE(same_bits(run.offset, kernels::internal::affine_offset(f, blk, half)))
+        << "col " << col << ": offset " << run.offset;
+    for (int k = 0; k < 4; ++k) {
+      const float w = dq::run_weight(run, k, tr.has_min);
+      ASSERT_TRUE(same_bits(w, want[static_cast<size_t>(col + k)]))
+          << "col " << col + k << ": " << w << " vs gguf " << want[static_cast<size_t>(col + k)];
+      ASSERT_TRUE(same_bits(dq::affine_weight_at(t, row, col + k), w)) << "col " << col + k;
+      ASSERT_EQ(dq::run_quant(run, k), blk.u[e + k] - f.zero) << "col " << col + k;
+    }
+  }
+}
+
+// The quants-only instantiation (what the kernels use for a sub-block's second run) decodes
+// the same q and leaves the scales zero.
+template <GgmlType T>
+void check_quants_only(const std::vector<uint8_t>& row, int32_t cols) {
+  for (int32_t col = 0; col < cols; col += 4) {
+    const dq::WeightRun full = dq::decode_run<T>(row.data(), col);
+    const dq::WeightRun q = dq::decode_run<T, false>(row.data(), col);
+    ASSERT_EQ(q.q, full.q) << "col " << col;
+    ASSERT_EQ(q.scale, 0.0f);
+    ASSERT_EQ(q.offset, 0.0f);
+  }
+}
+
+void check_quants_only(GgmlType t, const std::vector<uint8_t>& row, int32_t cols) {
+  switch (t) {
+    case GgmlType::kQ4_1:
+      return check_quants_only<GgmlType::kQ4_1>(row, cols);
+    case GgmlType::kQ5_0:
+      return check_quants_only<GgmlType::kQ5_0>(row, cols);
+    case GgmlType::kQ5_1:
+      return check_quants_only<GgmlType::kQ5_1>(row, cols);
+    case GgmlType::kQ2_K:
+      return check_quants_only<GgmlType::kQ2_K>(row, cols);
+    case GgmlType::kQ3_K:
+      return check_quants_only<GgmlType::kQ3_K>(row, cols);
+    case GgmlType::kQ4_K:
+      return check_quants_only<GgmlType::kQ4_K>(row, cols);
+    case GgmlType::kQ5_K:
+      return check_quants_only<GgmlType::kQ5_K>(row, cols);
+    case GgmlType::kQ6_K:
+      return check_quants_only<GgmlType::kQ6_K>(row, cols);
+    default:
+      FAIL() << "not an affine type";
+  }
+}
+
+TEST(GgmlDequant, RunsEqualGgufAndCpuDecodingBitForBit) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  constexpr int kBlocks = 3;  // block indices past 0 and rows not starting 4-byte aligned
+  for (const GgmlType t : kAffineTypes) {
+    SCOPED_TRACE(gguf::ggml_type_name(t));
+    for (const Fill fill : {Fill::kQuantized, Fill::kRandomBytes, Fill::kExtremeScales,
+                            Fill::kAllOnes, Fill::kZeroScales}) {
+      SCOPED_TRACE(::testing::Message() << "fill " << static_cast<int>(fill));
+      const int reps = fill == Fill::kAllOnes ? 1 : 40;
+      for (int rep = 0; rep < reps; ++rep) {
+        const std::vector<uint8_t> row = make_row(t, kBlocks, fill, rng);
+        check_row_runs(t, row, kBlocks);
+        check_quants_only(t, row, dq::affine_traits(t).block_elems * kBlocks);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+// affine_step<T> against the CPU kernels' affine_block_step over random quantised rows and
+// activations, the integer dots formed from the runs as the GPU's MMAs form them.
+template <GgmlType T>
+void check_affine_steps(std::mt19937& rng) {
+  constexpr dq::AffineTraits kT = dq::affine_traits(T);
+  const kernels::internal::AffineFormat f = kernels::internal::affine_format(T);
+  constexpr int64_t kCols = 512;
+  const std::vector<uint8_t> row = make_row(T, kCols / kT.block_elems, Fill::kQuantized, rng);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(kCols);
+  for (float& v : x) v = dist(rng);
+  std::fill(x.begin() + 64, x.begin() + 96, 0.0f);  // an all-zero activation block (d = 0)
+  std::vector<kernels::internal::ActBlockAffine> acts(kCols / 32);
+  kernels::internal::pack_act_row_affine(x.data(), kCols, acts.data(), 1, false);
+  for (int64_t b = 0; b < kCols / 32; ++b) {
+    const kernels::internal::ActBlockAffine& a = acts[static_cast<size_t>(b)];
+    dq::ActSums s;
+    s.d = a.d;
+    s.dsum0 = a.d * static_cast<float>(a.sum[0]);
+    s.dsum1 = a.d * static_cast<float>(a.sum[1]);
+    s.dsum = a.d * static_cast<float>(a.sum[0] + a.sum[1]);
+    ASSERT_TRUE(same_bits(s.dsum, a.dsum));
+    int32_t dot[2] = {0, 0};
+    for (int run = 0; run < 8; ++run) {
+      const dq::WeightRun r = dq::decode_run<T>(row.data(), static_cast<int32_t>(32 * b + 4 * run));
+      for (int k = 0; k < 4; ++k) dot[run / 4] += dq::run_quant(r, k) * a.qs[4 * run + k];
+    }
+    const dq::WeightRun lo = dq::decode_run<T>(row.data(), static_cast<int32_t>(32 * b));
+    const dq::WeightRun hi = dq::decode_run<T>(row.data(), static_cast<int32_t>(32 * b + 16));
+    kernels::internal::AffineBlock blk;
+    kernels::internal::decode_affine_block(T, row.data(), b, &blk);
+    for (const float acc : {0.0f, dist(rng), 1e3f * dist(rng)}) {
+      const float want = kernels::internal::affine_block_step(f, blk, a, acc);
+      const float got = dq::affine_step<T>(dot[0], dot[1], lo, hi, s, acc);
+      ASSERT_TRUE(same_bits(got, want)) << "block " << b << ": " << got << " vs " << want;
+      if (!kT.split) {  // the MMA of a whole block gives only lo + hi
+        ASSERT_TRUE(same_bits(dq::affine_step<T>(dot[0] + dot[1], 0, lo, hi, s, acc), want));
+      }
+    }
+  }
+}
+
+TEST(GgmlDequant, AffineStepEqualsTheCpuBlockStep) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (int rep = 0; rep < 20 && !HasFatalFailure(); ++rep) {
+    check_affine_steps<GgmlType::kQ4_1>(rng);
+    check_affine_steps<GgmlType::kQ5_0>(rng);
+    check_affine_steps<GgmlType::kQ5_1>(rng);
+    check_affine_steps<GgmlType::kQ2_K>(rng);
+    check_affine_steps<GgmlType::kQ3_K>(rng);
+    check_affine_steps<GgmlType::kQ4_K>(rng);
+    check_affine_steps<GgmlType::kQ5_K>(rng);
+    check_affine_steps<GgmlType::kQ6_K>(rng);
   }
 }
 

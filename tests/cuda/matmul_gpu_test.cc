@@ -3,15 +3,19 @@
 //
 // Per output y[t, r], with s = sum_c |W[r, c]| * |x[t, c]| (W dequantised):
 //  * vs the CPU with the activations the GPU multiplies (F32: x; F16 / BF16: x rounded to f16 /
-//    bf16, nearest even; Q8_0 / Q4_0: kernels::matmul_ref_quantized_act, the same int8 blocks and
-//    scales): F32 2e-5 * s (f32 FMA chains); F16 / BF16 5e-5 * s (tensor-core f32 accumulation,
-//    one rounding per 16-column MMA and per slice; Hopper's MMA adders truncate, so errors add
-//    up linearly: 2048 / 16 steps * 2^-23 ~ 1.5e-5); Q8_0 / Q4_0 1e-5 * s (exact integer block
-//    dots, one f32 FMA per block and one add per slice). Dropping or doubling one product errs by
-//    about s / cols >= 4.9e-4 * s here, so index bugs fail.
+//    bf16, nearest even; Q8_0 / Q4_0 / the affine types: kernels::matmul_ref_quantized_act, the
+//    same int8 blocks and scales): F32 2e-5 * s (f32 FMA chains); F16 / BF16 5e-5 * s
+//    (tensor-core f32 accumulation, one rounding per 16-column MMA and per slice; Hopper's MMA
+//    adders truncate, so errors add up linearly: 2048 / 16 steps * 2^-23 ~ 1.5e-5); Q8_0 / Q4_0
+//    1e-5 * s (exact integer block dots, one f32 FMA per block and one add per slice). The
+//    affine types: 1e-5 * (s + m), m = sum_c |M[r, c]| * |x[t, c]| with M the offset (min) of
+//    the column's sub-block: per block the CPU's own f32 step (1..4 FMAs, exact integer dots),
+//    whose terms S * dot and M * d * sum may each be as large as s + m before they cancel, so
+//    the f32 roundings scale with s + m; the reference sums the same terms in double. Dropping
+//    or doubling one product errs by about s / cols >= 4.9e-4 * s here, so index bugs fail.
 //  * vs cuda::matmul_ref (f32 activations, double accumulation): the error of rounding the
-//    activations added: F16 2^-11 * s, BF16 2^-8 * s (relative rounding of each x), Q8_0 / Q4_0
-//    sum_c |W[r, c]| * d_block(t, c) / 2 (each int8 activation is within half a step d).
+//    activations added: F16 2^-11 * s, BF16 2^-8 * s (relative rounding of each x), the int8
+//    types sum_c |W[r, c]| * d_block(t, c) / 2 (each int8 activation is within half a step d).
 //  * cuda::matmul_ref equals kernels::matmul_ref bit for bit (the same f32 products of the same
 //    dequantised weights summed in double in column order), and get_rows equals
 //    gguf::dequantize_row bit for bit.
@@ -30,6 +34,7 @@
 
 #include "base/check.h"
 #include "base/fp16.h"
+#include "cuda/ggml_dequant.h"
 #include "cuda/matmul.h"
 #include "gguf/quants.h"
 #include "kernels/matmul.h"
@@ -97,6 +102,7 @@ struct TestMatrix {
   TestMatrix(GgmlType type, int64_t rows, int64_t cols, size_t pad, std::mt19937& rng)
       : bytes(rows * (kernels::weight_row_bytes(type, cols) + pad), 0xA5),
         dequant(static_cast<size_t>(rows * cols)),
+        offsets(dequant.size(), 0.0f),
         device(bytes.size()) {
     const size_t stride = kernels::weight_row_bytes(type, cols) + pad;
     const std::vector<float> wf = random_floats(rng, rows * cols);
@@ -106,6 +112,11 @@ struct TestMatrix {
       ARBOR_CHECK(st.ok()) << st.to_string();
       const Status dt = gguf::dequantize_row(type, row, dequant.data() + r * cols, cols);
       ARBOR_CHECK(dt.ok()) << dt.to_string();
+      if (!ggml::is_affine(type)) continue;
+      for (int64_t c = 0; c < cols; ++c) {
+        offsets[static_cast<size_t>(r * cols + c)] =
+            ggml::decode_run(type, row, static_cast<int32_t>(c & ~3)).offset;
+      }
     }
     device.upload(bytes.data(), bytes.size());
     host_view = kernels::WeightView{type, bytes.data(), rows, cols, stride};
@@ -114,6 +125,7 @@ struct TestMatrix {
 
   std::vector<uint8_t> bytes;
   std::vector<float> dequant;  // [rows, cols]
+  std::vector<float> offsets;  // [rows, cols]: M of each weight's sub-block (affine types; else 0)
   DeviceBuffer device;
   kernels::WeightView host_view, device_view;
 };
@@ -138,7 +150,10 @@ std::vector<float> gpu_matmul_ref(const kernels::WeightView& w, const std::vecto
   return download(yd.as<float>(), static_cast<size_t>(nt * w.rows));
 }
 
-bool quantised(GgmlType t) { return t == GgmlType::kQ8_0 || t == GgmlType::kQ4_0; }
+// The types whose activations the GPU quantises to int8 blocks of 32.
+bool quantised(GgmlType t) {
+  return t == GgmlType::kQ8_0 || t == GgmlType::kQ4_0 || ggml::is_affine(t);
+}
 
 // The activations the GPU kernels multiply with f32-exact weights (for float types).
 std::vector<float> rounded_acts(GgmlType type, const std::vector<float>& x) {
@@ -172,8 +187,12 @@ Tolerances tolerances(const TestMatrix& m, const std::vector<float>& x, int32_t 
     const float* xt = x.data() + t * w.cols;
     for (int64_t r = 0; r < w.rows; ++r) {
       const float* wr = m.dequant.data() + r * w.cols;
-      double s = 0.0, q = 0.0;
-      for (int64_t c = 0; c < w.cols; ++c) s += std::fabs(double{wr[c]}) * std::fabs(double{xt[c]});
+      const float* mr = m.offsets.data() + r * w.cols;
+      double s = 0.0, s_m = 0.0, q = 0.0;
+      for (int64_t c = 0; c < w.cols; ++c) {
+        s += std::fabs(double{wr[c]}) * std::fabs(double{xt[c]});
+        s_m += std::fabs(double{mr[c]}) * std::fabs(double{xt[c]});
+      }
       if (quantised(type)) {
         for (int64_t b = 0; b < w.cols / 32; ++b) {
           float amax = 0.0f;
@@ -183,7 +202,7 @@ Tolerances tolerances(const TestMatrix& m, const std::vector<float>& x, int32_t 
         }
       }
       const size_t i = static_cast<size_t>(t * w.rows + r);
-      tol.same_acts[i] = same * s + 1e-30;
+      tol.same_acts[i] = same * (s + s_m) + 1e-30;
       tol.f32_acts[i] = tol.same_acts[i] + act_rel * s + q;
     }
   }
@@ -273,8 +292,16 @@ void check_matrix(GgmlType type, const Shape& shape, uint32_t seed) {
   }
 }
 
-const GgmlType kTypes[] = {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0,
-                           GgmlType::kQ4_0};
+const GgmlType kTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ8_0,
+                           GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
+                           GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K,
+                           GgmlType::kQ6_K};
+
+// Columns of a shape for a type: the K-quants' super-blocks are 256 wide.
+int64_t fit_cols(GgmlType type, int64_t cols) {
+  const int64_t block = ggml::is_affine(type) ? ggml::affine_traits(type).block_elems : 1;
+  return (cols + block - 1) / block * block;
+}
 
 TEST(CudaMatmul, SmallShapes) {
   SKIP_WITHOUT_GPU();
@@ -287,12 +314,13 @@ TEST(CudaMatmul, SmallShapes) {
 }
 
 // Unaligned and padded rows: F32/F16/BF16 with cols not a multiple of 32 and 2-byte row padding
-// take the scalar-load kernels; the quantised types get rows 2 bytes apart from 16-alignment.
+// take the scalar-load kernels; the quantised types get rows 2 bytes apart from 16-alignment
+// (the affine types' 4-byte fields then sit at 2-byte aligned addresses).
 TEST(CudaMatmul, OddStridesAndColumns) {
   SKIP_WITHOUT_GPU();
   uint32_t seed = 2000;
   for (const GgmlType type : kTypes) {
-    const int64_t cols = quantised(type) ? 96 : 200;
+    const int64_t cols = fit_cols(type, quantised(type) ? 96 : 200);
     check_matrix(type, {37, cols, type == GgmlType::kF32 ? 4u : 2u}, seed++);
     check_matrix(type, {21, quantised(type) ? 4096 : 4100, 32}, seed++);  // many slices
     if (HasFatalFailure()) return;
@@ -317,8 +345,15 @@ TEST(CudaMatmul, WorkspaceBytes) {
   EXPECT_EQ(matmul_workspace_bytes(f16, 2), 1280u);  // 2 x 300 halves, 256-aligned
   const kernels::WeightView f32{GgmlType::kF32, nullptr, 10, 300, 1200};
   EXPECT_EQ(matmul_workspace_bytes(f32, 64), 0u);
-  EXPECT_TRUE(matmul_supported(GgmlType::kQ8_0));
-  EXPECT_FALSE(matmul_supported(GgmlType::kQ4_K));
+  // The affine types: int8 as Q4_0, then 16-byte ActSums per (token, block of 32).
+  const kernels::WeightView q4k{GgmlType::kQ4_K, nullptr, 10, 512, 288};
+  EXPECT_EQ(matmul_workspace_bytes(q4k, 3), 1536u + 768u);  // 3 x 512 int8, 3 x 16 x 16 bytes
+  const kernels::WeightView q5_0{GgmlType::kQ5_0, nullptr, 10, 64, 44};
+  EXPECT_EQ(matmul_workspace_bytes(q5_0, 9), 768u + 512u);  // 9 x 64 int8, 9 x 2 x 16 bytes
+  for (const GgmlType t : kTypes) EXPECT_TRUE(matmul_supported(t)) << gguf::ggml_type_name(t);
+  EXPECT_FALSE(matmul_supported(GgmlType::kQ8_1));
+  EXPECT_FALSE(matmul_supported(GgmlType::kQ8_K));
+  EXPECT_FALSE(matmul_supported(GgmlType::kIQ4_XS));
 }
 
 TEST(CudaGetRows, EqualsDequantizeRow) {

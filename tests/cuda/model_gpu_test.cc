@@ -1,6 +1,7 @@
 // The forward on a CUDA GPU against the CPU's (label gpu; every test is
 // skipped, saying why, where no GPU is present):
-//  * per weight type (F32, F16, BF16, Q8_0, Q4_0), a stories260K-shaped
+//  * per weight type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K..Q6_K,
+//  and llama-quantize's Q4_K_M and Q3_K_M mixtures), a stories260K-shaped
 //  synthetic model
 //    (stories260K inflated to dim 256 / ffn 512, convert/inflate.h, quantised
 //    by gguf's quantize_model) gives the GPU's logits within a stated tolerance
@@ -58,10 +59,13 @@ protected:
     ASSERT_TRUE(inflated->write(path("f32")).ok());
     auto in = gguf::GgufFile::open(path("f32"));
     ASSERT_TRUE(in.ok()) << in.status().to_string();
-    for (const char *name : {"f16", "bf16", "q8_0", "q4_0"}) {
-      auto type = gguf::parse_quantize_target(name);
-      ASSERT_TRUE(type.ok()) << type.status().to_string();
-      auto w = gguf::quantize_model(*in, {.target = *type}, nullptr);
+    for (const char *name :
+         {"f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_K", "q3_K",
+          "q4_K", "q5_K", "q6_K", "q4_K_M", "q3_K_M"}) {
+      auto recipe = gguf::parse_quantize_recipe(name);
+      ASSERT_TRUE(recipe.ok()) << recipe.status().to_string();
+      auto w = gguf::quantize_model(
+          *in, {.target = recipe->type, .mix = recipe->mix}, nullptr);
       ASSERT_TRUE(w.ok()) << w.status().to_string();
       ASSERT_TRUE(w->write(path(name)).ok());
     }
@@ -149,13 +153,15 @@ TEST_F(GpuModelTest, LogitsMatchTheCpuPerWeightType) {
   // Tolerance on max |gpu - cpu| relative to the largest |logit|: F32 weights
   // multiply in f32 on both sides (summation order differs); F16/BF16 may round
   // activations to 16 bits on the GPU (BF16 does on AVX-512 BF16 CPUs too);
-  // Q8_0/Q4_0 quantise activations to int8 blocks the same way on both, so only
-  // summation order and the f16 KV cache differ.
-  const std::pair<const char *, float> kTypes[] = {{"f32", 1e-4f},
-                                                   {"f16", 1e-2f},
-                                                   {"bf16", 2e-2f},
-                                                   {"q8_0", 1e-2f},
-                                                   {"q4_0", 1e-2f}};
+  // Q8_0/Q4_0 and the affine types (Q4_1..Q6_K, the K-quant mixtures) quantise
+  // activations to int8 blocks the same way on both (and the affine types take
+  // the CPU's f32 step per block), so only summation order and the f16 KV cache
+  // differ.
+  const std::pair<const char *, float> kTypes[] = {
+      {"f32", 1e-4f},   {"f16", 1e-2f},    {"bf16", 2e-2f},  {"q8_0", 1e-2f},
+      {"q4_0", 1e-2f},  {"q4_1", 1e-2f},   {"q5_0", 1e-2f},  {"q5_1", 1e-2f},
+      {"q2_K", 1e-2f},  {"q3_K", 1e-2f},   {"q4_K", 1e-2f},  {"q5_K", 1e-2f},
+      {"q6_K", 1e-2f},  {"q4_K_M", 1e-2f}, {"q3_K_M", 1e-2f}};
   for (const auto &[type, tol] : kTypes) {
     SCOPED_TRACE(type);
     auto cpu = runner(type, false);
@@ -186,7 +192,7 @@ TEST_F(GpuModelTest, LogitsMatchTheCpuPerWeightType) {
 }
 
 TEST_F(GpuModelTest, BatchedEqualsAloneBitForBit) {
-  for (const char *type : {"f32", "f16", "q4_0"}) {
+  for (const char *type : {"f32", "f16", "q4_0", "q4_K_M", "q6_K"}) {
     SCOPED_TRACE(type);
     auto gpu = runner(type, true);
     ASSERT_TRUE(gpu);
