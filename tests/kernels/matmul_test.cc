@@ -197,6 +197,34 @@ TEST(Matmul, PackedKernelsAreBatchInvariant) {
   }
 }
 
+TEST(Matmul, FloatKernelsAreBatchInvariant) {
+  // F32/F16/BF16: the GEMV (1-3 tokens), the stationary tiles (verification sizes) and the GEMM
+  // (6-row x 4-token tiles over 32-token blocks, then narrower tails) must give every token the
+  // same bits. 70 rows leave partial 6-row and 4-row tiles; 45 columns a masked step; 40 tokens
+  // two token blocks.
+  for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16}) {
+    for (const int64_t cols : {320, 45}) {
+      std::mt19937 rng(78);
+      const int64_t rows = 70, nt = 40;
+      const std::vector<float> wf = testing::random_floats(rng, rows * cols);
+      const std::vector<float> x = testing::random_floats(rng, nt * cols);
+      const std::vector<uint8_t> data =
+          testing::encode_weights(type, wf, rows, cols, weight_row_bytes(type, cols));
+      const WeightView w = make_weight_view(type, data.data(), rows, cols);
+      ThreadPool pool(2);
+      std::vector<float> all(static_cast<size_t>(nt * rows)), one(static_cast<size_t>(rows));
+      matmul(w, x.data(), all.data(), nt, pool);
+      for (int64_t t = 0; t < nt; ++t) {
+        matmul(w, x.data() + t * cols, one.data(), 1, pool);
+        for (int64_t r = 0; r < rows; ++r) {
+          ASSERT_EQ(one[r], all[t * rows + r])
+              << gguf::ggml_type_name(type) << " cols=" << cols << " t=" << t << " r=" << r;
+        }
+      }
+    }
+  }
+}
+
 TEST(Matmul, MultiEqualsOneCallPerMatrix) {
   // Q/K/V-like shapes (rows 70, 16, 33 leave partial groups), packed and plain, every token
   // count regime and thread count: matmul_multi must give matmul()'s bits.
