@@ -61,7 +61,23 @@ int32_t DraftModelProposer::pick(const DraftInput& in, std::span<const float> lo
   return token;
 }
 
-Status DraftModelProposer::catch_up(std::span<const DraftInput> inputs) {
+bool DraftModelProposer::argmax_drafts(const DraftInput& in) {
+  const sampling::SamplingParams& p = *in.sampling;
+  return !in.keep_distributions && p.greedy() && p.logit_bias.empty() &&
+         p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f;
+}
+
+Status DraftModelProposer::forward_rows(std::span<const model::RowOut> want) {
+  const auto rows = static_cast<size_t>(builder_.num_logits());
+  logits_.resize(rows * static_cast<size_t>(vocab_size()));
+  argmax_.assign(rows, 0);
+  return runner_->forward(builder_.batch(), model::LogitsOut{.logits = logits_.data(),
+                                                             .want = want,
+                                                             .argmax = argmax_.data()});
+}
+
+Status DraftModelProposer::catch_up(std::span<const DraftInput> inputs,
+                                    std::span<const model::RowOut> want) {
   builder_.clear();
   chunks_.resize(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -77,8 +93,7 @@ Status DraftModelProposer::catch_up(std::span<const DraftInput> inputs) {
                                       .tokens = chunks_[i],
                                       .logits = model::LogitsMode::kLast});
   }
-  logits_.resize(static_cast<size_t>(builder_.num_logits()) * vocab_size());
-  const Status st = runner_->forward(builder_.batch(), logits_.data());
+  const Status st = forward_rows(want);
   if (!st.ok()) {
     for (const DraftInput& in : inputs) states_.erase(in.request_id);
     return st;
@@ -94,10 +109,18 @@ Result<std::vector<DraftOutput>> DraftModelProposer::propose(std::span<const Dra
   const int32_t vocab = vocab_size();
   std::vector<DraftOutput> outs(inputs.size());
   // Round 0: catch up on committed tokens not yet run (at least the last one) and draft 1 token.
-  ARBOR_RETURN_IF_ERROR(catch_up(inputs));
+  want_.clear();
+  for (const DraftInput& in : inputs) {
+    want_.push_back(argmax_drafts(in) ? model::RowOut::kArgmax : model::RowOut::kRow);
+  }
+  ARBOR_RETURN_IF_ERROR(catch_up(inputs, want_));
   int32_t max_drafts = 0;
   for (const DraftInput& in : inputs) max_drafts = std::max(max_drafts, in.num_drafts);
   for (int32_t round = 0; round < max_drafts; ++round) {
+    std::vector<model::RowOut> want;  // the rows of this round, in order
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (inputs[i].num_drafts > round) want.push_back(want_[i]);
+    }
     if (round > 0) {
       builder_.clear();
       for (size_t i = 0; i < inputs.size(); ++i) {
@@ -110,8 +133,7 @@ Result<std::vector<DraftOutput>> DraftModelProposer::propose(std::span<const Dra
                                           .tokens = chunks_[i],
                                           .logits = model::LogitsMode::kLast});
       }
-      logits_.resize(static_cast<size_t>(builder_.num_logits()) * vocab);
-      const Status st = runner_->forward(builder_.batch(), logits_.data());
+      const Status st = forward_rows(want);
       if (!st.ok()) {
         for (const DraftInput& in : inputs) states_.erase(in.request_id);
         return st;
@@ -124,9 +146,15 @@ Result<std::vector<DraftOutput>> DraftModelProposer::propose(std::span<const Dra
       std::vector<int32_t>& run = states_[in.request_id];
       if (round > 0) run.insert(run.end(), chunks_[i].begin(), chunks_[i].end());
       std::span<const float> logits(logits_.data() + row * vocab, static_cast<size_t>(vocab));
-      ++row;
       const int64_t position = static_cast<int64_t>(in.token_ids.size()) + round;
-      outs[i].tokens.push_back(pick(in, logits, position, outs[i].tokens, outs[i]));
+      if (want_[i] == model::RowOut::kArgmax) {
+        // Sampler::sample's greedy token; a row with a non-finite logit (-1) proposes token 0,
+        // which verification rejects unless the target agrees.
+        outs[i].tokens.push_back(std::max(argmax_[row], 0));
+      } else {
+        outs[i].tokens.push_back(pick(in, logits, position, outs[i].tokens, outs[i]));
+      }
+      ++row;
     }
   }
   return outs;

@@ -96,14 +96,20 @@ class DraftModelProposer {
                                                         std::span<const int32_t> static_widths = {});
   // Seconds of a one-token draft step (median of three after a warm-up); before any propose().
   Result<double> measure_token_cost();
+  // Whether a chain draft of `in` is the argmax of the draft's row (greedy, no logit_bias or
+  // penalties, no q kept): then only the argmax comes back from the device (model::LogitsOut).
+  static bool argmax_drafts(const DraftInput& in);
 
  private:
   explicit DraftModelProposer(std::unique_ptr<model::ModelRunner> runner);
   int32_t pick(const DraftInput& in, std::span<const float> logits, int64_t position,
                std::span<const int32_t> drafted, DraftOutput& out);
   // Runs the committed tokens each input's draft K/V lacks (at least the last one); logits_
-  // gets one row per input, the distribution after its last committed token.
-  Status catch_up(std::span<const DraftInput> inputs);
+  // gets one row per input, the distribution after its last committed token, or argmax_ its
+  // argmax where want[i] is kArgmax (empty want: every row whole).
+  Status catch_up(std::span<const DraftInput> inputs, std::span<const model::RowOut> want = {});
+  // runner_->forward of builder_'s batch into logits_ (and argmax_ for kArgmax rows).
+  Status forward_rows(std::span<const model::RowOut> want);
   struct TreeBuild;
   void draw_children(const DraftInput& in, std::span<const float> row, int32_t u, int32_t depth,
                      int32_t width, TreeBuild& t);
@@ -115,6 +121,8 @@ class DraftModelProposer {
   sampling::Sampler sampler_;
   std::unordered_map<step::RequestId, std::vector<int32_t>> states_;  // run_tokens per request
   std::vector<float> logits_;
+  std::vector<int32_t> argmax_;          // [rows] of the last forward, for kArgmax rows
+  std::vector<model::RowOut> want_;      // [inputs] scratch of propose()
   std::vector<float> work_;
   std::vector<int32_t> history_;
   std::vector<std::vector<int32_t>> chunks_;  // per input: the tokens of this forward

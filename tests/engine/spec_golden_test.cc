@@ -17,8 +17,10 @@
 #include "engine/engine_core.h"
 #include "draft_models.h"
 #include "engine_test_util.h"
+#include "executor/draft_proposer.h"
 #include "executor/local_executor.h"
 #include "gguf/gguf.h"
+#include "model/runner.h"
 #include "../model/golden_util.h"
 #include "support/test_device.h"
 
@@ -414,6 +416,46 @@ void expect_same_distribution(const std::vector<std::vector<int64_t>>& a,
     EXPECT_GT(df, 3) << "position " << p << ": too few distinct tokens to compare";
     EXPECT_LT(chi2, bound) << "position " << p;
   }
+}
+
+// A greedy chain draft comes back from the draft model's device as its argmax only
+// (DraftModelProposer::argmax_drafts); it must be the token the sampler picks from the whole
+// row, which the same requests get when they keep their q (whole rows).
+TEST(DraftModelProposer, ArgmaxDraftsAreTheSamplersPicks) {
+  auto draft = executor::DraftModelProposer::load(draft_gguf(3), 64, 16,
+                                                  std::make_shared<kernels::ThreadPool>(1));
+  ASSERT_TRUE(draft.ok()) << draft.status().to_string();
+  sampling::SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  const std::vector<std::vector<int32_t>> prompts = {
+      {1, 403, 407, 261, 378}, {1, 432, 383, 286, 261, 376, 298}, {1, 315}};
+  std::vector<std::vector<int32_t>> blocks;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    blocks.push_back(model::SingleSequence::contiguous_blocks(static_cast<int32_t>(4 * i), 4));
+  }
+  std::vector<std::vector<int32_t>> proposed[2];
+  for (int keep = 0; keep < 2; ++keep) {
+    std::vector<executor::DraftInput> inputs;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      inputs.push_back(executor::DraftInput{
+          .request_id = static_cast<step::RequestId>(10 * keep + i),
+          .token_ids = prompts[i],
+          .num_prompt_tokens = static_cast<int32_t>(prompts[i].size()),
+          .block_ids = blocks[i],
+          .num_drafts = 6 - static_cast<int32_t>(i),  // ragged rounds
+          .max_nodes = 0,
+          .draw_tree = std::nullopt,
+          .sampling = &greedy,
+          .seed = 0,
+          .keep_distributions = keep == 1});
+      EXPECT_EQ(executor::DraftModelProposer::argmax_drafts(inputs.back()), keep == 0);
+    }
+    auto outs = (*draft)->propose(inputs);
+    ASSERT_TRUE(outs.ok()) << outs.status().to_string();
+    for (const executor::DraftOutput& o : *outs) proposed[keep].push_back(o.tokens);
+  }
+  EXPECT_EQ(proposed[0], proposed[1]);
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(proposed[0][i].size(), 6 - i);
 }
 
 }  // namespace
