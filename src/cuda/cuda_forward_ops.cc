@@ -112,6 +112,8 @@ class CudaForwardOps final : public model::ForwardOps {
   void flag_nonfinite(const float* x, const int32_t* rows, int32_t n, int dim,
                       uint8_t* flags) override;
   void argmax_rows(const float* x, int32_t n, int32_t cols, int32_t* ids) override;
+  void top_k_rows(const float* x, int32_t n, int32_t cols, int32_t k, const float* scale,
+                  int32_t* ids, float* values) override;
 
  private:
   void use_device() const { ARBOR_CUDA_CHECK(cudaSetDevice(device_)); }
@@ -357,6 +359,12 @@ void CudaForwardOps::flag_nonfinite(const float* x, const int32_t* rows, int32_t
 void CudaForwardOps::argmax_rows(const float* x, int32_t n, int32_t cols, int32_t* ids) {
   use_device();
   launch_argmax_rows(x, n, cols, ids, stream_);
+}
+
+void CudaForwardOps::top_k_rows(const float* x, int32_t n, int32_t cols, int32_t k,
+                                const float* scale, int32_t* ids, float* values) {
+  use_device();
+  launch_top_k_rows(x, n, cols, k, scale, ids, values, stream_);
 }
 
 }  // namespace

@@ -42,6 +42,14 @@ void launch_flag_nonfinite(const float* x, const int32_t* rows, int32_t n, int d
 void launch_argmax_rows(const float* x, int32_t n, int32_t cols, int32_t* ids,
                         cudaStream_t stream);
 
+// model::ForwardOps::top_k_rows on the device: per row r < n of x ([n, cols]) the k best columns
+// by (score descending, id ascending), score = (x - row max) * scale[r] rounded as the host does,
+// written in increasing id to ids / values ([n, k]); all ids -1 for a row with an Inf or NaN.
+// 1 <= k <= cols (CHECKed). One block per row: a radix select of the k-th key, then a block-wide
+// prefix count gathers the keys above it and the lowest-id ties. scale: [n].
+void launch_top_k_rows(const float* x, int32_t n, int32_t cols, int32_t k, const float* scale,
+                       int32_t* ids, float* values, cudaStream_t stream);
+
 // One region copy within device memory (DeviceMemory::Copy's layout, device-side).
 struct CopyRegion {
   void* dst;

@@ -455,6 +455,20 @@ step::RequestResult LocalExecutor::verify_tree(const step::ScheduledRequest& s,
   return r;
 }
 
+bool LocalExecutor::top_k_suffices(const RequestState& st) {
+  const sampling::SamplingParams& p = st.sampling;
+  return !p.greedy() && p.top_k >= 1 && p.top_k <= model::kMaxDeviceTopK &&
+         !p.logprobs.has_value() && p.logit_bias.empty() && p.repetition_penalty == 1.0f &&
+         p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f && !p.grammar.has_value() &&
+         static_cast<int64_t>(st.output_ids().size()) >= p.min_tokens;
+}
+
+model::RowOut LocalExecutor::row_out(const RequestState& st) {
+  if (argmax_suffices(st)) return model::RowOut::kArgmax;
+  if (top_k_suffices(st)) return model::RowOut::kTopK;
+  return model::RowOut::kRow;
+}
+
 bool LocalExecutor::argmax_suffices(const RequestState& st) {
   const sampling::SamplingParams& p = st.sampling;
   return p.greedy() && !p.logprobs.has_value() && p.logit_bias.empty() &&
@@ -703,11 +717,12 @@ Status check_finite_logits(const step::ScheduledRequest& s, std::span<const floa
   return ok_status();
 }
 
-// The same check for rows that came back as their argmax only (-1: the row has an Inf or NaN).
-Status check_finite_argmax(const step::ScheduledRequest& s, std::span<const int32_t> argmax,
-                           const model::ModelRunner& runner, int32_t first_row) {
-  for (size_t row = 0; row < argmax.size(); ++row) {
-    if (argmax[row] >= 0) continue;
+// The same check for rows that came back as their argmax or top-k candidates only: row i's
+// flag is ids[i * stride], -1 when the row has an Inf or NaN. ids: [num_rows, stride].
+Status check_finite_ids(const step::ScheduledRequest& s, std::span<const int32_t> ids,
+                        size_t stride, const model::ModelRunner& runner, int32_t first_row) {
+  for (size_t row = 0; row * stride < ids.size(); ++row) {
+    if (ids[row * stride] >= 0) continue;
     const std::string& origin = runner.nonfinite_origin(first_row + static_cast<int32_t>(row));
     return internal_error(
         "the model produced a non-finite logit for request ", s.request_id, " at position ",
@@ -742,14 +757,31 @@ Result<step::StepResult> LocalExecutor::execute(const step::SchedulerOutput& out
   logits_.resize(num_logits * vocab);
   want_.assign(num_logits, model::RowOut::kRow);
   argmax_.assign(num_logits, -1);
+  top_k_scale_.assign(num_logits, 1.0f);
+  int32_t top_k = 0;  // the most candidates a kTopK row of this step needs
   for (size_t i = 0; i < output.requests.size(); ++i) {
     const step::ScheduledRequest& s = output.requests[i];
-    if (rows[i] < 0 || prompt_rows[i] >= 0 || !argmax_suffices(states_.at(s.request_id))) continue;
-    std::fill_n(want_.begin() + rows[i], s.num_draft_tokens() + 1, model::RowOut::kArgmax);
+    if (rows[i] < 0 || prompt_rows[i] >= 0) continue;
+    const RequestState& st = states_.at(s.request_id);
+    const model::RowOut kind = row_out(st);
+    std::fill_n(want_.begin() + rows[i], s.num_draft_tokens() + 1, kind);
+    if (kind != model::RowOut::kTopK) continue;
+    // Sampler's inv_t, the same float expression, so the device ranks by Sampler's scores.
+    std::fill_n(top_k_scale_.begin() + rows[i], s.num_draft_tokens() + 1,
+                1.0f / st.sampling.temperature);
+    top_k = std::max(top_k, std::min(st.sampling.top_k, vocab));
+    num_top_k_rows_ += s.num_draft_tokens() + 1;
   }
-  ARBOR_RETURN_IF_ERROR(runner_->forward(
-      builder_.batch(),
-      model::LogitsOut{.logits = logits_.data(), .want = want_, .argmax = argmax_.data()}));
+  top_ids_.assign(num_logits * static_cast<size_t>(top_k), -1);
+  top_logits_.resize(num_logits * static_cast<size_t>(top_k));
+  ARBOR_RETURN_IF_ERROR(runner_->forward(builder_.batch(),
+                                         model::LogitsOut{.logits = logits_.data(),
+                                                          .want = want_,
+                                                          .argmax = argmax_.data(),
+                                                          .top_k = top_k,
+                                                          .top_k_scale = top_k_scale_,
+                                                          .top_ids = top_ids_.data(),
+                                                          .top_logits = top_logits_.data()}));
   // Prompt logprobs first: sampling masks its rows in place (grammar, min_tokens).
   for (size_t i = 0; i < output.requests.size(); ++i) {
     if (prompt_rows[i] < 0) continue;
@@ -764,11 +796,24 @@ Result<step::StepResult> LocalExecutor::execute(const step::SchedulerOutput& out
     const size_t num_rows = static_cast<size_t>(s.num_draft_tokens()) + 1;
     RequestRows request_rows{.logits = rows_i, .argmax = {}};
     Status finite;
-    if (want_[static_cast<size_t>(rows[i])] == model::RowOut::kArgmax) {
+    const model::RowOut kind = want_[static_cast<size_t>(rows[i])];
+    if (kind == model::RowOut::kArgmax) {
       request_rows = RequestRows{.logits = nullptr,
                                  .argmax = std::span<const int32_t>(argmax_).subspan(
                                      static_cast<size_t>(rows[i]), num_rows)};
-      finite = check_finite_argmax(s, request_rows.argmax, *runner_, rows[i]);
+      finite = check_finite_ids(s, request_rows.argmax, 1, *runner_, rows[i]);
+    } else if (kind == model::RowOut::kTopK) {
+      const auto k = static_cast<size_t>(top_k);
+      const size_t first = static_cast<size_t>(rows[i]) * k;
+      const auto ids = std::span<const int32_t>(top_ids_).subspan(first, num_rows * k);
+      const auto values = std::span<const float>(top_logits_).subspan(first, num_rows * k);
+      finite = check_finite_ids(s, ids, k, *runner_, rows[i]);
+      // The rows Sampler sees: -inf but for the candidates (sampling::fill_sparse_row's
+      // argument: its tokens are those the whole rows give).
+      for (size_t r = 0; finite.ok() && r < num_rows; ++r) {
+        sampling::fill_sparse_row(ids.subspan(r * k, k), values.subspan(r * k, k),
+                                  std::span<float>(rows_i + r * vocab, vocab));
+      }
     } else {
       finite = check_finite_logits(s, std::span<const float>(rows_i, num_rows * vocab), vocab,
                                    *runner_, rows[i]);

@@ -2,7 +2,10 @@
 // (options.device picks the forward's ops, model/forward_ops.h; everything else is the same:
 // sampling, verification and proposers run on the host. What comes back of the logits: whole
 // rows, except for greedy requests whose transforms cannot move the argmax (argmax_suffices),
-// which get only each row's argmax, computed on the device: 4 bytes instead of 4 x vocab).
+// which get only each row's argmax, computed on the device: 4 bytes instead of 4 x vocab, and
+// sampled requests whose distribution is a function of their top_k best logits
+// (top_k_suffices), which get only those candidates: 8 x top_k bytes; the host writes them into
+// a row of -inf that sampling and verification then use unchanged).
 //
 // Builds one ForwardBatch per step from the SchedulerOutput (BatchBuilder: per request its block
 // table, num_computed_tokens as committed tokens, the scheduled committed tokens and drafts,
@@ -56,6 +59,8 @@ class LocalExecutor : public step::ModelExecutor {
   bool has_proposer() const override { return draft_ != nullptr || proposer_ != nullptr; }
   bool proposer_writes_kv() const override { return draft_ != nullptr; }
   int32_t max_tree_nodes() const override { return tree_budget_; }
+  // Logits rows that came back as their top-k candidates only (RowOut::kTopK) since load.
+  int64_t num_top_k_rows() const { return num_top_k_rows_; }
   // Proposes token trees of at most `budget` nodes and `width` children per node (0: chains);
   // a draft model draws them for unseeded sampling requests as `sampling` says.
   // static_widths: a draft model's static tree shape (empty: dynamic trees).
@@ -83,8 +88,9 @@ class LocalExecutor : public step::ModelExecutor {
   Status prompt_logprobs_rows(const step::ScheduledRequest& s, const RequestState& st,
                               int32_t num_committed_run, model::SequenceInput& in) const;
   step::PromptLogprobsResult score_prompt(const step::ScheduledRequest& s, const float* rows);
-  // A request's logits rows [0, k] as the step returned them: whole rows, or (argmax_suffices)
-  // only each row's argmax.
+  // A request's logits rows [0, k] as the step returned them: whole rows (for top_k_suffices
+  // requests rebuilt from their candidates: -inf elsewhere), or (argmax_suffices) only each
+  // row's argmax.
   struct RequestRows {
     float* logits = nullptr;          // [k + 1, vocab_size], or null
     std::span<const int32_t> argmax;  // [k + 1] when logits is null
@@ -94,6 +100,14 @@ class LocalExecutor : public step::ModelExecutor {
   // logprobs, logit_bias, penalties, grammar, or min_tokens mask still to apply). The one place
   // that decides; LogitsOut::want follows it.
   static bool argmax_suffices(const RequestState& st);
+  // Whether the request's tokens follow from each row's top_k best candidates alone (the rows
+  // Sampler sees when every other logit is -inf: sampling::fill_sparse_row): sampled with top_k
+  // in [1, model::kMaxDeviceTopK] and, as for argmax_suffices, nothing else that moves or reads
+  // the logits (min_p and top_p act on the top_k survivors only, so they may be on).
+  static bool top_k_suffices(const RequestState& st);
+  // The one place that decides what comes back of a sampling request's rows (LogitsOut::want):
+  // kArgmax when argmax_suffices, kTopK when top_k_suffices, else kRow.
+  static model::RowOut row_out(const RequestState& st);
   // Masks the request's logits rows with its grammar (if it has one) and verifies its drafts.
   step::RequestResult sample_request(const step::ScheduledRequest& s, const RequestRows& rows);
   void mask_min_tokens(const step::ScheduledRequest& s, const RequestState& st, float* logits);
@@ -140,6 +154,10 @@ class LocalExecutor : public step::ModelExecutor {
   std::vector<float> logits_;  // [num_logits, vocab_size]
   std::vector<model::RowOut> want_;  // [num_logits] what comes back of each row
   std::vector<int32_t> argmax_;      // [num_logits] the kArgmax rows' argmax
+  std::vector<float> top_k_scale_;   // [num_logits] the kTopK rows' 1 / temperature
+  std::vector<int32_t> top_ids_;     // [num_logits, step's top_k] the kTopK rows' candidates
+  std::vector<float> top_logits_;    // [num_logits, step's top_k] and their logits
+  int64_t num_top_k_rows_ = 0;
   std::vector<int32_t> tokens_;   // scratch: one request's tokens run this step
 };
 

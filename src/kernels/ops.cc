@@ -1,6 +1,9 @@
 #include "kernels/ops.h"
 
 #include <algorithm>
+#include <bit>
+#include <functional>
+#include <vector>
 #include <cmath>
 #include <limits>
 #include <numbers>
@@ -164,6 +167,90 @@ float dot_f32(const float* a, const float* b, int64_t n) {
   float s = 0.0f;
   for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
   return s;
+}
+
+namespace {
+
+// An unsigned key whose order is the float order of `score` (-0 and +0 equal): the sign bit
+// set for non-negative values, every bit flipped for negative ones.
+uint32_t order_key(float score) {
+  if (score == 0.0f) score = 0.0f;
+  const auto u = std::bit_cast<uint32_t>(score);
+  return (u & 0x80000000u) != 0 ? ~u : (u | 0x80000000u);
+}
+
+// The maximum of row [cols], cols >= 1; `finite` = whether every entry is finite. Eight
+// independent lanes, so the loop is not one long dependency chain (max is order-free on finite
+// values, up to the sign of a zero maximum, which no score depends on).
+float finite_max(const float* row, int32_t cols, bool& finite) {
+  constexpr int kLanes = 8;
+  float lane_max[kLanes];
+  std::fill_n(lane_max, kLanes, row[0]);
+  bool bad = false;
+  int32_t c = 0;
+  for (; c + kLanes <= cols; c += kLanes) {
+    for (int j = 0; j < kLanes; ++j) {
+      const float v = row[c + j];
+      bad |= !(std::fabs(v) <= std::numeric_limits<float>::max());
+      lane_max[j] = v > lane_max[j] ? v : lane_max[j];
+    }
+  }
+  for (; c < cols; ++c) {
+    bad |= !std::isfinite(row[c]);
+    lane_max[0] = row[c] > lane_max[0] ? row[c] : lane_max[0];
+  }
+  finite = !bad;
+  return *std::max_element(lane_max, lane_max + kLanes);
+}
+
+}  // namespace
+
+// One pass for finiteness and the maximum, one that keeps the k largest (score key, ~id) pairs
+// in a min-heap (most columns are rejected by one comparison with its smallest); they go out in
+// id order.
+void top_k_rows(const float* x, int32_t n, int32_t cols, int32_t k, const float* scale,
+                int32_t* ids, float* values) {
+  ARBOR_CHECK(k >= 1 && k <= cols) << "top_k_rows k " << k << " of " << cols;
+  std::vector<uint64_t> heap;
+  heap.reserve(static_cast<size_t>(k));
+  for (int32_t r = 0; r < n; ++r) {
+    const float* row = x + static_cast<size_t>(r) * cols;
+    int32_t* out_ids = ids + static_cast<size_t>(r) * k;
+    float* out_values = values + static_cast<size_t>(r) * k;
+    bool finite = true;
+    const float max = finite_max(row, cols, finite);
+    if (!finite) {
+      std::fill_n(out_ids, k, -1);
+      continue;
+    }
+    heap.clear();
+    // The score is non-decreasing in the logit and columns come in increasing id, so a column
+    // whose logit is <= the heap's smallest one's cannot beat it: one float comparison.
+    float smallest = -std::numeric_limits<float>::infinity();
+    for (int32_t c = 0; c < cols; ++c) {
+      if (heap.size() == static_cast<size_t>(k) && row[c] <= smallest) continue;
+      const uint64_t key = static_cast<uint64_t>(order_key((row[c] - max) * scale[r])) << 32 |
+                           ~static_cast<uint32_t>(c);
+      if (heap.size() < static_cast<size_t>(k)) {
+        heap.push_back(key);
+        std::push_heap(heap.begin(), heap.end(), std::greater<>());
+      } else if (key > heap.front()) {
+        std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+        heap.back() = key;
+        std::push_heap(heap.begin(), heap.end(), std::greater<>());
+      } else {
+        continue;
+      }
+      if (heap.size() == static_cast<size_t>(k)) {
+        smallest = row[~static_cast<uint32_t>(heap.front())];
+      }
+    }
+    for (int32_t j = 0; j < k; ++j) {
+      out_ids[j] = static_cast<int32_t>(~static_cast<uint32_t>(heap[static_cast<size_t>(j)]));
+    }
+    std::sort(out_ids, out_ids + k);
+    for (int32_t j = 0; j < k; ++j) out_values[j] = row[out_ids[j]];
+  }
 }
 
 }  // namespace arbor::kernels

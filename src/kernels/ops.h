@@ -67,4 +67,14 @@ float dot_f32(const float* a, const float* b, int64_t n);
 // Dequantises row `id` (0 <= id < w.rows) of w to f32 (embedding lookup). out: [w.cols].
 void get_row(const WeightView& w, int64_t id, float* out);
 
+// The k best entries of each row r < n of x ([n, cols]), 1 <= k <= cols (CHECKed), ranked by
+// score descending, ties by id ascending, score(c) = (x[r, c] - max of row r) * scale[r] in
+// float (a score of -0 counts as +0): sampling::Sampler's order for top_k at scale
+// 1 / temperature. Written per row in increasing id: ids[r, j], values[r, j] = x[r, ids[r, j]],
+// j < k; a row holding an Inf or NaN gets ids[r, j] = -1 (values unspecified).
+// scale: [n] positive, finite; ids, values: [n, k]. O(cols log k) per row at worst (a heap of k;
+// typically O(cols): most columns lose one comparison).
+void top_k_rows(const float* x, int32_t n, int32_t cols, int32_t k, const float* scale,
+                int32_t* ids, float* values);
+
 }  // namespace arbor::kernels

@@ -129,4 +129,10 @@ void CpuForwardOps::argmax_rows(const float *x, int32_t n, int32_t cols,
   }
 }
 
+void CpuForwardOps::top_k_rows(const float *x, int32_t n, int32_t cols,
+                               int32_t k, const float *scale, int32_t *ids,
+                               float *values) {
+  kernels::top_k_rows(x, n, cols, k, scale, ids, values);
+}
+
 } // namespace arbor::model

@@ -54,6 +54,8 @@ public:
                       uint8_t *flags) override;
   void argmax_rows(const float *x, int32_t n, int32_t cols,
                    int32_t *ids) override;
+  void top_k_rows(const float *x, int32_t n, int32_t cols, int32_t k,
+                  const float *scale, int32_t *ids, float *values) override;
 
 private:
   const LlamaModel &model_;

@@ -131,6 +131,17 @@ class ForwardOps : public DeviceMemory {
   // an Inf or NaN; r < n. The greedy token of a row without its logits leaving the device
   // (a finite row's argmax is what sampling::Sampler picks for greedy params). ids: [n].
   virtual void argmax_rows(const float* x, int32_t n, int32_t cols, int32_t* ids) = 0;
+  // The k best entries of each row r < n of x ([n, cols]), 1 <= k <= cols (CHECKed), in the
+  // order sampling::Sampler ranks a row's tokens by for top_k: score descending, ties by id
+  // ascending, where score(c) = (x[r, c] - max_c' x[r, c']) * scale[r] in float arithmetic
+  // (scale = 1 / temperature, so this is Sampler's score bit for bit; a score of -0 counts as
+  // +0). Ranking by the score rather than the raw value matters where rounding maps distinct
+  // logits to one score: Sampler breaks that tie by id, and so does this. Output per row in
+  // increasing id: ids[r, j] and values[r, j] = x[r, ids[r, j]] (the raw logit) for j < k.
+  // A row holding an Inf or NaN gets ids[r, j] = -1 for every j (values unspecified).
+  // scale: device [n], positive and finite; ids, values: device [n, k].
+  virtual void top_k_rows(const float* x, int32_t n, int32_t cols, int32_t k, const float* scale,
+                          int32_t* ids, float* values) = 0;
 };
 
 }  // namespace arbor::model

@@ -37,7 +37,8 @@ LlamaForward::LlamaForward(const LlamaModel& model, ForwardOps& ops, int32_t res
 
 LlamaForward::~LlamaForward() {
   for (Scratch* s : {&inv_freq_, &x_, &xb_, &q_, &k_, &v_, &att_, &hb_, &hb2_, &rope_cos_,
-                     &rope_sin_, &xl_, &logits_, &argmax_, &flags_}) {
+                     &rope_sin_, &xl_, &logits_, &argmax_, &top_scale_, &top_ids_, &top_logits_,
+                     &flags_}) {
     ops_.release(s->p);
   }
 }
@@ -73,6 +74,9 @@ void LlamaForward::reserve(int32_t t, int32_t l) {
     if (!ops_.is_host()) {
       ensure(logits_, n * cfg_.vocab_size * sizeof(float));
       ensure(argmax_, n * sizeof(int32_t));
+      ensure(top_scale_, n * sizeof(float));
+      ensure(top_ids_, n * kMaxDeviceTopK * sizeof(int32_t));
+      ensure(top_logits_, n * kMaxDeviceTopK * sizeof(float));
     }
     ensure(flags_, n * num_checkpoints(cfg_));
   }
@@ -170,7 +174,8 @@ void for_each_run(std::span<const RowOut> want, int32_t n, Fn fn) {
 }  // namespace
 
 // Every row's logits are computed on the device; what crosses to the host is what `out` asks:
-// the argmax kernels are issued first, then the whole rows and the argmax ids are read back.
+// the argmax and top-k kernels are issued first, then the whole rows, the argmax ids and the
+// top-k candidates are read back.
 void LlamaForward::compute_logits(const ForwardBatch& batch, const LogitsOut& out) {
   const int32_t nl = batch.num_logits();
   if (nl == 0) return;
@@ -188,6 +193,7 @@ void LlamaForward::compute_logits(const ForwardBatch& batch, const LogitsOut& ou
     ops_.argmax_rows(logits + first * vocab, end - first, cfg_.vocab_size, ids + first);
     any_argmax = true;
   });
+  const bool any_top_k = compute_top_k(out, logits, nl);
   if (host) return;
   for_each_run(out.want, nl, [&](int32_t first, int32_t end, RowOut kind) {
     if (kind != RowOut::kRow) return;
@@ -195,6 +201,39 @@ void LlamaForward::compute_logits(const ForwardBatch& batch, const LogitsOut& ou
                  (end - first) * vocab * sizeof(float));
   });
   if (any_argmax) ops_.to_host(out.argmax, ids, static_cast<size_t>(nl) * sizeof(int32_t));
+  if (any_top_k) {
+    const size_t n = static_cast<size_t>(nl) * out.top_k;
+    ops_.to_host(out.top_ids, top_ids_.p, n * sizeof(int32_t));
+    ops_.to_host(out.top_logits, top_logits_.p, n * sizeof(float));
+  }
+}
+
+// Issues top_k_rows for each run of kTopK rows of `logits` (device [nl, vocab]); on the host
+// straight into `out`, elsewhere into the scratch (the scales uploaded first). Returns whether
+// any row is kTopK.
+bool LlamaForward::compute_top_k(const LogitsOut& out, const float* logits, int32_t nl) {
+  const bool host = ops_.is_host();
+  const size_t vocab = static_cast<size_t>(cfg_.vocab_size);
+  bool any = false;
+  for_each_run(out.want, nl, [&](int32_t first, int32_t end, RowOut kind) {
+    if (kind != RowOut::kTopK) return;
+    ARBOR_CHECK(out.top_ids != nullptr && out.top_logits != nullptr &&
+                static_cast<int32_t>(out.top_k_scale.size()) == nl)
+        << "top-k rows without their arrays";
+    ARBOR_CHECK(out.top_k >= 1 && out.top_k <= std::min(kMaxDeviceTopK, cfg_.vocab_size))
+        << "top_k " << out.top_k;
+    if (!any && !host) {
+      ops_.to_device(top_scale_.p, out.top_k_scale.data(), static_cast<size_t>(nl) * sizeof(float));
+    }
+    any = true;
+    const float* scale = host ? out.top_k_scale.data() : top_scale_.f();
+    int32_t* ids = host ? out.top_ids : static_cast<int32_t*>(top_ids_.p);
+    float* values = host ? out.top_logits : top_logits_.f();
+    const size_t at = static_cast<size_t>(first) * out.top_k;
+    ops_.top_k_rows(logits + first * vocab, end - first, cfg_.vocab_size, out.top_k, scale + first,
+                    ids + at, values + at);
+  });
+  return any;
 }
 
 void LlamaForward::run(const ForwardBatch& host_batch, PagedKvCache& cache,
@@ -247,9 +286,15 @@ void LlamaForward::name_nonfinite(int32_t nl, const LogitsOut& out) {
     }
     if (!nonfinite_origin_[i].empty()) continue;
     const float* row = out.logits + static_cast<size_t>(i) * vocab;
-    const bool finite = !out.want.empty() && out.want[i] == RowOut::kArgmax
-                            ? out.argmax[i] >= 0
-                            : std::all_of(row, row + vocab, [](float v) { return std::isfinite(v); });
+    const RowOut kind = out.want.empty() ? RowOut::kRow : out.want[i];
+    bool finite = true;
+    switch (kind) {
+      case RowOut::kRow:
+        finite = std::all_of(row, row + vocab, [](float v) { return std::isfinite(v); });
+        break;
+      case RowOut::kArgmax: finite = out.argmax[i] >= 0; break;
+      case RowOut::kTopK: finite = out.top_ids[static_cast<size_t>(i) * out.top_k] >= 0; break;
+    }
     if (!finite) {
       nonfinite_origin_[i] = "the output norm or classifier";
     }

@@ -26,7 +26,12 @@ namespace arbor::model {
 enum class RowOut : uint8_t {
   kRow,     // the whole row: vocab_size floats
   kArgmax,  // only its argmax (ForwardOps::argmax_rows): one int; the row stays on the device
+  kTopK,    // only its LogitsOut::top_k best candidates (ForwardOps::top_k_rows): ids and logits
 };
+
+// The most candidates a kTopK row may ask for (LogitsOut::top_k): 2 KiB of ids and logits per
+// row instead of 4 x vocab_size bytes; a larger top_k takes the whole row.
+inline constexpr int32_t kMaxDeviceTopK = 256;
 
 // Where a step's logits go, all host memory.
 struct LogitsOut {
@@ -37,6 +42,15 @@ struct LogitsOut {
   // [num_logits]: argmax[i] for every kArgmax row, as ForwardOps::argmax_rows gives it (-1 when
   // the row holds a non-finite logit); other entries unspecified. Needed when a row is kArgmax.
   int32_t* argmax = nullptr;
+  // kTopK rows (needed when a row is kTopK): every such row gets the top_k candidates
+  // ForwardOps::top_k_rows picks with scale top_k_scale[i] (1 / the request's temperature):
+  // top_ids[i, j] and top_logits[i, j], j < top_k, in increasing id; top_ids[i, 0] == -1 flags a
+  // row holding a non-finite logit. Other rows' entries unspecified.
+  // top_k: in [1, min(kMaxDeviceTopK, vocab_size)] when a row is kTopK.
+  int32_t top_k = 0;
+  std::span<const float> top_k_scale;  // [num_logits]
+  int32_t* top_ids = nullptr;          // [num_logits, top_k]
+  float* top_logits = nullptr;         // [num_logits, top_k]
 };
 
 class LlamaForward {
@@ -53,7 +67,9 @@ class LlamaForward {
   void run(const ForwardBatch& batch, PagedKvCache& cache, const LogitsOut& out);
   // Every row whole. logits: host [batch.num_logits(), vocab_size].
   void run(const ForwardBatch& batch, PagedKvCache& cache, float* logits) {
-    run(batch, cache, LogitsOut{.logits = logits, .want = {}, .argmax = nullptr});
+    LogitsOut out;
+    out.logits = logits;
+    run(batch, cache, out);
   }
 
   // Tokens the scratch currently holds.
@@ -79,6 +95,7 @@ class LlamaForward {
   void attention_block(int layer, const ForwardBatch& batch, PagedKvCache& cache);
   void ffn_block(int layer, int32_t num_tokens);
   void compute_logits(const ForwardBatch& batch, const LogitsOut& out);
+  bool compute_top_k(const LogitsOut& out, const float* logits, int32_t num_logits);
   // Flags the logits rows whose hidden state is no longer finite at checkpoint `c`
   // (0: after the embedding; 1 + 2 * layer: after its attention block; 2 + 2 * layer: after its
   // feed-forward block), then names each row's first flagged checkpoint after the step.
@@ -107,6 +124,9 @@ class LlamaForward {
   Scratch xl_;        // [L, dim] normed rows for the output matmul
   Scratch logits_;    // [L, vocab] when the device is not the host
   Scratch argmax_;    // [L] int32 when the device is not the host
+  Scratch top_scale_;   // [L] kTopK rows' scales, when the device is not the host
+  Scratch top_ids_;     // [L, kMaxDeviceTopK] int32, when the device is not the host
+  Scratch top_logits_;  // [L, kMaxDeviceTopK], when the device is not the host
   Scratch flags_;     // [checkpoints, L] bytes
 };
 

@@ -54,7 +54,9 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<LlamaMo
 }
 
 Status ModelRunner::forward(const ForwardBatch& batch, float* logits) {
-  return forward(batch, LogitsOut{.logits = logits, .want = {}, .argmax = nullptr});
+  LogitsOut out;
+  out.logits = logits;
+  return forward(batch, out);
 }
 
 Status ModelRunner::forward(const ForwardBatch& batch, const LogitsOut& out) {
@@ -66,6 +68,19 @@ Status ModelRunner::forward(const ForwardBatch& batch, const LogitsOut& out) {
   if (!out.want.empty() && static_cast<int32_t>(out.want.size()) != batch.num_logits()) {
     return invalid_argument("LogitsOut has ", out.want.size(), " row kinds for ",
                             batch.num_logits(), " logits rows");
+  }
+  if (std::find(out.want.begin(), out.want.end(), RowOut::kTopK) != out.want.end()) {
+    const int32_t max_k = std::min(kMaxDeviceTopK, config().vocab_size);
+    if (out.top_k < 1 || out.top_k > max_k) {
+      return invalid_argument("LogitsOut asks for ", out.top_k,
+                              " top-k candidates; the range is [1, ", max_k, "]");
+    }
+    if (out.top_ids == nullptr || out.top_logits == nullptr ||
+        static_cast<int32_t>(out.top_k_scale.size()) != batch.num_logits()) {
+      return invalid_argument("LogitsOut has top-k rows but not their arrays (",
+                              out.top_k_scale.size(), " scales for ", batch.num_logits(),
+                              " logits rows)");
+    }
   }
   forward_->run(batch, *cache_, out);
   return ok_status();

@@ -77,7 +77,9 @@ class ModelRunner {
   // nothing), writes the new tokens' K/V into the cache and fills
   // logits: [batch.num_logits(), vocab_size].
   Status forward(const ForwardBatch& batch, float* logits);
-  // Same, with per row what comes back to the host (LogitsOut: whole rows or only the argmax).
+  // Same, with per row what comes back to the host (LogitsOut: whole rows, only the argmax, or
+  // only the top-k candidates). A `want` of the wrong length, or kTopK rows with top_k outside
+  // [1, min(kMaxDeviceTopK, vocab_size)] or without their arrays, is kInvalidArgument.
   Status forward(const ForwardBatch& batch, const LogitsOut& out);
   // After forward(): where logits row i first became non-finite, or "" (LlamaForward).
   const std::string& nonfinite_origin(int32_t i) const { return forward_->nonfinite_origin(i); }

@@ -325,6 +325,17 @@ PromptLogprob Sampler::score_prompt(std::span<const float> logits, int32_t token
                        .top = std::move(scored.top_logprobs)};
 }
 
+void fill_sparse_row(std::span<const int32_t> ids, std::span<const float> logits,
+                     std::span<float> row) {
+  ARBOR_CHECK_EQ(ids.size(), logits.size());
+  std::fill(row.begin(), row.end(), -std::numeric_limits<float>::infinity());
+  for (size_t j = 0; j < ids.size(); ++j) {
+    ARBOR_CHECK(ids[j] >= 0 && static_cast<size_t>(ids[j]) < row.size())
+        << "candidate id " << ids[j] << " outside vocabulary of " << row.size();
+    row[static_cast<size_t>(ids[j])] = logits[j];
+  }
+}
+
 int32_t inverse_cdf(std::span<const Candidate> dist, double u) {
   auto by_id = [](const Candidate& a, const Candidate& b) { return a.token_id < b.token_id; };
   std::vector<Candidate> sorted_copy;

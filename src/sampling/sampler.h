@@ -74,6 +74,27 @@ enum class CandidateOrder {
 // P(token) = prob / total up to the 2^-53 grain of u.
 int32_t inverse_cdf(std::span<const Candidate> dist, double u);
 
+// The row Sampler sees of a logits row of which only its k best candidates are known (they came
+// from the device: model::ForwardOps::top_k_rows): row = -inf except row[ids[j]] = logits[j].
+// ids: [k] distinct, in range (CHECKed); logits: [k]; row: [vocab_size].
+//
+// Why sample() and distribution() then give what the whole row gives, for params with top_k in
+// [1, k], temperature > 0 and nothing that reads other entries (no logit_bias, penalties,
+// grammar or logprobs), when the candidates are the row's k first in Sampler's order (score
+// descending, id ascending, score = (x - max) * (1 / temperature) as select_candidates computes
+// it), the order top_k_rows ranks by:
+//  * the maximum is the same: the best candidate holds it (score 0, and only the maximum's
+//    value gives 0 unless x - max underflows to 0 after scaling: logits a subnormal apart);
+//  * so every candidate's score is the same float, and every -inf entry scores -inf;
+//  * min_p keeps the tokens scoring >= log(min_p): a prefix of Sampler's order, so its top_k
+//    survivors are the order's first top_k among them; those are candidates, and the -inf
+//    entries rank after every candidate of finite score (a -inf score weighs 0 and leaves);
+//  * the kept set, hence its order, its summed mass (the same sequence of float weights),
+//    top_p's prefix and each probability, and the inverse-CDF walk over u are the same.
+// Tested against whole rows with ties, near-ties that one score merges, min_p and top_p.
+void fill_sparse_row(std::span<const int32_t> ids, std::span<const float> logits,
+                     std::span<float> row);
+
 class Sampler {
  public:
   // logits: [vocab_size] raw; params must have passed validate(logits.size()).

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -435,6 +436,64 @@ TEST_F(CudaOpsTest, ArgmaxRowsIsTheLowestIdOfTheMaximumOrMinusOne) {
     int32_t* ids = upload(std::vector<int32_t>(kRows, 99));
     ops().argmax_rows(upload(x), kRows, cols, ids);
     EXPECT_EQ(download(ids, kRows), want) << cols << " columns";
+  }
+}
+
+TEST_F(CudaOpsTest, TopKRowsEqualTheCpus) {
+  // kernels::top_k_rows (the CPU's ForwardOps) against the kernel, ids and logits exactly: rows
+  // of few levels (ties across threads and radix bins, k past the number of distinct values),
+  // rows of logits an ulp apart that one score merges (the Sampler's tie rule, not the raw
+  // order), normal rows at a 32k vocabulary, Inf and NaN rows, k = 1, k = cols, several scales.
+  SCOPED_TRACE(::testing::Message() << "seed " << kSeed);
+  std::mt19937 rng(kSeed);
+  std::uniform_int_distribution<int> level(0, 3), ulps(0, 3);
+  std::normal_distribution<float> normal(0.0f, 4.0f);
+  for (const int cols : {1, 7, 256, 257, 1000, 32000}) {
+    for (const int k : {1, 2, 40, 256, cols}) {
+      if (k > cols) continue;
+      constexpr int kRows = 12;
+      std::vector<float> x(static_cast<size_t>(kRows) * cols);
+      for (int r = 0; r < kRows; ++r) {
+        float* row = x.data() + static_cast<size_t>(r) * cols;
+        for (int c = 0; c < cols; ++c) {
+          if (r % 3 == 0) {
+            row[c] = static_cast<float>(level(rng));
+          } else if (r % 3 == 1) {
+            row[c] = -10.0f;
+            for (int u = ulps(rng); u > 0; --u) row[c] = std::nextafter(row[c], -100.0f);
+          } else {
+            row[c] = normal(rng);
+          }
+        }
+        if (r % 3 == 1) row[cols / 2] = 20.0f;
+      }
+      if (cols > 3) {
+        x[2 * cols + 1] = INFINITY;
+        x[5 * cols + cols - 1] = NAN;
+        x[8 * cols + 2] = -INFINITY;
+      }
+      std::vector<float> scale(kRows);
+      for (int r = 0; r < kRows; ++r) scale[r] = 1.0f / std::array{0.3f, 0.7f, 1.0f, 1.7f}[r % 4];
+      std::vector<int32_t> want_ids(static_cast<size_t>(kRows) * k);
+      std::vector<float> want_values(want_ids.size());
+      kernels::top_k_rows(x.data(), kRows, cols, k, scale.data(), want_ids.data(),
+                          want_values.data());
+      int32_t* ids = upload(std::vector<int32_t>(want_ids.size(), 99));
+      float* values = upload(std::vector<float>(want_ids.size(), 0.0f));
+      ops().top_k_rows(upload(x), kRows, cols, k, upload(scale), ids, values);
+      const std::vector<int32_t> got_ids = download(ids, want_ids.size());
+      const std::vector<float> got_values = download(values, want_ids.size());
+      for (int r = 0; r < kRows; ++r) {
+        const size_t at = static_cast<size_t>(r) * k;
+        ASSERT_EQ(std::vector<int32_t>(got_ids.begin() + at, got_ids.begin() + at + k),
+                  std::vector<int32_t>(want_ids.begin() + at, want_ids.begin() + at + k))
+            << "row " << r << ", " << cols << " columns, k " << k;
+        if (want_ids[at] < 0) continue;
+        ASSERT_EQ(0, std::memcmp(got_values.data() + at, want_values.data() + at,
+                                 k * sizeof(float)))
+            << "row " << r << ", " << cols << " columns, k " << k;
+      }
+    }
   }
 }
 

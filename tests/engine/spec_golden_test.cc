@@ -460,3 +460,85 @@ TEST(DraftModelProposer, ArgmaxDraftsAreTheSamplersPicks) {
 
 }  // namespace
 }  // namespace arbor::engine
+
+namespace arbor::engine {
+namespace {
+
+// Seeded requests whose distribution depends on their top_k best logits only get those
+// candidates back from the device (LocalExecutor::top_k_suffices, sampling::fill_sparse_row);
+// asking for logprobs takes whole rows instead. The tokens must be the same either way, with
+// n-gram drafts, draft-model chains and token trees verified on those rows.
+struct TopKRun {
+  executor::SpecProposer proposer = executor::SpecProposer::kNone;
+  int32_t k = 0;
+  int32_t tree_budget = 0;
+};
+
+struct TopKOutcome {
+  std::vector<std::vector<int32_t>> tokens;
+  int64_t top_k_rows = 0;
+  int64_t accepted = 0;
+};
+
+TopKOutcome run_top_k(const TopKRun& r, bool whole_rows) {
+  executor::ExecutorOptions options;
+  options.num_threads = 2;
+  options.device = test::kTestDevice;
+  options.proposer = r.proposer;
+  if (r.proposer == executor::SpecProposer::kDraft) options.draft_model = draft_gguf(3);
+  options.tree_budget = r.tree_budget;
+  auto exec = executor::LocalExecutor::load(shared(model::testing::kStories260K), options);
+  EXPECT_TRUE(exec.ok()) << exec.status().to_string();
+  if (!exec.ok()) return {};
+  const executor::LocalExecutor* executor = exec->get();
+  EngineCoreConfig cfg;
+  cfg.options.max_spec_tokens = r.k;
+  cfg.eos_token_ids = std::vector<int32_t>{};
+  EngineCore engine(std::move(exec).value(), cfg);
+  const int32_t top_ks[] = {1, 3, 12, 40, 256, 7};
+  const float temperatures[] = {0.7f, 1.0f, 1.3f};
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 6; ++i) {
+    GenerateRequest g;
+    g.prompt_token_ids = {1, 403 + i, 407, 261, 378};
+    g.sampling.temperature = temperatures[i % 3];
+    g.sampling.top_k = top_ks[i];
+    g.sampling.min_p = i == 3 ? 0.05f : 0.0f;
+    g.sampling.top_p = i == 5 ? 0.8f : 1.0f;
+    g.sampling.seed = 500 + i;
+    if (whole_rows) g.sampling.logprobs = 0;
+    g.max_tokens = 96;
+    if (r.k > 0) g.speculation = {.mode = sched::SpecMode::kFixed, .k = r.k};
+    streams.push_back(*engine.submit(std::move(g)));
+  }
+  TopKOutcome out;
+  for (auto& s : streams) out.tokens.push_back(testing::drain(*s, 1).token_ids[0]);
+  out.top_k_rows = executor->num_top_k_rows();
+  out.accepted = engine.metrics().num_accepted_draft_tokens;
+  if (r.tree_budget > 0) EXPECT_GT(engine.metrics().num_tree_verify_steps, 0);
+  return out;
+}
+
+TEST(SpecSampled, TopKCandidatesGiveTheTokensOfWholeRows) {
+  for (const TopKRun& r : {TopKRun{},
+                           TopKRun{.proposer = executor::SpecProposer::kNgram, .k = 4},
+                           TopKRun{.proposer = executor::SpecProposer::kDraft, .k = 4},
+                           TopKRun{.proposer = executor::SpecProposer::kDraft, .k = 4,
+                                   .tree_budget = 12}}) {
+    SCOPED_TRACE(str_cat(executor::spec_proposer_name(r.proposer), ", k ", r.k, ", tree budget ",
+                         r.tree_budget));
+    const TopKOutcome sparse = run_top_k(r, false);
+    const TopKOutcome whole = run_top_k(r, true);
+    ASSERT_EQ(sparse.tokens.size(), 6u);
+    EXPECT_EQ(sparse.tokens, whole.tokens);
+    EXPECT_GE(sparse.top_k_rows, 6 * 96) << "the rows did not come back as candidates";
+    EXPECT_EQ(whole.top_k_rows, 0) << "logprobs need whole rows";
+    if (r.k > 0) EXPECT_GT(sparse.accepted, 0) << "no draft was verified and accepted";
+    std::printf("%s: %lld top-k rows, %lld drafts accepted\n",
+                std::string(executor::spec_proposer_name(r.proposer)).c_str(),
+                static_cast<long long>(sparse.top_k_rows), static_cast<long long>(sparse.accepted));
+  }
+}
+
+}  // namespace
+}  // namespace arbor::engine

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -17,6 +18,7 @@
 #include "model/batch_builder.h"
 #include "model/cpu_forward_ops.h"
 #include "model/kv_cache.h"
+#include "sampling/sampler.h"
 
 namespace arbor::model::testing {
 namespace {
@@ -189,6 +191,16 @@ public:
     ++argmax_calls_;
   }
   int argmax_calls() const { return argmax_calls_; }
+  void top_k_rows(const float *x, int32_t n, int32_t cols, int32_t k,
+                  const float *scale, int32_t *ids, float *values) override {
+    expect_device(x, static_cast<size_t>(n) * cols * sizeof(float), "top-k rows");
+    expect_device(scale, n * sizeof(float), "top-k scales");
+    expect_device(ids, static_cast<size_t>(n) * k * sizeof(int32_t), "top-k ids");
+    expect_device(values, static_cast<size_t>(n) * k * sizeof(float), "top-k values");
+    cpu_.top_k_rows(x, n, cols, k, scale, ids, values);
+    ++top_k_calls_;
+  }
+  int top_k_calls() const { return top_k_calls_; }
 
   int stages() const { return stages_; }
 
@@ -252,6 +264,7 @@ private:
   std::vector<uint8_t> staged_mask_;
   int stages_ = 0;
   int argmax_calls_ = 0;
+  int top_k_calls_ = 0;
 };
 
 std::unique_ptr<ModelRunner>
@@ -448,6 +461,306 @@ TEST(ForwardOpsTest, OnlyTheRowsAskedForLeaveTheDevice) {
                                                  .want = short_want,
                                                  .argmax = argmax.data()})
                    .ok());
+}
+
+// Sampler's score of x in a row with maximum `max` at scale 1 / temperature.
+float score_of(float x, float max, float scale) {
+  const float s = (x - max) * scale;
+  return s == 0.0f ? 0.0f : s;
+}
+
+// The contract of ForwardOps::top_k_rows, written naively: a stable sort of the
+// ids by score (so equal scores stay in id order), the first k, in id order.
+std::vector<int32_t> naive_top_k(const float *row, int32_t cols, int32_t k,
+                                 float scale) {
+  if (!std::all_of(row, row + cols, [](float v) { return std::isfinite(v); }))
+    return std::vector<int32_t>(k, -1);
+  const float max = *std::max_element(row, row + cols);
+  std::vector<int32_t> ids(cols);
+  for (int32_t c = 0; c < cols; ++c) ids[c] = c;
+  std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
+    return score_of(row[a], max, scale) > score_of(row[b], max, scale);
+  });
+  ids.resize(k);
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+// Runs CpuForwardOps::top_k_rows on `x` ([n, cols]) with one scale for every
+// row; checks values[j] == x[ids[j]] and returns the ids.
+std::vector<int32_t> cpu_top_k(CpuForwardOps &ops, const std::vector<float> &x,
+                               int32_t cols, int32_t k, float scale) {
+  const auto n = static_cast<int32_t>(x.size() / cols);
+  std::vector<float> scales(n, scale), values(static_cast<size_t>(n) * k, 0.0f);
+  std::vector<int32_t> ids(static_cast<size_t>(n) * k, 99);
+  ops.top_k_rows(x.data(), n, cols, k, scales.data(), ids.data(), values.data());
+  for (size_t j = 0; j < ids.size(); ++j) {
+    if (ids[j] >= 0) {
+      EXPECT_EQ(values[j], x[j / k * cols + ids[j]]) << "entry " << j;
+    }
+  }
+  return ids;
+}
+
+// Two logits that one score merges: max 20 minus -10 is -30 exactly, minus the
+// next float below -10 rounds (to even) to -30 too.
+const float kMerged = std::nextafter(-10.0f, -100.0f);
+
+TEST(ForwardOpsTest, TopKRowsTakeSamplersOrderAndFlagNonFiniteRows) {
+  auto runner = load(4, 8, false);
+  ASSERT_TRUE(runner);
+  kernels::ThreadPool pool(1);
+  CpuForwardOps ops(runner->model(), pool);
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  ASSERT_EQ(score_of(-10.0f, 20.0f, 1.0f), score_of(kMerged, 20.0f, 1.0f));
+  ASSERT_NE(-10.0f, kMerged);
+  const int32_t cols = 6;
+  const std::vector<float> x = {
+      1, 3, 3, 2, 3, 0,               // ties: the three 3s
+      5, 5, 5, 5, 5, 5,               // all equal: the lowest ids
+      -0.0f, 0.0f, -1, 0.0f, -0.0f, 2,  // 2, then -0 == +0: ids 0, 1
+      -50, kMerged, -50, -50, -10, 20,  // one score: id 1 beats id 4
+      1, 2, inf, 0, 1, 1,             // +inf: flagged
+      1, 2, 3, 4, -inf, 5,            // -inf: flagged
+      nan, 9, 1, 2, 3, 4,             // NaN: flagged
+  };
+  EXPECT_EQ(cpu_top_k(ops, x, cols, 3, 1.0f),
+            (std::vector<int32_t>{1, 2, 4, 0, 1, 2, 0, 1, 5, 1, 4, 5, -1, -1,
+                                  -1, -1, -1, -1, -1, -1, -1}));
+  EXPECT_EQ(cpu_top_k(ops, x, cols, 2, 1.0f),
+            (std::vector<int32_t>{1, 2, 0, 1, 0, 5, 1, 5, -1, -1, -1, -1, -1, -1}));
+  // k = 1: the argmax; k = cols: every id.
+  std::vector<int32_t> argmax(x.size() / cols);
+  ops.argmax_rows(x.data(), static_cast<int32_t>(argmax.size()), cols, argmax.data());
+  EXPECT_EQ(cpu_top_k(ops, x, cols, 1, 1.0f), argmax);
+  const std::vector<int32_t> all = cpu_top_k(ops, x, cols, cols, 0.5f);
+  for (size_t r = 0; r < 4; ++r) {
+    for (int32_t j = 0; j < cols; ++j) EXPECT_EQ(all[r * cols + j], j) << r;
+  }
+  // Seeded random rows with few levels (many ties, k past the number of
+  // distinct values) or with logits an ulp or two apart around a merged score.
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (int round = 0; round < 200; ++round) {
+    const int32_t c = std::uniform_int_distribution<int32_t>(1, 300)(rng);
+    const int32_t n = std::uniform_int_distribution<int32_t>(1, 4)(rng);
+    const int32_t k = std::uniform_int_distribution<int32_t>(1, c)(rng);
+    const float scale = std::array<float, 4>{1.0f, 1.0f / 0.7f, 1.0f / 1.3f, 0.01f}[round % 4];
+    std::vector<float> r(static_cast<size_t>(n) * c);
+    std::uniform_int_distribution<int> level(0, 3), ulps(0, 3), pick(0, 99);
+    for (float &v : r) {
+      if (round % 2 == 0) {
+        v = static_cast<float>(level(rng));
+      } else {
+        v = -10.0f;
+        for (int u = ulps(rng); u > 0; --u) v = std::nextafter(v, -100.0f);
+        if (pick(rng) == 0) v = 20.0f;
+      }
+    }
+    if (pick(rng) < 10) r[pick(rng) % r.size()] = pick(rng) % 2 ? nan : -inf;
+    const std::vector<int32_t> got = cpu_top_k(ops, r, c, k, scale);
+    for (int32_t i = 0; i < n; ++i) {
+      ASSERT_EQ(std::vector<int32_t>(got.begin() + i * k, got.begin() + (i + 1) * k),
+                naive_top_k(r.data() + i * c, c, k, scale))
+          << "round " << round << " row " << i << " k " << k << " cols " << c;
+    }
+  }
+}
+
+// sampling::fill_sparse_row's claim: a row of -inf but for the top_k_rows
+// candidates gives Sampler's distribution and draws of the whole row, for
+// every top_k up to the number of candidates, with min_p and top_p on top.
+TEST(ForwardOpsTest, SparseTopKRowsSampleLikeWholeRows) {
+  auto runner = load(4, 8, false);
+  ASSERT_TRUE(runner);
+  kernels::ThreadPool pool(1);
+  CpuForwardOps ops(runner->model(), pool);
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  const int32_t vocab = 400;
+  sampling::Sampler sampler;
+  int compared = 0;
+  for (int round = 0; round < 60; ++round) {
+    std::vector<float> row(vocab);
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    for (float &v : row) v = normal(rng);
+    if (round % 3 == 1) {  // plateaus: many equal logits
+      for (float &v : row) v = std::round(v);
+    } else if (round % 3 == 2) {  // logits one score merges, at the top
+      for (int32_t i = 0; i < vocab; ++i) row[i] = -50.0f + 0.01f * (i % 7);
+      for (int32_t i = 0; i < 40; ++i) row[(i * 37) % vocab] = i % 2 ? kMerged : -10.0f;
+      row[vocab - 1] = 20.0f;
+    }
+    for (float temperature : {0.3f, 0.7f, 1.0f, 1.7f}) {
+      for (int32_t top_k : {1, 2, 5, 17, 40}) {
+        const int32_t k = top_k + (round % 2) * 9;  // candidates sent: top_k or more
+        const float scale = 1.0f / temperature;
+        std::vector<int32_t> ids(k);
+        std::vector<float> values(k);
+        ops.top_k_rows(row.data(), 1, vocab, k, &scale, ids.data(), values.data());
+        std::vector<float> sparse(vocab, 7.0f);
+        sampling::fill_sparse_row(ids, values, sparse);
+        for (auto [min_p, top_p] : {std::pair{0.0f, 1.0f}, {0.05f, 1.0f}, {0.0f, 0.8f},
+                                    {0.01f, 0.5f}}) {
+          sampling::SamplingParams p;
+          p.temperature = temperature;
+          p.top_k = top_k;
+          p.min_p = min_p;
+          p.top_p = top_p;
+          const auto want = sampler.distribution(row, p);
+          const auto got = sampler.distribution(sparse, p);
+          ASSERT_EQ(got.size(), want.size()) << "round " << round << " top_k " << top_k;
+          for (size_t j = 0; j < want.size(); ++j) {
+            ASSERT_EQ(got[j].token_id, want[j].token_id) << round << " " << top_k << " " << j;
+            ASSERT_EQ(got[j].prob, want[j].prob) << round << " " << top_k << " " << j;
+          }
+          for (uint64_t draw = 0; draw < 20; ++draw) {
+            sampling::Rng a = sampling::Rng::at(seed, draw, sampling::RngStream::kSample);
+            sampling::Rng b = a;
+            ASSERT_EQ(sampler.sample(sparse, p, {}, a).token_id,
+                      sampler.sample(row, p, {}, b).token_id);
+          }
+          ++compared;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(compared, 60 * 4 * 5 * 4);
+}
+
+// Where ranking by raw logits would go wrong: two different logits with one
+// score. Sampler keeps the lower id (1, not 4), and so must the candidates.
+TEST(ForwardOpsTest, SparseRowOfMergedScoresKeepsSamplersTieBreak) {
+  auto runner = load(4, 8, false);
+  ASSERT_TRUE(runner);
+  kernels::ThreadPool pool(1);
+  CpuForwardOps ops(runner->model(), pool);
+  const std::vector<float> row = {-50, kMerged, -50, -50, -10, 20};
+  const float scale = 1.0f;
+  std::vector<int32_t> ids(2);
+  std::vector<float> values(2);
+  ops.top_k_rows(row.data(), 1, 6, 2, &scale, ids.data(), values.data());
+  std::vector<float> sparse(6);
+  sampling::fill_sparse_row(ids, values, sparse);
+  sampling::SamplingParams p;
+  p.top_k = 2;
+  p.temperature = 1.0f;
+  sampling::Sampler sampler;
+  auto ids_of = [&](const std::vector<float> &r) {
+    std::vector<int32_t> out;
+    for (const sampling::Candidate &c :
+         sampler.distribution(r, p, sampling::CandidateOrder::kById))
+      out.push_back(c.token_id);
+    return out;
+  };
+  EXPECT_EQ(ids, (std::vector<int32_t>{1, 5}));
+  EXPECT_EQ(ids_of(row), (std::vector<int32_t>{1, 5}));
+  EXPECT_EQ(ids_of(sparse), ids_of(row));
+}
+
+TEST(ForwardOpsTest, OnlyTheCandidatesOfTopKRowsLeaveTheDevice) {
+  // kTopK rows next to kRow and kArgmax ones: their whole rows never reach the
+  // host buffer, their candidates are the CPU row's top-k at their own scale,
+  // and the CPU (host) path gives the same candidates and logits.
+  ShadowOps *shadow = nullptr;
+  auto cpu = load(4, 32, false);
+  auto dev = load(4, 32, true, kernels::KvDtype::kF32, &shadow);
+  ASSERT_TRUE(cpu && dev && shadow);
+  const int32_t vocab = cpu->config().vocab_size;
+  const std::vector<int32_t> tokens = {1, 403, 407, 261, 378, 432, 383, 286, 261};
+  const std::vector<RowOut> want = {RowOut::kTopK, RowOut::kTopK, RowOut::kRow,
+                                    RowOut::kArgmax, RowOut::kTopK, RowOut::kRow,
+                                    RowOut::kTopK, RowOut::kTopK, RowOut::kArgmax};
+  const std::vector<float> scale = {1.0f / 0.7f, 1.0f / 0.7f, 1, 1, 1.0f, 1, 0.5f, 0.5f, 1};
+  const int32_t k = 40;
+  const size_t n = tokens.size();
+  std::vector<float> full(n * vocab);
+  std::vector<float> part(n * vocab, std::numeric_limits<float>::quiet_NaN());
+  std::vector<int32_t> argmax(n, 99), ids(n * k, 99), cpu_ids(n * k, 99);
+  std::vector<float> values(n * k), cpu_values(n * k);
+  for (int d = 0; d < 2; ++d) {
+    ModelRunner &r = d == 0 ? *cpu : *dev;
+    BatchBuilder b(4);
+    b.add({.block_table = SingleSequence::contiguous_blocks(0, 8),
+           .num_committed = 0,
+           .tokens = tokens,
+           .logits = LogitsMode::kAll});
+    if (d == 0) {
+      ASSERT_TRUE(r.forward(b.batch(), full.data()).ok());
+      std::vector<float> again(full.size());
+      ASSERT_TRUE(r.forward(b.batch(), LogitsOut{.logits = again.data(),
+                                                 .want = want,
+                                                 .argmax = argmax.data(),
+                                                 .top_k = k,
+                                                 .top_k_scale = scale,
+                                                 .top_ids = cpu_ids.data(),
+                                                 .top_logits = cpu_values.data()})
+                      .ok());
+    } else {
+      ASSERT_TRUE(r.forward(b.batch(), LogitsOut{.logits = part.data(),
+                                                 .want = want,
+                                                 .argmax = argmax.data(),
+                                                 .top_k = k,
+                                                 .top_k_scale = scale,
+                                                 .top_ids = ids.data(),
+                                                 .top_logits = values.data()})
+                      .ok());
+    }
+  }
+  EXPECT_EQ(shadow->top_k_calls(), 3);  // one per run of kTopK rows
+  EXPECT_EQ(shadow->argmax_calls(), 2);
+  for (size_t i = 0; i < n; ++i) {
+    const float *cpu_row = full.data() + i * vocab;
+    const float *dev_row = part.data() + i * vocab;
+    if (want[i] == RowOut::kRow) {
+      EXPECT_EQ(0, std::memcmp(cpu_row, dev_row, vocab * sizeof(float))) << i;
+      continue;
+    }
+    EXPECT_TRUE(std::all_of(dev_row, dev_row + vocab, [](float v) { return std::isnan(v); }))
+        << "row " << i << " was copied to the host";
+    if (want[i] != RowOut::kTopK) continue;
+    const std::vector<int32_t> row_ids(ids.begin() + i * k, ids.begin() + (i + 1) * k);
+    EXPECT_EQ(row_ids, naive_top_k(cpu_row, vocab, k, scale[i])) << i;
+    EXPECT_EQ(std::vector<int32_t>(cpu_ids.begin() + i * k, cpu_ids.begin() + (i + 1) * k),
+              row_ids)
+        << i;
+    for (int32_t j = 0; j < k; ++j) {
+      EXPECT_EQ(values[i * k + j], cpu_row[row_ids[j]]) << i << " " << j;
+      EXPECT_EQ(cpu_values[i * k + j], values[i * k + j]) << i << " " << j;
+    }
+  }
+  // A top_k outside [1, kMaxDeviceTopK], or top-k rows without their arrays,
+  // are refused, not read past.
+  BatchBuilder b(4);
+  b.add({.block_table = SingleSequence::contiguous_blocks(8, 8),
+         .num_committed = 0,
+         .tokens = tokens,
+         .logits = LogitsMode::kAll});
+  for (int32_t bad_k : {0, kMaxDeviceTopK + 1}) {
+    std::vector<int32_t> big_ids(n * (kMaxDeviceTopK + 1));
+    std::vector<float> big_values(big_ids.size());
+    EXPECT_FALSE(dev->forward(b.batch(), LogitsOut{.logits = part.data(),
+                                                   .want = want,
+                                                   .argmax = argmax.data(),
+                                                   .top_k = bad_k,
+                                                   .top_k_scale = scale,
+                                                   .top_ids = big_ids.data(),
+                                                   .top_logits = big_values.data()})
+                     .ok())
+        << bad_k;
+  }
+  EXPECT_FALSE(dev->forward(b.batch(), LogitsOut{.logits = part.data(),
+                                                 .want = want,
+                                                 .argmax = argmax.data(),
+                                                 .top_k = k,
+                                                 .top_k_scale = {},
+                                                 .top_ids = ids.data(),
+                                                 .top_logits = values.data()})
+                   .ok());
+  EXPECT_EQ(shadow->top_k_calls(), 3);
 }
 
 TEST(ForwardOpsTest, KvCacheOnADeviceCopiesBlocksAndSlots) {
