@@ -62,9 +62,7 @@ int32_t DraftModelProposer::pick(const DraftInput& in, std::span<const float> lo
 }
 
 bool DraftModelProposer::argmax_drafts(const DraftInput& in) {
-  const sampling::SamplingParams& p = *in.sampling;
-  return !in.keep_distributions && p.greedy() && p.logit_bias.empty() &&
-         p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f;
+  return !in.keep_distributions && in.sampling->greedy() && !in.sampling->has_logit_transforms();
 }
 
 Status DraftModelProposer::forward_rows(std::span<const model::RowOut> want) {

@@ -53,6 +53,11 @@ struct ExecutorOptions {
   // --spec-tree-shape W1,W2,...: a draft model's trees are static (every node at depth d gets
   // W_d children, len levels) instead of dynamic; empty = dynamic (EAGLE-2).
   std::vector<int32_t> tree_static_widths;
+  // Sampled top_k requests get only their candidates back (LocalExecutor::top_k_suffices) when
+  // the forward runs on a GPU. On the CPU that costs ~35 us more per row at a 32k vocabulary than
+  // sampling the whole row in place, so it is off there unless this is set (tests run the GPU's
+  // path on the CPU with it).
+  bool top_k_candidates_on_host = false;
 };
 
 inline constexpr int32_t kMaxTreeBudget = 64;  // --spec-tree-budget, at most

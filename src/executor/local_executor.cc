@@ -41,7 +41,9 @@ Result<std::unique_ptr<LocalExecutor>> LocalExecutor::load(const std::string& pa
     return invalid_argument("KV cache of ", runner->kv_cache().num_blocks(),
                             " blocks: need at least 2 (the null block and one more)");
   }
+  const bool top_k_candidates = !runner->on_host() || options.top_k_candidates_on_host;
   auto exec = std::make_unique<LocalExecutor>(std::move(runner));
+  exec->set_top_k_candidates(top_k_candidates);
   ARBOR_ASSIGN_OR_RETURN(std::unique_ptr<tokenizer::Tokenizer> tok,
                          tokenizer::Tokenizer::from_file(path));
   exec->set_grammar_vocabulary(grammar_vocabulary(*tok));
@@ -455,26 +457,28 @@ step::RequestResult LocalExecutor::verify_tree(const step::ScheduledRequest& s,
   return r;
 }
 
-bool LocalExecutor::top_k_suffices(const RequestState& st) {
+// Nothing reads a row beyond its best entries or moves them: no logprobs, logit_bias,
+// penalties, grammar, or min_tokens mask still to apply.
+bool LocalExecutor::reads_only_the_best(const RequestState& st) {
   const sampling::SamplingParams& p = st.sampling;
-  return !p.greedy() && p.top_k >= 1 && p.top_k <= model::kMaxDeviceTopK &&
-         !p.logprobs.has_value() && p.logit_bias.empty() && p.repetition_penalty == 1.0f &&
-         p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f && !p.grammar.has_value() &&
+  return !p.logprobs.has_value() && !p.has_logit_transforms() && !p.grammar.has_value() &&
          static_cast<int64_t>(st.output_ids().size()) >= p.min_tokens;
 }
 
-model::RowOut LocalExecutor::row_out(const RequestState& st) {
+bool LocalExecutor::top_k_suffices(const RequestState& st) {
+  const sampling::SamplingParams& p = st.sampling;
+  return !p.greedy() && p.top_k >= 1 && p.top_k <= model::kMaxDeviceTopK &&
+         reads_only_the_best(st);
+}
+
+model::RowOut LocalExecutor::row_out(const RequestState& st) const {
   if (argmax_suffices(st)) return model::RowOut::kArgmax;
-  if (top_k_suffices(st)) return model::RowOut::kTopK;
+  if (top_k_candidates_ && top_k_suffices(st)) return model::RowOut::kTopK;
   return model::RowOut::kRow;
 }
 
 bool LocalExecutor::argmax_suffices(const RequestState& st) {
-  const sampling::SamplingParams& p = st.sampling;
-  return p.greedy() && !p.logprobs.has_value() && p.logit_bias.empty() &&
-         p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
-         p.frequency_penalty == 0.0f && !p.grammar.has_value() &&
-         static_cast<int64_t>(st.output_ids().size()) >= p.min_tokens;
+  return st.sampling.greedy() && reads_only_the_best(st);
 }
 
 step::RequestResult LocalExecutor::sample_request(const step::ScheduledRequest& s,

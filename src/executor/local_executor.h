@@ -61,6 +61,8 @@ class LocalExecutor : public step::ModelExecutor {
   int32_t max_tree_nodes() const override { return tree_budget_; }
   // Logits rows that came back as their top-k candidates only (RowOut::kTopK) since load.
   int64_t num_top_k_rows() const { return num_top_k_rows_; }
+  // Sends top_k_suffices requests' rows as candidates (kTopK) from now on, or not.
+  void set_top_k_candidates(bool on) { top_k_candidates_ = on; }
   // Proposes token trees of at most `budget` nodes and `width` children per node (0: chains);
   // a draft model draws them for unseeded sampling requests as `sampling` says.
   // static_widths: a draft model's static tree shape (empty: dynamic trees).
@@ -95,10 +97,11 @@ class LocalExecutor : public step::ModelExecutor {
     float* logits = nullptr;          // [k + 1, vocab_size], or null
     std::span<const int32_t> argmax;  // [k + 1] when logits is null
   };
+  // Whether nothing reads a row beyond its best entries or moves them: no logprobs, logit_bias,
+  // penalties, grammar, or min_tokens mask still to apply.
+  static bool reads_only_the_best(const RequestState& st);
   // Whether the request's tokens follow from its rows' argmax alone, so that its logits can stay
-  // on the device: greedy, and nothing that moves or reads the logits beyond the argmax (no
-  // logprobs, logit_bias, penalties, grammar, or min_tokens mask still to apply). The one place
-  // that decides; LogitsOut::want follows it.
+  // on the device: greedy and reads_only_the_best.
   static bool argmax_suffices(const RequestState& st);
   // Whether the request's tokens follow from each row's top_k best candidates alone (the rows
   // Sampler sees when every other logit is -inf: sampling::fill_sparse_row): sampled with top_k
@@ -107,7 +110,7 @@ class LocalExecutor : public step::ModelExecutor {
   static bool top_k_suffices(const RequestState& st);
   // The one place that decides what comes back of a sampling request's rows (LogitsOut::want):
   // kArgmax when argmax_suffices, kTopK when top_k_suffices, else kRow.
-  static model::RowOut row_out(const RequestState& st);
+  model::RowOut row_out(const RequestState& st) const;
   // Masks the request's logits rows with its grammar (if it has one) and verifies its drafts.
   step::RequestResult sample_request(const step::ScheduledRequest& s, const RequestRows& rows);
   void mask_min_tokens(const step::ScheduledRequest& s, const RequestState& st, float* logits);
@@ -158,6 +161,9 @@ class LocalExecutor : public step::ModelExecutor {
   std::vector<int32_t> top_ids_;     // [num_logits, step's top_k] the kTopK rows' candidates
   std::vector<float> top_logits_;    // [num_logits, step's top_k] and their logits
   int64_t num_top_k_rows_ = 0;
+  // Whether top_k_suffices requests get kTopK rows: on a GPU, or on the host when
+  // ExecutorOptions::top_k_candidates_on_host says so.
+  bool top_k_candidates_ = false;
   std::vector<int32_t> tokens_;   // scratch: one request's tokens run this step
 };
 

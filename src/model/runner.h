@@ -70,6 +70,8 @@ class ModelRunner {
   PagedKvCache& kv_cache() { return *cache_; }
   // The device the forward runs on ("cpu", "cuda:0").
   std::string_view device_name() const { return ops_->name(); }
+  // True when the forward runs on the host (its logits need no copy).
+  bool on_host() const { return ops_->is_host(); }
   kernels::ThreadPool& pool() { return *pool_; }
   const std::shared_ptr<kernels::ThreadPool>& shared_pool() const { return pool_; }
 

@@ -74,6 +74,11 @@ struct SamplingParams {
 
   bool greedy() const { return temperature < kGreedyEpsilon; }
   bool top_k_enabled() const { return top_k > 0; }
+  // Whether steps 1-3 change any logit (logit_bias, repetition / presence / frequency penalty).
+  bool has_logit_transforms() const {
+    return !logit_bias.empty() || repetition_penalty != 1.0f || presence_penalty != 0.0f ||
+           frequency_penalty != 0.0f;
+  }
 
   // Checks every field against its limit; the error names the field, its value and the limit.
   Status validate(int64_t vocab_size) const;

@@ -480,8 +480,9 @@ struct TopKOutcome {
   int64_t accepted = 0;
 };
 
-TopKOutcome run_top_k(const TopKRun& r, bool whole_rows) {
+TopKOutcome run_top_k(const TopKRun& r, bool whole_rows, bool candidates_on_host = true) {
   executor::ExecutorOptions options;
+  options.top_k_candidates_on_host = candidates_on_host;
   options.num_threads = 2;
   options.device = test::kTestDevice;
   options.proposer = r.proposer;
@@ -534,6 +535,13 @@ TEST(SpecSampled, TopKCandidatesGiveTheTokensOfWholeRows) {
     EXPECT_GE(sparse.top_k_rows, 6 * 96) << "the rows did not come back as candidates";
     EXPECT_EQ(whole.top_k_rows, 0) << "logprobs need whole rows";
     if (r.k > 0) EXPECT_GT(sparse.accepted, 0) << "no draft was verified and accepted";
+    if (r.k == 0 && test::kTestDevice == executor::Device::kCpu) {
+      // On the CPU the candidates path is off by default (it is slower there than sampling the
+      // whole row in place) and gives the same tokens.
+      const TopKOutcome host = run_top_k(r, false, false);
+      EXPECT_EQ(host.top_k_rows, 0);
+      EXPECT_EQ(host.tokens, whole.tokens);
+    }
     std::printf("%s: %lld top-k rows, %lld drafts accepted\n",
                 std::string(executor::spec_proposer_name(r.proposer)).c_str(),
                 static_cast<long long>(sparse.top_k_rows), static_cast<long long>(sparse.accepted));
