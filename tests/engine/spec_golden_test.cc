@@ -534,7 +534,9 @@ TEST(SpecSampled, TopKCandidatesGiveTheTokensOfWholeRows) {
     EXPECT_EQ(sparse.tokens, whole.tokens);
     EXPECT_GE(sparse.top_k_rows, 6 * 96) << "the rows did not come back as candidates";
     EXPECT_EQ(whole.top_k_rows, 0) << "logprobs need whole rows";
-    if (r.k > 0) EXPECT_GT(sparse.accepted, 0) << "no draft was verified and accepted";
+    if (r.k > 0) {
+      EXPECT_GT(sparse.accepted, 0) << "no draft was verified and accepted";
+    }
     if (r.k == 0 && test::kTestDevice == executor::Device::kCpu) {
       // On the CPU the candidates path is off by default (it is slower there than sampling the
       // whole row in place) and gives the same tokens.
