@@ -126,7 +126,9 @@ void expect_goldens(const SpecRun& r) {
                        r.with_chains ? ", with chains" : ""));
   int64_t accepted = 0, preemptions = 0;
   const std::vector<std::vector<int32_t>> got = run_spec(r, &accepted, &preemptions);
-  if (r.num_kv_blocks > 0) EXPECT_GT(preemptions, 0) << "the small pool must force preemption";
+  if (r.num_kv_blocks > 0) {
+    EXPECT_GT(preemptions, 0) << "the small pool must force preemption";
+  }
   const std::vector<model::testing::GoldenCase> cases = goldens();
   ASSERT_EQ(got.size(), cases.size());
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -362,8 +364,12 @@ std::vector<std::vector<int64_t>> token_counts(
       for (int32_t p = 0; p < len && p < static_cast<int32_t>(ids.size()); ++p) ++counts[p][ids[p]];
     }
   }
-  if (spec) EXPECT_GT(engine.metrics().num_accepted_draft_tokens, n / 4) << "drafts were verified";
-  if (tree_budget > 0) EXPECT_GT(engine.metrics().num_tree_verify_steps, n / 4) << "trees were verified";
+  if (spec) {
+    EXPECT_GT(engine.metrics().num_accepted_draft_tokens, n / 4) << "drafts were verified";
+  }
+  if (tree_budget > 0) {
+    EXPECT_GT(engine.metrics().num_tree_verify_steps, n / 4) << "trees were verified";
+  }
   return counts;
 }
 
