@@ -522,7 +522,9 @@ TopKOutcome run_top_k(const TopKRun& r, bool whole_rows, bool candidates_on_host
   for (auto& s : streams) out.tokens.push_back(testing::drain(*s, 1).token_ids[0]);
   out.top_k_rows = executor->num_top_k_rows();
   out.accepted = engine.metrics().num_accepted_draft_tokens;
-  if (r.tree_budget > 0) EXPECT_GT(engine.metrics().num_tree_verify_steps, 0);
+  if (r.tree_budget > 0) {
+    EXPECT_GT(engine.metrics().num_tree_verify_steps, 0);
+  }
   return out;
 }
 
