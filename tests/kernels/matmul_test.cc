@@ -165,35 +165,44 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest,
                          });
 
 // Types without their own kernels take the generic dequantise-and-dot path.
+// Random rows x cols weights of `type` (packed when `pack`) times nt random tokens: each token
+// multiplied alone must equal its row of the batched call, bit for bit (the engine's "batched
+// equals alone" guarantee).
+void expect_batch_invariant(GgmlType type, int64_t rows, int64_t cols, int64_t nt, bool pack,
+                            uint32_t seed) {
+  std::mt19937 rng(seed);
+  const std::vector<float> wf = testing::random_floats(rng, rows * cols);
+  const std::vector<float> x = testing::random_floats(rng, nt * cols);
+  const std::vector<uint8_t> data =
+      testing::encode_weights(type, wf, rows, cols, weight_row_bytes(type, cols));
+  WeightView w = make_weight_view(type, data.data(), rows, cols);
+  PackedWeights packed;
+  if (pack) {
+    packed = pack_weights(w);
+    w.packed = packed.data();
+  }
+  ThreadPool pool(2);
+  std::vector<float> all(static_cast<size_t>(nt * rows)), one(static_cast<size_t>(rows));
+  matmul(w, x.data(), all.data(), nt, pool);
+  for (int64_t t = 0; t < nt; ++t) {
+    matmul(w, x.data() + t * cols, one.data(), 1, pool);
+    for (int64_t r = 0; r < rows; ++r) {
+      ASSERT_EQ(one[r], all[t * rows + r])
+          << gguf::ggml_type_name(type) << " cols=" << cols << " t=" << t << " r=" << r;
+    }
+  }
+}
+
 TEST(Matmul, PackedKernelsAreBatchInvariant) {
-  // A token's outputs must not depend on the tokens beside it (the engine's "batched equals
-  // alone" guarantee): each of 19 tokens multiplied alone equals its row of the batched call,
-  // bit for bit, for row counts that leave partial 16-row groups.
+  // 19 tokens; 70 rows leave partial 16-row groups.
   for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ6_K,
                         GgmlType::kQ5_0}) {
     if (!packing_available(type)) {
       GTEST_SKIP() << "the CPU lacks the ISA of the packed " << gguf::ggml_type_name(type)
                    << " kernel (best ISA here: " << isa_name(best_isa()) << ")";
     }
-    std::mt19937 rng(77);
-    const int64_t rows = 70, cols = affine(type) ? 512 : 320, nt = 19;
-    const std::vector<float> wf = testing::random_floats(rng, rows * cols);
-    const std::vector<float> x = testing::random_floats(rng, nt * cols);
-    const std::vector<uint8_t> data =
-        testing::encode_weights(type, wf, rows, cols, weight_row_bytes(type, cols));
-    WeightView w = make_weight_view(type, data.data(), rows, cols);
-    const PackedWeights packed = pack_weights(w);
-    w.packed = packed.data();
-    ThreadPool pool(2);
-    std::vector<float> all(static_cast<size_t>(nt * rows)), one(static_cast<size_t>(rows));
-    matmul(w, x.data(), all.data(), nt, pool);
-    for (int64_t t = 0; t < nt; ++t) {
-      matmul(w, x.data() + t * cols, one.data(), 1, pool);
-      for (int64_t r = 0; r < rows; ++r) {
-        ASSERT_EQ(one[r], all[t * rows + r]) << gguf::ggml_type_name(type) << " t=" << t
-                                             << " r=" << r;
-      }
-    }
+    expect_batch_invariant(type, 70, affine(type) ? 512 : 320, 19, /*pack=*/true, 77);
+    if (HasFatalFailure()) return;
   }
 }
 
@@ -204,23 +213,8 @@ TEST(Matmul, FloatKernelsAreBatchInvariant) {
   // two token blocks.
   for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16}) {
     for (const int64_t cols : {320, 45}) {
-      std::mt19937 rng(78);
-      const int64_t rows = 70, nt = 40;
-      const std::vector<float> wf = testing::random_floats(rng, rows * cols);
-      const std::vector<float> x = testing::random_floats(rng, nt * cols);
-      const std::vector<uint8_t> data =
-          testing::encode_weights(type, wf, rows, cols, weight_row_bytes(type, cols));
-      const WeightView w = make_weight_view(type, data.data(), rows, cols);
-      ThreadPool pool(2);
-      std::vector<float> all(static_cast<size_t>(nt * rows)), one(static_cast<size_t>(rows));
-      matmul(w, x.data(), all.data(), nt, pool);
-      for (int64_t t = 0; t < nt; ++t) {
-        matmul(w, x.data() + t * cols, one.data(), 1, pool);
-        for (int64_t r = 0; r < rows; ++r) {
-          ASSERT_EQ(one[r], all[t * rows + r])
-              << gguf::ggml_type_name(type) << " cols=" << cols << " t=" << t << " r=" << r;
-        }
-      }
+      expect_batch_invariant(type, 70, cols, 40, /*pack=*/false, 78);
+      if (HasFatalFailure()) return;
     }
   }
 }
