@@ -396,16 +396,37 @@ TEST(ForwardOpsTest, ArgmaxRowsTiesToTheLowestIdAndFlagsNonFiniteRows) {
     ASSERT_EQ(got[i], naive_argmax(r.data() + i * 37, 37)) << "row " << i;
 }
 
+// The CPU and the shadow device on stories260K, and one 9-token prompt in
+// blocks 0..7 with logits for every row: what the row-kind tests compare.
+struct RowsSetup {
+  std::unique_ptr<ModelRunner> cpu, dev;
+  ShadowOps *shadow = nullptr;
+  std::vector<int32_t> tokens = {1, 403, 407, 261, 378, 432, 383, 286, 261};
+  BatchBuilder batch{4};
+  int32_t vocab = 0;
+};
+
+void make_rows_setup(RowsSetup &s) {
+  s.cpu = load(4, 32, false);
+  s.dev = load(4, 32, true, kernels::KvDtype::kF32, &s.shadow);
+  ASSERT_TRUE(s.cpu && s.dev && s.shadow);
+  s.vocab = s.cpu->config().vocab_size;
+  s.batch.add({.block_table = SingleSequence::contiguous_blocks(0, 8),
+               .num_committed = 0,
+               .tokens = s.tokens,
+               .logits = LogitsMode::kAll});
+}
+
 TEST(ForwardOpsTest, OnlyTheRowsAskedForLeaveTheDevice) {
   // Whole rows where `want` says kRow, only the argmax elsewhere: the kRow rows
   // equal the CPU's bit for bit, the kArgmax rows never reach the host buffer,
   // and their argmax is the CPU row's.
-  ShadowOps *shadow = nullptr;
-  auto cpu = load(4, 32, false);
-  auto dev = load(4, 32, true, kernels::KvDtype::kF32, &shadow);
-  ASSERT_TRUE(cpu && dev && shadow);
-  const int32_t vocab = cpu->config().vocab_size;
-  const std::vector<int32_t> tokens = {1, 403, 407, 261, 378, 432, 383, 286, 261};
+  RowsSetup setup;
+  make_rows_setup(setup);
+  if (HasFatalFailure()) return;
+  const std::vector<int32_t> &tokens = setup.tokens;
+  const int32_t vocab = setup.vocab;
+  ShadowOps *shadow = setup.shadow;
   const std::vector<RowOut> want = {RowOut::kArgmax, RowOut::kArgmax, RowOut::kRow,
                                     RowOut::kArgmax, RowOut::kRow,    RowOut::kRow,
                                     RowOut::kArgmax, RowOut::kArgmax, RowOut::kArgmax};
@@ -413,28 +434,20 @@ TEST(ForwardOpsTest, OnlyTheRowsAskedForLeaveTheDevice) {
   std::vector<float> part(tokens.size() * vocab,
                           std::numeric_limits<float>::quiet_NaN());
   std::vector<int32_t> argmax(tokens.size(), 99), cpu_argmax(tokens.size(), 99);
-  for (int d = 0; d < 2; ++d) {
-    ModelRunner &r = d == 0 ? *cpu : *dev;
-    BatchBuilder b(4);
-    b.add({.block_table = SingleSequence::contiguous_blocks(0, 8),
-           .num_committed = 0,
-           .tokens = tokens,
-           .logits = LogitsMode::kAll});
-    if (d == 0) {
-      ASSERT_TRUE(r.forward(b.batch(), full.data()).ok());
-      // The CPU with the same request: the argmax it computes on the host.
-      std::vector<float> again(full.size());
-      ASSERT_TRUE(r.forward(b.batch(), LogitsOut{.logits = again.data(),
-                                                 .want = want,
-                                                 .argmax = cpu_argmax.data()})
-                      .ok());
-    } else {
-      ASSERT_TRUE(r.forward(b.batch(), LogitsOut{.logits = part.data(),
-                                                 .want = want,
-                                                 .argmax = argmax.data()})
-                      .ok());
-    }
-  }
+  const ForwardBatch &batch = setup.batch.batch();
+  ASSERT_TRUE(setup.cpu->forward(batch, full.data()).ok());
+  // The CPU with the same request: the argmax it computes on the host.
+  std::vector<float> again(full.size());
+  ASSERT_TRUE(setup.cpu
+                  ->forward(batch, LogitsOut{.logits = again.data(),
+                                             .want = want,
+                                             .argmax = cpu_argmax.data()})
+                  .ok());
+  ASSERT_TRUE(setup.dev
+                  ->forward(batch, LogitsOut{.logits = part.data(),
+                                             .want = want,
+                                             .argmax = argmax.data()})
+                  .ok());
   EXPECT_EQ(shadow->argmax_calls(), 3);  // one per run of kArgmax rows
   for (size_t i = 0; i < tokens.size(); ++i) {
     const float *cpu_row = full.data() + i * vocab;
@@ -457,7 +470,7 @@ TEST(ForwardOpsTest, OnlyTheRowsAskedForLeaveTheDevice) {
          .tokens = tokens,
          .logits = LogitsMode::kAll});
   const std::vector<RowOut> short_want(3, RowOut::kArgmax);
-  EXPECT_FALSE(dev->forward(b.batch(), LogitsOut{.logits = part.data(),
+  EXPECT_FALSE(setup.dev->forward(b.batch(), LogitsOut{.logits = part.data(),
                                                  .want = short_want,
                                                  .argmax = argmax.data()})
                    .ok());
@@ -665,12 +678,12 @@ TEST(ForwardOpsTest, OnlyTheCandidatesOfTopKRowsLeaveTheDevice) {
   // kTopK rows next to kRow and kArgmax ones: their whole rows never reach the
   // host buffer, their candidates are the CPU row's top-k at their own scale,
   // and the CPU (host) path gives the same candidates and logits.
-  ShadowOps *shadow = nullptr;
-  auto cpu = load(4, 32, false);
-  auto dev = load(4, 32, true, kernels::KvDtype::kF32, &shadow);
-  ASSERT_TRUE(cpu && dev && shadow);
-  const int32_t vocab = cpu->config().vocab_size;
-  const std::vector<int32_t> tokens = {1, 403, 407, 261, 378, 432, 383, 286, 261};
+  RowsSetup setup;
+  make_rows_setup(setup);
+  if (HasFatalFailure()) return;
+  const std::vector<int32_t> &tokens = setup.tokens;
+  const int32_t vocab = setup.vocab;
+  ShadowOps *shadow = setup.shadow;
   const std::vector<RowOut> want = {RowOut::kTopK, RowOut::kTopK, RowOut::kRow,
                                     RowOut::kArgmax, RowOut::kTopK, RowOut::kRow,
                                     RowOut::kTopK, RowOut::kTopK, RowOut::kArgmax};
@@ -681,35 +694,27 @@ TEST(ForwardOpsTest, OnlyTheCandidatesOfTopKRowsLeaveTheDevice) {
   std::vector<float> part(n * vocab, std::numeric_limits<float>::quiet_NaN());
   std::vector<int32_t> argmax(n, 99), ids(n * k, 99), cpu_ids(n * k, 99);
   std::vector<float> values(n * k), cpu_values(n * k);
-  for (int d = 0; d < 2; ++d) {
-    ModelRunner &r = d == 0 ? *cpu : *dev;
-    BatchBuilder b(4);
-    b.add({.block_table = SingleSequence::contiguous_blocks(0, 8),
-           .num_committed = 0,
-           .tokens = tokens,
-           .logits = LogitsMode::kAll});
-    if (d == 0) {
-      ASSERT_TRUE(r.forward(b.batch(), full.data()).ok());
-      std::vector<float> again(full.size());
-      ASSERT_TRUE(r.forward(b.batch(), LogitsOut{.logits = again.data(),
-                                                 .want = want,
-                                                 .argmax = argmax.data(),
-                                                 .top_k = k,
-                                                 .top_k_scale = scale,
-                                                 .top_ids = cpu_ids.data(),
-                                                 .top_logits = cpu_values.data()})
-                      .ok());
-    } else {
-      ASSERT_TRUE(r.forward(b.batch(), LogitsOut{.logits = part.data(),
-                                                 .want = want,
-                                                 .argmax = argmax.data(),
-                                                 .top_k = k,
-                                                 .top_k_scale = scale,
-                                                 .top_ids = ids.data(),
-                                                 .top_logits = values.data()})
-                      .ok());
-    }
-  }
+  const ForwardBatch &batch = setup.batch.batch();
+  ASSERT_TRUE(setup.cpu->forward(batch, full.data()).ok());
+  std::vector<float> again(full.size());
+  ASSERT_TRUE(setup.cpu
+                  ->forward(batch, LogitsOut{.logits = again.data(),
+                                             .want = want,
+                                             .argmax = argmax.data(),
+                                             .top_k = k,
+                                             .top_k_scale = scale,
+                                             .top_ids = cpu_ids.data(),
+                                             .top_logits = cpu_values.data()})
+                  .ok());
+  ASSERT_TRUE(setup.dev
+                  ->forward(batch, LogitsOut{.logits = part.data(),
+                                             .want = want,
+                                             .argmax = argmax.data(),
+                                             .top_k = k,
+                                             .top_k_scale = scale,
+                                             .top_ids = ids.data(),
+                                             .top_logits = values.data()})
+                  .ok());
   EXPECT_EQ(shadow->top_k_calls(), 3);  // one per run of kTopK rows
   EXPECT_EQ(shadow->argmax_calls(), 2);
   for (size_t i = 0; i < n; ++i) {
@@ -742,7 +747,7 @@ TEST(ForwardOpsTest, OnlyTheCandidatesOfTopKRowsLeaveTheDevice) {
   for (int32_t bad_k : {0, kMaxDeviceTopK + 1}) {
     std::vector<int32_t> big_ids(n * (kMaxDeviceTopK + 1));
     std::vector<float> big_values(big_ids.size());
-    EXPECT_FALSE(dev->forward(b.batch(), LogitsOut{.logits = part.data(),
+    EXPECT_FALSE(setup.dev->forward(b.batch(), LogitsOut{.logits = part.data(),
                                                    .want = want,
                                                    .argmax = argmax.data(),
                                                    .top_k = bad_k,
@@ -752,7 +757,7 @@ TEST(ForwardOpsTest, OnlyTheCandidatesOfTopKRowsLeaveTheDevice) {
                      .ok())
         << bad_k;
   }
-  EXPECT_FALSE(dev->forward(b.batch(), LogitsOut{.logits = part.data(),
+  EXPECT_FALSE(setup.dev->forward(b.batch(), LogitsOut{.logits = part.data(),
                                                  .want = want,
                                                  .argmax = argmax.data(),
                                                  .top_k = k,
