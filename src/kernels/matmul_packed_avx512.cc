@@ -44,10 +44,6 @@ ARBOR_AVX512_INLINE int32_t load_i32(const int8_t* p) {
   return v;
 }
 
-// Software prefetch distance of the weight stream, in records: a step over a few tokens spends
-// long enough on each record that the hardware prefetcher alone leaves the core waiting on DRAM.
-constexpr int64_t kPrefetchRecords = 8;
-
 template <GgmlType kType>
 ARBOR_AVX512_INLINE void prefetch_record(const uint8_t* rec) {
   constexpr size_t kRec = kRecordBytes<kType>;

@@ -40,9 +40,9 @@ ARBOR_AVX512_INLINE __m512 load_ph(const uint8_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
-// Bytes ahead of the record being read that the tiles prefetch (8 records).
+// Bytes ahead of the record being read that the tiles prefetch (packed_tiles.h).
 template <size_t kRec>
-constexpr size_t kPrefetchBytes = 8 * kRec;
+constexpr size_t kPrefetchBytes = kPrefetchRecords * kRec;
 
 template <GgmlType kType>
 struct AffineKernel {

@@ -20,6 +20,13 @@
 
 namespace arbor::kernels::internal {
 
+// How far ahead of the record it is reading a tile prefetches its weight stream, in records
+// (Q4_0: 4.3 KB, Q4_K: 4.6 KB). Every tile does some work per record (unpacking, scales, one
+// dot chain per token), which leaves the hardware prefetcher alone too far behind DRAM; 16
+// read 3-15 % faster than 8 at 1..16 tokens and as fast as 24 or 32 (docs/benchmarks.md,
+// "One stream per thread").
+constexpr int64_t kPrefetchRecords = 16;
+
 // A tile's accumulators: acc[g][t] lane i = row 16 (g0 + g) + i, token t0 + t.
 template <int G, int T>
 ARBOR_AVX512_INLINE void zero_tile(__m512 (&acc)[G][T]) {
@@ -65,8 +72,11 @@ ARBOR_AVX512 void group_tiles(const WeightView& w, const typename K::Act* acts,
   for (; g < ge; ++g) token_tiles<K, 1, T>(w, acts, num_tokens, y, g, t0, t1);
 }
 
-// One token (decode): four groups per tile, so 8 dot chains run at once while four weight
-// streams are read. Two or three tokens: two groups. Up to kMaxStationaryTokens (a step that
+// One to three tokens (decode, small batches, short drafts): one group x every token, so each
+// thread reads its rows as a single sequential stream (a group's records are contiguous and the
+// next group's follow them). Four groups per tile (four streams 4.6 KB apart, 8 dot chains) read
+// DRAM-resident weights 12-19 % slower on Zen 5 at two threads, and was no faster from L3
+// (docs/benchmarks.md, "One stream per thread"). Up to kMaxStationaryTokens (a step that
 // verifies drafts): one group x every token, so each weight record is read from memory once
 // and used for all of them (T accumulators + 8 weight registers, no spills). More tokens
 // (prefill): 1 group x 8 tokens per tile over token blocks whose activations stay in L2 while
@@ -75,12 +85,8 @@ template <class K>
 ARBOR_AVX512 void packed_rows(const WeightView& w, const typename K::Act* acts,
                               int64_t num_tokens, float* y, int64_t gb, int64_t ge) {
   constexpr int64_t kTokenBlock = 64;
-  if (num_tokens == 1) {
-    group_tiles<K, 4, 1>(w, acts, 1, y, gb, ge, 0, 1);
-    return;
-  }
   if (num_tokens <= 3) {
-    group_tiles<K, 2, 3>(w, acts, num_tokens, y, gb, ge, 0, num_tokens);
+    group_tiles<K, 1, 3>(w, acts, num_tokens, y, gb, ge, 0, num_tokens);
     return;
   }
   if (num_tokens <= 2 * kMaxStationaryTokens) {
