@@ -335,14 +335,13 @@ void run_packed_rows(std::span<const WeightView* const> ws, const Act* acts,
                      std::span<float* const> ys, int64_t num_tokens, ThreadPool& pool,
                      const Rows& rows) {
   const int64_t cols = ws[0]->cols;
-  // Work units: the kernels' group tile; unit_end[i] = units of matrices 0..i.
-  const int64_t unit = internal::packed_group_unit(num_tokens);
+  // Work units: 16-row groups, the kernels' tile at every token count (packed_tiles.h);
+  // unit_end[i] = units of matrices 0..i.
   int64_t unit_end[8];
   ARBOR_CHECK_LE(ws.size(), 8u);
   int64_t units = 0, macs = 0;
   for (size_t i = 0; i < ws.size(); ++i) {
-    const int64_t groups = (ws[i]->rows + internal::kPackRows - 1) / internal::kPackRows;
-    units += (groups + unit - 1) / unit;
+    units += (ws[i]->rows + internal::kPackRows - 1) / internal::kPackRows;
     unit_end[i] = units;
     macs += ws[i]->rows * cols * num_tokens;
   }
@@ -351,10 +350,8 @@ void run_packed_rows(std::span<const WeightView* const> ws, const Act* acts,
     for (size_t i = 0; i < ws.size() && begin < end; ++i) {
       const int64_t first = i == 0 ? 0 : unit_end[i - 1];
       if (begin >= unit_end[i]) continue;
-      const int64_t groups = (ws[i]->rows + internal::kPackRows - 1) / internal::kPackRows;
       const int64_t stop = std::min(end, unit_end[i]);
-      rows(*ws[i], acts, num_tokens, ys[i], (begin - first) * unit,
-           std::min(groups, (stop - first) * unit));
+      rows(*ws[i], acts, num_tokens, ys[i], begin - first, stop - first);
       begin = stop;
     }
   };

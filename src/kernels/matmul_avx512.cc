@@ -180,16 +180,15 @@ ARBOR_AVX512 void stationary_rows(const MatmulArgs& a, int64_t row_begin, int64_
 // GEMV (fewer than kGemmMinTokens tokens): 4-row tiles whose rows come from the four quarters of
 // the range (rows i, i + q, i + 2q, i + 3q), so each read stream runs through q consecutive rows
 // (see rows_kernel in matmul_avx2.cc), all tokens per tile.
-// GEMM: token blocks of 32 (f32 activations: 256 KiB at 2048 cols, in L2) and 6-row weight tiles
-// that stay in L1 across the block's 4-token tiles: 24 accumulators, 6 weight vectors and one
-// activation vector in the 32 registers, each activation load feeding 6 FMAs (4 x 4 tiles: 4,
-// and 15 % slower on F16 at 2048 x 2048 x 64, one thread: L2 -> L1 activation traffic, not the
-// F16 widening, was the limit). The tile shape never changes a result: every output sums its
-// 16 lanes over the columns in order and reduces once.
+// GEMM: 6-row x 4-token tiles in row_blocked_gemm's order (48-row blocks in L2, each 4-token
+// tile's activations in L1 across the block's row tiles): 24 accumulators, 6 weight vectors and
+// one activation vector in the 32 registers, each activation load feeding 6 FMAs (4 x 4 tiles:
+// 4, and 15 % slower on F16 at 2048 x 2048 x 64, one thread; widening F16 is not the limit:
+// dropping the conversion gained nothing). The tile shape never changes a result: every output
+// sums its 16 lanes over the columns in order and reduces once.
 template <GgmlType kType>
 ARBOR_AVX512 void float_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
   constexpr int kGemvRows = 4, kGemmRows = 6, kGemmTokens = 4;
-  constexpr int64_t kTokenBlock = 32;
   if (a.xb != nullptr) {  // 2..2 * kMaxStationaryTokens tokens
     stationary_rows<kType>(a, row_begin, row_end);
     return;
@@ -205,14 +204,10 @@ ARBOR_AVX512 void float_rows(const MatmulArgs& a, int64_t row_begin, int64_t row
     }
     return;
   }
-  for (int64_t tb = 0; tb < a.num_tokens; tb += kTokenBlock) {
-    const int64_t te = std::min(a.num_tokens, tb + kTokenBlock);
-    int64_t r = row_begin;
-    for (; r + kGemmRows <= row_end; r += kGemmRows) {
-      float_token_tiles<kType, kGemmRows, kGemmTokens>(a, r, 1, tb, te);
-    }
-    for (; r < row_end; ++r) float_token_tiles<kType, 1, kGemmTokens>(a, r, 1, tb, te);
-  }
+  row_blocked_gemm<kGemmRows, kGemmTokens>(
+      row_begin, row_end, a.num_tokens, [&]<int R>(int64_t r, int64_t t0, int64_t t1) {
+        float_token_tiles<kType, R, kGemmTokens>(a, r, 1, t0, t1);
+      });
 }
 
 }  // namespace

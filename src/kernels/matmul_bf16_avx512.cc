@@ -91,11 +91,9 @@ ARBOR_AVX512_BF16 void streaming_row_tiles(const MatmulArgs& a, int64_t r, int64
   }
 }
 
-// More tokens (prefill): token blocks of 32 whose activations (128 KiB at 2048 columns) stay in
-// L2, 4 x 6 tiles over adjacent rows that stay in L1 across the block's tiles.
+// More tokens (prefill): 4 x 6 tiles over adjacent rows, in row_blocked_gemm's order.
 constexpr int kGemmRows = 4;
 constexpr int kGemmTokens = 6;
-constexpr int64_t kGemmTokenBlock = 32;
 
 }  // namespace
 
@@ -108,14 +106,10 @@ void bf16_rows_avx512(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
     }
     return;
   }
-  for (int64_t tb = 0; tb < a.num_tokens; tb += kGemmTokenBlock) {
-    const int64_t te = std::min(a.num_tokens, tb + kGemmTokenBlock);
-    int64_t r = row_begin;
-    for (; r + kGemmRows <= row_end; r += kGemmRows) {
-      token_tiles<kGemmRows, kGemmTokens, false>(a, r, 1, tb, te);
-    }
-    for (; r < row_end; ++r) token_tiles<1, kGemmTokens, false>(a, r, 1, tb, te);
-  }
+  row_blocked_gemm<kGemmRows, kGemmTokens>(
+      row_begin, row_end, a.num_tokens, [&]<int R>(int64_t r, int64_t t0, int64_t t1) {
+        token_tiles<R, kGemmTokens, false>(a, r, 1, t0, t1);
+      });
 }
 
 ARBOR_AVX512_BF16 void round_acts_bf16_avx512(const float* x, int64_t num_tokens, int64_t cols,
