@@ -423,6 +423,18 @@ ARBOR_AVX2 void act_q4_sums_avx2(const int8_t* qs, int64_t cols, int16_t* out) {
   }
 }
 
+ARBOR_AVX2 void act_half_sums_avx2(const int8_t* qs, int32_t* sums) {
+  // A sum of absolute differences against zero adds unsigned bytes; flipping the sign bit maps
+  // q to q + 128. s: four u64 sums of bytes 0-7, 8-15, 16-23, 24-31.
+  const __m256i u = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs)),
+                                     _mm256_set1_epi8(static_cast<char>(0x80)));
+  const __m256i s = _mm256_sad_epu8(u, _mm256_setzero_si256());
+  const int64_t lo = _mm256_extract_epi64(s, 0) + _mm256_extract_epi64(s, 1);
+  const int64_t hi = _mm256_extract_epi64(s, 2) + _mm256_extract_epi64(s, 3);
+  sums[0] = static_cast<int32_t>(lo) - 16 * 128;
+  sums[1] = static_cast<int32_t>(hi) - 16 * 128;
+}
+
 RowKernel avx2_kernel(GgmlType type) {
   switch (type) {
     case GgmlType::kF32:

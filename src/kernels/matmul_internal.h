@@ -40,6 +40,8 @@ void quantize_act_row_scalar(const float* x, int64_t cols, int8_t* qs, float* d)
 void quantize_act_row_avx2(const float* x, int64_t cols, int8_t* qs, float* d);
 // The q4_sums entries of one token row: qs: [cols], out: [cols / 32, 8].
 void act_q4_sums_avx2(const int8_t* qs, int64_t cols, int16_t* out);
+// sums[0] = qs[0] + .. + qs[15], sums[1] = qs[16] + .. + qs[31] (one block of 32).
+void act_half_sums_avx2(const int8_t* qs, int32_t* sums);
 
 // Everything a kernel needs for one matmul call. `act` is x (float types) or QuantizedActs.
 struct MatmulArgs {

@@ -275,11 +275,19 @@ void pack_act_row_affine(const float* x, int64_t cols, ActBlockAffine* out, int6
     ActBlockAffine& a = out[b * out_stride];
     if (avx2) {
       quantize_act_row_avx2(x + b * kQBlock, kQBlock, a.qs, &a.d);
+      act_half_sums_avx2(a.qs, a.sum);
     } else {
       quantize_act_row_scalar(x + b * kQBlock, kQBlock, a.qs, &a.d);
+      // Sums in locals: a.qs is int8_t, which may alias a.sum, so accumulating into a.sum
+      // would go through memory once per element.
+      int32_t s0 = 0, s1 = 0;
+      for (int l = 0; l < 16; ++l) {
+        s0 += a.qs[l];
+        s1 += a.qs[16 + l];
+      }
+      a.sum[0] = s0;
+      a.sum[1] = s1;
     }
-    a.sum[0] = a.sum[1] = 0;
-    for (int l = 0; l < 32; ++l) a.sum[l / 16] += a.qs[l];
     a.dsum = a.d * static_cast<float>(a.sum[0] + a.sum[1]);
   }
 }

@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -315,6 +316,29 @@ TEST(Matmul, AffineScalarKernelEqualsPackedBitForBit) {
                                 << " tokens " << nt;
       }
     }
+  }
+}
+
+// The AVX2 half sums of an activation block equal plain sums, on random blocks and on the
+// extremes (all -128, all 127, one half each).
+TEST(Matmul, ActHalfSumsEqualPlainSums) {
+  if (best_isa() < Isa::kAvx2) GTEST_SKIP() << "no AVX2 on this CPU";
+  std::mt19937 rng(5);
+  std::vector<std::array<int8_t, 32>> blocks(2000);
+  for (auto& b : blocks) {
+    for (int8_t& q : b) q = static_cast<int8_t>(rng());
+  }
+  blocks[0].fill(-128);
+  blocks[1].fill(127);
+  std::fill(blocks[2].begin(), blocks[2].begin() + 16, static_cast<int8_t>(-128));
+  std::fill(blocks[2].begin() + 16, blocks[2].end(), static_cast<int8_t>(127));
+  for (const auto& b : blocks) {
+    int32_t want[2] = {0, 0};
+    for (int l = 0; l < 32; ++l) want[l / 16] += b[static_cast<size_t>(l)];
+    int32_t got[2] = {-1, -1};
+    internal::act_half_sums_avx2(b.data(), got);
+    ASSERT_EQ(got[0], want[0]);
+    ASSERT_EQ(got[1], want[1]);
   }
 }
 
