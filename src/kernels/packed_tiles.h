@@ -75,7 +75,7 @@ ARBOR_AVX512 void group_tiles(const WeightView& w, const typename K::Act* acts,
 // One to three tokens (decode, small batches, short drafts): one group x every token, so each
 // thread reads its rows as a single sequential stream (a group's records are contiguous and the
 // next group's follow them). Four groups per tile (four streams 4.6 KB apart, 8 dot chains) read
-// DRAM-resident weights 12-19 % slower on Zen 5 at two threads, and was no faster from L3
+// DRAM-resident weights 11-16 % slower on Zen 5 at two threads, and was no faster from L3
 // (docs/benchmarks.md, "One stream per thread"). Up to kMaxStationaryTokens (a step that
 // verifies drafts): one group x every token, so each weight record is read from memory once
 // and used for all of them (T accumulators + 8 weight registers, no spills). More tokens
