@@ -351,8 +351,9 @@ ARBOR_HD inline float affine_step(int32_t lo, int32_t hi, const WeightRun& run_l
                                   const WeightRun& run_hi, const ActSums& a, float acc) {
   constexpr AffineTraits kT = affine_traits(T);
   if constexpr (kT.split) {
-    acc = fma_rn(static_cast<float>(lo), mul_rn(run_lo.scale, a.d), acc);
-    acc = fma_rn(static_cast<float>(hi), mul_rn(run_hi.scale, a.d), acc);
+    const float t = fma_rn(static_cast<float>(lo), run_lo.scale,
+                           mul_rn(static_cast<float>(hi), run_hi.scale));
+    acc = fma_rn(t, a.d, acc);
     if constexpr (kT.has_min) {
       acc = fma_rn(run_lo.offset, a.dsum0, acc);
       acc = fma_rn(run_hi.offset, a.dsum1, acc);

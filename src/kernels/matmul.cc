@@ -374,8 +374,9 @@ void matmul_packed(std::span<const WeightView* const> ws, const float* x,
   if (internal::is_affine_type(w0.type)) {
     auto* acts = static_cast<internal::ActBlockAffine*>(pool.workspace(
         0, static_cast<size_t>(num_tokens * nb) * sizeof(internal::ActBlockAffine)));
+    const int zero = internal::affine_format(w0.type).zero;
     for_each_token(num_tokens, cols, pool, [&](int64_t t) {
-      internal::pack_act_row_affine(x + t * cols, cols, acts + t, num_tokens, /*avx2=*/true);
+      internal::pack_act_row_affine(x + t * cols, cols, zero, acts + t, num_tokens, /*avx2=*/true);
     });
     run_packed_rows(ws, acts, ys, num_tokens, pool,
                     active_isa() >= Isa::kAvx512 ? internal::affine_rows_avx512
@@ -400,7 +401,8 @@ void matmul_affine_scalar(const WeightView& w, const float* x, float* y, int64_t
   auto* acts = static_cast<internal::ActBlockAffine*>(pool.workspace(
       0, static_cast<size_t>(num_tokens * nb) * sizeof(internal::ActBlockAffine)));
   for (int64_t t = 0; t < num_tokens; ++t) {
-    internal::pack_act_row_affine(x + t * cols, cols, acts + t, num_tokens, /*avx2=*/false);
+    internal::pack_act_row_affine(x + t * cols, cols, internal::affine_format(w.type).zero, acts + t,
+                                  num_tokens, /*avx2=*/false);
   }
   if (pool.num_threads() == 1 || w.rows * cols * num_tokens < kMinParallelMacs) {
     internal::affine_rows_scalar(w, acts, num_tokens, y, 0, w.rows);
@@ -518,7 +520,7 @@ void affine_ref(const WeightView& w, const float* x, float* y, int64_t num_token
   const int64_t nb = w.cols / kQBlock;
   std::vector<internal::ActBlockAffine> acts(static_cast<size_t>(num_tokens * nb));
   for (int64_t t = 0; t < num_tokens; ++t) {
-    internal::pack_act_row_affine(x + t * w.cols, w.cols, acts.data() + t * nb, 1, false);
+    internal::pack_act_row_affine(x + t * w.cols, w.cols, f.zero, acts.data() + t * nb, 1, false);
   }
   internal::AffineBlock blk;
   for (int64_t r = 0; r < w.rows; ++r) {

@@ -269,8 +269,8 @@ void pack_affine(const WeightView& w, uint8_t* dst) {
 
 // ---- Activations and the scalar kernel ----
 
-void pack_act_row_affine(const float* x, int64_t cols, ActBlockAffine* out, int64_t out_stride,
-                         bool avx2) {
+void pack_act_row_affine(const float* x, int64_t cols, int zero, ActBlockAffine* out,
+                         int64_t out_stride, bool avx2) {
   for (int64_t b = 0; b < cols / kQBlock; ++b) {
     ActBlockAffine& a = out[b * out_stride];
     if (avx2) {
@@ -289,6 +289,10 @@ void pack_act_row_affine(const float* x, int64_t cols, ActBlockAffine* out, int6
       a.sum[1] = s1;
     }
     a.dsum = a.d * static_cast<float>(a.sum[0] + a.sum[1]);
+    for (int h = 0; h < 2; ++h) {
+      a.init[h] = -zero * a.sum[h];
+      a.dsum_half[h] = a.d * static_cast<float>(a.sum[h]);
+    }
   }
 }
 
@@ -304,8 +308,9 @@ float affine_block_step(const AffineFormat& f, const AffineBlock& blk, const Act
     hi -= f.zero * a.sum[1];
   }
   if (f.split) {
-    acc = std::fma(static_cast<float>(lo), affine_scale(f, blk, 0) * a.d, acc);
-    acc = std::fma(static_cast<float>(hi), affine_scale(f, blk, 1) * a.d, acc);
+    const float t = std::fma(static_cast<float>(lo), affine_scale(f, blk, 0),
+                             static_cast<float>(hi) * affine_scale(f, blk, 1));
+    acc = std::fma(t, a.d, acc);
     if (f.has_min) {
       acc = std::fma(affine_offset(f, blk, 0), a.d * static_cast<float>(a.sum[0]), acc);
       acc = std::fma(affine_offset(f, blk, 1), a.d * static_cast<float>(a.sum[1]), acc);

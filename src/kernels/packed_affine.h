@@ -112,27 +112,32 @@ size_t affine_packed_bytes(const WeightView& w);
 void pack_affine(const WeightView& w, uint8_t* dst);
 
 // One activation block: the int8 values (quantised exactly like quantize_act_row_avx2), their
-// scale d, the sums of the two halves (elements 0..15, 16..31) and d * float(sum0 + sum1).
+// scale d, the sums of the two halves (elements 0..15, 16..31), d * float(sum0 + sum1), the
+// halves' initial integer dots for the weight type's zero (-zero * sum[h]; 0 for types with
+// mins) and d * float(sum[h]). 64 bytes: one cache line per block.
 struct ActBlockAffine {
   int8_t qs[32];
   float d;
   int32_t sum[2];
   float dsum;
+  int32_t init[2];
+  float dsum_half[2];
 };
-static_assert(sizeof(ActBlockAffine) == 48);
+static_assert(sizeof(ActBlockAffine) == 64);
 
 // x: [cols] -> out[b * out_stride] for b in [0, cols / 32) (block-major like the Q4_0 packed
-// path). `avx2`: quantise with quantize_act_row_avx2 (else the scalar twin; both give the same
-// bytes).
-void pack_act_row_affine(const float* x, int64_t cols, ActBlockAffine* out, int64_t out_stride,
-                         bool avx2);
+// path), for weights whose AffineFormat has this `zero`. `avx2`: quantise with
+// quantize_act_row_avx2 (else the scalar twin; both give the same bytes).
+void pack_act_row_affine(const float* x, int64_t cols, int zero, ActBlockAffine* out,
+                         int64_t out_stride, bool avx2);
 
 // The contribution of one (row, block) to one token's output, added to acc in the kernels'
 // order (every kernel, scalar or SIMD, does exactly these f32 operations per block):
-//   split:   acc = fma(lo, S0*d, acc); acc = fma(hi, S1*d, acc);
+//   split:   t = hi * S1; t = fma(lo, S0, t); acc = fma(t, d, acc);
 //            with mins: acc = fma(M0, d*sum0, acc); acc = fma(M1, d*sum1, acc)
 //   else:    acc = fma(lo + hi, S*d, acc); with a min: acc = fma(M, dsum, acc)
-// where lo / hi are the integer dots of u - zero with the halves of qs.
+// where lo / hi are the integer dots of u - zero with the halves of qs. (The split form keeps
+// the activation scale out of the per-half products: one multiply by d per block, not two.)
 float affine_block_step(const AffineFormat& f, const AffineBlock& blk, const ActBlockAffine& a,
                         float acc);
 

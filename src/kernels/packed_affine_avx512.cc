@@ -169,24 +169,26 @@ store_tile(w, y, g0, t0, acc);
   ARBOR_AVX512_INLINE static __m512 step(const Act& at, const __m512i (&z)[8],
                                          const __m512 (&s)[2], const __m512 (&m)[2],
                                          __m512 acc) {
-    const __m512 da = _mm512_set1_ps(at.d);
     if constexpr (kF.split) {
-      __m512i lo = kF.has_min ? _mm512_setzero_si512() : _mm512_set1_epi32(-kF.zero * at.sum[0]);
-      __m512i hi = kF.has_min ? _mm512_setzero_si512() : _mm512_set1_epi32(-kF.zero * at.sum[1]);
+      // The initial dots are the activations' -zero * sum (0 for a type with mins).
+      __m512i lo = kF.has_min ? _mm512_setzero_si512() : _mm512_set1_epi32(at.init[0]);
+      __m512i hi = kF.has_min ? _mm512_setzero_si512() : _mm512_set1_epi32(at.init[1]);
 #pragma GCC unroll 4
       for (int j = 0; j < 4; ++j) {
         lo = _mm512_dpbusd_epi32(lo, z[j], _mm512_set1_epi32(load_i32(at.qs + 4 * j)));
         hi = _mm512_dpbusd_epi32(hi, z[4 + j], _mm512_set1_epi32(load_i32(at.qs + 16 + 4 * j)));
       }
-      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), _mm512_mul_ps(s[0], da), acc);
-      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), _mm512_mul_ps(s[1], da), acc);
+      const __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), s[0],
+                                       _mm512_mul_ps(_mm512_cvtepi32_ps(hi), s[1]));
+      acc = _mm512_fmadd_ps(t, _mm512_set1_ps(at.d), acc);
       if constexpr (kF.has_min) {
-        acc = _mm512_fmadd_ps(m[0], _mm512_set1_ps(at.d * static_cast<float>(at.sum[0])), acc);
-        acc = _mm512_fmadd_ps(m[1], _mm512_set1_ps(at.d * static_cast<float>(at.sum[1])), acc);
+        acc = _mm512_fmadd_ps(m[0], _mm512_set1_ps(at.dsum_half[0]), acc);
+        acc = _mm512_fmadd_ps(m[1], _mm512_set1_ps(at.dsum_half[1]), acc);
       }
       return acc;
     } else {
-      const int32_t init = kF.has_min ? 0 : -kF.zero * (at.sum[0] + at.sum[1]);
+      const __m512 da = _mm512_set1_ps(at.d);
+      const int32_t init = kF.has_min ? 0 : at.init[0] + at.init[1];
       __m512i dot;
       if constexpr (T <= 3) {
         // Few tokens: two dependency chains of four keep the dot units busy.

@@ -528,7 +528,7 @@ void check_affine_steps(std::mt19937& rng) {
   for (float& v : x) v = dist(rng);
   std::fill(x.begin() + 64, x.begin() + 96, 0.0f);  // an all-zero activation block (d = 0)
   std::vector<kernels::internal::ActBlockAffine> acts(kCols / 32);
-  kernels::internal::pack_act_row_affine(x.data(), kCols, acts.data(), 1, false);
+  kernels::internal::pack_act_row_affine(x.data(), kCols, f.zero, acts.data(), 1, false);
   for (int64_t b = 0; b < kCols / 32; ++b) {
     const kernels::internal::ActBlockAffine& a = acts[static_cast<size_t>(b)];
     dq::ActSums s;

@@ -304,7 +304,8 @@ TEST(Matmul, AffineScalarKernelEqualsPackedBitForBit) {
       // Both AVX2 dot products, called directly (matmul() picks one by the CPU's AVX-VNNI).
       std::vector<internal::ActBlockAffine> acts(static_cast<size_t>(nt * cols / 32));
       for (int64_t t = 0; t < nt; ++t) {
-        internal::pack_act_row_affine(x.data() + t * cols, cols, acts.data() + t, nt, true);
+        internal::pack_act_row_affine(x.data() + t * cols, cols, internal::affine_format(type).zero,
+                                      acts.data() + t, nt, true);
       }
       const int64_t groups = (rows + 15) / 16;
       for (const bool vnni : {false, true}) {
