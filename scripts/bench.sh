@@ -66,7 +66,9 @@ synth() {  # synth SHAPE TYPE [extra flags]
 
 say "## make bench — $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$root" rev-parse --short HEAD)"
 say ""
-say "Machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB;"
+cpu_field() { lscpu | sed -n "s/^$1: *//p" | head -1; }
+# Family and model tell hosts with the same brand string apart (Zen 4 is family 25, Zen 5 26).
+say "Machine: $(cpu_field 'Model name') (family $(cpu_field 'CPU family'), model $(cpu_field 'Model')), $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB;"
 say "load average before the run: $(cut -d' ' -f1-3 /proc/loadavg); threads: $threads"
 say ""
 serve_only=${BENCH_SERVE_ONLY:-0}

@@ -337,6 +337,7 @@ void print_json(const std::vector<TestResult>& tests, const std::vector<TestResu
   j["config"] = runner.config().summary();
   j["threads"] = runner.pool().num_threads();
   j["device"] = std::string(runner.device_name());
+  j["cpu"] = kernels::cpu_summary();
   j["isa"] = kernels::isa_summary();
   j["bandwidth_gbs"] = gbs;
   j["peak_f32_gflops"] = peak.f32_gflops;
@@ -402,7 +403,7 @@ Status run(const Options& o) {
   ARBOR_ASSIGN_OR_RETURN(auto runner, load_runner(o, device, &blocks_per_seq));
   ARBOR_LOG(kInfo) << "model " << o.model << ": " << runner->config().summary();
   ARBOR_LOG(kInfo) << "threads " << runner->pool().num_threads() << ", cpu "
-                   << kernels::isa_summary();
+                   << kernels::cpu_summary() << ": " << kernels::isa_summary();
   // "% of bw" is against the device the weights are read from; "% of peak" only on the CPU.
   // On the CPU the decode tests also probe the bandwidth before each timed run (a GPU's does
   // not move with other tenants' traffic).
@@ -460,11 +461,12 @@ Status run(const Options& o) {
     print_json(tests, verify, gbs, peak, bytes, o, *runner);
     return ok_status();
   }
-  std::printf("model: %s\n%s\ndevice: %s; threads: %d, cpu: %s\n%s read bandwidth: %.1f GB/s; "
-              "weights read per decode step: %.1f MB\n",
+  std::printf("model: %s\n%s\ndevice: %s; threads: %d, cpu: %s; %s\n%s read bandwidth: %.1f "
+              "GB/s; weights read per decode step: %.1f MB\n",
               o.model.c_str(), runner->config().summary().c_str(),
               std::string(runner->device_name()).c_str(), runner->pool().num_threads(),
-              kernels::isa_summary().c_str(), gpu ? "device" : "host", gbs,
+              kernels::cpu_summary().c_str(), kernels::isa_summary().c_str(),
+              gpu ? "device" : "host", gbs,
               bytes.weight_bytes / 1e6);
   if (const std::string probes = probe_summary(tests); !probes.empty()) {
     std::printf("probed before each decode run: %s; each run's %% of bw is against the probe "

@@ -192,9 +192,10 @@ Status run(const Options& o) {
   }
   if (!o.json) {
     std::printf("model %s: %d requests, %d prompt + %d output tokens, budget %d tokens/step, "
-                "cpu %s, median of %d\n\n",
+                "cpu %s: %s, median of %d\n\n",
                 o.model.c_str(), o.num_requests, o.input_len, o.output_len,
-                o.serving.engine.max_num_batched_tokens, kernels::isa_summary().c_str(), o.reps);
+                o.serving.engine.max_num_batched_tokens, kernels::cpu_summary().c_str(),
+                kernels::isa_summary().c_str(), o.reps);
   }
   print_results(o, results);
   return ok_status();

@@ -100,7 +100,7 @@ void log_configuration(executor::LocalExecutor& exec, const Options& o, int64_t 
                    << gguf::ggml_type_name(w.output.type) << (w.tied_output ? " (tied)" : "");
   const model::PagedKvCache& cache = runner.kv_cache();
   ARBOR_LOG(kInfo) << "threads " << runner.pool().num_threads()
-                   << ", cpu " << kernels::isa_summary();
+                   << ", cpu " << kernels::cpu_summary() << ": " << kernels::isa_summary();
   ARBOR_LOG(kInfo) << "kv cache: " << cache.num_blocks() << " blocks x " << cache.block_size()
                    << " tokens (" << num_tokens << " needed), "
                    << (o.serving.cpu.kv_dtype == kernels::KvDtype::kF16 ? "f16" : "f32") << ", "

@@ -155,7 +155,8 @@ void log_configuration(const Options& o, executor::LocalExecutor& exec,
                    << ", max_waiting_requests " << o.serving.engine.max_waiting_requests
                    << ", prefix caching " << (o.serving.engine.enable_prefix_caching ? "on" : "off");
   ARBOR_LOG(kInfo) << "threads " << runner.pool().num_threads() << ", cpu "
-                   << kernels::isa_summary() << "; max_model_len " << core.max_model_len()
+                   << kernels::cpu_summary() << ": " << kernels::isa_summary()
+                   << "; max_model_len " << core.max_model_len()
                    << ", chat template " << (info.chat != nullptr ? "yes" : "none")
                    << ", tokenizer threads " << o.tokenizer_threads;
   ARBOR_LOG(kInfo) << "listening on http://" << o.host << ":" << port;

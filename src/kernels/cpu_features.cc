@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "base/check.h"
@@ -9,6 +10,13 @@
 
 namespace arbor::kernels {
 namespace {
+
+#if defined(__x86_64__) || defined(__i386__)
+// r = EAX, EBX, ECX, EDX of CPUID (leaf, subleaf).
+void cpuid(unsigned leaf, unsigned subleaf, unsigned (&r)[4]) {
+  __asm__("cpuid" : "=a"(r[0]), "=b"(r[1]), "=c"(r[2]), "=d"(r[3]) : "a"(leaf), "c"(subleaf));
+}
+#endif
 
 CpuFeatures detect() {
   CpuFeatures f;
@@ -21,14 +29,14 @@ CpuFeatures detect() {
   f.avx512vl = __builtin_cpu_supports("avx512vl");
   f.avx512vnni = __builtin_cpu_supports("avx512vnni");
   // GCC 12's __builtin_cpu_supports knows neither f16c, avxvnni nor avx512bf16: read CPUID.
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
-  f.f16c = (c >> 29) & 1u;
-  __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0), "c"(0));
-  if (a >= 7) {
-    __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(1));
-    f.avxvnni = (a >> 4) & 1u;
-    f.avx512bf16 = (a >> 5) & 1u;
+  unsigned r[4];
+  cpuid(1, 0, r);
+  f.f16c = (r[2] >> 29) & 1u;
+  cpuid(0, 0, r);
+  if (r[0] >= 7) {
+    cpuid(7, 1, r);
+    f.avxvnni = (r[0] >> 4) & 1u;
+    f.avx512bf16 = (r[0] >> 5) & 1u;
   }
   // AVX state must be enabled by the OS; __builtin_cpu_supports("avx2") already checks XCR0.
   f.f16c = f.f16c && f.avx2;
@@ -36,6 +44,25 @@ CpuFeatures detect() {
   f.avx512bf16 = f.avx512bf16 && f.avx512f && f.avx512bw && f.avx512vl;
 #endif
   return f;
+}
+
+CpuId detect_id() {
+  CpuId id;
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned r[4];
+  cpuid(1, 0, r);
+  id = decode_cpu_signature(r[0]);
+  cpuid(0x80000000u, 0, r);
+  if (r[0] >= 0x80000004u) {
+    char raw[48];
+    for (unsigned i = 0; i < 3; ++i) {
+      cpuid(0x80000002u + i, 0, r);
+      std::memcpy(raw + 16 * i, r, 16);
+    }
+    id.brand = trim_cpu_brand(std::string_view(raw, sizeof(raw)));
+  }
+#endif
+  return id;
 }
 
 Isa isa_from_env(Isa best) {
@@ -72,6 +99,38 @@ std::atomic<int>& active_isa_slot() {
 const CpuFeatures& cpu_features() {
   static const CpuFeatures features = detect();
   return features;
+}
+
+const CpuId& cpu_id() {
+  static const CpuId id = detect_id();
+  return id;
+}
+
+CpuId decode_cpu_signature(uint32_t eax) {
+  CpuId id;
+  const int base_family = static_cast<int>((eax >> 8) & 0xFu);
+  const int base_model = static_cast<int>((eax >> 4) & 0xFu);
+  id.stepping = static_cast<int>(eax & 0xFu);
+  id.family = base_family == 0xF ? base_family + static_cast<int>((eax >> 20) & 0xFFu)
+                                 : base_family;
+  id.model = base_family == 0x6 || base_family == 0xF
+                 ? base_model + (static_cast<int>((eax >> 16) & 0xFu) << 4)
+                 : base_model;
+  return id;
+}
+
+std::string trim_cpu_brand(std::string_view raw) {
+  raw = raw.substr(0, raw.find('\0'));
+  const size_t begin = raw.find_first_not_of(' ');
+  if (begin == std::string_view::npos) return "";
+  return std::string(raw.substr(begin, raw.find_last_not_of(' ') - begin + 1));
+}
+
+std::string cpu_summary() {
+  const CpuId& id = cpu_id();
+  if (id.brand.empty()) return "unknown CPU";
+  return id.brand + " (family " + std::to_string(id.family) + ", model " +
+         std::to_string(id.model) + ", stepping " + std::to_string(id.stepping) + ")";
 }
 
 std::string_view isa_name(Isa isa) {

@@ -7,6 +7,7 @@
 // paths with set_active_isa().
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -26,6 +27,25 @@ struct CpuFeatures {
 
 // Detected once (thread-safe static); never changes.
 const CpuFeatures& cpu_features();
+
+// Which CPU this is, for benchmark headers and logs: the same kernels run at very different
+// speeds on, say, Zen 4 (512-bit operations as two halves) and Zen 5.
+struct CpuId {
+  std::string brand;  // CPUID 0x80000002..4, trimmed ("AMD EPYC"); empty if not reported
+  int family = 0;     // display family and model, as the vendors define them (Zen 4: 25, 17)
+  int model = 0;
+  int stepping = 0;
+};
+
+// Detected once; never changes. All zero / empty off x86.
+const CpuId& cpu_id();
+// Family, model and stepping from CPUID leaf 1's EAX: family = base + extended family when the
+// base is 0xF; model = base + (extended model << 4) when the base family is 6 or 0xF.
+CpuId decode_cpu_signature(uint32_t eax);
+// The 48 brand bytes without their NUL padding and surrounding spaces.
+std::string trim_cpu_brand(std::string_view raw);
+// "AMD EPYC (family 25, model 17, stepping 1)"; "unknown CPU" without a brand string.
+std::string cpu_summary();
 
 // Kernel families, best last; each includes the ones before it. kAvx2 means AVX2 + FMA + F16C;
 // kAvx512 adds AVX-512 F/BW/VL + VNNI (the Q8_0/Q4_0 matmul tiles on 512-bit registers; other
