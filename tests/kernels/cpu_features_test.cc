@@ -24,6 +24,7 @@ TEST(CpuFeatures, SignaturesDecodeToTheVendorsFamilyAndModel) {
       {0x000306C3, 6, 60, 3, "Intel Haswell"},
       {0x00000F4A, 15, 4, 10, "Intel Pentium 4 (base F, extended family 0)"},
       {0x00000543, 5, 4, 3, "Intel Pentium MMX (family 5: no extended model)"},
+      {0x01110623, 6, 18, 3, "synthetic: extended family bits count only with base family F"},
   };
   for (const Signature& c : cases) {
     const CpuId id = decode_cpu_signature(c.eax);
