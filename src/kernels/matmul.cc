@@ -400,9 +400,9 @@ void matmul_affine_scalar(const WeightView& w, const float* x, float* y, int64_t
   const int64_t cols = w.cols, nb = cols / kQBlock;
   auto* acts = static_cast<internal::ActBlockAffine*>(pool.workspace(
       0, static_cast<size_t>(num_tokens * nb) * sizeof(internal::ActBlockAffine)));
+  const int zero = internal::affine_format(w.type).zero;
   for (int64_t t = 0; t < num_tokens; ++t) {
-    internal::pack_act_row_affine(x + t * cols, cols, internal::affine_format(w.type).zero, acts + t,
-                                  num_tokens, /*avx2=*/false);
+    internal::pack_act_row_affine(x + t * cols, cols, zero, acts + t, num_tokens, /*avx2=*/false);
   }
   if (pool.num_threads() == 1 || w.rows * cols * num_tokens < kMinParallelMacs) {
     internal::affine_rows_scalar(w, acts, num_tokens, y, 0, w.rows);

@@ -114,7 +114,7 @@ void pack_affine(const WeightView& w, uint8_t* dst);
 // One activation block: the int8 values (quantised exactly like quantize_act_row_avx2), their
 // scale d, the sums of the two halves (elements 0..15, 16..31), d * float(sum0 + sum1), the
 // halves' initial integer dots for the weight type's zero (-zero * sum[h]; 0 for types with
-// mins) and d * float(sum[h]). 64 bytes: one cache line per block.
+// mins) and d * float(sum[h]). 64 bytes, a cache line's size.
 struct ActBlockAffine {
   int8_t qs[32];
   float d;
