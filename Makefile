@@ -28,6 +28,7 @@ deps-serve:
 deps:
 	@scripts/install_deps.sh --tests
 	@scripts/install_js_deps.sh
+	@scripts/install_reference.sh
 
 # `make serve` configures a new build folder without the tests (ARBOR_BUILD_TESTS=OFF, so no
 # GoogleTest is needed) and builds only `arbor`; the other targets turn the tests on (a build

@@ -1,0 +1,149 @@
+// llama_ref: evaluates a GGUF with llama.cpp (the prebuilt libllama of the pinned npm package
+// @node-llama-cpp/linux-x64, llama.cpp de3ff81), the independent reference arbor's architecture
+// and tokenizer tests compare against. Built by scripts/install_reference.sh, never by CMake:
+// arbor itself never links llama.cpp.
+//
+//   llama_ref logits   MODEL.gguf TOKENS OUT.bin [--kv f32|f16] [--threads N]
+//       TOKENS: comma-separated ids, evaluated as one sequence from position 0 in one batch;
+//       OUT.bin: float32 [num_tokens, n_vocab], the logits at every position.
+//   llama_ref tokenize MODEL.gguf TEXT_FILE [--no-special] [--parse-special]
+//       prints the ids of the file's text, comma-separated (add_special unless --no-special).
+//
+// Exit status 0 on success; 2 with a message on any failure.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ggml-backend.h"
+#include "llama.h"
+
+namespace {
+
+[[noreturn]] void die(const std::string& msg) {
+  std::fprintf(stderr, "llama_ref: %s\n", msg.c_str());
+  std::exit(2);
+}
+
+std::vector<llama_token> parse_ids(const std::string& s) {
+  std::vector<llama_token> ids;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (!item.empty()) ids.push_back(static_cast<llama_token>(std::stol(item)));
+  }
+  return ids;
+}
+
+const char* flag_value(int argc, char** argv, const char* name, const char* fallback) {
+  for (int i = 0; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
+  }
+  return fallback;
+}
+
+bool has_flag(int argc, char** argv, const char* name) {
+  for (int i = 0; i < argc; ++i) {
+    if (std::strcmp(argv[i], name) == 0) return true;
+  }
+  return false;
+}
+
+void quiet_log(ggml_log_level level, const char* text, void*) {
+  if (level == GGML_LOG_LEVEL_ERROR) std::fputs(text, stderr);
+}
+
+llama_model* load(const char* path, bool vocab_only) {
+  llama_model_params mp = llama_model_default_params();
+  mp.n_gpu_layers = 0;
+  mp.vocab_only = vocab_only;
+  llama_model* model = llama_model_load_from_file(path, mp);
+  if (model == nullptr) die(std::string("cannot load ") + path);
+  return model;
+}
+
+int run_logits(int argc, char** argv) {
+  if (argc < 5) die("usage: llama_ref logits MODEL TOKENS OUT.bin [--kv f32|f16] [--threads N]");
+  const std::vector<llama_token> ids = parse_ids(argv[3]);
+  if (ids.empty()) die("no tokens");
+  llama_model* model = load(argv[2], false);
+  const int n = static_cast<int>(ids.size());
+  llama_context_params cp = llama_context_default_params();
+  cp.n_ctx = static_cast<uint32_t>(n < 256 ? 256 : n);
+  cp.n_batch = cp.n_ctx;
+  cp.n_ubatch = cp.n_ctx;
+  cp.n_seq_max = 1;
+  cp.n_threads = cp.n_threads_batch = std::atoi(flag_value(argc, argv, "--threads", "2"));
+  const std::string kv = flag_value(argc, argv, "--kv", "f32");
+  cp.type_k = cp.type_v = kv == "f16" ? GGML_TYPE_F16 : GGML_TYPE_F32;
+  cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+  cp.swa_full = true;
+  cp.no_perf = true;
+  llama_context* ctx = llama_init_from_model(model, cp);
+  if (ctx == nullptr) die("cannot create a context");
+  llama_batch batch = llama_batch_init(n, 0, 1);
+  for (int i = 0; i < n; ++i) {
+    batch.token[i] = ids[i];
+    batch.pos[i] = i;
+    batch.n_seq_id[i] = 1;
+    batch.seq_id[i][0] = 0;
+    batch.logits[i] = 1;
+  }
+  batch.n_tokens = n;
+  if (llama_decode(ctx, batch) != 0) die("llama_decode failed");
+  const int n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
+  std::ofstream out(argv[4], std::ios::binary);
+  for (int i = 0; i < n; ++i) {
+    const float* row = llama_get_logits_ith(ctx, i);
+    if (row == nullptr) die("no logits for row " + std::to_string(i));
+    out.write(reinterpret_cast<const char*>(row), sizeof(float) * n_vocab);
+  }
+  if (!out) die(std::string("cannot write ") + argv[4]);
+  llama_batch_free(batch);
+  llama_free(ctx);
+  llama_model_free(model);
+  return 0;
+}
+
+int run_tokenize(int argc, char** argv) {
+  if (argc < 4) die("usage: llama_ref tokenize MODEL TEXT_FILE [--no-special] [--parse-special]");
+  std::ifstream in(argv[3], std::ios::binary);
+  if (!in) die(std::string("cannot read ") + argv[3]);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  llama_model* model = load(argv[2], true);
+  const llama_vocab* vocab = llama_model_get_vocab(model);
+  const bool add_special = !has_flag(argc, argv, "--no-special");
+  const bool parse_special = has_flag(argc, argv, "--parse-special");
+  std::vector<llama_token> ids(text.size() + 16);
+  int32_t n = llama_tokenize(vocab, text.data(), static_cast<int32_t>(text.size()), ids.data(),
+                             static_cast<int32_t>(ids.size()), add_special, parse_special);
+  if (n < 0) {
+    ids.resize(-n);
+    n = llama_tokenize(vocab, text.data(), static_cast<int32_t>(text.size()), ids.data(),
+                       static_cast<int32_t>(ids.size()), add_special, parse_special);
+  }
+  if (n < 0) die("llama_tokenize failed");
+  for (int32_t i = 0; i < n; ++i) std::printf(i ? ",%d" : "%d", ids[i]);
+  std::printf("\n");
+  llama_model_free(model);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) die("usage: llama_ref logits|tokenize ...");
+  llama_log_set(quiet_log, nullptr);
+  // The package's CPU backends (one per ISA level) sit beside libllama; the best one loads.
+  const char* libdir = std::getenv("LLAMA_REF_LIBDIR");
+  if (libdir == nullptr) libdir = LLAMA_REF_LIBDIR;  // where install_reference.sh put them
+  ggml_backend_load_all_from_path(libdir);
+  llama_backend_init();
+  const std::string mode = argv[1];
+  if (mode == "logits") return run_logits(argc, argv);
+  if (mode == "tokenize") return run_tokenize(argc, argv);
+  die("unknown mode " + mode);
+}
