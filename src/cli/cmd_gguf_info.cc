@@ -1,6 +1,6 @@
 // `arbor gguf-info FILE [--json] [--max-items N]`: a GGUF file's header, every metadata key
 // with its type and value (long arrays abbreviated to their first items), the tensor table and
-// totals per type.
+// totals per type, and whether arbor runs the file (model + tokenizer) or what it lacks.
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -9,6 +9,9 @@
 
 #include "cli/command.h"
 #include "gguf/gguf.h"
+#include "model/llama_model.h"
+#include "model/support_check.h"
+#include "tokenizer/tokenizer.h"
 
 namespace arbor::cli {
 namespace {
@@ -88,6 +91,33 @@ void print_text(const GgufFile& f, size_t max_items) {
               static_cast<unsigned long long>(all.bytes));
 }
 
+// What arbor lacks to run the file (empty: it runs), and the model's summary when it loads.
+struct Support {
+  std::vector<std::string> missing;
+  std::string summary;
+};
+
+Support check_support(const GgufFile& f) {
+  Support s;
+  s.missing = model::unsupported_features(f);
+  if (auto tok = tokenizer::Tokenizer::from_gguf(f); !tok.ok()) {
+    s.missing.push_back("tokenizer: " + tok.status().message());
+  }
+  if (s.missing.empty()) {
+    if (auto c = model::ModelConfig::from_gguf(f); c.ok()) s.summary = c->summary();
+  }
+  return s;
+}
+
+void print_support(const Support& s) {
+  if (s.missing.empty()) {
+    std::printf("\narbor: runs this file (%s)\n", s.summary.c_str());
+    return;
+  }
+  std::printf("\narbor: cannot run this file; it needs:\n");
+  for (const std::string& m : s.missing) std::printf("  - %s\n", m.c_str());
+}
+
 nlohmann::json value_json(const Value& v, size_t max_items) {
   switch (v.type) {
     case ValueType::kUint8: return std::get<uint8_t>(v.data);
@@ -146,6 +176,9 @@ void print_json(const GgufFile& f, size_t max_items) {
   }
   j["totals"]["tensors"] = f.tensors().size();
   j["totals"]["bytes"] = bytes;
+  const Support s = check_support(f);
+  j["arbor"] = {{"supported", s.missing.empty()}, {"missing", s.missing}};
+  if (!s.summary.empty()) j["arbor"]["summary"] = s.summary;
   std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
 }
 
@@ -156,12 +189,15 @@ Status run(const Options& opts) {
     print_json(*file, opts.max_items);
   } else {
     print_text(*file, opts.max_items == 0 ? SIZE_MAX : opts.max_items);
+    print_support(check_support(*file));
   }
   return ok_status();
 }
 
 void setup(CLI::App& app) {
-  auto* sub = app.add_subcommand("gguf-info", "Print a GGUF file's metadata and tensors");
+  auto* sub = app.add_subcommand(
+      "gguf-info",
+      "Print a GGUF file's metadata and tensors, and whether arbor runs it (or what it lacks)");
   auto opts = std::make_shared<Options>();
   sub->add_option("file", opts->path, "GGUF file")->required();
   sub->add_flag("--json", opts->json, "Print JSON instead of text");
