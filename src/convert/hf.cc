@@ -84,10 +84,10 @@ constexpr LayerTensor kMlp[] = {
 constexpr LayerTensor kInputNorm = {"input_layernorm.weight", "attn_norm.weight", Shape::kHidden};
 constexpr LayerTensor kFfnNorm = {"post_attention_layernorm.weight", "ffn_norm.weight",
                                   Shape::kHidden};
-constexpr LayerTensor kAttnPostNorm = {"post_attention_layernorm.weight", "attn_post_norm.weight",
+constexpr LayerTensor kAttnPostNorm = {"post_attention_layernorm.weight", "post_attention_norm.weight",
                                        Shape::kHidden};
 constexpr LayerTensor kFfnPostNorm = {"post_feedforward_layernorm.weight",
-                                      "ffn_post_norm.weight", Shape::kHidden};
+                                      "post_ffw_norm.weight", Shape::kHidden};
 
 // The per-layer tensors of `arch`, in write order.
 std::vector<LayerTensor> layer_table(HfArch arch) {
