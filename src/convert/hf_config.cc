@@ -40,6 +40,7 @@ struct ArchDefaults {
   float rms_norm_eps = 0.0f;  // 0: required
   uint32_t head_dim = 0;      // 0: hidden_size / num_attention_heads
   float rope_theta = 10000.0f;
+  uint32_t max_position_embeddings = 2048;
   bool tie_word_embeddings = false;
   const char* activation = "silu";
   // rope scaling types the architecture's llama.cpp graph honours
@@ -52,24 +53,27 @@ ArchDefaults defaults_of(HfArch arch, const std::string& model_type) {
     case HfArch::kLlama:
       return {.rope_types = {R::kLlama3, R::kLinear}};
     case HfArch::kQwen2:
-      return {.rope_types = {R::kLinear, R::kYarn}};
+      return {.max_position_embeddings = 32768, .rope_types = {R::kLinear, R::kYarn}};
     case HfArch::kQwen3:
-      return {.rms_norm_eps = 1e-6f, .head_dim = 128, .rope_types = {R::kLinear, R::kYarn}};
+      return {.rms_norm_eps = 1e-6f, .head_dim = 128, .max_position_embeddings = 32768,
+              .rope_types = {R::kLinear, R::kYarn}};
     case HfArch::kGemma2:
-      return {.rms_norm_eps = 1e-6f, .head_dim = 256, .tie_word_embeddings = true,
-              .activation = "gelu_pytorch_tanh", .rope_types = {}};
+      return {.rms_norm_eps = 1e-6f, .head_dim = 256, .max_position_embeddings = 8192,
+              .tie_word_embeddings = true, .activation = "gelu_pytorch_tanh", .rope_types = {}};
     case HfArch::kGemma3:
       return {.rms_norm_eps = 1e-6f, .head_dim = 256, .rope_theta = 1e6f,
-              .tie_word_embeddings = true, .activation = "gelu_pytorch_tanh",
+              .max_position_embeddings = 131072, .tie_word_embeddings = true, .activation = "gelu_pytorch_tanh",
               .rope_types = {R::kLinear}};
     case HfArch::kMistral3:
       return {.rms_norm_eps = 1e-5f, .head_dim = model_type == "ministral3" ? 128u : 0u,
               .rope_theta = model_type == "ministral3" ? 1e6f : 10000.0f,
+              .max_position_embeddings = model_type == "ministral3" ? 262144u : 32768u,
               .rope_types = {R::kYarn, R::kLlama3, R::kLinear}};
     case HfArch::kPhi3:
-      return {.rms_norm_eps = 1e-5f, .rope_types = {R::kLongRope}};
+      return {.rms_norm_eps = 1e-5f, .max_position_embeddings = 4096, .rope_types = {R::kLongRope}};
     case HfArch::kSmolLM3:
-      return {.rms_norm_eps = 1e-6f, .rope_theta = 2e6f, .tie_word_embeddings = true,
+      return {.rms_norm_eps = 1e-6f, .rope_theta = 2e6f, .max_position_embeddings = 32768,
+              .tie_word_embeddings = true,
               .rope_types = {R::kLinear, R::kYarn}};
     case HfArch::kOlmo2:
       return {.rms_norm_eps = 1e-5f, .rope_types = {R::kLinear, R::kYarn}};
@@ -147,6 +151,7 @@ Status read_shape(const Json& j, const ArchDefaults& d, HfConfig* c, const std::
   c->head_dim = d.head_dim > 0 ? d.head_dim : c->hidden_size / c->num_attention_heads;
   c->head_dim_in_config = d.head_dim > 0 || (j.contains("head_dim") && !j["head_dim"].is_null());
   ARBOR_RETURN_IF_ERROR(read_u32(j, "head_dim", false, &c->head_dim, name));
+  c->max_position_embeddings = d.max_position_embeddings;
   ARBOR_RETURN_IF_ERROR(
       read_u32(j, "max_position_embeddings", false, &c->max_position_embeddings, name));
   ARBOR_RETURN_IF_ERROR(read_u32(j, "vocab_size", false, &c->vocab_size, name));
