@@ -77,7 +77,19 @@ CASES = {
 }
 
 
+# Multimodal wrappers: the text model of the case named after "_mm" inside a
+# *ForConditionalGeneration checkpoint (text_config; language-model tensors under
+# "model.language_model.", lm_head at the root; a vision tensor the converter must skip).
+MULTIMODAL = {"gemma3_mm": ("gemma3", "Gemma3ForConditionalGeneration")}
+
+
 def config_of(case):
+    if case in MULTIMODAL:
+        text_case, arch = MULTIMODAL[case]
+        text = config_of(text_case)
+        del text["architectures"]
+        return {"architectures": [arch], "model_type": "gemma3", "text_config": text,
+                "vision_config": {"hidden_size": 8}}
     cfg = {**BASE, **CASES[case]}
     if case == "phi3":
         rot = int(cfg["hidden_size"] // cfg["num_attention_heads"] * cfg["partial_rotary_factor"])
@@ -89,13 +101,24 @@ def config_of(case):
     return cfg
 
 
+ALL_CASES = {**CASES, **MULTIMODAL}
+
+
 def tensors_of(cfg, rng):
     """{HF name: float32 array} for `cfg`."""
+    if "text_config" in cfg:
+        text = {**cfg["text_config"], "architectures": [cfg["architectures"][0]]}
+        t = tensors_of(text, rng)
+        out = {("lm_head." + k[8:] if k.startswith("lm_head.") else
+                "model.language_model." + k[len("model."):]): v for k, v in t.items()}
+        out["model.vision_tower.patch_embedding.weight"] = np.ones((8, 3), np.float32)
+        return out
     h, f, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
     nq, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     d = cfg.get("head_dim") or h // nq
     arch = cfg["architectures"][0]
     gemma = arch.startswith("Gemma")
+    arch = "Gemma3ForCausalLM" if arch == "Gemma3ForConditionalGeneration" else arch
 
     def mat(rows, cols):
         return rng.normal(0.0, 1.0 / np.sqrt(cols), (rows, cols))
@@ -154,14 +177,14 @@ def write_checkpoint(case, out_dir, tokenizer, seed=0):
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(cfg, f, indent=1)
-    rng = np.random.default_rng(seed + sorted(CASES).index(case))
+    rng = np.random.default_rng(seed + sorted(ALL_CASES).index(case))
     write_safetensors(os.path.join(out_dir, "model.safetensors"), tensors_of(cfg, rng))
     shutil.copyfile(tokenizer, os.path.join(out_dir, "tokenizer.json"))
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("case", choices=sorted(CASES))
+    ap.add_argument("case", choices=sorted(ALL_CASES))
     ap.add_argument("out_dir")
     ap.add_argument("--tokenizer", required=True)
     ap.add_argument("--seed", type=int, default=0)

@@ -28,13 +28,13 @@ import make_checkpoint  # noqa: E402
 import reference  # noqa: E402
 
 # Relative tolerance per case (max abs error / max |logit|). Measured errors are ~10x smaller.
-TOLERANCE = {"qwen3": 1e-4, "gemma2": 2e-3, "gemma3": 2e-3, "mistral3": 1e-4, "phi3": 1e-4,
+TOLERANCE = {"qwen3": 1e-4, "gemma2": 2e-3, "gemma3": 2e-3, "gemma3_mm": 2e-3, "mistral3": 1e-4, "phi3": 1e-4,
              "smollm3": 1e-4, "olmo2": 1e-4, "granite": 1e-4}
 NUM_TOKENS = 64
 
 
 def prompt(case):
-    rng = np.random.default_rng(1000 + sorted(make_checkpoint.CASES).index(case))
+    rng = np.random.default_rng(1000 + sorted(make_checkpoint.ALL_CASES).index(case))
     return [1] + [int(t) for t in rng.integers(3, 2048, NUM_TOKENS - 1)]
 
 
@@ -64,7 +64,7 @@ def compare(name, got, want, tol):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("case", choices=sorted(make_checkpoint.CASES))
+    ap.add_argument("case", choices=sorted(make_checkpoint.ALL_CASES))
     ap.add_argument("--arbor", required=True)
     ap.add_argument("--llama-ref", required=True)
     ap.add_argument("--tokenizer", required=True)
