@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "base/status.h"
@@ -42,6 +43,14 @@ struct RenderLimits {
   int max_call_depth = 64;
 };
 
+// What a render may read from its surroundings besides its variables.
+struct RenderEnvironment {
+  // The instant strftime_now() formats, in Unix seconds; nullopt means the current time. Either
+  // way it is shown in the local time zone, as transformers' datetime.now() does. Tests fix it so
+  // that a rendering is reproducible.
+  std::optional<int64_t> now_unix_seconds;
+};
+
 class Template {
  public:
   // Parses `source`. A syntax error is kInvalidArgument with "line L, column C".
@@ -51,7 +60,8 @@ class Template {
   // template returns kInvalidArgument whose message is exactly `msg`; other failures are
   // kInvalidArgument (template errors, and a RenderLimits cap: the request can never render)
   // with position.
-  Result<std::string> render(const Value& globals, const RenderLimits& limits = {}) const;
+  Result<std::string> render(const Value& globals, const RenderLimits& limits = {},
+                             const RenderEnvironment& env = {}) const;
 
  private:
   explicit Template(std::shared_ptr<const Program> program) : program_(std::move(program)) {}

@@ -86,6 +86,7 @@ enum class ExprKind : uint8_t {
   kUnary,    // name (op) args[0]
   kBinary,   // args[0] name (op) args[1]
   kTernary,  // args[0] if args[1] else args[2] (args[2] may be null)
+  kBlockText,  // the rendered body of the enclosing {% filter %} block
 };
 
 struct Expr;
@@ -112,7 +113,8 @@ enum class StmtKind : uint8_t {
   kMacro,     // macro definition
   kBreak,
   kContinue,
-  kScope,  // a block that only groups its body ({% generation %})
+  kScope,        // a block that only groups its body ({% generation %})
+  kFilterBlock,  // {% filter f | g %} body {% endfilter %}: expr applies the filters to kBlockText
 };
 
 struct Stmt;
