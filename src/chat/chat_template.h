@@ -14,8 +14,8 @@
 // concurrently.
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>

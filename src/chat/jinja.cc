@@ -227,7 +227,8 @@ class Renderer {
     Value d = Value::dict();
     for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
       const Value key = eval(*e.args[i]);
-      if (key.is_list() && !key.is_tuple()) fail(e.args[i]->pos, "TypeError: unhashable type: 'list'");
+      if (key.is_list() && !key.is_tuple())
+        fail(e.args[i]->pos, "TypeError: unhashable type: 'list'");
       if (key.is_dict()) fail(e.args[i]->pos, "TypeError: unhashable type: 'dict'");
       d.set_key(key, eval(*e.args[i + 1]));
     }
@@ -261,12 +262,14 @@ class Renderer {
     const Value obj = eval(*e.args[0]);
     auto opt = [&](size_t i) { return e.args[i] ? eval(*e.args[i]) : Value(); };
     const Value start = opt(1), stop = opt(2), stride = opt(3);
-    if (obj.is_undefined()) fail(e.pos, "UndefinedError: " + describe(*e.args[0]) + " is undefined");
+    if (obj.is_undefined())
+      fail(e.pos, "UndefinedError: " + describe(*e.args[0]) + " is undefined");
     if (obj.is_dict()) fail(e.pos, "TypeError: unhashable type: 'slice'");
     if ((!obj.is_list() && !obj.is_string()) || obj.is_iterator()) return Value();
     const ValueList items = obj.is_list() ? obj.items() : iterate(obj, e.pos);
     ValueList out;
-    for (size_t i : slice_indices(items.size(), start, stop, stride, e.pos)) out.push_back(items[i]);
+    for (size_t i : slice_indices(items.size(), start, stop, stride, e.pos))
+      out.push_back(items[i]);
     if (obj.is_tuple()) return Value::tuple(std::move(out));
     if (obj.is_list()) return Value::list(std::move(out));
     std::string s;
@@ -320,8 +323,9 @@ class Renderer {
     scopes_.emplace_back();
     for (size_t i = 0; i < m.params.size(); ++i) {
       const bool given = i < a.args.size() || a.kwarg(m.params[i]) != nullptr;
-      scopes_.back()[m.params[i]] =
-          given ? a.get(i, m.params[i]) : m.defaults[i] ? eval(*m.defaults[i]) : Value();
+      scopes_.back()[m.params[i]] = given           ? a.get(i, m.params[i])
+                                    : m.defaults[i] ? eval(*m.defaults[i])
+                                                    : Value();
     }
     ++call_depth_;
     std::string result = capture(m.body);
@@ -335,7 +339,7 @@ class Renderer {
     const Value subject = eval(*e.args[0]);
     const CallArgs a = eval_args(e, 1);
     std::optional<Value> r = call_filter(e.name, subject, a);
-    if (!r) fail(e.pos, "TemplateAssertionError: No filter named '" + e.name + "'.");
+    if (!r) fail(e.pos, "TemplateRuntimeError: No filter named '" + e.name + "' found.");
     return checked_size(std::move(*r), e.pos);
   }
 
@@ -343,7 +347,7 @@ class Renderer {
     const Value subject = eval(*e.args[0]);
     const CallArgs a = eval_args(e, 1);
     std::optional<bool> r = call_test(e.name, subject, a);
-    if (!r) fail(e.pos, "TemplateAssertionError: No test named '" + e.name + "'.");
+    if (!r) fail(e.pos, "TemplateRuntimeError: No test named '" + e.name + "' found.");
     return Value(*r != e.negated);
   }
 
@@ -420,8 +424,7 @@ Result<std::string> Template::render(const Value& globals, const RenderLimits& l
     switch (e.kind()) {
       case TemplateError::Kind::kRaised: return invalid_argument(e.message());
       case TemplateError::Kind::kLimit:  // the request can never render: 400, not a retry
-        return invalid_argument("template resource limit at ", where(e.pos()), ": ",
-                                e.message());
+        return invalid_argument("template resource limit at ", where(e.pos()), ": ", e.message());
       case TemplateError::Kind::kSyntax:
       case TemplateError::Kind::kRuntime:
         return invalid_argument("template error at ", where(e.pos()), ": ", e.message());

@@ -29,9 +29,9 @@ Value global_range(const CallArgs& a) {
   ValueList out;
   for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
     if (static_cast<int64_t>(out.size()) >= kMaxRange) {
-      throw TemplateError(TemplateError::Kind::kLimit, a.pos,
-                          "OverflowError: range too big, maximum size is " +
-                              std::to_string(kMaxRange));
+      throw TemplateError(
+          TemplateError::Kind::kLimit, a.pos,
+          "OverflowError: range too big, maximum size is " + std::to_string(kMaxRange));
     }
     out.emplace_back(i);
   }
@@ -54,11 +54,11 @@ Value global_dict(std::string_view name, const CallArgs& a) {
 Value global_strftime_now(const CallArgs& a, const RenderEnvironment& env) {
   const Value format = a.get(0, "format");
   if (!format.is_string()) {
-    fail(a.pos, "TypeError: strftime() argument 1 must be str, not " +
-                    std::string(format.type_name()));
+    fail(a.pos,
+         "TypeError: strftime() argument 1 must be str, not " + std::string(format.type_name()));
   }
-  const std::time_t now = env.now_unix_seconds ? static_cast<std::time_t>(*env.now_unix_seconds)
-                                                : std::time(nullptr);
+  const std::time_t now =
+      env.now_unix_seconds ? static_cast<std::time_t>(*env.now_unix_seconds) : std::time(nullptr);
   std::tm tm{};
   localtime_r(&now, &tm);
   char buf[512];
@@ -71,8 +71,8 @@ Value global_strftime_now(const CallArgs& a, const RenderEnvironment& env) {
 }  // namespace
 
 bool is_global_function(std::string_view name) {
-  static constexpr std::array<std::string_view, 5> kNames = {
-      "range", "dict", "namespace", "raise_exception", "strftime_now"};
+  static constexpr std::array<std::string_view, 5> kNames = {"range", "dict", "namespace",
+                                                             "raise_exception", "strftime_now"};
   return std::find(kNames.begin(), kNames.end(), name) != kNames.end();
 }
 

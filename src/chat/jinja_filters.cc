@@ -30,9 +30,8 @@ Value get_attribute(const Value& item, const Value& attribute, SourcePos pos,
     while (true) {
       const size_t dot = path.find('.', start);
       const std::string part = path.substr(start, dot == std::string::npos ? dot : dot - start);
-      const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) {
-        return c >= '0' && c <= '9';
-      });
+      const bool digits = !part.empty() && std::all_of(part.begin(), part.end(),
+                                                       [](char c) { return c >= '0' && c <= '9'; });
       v = get_item(v, digits ? Value(static_cast<int64_t>(std::stoll(part))) : Value(part), pos);
       if (dot == std::string::npos) break;
       start = dot + 1;
@@ -48,8 +47,7 @@ Value sort_key(const Value& v, bool case_sensitive) {
 
 Value filter_default(const Value& v, const CallArgs& a) {
   const bool boolean = a.get(1, "boolean", Value(false)).truthy();
-  return v.is_undefined() || (boolean && !v.truthy()) ? a.get(0, "default_value", Value(""))
-                                                      : v;
+  return v.is_undefined() || (boolean && !v.truthy()) ? a.get(0, "default_value", Value("")) : v;
 }
 
 Value filter_join(const Value& v, const CallArgs& a) {
@@ -69,7 +67,8 @@ std::optional<int64_t> parse_int(const std::string& s) {
   const std::string t = string_strip(s, Value::none(), true, true);
   std::string digits;
   for (size_t i = 0; i < t.size(); ++i) {
-    if (t[i] == '_' && i > 0 && i + 1 < t.size() && std::isdigit(t[i - 1]) && std::isdigit(t[i + 1]))
+    if (t[i] == '_' && i > 0 && i + 1 < t.size() && std::isdigit(t[i - 1]) &&
+        std::isdigit(t[i + 1]))
       continue;
     digits += t[i];
   }
@@ -136,9 +135,9 @@ Value filter_select(const Value& v, const CallArgs& a, bool by_attr, bool keep) 
   std::optional<std::string> test;
   if (a.args.size() > test_index) test = a.args[test_index].str();
   const size_t first_arg = std::min(test_index + 1, a.args.size());
-  const CallArgs test_args{std::vector<Value>(a.args.begin() + static_cast<long>(first_arg),
-                                              a.args.end()),
-                           a.kwargs, a.pos};
+  const CallArgs test_args{
+      std::vector<Value>(a.args.begin() + static_cast<long>(first_arg), a.args.end()), a.kwargs,
+      a.pos};
   ValueList out;
   if (!v.truthy()) return Value::iterator({});
   if (by_attr && a.args.empty()) fail(a.pos, "Missing parameter for attribute name");
@@ -268,7 +267,8 @@ Value filter_dictsort(const Value& v, const CallArgs& a) {
   const std::string by = a.get(1, "by", Value("key")).str();
   const bool reverse = a.get(2, "reverse", Value(false)).truthy();
   if (!v.is_mapping()) fail(a.pos, "AttributeError: dictsort expects a mapping");
-  if (by != "key" && by != "value") fail(a.pos, "FilterArgumentError: You can only sort by either 'key' or 'value'");
+  if (by != "key" && by != "value")
+    fail(a.pos, "FilterArgumentError: You can only sort by either 'key' or 'value'");
   ValueList pairs;
   for (const auto& [k, x] : v.entries()) pairs.push_back(Value::tuple({k, x}));
   const size_t pick = by == "key" ? 0 : 1;
@@ -284,8 +284,9 @@ Value filter_indent(const Value& v, const CallArgs& a) {
   if (!v.is_string()) fail(a.pos, "TypeError: indent expects a string");
   const Value width = a.get(0, "width", Value(4));
   const std::string unit =
-      width.is_string() ? width.as_string()
-                        : std::string(static_cast<size_t>(std::max<int64_t>(width.as_int(), 0)), ' ');
+      width.is_string()
+          ? width.as_string()
+          : std::string(static_cast<size_t>(std::max<int64_t>(width.as_int(), 0)), ' ');
   const bool first = a.get(1, "first", Value(false)).truthy();
   const bool blank = a.get(2, "blank", Value(false)).truthy();
   const std::vector<std::string> lines = string_splitlines(v.as_string() + "\n");
@@ -371,8 +372,7 @@ std::optional<bool> call_test(std::string_view name, const Value& v, const CallA
     return v.is_list() || v.is_mapping() || v.is_string() || v.is_undefined();
   }
   if (name == "sequence") {
-    return (v.is_list() && !v.is_iterator()) || v.is_mapping() || v.is_string() ||
-           v.is_undefined();
+    return (v.is_list() && !v.is_iterator()) || v.is_mapping() || v.is_string() || v.is_undefined();
   }
   if (name == "callable") return v.is_macro() || v.is_callable();
   if (name == "escaped") return v.is_markup();
@@ -394,7 +394,8 @@ std::optional<bool> call_test(std::string_view name, const Value& v, const CallA
   if (name == "ge" || name == ">=") return compare_values(v, other, a.pos) >= 0;
   if (name == "in") return contains(a.get(0, "seq"), v, a.pos);
   if (name == "odd" || name == "even" || name == "divisibleby") {
-    if (!v.is_integral()) fail(a.pos, "TypeError: test '" + std::string(name) + "' expects an integer");
+    if (!v.is_integral())
+      fail(a.pos, "TypeError: test '" + std::string(name) + "' expects an integer");
     const int64_t d = name == "divisibleby" ? a.get(0, "num").as_int() : 2;
     if (d == 0) fail(a.pos, "ZeroDivisionError: integer division or modulo by zero");
     const int64_t r = ((v.as_int() % d) + d) % d;

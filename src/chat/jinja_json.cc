@@ -33,13 +33,34 @@ void json_string(std::string& out, std::string_view s, bool ensure_ascii) {
   for (size_t i = 0; i < s.size();) {
     const char c = s[i];
     switch (c) {
-      case '"': out += "\\\""; ++i; continue;
-      case '\\': out += "\\\\"; ++i; continue;
-      case '\n': out += "\\n"; ++i; continue;
-      case '\r': out += "\\r"; ++i; continue;
-      case '\t': out += "\\t"; ++i; continue;
-      case '\b': out += "\\b"; ++i; continue;
-      case '\f': out += "\\f"; ++i; continue;
+      case '"':
+        out += "\\\"";
+        ++i;
+        continue;
+      case '\\':
+        out += "\\\\";
+        ++i;
+        continue;
+      case '\n':
+        out += "\\n";
+        ++i;
+        continue;
+      case '\r':
+        out += "\\r";
+        ++i;
+        continue;
+      case '\t':
+        out += "\\t";
+        ++i;
+        continue;
+      case '\b':
+        out += "\\b";
+        ++i;
+        continue;
+      case '\f':
+        out += "\\f";
+        ++i;
+        continue;
       default: break;
     }
     const unsigned char u = static_cast<unsigned char>(c);
@@ -63,7 +84,8 @@ void json_string(std::string& out, std::string_view s, bool ensure_ascii) {
 }
 
 [[noreturn]] void not_serializable(const Value& v, SourcePos pos) {
-  fail(pos, "TypeError: Object of type " + std::string(v.type_name()) + " is not JSON serializable");
+  fail(pos,
+       "TypeError: Object of type " + std::string(v.type_name()) + " is not JSON serializable");
 }
 
 std::string float_text(double d) {

@@ -14,20 +14,20 @@ namespace {
 
 // Python's attribute names of str, dict and list objects (getattr finds them before any key).
 constexpr std::array<std::string_view, 47> kStrMethods = {
-    "capitalize", "casefold",   "center",       "count",      "encode",     "endswith",
-    "expandtabs", "find",       "format",       "format_map", "index",      "isalnum",
-    "isalpha",    "isascii",    "isdecimal",    "isdigit",    "isidentifier", "islower",
-    "isnumeric",  "isprintable", "isspace",     "istitle",    "isupper",    "join",
-    "ljust",      "lower",      "lstrip",       "maketrans",  "partition",  "removeprefix",
-    "removesuffix", "replace",  "rfind",        "rindex",     "rjust",      "rpartition",
-    "rsplit",     "rstrip",     "split",        "splitlines", "startswith", "strip",
-    "swapcase",   "title",      "translate",    "upper",      "zfill"};
+    "capitalize",   "casefold",    "center",    "count",      "encode",       "endswith",
+    "expandtabs",   "find",        "format",    "format_map", "index",        "isalnum",
+    "isalpha",      "isascii",     "isdecimal", "isdigit",    "isidentifier", "islower",
+    "isnumeric",    "isprintable", "isspace",   "istitle",    "isupper",      "join",
+    "ljust",        "lower",       "lstrip",    "maketrans",  "partition",    "removeprefix",
+    "removesuffix", "replace",     "rfind",     "rindex",     "rjust",        "rpartition",
+    "rsplit",       "rstrip",      "split",     "splitlines", "startswith",   "strip",
+    "swapcase",     "title",       "translate", "upper",      "zfill"};
 constexpr std::array<std::string_view, 11> kDictMethods = {
-    "clear", "copy", "fromkeys", "get", "items", "keys", "pop", "popitem", "setdefault", "update",
-    "values"};
-constexpr std::array<std::string_view, 11> kListMethods = {
-    "append", "clear", "copy", "count", "extend", "index", "insert", "pop", "remove", "reverse",
-    "sort"};
+    "clear", "copy",    "fromkeys",   "get",    "items", "keys",
+    "pop",   "popitem", "setdefault", "update", "values"};
+constexpr std::array<std::string_view, 11> kListMethods = {"append", "clear",   "copy",   "count",
+                                                           "extend", "index",   "insert", "pop",
+                                                           "remove", "reverse", "sort"};
 
 template <size_t N>
 bool listed(const std::array<std::string_view, N>& names, std::string_view name) {
@@ -37,8 +37,8 @@ bool listed(const std::array<std::string_view, N>& names, std::string_view name)
 // Methods that modify their object: ImmutableSandboxedEnvironment refuses them.
 bool mutates(std::string_view name) {
   static constexpr std::array<std::string_view, 12> kMutating = {
-      "append", "clear",  "extend", "insert",     "pop",    "popitem",
-      "remove", "reverse", "sort",  "setdefault", "update", "fromkeys"};
+      "append", "clear",   "extend", "insert",     "pop",    "popitem",
+      "remove", "reverse", "sort",   "setdefault", "update", "fromkeys"};
   return listed(kMutating, name);
 }
 
@@ -54,8 +54,8 @@ std::string markup_arg(const Value& self, const Value& arg) {
 
 std::string string_arg(const Value& v, std::string_view method, SourcePos pos) {
   if (!v.is_string()) {
-    type_error(pos, std::string(method) + "() argument must be str, not " +
-                        std::string(v.type_name()));
+    type_error(pos,
+               std::string(method) + "() argument must be str, not " + std::string(v.type_name()));
   }
   return v.as_string();
 }
@@ -102,13 +102,13 @@ std::optional<Value> string_method_1(const Value& self, std::string_view name, c
   if (name == "split" || name == "rsplit") {
     const Value sep = a.get(0, "sep", none);
     if (!sep.is_none() && (!sep.is_string() || sep.as_string().empty())) {
-      fail(a.pos, sep.is_string() ? "ValueError: empty separator"
-                                  : "TypeError: must be str or None, not " +
-                                        std::string(sep.type_name()));
+      fail(a.pos, sep.is_string()
+                      ? "ValueError: empty separator"
+                      : "TypeError: must be str or None, not " + std::string(sep.type_name()));
     }
     const int64_t maxsplit = a.get(1, "maxsplit", Value(-1)).as_int();
-    return split_value(self, string_split(s, sep.is_none() ? nullptr : &sep.as_string(),
-                                          maxsplit, name == "rsplit"));
+    return split_value(self, string_split(s, sep.is_none() ? nullptr : &sep.as_string(), maxsplit,
+                                          name == "rsplit"));
   }
   if (name == "splitlines") return split_value(self, string_splitlines(s));
   if (name == "upper") return like(self, string_upper(s));
@@ -146,9 +146,8 @@ std::optional<Value> string_method_2(const Value& self, std::string_view name, c
     return like(self, prefix ? s.substr(affix.size()) : s.substr(0, s.size() - affix.size()));
   }
   if (name == "isdigit" || name == "isdecimal" || name == "isnumeric") {
-    return Value(!s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
-      return c >= '0' && c <= '9';
-    }));
+    return Value(!s.empty() &&
+                 std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }));
   }
   if (name == "isalpha" || name == "isalnum") {
     const bool alnum = name == "isalnum";
@@ -247,7 +246,8 @@ Value get_item(const Value& obj, const Value& key, SourcePos pos) {
 }
 
 Value get_attr(const Value& obj, const std::string& name, SourcePos pos) {
-  if (obj.is_undefined()) fail(pos, "UndefinedError: cannot read attribute '" + name + "' of an undefined value");
+  if (obj.is_undefined())
+    fail(pos, "UndefinedError: cannot read attribute '" + name + "' of an undefined value");
   if (has_method(obj, name)) return Value::callable(name, &obj);
   if (obj.is_dict()) {
     if (const Value* v = obj.find(name)) return *v;
@@ -288,15 +288,16 @@ int64_t length_of(const Value& v, SourcePos pos) {
 
 int compare_values(const Value& a, const Value& b, SourcePos pos) {
   if (a.is_number() && b.is_number()) {
-    if (!a.is_float() && !b.is_float()) return a.as_int() < b.as_int() ? -1 : a.as_int() > b.as_int();
+    if (!a.is_float() && !b.is_float())
+      return a.as_int() < b.as_int() ? -1 : a.as_int() > b.as_int();
     return a.as_float() < b.as_float() ? -1 : a.as_float() > b.as_float() ? 1 : 0;
   }
   if (a.is_string() && b.is_string()) {
     const int c = a.as_string().compare(b.as_string());
     return c < 0 ? -1 : c > 0;
   }
-  const bool same_sequence = a.is_list() && b.is_list() && !a.is_iterator() &&
-                             !b.is_iterator() && a.is_tuple() == b.is_tuple();
+  const bool same_sequence = a.is_list() && b.is_list() && !a.is_iterator() && !b.is_iterator() &&
+                             a.is_tuple() == b.is_tuple();
   if (same_sequence) {
     const ValueList& x = a.items();
     const ValueList& y = b.items();

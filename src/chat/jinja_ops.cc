@@ -15,7 +15,8 @@ namespace {
 Value repeat(const Value& seq, int64_t times, size_t max_size, SourcePos pos) {
   const size_t unit = seq.is_string() ? seq.as_string().size() : seq.items().size();
   const size_t n = times > 0 ? static_cast<size_t>(times) : 0;
-  if (unit != 0 && n > max_size / unit) limit_error(pos, "repetition builds a value over the size limit");
+  if (unit != 0 && n > max_size / unit)
+    limit_error(pos, "repetition builds a value over the size limit");
   if (seq.is_string()) {
     std::string out;
     for (size_t i = 0; i < n; ++i) out += seq.as_string();

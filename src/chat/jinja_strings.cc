@@ -53,8 +53,8 @@ void append_utf8(std::string& out, uint32_t cp) {
 
 bool is_py_space(uint32_t c) {
   return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
-         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
-         c == 0x202F || c == 0x205F || c == 0x3000;
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+         c == 0x205F || c == 0x3000;
 }
 
 bool is_line_break(uint32_t c) {
@@ -143,7 +143,8 @@ std::string string_title(std::string s) {
 }
 
 std::string string_capitalize(std::string s) {
-  return map_code_points(s, [](size_t i, uint32_t c) { return i == 0 ? to_upper(c) : to_lower(c); });
+  return map_code_points(s,
+                         [](size_t i, uint32_t c) { return i == 0 ? to_upper(c) : to_lower(c); });
 }
 
 bool string_is_lower(const std::string& s) {
@@ -218,7 +219,9 @@ std::vector<std::string> split_whitespace(const std::string& s, int64_t maxsplit
     words.emplace_back(i, j);
     i = j;
   }
-  auto text = [&](size_t b, size_t e) { return s.substr(d.offsets[b], d.offsets[e] - d.offsets[b]); };
+  auto text = [&](size_t b, size_t e) {
+    return s.substr(d.offsets[b], d.offsets[e] - d.offsets[b]);
+  };
   std::vector<std::string> out;
   if (maxsplit < 0 || static_cast<size_t>(maxsplit) >= words.size()) {
     for (const auto& [b, e] : words) out.push_back(text(b, e));
@@ -249,8 +252,9 @@ std::vector<std::string> string_split(const std::string& s, const std::string* s
     const size_t k = static_cast<size_t>(maxsplit);
     // rsplit splits at the last occurrences; non-overlapping from the right can differ from the
     // left for self-overlapping separators, which templates do not use.
-    hits = from_right ? std::vector<size_t>(hits.end() - static_cast<std::ptrdiff_t>(k), hits.end())
-                      : std::vector<size_t>(hits.begin(), hits.begin() + static_cast<std::ptrdiff_t>(k));
+    hits = from_right
+               ? std::vector<size_t>(hits.end() - static_cast<std::ptrdiff_t>(k), hits.end())
+               : std::vector<size_t>(hits.begin(), hits.begin() + static_cast<std::ptrdiff_t>(k));
   }
   std::vector<std::string> out;
   size_t start = 0;
@@ -286,7 +290,8 @@ std::string string_format(const Value& self, const CallArgs& a) {
       continue;
     }
     const size_t close = f.find('}', i);
-    if (close == std::string::npos) fail(a.pos, "ValueError: Single '{' encountered in format string");
+    if (close == std::string::npos)
+      fail(a.pos, "ValueError: Single '{' encountered in format string");
     std::string field = f.substr(i + 1, close - i - 1);
     i = close;
     char conversion = 's';
@@ -301,7 +306,9 @@ std::string string_format(const Value& self, const CallArgs& a) {
     Value arg;
     if (field.empty() || std::all_of(field.begin(), field.end(), ::isdigit)) {
       const size_t index = field.empty() ? auto_index++ : std::stoul(field);
-      if (index >= a.args.size()) fail(a.pos, "IndexError: Replacement index " + std::to_string(index) + " out of range for positional args tuple");
+      if (index >= a.args.size())
+        fail(a.pos, "IndexError: Replacement index " + std::to_string(index) +
+                        " out of range for positional args tuple");
       arg = a.args[index];
     } else {
       const Value* kw = a.kwarg(field);
