@@ -14,6 +14,15 @@ struct Program {
   Body body;
 };
 
+using Scope = std::unordered_map<std::string, Value>;
+
+// The scopes (below the top level) that were open where a macro was defined: the macro reads
+// their variables when it runs, as a Python closure does (late binding). Weak, so that a macro
+// stored in the scope it captures does not keep that scope alive after the render.
+struct MacroClosure {
+  std::vector<std::weak_ptr<Scope>> scopes;
+};
+
 namespace {
 
 enum class Flow : uint8_t { kNormal, kBreak, kContinue };
@@ -26,7 +35,7 @@ class Renderer {
  public:
   Renderer(const Value& globals, const RenderLimits& limits, const RenderEnvironment& env)
       : globals_(globals), limits_(limits), env_(env) {
-    scopes_.emplace_back();
+    push_scope();
   }
 
   std::string render(const Body& body) {
@@ -38,7 +47,15 @@ class Renderer {
   }
 
  private:
-  using Scope = std::unordered_map<std::string, Value>;
+  void push_scope() { scopes_.push_back(std::make_shared<Scope>()); }
+  // The open scopes below the top level, for a macro defined here.
+  std::shared_ptr<const MacroClosure> closure() const {
+    if (scopes_.size() == 1) return nullptr;
+    auto c = std::make_shared<MacroClosure>();
+    for (size_t i = 1; i < scopes_.size(); ++i) c->scopes.push_back(scopes_[i]);
+    return c;
+  }
+  Scope& top() { return *scopes_.back(); }
 
   void step(SourcePos pos) {
     if (++steps_ > limits_.max_steps) {
@@ -65,8 +82,8 @@ class Renderer {
 
   Value lookup(const std::string& name) const {
     for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
-      auto found = it->find(name);
-      if (found != it->end()) return found->second;
+      auto found = (*it)->find(name);
+      if (found != (*it)->end()) return found->second;
     }
     if (const Value* g = globals_.find(std::string_view(name))) return *g;
     return is_global_function(name) ? Value::callable(name) : Value();
@@ -92,7 +109,7 @@ class Renderer {
       case StmtKind::kSet: assign(s, eval(*s.expr)); return Flow::kNormal;
       case StmtKind::kSetBlock: assign(s, Value(capture(s.body))); return Flow::kNormal;
       case StmtKind::kMacro:
-        scopes_.back()[s.macro->name] = Value::macro(s.macro.get());
+        top()[s.macro->name] = Value::macro(s.macro.get(), closure());
         return Flow::kNormal;
       case StmtKind::kBreak: return Flow::kBreak;
       case StmtKind::kContinue: return Flow::kContinue;
@@ -160,8 +177,8 @@ class Renderer {
       ValueList kept;
       for (const Value& item : items) {
         step(s.pos);
-        scopes_.emplace_back();
-        bind_targets(scopes_.back(), s.targets, item, s.pos);
+        push_scope();
+        bind_targets(top(), s.targets, item, s.pos);
         const bool keep = eval(*s.filter).truthy();
         scopes_.pop_back();
         if (keep) kept.push_back(item);
@@ -170,9 +187,9 @@ class Renderer {
     }
     for (size_t i = 0; i < items.size(); ++i) {
       step(s.pos);
-      scopes_.emplace_back();
-      bind_targets(scopes_.back(), s.targets, items[i], s.pos);
-      scopes_.back()["loop"] = loop_value(items, i);
+      push_scope();
+      bind_targets(top(), s.targets, items[i], s.pos);
+      top()["loop"] = loop_value(items, i);
       const Flow f = render_body(s.body);
       scopes_.pop_back();
       if (f == Flow::kBreak) break;
@@ -183,7 +200,7 @@ class Renderer {
 
   void assign(const Stmt& s, Value v) {
     if (s.attr.empty()) {
-      bind_targets(scopes_.back(), s.targets, v, s.pos);
+      bind_targets(top(), s.targets, v, s.pos);
       return;
     }
     const Value ns = lookup(s.targets[0]);
@@ -290,7 +307,7 @@ class Renderer {
     const Value fn = eval(callee);
     CallArgs a = eval_args(e, 1);
     switch (fn.kind()) {
-      case Value::Kind::kMacro: return call_macro(*fn.macro_node(), a);
+      case Value::Kind::kMacro: return call_macro(*fn.macro_node(), fn.macro_closure(), a);
       case Value::Kind::kCallable:
         if (!fn.bound_self().is_undefined())
           return checked_size(call_method(fn.bound_self(), fn.callable_name(), a), e.pos);
@@ -302,7 +319,7 @@ class Renderer {
     }
   }
 
-  Value call_macro(const MacroNode& m, const CallArgs& a) {
+  Value call_macro(const MacroNode& m, const MacroClosure* fn_closure, const CallArgs& a) {
     if (call_depth_ >= limits_.max_call_depth) {
       limit_error(a.pos,
                   "macro calls nested deeper than " + std::to_string(limits_.max_call_depth));
@@ -315,23 +332,26 @@ class Renderer {
       if (std::find(m.params.begin(), m.params.end(), k) == m.params.end())
         fail(a.pos, "TypeError: macro '" + m.name + "' takes no keyword argument '" + k + "'");
     }
-    // A macro sees the template's top-level variables and its parameters, not the caller's
-    // locals; defaults are evaluated in that scope, after the parameters before them.
-    std::vector<Scope> saved(std::make_move_iterator(scopes_.begin() + 1),
-                             std::make_move_iterator(scopes_.end()));
-    scopes_.resize(1);
-    scopes_.emplace_back();
+    // A macro sees the top level, the scopes it was defined in and its parameters, not the
+    // caller's locals; defaults are evaluated in that scope, after the parameters before them.
+    std::vector<std::shared_ptr<Scope>> saved = std::move(scopes_);
+    scopes_ = {saved.front()};
+    if (const MacroClosure* c = fn_closure) {
+      for (const std::weak_ptr<Scope>& w : c->scopes) {
+        if (std::shared_ptr<Scope> open = w.lock()) scopes_.push_back(std::move(open));
+      }
+    }
+    push_scope();
     for (size_t i = 0; i < m.params.size(); ++i) {
       const bool given = i < a.args.size() || a.kwarg(m.params[i]) != nullptr;
-      scopes_.back()[m.params[i]] = given           ? a.get(i, m.params[i])
-                                    : m.defaults[i] ? eval(*m.defaults[i])
-                                                    : Value();
+      top()[m.params[i]] = given           ? a.get(i, m.params[i])
+                           : m.defaults[i] ? eval(*m.defaults[i])
+                                           : Value();
     }
     ++call_depth_;
     std::string result = capture(m.body);
     --call_depth_;
-    scopes_.resize(1);
-    for (Scope& s : saved) scopes_.push_back(std::move(s));
+    scopes_ = std::move(saved);
     return Value(std::move(result));
   }
 
@@ -388,7 +408,7 @@ class Renderer {
   const Value& globals_;
   const RenderLimits& limits_;
   const RenderEnvironment& env_;
-  std::vector<Scope> scopes_;
+  std::vector<std::shared_ptr<Scope>> scopes_;  // [0] is the template's top level
   std::string* out_ = nullptr;
   Value block_text_;
   int64_t steps_ = 0;

@@ -54,10 +54,11 @@ Value Value::namespace_dict(ValueDict items) {
   return v;
 }
 
-Value Value::macro(const MacroNode* node) {
+Value Value::macro(const MacroNode* node, std::shared_ptr<const MacroClosure> closure) {
   Value v;
   v.kind_ = Kind::kMacro;
   v.macro_ = node;
+  v.closure_ = std::move(closure);
   return v;
 }
 

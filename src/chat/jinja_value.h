@@ -37,7 +37,8 @@ class Value;
 using ValueList = std::vector<Value>;
 using ValueDict = std::vector<std::pair<Value, Value>>;  // insertion-ordered (key, value)
 
-struct MacroNode;  // defined in jinja_ast.h
+struct MacroNode;     // defined in jinja_ast.h
+struct MacroClosure;  // the scopes a macro was defined in; defined in jinja.cc
 
 class Value {
  public:
@@ -73,7 +74,8 @@ class Value {
   static Value markup(std::string s);
   static Value dict(ValueDict items = {});
   static Value namespace_dict(ValueDict items = {});
-  static Value macro(const MacroNode* node);
+  // A macro, with the scopes it was defined in (null: the template's top level).
+  static Value macro(const MacroNode* node, std::shared_ptr<const MacroClosure> closure = nullptr);
   // A global function (`range`), or the method `name` bound to `self` (`'a'.upper`, `d.items`).
   static Value callable(std::string name, const Value* self = nullptr);
   // Converts JSON. Objects keep the key order of the JSON type: sorted for nlohmann::json,
@@ -113,6 +115,7 @@ class Value {
   ValueList& items() const { return *list_; }
   ValueDict& entries() const { return *dict_; }
   const MacroNode* macro_node() const { return macro_; }
+  const MacroClosure* macro_closure() const { return closure_.get(); }
   // Precondition: is_callable(). The function or method name, and the bound object (undefined
   // for a global).
   const std::string& callable_name() const { return str_; }
@@ -153,6 +156,7 @@ class Value {
   std::shared_ptr<ValueDict> dict_;
   std::shared_ptr<const Value> self_;
   const MacroNode* macro_ = nullptr;
+  std::shared_ptr<const MacroClosure> closure_;
 };
 
 // Number of Unicode code points in UTF-8 `s` (continuation bytes are not counted).

@@ -101,6 +101,17 @@ TEST(JinjaSemantics, RendersAsJinja2) {
       {"{% set g = xs | select('odd') %}{{ 3 in g }}{{ g | list }}|{{ d | items | list }}|{{ nope "
        "| items | list }}",
        "True[]|[('a', [1, 2]), ('b', 1)]|[]"},
+      // Macros read the scopes they were defined in when they run (Python closures).
+      {"{% for x in [1,2] %}{% macro m() %}{{ x }}{% endmacro %}{{ m() }}{% endfor %}", "12"},
+      {"{% for x in [1,2] %}{% set y = x * 10 %}{% macro m() %}{{ y }}{% endmacro %}"
+       "{% set y = 99 %}{{ m() }}{% endfor %}",
+       "9999"},
+      {"{% macro outer(a) %}{% set b = 1 %}{% macro inner() %}{{ a }}{{ b }}{% endmacro %}"
+       "{% set b = 2 %}{{ inner() }}{% endmacro %}{{ outer(7) }}",
+       "72"},
+      {"{% set z = 1 %}{% macro m() %}{{ z }}{% endmacro %}{% for i in [1] %}{% set z = 5 %}"
+       "{{ m() }}{% endfor %}",
+       "1"},
       {"a\r\nb\rc{{ \"x\r\ny\" }}\r\n  {% if true %}\r\nd{% endif %}\r\n", "a\nb\ncx\ny\nd"},
   };
   for (const Case& c : cases) {
