@@ -46,7 +46,14 @@ constexpr const char* kDeepseekLetters =
     "\\x{FF21}-\\x{FF3A}\\x{FF41}-\\x{FF5A}\\x{10400}-\\x{1044F}\\x{104B0}-\\x{104D3}"
     "\\x{104D8}-\\x{104FB}\\x{10C80}-\\x{10CB2}\\x{10CC0}-\\x{10CF2}\\x{118A0}-\\x{118DF}"
     "\\x{1E900}-\\x{1E943}]+";
-constexpr const char* kCjk = "[\\x{4E00}-\\x{9FA5}\\x{800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+";
+// llama.cpp runs a pattern without \p{..} through std::wregex after replacing every non-ASCII
+// white-space character of the text by U+000B, so ranges of non-ASCII code points never match
+// those characters: they are cut out of the ranges here. DeepSeek's CJK class is written
+// [\x{4E00}-\x{9FA5}\x{800}-\x{4E00}\x{AC00}-\x{D7FF}]+, whose second range covers U+1680,
+// U+2000-U+200A, U+2028, U+2029, U+202F, U+205F and U+3000 (llama.cpp's white space there).
+constexpr const char* kCjk =
+    "[\\x{4E00}-\\x{9FA5}\\x{800}-\\x{167F}\\x{1681}-\\x{1FFF}\\x{200B}-\\x{2027}\\x{202A}-\\x{202E}"
+    "\\x{2030}-\\x{205E}\\x{2060}-\\x{2FFF}\\x{3001}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+";
 // llama.cpp's adaptations of the "[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
 // words of Mistral's tekken and OpenAI's o200k patterns: an upper-case run is letters other
 // than a-z, a lower-case run letters other than A-Z, so a non-ASCII letter counts as both, and
@@ -103,7 +110,7 @@ const std::vector<PreTokenizerSpec>& specs() {
       {.names = {"deepseek-llm"},
        .patterns = {"[\\r\\n]", kDeepseekLetters,
                     "\\s?[\\x{21}-\\x{2F}\\x{3A}-\\x{7E}\\x{FF01}-\\x{FF0F}\\x{FF1A}-\\x{FF5E}"
-                    "\\x{2018}-\\x{201F}\\x{3000}-\\x{3002}]+",
+                    "\\x{2018}-\\x{201F}\\x{3001}-\\x{3002}]+",  // U+3000: see kCjk
                     "\\s+$", kCjk, "\\p{N}+"}},
       {.names = {"deepseek-v3", "hunyuan-dense", "joyai-llm", "hy_v4"},
        .patterns = {"\\p{N}{1,3}", kHanKana, kDeepseekV3Words}},

@@ -95,6 +95,15 @@ const std::vector<std::string>& own_texts() {
       "Ünïcödé ÅngströM ŁÓDŹ ĲSSEL ŒUVRE ǄUNGLA ꞋꞌꞍ",
       "The quick brown fox jumps over the lazy dog. THE QUICK BROWN FOX.",
       "我 爱 中文 。 日本 東京 大阪 と 中国 の 人 ABC漢字def 123日本 (中国) “中文”",
+      "  \n  \n\n \t\n x  \r\n   \n\tend\t\t\n",
+      // (A hex escape runs on while hex digits follow: "\xa0" "b" keeps the b.)
+      "a\xc2\xa0\xc2\xa0" "b x \xe3\x80\x80y \xe2\x80\x83\xe2\x80\x83z\n\xc2\xa0\n",
+      "a\xc2\xa0\xc2\xa0\x0b x\xe3\x80\x80 \xe3\x80\x80\xe3\x80\x81 \xe2\x80\xa8\xe2\x80\xa9 \xe1\x9a\x80",
+      "\xcc\x81start 1\xcc\x81 !\xcc\x81 a\xcc\x81\xcc\x82\xcc\x83" "b \xcc\x81\xcc\x81",
+      "it's 'tis ''s l'\xc3\xa9t\xc3\xa9 1's x's_ y'S IT'S 's's",
+      "    def x():\n        return 'a'\n\n\n    # done   \n",
+      "!!!\r\n...\n\n?? \n;;\t\n -- \n /// \n\\\\\n",
+      "A1B2C3 a1b2c3 1a2b3c \xe2\x85\xa0\xe2\x85\xa1 v2.0-rc1 x86_64 UTF-8 3D 4K 1080p",
   };
   return kTexts;
 }
