@@ -130,9 +130,51 @@ struct RegexSplitter::Compiled {
   ~Compiled() { pcre2_code_free(code); }
 };
 
+namespace {
+
+// Unicode's White_Space characters, which llama.cpp's \s matches (unicode_set_whitespace) and
+// Hugging Face's regex engines too. PCRE2's \s also matches U+180E MONGOLIAN VOWEL SEPARATOR
+// (through \h; it stopped being white space in Unicode 6.3), so \s and \S are spelled out.
+constexpr std::string_view kWhiteSpace =
+    "\\t\\n\\x0B\\f\\r\\x20\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}"
+    "\\x{202F}\\x{205F}\\x{3000}";
+
+}  // namespace
+
+std::string spell_out_white_space(std::string_view pattern) {
+  std::string out;
+  bool in_class = false;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (c == '\\' && i + 1 < pattern.size()) {
+      const char d = pattern[++i];
+      if (d == 's') {
+        out.append(in_class ? "" : "[").append(kWhiteSpace).append(in_class ? "" : "]");
+      } else if (d == 'S' && !in_class) {
+        out.append("[^").append(kWhiteSpace).append("]");
+      } else {
+        out.push_back(c);
+        out.push_back(d);  // \S inside a class stays PCRE2's (no pattern of ours has one)
+      }
+      continue;
+    }
+    out.push_back(c);
+    if (!in_class && c == '[') {
+      in_class = true;
+      // A ']' right after '[' or '[^' is a literal member.
+      if (i + 1 < pattern.size() && pattern[i + 1] == '^') out.push_back(pattern[++i]);
+      if (i + 1 < pattern.size() && pattern[i + 1] == ']') out.push_back(pattern[++i]);
+    } else if (in_class && c == ']') {
+      in_class = false;
+    }
+  }
+  return out;
+}
+
 Result<RegexSplitter> RegexSplitter::create(const std::vector<std::string>& patterns) {
   RegexSplitter s;
-  for (const std::string& p : patterns) {
+  for (const std::string& given : patterns) {
+    const std::string p = spell_out_white_space(given);
     int err = 0;
     PCRE2_SIZE err_off = 0;
     auto c = std::make_shared<Compiled>();

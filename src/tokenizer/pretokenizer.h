@@ -25,7 +25,8 @@ using Span = std::pair<uint32_t, uint32_t>;
 
 class RegexSplitter {
  public:
-  // Compiles `patterns` (PCRE2 syntax, UTF + UCP, `$` matches only at the very end).
+  // Compiles `patterns` (PCRE2 syntax, UTF + UCP, `$` matches only at the very end, \s is
+  // Unicode's White_Space: see spell_out_white_space).
   static Result<RegexSplitter> create(const std::vector<std::string>& patterns);
 
   RegexSplitter() = default;
@@ -39,6 +40,11 @@ class RegexSplitter {
   struct Compiled;
   std::vector<std::shared_ptr<const Compiled>> patterns_;
 };
+
+// `pattern` with \s (and \S outside character classes) replaced by Unicode's White_Space set,
+// which RegexSplitter::create() does to every pattern: PCRE2's \s also matches U+180E, which
+// llama.cpp's and Hugging Face's do not.
+std::string spell_out_white_space(std::string_view pattern);
 
 // What llama.cpp does for the `tokenizer.ggml.pre` values of a BPE ("gpt2") vocabulary that
 // share one pre-tokenizer type (llama-vocab.cpp: the name -> type table in

@@ -81,6 +81,8 @@ const std::vector<std::string>& own_texts() {
       "x                                        y",
       "nbsp\xc2\xa0here ideo\xe3\x80\x80space em\xe2\x80\x83space line\xe2\x80\xa8sep nel\xc2\x85x",
       "mongolian\xe1\xa0\x8evs zero\xe2\x80\x8bwidth joiner\xe2\x80\x8dx bom\xef\xbb\xbfx",
+      // U+180E is not white space for llama.cpp (nor Unicode since 6.3), but is PCRE2's \s.
+      " \xe1\xa0\x8e x \xe1\xa0\x8e's \xe1\xa0\x8e\n\xe1\xa0\x8e  \xe1\xa0\x8e",
       "ascii\x1c\x1d\x1e\x1fseparators \x01\x02\x7f controls",
       "emoji 🦙🚀😀 😶‍🌫️ 👩🏽‍💻 👨‍👩‍👧‍👦 🇫🇷🇯🇵 1️⃣ ✅❌ ☃︎ ♥️",
       "Привет, мир! Καλημέρα κόσμε. שלום עולם. مرحبا بالعالم. Xin chào thế giới.",
