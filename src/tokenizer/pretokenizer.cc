@@ -71,7 +71,6 @@ constexpr const char* kGpt4oPattern =
 constexpr const char* kQwen35Pattern =
     ARBOR_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| "
     "?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-#undef ARBOR_CONTRACTIONS
 // DeepSeek V3: digit triples, then Han and kana runs, then words that may start with one ASCII
 // punctuation mark.
 constexpr const char* kDeepseekV3Words =
@@ -93,8 +92,31 @@ const std::vector<PreTokenizerSpec>& specs() {
       {.names = {"dbrx", "smaug-bpe"}, .patterns = {kLlama3Pattern}},
       {.names = {"glm4", "chatglm-bpe"}, .patterns = {kLlama3Pattern}, .no_default_bos = true},
       {.names = {"qwen2", "deepseek-r1-qwen", "stablelm2", "megrez", "kormo", "f2llmv2", "hunyuan",
-                 "solar-open"},
+                 "solar-open", "grok-2"},
        .patterns = {kQwen2Pattern}},
+      {.names = {"laguna"}, .patterns = {"[^\\n]+|[\\n]+", kQwen2Pattern}},
+      {.names = {"ufakzeka"},  // Qwen2's without contractions (Turkish apostrophe suffixes)
+       .patterns = {"[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+                    "\\s+(?!\\S)|\\s+"}},
+      {.names = {"bailingmoe", "bailingmoe2", "llada-moe"},
+       .patterns = {"'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+                    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]|\\s+(?!\\S)|\\s+"}},
+      {.names = {"seed-coder"},
+       .patterns = {ARBOR_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1}| "
+                    "?[^\\s\\p{L}\\p{N}\\r\\n]+|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}},
+      {.names = {"exaone-moe"},  // words may hold single spaces between letters
+       .patterns = {ARBOR_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?(?:\\p{L}\\p{M}*(?: \\p{L}\\p{M}*)*)+|"
+                    "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]?|\\s*[\\r\\n]|\\s+(?!\\S)|\\s+"}},
+      {.names = {"minicpm5"},
+       .patterns = {"\\p{N}{1,3}",
+                    ARBOR_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}+| "
+                    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
+       .ignore_merges = true},
+      {.names = {"jais-2"},  // Llama 3's with white-space runs cut into powers of two
+       .patterns = {ARBOR_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+                    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s{512}(?!\\S)|\\s{256}(?!\\S)|"
+                    "\\s{128}(?!\\S)|\\s{64}(?!\\S)|\\s{32}(?!\\S)|\\s{16}(?!\\S)|\\s{8}(?!\\S)|"
+                    "\\s{4}(?!\\S)|\\s{1,2}(?!\\S)|\\s{1}"}},
       {.names = {"qwen35"}, .patterns = {kQwen35Pattern}},
       {.names = {"tekken"}, .patterns = {kTekkenPattern}, .ignore_merges = true, .add_bos = true},
       {.names = {"gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"}, .patterns = {kGpt4oPattern}},
@@ -121,6 +143,7 @@ const std::vector<PreTokenizerSpec>& specs() {
   };
   return kSpecs;
 }
+#undef ARBOR_CONTRACTIONS
 
 }  // namespace
 
