@@ -186,7 +186,8 @@ Status run(const Options& opts) {
 }
 
 void setup(CLI::App& app) {
-  auto* sub = app.add_subcommand("gguf-info", "Print a GGUF file's metadata and tensors");
+  auto* sub = app.add_subcommand(
+      "gguf-info", "Print a GGUF file's metadata and tensors, and how arbor reads its tokenizer");
   auto opts = std::make_shared<Options>();
   sub->add_option("file", opts->path, "GGUF file")->required();
   sub->add_flag("--json", opts->json, "Print JSON instead of text");
