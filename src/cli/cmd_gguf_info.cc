@@ -1,9 +1,11 @@
-// `arbor gguf-info FILE [--json] [--max-items N]`: a GGUF file's header, every metadata key
-// with its type and value (long arrays abbreviated to their first items), the tensor table and
-// totals per type, and whether arbor runs the file (model + tokenizer) or what it lacks.
+// `arbor gguf-info FILE [--json] [--max-items N]`: a GGUF file's header, how arbor reads its
+// tokenizer (model, pre-tokenizer, size, or why arbor cannot load it), every metadata key with
+// its type and value (long arrays abbreviated to their first items), the tensor table, totals
+// per type, and whether arbor runs the file (model + tokenizer) or what it lacks.
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -55,11 +57,22 @@ std::map<std::string, TypeTotal> totals_by_type(const GgufFile& f) {
   return totals;
 }
 
+// The tokenizer as arbor loads it; nullopt when the file has no tokenizer.ggml.model.
+std::optional<Result<std::unique_ptr<tokenizer::Tokenizer>>> load_tokenizer(const GgufFile& f) {
+  if (f.find("tokenizer.ggml.model") == nullptr) return std::nullopt;
+  return tokenizer::Tokenizer::from_gguf(f);
+}
+
 void print_text(const GgufFile& f, size_t max_items) {
   std::printf("file: %s (%zu bytes)\n", f.name().c_str(), f.file_bytes().size());
   std::printf("GGUF version %u, alignment %llu, %zu metadata keys, %zu tensors, data at %llu\n",
               f.version(), static_cast<unsigned long long>(f.alignment()), f.metadata().size(),
               f.tensors().size(), static_cast<unsigned long long>(f.data_offset()));
+  if (const auto tok = load_tokenizer(f)) {
+    std::printf("tokenizer: %s\n", tok->ok() ? (**tok)->summary().c_str()
+                                             : ("not loadable by arbor: " +
+                                                tok->status().to_string()).c_str());
+  }
   std::printf("\nmetadata:\n");
   for (const auto& kv : f.metadata()) {
     std::printf("  %-40s %-18s %s\n", kv.key.c_str(), type_string(kv.value).c_str(),
@@ -154,6 +167,17 @@ void print_json(const GgufFile& f, size_t max_items) {
   j["version"] = f.version();
   j["alignment"] = f.alignment();
   j["data_offset"] = f.data_offset();
+  if (const auto tok = load_tokenizer(f)) {
+    if (tok->ok()) {
+      const tokenizer::Tokenizer& t = ***tok;
+      j["tokenizer"] = {{"summary", t.summary()},     {"model", t.model_name()},
+                        {"pre", t.pre_name()},        {"vocab_size", t.vocab_size()},
+                        {"bos_id", t.bos_id()},       {"eos_id", t.eos_id()},
+                        {"add_bos", t.add_bos()}};
+    } else {
+      j["tokenizer"] = {{"error", tok->status().to_string()}};
+    }
+  }
   j["metadata"] = nlohmann::json::array();
   for (const auto& kv : f.metadata()) {
     j["metadata"].push_back({{"key", kv.key},
@@ -197,7 +221,8 @@ Status run(const Options& opts) {
 void setup(CLI::App& app) {
   auto* sub = app.add_subcommand(
       "gguf-info",
-      "Print a GGUF file's metadata and tensors, and whether arbor runs it (or what it lacks)");
+      "Print a GGUF file's metadata and tensors, how arbor reads its tokenizer, and whether "
+      "arbor runs it (or what it lacks)");
   auto opts = std::make_shared<Options>();
   sub->add_option("file", opts->path, "GGUF file")->required();
   sub->add_flag("--json", opts->json, "Print JSON instead of text");
