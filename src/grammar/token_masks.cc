@@ -275,6 +275,16 @@ bool GrammarState::accept(int32_t token) {
   return true;
 }
 
+bool GrammarState::accept_bytes(std::string_view bytes) {
+  if (ended() || !matcher_.accept(bytes)) return false;
+  tokens_.push_back({.ended = false});
+  return true;
+}
+
+bool GrammarState::accepts_bytes(std::string_view bytes) {
+  return !ended() && matcher_.accepts(bytes);
+}
+
 void GrammarState::rollback(size_t n) {
   ARBOR_CHECK_LE(n, tokens_.size());
   for (size_t i = 0; i < n; ++i) {

@@ -24,7 +24,7 @@ TEST(ServerJs, OfficialOpenAiClient) {
       {"--chat-template", "llama2", "--served-model-name", "stories260K,org/model"});
   ASSERT_TRUE(server.ok());
   const test::CommandResult r =
-      test::run_shell("cd '" + js + "' && ARBOR_CHAT=1 ARBOR_BASE_URL='" + server.url("/v1") +
+      test::run_shell("cd '" + js + "' && ARBOR_BASE_URL='" + server.url("/v1") +
                       "' node --test --test-reporter=spec openai_client.test.mjs 2>&1");
   EXPECT_EQ(r.exit_code, 0) << r.output();
   EXPECT_EQ(server.terminate(), 0);
@@ -39,7 +39,7 @@ TEST(ServerJs, OfficialOpenAiClientWithApiKey) {
                         "--served-model-name", "stories260K,org/model"});
   ASSERT_TRUE(server.ok());
   const test::CommandResult r = test::run_shell(
-      "cd '" + js + "' && ARBOR_CHAT=1 ARBOR_API_KEY=sk-arbor-test ARBOR_BASE_URL='" +
+      "cd '" + js + "' && ARBOR_API_KEY=sk-arbor-test ARBOR_BASE_URL='" +
       server.url("/v1") + "' node --test --test-reporter=spec openai_client.test.mjs 2>&1");
   EXPECT_EQ(r.exit_code, 0) << r.output();
   EXPECT_EQ(server.terminate(), 0);
