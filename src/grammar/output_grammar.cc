@@ -13,7 +13,23 @@ OutputGrammar::OutputGrammar(std::shared_ptr<CompiledGrammar> grammar,
     : inner_(std::move(grammar)), thinking_(std::move(thinking)),
       end_mask_(inner_.compiled().vocab().size()) {
   for (int32_t e : inner_.compiled().vocab().end_ids()) end_mask_.set(e);
-  if (thinking_) scanner_.emplace(thinking_->markers, thinking_->start);
+  if (!thinking_) return;
+  scanner_.emplace(thinking_->markers, thinking_->start);
+  // Every field, length-prefixed, so that different specs never share a key.
+  const auto add = [this](std::string_view s) {
+    spec_key_ += std::to_string(s.size());
+    spec_key_ += ':';
+    spec_key_ += s;
+  };
+  add("thinking");
+  add(thinking_->markers.start);
+  add(thinking_->markers.end);
+  add(thinking_->markers.content_open);
+  add(thinking_->start == ThinkingStart::kOpen ? "open" : "maybe");
+  for (const ThinkingSpec::ControlText& c : thinking_->control_texts) {
+    add(std::to_string(c.id));
+    add(c.text);
+  }
 }
 
 bool OutputGrammar::is_end(int32_t token) const {
@@ -27,6 +43,15 @@ std::string_view OutputGrammar::token_bytes(int32_t token) const {
   }
   return inner_.compiled().vocab().bytes(token);
 }
+
+namespace {
+
+bool too_much_space(const ThinkingScanner& s) {
+  return (s.phase() == Phase::kPrefix || s.phase() == Phase::kAfterEnd) &&
+         s.space() > kMaxSpaceAroundMarkers;
+}
+
+}  // namespace
 
 Phase OutputGrammar::phase() const { return scanner_ ? scanner_->phase() : Phase::kContent; }
 
@@ -71,6 +96,7 @@ int OutputGrammar::accept_gated(int32_t token) {
     const std::string_view bytes = token_bytes(token);
     if (bytes.empty()) return next.phase() == Phase::kThinking ? 0 : -1;
     next.feed(bytes, out);
+    if (too_much_space(next)) return -1;
   }
   int added = 0;
   if (!out.content.empty()) {
@@ -106,11 +132,12 @@ void OutputGrammar::rollback(size_t n) {
 const TokenBitmask& OutputGrammar::mask() {
   if (!gated()) return inner_.mask();
   if (ended_) return end_mask_;
-  std::string key = scanner_->key();
-  if (auto it = gated_masks_.find(key); it != gated_masks_.end()) return it->second;
-  TokenBitmask m(inner_.compiled().vocab().size());
+  std::string key = spec_key_ + scanner_->key();
+  CompiledGrammar& g = inner_.compiled();
+  if (const TokenBitmask* m = g.keyed_mask(key)) return *m;
+  TokenBitmask m(g.vocab().size());
   build_gated_mask(m);
-  return gated_masks_.emplace(std::move(key), std::move(m)).first->second;
+  return g.keyed_insert(std::move(key), std::move(m));
 }
 
 // Before the content the grammar has accepted nothing, so whether a token is allowed depends
@@ -120,24 +147,36 @@ void OutputGrammar::build_gated_mask(TokenBitmask& mask) {
   ARBOR_CHECK_EQ(inner_.num_accepted(), 0u);
   const TokenVocabulary& v = inner_.compiled().vocab();
   const bool thinking = scanner_->phase() == Phase::kThinking;
+  const char end_last = thinking_->markers.end.back();
   std::optional<TokenBitmask> first;  // the grammar's first-token mask, computed when needed
   ThinkingScanner::Out out;
   for (int32_t t = 0; t < v.size(); ++t) {
     if (is_end(t)) continue;
     const std::string_view bytes = token_bytes(t);
-    if (bytes.empty()) {
+    // Inside the block, only a token with the end marker's last byte can close it.
+    if (bytes.empty() || (thinking && bytes.find(end_last) == std::string_view::npos)) {
       if (thinking) mask.set(t);
+      continue;
+    }
+    // A first byte that starts the content at once makes the whole token content: the grammar's
+    // first-token mask decides (a control token's marker text is not in that mask's view).
+    const bool grammar_view = bytes.data() == v.bytes(t).data();
+    if (grammar_view && scanner_->passes_through(bytes.front())) {
+      if (!first) first = inner_.mask();
+      if (first->test(t)) mask.set(t);
       continue;
     }
     ThinkingScanner next = *scanner_;
     out.reasoning.clear();
     out.content.clear();
     next.feed(bytes, out);
-    bool ok = out.content.empty();
-    if (!ok && out.content == v.bytes(t)) {
+    bool ok = false;
+    if (out.content.empty()) {
+      ok = !too_much_space(next);
+    } else if (out.content == v.bytes(t)) {
       if (!first) first = inner_.mask();
       ok = first->test(t);
-    } else if (!ok) {
+    } else {
       ok = inner_.accepts_bytes(out.content);
     }
     if (ok) mask.set(t);

@@ -12,6 +12,9 @@
 //     by the grammar; tokens that write nothing (control tokens) are not;
 //   * after END, whitespace and the template's content_open are skipped, then the grammar
 //     applies as it would from the first token.
+// Whitespace before START and around content_open is bounded (kMaxSpaceAroundMarkers bytes),
+// as a grammar bounds its own whitespace: a model that would rather write something the grammar
+// refuses cannot stall there forever.
 // The scanner's state is part of what accept() records, so rollback() and masks of speculative
 // rows (chains and trees) see the same phase a plain decode would: verification stays lossless.
 //
@@ -19,8 +22,9 @@
 // to spell the rest of it (byte-level and byte-fallback vocabularies can), or the request may
 // reach a state that no token continues (mask() is then empty, and the executor fails it).
 //
-// Masks of the non-content phases depend only on the scanner's state (the grammar has accepted
-// nothing yet), so they are computed once per state (a vocabulary scan) and kept per request.
+// Masks of the non-content phases depend only on the thinking spec and the scanner's state (the
+// grammar has accepted nothing yet), so each is computed once (a vocabulary scan) and kept in the
+// CompiledGrammar, shared by every request with the same grammar and markers.
 //
 // Thread-safety: none; engine thread only. Not copyable or movable (the scanner points into it).
 #pragma once
@@ -30,7 +34,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "grammar/grammar_spec.h"
@@ -38,6 +41,8 @@
 #include "grammar/token_masks.h"
 
 namespace arbor::grammar {
+
+inline constexpr size_t kMaxSpaceAroundMarkers = 8;
 
 class OutputGrammar {
  public:
@@ -78,7 +83,7 @@ class OutputGrammar {
   std::vector<Step> history_;
   bool ended_ = false;  // an end id was accepted inside the block: only end ids follow
   TokenBitmask end_mask_;
-  std::unordered_map<std::string, TokenBitmask> gated_masks_;  // by ThinkingScanner::key()
+  std::string spec_key_;  // the thinking spec, as a prefix of the CompiledGrammar's mask keys
 };
 
 }  // namespace arbor::grammar

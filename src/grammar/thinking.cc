@@ -1,5 +1,7 @@
 #include "grammar/thinking.h"
 
+#include <algorithm>
+
 #include "base/check.h"
 
 namespace arbor::grammar {
@@ -25,6 +27,7 @@ void ThinkingScanner::step(char c, Out& out) {
     case Phase::kPrefix:
       if (matched_ == 0 && is_space(c)) {
         held_ += c;
+        ++space_;
         return;
       }
       if (c == m_->start[matched_]) {
@@ -32,6 +35,7 @@ void ThinkingScanner::step(char c, Out& out) {
         if (++matched_ == m_->start.size()) {
           phase_ = Phase::kThinking;
           matched_ = 0;
+          space_ = 0;
           held_.clear();
         }
         return;
@@ -39,6 +43,7 @@ void ThinkingScanner::step(char c, Out& out) {
       out.content += held_;
       held_.clear();
       matched_ = 0;
+      space_ = 0;
       phase_ = Phase::kContent;
       out.content += c;
       return;
@@ -46,6 +51,7 @@ void ThinkingScanner::step(char c, Out& out) {
       held_ += c;
       if (held_ == m_->end) {
         phase_ = Phase::kAfterEnd;
+        space_ = 0;
         held_.clear();
         return;
       }
@@ -57,7 +63,10 @@ void ThinkingScanner::step(char c, Out& out) {
       return;
     case Phase::kAfterEnd: {
       const std::string& open = m_->content_open;
-      if (held_.empty() && is_space(c)) return;
+      if (held_.empty() && is_space(c)) {
+        ++space_;
+        return;
+      }
       if (!open_done_ && held_.size() < open.size() && c == open[held_.size()]) {
         held_ += c;
         if (held_.size() == open.size()) {
@@ -68,6 +77,7 @@ void ThinkingScanner::step(char c, Out& out) {
       }
       out.content += held_;
       held_.clear();
+      space_ = 0;
       phase_ = Phase::kContent;
       opened_ = true;
       out.content += c;
@@ -77,6 +87,21 @@ void ThinkingScanner::step(char c, Out& out) {
       out.content += c;
       return;
   }
+}
+
+bool ThinkingScanner::passes_through(char c) const {
+  switch (phase_) {
+    case Phase::kPrefix:
+      return held_.empty() && !is_space(c) && c != m_->start.front();
+    case Phase::kThinking:
+      return false;
+    case Phase::kAfterEnd:
+      return held_.empty() && !is_space(c) &&
+             (open_done_ || m_->content_open.empty() || c != m_->content_open.front());
+    case Phase::kContent:
+      return true;
+  }
+  return false;
 }
 
 void ThinkingScanner::finish(Out& out) {
@@ -95,6 +120,7 @@ void ThinkingScanner::finish(Out& out) {
   }
   held_.clear();
   matched_ = 0;
+  space_ = 0;
   if (phase_ != Phase::kThinking) phase_ = Phase::kContent;
 }
 
@@ -104,6 +130,7 @@ std::string ThinkingScanner::key() const {
   k += static_cast<char>(open_done_);
   k += static_cast<char>(matched_ & 0xff);
   k += static_cast<char>((matched_ >> 8) & 0xff);
+  k += static_cast<char>(std::min<size_t>(space_, 255));
   k += held_;
   return k;
 }

@@ -71,6 +71,12 @@ class ThinkingScanner {
   bool opened() const { return phase_ == Phase::kThinking || phase_ == Phase::kAfterEnd || opened_; }
   // Bytes read but not yet classified.
   const std::string& held() const { return held_; }
+  // Whitespace bytes read in the current kPrefix or kAfterEnd phase (before START, around
+  // CONTENT_OPEN): what a grammar gate bounds, since the text side skips any amount.
+  size_t space() const { return space_; }
+  // Whether byte `c`, read now, would be content with nothing held back (and so would every
+  // byte after it).
+  bool passes_through(char c) const;
   // Equal for two scanners (of the same markers) exactly when every future input is classified
   // the same way by both.
   std::string key() const;
@@ -83,6 +89,7 @@ class ThinkingScanner {
   bool opened_ = false;     // kContent after a block
   bool open_done_ = false;  // kAfterEnd: content_open was skipped
   size_t matched_ = 0;      // kPrefix: bytes of `start` matched (after the whitespace in held_)
+  size_t space_ = 0;        // see space()
   std::string held_;
 };
 

@@ -238,6 +238,17 @@ const TokenBitmask& CompiledGrammar::mask(Matcher& matcher) {
   return it->second;
 }
 
+const TokenBitmask* CompiledGrammar::keyed_mask(const std::string& key) const {
+  const auto it = keyed_.find(key);
+  return it == keyed_.end() ? nullptr : &it->second;
+}
+
+const TokenBitmask& CompiledGrammar::keyed_insert(std::string key, TokenBitmask mask) {
+  const size_t entry_bytes = static_cast<size_t>(vocab_->size()) / 8 + 64;
+  if ((keyed_.size() + 1) * entry_bytes > kMaxCacheBytes / 4) keyed_.clear();
+  return keyed_.insert_or_assign(std::move(key), std::move(mask)).first->second;
+}
+
 GrammarState::GrammarState(std::shared_ptr<CompiledGrammar> grammar)
     : grammar_(std::move(grammar)),
       matcher_(grammar_->automaton()),

@@ -98,6 +98,12 @@ class CompiledGrammar {
   const TokenBitmask& mask(Matcher& matcher);
   const MaskStats& stats() const { return stats_; }
 
+  // Masks that depend on more than a matcher's state, under a caller's key (OutputGrammar's:
+  // its thinking markers and scanner state), shared by every request of this grammar. nullptr
+  // when absent. A pointer stays valid until the next keyed_insert().
+  const TokenBitmask* keyed_mask(const std::string& key) const;
+  const TokenBitmask& keyed_insert(std::string key, TokenBitmask mask);
+
  private:
   struct StateTokens {
     bool built = false;
@@ -120,6 +126,7 @@ class CompiledGrammar {
   StackArena scratch_arena_;
   StackStepper stepper_;
   std::unordered_map<std::string, TokenBitmask> cache_;
+  std::unordered_map<std::string, TokenBitmask> keyed_;
   TokenBitmask result_;
   MaskStats stats_;
 };

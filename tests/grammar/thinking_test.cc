@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -202,6 +203,25 @@ TEST(OutputGrammar, NoBlockMeansTheGrammarFromTheFirstByte) {
   EXPECT_TRUE(ws.allows(id("<th")));
 }
 
+// The text side skips any whitespace around the markers; the gate bounds it, so a model cannot
+// stall there instead of writing what the grammar allows.
+TEST(OutputGrammar, WhitespaceAroundMarkersIsBounded) {
+  auto g = compiled();
+  for (const ThinkingStart start : {ThinkingStart::kMaybe, ThinkingStart::kOpen}) {
+    OutputGrammar out(g, spec(kGranite, start));
+    if (start == ThinkingStart::kOpen) {
+      ASSERT_TRUE(out.accept(id("</think>")));
+      ASSERT_TRUE(out.accept(id("<response>")));
+    }
+    for (size_t i = 0; i < kMaxSpaceAroundMarkers; ++i) {
+      ASSERT_TRUE(out.accept(id(i % 2 ? " " : "\n"))) << i;
+    }
+    EXPECT_FALSE(out.allows(id(" ")));
+    EXPECT_FALSE(out.allows(id("\n")));
+    EXPECT_TRUE(out.allows(id(start == ThinkingStart::kOpen ? "{" : "<think>")));
+  }
+}
+
 TEST(OutputGrammar, EndInsideTheBlockEndsTheOutput) {
   auto g = compiled();
   OutputGrammar out(g, spec(kThink, ThinkingStart::kOpen));
@@ -224,6 +244,7 @@ class Reference {
     all.push_back(next);
     ThinkingScanner sc(s_.markers, s_.start);
     ThinkingScanner::Out out;
+    std::string all_text;
     bool ended = false;
     for (size_t i = 0; i < all.size(); ++i) {
       const int32_t t = all[i];
@@ -247,6 +268,18 @@ class Reference {
       const std::string text = t == 3 ? "<think>" : std::string(g_->vocab().bytes(t));
       if (text.empty() && before != Phase::kThinking) return false;
       sc.feed(text, out);
+      all_text += text;
+      // Whitespace before START and after END is bounded: count it again from the text.
+      if (sc.phase() == Phase::kPrefix || sc.phase() == Phase::kAfterEnd) {
+        const std::string since =
+            sc.phase() == Phase::kPrefix
+                ? all_text
+                : all_text.substr(all_text.rfind(s_.markers.end) + s_.markers.end.size());
+        if (std::count_if(since.begin(), since.end(), [](char c) { return c == ' ' || c == '\n'; }) >
+            static_cast<std::ptrdiff_t>(kMaxSpaceAroundMarkers)) {
+          return false;
+        }
+      }
     }
     if (ended) return true;
     GrammarState fresh(g_);
@@ -267,7 +300,7 @@ void random_walks(const ThinkingMarkers& m, ThinkingStart start, uint64_t seed) 
   std::mt19937_64 rng(seed);
   std::vector<int32_t> bias;  // prefer the markers so that walks cross every phase
   for (const char* t : {"<think>", "</think>", "</", "think>", "</think>\n", "\n<think>\n",
-                        "<response>", "<resp", "onse>"}) {
+                        "<response>", "<resp", "onse>", " ", "\n", " ", "\n"}) {
     bias.push_back(id(t));
   }
   for (int step = 0; step < 400; ++step) {
@@ -282,7 +315,7 @@ void random_walks(const ThinkingMarkers& m, ThinkingStart start, uint64_t seed) 
     ASSERT_FALSE(allowed.empty()) << "seed " << seed << " step " << step << ": dead end after "
                                   << ::testing::PrintToString(tokens);
     const bool ended = !tokens.empty() && (tokens.back() == 1 || tokens.back() == 2);
-    if (ended || tokens.size() > 12 || (!tokens.empty() && rng() % 6 == 0)) {
+    if (ended || tokens.size() > 20 || (!tokens.empty() && rng() % 6 == 0)) {
       const size_t n = std::min<size_t>(tokens.size(), 1 + rng() % 4);
       out.rollback(n);
       tokens.resize(tokens.size() - n);
