@@ -54,6 +54,24 @@ BlockHash hash_block_tokens(const BlockHash& parent, std::span<const int32_t> to
   return BlockHash{h.low64, h.high64};
 }
 
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+BlockHash group_block_hash(const BlockHash& hash, int32_t group) {
+  ARBOR_CHECK_GE(group, 0);
+  if (group == 0) return hash;
+  const auto g = static_cast<uint64_t>(group);
+  return BlockHash{hash.low ^ splitmix64(2 * g), hash.high ^ splitmix64(2 * g + 1)};
+}
+
 void FreeKvCacheBlockQueue::link(BlockId id, BlockId prev, BlockId next) {
   KvCacheBlock& b = blocks_[id];
   ARBOR_CHECK(!b.in_free_queue) << "block " << id << " is already in the free queue";

@@ -56,6 +56,14 @@ struct BlockHashExtraKeys {
 BlockHash hash_block_tokens(const BlockHash& parent, std::span<const int32_t> token_ids,
                             const BlockHashExtraKeys& extra, bool is_first_block);
 
+// The key under which KV cache group `group` caches the block whose hash is `hash`. Groups share
+// the content hashes (a block's tokens and prefix are the same in every group) but not the
+// blocks: each group's layers have their own K/V, so the pool's hash map is keyed by (hash,
+// group). Group 0's key is the hash itself; group g > 0 XORs both halves with fixed
+// splitmix64 constants of g, a bijection per group, so keys of distinct (hash, group) pairs
+// collide with the same probability as two hashes. O(1).
+BlockHash group_block_hash(const BlockHash& hash, int32_t group);
+
 // One block of the pool. Owned by BlockPool; readers get const references.
 struct KvCacheBlock {
   BlockId block_id = kNullBlockId;
