@@ -73,20 +73,23 @@ ComputedBlocks KvCacheManager::get_computed_blocks(const KvRequest& request,
                                        : waiting_hashes_[request.request_id];
   const BlockHashExtraKeys extra = extra_keys(request);
   // Full-attention groups: the longest cached prefix of each, hashing only as far as it goes.
+  out.group_block_ids.resize(windows_.size());
   int64_t hit = max_blocks;
   for (int32_t g = 0; g < num_groups(); ++g) {
     if (is_sliding(g)) continue;
-    int64_t i = 0;
-    for (; i < hit; ++i) {
+    std::vector<BlockId>& ids = out.group_block_ids[static_cast<size_t>(g)];
+    for (auto i = static_cast<int64_t>(ids.size()); i < hit; ++i) {
       if (i == static_cast<int64_t>(hashes.size())) {
         hashes.push_back(hash_block_tokens(
             i == 0 ? kRootParentHash : hashes[i - 1],
             request.token_ids.subspan(static_cast<size_t>(i * block_size_), block_size_), extra,
             i == 0));
       }
-      if (!pool_.get_cached_block(group_block_hash(hashes[i], g))) break;
+      const std::optional<BlockId> id = pool_.get_cached_block(group_block_hash(hashes[i], g));
+      if (!id) break;
+      ids.push_back(*id);
     }
-    hit = i;
+    hit = static_cast<int64_t>(ids.size());
   }
   // Sliding groups look backwards from the hit: hash every block up to it first.
   for (auto i = static_cast<int64_t>(hashes.size()); i < hit; ++i) {
@@ -108,12 +111,18 @@ ComputedBlocks KvCacheManager::get_computed_blocks(const KvRequest& request,
       }
     }
   }
-  if (hit == 0) return out;
+  if (hit == 0) {
+    out.group_block_ids.clear();
+    return out;
+  }
   out.block_hashes.assign(hashes.begin(), hashes.begin() + hit);
-  out.group_block_ids.resize(windows_.size());
   for (int32_t g = 0; g < num_groups(); ++g) {
-    const int64_t first = is_sliding(g) ? std::max<int64_t>(0, hit - window_blocks(g)) : 0;
     std::vector<BlockId>& ids = out.group_block_ids[static_cast<size_t>(g)];
+    if (!is_sliding(g)) {
+      ids.resize(static_cast<size_t>(hit));  // a full group's hit is a prefix of its scan
+      continue;
+    }
+    const int64_t first = std::max<int64_t>(0, hit - window_blocks(g));
     ids.assign(static_cast<size_t>(first), kNullBlockId);
     for (int64_t i = first; i < hit; ++i) {
       ids.push_back(*pool_.get_cached_block(group_block_hash(hashes[i], g)));
@@ -159,14 +168,12 @@ void KvCacheManager::take_new_blocks(int32_t group, int64_t n, std::vector<Block
 }
 
 void KvCacheManager::touch_block(int32_t group, BlockId id) {
-  if (pool_.block(id).ref_cnt == 0) ++group_used_[static_cast<size_t>(group)];
-  pool_.touch(id);
+  if (pool_.touch(id)) ++group_used_[static_cast<size_t>(group)];
   block_group_[static_cast<size_t>(id)] = group;
 }
 
 void KvCacheManager::free_block(int32_t group, BlockId id) {
-  pool_.free_block(id);
-  if (pool_.block(id).ref_cnt == 0) --group_used_[static_cast<size_t>(group)];
+  if (pool_.free_block(id)) --group_used_[static_cast<size_t>(group)];
 }
 
 // vLLM's SlidingWindowManager.remove_skipped_blocks: the next query is at num_computed_tokens at

@@ -65,9 +65,8 @@ uint64_t splitmix64(uint64_t x) {
 
 }  // namespace
 
-BlockHash group_block_hash(const BlockHash& hash, int32_t group) {
-  ARBOR_CHECK_GE(group, 0);
-  if (group == 0) return hash;
+BlockHash group_key(const BlockHash& hash, int32_t group) {
+  ARBOR_CHECK_GT(group, 0);
   const auto g = static_cast<uint64_t>(group);
   return BlockHash{hash.low ^ splitmix64(2 * g), hash.high ^ splitmix64(2 * g + 1)};
 }

@@ -62,7 +62,10 @@ BlockHash hash_block_tokens(const BlockHash& parent, std::span<const int32_t> to
 // group). Group 0's key is the hash itself; group g > 0 XORs both halves with fixed
 // splitmix64 constants of g, a bijection per group, so keys of distinct (hash, group) pairs
 // collide with the same probability as two hashes. O(1).
-BlockHash group_block_hash(const BlockHash& hash, int32_t group);
+BlockHash group_key(const BlockHash& hash, int32_t group);  // group > 0
+inline BlockHash group_block_hash(const BlockHash& hash, int32_t group) {
+  return group == 0 ? hash : group_key(hash, group);
+}
 
 // One block of the pool. Owned by BlockPool; readers get const references.
 struct KvCacheBlock {
