@@ -27,13 +27,28 @@ bool too_deep(const Json& root, int max_depth) {
   return false;
 }
 
-jinja::Value message_value(const ChatMessage& m) {
-  jinja::ValueDict d{{"role", jinja::Value(m.role)}, {"content", jinja::Value(m.content)}};
-  if (m.name) d.emplace_back("name", jinja::Value(*m.name));
-  return jinja::Value::dict(std::move(d));
+using ojson = nlohmann::ordered_json;
+
+// An optional string field of message i: absent or null gives nullopt.
+Result<std::optional<std::string>> optional_string(const nlohmann::json& m, const char* key,
+                                                   size_t i) {
+  if (!m.contains(key) || m[key].is_null()) return std::optional<std::string>();
+  if (!m[key].is_string()) return invalid_argument("messages[", i, "].", key, " must be a string");
+  return std::optional<std::string>(m[key].get<std::string>());
 }
 
 }  // namespace
+
+ojson chat_message_json(const ChatMessage& m) {
+  ojson j = ojson::object();
+  j["role"] = m.role;
+  j["content"] = m.content;
+  if (m.name) j["name"] = *m.name;
+  if (!m.tool_calls.is_null()) j["tool_calls"] = m.tool_calls;
+  if (m.tool_call_id) j["tool_call_id"] = *m.tool_call_id;
+  if (m.reasoning_content) j["reasoning_content"] = *m.reasoning_content;
+  return j;
+}
 
 Result<std::string> flatten_message_content(const nlohmann::json& content) {
   if (content.is_null()) return std::string();
@@ -68,15 +83,16 @@ Result<std::vector<ChatMessage>> parse_chat_messages(const nlohmann::json& messa
       return invalid_argument("messages[", i, "].role must be a string");
     ChatMessage msg;
     msg.role = m["role"].get<std::string>();
-    if (m.contains("content")) {
-      Result<std::string> text = flatten_message_content(m["content"]);
-      if (!text.ok()) return text.status().with_context(str_cat("messages[", i, "]"));
-      msg.content = std::move(text).value();
-    }
-    if (m.contains("name") && !m["name"].is_null()) {
-      if (!m["name"].is_string())
-        return invalid_argument("messages[", i, "].name must be a string");
-      msg.name = m["name"].get<std::string>();
+    msg.content = m.contains("content") ? ojson(m["content"]) : ojson(nullptr);
+    if (!msg.content.is_null() && !msg.content.is_string() && !msg.content.is_array())
+      return invalid_argument("messages[", i, "].content must be a string, null or an array");
+    ARBOR_ASSIGN_OR_RETURN(msg.name, optional_string(m, "name", i));
+    ARBOR_ASSIGN_OR_RETURN(msg.tool_call_id, optional_string(m, "tool_call_id", i));
+    ARBOR_ASSIGN_OR_RETURN(msg.reasoning_content, optional_string(m, "reasoning_content", i));
+    if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
+      if (!m["tool_calls"].is_array())
+        return invalid_argument("messages[", i, "].tool_calls must be an array");
+      msg.tool_calls = ojson(m["tool_calls"]);
     }
     out.push_back(std::move(msg));
   }
@@ -90,10 +106,9 @@ Result<ChatTemplate> ChatTemplate::parse(std::string source) {
 
 Result<std::string> ChatTemplate::render(const std::vector<ChatMessage>& messages,
                                          const ChatRenderOptions& opts) const {
-  jinja::ValueList list;
-  list.reserve(messages.size());
-  for (const ChatMessage& m : messages) list.push_back(message_value(m));
-  return render_values(std::move(list), opts);
+  ojson list = ojson::array();
+  for (const ChatMessage& m : messages) list.push_back(chat_message_json(m));
+  return render_json_impl(list, opts);
 }
 
 Result<std::string> ChatTemplate::render_json(const nlohmann::json& messages,
@@ -120,7 +135,8 @@ Result<std::string> ChatTemplate::render_json_impl(const Json& messages,
     if (!m.contains("role") || !m["role"].is_string())
       return invalid_argument("messages[", i, "].role must be a string");
     jinja::Value v = jinja::Value::from_json(m);
-    if (m.contains("content") && m["content"].is_array()) {
+    const bool flatten = opts.content_parts == ContentParts::kFlattenText;
+    if (flatten && m.contains("content") && m["content"].is_array()) {
       Result<std::string> text = flatten_message_content(nlohmann::json(m["content"]));
       if (!text.ok()) return text.status().with_context(str_cat("messages[", i, "]"));
       v.set("content", jinja::Value(std::move(text).value()));
@@ -152,7 +168,9 @@ Result<std::string> ChatTemplate::render_values(jinja::ValueList list,
       globals.set(it.key(), jinja::Value::from_json(*it));
     }
   }
-  return tmpl_.render(globals, opts.limits);
+  jinja::RenderEnvironment env;
+  env.now_unix_seconds = opts.now_unix_seconds;
+  return tmpl_.render(globals, opts.limits, env);
 }
 
 Result<ChatTemplate> builtin_chat_template(std::string_view name) {

@@ -2,15 +2,19 @@
 // with the model's own `tokenizer.chat_template` (a Jinja template, see jinja.h) or one of the
 // built-in templates that `--chat-template NAME` selects.
 //
-// The template sees the variables transformers' apply_chat_template passes: `messages` (a list of
-// {role, content[, name]} dicts), `add_generation_prompt`, `bos_token`, `eos_token`, `tools` and
-// `documents` (none), plus ChatRenderOptions::extra (which overrides any of them), and the
-// functions raise_exception and strftime_now.
+// The template sees the variables transformers' apply_chat_template passes: `messages` (the
+// OpenAI message objects as given: role, content, name, tool_calls, tool_call_id,
+// reasoning_content, any other field), `add_generation_prompt`, `bos_token`, `eos_token`, `tools`
+// and `documents` (none unless given), plus ChatRenderOptions::extra (which overrides any of them,
+// e.g. enable_thinking), and the functions raise_exception and strftime_now. Rendering matches
+// Python's jinja2 in transformers' environment byte for byte on the real templates of
+// shared/templates (tests/chat/template_reference_test.cc; docs/tool_calling.md).
 //
 // Thread safety: a ChatTemplate is immutable after parse(); render() may be called from any thread,
 // concurrently.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -22,15 +26,36 @@
 
 namespace arbor::chat {
 
+// One OpenAI chat message, for callers that build conversations in code. The template sees the
+// fields that are set, in this order (render_json passes any other field too).
 struct ChatMessage {
-  std::string role;                 // "system", "user", "assistant", "tool", ...
-  std::string content;              // plain text (array content is flattened first)
+  std::string role;  // "system", "user", "assistant", "tool", ...
+  // A string, null, or an array of parts ([{"type": "text", "text": ...}, ...]).
+  nlohmann::ordered_json content = "";
   std::optional<std::string> name;  // OpenAI's optional participant name
+  // An assistant's calls: [{"id", "type": "function", "function": {"name", "arguments"}}] with
+  // arguments a JSON object (as Hugging Face templates expect) or text; null when none.
+  nlohmann::ordered_json tool_calls = nullptr;
+  std::optional<std::string> tool_call_id;       // a tool result's call id
+  std::optional<std::string> reasoning_content;  // an assistant's thinking text
 };
+
+// The message as the OpenAI JSON object the template sees.
+nlohmann::ordered_json chat_message_json(const ChatMessage& m);
 
 // Messages and extra variables nested deeper than this are rejected (kInvalidArgument) before
 // rendering, so client JSON cannot drive the recursive value code into a stack overflow.
 inline constexpr int kMaxJsonDepth = 64;
+
+// How array content ([{"type": "text", "text": ...}, ...]) reaches the template.
+enum class ContentParts : uint8_t {
+  // As given, a list, as transformers passes it: templates that iterate parts see them, templates
+  // that expect a string fail or print the list, exactly as in Python.
+  kAsGiven,
+  // Joined into one string first (flatten_message_content), so that any template can show it;
+  // the server's choice. Parts other than text are kInvalidArgument.
+  kFlattenText,
+};
 
 struct ChatRenderOptions {
   // Append the header that starts the assistant's turn.
@@ -43,7 +68,10 @@ struct ChatRenderOptions {
   // client's order (parse requests as ordered_json) to match transformers' rendering of tools.
   // Nesting deeper than kMaxJsonDepth is rejected.
   nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+  ContentParts content_parts = ContentParts::kAsGiven;
   jinja::RenderLimits limits;
+  // The instant strftime_now() shows (Unix seconds, local time zone); nullopt: the current time.
+  std::optional<int64_t> now_unix_seconds;
 };
 
 // OpenAI message content: a string, null (empty), or an array of parts of which the
@@ -51,8 +79,9 @@ struct ChatRenderOptions {
 // are kInvalidArgument: arbor serves text models.
 Result<std::string> flatten_message_content(const nlohmann::json& content);
 
-// Converts an OpenAI `messages` array ([{role, content, name?}, ...]) into ChatMessages.
-// Errors name the offending index: "messages[2].role must be a string".
+// Converts an OpenAI `messages` array into ChatMessages (role, content as given, name,
+// tool_calls, tool_call_id, reasoning_content; other fields are dropped). Errors name the
+// offending field: "messages[2].role must be a string".
 Result<std::vector<ChatMessage>> parse_chat_messages(const nlohmann::json& messages);
 
 class ChatTemplate {
@@ -66,8 +95,8 @@ class ChatTemplate {
                              const ChatRenderOptions& opts) const;
 
   // Renders an OpenAI `messages` array as given: every field of a message (tool_calls, name,
-  // reasoning_content, ...) reaches the template, and array content is flattened with
-  // flatten_message_content. Errors name the message index.
+  // reasoning_content, ...) reaches the template; array content as opts.content_parts says.
+  // Errors name the message index.
   // Pass ordered_json to keep the client's key order inside messages (tool call arguments).
   Result<std::string> render_json(const nlohmann::json& messages,
                                   const ChatRenderOptions& opts) const;

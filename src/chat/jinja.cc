@@ -1,7 +1,6 @@
 #include "chat/jinja.h"
 
-#include <climits>
-#include <cmath>
+#include <algorithm>
 #include <exception>
 #include <new>
 #include <unordered_map>
@@ -15,6 +14,15 @@ struct Program {
   Body body;
 };
 
+using Scope = std::unordered_map<std::string, Value>;
+
+// The scopes (below the top level) that were open where a macro was defined: the macro reads
+// their variables when it runs, as a Python closure does (late binding). Weak, so that a macro
+// stored in the scope it captures does not keep that scope alive after the render.
+struct MacroClosure {
+  std::vector<std::weak_ptr<Scope>> scopes;
+};
+
 namespace {
 
 enum class Flow : uint8_t { kNormal, kBreak, kContinue };
@@ -25,8 +33,9 @@ enum class Flow : uint8_t { kNormal, kBreak, kContinue };
 
 class Renderer {
  public:
-  Renderer(const Value& globals, const RenderLimits& limits) : globals_(globals), limits_(limits) {
-    scopes_.emplace_back();
+  Renderer(const Value& globals, const RenderLimits& limits, const RenderEnvironment& env)
+      : globals_(globals), limits_(limits), env_(env) {
+    push_scope();
   }
 
   std::string render(const Body& body) {
@@ -38,7 +47,15 @@ class Renderer {
   }
 
  private:
-  using Scope = std::unordered_map<std::string, Value>;
+  void push_scope() { scopes_.push_back(std::make_shared<Scope>()); }
+  // The open scopes below the top level, for a macro defined here.
+  std::shared_ptr<const MacroClosure> closure() const {
+    if (scopes_.size() == 1) return nullptr;
+    auto c = std::make_shared<MacroClosure>();
+    for (size_t i = 1; i < scopes_.size(); ++i) c->scopes.push_back(scopes_[i]);
+    return c;
+  }
+  Scope& top() { return *scopes_.back(); }
 
   void step(SourcePos pos) {
     if (++steps_ > limits_.max_steps) {
@@ -65,11 +82,11 @@ class Renderer {
 
   Value lookup(const std::string& name) const {
     for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
-      auto found = it->find(name);
-      if (found != it->end()) return found->second;
+      auto found = (*it)->find(name);
+      if (found != (*it)->end()) return found->second;
     }
-    const Value* g = globals_.find(name);
-    return g ? *g : Value();
+    if (const Value* g = globals_.find(std::string_view(name))) return *g;
+    return is_global_function(name) ? Value::callable(name) : Value();
   }
 
   // ---- statements ----
@@ -92,11 +109,19 @@ class Renderer {
       case StmtKind::kSet: assign(s, eval(*s.expr)); return Flow::kNormal;
       case StmtKind::kSetBlock: assign(s, Value(capture(s.body))); return Flow::kNormal;
       case StmtKind::kMacro:
-        scopes_.back()[s.macro->name] = Value::macro(s.macro.get());
+        top()[s.macro->name] = Value::macro(s.macro.get(), closure());
         return Flow::kNormal;
       case StmtKind::kBreak: return Flow::kBreak;
       case StmtKind::kContinue: return Flow::kContinue;
       case StmtKind::kScope: return render_body(s.body);
+      case StmtKind::kFilterBlock: {
+        Value saved = std::move(block_text_);
+        block_text_ = Value(capture(s.body));
+        const Value filtered = eval(*s.expr);
+        block_text_ = std::move(saved);
+        emit(filtered.str(), s.pos);
+        return Flow::kNormal;
+      }
     }
     return Flow::kNormal;
   }
@@ -124,11 +149,12 @@ class Renderer {
       scope[targets[0]] = v;
       return;
     }
-    if (!v.is_list() || v.items().size() != targets.size()) {
-      fail(pos, "cannot unpack " + std::string(v.type_name()) + " into " +
+    const ValueList items = iterate(v, pos);
+    if (items.size() != targets.size()) {
+      fail(pos, "ValueError: cannot unpack " + std::to_string(items.size()) + " values into " +
                     std::to_string(targets.size()) + " variables");
     }
-    for (size_t i = 0; i < targets.size(); ++i) scope[targets[i]] = v.items()[i];
+    for (size_t i = 0; i < targets.size(); ++i) scope[targets[i]] = items[i];
   }
 
   static Value loop_value(const ValueList& items, size_t i) {
@@ -151,8 +177,8 @@ class Renderer {
       ValueList kept;
       for (const Value& item : items) {
         step(s.pos);
-        scopes_.emplace_back();
-        bind_targets(scopes_.back(), s.targets, item, s.pos);
+        push_scope();
+        bind_targets(top(), s.targets, item, s.pos);
         const bool keep = eval(*s.filter).truthy();
         scopes_.pop_back();
         if (keep) kept.push_back(item);
@@ -161,9 +187,9 @@ class Renderer {
     }
     for (size_t i = 0; i < items.size(); ++i) {
       step(s.pos);
-      scopes_.emplace_back();
-      bind_targets(scopes_.back(), s.targets, items[i], s.pos);
-      scopes_.back()["loop"] = loop_value(items, i);
+      push_scope();
+      bind_targets(top(), s.targets, items[i], s.pos);
+      top()["loop"] = loop_value(items, i);
       const Flow f = render_body(s.body);
       scopes_.pop_back();
       if (f == Flow::kBreak) break;
@@ -174,13 +200,14 @@ class Renderer {
 
   void assign(const Stmt& s, Value v) {
     if (s.attr.empty()) {
-      bind_targets(scopes_.back(), s.targets, v, s.pos);
+      bind_targets(top(), s.targets, v, s.pos);
       return;
     }
     const Value ns = lookup(s.targets[0]);
     if (!ns.is_namespace()) {
-      fail(s.pos, "cannot assign attribute '" + s.attr + "' on " + std::string(ns.type_name()) +
-                      " '" + s.targets[0] + "': only namespace() objects allow it");
+      fail(s.pos, "TemplateRuntimeError: cannot assign attribute '" + s.attr + "' on " +
+                      std::string(ns.type_name()) + " '" + s.targets[0] +
+                      "': only namespace() objects allow it");
     }
     ns.set(s.attr, std::move(v));
   }
@@ -197,8 +224,8 @@ class Renderer {
         return e.name == "tuple" ? Value::tuple(std::move(items)) : Value::list(std::move(items));
       }
       case ExprKind::kDict: return eval_dict(e);
-      case ExprKind::kGetAttr: return get_attr(eval(*e.args[0]), e.name, e);
-      case ExprKind::kGetItem: return get_item(eval(*e.args[0]), eval(*e.args[1]), e);
+      case ExprKind::kGetAttr: return attribute(eval(*e.args[0]), e);
+      case ExprKind::kGetItem: return item(eval(*e.args[0]), eval(*e.args[1]), e);
       case ExprKind::kSlice: return eval_slice(e);
       case ExprKind::kCall: return eval_call(e);
       case ExprKind::kFilter: return eval_filter(e);
@@ -208,6 +235,7 @@ class Renderer {
       case ExprKind::kTernary:
         if (eval(*e.args[1]).truthy()) return eval(*e.args[0]);
         return e.args[2] ? eval(*e.args[2]) : Value();
+      case ExprKind::kBlockText: return block_text_;
     }
     return Value();
   }
@@ -216,9 +244,10 @@ class Renderer {
     Value d = Value::dict();
     for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
       const Value key = eval(*e.args[i]);
-      if (!key.is_string())
-        fail(e.args[i]->pos, "dict keys must be strings, got " + std::string(key.type_name()));
-      d.set(key.as_string(), eval(*e.args[i + 1]));
+      if (key.is_list() && !key.is_tuple())
+        fail(e.args[i]->pos, "TypeError: unhashable type: 'list'");
+      if (key.is_dict()) fail(e.args[i]->pos, "TypeError: unhashable type: 'dict'");
+      d.set_key(key, eval(*e.args[i + 1]));
     }
     return d;
   }
@@ -229,44 +258,40 @@ class Renderer {
     return "value";
   }
 
-  static Value get_attr(const Value& obj, const std::string& name, const Expr& e) {
-    if (obj.is_undefined())
-      fail(e.pos, describe(*e.args[0]) + " is undefined (reading attribute '" + name + "')");
-    const Value* v = obj.find(name);
-    return v ? *v : Value();
+  // `obj.name`: Jinja2's getattr (a method first, then the key), failing on undefined.
+  static Value attribute(const Value& obj, const Expr& e) {
+    if (obj.is_undefined()) {
+      fail(e.pos, "UndefinedError: " + describe(*e.args[0]) + " is undefined (reading attribute '" +
+                      e.name + "')");
+    }
+    return get_attr(obj, e.name, e.pos);
   }
 
-  static Value get_item(const Value& obj, const Value& key, const Expr& e) {
-    if (obj.is_undefined()) fail(e.pos, describe(*e.args[0]) + " is undefined (reading an item)");
-    if (obj.is_dict()) {
-      const Value* v = key.is_string() ? obj.find(key.as_string()) : nullptr;
-      return v ? *v : Value();
+  // `obj[key]`: Jinja2's getitem (the item first, then the attribute), failing on undefined.
+  static Value item(const Value& obj, const Value& key, const Expr& e) {
+    if (obj.is_undefined()) {
+      fail(e.pos, "UndefinedError: " + describe(*e.args[0]) + " is undefined (reading an item)");
     }
-    if ((obj.is_list() || obj.is_string()) && (key.is_int() || key.is_bool())) {
-      const ValueList items = obj.is_list() ? ValueList() : iterate(obj, e.pos);
-      const ValueList& seq = obj.is_list() ? obj.items() : items;
-      int64_t i = key.as_int();
-      if (i < 0) i += static_cast<int64_t>(seq.size());
-      if (i < 0 || i >= static_cast<int64_t>(seq.size())) return Value();
-      return seq[static_cast<size_t>(i)];
-    }
-    return Value();
+    return get_item(obj, key, e.pos);
   }
 
   Value eval_slice(const Expr& e) {
     const Value obj = eval(*e.args[0]);
     auto opt = [&](size_t i) { return e.args[i] ? eval(*e.args[i]) : Value(); };
     const Value start = opt(1), stop = opt(2), stride = opt(3);
-    if (!obj.is_list() && !obj.is_string())
-      fail(e.pos, "cannot slice " + std::string(obj.type_name()));
+    if (obj.is_undefined())
+      fail(e.pos, "UndefinedError: " + describe(*e.args[0]) + " is undefined");
+    if (obj.is_dict()) fail(e.pos, "TypeError: unhashable type: 'slice'");
+    if ((!obj.is_list() && !obj.is_string()) || obj.is_iterator()) return Value();
     const ValueList items = obj.is_list() ? obj.items() : iterate(obj, e.pos);
     ValueList out;
     for (size_t i : slice_indices(items.size(), start, stop, stride, e.pos))
       out.push_back(items[i]);
+    if (obj.is_tuple()) return Value::tuple(std::move(out));
     if (obj.is_list()) return Value::list(std::move(out));
     std::string s;
     for (const Value& c : out) s += c.as_string();
-    return Value(std::move(s));
+    return obj.is_markup() ? Value::markup(std::move(s)) : Value(std::move(s));
   }
 
   CallArgs eval_args(const Expr& e, size_t first) {
@@ -279,51 +304,54 @@ class Renderer {
 
   Value eval_call(const Expr& e) {
     const Expr& callee = *e.args[0];
-    CallArgs a = eval_args(e, 1);
-    if (callee.kind == ExprKind::kGetAttr) {
-      const Value obj = eval(*callee.args[0]);
-      if (std::optional<Value> r = call_method(obj, callee.name, a))
-        return checked_size(std::move(*r), e.pos);
-      const Value fn = get_attr(obj, callee.name, callee);
-      if (fn.is_macro()) return call_macro(*fn.macro_node(), a);
-      fail(e.pos, describe(callee) + " is not callable (no method '" + callee.name + "' on " +
-                      std::string(obj.type_name()) + ")");
-    }
     const Value fn = eval(callee);
-    if (fn.is_macro()) return call_macro(*fn.macro_node(), a);
-    if (fn.is_undefined() && callee.kind == ExprKind::kName) {
-      if (std::optional<Value> r = call_global(callee.name, a)) return std::move(*r);
-      fail(e.pos, "'" + callee.name + "' is undefined");
+    CallArgs a = eval_args(e, 1);
+    switch (fn.kind()) {
+      case Value::Kind::kMacro: return call_macro(*fn.macro_node(), fn.macro_closure(), a);
+      case Value::Kind::kCallable:
+        if (!fn.bound_self().is_undefined())
+          return checked_size(call_method(fn.bound_self(), fn.callable_name(), a), e.pos);
+        return call_global(fn.callable_name(), a, env_);
+      case Value::Kind::kUndefined:
+        fail(e.pos, "UndefinedError: " + describe(callee) + " is undefined");
+      default:
+        fail(e.pos, "TypeError: '" + std::string(fn.type_name()) + "' object is not callable");
     }
-    fail(e.pos, describe(callee) + " is not callable");
   }
 
-  Value call_macro(const MacroNode& m, const CallArgs& a) {
+  Value call_macro(const MacroNode& m, const MacroClosure* fn_closure, const CallArgs& a) {
     if (call_depth_ >= limits_.max_call_depth) {
       limit_error(a.pos,
                   "macro calls nested deeper than " + std::to_string(limits_.max_call_depth));
     }
     if (a.args.size() > m.params.size()) {
-      fail(a.pos, "macro '" + m.name + "' takes " + std::to_string(m.params.size()) +
-                      " arguments, got " + std::to_string(a.args.size()));
+      fail(a.pos, "TypeError: macro '" + m.name + "' takes not more than " +
+                      std::to_string(m.params.size()) + " argument(s)");
     }
-    Scope params;
+    for (const auto& [k, v] : a.kwargs) {
+      if (std::find(m.params.begin(), m.params.end(), k) == m.params.end())
+        fail(a.pos, "TypeError: macro '" + m.name + "' takes no keyword argument '" + k + "'");
+    }
+    // A macro sees the top level, the scopes it was defined in and its parameters, not the
+    // caller's locals; defaults are evaluated in that scope, after the parameters before them.
+    std::vector<std::shared_ptr<Scope>> saved = std::move(scopes_);
+    scopes_ = {saved.front()};
+    if (const MacroClosure* c = fn_closure) {
+      for (const std::weak_ptr<Scope>& w : c->scopes) {
+        if (std::shared_ptr<Scope> open = w.lock()) scopes_.push_back(std::move(open));
+      }
+    }
+    push_scope();
     for (size_t i = 0; i < m.params.size(); ++i) {
-      Value v = a.get(i, m.params[i]);
-      if (i >= a.args.size() && a.kwarg(m.params[i]) == nullptr && m.defaults[i])
-        v = eval(*m.defaults[i]);
-      params[m.params[i]] = std::move(v);
+      const bool given = i < a.args.size() || a.kwarg(m.params[i]) != nullptr;
+      top()[m.params[i]] = given           ? a.get(i, m.params[i])
+                           : m.defaults[i] ? eval(*m.defaults[i])
+                                           : Value();
     }
-    // A macro sees the template's top-level variables and its parameters, not the caller's locals.
-    std::vector<Scope> saved(std::make_move_iterator(scopes_.begin() + 1),
-                             std::make_move_iterator(scopes_.end()));
-    scopes_.resize(1);
-    scopes_.push_back(std::move(params));
     ++call_depth_;
     std::string result = capture(m.body);
     --call_depth_;
-    scopes_.resize(1);
-    for (Scope& s : saved) scopes_.push_back(std::move(s));
+    scopes_ = std::move(saved);
     return Value(std::move(result));
   }
 
@@ -331,7 +359,7 @@ class Renderer {
     const Value subject = eval(*e.args[0]);
     const CallArgs a = eval_args(e, 1);
     std::optional<Value> r = call_filter(e.name, subject, a);
-    if (!r) fail(e.pos, "no filter named '" + e.name + "'");
+    if (!r) fail(e.pos, "TemplateRuntimeError: No filter named '" + e.name + "' found.");
     return checked_size(std::move(*r), e.pos);
   }
 
@@ -339,15 +367,18 @@ class Renderer {
     const Value subject = eval(*e.args[0]);
     const CallArgs a = eval_args(e, 1);
     std::optional<bool> r = call_test(e.name, subject, a);
-    if (!r) fail(e.pos, "no test named '" + e.name + "'");
+    if (!r) fail(e.pos, "TemplateRuntimeError: No test named '" + e.name + "' found.");
     return Value(*r != e.negated);
   }
 
   Value eval_unary(const Expr& e) {
     const Value v = eval(*e.args[0]);
     if (e.name == "not") return Value(!v.truthy());
-    if (!v.is_number())
-      fail(e.pos, "bad operand type for unary " + e.name + ": " + std::string(v.type_name()));
+    if (v.is_undefined()) fail(e.pos, "UndefinedError: unary " + e.name + " of an undefined value");
+    if (!v.is_number()) {
+      fail(e.pos, "TypeError: bad operand type for unary " + e.name + ": '" +
+                      std::string(v.type_name()) + "'");
+    }
     if (e.name == "+") return v.is_float() ? v : Value(v.as_int());
     return v.is_float() ? Value(-v.as_float()) : Value(-v.as_int());
   }
@@ -365,129 +396,24 @@ class Renderer {
     if (op == "!=") return Value(!l.equals(r));
     if (op == "in" || op == "not in") return Value(contains(r, l, e.pos) == (op == "in"));
     if (op == "~") return checked_size(Value(l.str() + r.str()), e.pos);
-    if (op == "<" || op == "<=" || op == ">" || op == ">=") return Value(compare(l, r, op, e.pos));
-    return checked_size(arithmetic(l, r, op, e.pos), e.pos);
-  }
-
-  static bool contains(const Value& container, const Value& item, SourcePos pos) {
-    if (container.is_string()) {
-      if (!item.is_string()) fail(pos, "'in <string>' requires a string as left operand");
-      return container.as_string().find(item.as_string()) != std::string::npos;
+    if (op == "<" || op == "<=" || op == ">" || op == ">=") {
+      if (l.is_undefined() || r.is_undefined())
+        fail(e.pos, "UndefinedError: an undefined value compared with '" + op + "'");
+      const int c = compare_values(l, r, e.pos);
+      return Value(op == "<" ? c < 0 : op == "<=" ? c <= 0 : op == ">" ? c > 0 : c >= 0);
     }
-    if (container.is_dict()) return item.is_string() && container.find(item.as_string()) != nullptr;
-    if (container.is_list()) {
-      for (const Value& x : container.items()) {
-        if (x.equals(item)) return true;
-      }
-      return false;
-    }
-    if (container.is_undefined()) return false;
-    fail(pos, "argument of type '" + std::string(container.type_name()) + "' is not iterable");
+    return checked_size(binary_op(op, l, r, limits_.max_output_bytes, e.pos), e.pos);
   }
-
-  static bool compare(const Value& l, const Value& r, const std::string& op, SourcePos pos) {
-    int c = 0;
-    if (l.is_number() && r.is_number()) {
-      c = l.as_float() < r.as_float() ? -1 : l.as_float() > r.as_float() ? 1 : 0;
-      if (!l.is_float() && !r.is_float())
-        c = l.as_int() < r.as_int() ? -1 : l.as_int() > r.as_int() ? 1 : 0;
-    } else if (l.is_string() && r.is_string()) {
-      c = l.as_string().compare(r.as_string());
-    } else {
-      fail(pos, "'" + op + "' not supported between " + std::string(l.type_name()) + " and " +
-                    std::string(r.type_name()));
-    }
-    if (op == "<") return c < 0;
-    if (op == "<=") return c <= 0;
-    if (op == ">") return c > 0;
-    return c >= 0;
-  }
-
-  Value arithmetic(const Value& l, const Value& r, const std::string& op, SourcePos pos) const;
 
   const Value& globals_;
   const RenderLimits& limits_;
-  std::vector<Scope> scopes_;
+  const RenderEnvironment& env_;
+  std::vector<std::shared_ptr<Scope>> scopes_;  // [0] is the template's top level
   std::string* out_ = nullptr;
+  Value block_text_;
   int64_t steps_ = 0;
   int call_depth_ = 0;
 };
-
-Value repeat(const Value& seq, int64_t times, size_t max_size, SourcePos pos) {
-  const size_t unit = seq.is_string() ? seq.as_string().size() : seq.items().size();
-  const size_t n = times > 0 ? static_cast<size_t>(times) : 0;
-  if (unit != 0 && n > max_size / unit)
-    limit_error(pos, "repetition builds a value over the size limit");
-  if (seq.is_string()) {
-    std::string out;
-    for (size_t i = 0; i < n; ++i) out += seq.as_string();
-    return Value(std::move(out));
-  }
-  ValueList out;
-  for (size_t i = 0; i < n; ++i) out.insert(out.end(), seq.items().begin(), seq.items().end());
-  return Value::list(std::move(out));
-}
-
-Value int_arithmetic(int64_t a, int64_t b, const std::string& op, SourcePos pos) {
-  int64_t r = 0;
-  bool overflow = false;
-  if (op == "+") overflow = __builtin_add_overflow(a, b, &r);
-  if (op == "-") overflow = __builtin_sub_overflow(a, b, &r);
-  if (op == "*") overflow = __builtin_mul_overflow(a, b, &r);
-  if (op == "//" || op == "%") {
-    if (b == 0) fail(pos, "integer division or modulo by zero");
-    if (a == INT64_MIN && b == -1) overflow = true;
-    if (!overflow) {
-      int64_t q = a / b, m = a % b;
-      if (m != 0 && ((m < 0) != (b < 0))) {
-        --q;
-        m += b;
-      }
-      r = op == "//" ? q : m;
-    }
-  }
-  if (op == "**") {
-    if (b < 0) return Value(std::pow(static_cast<double>(a), static_cast<double>(b)));
-    r = 1;
-    for (int64_t i = 0; i < b && !overflow; ++i) overflow = __builtin_mul_overflow(r, a, &r);
-  }
-  if (overflow) fail(pos, "integer overflow in '" + op + "'");
-  return Value(r);
-}
-
-Value Renderer::arithmetic(const Value& l, const Value& r, const std::string& op,
-                           SourcePos pos) const {
-  if (op == "+" && l.is_string() && r.is_string()) return Value(l.as_string() + r.as_string());
-  if (op == "+" && l.is_list() && r.is_list()) {
-    ValueList out = l.items();
-    out.insert(out.end(), r.items().begin(), r.items().end());
-    return Value::list(std::move(out));
-  }
-  if (op == "*" && (l.is_string() || l.is_list()) && (r.is_int() || r.is_bool())) {
-    return repeat(l, r.as_int(), limits_.max_output_bytes, pos);
-  }
-  if (op == "*" && (r.is_string() || r.is_list()) && (l.is_int() || l.is_bool())) {
-    return repeat(r, l.as_int(), limits_.max_output_bytes, pos);
-  }
-  if (!l.is_number() || !r.is_number()) {
-    fail(pos, "unsupported operand types for " + op + ": " + std::string(l.type_name()) + " and " +
-                  std::string(r.type_name()));
-  }
-  if (op == "/") {
-    if (r.as_float() == 0.0) fail(pos, "division by zero");
-    return Value(l.as_float() / r.as_float());
-  }
-  if (!l.is_float() && !r.is_float()) return int_arithmetic(l.as_int(), r.as_int(), op, pos);
-  const double a = l.as_float(), b = r.as_float();
-  if (op == "+") return Value(a + b);
-  if (op == "-") return Value(a - b);
-  if (op == "*") return Value(a * b);
-  if (op == "**") return Value(std::pow(a, b));
-  if (b == 0.0) fail(pos, "float division or modulo by zero");
-  if (op == "//") return Value(std::floor(a / b));
-  const double m = std::fmod(a, b);
-  return Value(m != 0.0 && ((m < 0) != (b < 0)) ? m + b : m);
-}
 
 std::string where(SourcePos pos) {
   return "line " + std::to_string(pos.line) + ", column " + std::to_string(pos.column);
@@ -509,16 +435,16 @@ Result<Template> Template::parse(std::string source) {
   }
 }
 
-Result<std::string> Template::render(const Value& globals, const RenderLimits& limits) const {
+Result<std::string> Template::render(const Value& globals, const RenderLimits& limits,
+                                     const RenderEnvironment& env) const {
   try {
-    Renderer renderer(globals, limits);
+    Renderer renderer(globals, limits, env);
     return renderer.render(program_->body);
   } catch (const TemplateError& e) {
     switch (e.kind()) {
       case TemplateError::Kind::kRaised: return invalid_argument(e.message());
       case TemplateError::Kind::kLimit:  // the request can never render: 400, not a retry
-        return invalid_argument("template resource limit at ", where(e.pos()), ": ",
-                                e.message());
+        return invalid_argument("template resource limit at ", where(e.pos()), ": ", e.message());
       case TemplateError::Kind::kSyntax:
       case TemplateError::Kind::kRuntime:
         return invalid_argument("template error at ", where(e.pos()), ": ", e.message());

@@ -1,18 +1,28 @@
-// A Jinja2 interpreter for the subset that Hugging Face chat templates use.
+// A Jinja2 interpreter for Hugging Face chat templates that renders as Python's jinja2 does in
+// transformers' apply_chat_template environment (ImmutableSandboxedEnvironment, trim_blocks and
+// lstrip_blocks on, the loopcontrols extension, `{% generation %}` as a plain block, tojson as
+// json.dumps with ensure_ascii=False, raise_exception and strftime_now), byte for byte on the 70
+// real templates of shared/templates (tests/chat/template_reference_test.cc).
 //
-// Renders like transformers' apply_chat_template environment: trim_blocks and lstrip_blocks on,
-// the loopcontrols extension ({% break %}, {% continue %}), `{% generation %}` as a plain block,
-// tojson without HTML escaping and with insertion-ordered keys, default Undefined (prints
-// nothing, is falsy, iterates as empty; attribute access on it or arithmetic with it is an error).
+// Python's semantics are kept where templates can see them: default Undefined (prints nothing, is
+// falsy, iterates as empty; attribute access, calls and arithmetic on it fail); `obj.name` finds
+// a method before a dict key (a schema's `.items` is dict.items) and `obj[key]` a key before a
+// method; map/select/reject/selectattr/rejectattr/unique/items/reverse return one-shot iterators
+// (truthy, no length, not JSON, empty once consumed); `|safe` and `|e` make Markup, which escapes
+// a plain string added to it with `+`; dict keys of any hashable type (1 == 1.0 == true); Python
+// float repr, str methods by code point, list and dict methods that mutate refused as in the
+// sandbox; and a template fails (a Status naming Python's exception type, e.g. "TypeError: ...")
+// wherever jinja2 raises.
 //
 // Supported: {{ }}, {% %}, {# #}, `-`/`+` whitespace modifiers; if/elif/else, for (loop.*,
 // `for x in xs if cond`, for-else, tuple targets), set (including `set ns.x` on a namespace() and
-// block set), macro (positional and keyword arguments with defaults), break/continue;
-// literals, lists, dicts, attribute/subscript/slice access, arithmetic, comparison, `in`, `~`,
-// `and/or/not`, ternaries, filters, tests, str/dict methods and the globals range, namespace,
-// dict, raise_exception and strftime_now. Filter, test and method names are listed in
-// jinja_builtins.cc. Not supported: template inheritance/include/import, call blocks, recursive
-// loops, `{% raw %}`, `{% filter %}`.
+// block set), macro (positional and keyword arguments, defaults evaluated in the macro's scope),
+// filter blocks, break/continue; literals, lists, tuples, dicts, attribute/subscript/slice access,
+// arithmetic, comparison, `in`, `~`, `and/or/not`, ternaries; the filters, tests, methods and
+// globals of jinja_filters.cc, jinja_methods.cc and jinja_builtins.cc. Not supported (no chat
+// template uses them): template inheritance/include/import, call blocks, recursive loops,
+// `{% raw %}`, macro varargs/kwargs/caller, printf-style `%` on strings, format specs in
+// str.format.
 //
 // Errors are Status values carrying the template line and column. Renders are bounded: expression
 // and block nesting is capped at parse time, and RenderLimits caps output size, the size of
@@ -24,6 +34,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "base/status.h"
@@ -42,6 +53,14 @@ struct RenderLimits {
   int max_call_depth = 64;
 };
 
+// What a render may read from its surroundings besides its variables.
+struct RenderEnvironment {
+  // The instant strftime_now() formats, in Unix seconds; nullopt means the current time. Either
+  // way it is shown in the local time zone, as transformers' datetime.now() does. Tests fix it so
+  // that a rendering is reproducible.
+  std::optional<int64_t> now_unix_seconds;
+};
+
 class Template {
  public:
   // Parses `source`. A syntax error is kInvalidArgument with "line L, column C".
@@ -51,7 +70,8 @@ class Template {
   // template returns kInvalidArgument whose message is exactly `msg`; other failures are
   // kInvalidArgument (template errors, and a RenderLimits cap: the request can never render)
   // with position.
-  Result<std::string> render(const Value& globals, const RenderLimits& limits = {}) const;
+  Result<std::string> render(const Value& globals, const RenderLimits& limits = {},
+                             const RenderEnvironment& env = {}) const;
 
  private:
   explicit Template(std::shared_ptr<const Program> program) : program_(std::move(program)) {}

@@ -66,26 +66,27 @@ struct Token {
 };
 
 // Splits a template into tokens with Jinja2's whitespace rules as transformers configures them:
-// trim_blocks and lstrip_blocks on, `-` and `+` modifiers on tags, one trailing newline of the
-// source dropped (keep_trailing_newline=False). Throws TemplateError(kSyntax).
+// trim_blocks and lstrip_blocks on, `-` and `+` modifiers on tags, \r\n and \r read as \n, one
+// trailing newline of the source dropped (keep_trailing_newline=False). Throws TemplateError(kSyntax).
 std::vector<Token> tokenize(std::string_view source);
 
 // ---- Syntax tree ----
 
 enum class ExprKind : uint8_t {
-  kLiteral,  // literal
-  kName,     // name
-  kList,     // args: items; name "tuple" for (a, b)
-  kDict,     // args: key, value, key, value, ...
-  kGetAttr,  // args[0] . name
-  kGetItem,  // args[0] [ args[1] ]
-  kSlice,    // args[0] [ args[1] : args[2] : args[3] ], each bound may be null
-  kCall,     // args[0] ( args[1..] , kwargs )
-  kFilter,   // args[0] | name ( args[1..], kwargs )
-  kTest,     // args[0] is [not] name ( args[1..] )
-  kUnary,    // name (op) args[0]
-  kBinary,   // args[0] name (op) args[1]
-  kTernary,  // args[0] if args[1] else args[2] (args[2] may be null)
+  kLiteral,    // literal
+  kName,       // name
+  kList,       // args: items; name "tuple" for (a, b)
+  kDict,       // args: key, value, key, value, ...
+  kGetAttr,    // args[0] . name
+  kGetItem,    // args[0] [ args[1] ]
+  kSlice,      // args[0] [ args[1] : args[2] : args[3] ], each bound may be null
+  kCall,       // args[0] ( args[1..] , kwargs )
+  kFilter,     // args[0] | name ( args[1..], kwargs )
+  kTest,       // args[0] is [not] name ( args[1..] )
+  kUnary,      // name (op) args[0]
+  kBinary,     // args[0] name (op) args[1]
+  kTernary,    // args[0] if args[1] else args[2] (args[2] may be null)
+  kBlockText,  // the rendered body of the enclosing {% filter %} block
 };
 
 struct Expr;
@@ -112,7 +113,8 @@ enum class StmtKind : uint8_t {
   kMacro,     // macro definition
   kBreak,
   kContinue,
-  kScope,  // a block that only groups its body ({% generation %})
+  kScope,        // a block that only groups its body ({% generation %})
+  kFilterBlock,  // {% filter f | g %} body {% endfilter %}: expr applies the filters to kBlockText
 };
 
 struct Stmt;

@@ -270,11 +270,20 @@ class Lexer {
 }  // namespace
 
 std::vector<Token> tokenize(std::string_view source) {
-  if (!source.empty() && source.back() == '\n') {
-    source.remove_suffix(1);
-    if (!source.empty() && source.back() == '\r') source.remove_suffix(1);
+  // Jinja2 reads \r\n and \r as \n everywhere in the source (text and string literals alike).
+  std::string normalized;
+  normalized.reserve(source.size());
+  for (size_t i = 0; i < source.size(); ++i) {
+    if (source[i] != '\r') {
+      normalized += source[i];
+    } else {
+      normalized += '\n';
+      if (i + 1 < source.size() && source[i + 1] == '\n') ++i;
+    }
   }
-  return Lexer(source).run();
+  std::string_view src = normalized;
+  if (!src.empty() && src.back() == '\n') src.remove_suffix(1);
+  return Lexer(src).run();
 }
 
 }  // namespace arbor::chat::jinja

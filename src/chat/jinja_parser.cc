@@ -162,6 +162,8 @@ class Parser {
     } else if (tag == "break" || tag == "continue") {
       s->kind = tag == "break" ? StmtKind::kBreak : StmtKind::kContinue;
       expect_block_end(tag);
+    } else if (tag == "filter") {
+      parse_filter_block(*s);
     } else if (tag == "generation") {
       s->kind = StmtKind::kScope;
       expect_block_end(tag);
@@ -239,6 +241,25 @@ class Parser {
     std::string stopped;
     s.body = parse_body({"endset"}, &stopped);
     expect_block_end("endset");
+  }
+
+  // {% filter name(args) | name2 %}: a chain of filters applied to the rendered body.
+  void parse_filter_block(Stmt& s) {
+    s.kind = StmtKind::kFilterBlock;
+    ExprPtr e = make(ExprKind::kBlockText, s.pos);
+    do {
+      if (is_op("|")) next();
+      auto f = make(ExprKind::kFilter, peek().pos);
+      f->name = expect_name();
+      f->args.push_back(std::move(e));
+      if (is_op("(")) parse_call_args(*f);
+      e = sized(std::move(f));
+    } while (is_op("|"));
+    s.expr = std::move(e);
+    expect_block_end("filter");
+    std::string stopped;
+    s.body = parse_body({"endfilter"}, &stopped);
+    expect_block_end("endfilter");
   }
 
   void parse_macro(Stmt& s) {

@@ -73,8 +73,9 @@ void setup(CLI::App& app) {
   l2c->add_option("--type", lo->type, type_help())->capture_default_str();
   l2c->callback([lo] { arbor::cli::exit_on_error(run_llama2c(*lo)); });
 
-  auto* hf =
-      convert->add_subcommand("hf", "Convert a Hugging Face Llama/Qwen2 safetensors directory");
+  auto* hf = convert->add_subcommand(
+      "hf", "Convert a Hugging Face safetensors directory (Llama, Qwen2/3, Gemma 2/3, "
+            "Ministral 3, Phi-3, SmolLM3, OLMo 2, Granite)");
   auto ho = std::make_shared<HfOptions>();
   hf->add_option("dir", ho->dir, "Directory with config.json, *.safetensors, tokenizer.json")
       ->required()

@@ -95,9 +95,9 @@ void log_configuration(executor::LocalExecutor& exec, const Options& o, int64_t 
   const auto& w = m.weights();
   ARBOR_LOG(kInfo) << "model " << o.model << ": " << runner.config().summary();
   ARBOR_LOG(kInfo) << "weights: token_embd " << gguf::ggml_type_name(w.token_embd.type)
-                   << ", attn_q " << gguf::ggml_type_name(w.layers[0].wq.type) << ", ffn_down "
-                   << gguf::ggml_type_name(w.layers[0].w_down.type) << ", output "
-                   << gguf::ggml_type_name(w.output.type) << (w.tied_output ? " (tied)" : "");
+                   << ", attn_q " << gguf::ggml_type_name(w.layers[0].q.w.type) << ", ffn_down "
+                   << gguf::ggml_type_name(w.layers[0].down.w.type) << ", output "
+                   << gguf::ggml_type_name(w.output.w.type) << (w.tied_output ? " (tied)" : "");
   const model::PagedKvCache& cache = runner.kv_cache();
   ARBOR_LOG(kInfo) << "threads " << runner.pool().num_threads()
                    << ", cpu " << kernels::cpu_summary() << ": " << kernels::isa_summary();

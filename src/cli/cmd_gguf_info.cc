@@ -1,14 +1,19 @@
-// `arbor gguf-info FILE [--json] [--max-items N]`: a GGUF file's header, every metadata key
-// with its type and value (long arrays abbreviated to their first items), the tensor table and
-// totals per type.
+// `arbor gguf-info FILE [--json] [--max-items N]`: a GGUF file's header, how arbor reads its
+// tokenizer (model, pre-tokenizer, size, or why arbor cannot load it), every metadata key with
+// its type and value (long arrays abbreviated to their first items), the tensor table, totals
+// per type, and whether arbor runs the file (model + tokenizer) or what it lacks.
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "cli/command.h"
 #include "gguf/gguf.h"
+#include "model/llama_model.h"
+#include "model/support_check.h"
+#include "tokenizer/tokenizer.h"
 
 namespace arbor::cli {
 namespace {
@@ -52,11 +57,22 @@ std::map<std::string, TypeTotal> totals_by_type(const GgufFile& f) {
   return totals;
 }
 
+// The tokenizer as arbor loads it; nullopt when the file has no tokenizer.ggml.model.
+std::optional<Result<std::unique_ptr<tokenizer::Tokenizer>>> load_tokenizer(const GgufFile& f) {
+  if (f.find("tokenizer.ggml.model") == nullptr) return std::nullopt;
+  return tokenizer::Tokenizer::from_gguf(f);
+}
+
 void print_text(const GgufFile& f, size_t max_items) {
   std::printf("file: %s (%zu bytes)\n", f.name().c_str(), f.file_bytes().size());
   std::printf("GGUF version %u, alignment %llu, %zu metadata keys, %zu tensors, data at %llu\n",
               f.version(), static_cast<unsigned long long>(f.alignment()), f.metadata().size(),
               f.tensors().size(), static_cast<unsigned long long>(f.data_offset()));
+  if (const auto tok = load_tokenizer(f)) {
+    std::printf("tokenizer: %s\n", tok->ok() ? (**tok)->summary().c_str()
+                                             : ("not loadable by arbor: " +
+                                                tok->status().to_string()).c_str());
+  }
   std::printf("\nmetadata:\n");
   for (const auto& kv : f.metadata()) {
     std::printf("  %-40s %-18s %s\n", kv.key.c_str(), type_string(kv.value).c_str(),
@@ -86,6 +102,33 @@ void print_text(const GgufFile& f, size_t max_items) {
               static_cast<unsigned long long>(all.tensors),
               static_cast<unsigned long long>(all.elements),
               static_cast<unsigned long long>(all.bytes));
+}
+
+// What arbor lacks to run the file (empty: it runs), and the model's summary when it loads.
+struct Support {
+  std::vector<std::string> missing;
+  std::string summary;
+};
+
+Support check_support(const GgufFile& f) {
+  Support s;
+  s.missing = model::unsupported_features(f);
+  if (auto tok = tokenizer::Tokenizer::from_gguf(f); !tok.ok()) {
+    s.missing.push_back("tokenizer: " + tok.status().message());
+  }
+  if (s.missing.empty()) {
+    if (auto c = model::ModelConfig::from_gguf(f); c.ok()) s.summary = c->summary();
+  }
+  return s;
+}
+
+void print_support(const Support& s) {
+  if (s.missing.empty()) {
+    std::printf("\narbor: runs this file (%s)\n", s.summary.c_str());
+    return;
+  }
+  std::printf("\narbor: cannot run this file; it needs:\n");
+  for (const std::string& m : s.missing) std::printf("  - %s\n", m.c_str());
 }
 
 nlohmann::json value_json(const Value& v, size_t max_items) {
@@ -124,6 +167,17 @@ void print_json(const GgufFile& f, size_t max_items) {
   j["version"] = f.version();
   j["alignment"] = f.alignment();
   j["data_offset"] = f.data_offset();
+  if (const auto tok = load_tokenizer(f)) {
+    if (tok->ok()) {
+      const tokenizer::Tokenizer& t = ***tok;
+      j["tokenizer"] = {{"summary", t.summary()},     {"model", t.model_name()},
+                        {"pre", t.pre_name()},        {"vocab_size", t.vocab_size()},
+                        {"bos_id", t.bos_id()},       {"eos_id", t.eos_id()},
+                        {"add_bos", t.add_bos()}};
+    } else {
+      j["tokenizer"] = {{"error", tok->status().to_string()}};
+    }
+  }
   j["metadata"] = nlohmann::json::array();
   for (const auto& kv : f.metadata()) {
     j["metadata"].push_back({{"key", kv.key},
@@ -146,6 +200,9 @@ void print_json(const GgufFile& f, size_t max_items) {
   }
   j["totals"]["tensors"] = f.tensors().size();
   j["totals"]["bytes"] = bytes;
+  const Support s = check_support(f);
+  j["arbor"] = {{"supported", s.missing.empty()}, {"missing", s.missing}};
+  if (!s.summary.empty()) j["arbor"]["summary"] = s.summary;
   std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
 }
 
@@ -156,12 +213,16 @@ Status run(const Options& opts) {
     print_json(*file, opts.max_items);
   } else {
     print_text(*file, opts.max_items == 0 ? SIZE_MAX : opts.max_items);
+    print_support(check_support(*file));
   }
   return ok_status();
 }
 
 void setup(CLI::App& app) {
-  auto* sub = app.add_subcommand("gguf-info", "Print a GGUF file's metadata and tensors");
+  auto* sub = app.add_subcommand(
+      "gguf-info",
+      "Print a GGUF file's metadata and tensors, how arbor reads its tokenizer, and whether "
+      "arbor runs it (or what it lacks)");
   auto opts = std::make_shared<Options>();
   sub->add_option("file", opts->path, "GGUF file")->required();
   sub->add_flag("--json", opts->json, "Print JSON instead of text");

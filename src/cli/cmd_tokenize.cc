@@ -2,6 +2,7 @@
 //
 // Prints the token ids of TEXT on one line, separated by spaces; with --pieces, one
 // "id<TAB>piece" line per token instead (the piece JSON-escaped so control bytes stay visible).
+// The tokenizer's summary (model, pre-tokenizer, size, BOS/EOS) goes to stderr.
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -41,6 +42,7 @@ std::string escape_piece(const std::string& s) {
 
 arbor::Status run(const Options& opts) {
   ARBOR_ASSIGN_OR_RETURN(auto tok, arbor::tokenizer::Tokenizer::from_file(opts.model));
+  std::fprintf(stderr, "tokenizer: %s\n", tok->summary().c_str());
   arbor::tokenizer::EncodeOptions enc;
   if (opts.no_bos) enc.add_bos = false;
   enc.parse_special = opts.parse_special;
@@ -60,7 +62,8 @@ arbor::Status run(const Options& opts) {
 }
 
 void setup(CLI::App& app) {
-  auto* sub = app.add_subcommand("tokenize", "Print the token ids of a text");
+  auto* sub = app.add_subcommand(
+      "tokenize", "Print the token ids of a text (a summary of the tokenizer goes to stderr)");
   auto opts = std::make_shared<Options>();
   sub->add_option("-m,--model", opts->model, "GGUF model or vocab file, or tokenizer.json")
       ->required();

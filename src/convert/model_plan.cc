@@ -132,7 +132,13 @@ void add_hparams(const LlamaHparams& hp, std::vector<KeyValue>* kv) {
 
 std::vector<KeyValue> plan_metadata(const ModelPlan& plan, const OutputType& type) {
   std::vector<KeyValue> kv;
-  add_hparams(plan.hparams, &kv);
+  if (plan.arch_metadata.empty()) {
+    add_hparams(plan.hparams, &kv);
+  } else {
+    kv.push_back({"general.architecture", Value::str(plan.hparams.arch)});
+    kv.push_back({"general.name", Value::str(plan.hparams.name)});
+    kv.insert(kv.end(), plan.arch_metadata.begin(), plan.arch_metadata.end());
+  }
   if (!type.keep_source)
     kv.push_back({"general.file_type", Value::u32(gguf::llama_file_type(type.type))});
   if (!type.keep_source && gguf::ggml_traits(type.type).block_size > 1) {

@@ -61,7 +61,10 @@ struct LlamaHparams {
 };
 
 struct ModelPlan {
-  LlamaHparams hparams;
+  LlamaHparams hparams;  // describe_plan(); the `<arch>.*` keys unless arch_metadata is set
+  // When non-empty: the `<arch>.*` keys to write instead of those derived from `hparams`
+  // (Hugging Face architectures other than llama/qwen2 write exactly llama.cpp's key set).
+  std::vector<gguf::KeyValue> arch_metadata;
   std::vector<gguf::KeyValue> tokenizer_metadata;  // tokenizer.ggml.* keys, in write order
   std::vector<PlannedTensor> tensors;              // in write order
 };

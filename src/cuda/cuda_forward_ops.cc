@@ -100,7 +100,7 @@ class CudaForwardOps final : public model::ForwardOps {
   void embed(const kernels::WeightView& table, const int32_t* tokens, int32_t n,
              float* x) override;
   void rope_tables(const int32_t* positions, int32_t n, const float* inv_freq, int half,
-                   float* cos, float* sin) override;
+                   float mscale, float* cos, float* sin) override;
   void rms_norm_rows(const float* x, const int32_t* rows, int32_t n, const float* weight,
                      float* y, int dim, float eps) override;
   void matmul_multi(std::span<const kernels::WeightView* const> ws, const float* x,
@@ -109,6 +109,10 @@ class CudaForwardOps final : public model::ForwardOps {
   void attention(const kernels::PagedAttentionParams& p) override;
   void add(float* y, const float* x, int64_t n) override;
   void silu_mul(float* gate, const float* up, int64_t n) override;
+  // Refused at load (check_cuda_supports): never called.
+  void gelu_mul(float*, const float*, int64_t) override { refused("gelu_mul"); }
+  void scale_bias(float*, int32_t, int, float, const float*) override { refused("scale_bias"); }
+  void softcap(float*, int64_t, float) override { refused("softcap"); }
   void flag_nonfinite(const float* x, const int32_t* rows, int32_t n, int dim,
                       uint8_t* flags) override;
   void argmax_rows(const float* x, int32_t n, int32_t cols, int32_t* ids) override;
@@ -117,6 +121,10 @@ class CudaForwardOps final : public model::ForwardOps {
 
  private:
   void use_device() const { ARBOR_CUDA_CHECK(cudaSetDevice(device_)); }
+  [[noreturn]] static void refused(const char* op) {
+    ARBOR_CHECK(false) << op << " on CUDA: models that need it are refused at load";
+    __builtin_unreachable();
+  }
   Status upload_weights(const model::LlamaModel& model);
   AttentionGeometry attention_geometry(const kernels::PagedAttentionParams& p);
   void copy_run(const Copy* copies, const CopyRegion* device_regions, int32_t n);
@@ -194,7 +202,7 @@ Status CudaForwardOps::upload_weights(const model::LlamaModel& model) {
                            t.rows, cudaMemcpyHostToDevice);
     ARBOR_RETURN_IF_ERROR(cuda_status(copied, str_cat("uploading ", t.name).c_str()));
   }
-  weights_ = device_weights(model.weights(), plan, base);
+  weights_ = device_weights(model.weights(), model.config(), plan, base);
   ARBOR_LOG(kInfo) << name_ << " (" << device_name_ << ", " << num_sms_ << " SMs): uploaded "
                    << plan.tensors.size() << " weight tensors, " << gib(plan.total_bytes);
   return ok_status();
@@ -287,7 +295,8 @@ void CudaForwardOps::embed(const kernels::WeightView& table, const int32_t* toke
 }
 
 void CudaForwardOps::rope_tables(const int32_t* positions, int32_t n, const float* inv_freq,
-                                 int half, float* cos, float* sin) {
+                                 int half, float mscale, float* cos, float* sin) {
+  ARBOR_CHECK(mscale == 1.0f) << "RoPE magnitude scaling on CUDA: refused at load";
   use_device();
   launch_rope_tables(positions, n, inv_freq, half, cos, sin, stream_);
 }
@@ -311,6 +320,8 @@ void CudaForwardOps::matmul_multi(std::span<const kernels::WeightView* const> ws
 }
 
 void CudaForwardOps::qkv_epilogue(const model::QkvEpilogue& p) {
+  ARBOR_CHECK(!p.has_variants() && p.rope_dim > 0) << "QK-norm, scales, NoPE or temperature on "
+                                                      "CUDA: refused at load";
   use_device();
   launch_qkv_epilogue(p, stream_);
 }
@@ -332,6 +343,8 @@ AttentionGeometry CudaForwardOps::attention_geometry(const kernels::PagedAttenti
 }
 
 void CudaForwardOps::attention(const kernels::PagedAttentionParams& p) {
+  ARBOR_CHECK(p.window == 0 && p.softcap == 0.0f) << "sliding windows and soft-caps on CUDA: "
+                                                     "refused at load";
   if (p.num_seqs == 0) return;
   use_device();
   const AttentionGeometry g = attention_geometry(p);
@@ -377,6 +390,7 @@ Result<std::unique_ptr<model::ForwardOps>> make_cuda_forward_ops(const model::Ll
   if (device < 0 || device >= count) {
     return failed_precondition("no CUDA device ", device, ": this machine has ", count);
   }
+  ARBOR_RETURN_IF_ERROR(check_cuda_supports(model.config(), model.weights()));
   auto ops = std::make_unique<CudaForwardOps>(device);
   ARBOR_RETURN_IF_ERROR(ops->init(model));
   return std::unique_ptr<model::ForwardOps>(std::move(ops));

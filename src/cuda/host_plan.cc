@@ -51,35 +51,23 @@ class Planner {
 
 Result<UploadPlan> plan_weight_upload(const model::LlamaModel& model,
                                       bool (*supported)(gguf::GgmlType)) {
-  const model::ModelConfig& c = model.config();
-  const model::LlamaWeights& w = model.weights();
+  // for_each_weight walks a mutable structure; the plan only reads the copy's pointers.
+  model::LlamaWeights w = model.weights();
   Planner p(supported);
-  ARBOR_RETURN_IF_ERROR(p.matrix("token_embd.weight", w.token_embd));
-  for (size_t l = 0; l < w.layers.size(); ++l) {
-    const model::LayerWeights& lw = w.layers[l];
-    const std::string blk = str_cat("blk.", l, ".");
-    p.vector(blk + "attn_norm.weight", lw.attn_norm, c.dim);
-    ARBOR_RETURN_IF_ERROR(p.matrix(blk + "attn_q.weight", lw.wq));
-    ARBOR_RETURN_IF_ERROR(p.matrix(blk + "attn_k.weight", lw.wk));
-    ARBOR_RETURN_IF_ERROR(p.matrix(blk + "attn_v.weight", lw.wv));
-    p.vector(blk + "attn_q.bias", lw.bq, c.q_dim());
-    p.vector(blk + "attn_k.bias", lw.bk, c.kv_dim());
-    p.vector(blk + "attn_v.bias", lw.bv, c.kv_dim());
-    ARBOR_RETURN_IF_ERROR(p.matrix(blk + "attn_output.weight", lw.wo));
-    p.vector(blk + "ffn_norm.weight", lw.ffn_norm, c.dim);
-    ARBOR_RETURN_IF_ERROR(p.matrix(blk + "ffn_gate.weight", lw.w_gate));
-    ARBOR_RETURN_IF_ERROR(p.matrix(blk + "ffn_up.weight", lw.w_up));
-    ARBOR_RETURN_IF_ERROR(p.matrix(blk + "ffn_down.weight", lw.w_down));
-  }
-  p.vector("output_norm.weight", w.output_norm, c.dim);
-  ARBOR_RETURN_IF_ERROR(
-      p.matrix(w.tied_output ? "token_embd.weight" : "output.weight", w.output));
-  p.vector("rope_freqs.weight", w.rope_freqs, c.rope_dim / 2);
+  Status status = ok_status();
+  model::for_each_weight(
+      w, model.config(),
+      [&](const model::MatrixRef& m) {
+        if (status.ok()) status = p.matrix(m.name, *m.w);
+      },
+      [&](const model::VectorRef& v) { p.vector(v.name, *v.v, v.n); });
+  if (w.tied_output) ARBOR_RETURN_IF_ERROR(p.matrix("token_embd.weight", w.output.w));
+  ARBOR_RETURN_IF_ERROR(status);
   return p.take();
 }
 
-model::LlamaWeights device_weights(const model::LlamaWeights& host, const UploadPlan& plan,
-                                   uint8_t* base) {
+model::LlamaWeights device_weights(const model::LlamaWeights& host, const model::ModelConfig& c,
+                                   const UploadPlan& plan, uint8_t* base) {
   std::unordered_map<const void*, size_t> offset;
   for (const UploadPlan::Tensor& t : plan.tensors) offset.emplace(t.host, t.offset);
   auto moved = [&](const void* p) -> uint8_t* {
@@ -88,37 +76,46 @@ model::LlamaWeights device_weights(const model::LlamaWeights& host, const Upload
     ARBOR_CHECK(it != offset.end()) << "a weight missing from the upload plan";
     return base + it->second;
   };
-  auto vec = [&](const float* p) { return reinterpret_cast<const float*>(moved(p)); };
-  auto mat = [&](const kernels::WeightView& w) {
-    kernels::WeightView d = w;
-    d.data = moved(w.data);
-    d.row_stride = kernels::weight_row_bytes(w.type, w.cols);
-    d.packed = nullptr;
-    return d;
+  auto mat = [&](kernels::WeightView& w) {
+    w.data = moved(w.data);
+    w.row_stride = kernels::weight_row_bytes(w.type, w.cols);
+    w.packed = nullptr;
   };
-  model::LlamaWeights d;
-  d.token_embd = mat(host.token_embd);
-  for (const model::LayerWeights& lw : host.layers) {
-    model::LayerWeights dl;
-    dl.attn_norm = vec(lw.attn_norm);
-    dl.wq = mat(lw.wq);
-    dl.wk = mat(lw.wk);
-    dl.wv = mat(lw.wv);
-    dl.bq = vec(lw.bq);
-    dl.bk = vec(lw.bk);
-    dl.bv = vec(lw.bv);
-    dl.wo = mat(lw.wo);
-    dl.ffn_norm = vec(lw.ffn_norm);
-    dl.w_gate = mat(lw.w_gate);
-    dl.w_up = mat(lw.w_up);
-    dl.w_down = mat(lw.w_down);
-    d.layers.push_back(dl);
-  }
-  d.output_norm = vec(host.output_norm);
-  d.output = mat(host.output);
-  d.tied_output = host.tied_output;
-  d.rope_freqs = vec(host.rope_freqs);
+  model::LlamaWeights d = host;
+  model::for_each_weight(
+      d, c, [&](const model::MatrixRef& m) { mat(*m.w); },
+      [&](const model::VectorRef& v) { *v.v = reinterpret_cast<const float*>(moved(*v.v)); });
+  if (d.tied_output) d.output.w = d.token_embd;
   return d;
+}
+
+Status check_cuda_supports(const model::ModelConfig& c, const model::LlamaWeights& w) {
+  auto refuse = [&](const std::string& what) {
+    return unimplemented("the CUDA executor has not run ", what, " on a GPU yet (", c.arch_name,
+                         "); serve this model with --device cpu");
+  };
+  if (c.arch != model::Arch::kLlama && c.arch != model::Arch::kQwen2) {
+    return refuse(str_cat("the ", c.arch_name, " architecture"));
+  }
+  const model::RopeVariant& r = c.ropes[0];
+  if (c.ropes.size() != 1 || c.has_sliding_layers()) return refuse("sliding-window attention");
+  if ((r.scaling != model::RopeScaling::kNone && r.scaling != model::RopeScaling::kLlama3) ||
+      r.mscale != 1.0f) {
+    return refuse("this RoPE scaling");
+  }
+  for (const model::LayerSpec& l : c.layers) {
+    if (l.rope != 0) return refuse("layers without RoPE");
+  }
+  for (const model::LayerWeights& l : w.layers) {
+    for (const model::Linear* x : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) {
+      if (x->scale != 1.0f) return refuse("per-tensor weight scales");
+    }
+    for (const model::Linear* x : {&l.o, &l.gate, &l.up, &l.down}) {
+      if (x->bias != nullptr) return refuse("attention-output or feed-forward biases");
+    }
+  }
+  if (w.output.scale != 1.0f) return refuse("per-tensor weight scales");
+  return ok_status();
 }
 
 namespace {

@@ -31,18 +31,22 @@ struct UploadPlan {
   size_t total_bytes = 0;
 };
 
-// Plans the upload of model.weights(): token_embd, per layer attn_norm, wq, wk, wv, bq, bk, bv,
-// wo, ffn_norm, w_gate, w_up, w_down, then output_norm, output, rope_freqs (absent ones
-// skipped). Each matrix must have a type `supported` accepts, else unimplemented naming the
-// tensor and its type ("blk.0.attn_q.weight has type iq4_xs, which the CUDA matmul does not
-// support (...)").
+// Plans the upload of model.weights() in model::for_each_weight's order (absent ones skipped).
+// Each matrix must have a type `supported` accepts, else unimplemented naming the tensor and its
+// type ("blk.0.attn_q.weight has type iq4_xs, which the CUDA matmul does not support (...)").
 Result<UploadPlan> plan_weight_upload(const model::LlamaModel& model,
                                       bool (*supported)(gguf::GgmlType));
 
 // host's structure with every pointer moved to base + its tensor's offset (found by host
 // pointer), views dense (row_stride = row bytes) and `packed` null.
-model::LlamaWeights device_weights(const model::LlamaWeights& host, const UploadPlan& plan,
-                                   uint8_t* base);
+model::LlamaWeights device_weights(const model::LlamaWeights& host, const model::ModelConfig& c,
+                                   const UploadPlan& plan, uint8_t* base);
+
+// ok when the CUDA executor runs this model as it has been run on a GPU: the llama and qwen2
+// rows without the newer variants (sliding windows, QK-norm, post-norms, soft-caps, NoPE
+// layers, YaRN / LongRoPE / linear scaling, weight scales, output or FFN biases). Otherwise
+// unimplemented naming the variant and suggesting --device cpu.
+Status check_cuda_supports(const model::ModelConfig& c, const model::LlamaWeights& w);
 
 // A batch's ten arrays packed back to back, each at a multiple of 256 bytes, then the three
 // arrays of each further KV cache group (batch.more_kv_groups).

@@ -36,9 +36,6 @@ struct ExecutorOptions {
   // Release the KV of sliding-window layers that no query can read again (KV cache groups,
   // docs/kv_layout.md); false (--no-kv-reclaim): every layer keeps every block.
   bool kv_reclaim = true;
-  // Test hook: each layer's attention window ([num_layers], 0 = full attention) instead of the
-  // model's (model::RunnerOptions::layer_windows); empty: the model's.
-  std::vector<int32_t> layer_windows;
   // -t: forward threads (CPU; on a GPU the host's sampling and proposers); 0 = hardware
   // concurrency
   int num_threads = 0;

@@ -13,6 +13,7 @@
 #include "base/fp16.h"
 #include "kernels/attention_internal.h"
 #include "kernels/cpu_features.h"
+#include "kernels/ops.h"
 
 namespace arbor::kernels {
 namespace {
@@ -211,6 +212,16 @@ int32_t tile_key_end(const PagedAttentionParams& p, int b, int32_t i1) {
   return masked ? p.kv_len[b] : committed + i1;
 }
 
+// The first key (block-aligned) any row of tile [i0, i1) of sequence b can see under the sliding
+// window; 0 without one. Rows of a masked sequence sit at positions >= committed.
+int32_t tile_key_begin(const PagedAttentionParams& p, int b, int32_t i0) {
+  if (p.window <= 0) return 0;
+  const int32_t committed = p.kv_len[b] - seq_len_q(p, b);
+  const bool masked = p.mask_indptr != nullptr && p.mask_indptr[b + 1] > p.mask_indptr[b];
+  const int32_t first = (masked ? committed : committed + i0) - p.window + 1;
+  return first <= 0 ? 0 : first - first % p.block_size;
+}
+
 // Whether decode sequences (one query) get one all-heads item each: only when they alone keep
 // every thread busy, so a small batch still spreads its heads over the threads.
 bool all_heads_decode(const PagedAttentionParams& p, int num_threads) {
@@ -238,20 +249,24 @@ void build_plan(const PagedAttentionParams& p, int num_threads, Plan& plan) {
   for (int b = 0; b < p.num_seqs; ++b) {
     const int32_t n = seq_len_q(p, b);
     if (all_heads && n == 1) {
-      plan.items.push_back({b, 0, p.num_kv_heads, 0, 1, 0, tile_key_end(p, b, 1), -1});
+      plan.items.push_back(
+          {b, 0, p.num_kv_heads, 0, 1, tile_key_begin(p, b, 0), tile_key_end(p, b, 1), -1});
       continue;
     }
     for (int32_t i0 = 0; i0 < n; i0 += kQueryTile) {
       const int32_t i1 = std::min(n, i0 + kQueryTile);
+      const int32_t kbegin = tile_key_begin(p, b, i0);
       const int32_t kend = tile_key_end(p, b, i1);
       // Split only at the fixed chunk boundaries, one chunk per item, or not at all: either
-      // way the chunks are folded in the same order (see kSplitChunkKeys).
-      const int32_t splits = want > 1 ? (kend + chunk - 1) / chunk : 1;
+      // way the chunks are folded in the same order (see kSplitChunkKeys). Chunks before the
+      // window's first block hold no key the tile sees and are left out.
+      const int32_t first_chunk = kbegin / chunk;
+      const int32_t splits = want > 1 ? (kend + chunk - 1) / chunk - first_chunk : 1;
       for (int g = 0; g < p.num_kv_heads; ++g) {
         if (splits > 1) plan.groups.push_back({(int32_t)plan.items.size(), splits});
         for (int32_t s = 0; s < splits; ++s) {
-          const int32_t k0 = splits > 1 ? s * chunk : 0;
-          const int32_t k1 = splits > 1 ? std::min(kend, (s + 1) * chunk) : kend;
+          const int32_t k0 = splits > 1 ? std::max(kbegin, (first_chunk + s) * chunk) : kbegin;
+          const int32_t k1 = splits > 1 ? std::min(kend, (first_chunk + s + 1) * chunk) : kend;
           const int32_t partial = splits > 1 ? plan.num_partials++ : -1;
           plan.items.push_back({b, g, g + 1, i0, i1, k0, k1, partial});
         }
@@ -287,7 +302,8 @@ size_t max_item_rows(const PagedAttentionParams& p) {
 
 // Whether paged_attention() runs the keys-in-lanes kernel (attention_internal.h) for this call.
 bool uses_lanes(const PagedAttentionParams& p) {
-  return p.head_dim == internal::kLanesHeadDim && active_isa() >= Isa::kAvx512;
+  return p.head_dim == internal::kLanesHeadDim && active_isa() >= Isa::kAvx512 &&
+         p.window <= 0 && p.softcap <= 0.0f;
 }
 
 // Floats per transposed row of a key chunk: the chunk rounded up to 16-key groups.
@@ -411,17 +427,26 @@ RowLists& row_lists() {
   return lists;
 }
 
+// The first key row i (new token i of its sequence) sees under the sliding window, for a row
+// at logical position `pos`; INT32_MIN without a window.
+int32_t window_begin(const PagedAttentionParams& p, int32_t pos) {
+  return p.window > 0 ? pos - p.window + 1 : std::numeric_limits<int32_t>::min();
+}
+
 // Online-softmax update of one query row with keys [kb0, kb1) of one block. k and v point at
-// key kb0's row (F16 when `f16`); keys at or past full_end are tested with `vis`.
+// key kb0's row (F16 when `f16`); keys below win_lo (the row's window) are hidden, and keys at
+// or past full_end are tested with `vis`. Hidden keys keep their place in the block (their
+// scores become -inf), so a row's bits do not depend on where the window starts.
 void update_row(const PagedAttentionParams& p, const float* q, const void* k, const void* v,
-                bool f16, int32_t kb0, int32_t kb1, int32_t full_end, int32_t i,
+                bool f16, int32_t kb0, int32_t kb1, int32_t win_lo, int32_t full_end, int32_t i,
                 const Visibility& vis, float& m, float& l, float* acc, float* s,
                 const AttnBlockOps& ops) {
   const int n = kb1 - kb0;
   ops.scores(q, k, f16, n, p.head_dim, p.scale, s);
+  if (p.softcap > 0.0f) softcap(s, n, p.softcap);
   float bmax = kNegInf;
   for (int j = 0; j < n; ++j) {
-    if (kb0 + j >= full_end && !vis(i, kb0 + j)) s[j] = kNegInf;
+    if (kb0 + j < win_lo || (kb0 + j >= full_end && !vis(i, kb0 + j))) s[j] = kNegInf;
     bmax = std::max(bmax, s[j]);
   }
   if (bmax == kNegInf) return;
@@ -534,11 +559,13 @@ void run_tree_block(const PagedAttentionParams& p, const WorkItem& w, const Scra
           std::memcpy(vd, vs, sizeof(float) * hd);
         }
       }
+      // The row's own position on its path is its last logical key.
+      const int32_t win_lo = window_begin(p, end - 1);
       for (int hh = 0; hh < r; ++hh) {
         const int32_t row = gi * per_head + (i - w.i0) * r + hh;
         const float* q = p.q + ((q_row0 + i - w.i0) * p.num_q_heads + g * r + hh) * hd;
-        update_row(p, q, sc.kbuf, sc.vbuf, false, kb0, kb1, kb1, i, vis, sc.m[row], sc.l[row],
-                   sc.acc + (size_t)row * hd, sc.s, ops);
+        update_row(p, q, sc.kbuf, sc.vbuf, false, kb0, kb1, win_lo, kb1, i, vis, sc.m[row],
+                   sc.l[row], sc.acc + (size_t)row * hd, sc.s, ops);
       }
     }
   }
@@ -613,10 +640,13 @@ void run_item(const PagedAttentionParams& p, const WorkItem& w, const Scratch& s
       const void* k0 = static_cast<const uint8_t*>(k) + skip;
       const void* v0 = static_cast<const uint8_t*>(v) + skip;
       for (int32_t i = w.i0; i < w.i1; ++i) {
+        // A tree row's position is its depth on its path; a plain row's is committed + i.
+        const int32_t pos = vis.bits ? vis.committed + lists.count[i - w.i0] - 1 : vis.committed + i;
+        const int32_t win_lo = window_begin(p, pos);
         for (int hh = 0; hh < r; ++hh) {
           const int32_t row = gi * per_head + (i - w.i0) * r + hh;
           const float* q = p.q + ((q_row0 + i - w.i0) * p.num_q_heads + g * r + hh) * hd;
-          update_row(p, q, k0, v0, f16 && !widen, kb0, kb1, full_end, i, vis, sc.m[row],
+          update_row(p, q, k0, v0, f16 && !widen, kb0, kb1, win_lo, full_end, i, vis, sc.m[row],
                      sc.l[row], sc.acc + (size_t)row * hd, sc.s, ops);
         }
       }
@@ -875,6 +905,7 @@ void attention_ref(const RefAttentionParams& p) {
         double d = 0.0;
         for (int c = 0; c < hd; ++c) d += (double)q[c] * k[c];
         s[j] = d * p.scale;
+        if (p.softcap > 0.0f) s[j] = p.softcap * std::tanh(s[j] / p.softcap);
         mmax = std::max(mmax, s[j]);
       }
       std::vector<double> o(hd, 0.0);

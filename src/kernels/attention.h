@@ -11,7 +11,8 @@
 //
 // GQA: query head h reads kv head h / (num_q_heads / num_kv_heads); one work item serves all
 // query heads of its kv head, so each K/V block is read (and widened from F16) once per item.
-// Scores are scaled by `scale`, softmax is online (per block) with f32 accumulation. Work is
+// Scores are scaled by `scale` (then soft-capped when `softcap` is set), softmax is online (per
+// block) with f32 accumulation; a sliding `window` hides keys too far behind each query. Work is
 // split over (sequence, kv head, tile of 16 query tokens) and, when that leaves threads idle on
 // long contexts, over fixed 512-key chunks merged afterwards (flash-decoding).
 //
@@ -42,6 +43,14 @@ struct PagedAttentionParams {
   int head_dim = 0;
   int block_size = 0;     // tokens per KV block
   float scale = 0.0f;     // usually 1 / sqrt(head_dim)
+  // Sliding window (llama.cpp's n_swa): 0 = none; W > 0: the query at logical index p (the index
+  // of its own key) sees only keys with index > p - W. For a token tree's row, p is the row's
+  // index on its own path (committed + depth). Items start at the first block any of their rows
+  // can see, so a long context costs only the window.
+  int32_t window = 0;
+  // Soft-capping: > 0: every score becomes softcap * tanh(score / softcap) (kernels::softcap,
+  // after `scale`) before the softmax (Gemma 2).
+  float softcap = 0.0f;
 
   const float* q = nullptr;  // [num_tokens, num_q_heads, head_dim]
   float* out = nullptr;      // [num_tokens, num_q_heads, head_dim]
@@ -78,6 +87,7 @@ struct RefAttentionParams {
   int num_kv_heads = 0;
   int head_dim = 0;
   float scale = 0.0f;
+  float softcap = 0.0f;            // > 0: score = softcap * tanh(score / softcap)
   const float* q = nullptr;        // [num_q, num_q_heads, head_dim]
   const float* k = nullptr;        // [num_kv, num_kv_heads, head_dim]
   const float* v = nullptr;        // [num_kv, num_kv_heads, head_dim]

@@ -129,6 +129,42 @@ void silu_mul_ref(float* gate, const float* up, int64_t n) {
   }
 }
 
+namespace {
+constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluA = 0.044715f;
+}  // namespace
+
+void gelu_mul(float* gate, const float* up, int64_t n) {
+  if (use_avx2()) return internal::gelu_mul_avx2(gate, up, n);
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    const float u = kGeluC * (g + kGeluA * g * g * g);
+    gate[i] = g / (1.0f + std::exp(-2.0f * u)) * up[i];
+  }
+}
+
+void gelu_mul_ref(float* gate, const float* up, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double g = gate[i];
+    const double t = std::tanh(std::sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g));
+    gate[i] = static_cast<float>(0.5 * g * (1.0 + t) * up[i]);
+  }
+}
+
+void softcap(float* x, int64_t n, float cap) {
+  if (use_avx2()) return internal::softcap_avx2(x, n, cap);
+  const float inv = 1.0f / cap;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = cap * (1.0f - 2.0f / (std::exp(2.0f * (x[i] * inv)) + 1.0f));
+  }
+}
+
+void softcap_ref(float* x, int64_t n, float cap) {
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = static_cast<float>(cap * std::tanh(static_cast<double>(x[i]) / cap));
+  }
+}
+
 void softmax(float* x, int64_t n) {
   if (use_avx2()) return internal::softmax_avx2(x, n);
   softmax_ref(x, n);

@@ -50,6 +50,17 @@ void rope_apply(float* x, int num_heads, int head_dim, int rot_dim, bool neox, c
 void silu_mul(float* gate, const float* up, int64_t n);
 void silu_mul_ref(float* gate, const float* up, int64_t n);
 
+// gate[i] = gelu_tanh(gate[i]) * up[i] with gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2 / pi)
+// (g + 0.044715 g^3))), evaluated as g / (1 + exp(-2 u)) (the same function); [n]. Batch
+// invariant like silu_mul: element i's bits depend only on gate[i] and up[i].
+void gelu_mul(float* gate, const float* up, int64_t n);
+void gelu_mul_ref(float* gate, const float* up, int64_t n);
+
+// x[i] = cap * tanh(x[i] / cap) (soft-capping); [n], cap > 0. tanh as 1 - 2 / (exp(2y) + 1):
+// absolute error about 1e-7 * cap. Element i's bits depend only on x[i] and cap.
+void softcap(float* x, int64_t n, float cap);
+void softcap_ref(float* x, int64_t n, float cap);
+
 // In-place softmax of x: [n], max-subtracted (finite for any finite input; -inf entries give 0).
 // n >= 1.
 void softmax(float* x, int64_t n);

@@ -91,6 +91,52 @@ ARBOR_AVX2 void silu_mul_avx2(float* gate, const float* up, int64_t n) {
   }
 }
 
+// Applies op(x8, y8) to [n] floats of `x` (with `y`, read-only, when not null) in vectors of 8,
+// the tail masked, so an element's bits never depend on where it falls (batch invariance).
+template <typename Op>
+ARBOR_AVX2_INLINE void map8(float* x, const float* y, int64_t n, const Op& op) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 b = y != nullptr ? _mm256_loadu_ps(y + i) : _mm256_setzero_ps();
+    _mm256_storeu_ps(x + i, op(_mm256_loadu_ps(x + i), b));
+  }
+  if (i < n) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i)), lane);
+    const __m256 a = _mm256_maskload_ps(x + i, mask);
+    const __m256 b = y != nullptr ? _mm256_maskload_ps(y + i, mask) : _mm256_setzero_ps();
+    _mm256_maskstore_ps(x + i, mask, op(a, b));
+  }
+}
+
+// gelu_tanh(g) * u = g / (1 + exp(-2 sqrt(2/pi) (g + 0.044715 g^3))) * u.
+struct GeluMul8 {
+  ARBOR_AVX2_INLINE __m256 operator()(__m256 g, __m256 u) const {
+    const __m256 g3 = _mm256_mul_ps(_mm256_mul_ps(g, g), g);
+    const __m256 in = _mm256_fmadd_ps(g3, _mm256_set1_ps(0.044715f), g);
+    const __m256 e = exp256(_mm256_mul_ps(in, _mm256_set1_ps(-2.0f * 0.7978845608028654f)));
+    return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+  }
+};
+
+// cap * tanh(x / cap) = cap * (1 - 2 / (exp(2 x / cap) + 1)).
+struct Softcap8 {
+  float cap;
+  ARBOR_AVX2_INLINE __m256 operator()(__m256 x, __m256) const {
+    const __m256 e = exp256(_mm256_mul_ps(x, _mm256_set1_ps(2.0f * (1.0f / cap))));
+    const __m256 t = _mm256_sub_ps(
+        _mm256_set1_ps(1.0f),
+        _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, _mm256_set1_ps(1.0f))));
+    return _mm256_mul_ps(_mm256_set1_ps(cap), t);
+  }
+};
+
+ARBOR_AVX2 void gelu_mul_avx2(float* gate, const float* up, int64_t n) {
+  map8(gate, up, n, GeluMul8{});
+}
+
+ARBOR_AVX2 void softcap_avx2(float* x, int64_t n, float cap) { map8(x, nullptr, n, Softcap8{cap}); }
+
 ARBOR_AVX2 void softmax_avx2(float* x, int64_t n) {
   __m256 mv = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   int64_t i = 0;

@@ -8,6 +8,8 @@ namespace arbor::kernels::internal {
 
 void rms_norm_avx2(const float* x, const float* weight, float* y, int64_t n, float eps);
 void silu_mul_avx2(float* gate, const float* up, int64_t n);
+void gelu_mul_avx2(float* gate, const float* up, int64_t n);
+void softcap_avx2(float* x, int64_t n, float cap);
 void softmax_avx2(float* x, int64_t n);
 void add_avx2(float* y, const float* x, int64_t n);
 void axpy_avx2(float* y, float a, const float* x, int64_t n);

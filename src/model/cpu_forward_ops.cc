@@ -18,8 +18,8 @@ void CpuForwardOps::embed(const kernels::WeightView &table,
 }
 
 void CpuForwardOps::rope_tables(const int32_t *positions, int32_t n,
-                                const float *inv_freq, int half, float *cos,
-                                float *sin) {
+                                const float *inv_freq, int half, float mscale,
+                                float *cos, float *sin) {
   pool_.parallel_for(n, [&](int64_t begin, int64_t end, int) {
     for (int64_t t = begin; t < end; ++t) {
       const float pos = (float)positions[t];
@@ -27,6 +27,10 @@ void CpuForwardOps::rope_tables(const int32_t *positions, int32_t n,
         const float angle = pos * inv_freq[i];
         cos[t * half + i] = std::cos(angle);
         sin[t * half + i] = std::sin(angle);
+      }
+      if (mscale != 1.0f) {
+        kernels::scale(cos + t * half, mscale, half);
+        kernels::scale(sin + t * half, mscale, half);
       }
     }
   });
@@ -55,6 +59,41 @@ void CpuForwardOps::matmul_multi(std::span<const kernels::WeightView *const> ws,
   kernels::matmul_multi(ws, x, ys, num_tokens, pool_);
 }
 
+namespace {
+
+// The optional steps of an epilogue before RoPE for one token: scales, biases and QK-norm on
+// q ([num_q_heads, head_dim]), k and v ([num_kv_heads, head_dim]).
+void pre_rope(const QkvEpilogue &p, float *q, float *k, float *v) {
+  const int qd = p.num_q_heads * p.head_dim, kvd = p.num_kv_heads * p.head_dim;
+  if (p.q_scale != 1.0f)
+    kernels::scale(q, p.q_scale, qd);
+  if (p.k_scale != 1.0f)
+    kernels::scale(k, p.k_scale, kvd);
+  if (p.v_scale != 1.0f)
+    kernels::scale(v, p.v_scale, kvd);
+  if (p.bq != nullptr)
+    kernels::add(q, p.bq, qd);
+  if (p.bk != nullptr)
+    kernels::add(k, p.bk, kvd);
+  if (p.bv != nullptr)
+    kernels::add(v, p.bv, kvd);
+  if (p.q_norm == nullptr)
+    return;
+  if (p.qk_norm_whole) {
+    kernels::rms_norm(q, p.q_norm, q, qd, p.norm_eps);
+    kernels::rms_norm(k, p.k_norm, k, kvd, p.norm_eps);
+    return;
+  }
+  for (int h = 0; h < p.num_q_heads; ++h)
+    kernels::rms_norm(q + h * p.head_dim, p.q_norm, q + h * p.head_dim,
+                      p.head_dim, p.norm_eps);
+  for (int h = 0; h < p.num_kv_heads; ++h)
+    kernels::rms_norm(k + h * p.head_dim, p.k_norm, k + h * p.head_dim,
+                      p.head_dim, p.norm_eps);
+}
+
+} // namespace
+
 void CpuForwardOps::qkv_epilogue(const QkvEpilogue &p) {
   const int qd = p.num_q_heads * p.head_dim, kvd = p.num_kv_heads * p.head_dim;
   const int half = p.rope_dim / 2;
@@ -68,18 +107,20 @@ void CpuForwardOps::qkv_epilogue(const QkvEpilogue &p) {
       float *q = p.q + t * qd;
       float *k = p.k + t * kvd;
       float *v = p.v + t * kvd;
-      if (p.bq != nullptr)
-        kernels::add(q, p.bq, qd);
-      if (p.bk != nullptr)
-        kernels::add(k, p.bk, kvd);
-      if (p.bv != nullptr)
-        kernels::add(v, p.bv, kvd);
-      const float *c = p.cos + t * half;
-      const float *s = p.sin + t * half;
-      kernels::rope_apply(q, p.num_q_heads, p.head_dim, p.rope_dim, p.rope_neox,
-                          c, s);
-      kernels::rope_apply(k, p.num_kv_heads, p.head_dim, p.rope_dim,
-                          p.rope_neox, c, s);
+      pre_rope(p, q, k, v);
+      if (half > 0) {
+        const float *c = p.cos + t * half;
+        const float *s = p.sin + t * half;
+        kernels::rope_apply(q, p.num_q_heads, p.head_dim, p.rope_dim,
+                            p.rope_neox, c, s);
+        kernels::rope_apply(k, p.num_kv_heads, p.head_dim, p.rope_dim,
+                            p.rope_neox, c, s);
+      }
+      if (p.temp_scale != 0.0f) { // Llama 4 / Mistral 3 attention temperature
+        const double steps = std::floor((double)p.positions[t] / p.temp_floor);
+        kernels::scale(q, (float)(std::log(steps + 1.0) * p.temp_scale + 1.0),
+                       qd);
+      }
       // Distinct tokens have distinct slots, so concurrent writes never
       // overlap.
       store_kv_token(shape, p.k_cache, p.v_cache, p.slot_mapping[t], k, v);
@@ -97,6 +138,27 @@ void CpuForwardOps::add(float *y, const float *x, int64_t n) {
 
 void CpuForwardOps::silu_mul(float *gate, const float *up, int64_t n) {
   kernels::silu_mul(gate, up, n);
+}
+
+void CpuForwardOps::gelu_mul(float *gate, const float *up, int64_t n) {
+  kernels::gelu_mul(gate, up, n);
+}
+
+void CpuForwardOps::scale_bias(float *y, int32_t rows, int cols, float scale,
+                               const float *bias) {
+  pool_.parallel_for(rows, [&](int64_t begin, int64_t end, int) {
+    for (int64_t r = begin; r < end; ++r) {
+      float *row = y + r * cols;
+      if (scale != 1.0f)
+        kernels::scale(row, scale, cols);
+      if (bias != nullptr)
+        kernels::add(row, bias, cols);
+    }
+  });
+}
+
+void CpuForwardOps::softcap(float *x, int64_t n, float cap) {
+  kernels::softcap(x, n, cap);
 }
 
 void CpuForwardOps::flag_nonfinite(const float *x, const int32_t *rows,

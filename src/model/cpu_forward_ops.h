@@ -39,7 +39,7 @@ public:
   void embed(const kernels::WeightView &table, const int32_t *tokens, int32_t n,
              float *x) override;
   void rope_tables(const int32_t *positions, int32_t n, const float *inv_freq,
-                   int half, float *cos, float *sin) override;
+                   int half, float mscale, float *cos, float *sin) override;
   void rms_norm_rows(const float *x, const int32_t *rows, int32_t n,
                      const float *weight, float *y, int dim,
                      float eps) override;
@@ -50,6 +50,10 @@ public:
   void attention(const kernels::PagedAttentionParams &p) override;
   void add(float *y, const float *x, int64_t n) override;
   void silu_mul(float *gate, const float *up, int64_t n) override;
+  void gelu_mul(float *gate, const float *up, int64_t n) override;
+  void scale_bias(float *y, int32_t rows, int cols, float scale,
+                  const float *bias) override;
+  void softcap(float *x, int64_t n, float cap) override;
   void flag_nonfinite(const float *x, const int32_t *rows, int32_t n, int dim,
                       uint8_t *flags) override;
   void argmax_rows(const float *x, int32_t n, int32_t cols,

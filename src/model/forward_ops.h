@@ -6,9 +6,10 @@
 // (CTranslate2's split: one front end, an implementation per op and device).
 //
 //   embed -> rope_tables -> per layer: rms_norm -> matmul_multi(q, k, v) -> qkv_epilogue (bias,
-//   RoPE, K/V into their cache slots) -> attention -> matmul(wo) -> add -> rms_norm ->
-//   matmul_multi(gate, up) -> silu_mul -> matmul(down) -> add;  then rms_norm_rows over the
-//   logits rows -> matmul(output).
+//   QK-norm, RoPE, K/V into their cache slots) -> attention -> matmul(wo) -> add -> rms_norm ->
+//   matmul_multi(gate, up) -> silu_mul | gelu_mul -> matmul(down) -> add;  then rms_norm_rows
+//   over the logits rows -> matmul(output); with scale_bias, softcap and rms_norm_rows where an
+//   architecture's row (arch.h) asks for biases, scales, post-norms and soft-caps.
 //
 // Memory: every pointer an op takes or returns lives in the device's memory ("device pointers"),
 // including the model's weights as weights() returns them and the batch arrays as stage()
@@ -62,31 +63,51 @@ class DeviceMemory {
 // Host memory: anonymous mmap (zeroed; pages committed on first touch), memcpy.
 DeviceMemory& host_memory();
 
-// What qkv_epilogue does for every new token t of a layer, in this order: adds the biases (when
-// not null) to q[t] and k[t] and v[t]; rotates q[t] (num_q_heads heads) and k[t] (num_kv_heads)
-// by RoPE with cos/sin row t; writes k[t] and v[t] into cache slot slot_mapping[t], converting to
-// the cache dtype.
+// What qkv_epilogue does for every new token t of a layer, in this order: scales q[t], k[t] and
+// v[t] by q_scale / k_scale / v_scale and adds the biases (when not null); RMS-normalises q[t]
+// and k[t] (QK-norm, when q_norm is not null: each head of head_dim by the [head_dim] weight,
+// or, qk_norm_whole, the whole projection by a [q_dim] / [kv_dim] weight); rotates q[t]
+// (num_q_heads heads) and k[t] (num_kv_heads) by RoPE with cos/sin row t (rope_dim 0: no RoPE);
+// multiplies q[t] by 1 + temp_scale * log(1 + floor(positions[t] / temp_floor)) when temp_scale
+// is not 0; writes k[t] and v[t] into cache slot slot_mapping[t], converting to the cache dtype.
+// A Llama / Qwen2 layer sets none of the optional steps and takes the same path as always.
 struct QkvEpilogue {
   int32_t num_tokens = 0;
   int num_q_heads = 0;
   int num_kv_heads = 0;
   int head_dim = 0;
-  int rope_dim = 0;           // rotated dimensions of each head (even, <= head_dim)
+  int rope_dim = 0;           // rotated dimensions of each head (even, <= head_dim); 0: none
   bool rope_neox = false;     // kernels::RopeParams::neox
   float* q = nullptr;         // [T, num_q_heads * head_dim]
   float* k = nullptr;         // [T, num_kv_heads * head_dim]
   float* v = nullptr;         // [T, num_kv_heads * head_dim]
+  float q_scale = 1.0f;
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
   const float* bq = nullptr;  // [num_q_heads * head_dim] or null
   const float* bk = nullptr;  // [num_kv_heads * head_dim] or null
   const float* bv = nullptr;  // [num_kv_heads * head_dim] or null
+  const float* q_norm = nullptr;  // [head_dim], or [num_q_heads * head_dim] when qk_norm_whole
+  const float* k_norm = nullptr;  // [head_dim], or [num_kv_heads * head_dim] when qk_norm_whole
+  bool qk_norm_whole = false;
+  float norm_eps = 0.0f;
   const float* cos = nullptr;  // [T, rope_dim / 2]
   const float* sin = nullptr;  // [T, rope_dim / 2]
+  const int32_t* positions = nullptr;  // [T]; read only when temp_scale != 0
+  float temp_scale = 0.0f;
+  int temp_floor = 0;
   const int32_t* slot_mapping = nullptr;  // [T]
   // The layer's pools, [num_blocks, num_kv_heads, block_size, head_dim] of kv_dtype.
   void* k_cache = nullptr;
   void* v_cache = nullptr;
   kernels::KvDtype kv_dtype = kernels::KvDtype::kF16;
   int block_size = 0;
+
+  // Whether any step beyond Llama / Qwen2's (bias, RoPE, store) is asked for.
+  bool has_variants() const {
+    return q_scale != 1.0f || k_scale != 1.0f || v_scale != 1.0f || q_norm != nullptr ||
+           k_norm != nullptr || temp_scale != 0.0f;
+  }
 };
 
 class ForwardOps : public DeviceMemory {
@@ -101,9 +122,9 @@ class ForwardOps : public DeviceMemory {
   // x[t] = row tokens[t] of `table`, dequantised. x: [n, table.cols].
   virtual void embed(const kernels::WeightView& table, const int32_t* tokens, int32_t n,
                      float* x) = 0;
-  // cos[t, i] = cos(positions[t] * inv_freq[i]), sin likewise; [n, half] each.
+  // cos[t, i] = mscale * cos(positions[t] * inv_freq[i]), sin likewise; [n, half] each.
   virtual void rope_tables(const int32_t* positions, int32_t n, const float* inv_freq, int half,
-                           float* cos, float* sin) = 0;
+                           float mscale, float* cos, float* sin) = 0;
   // y[r] = rms_norm(x[rows ? rows[r] : r]) * weight for r < n; x, y: [*, dim]. rows: device
   // pointer or null (every row in order).
   virtual void rms_norm_rows(const float* x, const int32_t* rows, int32_t n, const float* weight,
@@ -123,6 +144,12 @@ class ForwardOps : public DeviceMemory {
   virtual void add(float* y, const float* x, int64_t n) = 0;
   // gate = silu(gate) * up; [n].
   virtual void silu_mul(float* gate, const float* up, int64_t n) = 0;
+  // gate = gelu_tanh(gate) * up; [n] (kernels::gelu_mul).
+  virtual void gelu_mul(float* gate, const float* up, int64_t n) = 0;
+  // y[r, c] = y[r, c] * scale + (bias ? bias[c] : 0); y: [rows, cols], bias: [cols] or null.
+  virtual void scale_bias(float* y, int32_t rows, int cols, float scale, const float* bias) = 0;
+  // x = cap * tanh(x / cap); [n], cap > 0.
+  virtual void softcap(float* x, int64_t n, float cap) = 0;
   // flags[i] = 1 when row rows[i] of x ([*, dim]) holds an Inf or NaN, else left as it was.
   // rows: device pointer, [n]; flags: device bytes, [n].
   virtual void flag_nonfinite(const float* x, const int32_t* rows, int32_t n, int dim,

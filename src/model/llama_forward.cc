@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "kernels/ops.h"
+#include "model/rope.h"
 
 namespace arbor::model {
 
@@ -16,30 +17,25 @@ int num_checkpoints(const ModelConfig& cfg) { return 1 + 2 * cfg.num_layers; }
 
 LlamaForward::LlamaForward(const LlamaModel& model, ForwardOps& ops, int32_t reserve_tokens)
     : model_(model), ops_(ops), cfg_(model.config()), w_(ops.weights()) {
-  kernels::RopeParams rope;
-  rope.theta = cfg_.rope_theta;
-  rope.neox = cfg_.rope_neox;
-  if (cfg_.rope_scaling == RopeScaling::kLlama3) {
-    rope.factor = cfg_.rope_factor;
-    rope.low_freq_factor = cfg_.rope_low_freq_factor;
-    rope.high_freq_factor = cfg_.rope_high_freq_factor;
-    rope.original_context = cfg_.rope_original_context;
+  ARBOR_CHECK(!cfg_.ropes.empty() && cfg_.ropes.size() <= kMaxRopes) << cfg_.ropes.size();
+  for (size_t r = 0; r < cfg_.ropes.size(); ++r) {
+    const RopeVariant& v = cfg_.ropes[r];
+    // The host copy of the frequency divisors (the model's, not the device's).
+    const float* factors = v.use_freq_factors ? model.weights().rope_freqs : nullptr;
+    const std::vector<float> inv_freq = rope_inv_freq(v, cfg_.rope_dim, factors);
+    ensure(ropes_[r].inv_freq, std::max<size_t>(1, inv_freq.size()) * sizeof(float));
+    ops_.to_device(ropes_[r].inv_freq.p, inv_freq.data(), inv_freq.size() * sizeof(float));
   }
-  std::vector<float> inv_freq(cfg_.rope_dim / 2);
-  kernels::rope_inv_freqs(rope, cfg_.rope_dim, inv_freq.data());
-  if (const float* factors = model.weights().rope_freqs) {  // host copy of rope_freqs
-    for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] /= factors[i];
-  }
-  ensure(inv_freq_, inv_freq.size() * sizeof(float));
-  ops_.to_device(inv_freq_.p, inv_freq.data(), inv_freq.size() * sizeof(float));
   if (reserve_tokens > 0) reserve(reserve_tokens, reserve_tokens);
 }
 
 LlamaForward::~LlamaForward() {
-  for (Scratch* s : {&inv_freq_, &x_, &xb_, &q_, &k_, &v_, &att_, &hb_, &hb2_, &rope_cos_,
-                     &rope_sin_, &xl_, &logits_, &argmax_, &top_scale_, &top_ids_, &top_logits_,
-                     &flags_}) {
+  for (Scratch* s : {&x_, &xb_, &q_, &k_, &v_, &att_, &hb_, &hb2_, &xl_, &logits_, &argmax_,
+                     &top_scale_, &top_ids_, &top_logits_, &flags_}) {
     ops_.release(s->p);
+  }
+  for (Rope& r : ropes_) {
+    for (Scratch* s : {&r.inv_freq, &r.cos, &r.sin}) ops_.release(s->p);
   }
 }
 
@@ -64,8 +60,10 @@ void LlamaForward::reserve(int32_t t, int32_t l) {
     ensure(att_, n * cfg_.q_dim());
     ensure(hb_, n * cfg_.ffn_dim);
     ensure(hb2_, n * cfg_.ffn_dim);
-    ensure(rope_cos_, n * (cfg_.rope_dim / 2));
-    ensure(rope_sin_, n * (cfg_.rope_dim / 2));
+    for (size_t r = 0; r < cfg_.ropes.size(); ++r) {
+      ensure(ropes_[r].cos, n * std::max(1, cfg_.rope_dim / 2));
+      ensure(ropes_[r].sin, n * std::max(1, cfg_.rope_dim / 2));
+    }
   }
   if (l > cap_logits_) {
     cap_logits_ = std::max(l, cap_logits_ * 2);
@@ -85,34 +83,77 @@ void LlamaForward::reserve(int32_t t, int32_t l) {
 void LlamaForward::embed(const ForwardBatch& batch) {
   const int32_t nt = batch.num_tokens();
   ops_.embed(w_.token_embd, batch.tokens.data(), nt, x_.f());
-  // Positions are the same in every layer: compute the rotation once per step.
-  ops_.rope_tables(batch.positions.data(), nt, inv_freq_.f(), cfg_.rope_dim / 2, rope_cos_.f(),
-                   rope_sin_.f());
+  if (cfg_.embed_scale != 1.0f) ops_.scale_bias(x_.f(), nt, cfg_.dim, cfg_.embed_scale, nullptr);
+  // Positions are the same in every layer: compute each RoPE variant's rotation once per step.
+  if (cfg_.rope_dim == 0) return;
+  for (size_t r = 0; r < cfg_.ropes.size(); ++r) {
+    ops_.rope_tables(batch.positions.data(), nt, ropes_[r].inv_freq.f(), cfg_.rope_dim / 2,
+                     cfg_.ropes[r].mscale, ropes_[r].cos.f(), ropes_[r].sin.f());
+  }
+}
+
+// y = y * l.scale + l.bias over [nt, l.w.rows], when the file gives either.
+void LlamaForward::finish_linear(const Linear& l, float* y, int32_t nt) {
+  if (l.scale != 1.0f || l.bias != nullptr) {
+    ops_.scale_bias(y, nt, static_cast<int>(l.w.rows), l.scale, l.bias);
+  }
+}
+
+// xb (a block's output, [nt, dim]): the post-norm and residual scale the row asks for, then
+// x += xb.
+void LlamaForward::residual(const float* post_norm, int32_t nt) {
+  if (post_norm != nullptr) {
+    ops_.rms_norm_rows(xb_.f(), nullptr, nt, post_norm, xb_.f(), cfg_.dim, cfg_.rms_eps);
+  }
+  if (cfg_.residual_scale != 1.0f) {
+    ops_.scale_bias(xb_.f(), nt, cfg_.dim, cfg_.residual_scale, nullptr);
+  }
+  ops_.add(x_.f(), xb_.f(), (int64_t)nt * cfg_.dim);
+}
+
+// The block's input: x normed by `norm`, in xb; x itself without a pre-norm (OLMo 2).
+const float* LlamaForward::block_input(const float* norm, int32_t nt) {
+  if (norm == nullptr) return x_.f();
+  ops_.rms_norm_rows(x_.f(), nullptr, nt, norm, xb_.f(), cfg_.dim, cfg_.rms_eps);
+  return xb_.f();
 }
 
 void LlamaForward::attention_block(int layer, const ForwardBatch& batch, PagedKvCache& cache) {
   const LayerWeights& w = w_.layers[layer];
+  const LayerSpec& spec = cfg_.layers[layer];
   const int32_t nt = batch.num_tokens();
-  ops_.rms_norm_rows(x_.f(), nullptr, nt, w.attn_norm, xb_.f(), cfg_.dim, cfg_.rms_eps);
-  const kernels::WeightView* qkv[] = {&w.wq, &w.wk, &w.wv};
+  const float* in = block_input(w.attn_norm, nt);
+  const kernels::WeightView* qkv[] = {&w.q.w, &w.k.w, &w.v.w};
   float* qkv_out[] = {q_.f(), k_.f(), v_.f()};
-  ops_.matmul_multi(qkv, xb_.f(), qkv_out, nt);
+  ops_.matmul_multi(qkv, in, qkv_out, nt);
 
   QkvEpilogue e;
   e.num_tokens = nt;
   e.num_q_heads = cfg_.num_heads;
   e.num_kv_heads = cfg_.num_kv_heads;
   e.head_dim = cfg_.head_dim;
-  e.rope_dim = cfg_.rope_dim;
+  e.rope_dim = spec.rope < 0 ? 0 : cfg_.rope_dim;
   e.rope_neox = cfg_.rope_neox;
   e.q = q_.f();
   e.k = k_.f();
   e.v = v_.f();
-  e.bq = w.bq;
-  e.bk = w.bk;
-  e.bv = w.bv;
-  e.cos = rope_cos_.f();
-  e.sin = rope_sin_.f();
+  e.q_scale = w.q.scale;
+  e.k_scale = w.k.scale;
+  e.v_scale = w.v.scale;
+  e.bq = w.q.bias;
+  e.bk = w.k.bias;
+  e.bv = w.v.bias;
+  e.q_norm = w.q_norm;
+  e.k_norm = w.k_norm;
+  e.qk_norm_whole = cfg_.spec->qk_norm == QkNorm::kWhole;
+  e.norm_eps = cfg_.rms_eps;
+  if (spec.rope >= 0) {
+    e.cos = ropes_[spec.rope].cos.f();
+    e.sin = ropes_[spec.rope].sin.f();
+  }
+  e.temp_scale = cfg_.attn_temp_scale;
+  e.temp_floor = cfg_.attn_temp_floor;
+  if (e.temp_scale != 0.0f) e.positions = batch.positions.data();
   // The layer's KV cache group: its block tables and write slots (docs/batch_layout.md).
   const KvGroupArrays kv = batch.kv_group(cache.shape().group_of(layer));
   e.slot_mapping = kv.slot_mapping.data();
@@ -128,7 +169,9 @@ void LlamaForward::attention_block(int layer, const ForwardBatch& batch, PagedKv
   p.num_kv_heads = cfg_.num_kv_heads;
   p.head_dim = cfg_.head_dim;
   p.block_size = cache.block_size();
-  p.scale = 1.0f / std::sqrt((float)cfg_.head_dim);
+  p.scale = cfg_.attn_scale;
+  p.window = spec.window;
+  p.softcap = cfg_.attn_softcap;
   p.q = q_.f();
   p.out = att_.f();
   p.kv_dtype = cache.shape().dtype;
@@ -144,19 +187,28 @@ void LlamaForward::attention_block(int layer, const ForwardBatch& batch, PagedKv
   }
   ops_.attention(p);
 
-  ops_.matmul(w.wo, att_.f(), xb_.f(), nt);
-  ops_.add(x_.f(), xb_.f(), (int64_t)nt * cfg_.dim);
+  ops_.matmul(w.o.w, att_.f(), xb_.f(), nt);
+  finish_linear(w.o, xb_.f(), nt);
+  residual(w.post_attn_norm, nt);
 }
 
 void LlamaForward::ffn_block(int layer, int32_t nt) {
   const LayerWeights& w = w_.layers[layer];
-  ops_.rms_norm_rows(x_.f(), nullptr, nt, w.ffn_norm, xb_.f(), cfg_.dim, cfg_.rms_eps);
-  const kernels::WeightView* gate_up[] = {&w.w_gate, &w.w_up};
+  const float* in = block_input(w.ffn_norm, nt);
+  const kernels::WeightView* gate_up[] = {&w.gate.w, &w.up.w};
   float* gate_up_out[] = {hb_.f(), hb2_.f()};
-  ops_.matmul_multi(gate_up, xb_.f(), gate_up_out, nt);
-  ops_.silu_mul(hb_.f(), hb2_.f(), (int64_t)nt * cfg_.ffn_dim);
-  ops_.matmul(w.w_down, hb_.f(), xb_.f(), nt);
-  ops_.add(x_.f(), xb_.f(), (int64_t)nt * cfg_.dim);
+  ops_.matmul_multi(gate_up, in, gate_up_out, nt);
+  finish_linear(w.gate, hb_.f(), nt);
+  finish_linear(w.up, hb2_.f(), nt);
+  switch (cfg_.spec->activation) {
+    case Activation::kSilu: ops_.silu_mul(hb_.f(), hb2_.f(), (int64_t)nt * cfg_.ffn_dim); break;
+    case Activation::kGeluTanh:
+      ops_.gelu_mul(hb_.f(), hb2_.f(), (int64_t)nt * cfg_.ffn_dim);
+      break;
+  }
+  ops_.matmul(w.down.w, hb_.f(), xb_.f(), nt);
+  finish_linear(w.down, xb_.f(), nt);
+  residual(w.post_ffn_norm, nt);
 }
 
 namespace {
@@ -185,7 +237,16 @@ void LlamaForward::compute_logits(const ForwardBatch& batch, const LogitsOut& ou
                      cfg_.rms_eps);
   const bool host = ops_.is_host();
   float* logits = host ? out.logits : logits_.f();
-  ops_.matmul(w_.output, xl_.f(), logits, nl);
+  ops_.matmul(w_.output.w, xl_.f(), logits, nl);
+  // The architecture's logit transforms, in llama.cpp's order: the tensor's scale, Granite's
+  // 1 / logit_scale, Gemma's final soft-cap.
+  if (w_.output.scale != 1.0f) {
+    ops_.scale_bias(logits, nl, cfg_.vocab_size, w_.output.scale, nullptr);
+  }
+  if (cfg_.logit_scale != 1.0f) ops_.scale_bias(logits, nl, cfg_.vocab_size, cfg_.logit_scale, nullptr);
+  if (cfg_.final_softcap > 0.0f) {
+    ops_.softcap(logits, static_cast<int64_t>(nl) * cfg_.vocab_size, cfg_.final_softcap);
+  }
   const size_t vocab = static_cast<size_t>(cfg_.vocab_size);
   int32_t* ids = host ? out.argmax : static_cast<int32_t*>(argmax_.p);
   bool any_argmax = false;

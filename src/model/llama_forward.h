@@ -1,9 +1,13 @@
 // LlamaForward: the forward pass of a LlamaModel over one ragged batch and a paged KV cache,
 // written once over ForwardOps (forward_ops.h), so the same sequence of ops runs on every device.
 //
-//   embed -> per layer: rms_norm -> q, k, v (+bias) -> RoPE at positions[t] -> K/V written at
-//   slot_mapping[t] -> paged attention -> wo -> residual -> rms_norm -> gate, up -> silu_mul ->
-//   down -> residual;  final rms_norm and the output matmul only for logits_indices rows.
+//   embed (x embed_scale) -> per layer: [rms_norm] -> q, k, v (scale, bias) -> [QK-norm] ->
+//   RoPE at positions[t] (the layer's variant, or none) -> K/V written at slot_mapping[t] ->
+//   paged attention (the layer's window, soft-cap) -> wo (scale, bias) -> [post-norm] ->
+//   residual -> [rms_norm] -> gate, up -> silu_mul | gelu_mul -> down -> [post-norm] ->
+//   residual;  final rms_norm and the output matmul (scale, soft-cap) only for logits_indices
+//   rows. The bracketed and optional steps are the architecture row's (arch.h); a Llama model
+//   runs exactly the ops it always did.
 //
 // Owns the activation scratch in the device's memory, sized for the largest batch seen so far
 // (grows when a batch has more tokens; a steady-state step allocates nothing). Not thread-safe:
@@ -92,6 +96,9 @@ class LlamaForward {
   void ensure(Scratch& s, size_t bytes);
   void reserve(int32_t num_tokens, int32_t num_logits);
   void embed(const ForwardBatch& batch);
+  void finish_linear(const Linear& l, float* y, int32_t nt);
+  void residual(const float* post_norm, int32_t nt);
+  const float* block_input(const float* norm, int32_t nt);
   void attention_block(int layer, const ForwardBatch& batch, PagedKvCache& cache);
   void ffn_block(int layer, int32_t num_tokens);
   void compute_logits(const ForwardBatch& batch, const LogitsOut& out);
@@ -110,7 +117,6 @@ class LlamaForward {
   int32_t cap_logits_ = 0;
   std::vector<std::string> nonfinite_origin_;  // [num_logits], see nonfinite_origin()
   std::vector<uint8_t> flags_host_;            // [checkpoints, num_logits]
-  Scratch inv_freq_;  // [rope_dim / 2] radians per position, after any scaling
   Scratch x_;         // [T, dim] residual stream
   Scratch xb_;        // [T, dim] normed input / projection output
   Scratch q_;         // [T, q_dim]
@@ -119,8 +125,14 @@ class LlamaForward {
   Scratch att_;       // [T, q_dim]
   Scratch hb_;        // [T, ffn_dim]
   Scratch hb2_;       // [T, ffn_dim]
-  Scratch rope_cos_;  // [T, rope_dim / 2]
-  Scratch rope_sin_;  // [T, rope_dim / 2]
+  // One per RoPE variant of the config (ModelConfig::ropes).
+  static constexpr size_t kMaxRopes = 2;
+  struct Rope {
+    Scratch inv_freq;  // [rope_dim / 2] radians per position, after any scaling
+    Scratch cos;       // [T, rope_dim / 2], times the variant's mscale
+    Scratch sin;       // [T, rope_dim / 2]
+  };
+  Rope ropes_[kMaxRopes];
   Scratch xl_;        // [L, dim] normed rows for the output matmul
   Scratch logits_;    // [L, vocab] when the device is not the host
   Scratch argmax_;    // [L] int32 when the device is not the host

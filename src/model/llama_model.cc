@@ -1,5 +1,7 @@
 #include "model/llama_model.h"
 
+#include <unordered_set>
+
 #include "base/log.h"
 #include "base/mapped_file.h"
 #include "base/progress.h"
@@ -15,47 +17,226 @@ std::string dims_string(const std::vector<int64_t>& dims) {
   return s + "]";
 }
 
-// Finds `name` and checks its ggml-order dims.
-Result<const gguf::TensorInfo*> find_checked(const gguf::GgufFile& f, const std::string& name,
-                                             const std::vector<int64_t>& dims) {
-  const gguf::TensorInfo* t = f.find_tensor(name);
-  if (t == nullptr) return not_found(f.name(), ": tensor ", name, " is missing");
-  if (t->dims != dims) {
-    return invalid_argument(f.name(), ": tensor ", name, " has dims ", dims_string(t->dims),
-                            ", expected ", dims_string(dims), " from the model config");
+// Finds tensors by name, checks their dims and types, and remembers which ones the architecture
+// used, so that check_all_used() can refuse the rest.
+class Binder {
+ public:
+  explicit Binder(const gguf::GgufFile& f) : f_(f) {}
+
+  bool has(const std::string& name) const { return f_.find_tensor(name) != nullptr; }
+
+  // `name` with ggml-order `dims`; null when absent and not required.
+  Result<const gguf::TensorInfo*> find(const std::string& name, const std::vector<int64_t>& dims,
+                                       bool required) {
+    const gguf::TensorInfo* t = f_.find_tensor(name);
+    if (t == nullptr) {
+      if (required) return not_found(f_.name(), ": tensor ", name, " is missing");
+      return static_cast<const gguf::TensorInfo*>(nullptr);
+    }
+    if (t->dims != dims) {
+      return invalid_argument(f_.name(), ": tensor ", name, " has dims ", dims_string(t->dims),
+                              ", expected ", dims_string(dims), " from the model config");
+    }
+    used_.insert(name);
+    return t;
   }
-  return t;
+
+  // A matrix [rows, cols] (ggml dims [cols, rows]) of a type matmul supports.
+  Result<kernels::WeightView> matrix(const std::string& name, int64_t rows, int64_t cols) {
+    ARBOR_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, find(name, {cols, rows}, true));
+    if (!kernels::matmul_supported(t->type)) {
+      return unimplemented(f_.name(), ": tensor ", name, " has type ",
+                           gguf::ggml_type_name(t->type),
+                           ", which the matmul kernels do not support");
+    }
+    return kernels::make_weight_view(t->type, t->data, rows, cols);
+  }
+
+  // An F32 vector [n]; null when absent and not required.
+  Result<const float*> vector(const std::string& name, int64_t n, bool required) {
+    ARBOR_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, find(name, {n}, required));
+    if (t == nullptr) return static_cast<const float*>(nullptr);
+    if (t->type != gguf::GgmlType::kF32) {
+      return unimplemented(f_.name(), ": tensor ", name, " has type ",
+                           gguf::ggml_type_name(t->type), ", expected f32");
+    }
+    return reinterpret_cast<const float*>(t->data);
+  }
+
+  // `base`.scale ({1}, F32) when present and `allowed`, else 1.
+  Result<float> scale(const std::string& base, bool allowed) {
+    const std::string name = base + ".scale";
+    if (!allowed || !has(name)) return 1.0f;
+    ARBOR_ASSIGN_OR_RETURN(const float* s, vector(name, 1, true));
+    return *s;
+  }
+
+  // Every tensor of the file was used, or kUnimplemented naming the first that was not.
+  Status check_all_used(const std::string& arch) const {
+    for (const gguf::TensorInfo& t : f_.tensors()) {
+      if (used_.contains(t.name)) continue;
+      return unimplemented(f_.name(), ": tensor ", t.name, " is not used by architecture ", arch,
+                           " as arbor (and llama.cpp) runs it; refusing the file rather than "
+                           "computing a different function from the one it describes");
+    }
+    return ok_status();
+  }
+
+ private:
+  const gguf::GgufFile& f_;
+  std::unordered_set<std::string> used_;
+};
+
+// Rows [r0, r0 + n) of `w` as a matrix of their own.
+kernels::WeightView row_slice(const kernels::WeightView& w, int64_t r0, int64_t n) {
+  kernels::WeightView s = w;
+  s.data = static_cast<const uint8_t*>(w.data) + r0 * w.row_stride;
+  s.rows = n;
+  return s;
 }
 
-// A matrix [rows, cols] (ggml dims [cols, rows]) of a type matmul supports.
-Result<kernels::WeightView> matrix(const gguf::GgufFile& f, const std::string& name, int64_t rows,
-                                   int64_t cols) {
-  ARBOR_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, find_checked(f, name, {cols, rows}));
-  if (!kernels::matmul_supported(t->type)) {
-    return unimplemented(f.name(), ": tensor ", name, " has type ", gguf::ggml_type_name(t->type),
-                         ", which the matmul kernels do not support");
+// `base`.weight [rows, cols] with its bias (optional unless bias_required) and scale.
+Result<Linear> linear(Binder& b, const std::string& base, int64_t rows, int64_t cols,
+                      bool bias_allowed, bool scale_allowed, bool bias_required = false) {
+  Linear l;
+  ARBOR_ASSIGN_OR_RETURN(l.w, b.matrix(base + ".weight", rows, cols));
+  if (bias_allowed) {
+    ARBOR_ASSIGN_OR_RETURN(l.bias, b.vector(base + ".bias", rows, bias_required));
   }
-  return kernels::make_weight_view(t->type, t->data, rows, cols);
+  ARBOR_ASSIGN_OR_RETURN(l.scale, b.scale(base, scale_allowed));
+  return l;
 }
 
-// An F32 vector [n].
-Result<const float*> vector_f32(const gguf::GgufFile& f, const std::string& name, int64_t n) {
-  ARBOR_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, find_checked(f, name, {n}));
-  if (t->type != gguf::GgmlType::kF32) {
-    return unimplemented(f.name(), ": tensor ", name, " has type ", gguf::ggml_type_name(t->type),
-                         ", expected f32");
+// q, k and v: separate tensors or one fused attn_qkv ([q; k; v] rows; its bias likewise, or
+// separate q/k/v biases beside it), as llama.cpp's create_tensor_qkv accepts them.
+Status bind_qkv(Binder& b, const ModelConfig& c, const std::string& p, LayerWeights& w) {
+  const int64_t qd = c.q_dim(), kvd = c.kv_dim();
+  const bool need_bias = c.spec->qkv_bias_required;
+  if (b.has(p + "attn_qkv.weight")) {
+    ARBOR_ASSIGN_OR_RETURN(Linear qkv, linear(b, p + "attn_qkv", qd + 2 * kvd, c.dim, true, true));
+    w.q = {row_slice(qkv.w, 0, qd), nullptr, qkv.scale};
+    w.k = {row_slice(qkv.w, qd, kvd), nullptr, qkv.scale};
+    w.v = {row_slice(qkv.w, qd + kvd, kvd), nullptr, qkv.scale};
+    if (qkv.bias != nullptr) {
+      w.q.bias = qkv.bias;
+      w.k.bias = qkv.bias + qd;
+      w.v.bias = qkv.bias + qd + kvd;
+      return ok_status();
+    }
+    ARBOR_ASSIGN_OR_RETURN(w.q.bias, b.vector(p + "attn_q.bias", qd, need_bias));
+    ARBOR_ASSIGN_OR_RETURN(w.k.bias, b.vector(p + "attn_k.bias", kvd, need_bias));
+    ARBOR_ASSIGN_OR_RETURN(w.v.bias, b.vector(p + "attn_v.bias", kvd, need_bias));
+    return ok_status();
   }
-  return reinterpret_cast<const float*>(t->data);
+  ARBOR_ASSIGN_OR_RETURN(w.q, linear(b, p + "attn_q", qd, c.dim, true, true, need_bias));
+  ARBOR_ASSIGN_OR_RETURN(w.k, linear(b, p + "attn_k", kvd, c.dim, true, true, need_bias));
+  ARBOR_ASSIGN_OR_RETURN(w.v, linear(b, p + "attn_v", kvd, c.dim, true, true, need_bias));
+  return ok_status();
 }
 
-// An optional F32 vector: null when absent.
-Result<const float*> optional_vector_f32(const gguf::GgufFile& f, const std::string& name,
-                                         int64_t n) {
-  if (f.find_tensor(name) == nullptr) return static_cast<const float*>(nullptr);
-  return vector_f32(f, name, n);
+Status bind_ffn(Binder& b, const ModelConfig& c, const std::string& p, LayerWeights& w) {
+  const ArchSpec& s = *c.spec;
+  if (s.fused_gate_up) {  // Phi-3: ffn_up is [gate; up]; llama.cpp applies no scale or bias
+    ARBOR_ASSIGN_OR_RETURN(Linear up, linear(b, p + "ffn_up", 2 * int64_t{c.ffn_dim}, c.dim,
+                                             false, false));
+    w.gate = {row_slice(up.w, 0, c.ffn_dim)};
+    w.up = {row_slice(up.w, c.ffn_dim, c.ffn_dim)};
+  } else {
+    ARBOR_ASSIGN_OR_RETURN(w.gate,
+                           linear(b, p + "ffn_gate", c.ffn_dim, c.dim, s.ffn_bias, s.ffn_scales));
+    ARBOR_ASSIGN_OR_RETURN(w.up,
+                           linear(b, p + "ffn_up", c.ffn_dim, c.dim, s.ffn_bias, s.ffn_scales));
+  }
+  ARBOR_ASSIGN_OR_RETURN(w.down,
+                         linear(b, p + "ffn_down", c.dim, c.ffn_dim, s.ffn_bias, s.ffn_scales));
+  return ok_status();
+}
+
+Status bind_layer(Binder& b, const ModelConfig& c, int l, LayerWeights& w) {
+  const ArchSpec& s = *c.spec;
+  const std::string p = str_cat("blk.", l, ".");
+  if (s.pre_norms) {
+    ARBOR_ASSIGN_OR_RETURN(w.attn_norm, b.vector(p + "attn_norm.weight", c.dim, true));
+    ARBOR_ASSIGN_OR_RETURN(w.ffn_norm, b.vector(p + "ffn_norm.weight", c.dim, true));
+  }
+  ARBOR_RETURN_IF_ERROR(bind_qkv(b, c, p, w));
+  if (s.qk_norm != QkNorm::kNone) {
+    const bool whole = s.qk_norm == QkNorm::kWhole;
+    ARBOR_ASSIGN_OR_RETURN(w.q_norm, b.vector(p + "attn_q_norm.weight",
+                                              whole ? c.q_dim() : c.head_dim, true));
+    ARBOR_ASSIGN_OR_RETURN(w.k_norm, b.vector(p + "attn_k_norm.weight",
+                                              whole ? c.kv_dim() : c.head_dim, true));
+  }
+  ARBOR_ASSIGN_OR_RETURN(w.o, linear(b, p + "attn_output", c.dim, c.q_dim(), s.attn_out_bias,
+                                     true));
+  if (s.post_norms) {
+    ARBOR_ASSIGN_OR_RETURN(w.post_attn_norm,
+                           b.vector(p + "post_attention_norm.weight", c.dim, true));
+    ARBOR_ASSIGN_OR_RETURN(w.post_ffn_norm, b.vector(p + "post_ffw_norm.weight", c.dim, true));
+  }
+  return bind_ffn(b, c, p, w);
+}
+
+// The full-attention layers' frequency divisors: rope_freqs.weight, or (LongRoPE) the long or
+// short factors by the serving context, as llama.cpp's get_rope_factors chooses.
+Result<const float*> bind_rope_factors(Binder& b, const ModelConfig& c, int64_t serving_context) {
+  if (!c.spec->rope_freqs) return static_cast<const float*>(nullptr);
+  const int64_t half = c.rope_dim / 2;
+  ARBOR_ASSIGN_OR_RETURN(const float* freqs, b.vector("rope_freqs.weight", half, false));
+  const RopeScaling scaling = c.ropes[0].scaling;
+  if (freqs != nullptr && scaling == RopeScaling::kLlama3) {
+    return invalid_argument(c.arch_name, ": both rope_freqs.weight and ", c.arch_name,
+                            ".rope.scaling.type llama3 are set; use one");
+  }
+  const bool longrope = scaling == RopeScaling::kLongRope || c.arch == Arch::kPhi3;
+  if (!longrope) return freqs;
+  ARBOR_ASSIGN_OR_RETURN(const float* lng, b.vector("rope_factors_long.weight", half, false));
+  ARBOR_ASSIGN_OR_RETURN(const float* shrt, b.vector("rope_factors_short.weight", half, false));
+  if (freqs != nullptr) return freqs;
+  return serving_context > c.longrope_original_context ? lng : shrt;
 }
 
 }  // namespace
+
+void for_each_weight(LlamaWeights& w, const ModelConfig& c,
+                     const std::function<void(const MatrixRef&)>& matrix,
+                     const std::function<void(const VectorRef&)>& vector) {
+  auto mat = [&](const std::string& name, kernels::WeightView& v) {
+    if (v.data != nullptr) matrix({name, &v});
+  };
+  auto vec = [&](const std::string& name, const float*& v, int64_t n) {
+    if (v != nullptr) vector({name, &v, n});
+  };
+  const bool whole = c.spec != nullptr && c.spec->qk_norm == QkNorm::kWhole;
+  mat("token_embd.weight", w.token_embd);
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    LayerWeights& lw = w.layers[l];
+    const std::string p = str_cat("blk.", l, ".");
+    vec(p + "attn_norm.weight", lw.attn_norm, c.dim);
+    mat(p + "attn_q.weight", lw.q.w);
+    mat(p + "attn_k.weight", lw.k.w);
+    mat(p + "attn_v.weight", lw.v.w);
+    vec(p + "attn_q.bias", lw.q.bias, c.q_dim());
+    vec(p + "attn_k.bias", lw.k.bias, c.kv_dim());
+    vec(p + "attn_v.bias", lw.v.bias, c.kv_dim());
+    vec(p + "attn_q_norm.weight", lw.q_norm, whole ? c.q_dim() : c.head_dim);
+    vec(p + "attn_k_norm.weight", lw.k_norm, whole ? c.kv_dim() : c.head_dim);
+    mat(p + "attn_output.weight", lw.o.w);
+    vec(p + "attn_output.bias", lw.o.bias, c.dim);
+    vec(p + "post_attention_norm.weight", lw.post_attn_norm, c.dim);
+    vec(p + "ffn_norm.weight", lw.ffn_norm, c.dim);
+    mat(p + "ffn_gate.weight", lw.gate.w);
+    mat(p + "ffn_up.weight", lw.up.w);
+    mat(p + "ffn_down.weight", lw.down.w);
+    vec(p + "ffn_gate.bias", lw.gate.bias, c.ffn_dim);
+    vec(p + "ffn_up.bias", lw.up.bias, c.ffn_dim);
+    vec(p + "ffn_down.bias", lw.down.bias, c.dim);
+    vec(p + "post_ffw_norm.weight", lw.post_ffn_norm, c.dim);
+  }
+  vec("output_norm.weight", w.output_norm, c.dim);
+  if (!w.tied_output) mat("output.weight", w.output.w);
+  vec("rope_freqs.weight", w.rope_freqs, c.rope_dim / 2);
+}
 
 Result<std::unique_ptr<LlamaModel>> LlamaModel::load(const std::string& path,
                                                      const ModelLoadOptions& options) {
@@ -67,7 +248,7 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::from_file(gguf::GgufFile file,
                                                           const ModelLoadOptions& options) {
   ARBOR_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::from_gguf(file));
   std::unique_ptr<LlamaModel> model(new LlamaModel(std::move(file), std::move(config)));
-  ARBOR_RETURN_IF_ERROR(model->bind_weights());
+  ARBOR_RETURN_IF_ERROR(model->bind_weights(options));
   ARBOR_RETURN_IF_ERROR(model->check_cheap_weights());
   if (options.pack_for_cpu) model->pack_matrices();
   return model;
@@ -75,12 +256,17 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::from_file(gguf::GgufFile file,
 
 void LlamaModel::pack_matrices() {
   std::vector<kernels::WeightView*> views;
-  for (LayerWeights& l : weights_.layers) {
-    for (kernels::WeightView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
-      if (kernels::packing_available(v->type)) views.push_back(v);
-    }
+  for_each_weight(
+      weights_, config_,
+      [&](const MatrixRef& m) {
+        if (m.w != &weights_.token_embd && kernels::packing_available(m.w->type)) {
+          views.push_back(m.w);
+        }
+      },
+      [](const VectorRef&) {});
+  if (weights_.tied_output && kernels::packing_available(weights_.output.w.type)) {
+    views.push_back(&weights_.output.w);
   }
-  if (kernels::packing_available(weights_.output.type)) views.push_back(&weights_.output);
   if (views.empty()) return;
   uint64_t total_mib = 0;
   for (const kernels::WeightView* v : views) total_mib += v->rows * v->row_stride >> 20;
@@ -90,7 +276,7 @@ void LlamaModel::pack_matrices() {
     packed_.push_back(kernels::pack_weights(*v));
     v->packed = packed_.back().data();
     // The embedding's rows are still read from the mapping when the classifier is tied to it.
-    if (!(v == &weights_.output && weights_.tied_output)) {
+    if (!(v == &weights_.output.w && weights_.tied_output)) {
       release_mapped_pages(v->data, static_cast<size_t>(v->rows) * v->row_stride);
     }
     bar.add(v->rows * v->row_stride >> 20);
@@ -98,8 +284,8 @@ void LlamaModel::pack_matrices() {
   bar.finish();
 }
 
-// The weights every load checks (weight_check.h): the 1-D F32 tensors (norms, biases) and the
-// classifier (token_embd when tied), which every logit reads.
+// The weights every load checks (weight_check.h): the 1-D F32 tensors (norms, biases, scales)
+// and the classifier (token_embd when tied), which every logit reads.
 Status LlamaModel::check_cheap_weights() const {
   for (const gguf::TensorInfo& t : file_.tensors()) {
     const bool vector = t.dims.size() == 1 && t.type == gguf::GgmlType::kF32;
@@ -110,52 +296,30 @@ Status LlamaModel::check_cheap_weights() const {
   return ok_status();
 }
 
-Status LlamaModel::bind_weights() {
+Status LlamaModel::bind_weights(const ModelLoadOptions& options) {
   const ModelConfig& c = config_;
-  ARBOR_ASSIGN_OR_RETURN(weights_.token_embd,
-                         matrix(file_, "token_embd.weight", c.vocab_size, c.dim));
-  ARBOR_ASSIGN_OR_RETURN(weights_.output_norm, vector_f32(file_, "output_norm.weight", c.dim));
-  weights_.tied_output = file_.find_tensor("output.weight") == nullptr;
+  Binder b(file_);
+  ARBOR_ASSIGN_OR_RETURN(weights_.token_embd, b.matrix("token_embd.weight", c.vocab_size, c.dim));
+  ARBOR_ASSIGN_OR_RETURN(weights_.output_norm, b.vector("output_norm.weight", c.dim, true));
+  const bool has_output = b.has("output.weight");
+  if (c.spec->output == OutputTensor::kRequired && !has_output) {
+    return not_found(file_.name(), ": tensor output.weight is missing (", c.arch_name,
+                     " has no tied classifier)");
+  }
+  weights_.tied_output = !has_output || c.spec->output == OutputTensor::kTied;
   if (weights_.tied_output) {
-    weights_.output = weights_.token_embd;
+    weights_.output.w = weights_.token_embd;
   } else {
-    ARBOR_ASSIGN_OR_RETURN(weights_.output, matrix(file_, "output.weight", c.vocab_size, c.dim));
+    ARBOR_ASSIGN_OR_RETURN(weights_.output.w, b.matrix("output.weight", c.vocab_size, c.dim));
   }
-  // Llama 3.1-style scaling as llama.cpp stores it: per-frequency divisors.
-  ARBOR_ASSIGN_OR_RETURN(weights_.rope_freqs,
-                         optional_vector_f32(file_, "rope_freqs.weight", c.rope_dim / 2));
-  if (weights_.rope_freqs != nullptr && c.rope_scaling != RopeScaling::kNone) {
-    return invalid_argument(file_.name(), ": both rope_freqs.weight and ", c.arch_name,
-                            ".rope.scaling.type are set; use one");
-  }
+  ARBOR_ASSIGN_OR_RETURN(weights_.output.scale, b.scale("output", true));
+  const int64_t serving = options.serving_context > 0 ? options.serving_context : c.context_length;
+  ARBOR_ASSIGN_OR_RETURN(weights_.rope_freqs, bind_rope_factors(b, c, serving));
   weights_.layers.resize(c.num_layers);
-  for (int l = 0; l < c.num_layers; ++l) ARBOR_RETURN_IF_ERROR(bind_layer(l));
-  return ok_status();
-}
-
-Status LlamaModel::bind_layer(int l) {
-  const ModelConfig& c = config_;
-  LayerWeights& w = weights_.layers[l];
-  const std::string p = str_cat("blk.", l, ".");
-  ARBOR_ASSIGN_OR_RETURN(w.attn_norm, vector_f32(file_, p + "attn_norm.weight", c.dim));
-  ARBOR_ASSIGN_OR_RETURN(w.wq, matrix(file_, p + "attn_q.weight", c.q_dim(), c.dim));
-  ARBOR_ASSIGN_OR_RETURN(w.wk, matrix(file_, p + "attn_k.weight", c.kv_dim(), c.dim));
-  ARBOR_ASSIGN_OR_RETURN(w.wv, matrix(file_, p + "attn_v.weight", c.kv_dim(), c.dim));
-  ARBOR_ASSIGN_OR_RETURN(w.wo, matrix(file_, p + "attn_output.weight", c.dim, c.q_dim()));
-  ARBOR_ASSIGN_OR_RETURN(w.ffn_norm, vector_f32(file_, p + "ffn_norm.weight", c.dim));
-  ARBOR_ASSIGN_OR_RETURN(w.w_gate, matrix(file_, p + "ffn_gate.weight", c.ffn_dim, c.dim));
-  ARBOR_ASSIGN_OR_RETURN(w.w_up, matrix(file_, p + "ffn_up.weight", c.ffn_dim, c.dim));
-  ARBOR_ASSIGN_OR_RETURN(w.w_down, matrix(file_, p + "ffn_down.weight", c.dim, c.ffn_dim));
-  if (c.arch == Arch::kQwen2) {
-    ARBOR_ASSIGN_OR_RETURN(w.bq, vector_f32(file_, p + "attn_q.bias", c.q_dim()));
-    ARBOR_ASSIGN_OR_RETURN(w.bk, vector_f32(file_, p + "attn_k.bias", c.kv_dim()));
-    ARBOR_ASSIGN_OR_RETURN(w.bv, vector_f32(file_, p + "attn_v.bias", c.kv_dim()));
-  } else {
-    ARBOR_ASSIGN_OR_RETURN(w.bq, optional_vector_f32(file_, p + "attn_q.bias", c.q_dim()));
-    ARBOR_ASSIGN_OR_RETURN(w.bk, optional_vector_f32(file_, p + "attn_k.bias", c.kv_dim()));
-    ARBOR_ASSIGN_OR_RETURN(w.bv, optional_vector_f32(file_, p + "attn_v.bias", c.kv_dim()));
+  for (int l = 0; l < c.num_layers; ++l) {
+    ARBOR_RETURN_IF_ERROR(bind_layer(b, c, l, weights_.layers[l]));
   }
-  return ok_status();
+  return b.check_all_used(c.arch_name);
 }
 
 }  // namespace arbor::model

@@ -1,17 +1,27 @@
-// LlamaModel: a Llama-family model's config and weights, viewed in place in the mmapped GGUF.
+// LlamaModel: a decoder-only transformer's config and weights, viewed in place in the mmapped
+// GGUF, for every architecture of the table (arch.h); "Llama" names the family the forward grew
+// from.
 //
-// Tensor names (llama.cpp's): token_embd, output_norm, output (absent = tied to token_embd),
-// blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down}
-// (.weight), optionally blk.N.attn_{q,k,v}.bias (qwen2: required) and rope_freqs.weight
-// (Llama 3.1 frequency divisors, as llama.cpp and `arbor convert` write them). Matrices may be
-// any type kernels::matmul_supported() accepts; norms and biases must be F32. load() checks every
-// tensor's dims against the config and names the tensor on mismatch.
+// Tensor names are llama.cpp's (docs/architectures.md lists them per architecture):
+//   token_embd, output_norm, output (absent = tied to token_embd where the row allows it),
+//   rope_freqs / rope_factors_long / rope_factors_short (rows with ArchSpec::rope_freqs),
+//   blk.N.{attn_norm, attn_q, attn_k, attn_v | attn_qkv, attn_q_norm, attn_k_norm,
+//          attn_output, post_attention_norm, ffn_norm, ffn_gate, ffn_up, ffn_down,
+//          post_ffw_norm}.weight, the biases (.bias) and per-tensor scales (.scale, {1}) the row
+//   allows. Fused attn_qkv ([q; k; v] rows) and Phi-3's fused ffn_up ([gate; up] rows) are bound
+//   as row slices of one tensor, so the kernels see separate matrices.
+// Matrices may be any type kernels::matmul_supported() accepts; norms, biases and scales must be
+// F32. load() checks every tensor's dims against the config and names the tensor on mismatch,
+// and refuses a file holding any tensor the architecture does not use: nothing in the file is
+// silently ignored.
 //
 // Q8_0, Q4_0, K-quant, Q4_1 and Q5_x matrices are repacked at load for the CPU's packed kernels
 // when it has them (kernels::pack_weights; each view's `packed` points into this model) and their
-// mmapped pages are released, so the resident copy is the packed one. Immutable after load; any thread may read it.
+// mmapped pages are released, so the resident copy is the packed one. Immutable after load; any
+// thread may read it.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,35 +33,63 @@
 
 namespace arbor::model {
 
+// A matrix and what the reference applies to its product: y = (x W^T) * scale + bias.
+struct Linear {
+  kernels::WeightView w;        // [rows, cols]
+  const float* bias = nullptr;  // [rows] or null
+  float scale = 1.0f;           // llama.cpp's per-tensor `.scale`; 1 when absent
+};
+
 struct LayerWeights {
-  const float* attn_norm = nullptr;  // [dim]
-  kernels::WeightView wq;            // [q_dim, dim]   (rows, cols)
-  kernels::WeightView wk;            // [kv_dim, dim]
-  kernels::WeightView wv;            // [kv_dim, dim]
-  const float* bq = nullptr;         // [q_dim] or null
-  const float* bk = nullptr;         // [kv_dim] or null
-  const float* bv = nullptr;         // [kv_dim] or null
-  kernels::WeightView wo;            // [dim, q_dim]
-  const float* ffn_norm = nullptr;   // [dim]
-  kernels::WeightView w_gate;        // [ffn_dim, dim]
-  kernels::WeightView w_up;          // [ffn_dim, dim]
-  kernels::WeightView w_down;        // [dim, ffn_dim]
+  const float* attn_norm = nullptr;       // [dim]; null when the row has no pre-norms
+  Linear q;                               // [q_dim, dim]
+  Linear k;                               // [kv_dim, dim]
+  Linear v;                               // [kv_dim, dim]
+  const float* q_norm = nullptr;          // [head_dim] (QkNorm::kPerHead), [q_dim] (kWhole)
+  const float* k_norm = nullptr;          // [head_dim] (kPerHead), [kv_dim] (kWhole)
+  Linear o;                               // [dim, q_dim]
+  const float* post_attn_norm = nullptr;  // [dim] or null
+  const float* ffn_norm = nullptr;        // [dim]; null when the row has no pre-norms
+  Linear gate;                            // [ffn_dim, dim]
+  Linear up;                              // [ffn_dim, dim]
+  Linear down;                            // [dim, ffn_dim]
+  const float* post_ffn_norm = nullptr;   // [dim] or null
 };
 
 struct LlamaWeights {
   kernels::WeightView token_embd;    // [vocab, dim]
   std::vector<LayerWeights> layers;  // [num_layers]
   const float* output_norm = nullptr;  // [dim]
-  kernels::WeightView output;        // [vocab, dim]; equals token_embd when tied
+  Linear output;                     // [vocab, dim]; w equals token_embd when tied
   bool tied_output = false;
-  // [rope_dim / 2] or null: llama.cpp's rope_freqs.weight; frequency i is divided by it.
+  // [rope_dim / 2] or null: the divisors of the full-attention layers' RoPE frequencies
+  // (rope_freqs.weight, or Phi-3's rope_factors_long/short chosen for the serving context).
   const float* rope_freqs = nullptr;
 };
+
+// Every matrix and F32 vector of a LlamaWeights, named, in a fixed order (token_embd, per layer
+// in LayerWeights order, output_norm, output, rope_freqs), absent ones skipped: the one walk that
+// packing, device uploads and tests share. Vector lengths are in floats.
+struct MatrixRef {
+  std::string name;  // GGUF name (a row slice of a fused tensor: the unfused tensor's name)
+  kernels::WeightView* w;
+};
+struct VectorRef {
+  std::string name;
+  const float** v;
+  int64_t n;
+};
+void for_each_weight(LlamaWeights& w, const ModelConfig& c,
+                     const std::function<void(const MatrixRef&)>& matrix,
+                     const std::function<void(const VectorRef&)>& vector);
 
 struct ModelLoadOptions {
   // Repack matrices for the CPU's packed kernels (see above). A model that runs on a GPU skips
   // it: the device reads the GGUF encoding from the mapping.
   bool pack_for_cpu = true;
+  // The longest context the model will serve (0: the file's context_length). Phi-3's LongRoPE
+  // uses its long factors when this exceeds the original context, as llama.cpp does.
+  int64_t serving_context = 0;
 };
 
 class LlamaModel {
@@ -70,9 +108,8 @@ class LlamaModel {
  private:
   LlamaModel(gguf::GgufFile file, ModelConfig config)
       : file_(std::move(file)), config_(std::move(config)) {}
-  Status bind_weights();
+  Status bind_weights(const ModelLoadOptions& options);
   Status check_cheap_weights() const;
-  Status bind_layer(int layer);
   // Packs every matrix matmul() reads that has a packed kernel on this CPU.
   void pack_matrices();
 

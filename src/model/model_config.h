@@ -1,35 +1,70 @@
-// ModelConfig: the hyperparameters of a Llama-family model, read from GGUF metadata.
+// ModelConfig: the hyperparameters of a decoder-only transformer, read from GGUF metadata as
+// llama.cpp (de3ff81) reads them for the architecture's row of the table (arch.h).
 //
-// Supported `general.architecture` values: "llama" (Llama 2/3, TinyStories, Mistral-style GQA;
-// RoPE on adjacent pairs, as llama.cpp's converter leaves q/k) and "qwen2" (q/k/v biases, NeoX
-// RoPE on the two halves of each head). Keys read, with <a> the architecture:
+// Keys read, with <a> the architecture (docs/architectures.md has the whole list per row):
 //   required: <a>.embedding_length, <a>.feed_forward_length, <a>.block_count,
 //             <a>.attention.head_count, <a>.attention.layer_norm_rms_epsilon,
 //             <a>.context_length, tensor token_embd.weight (vocab size = its dims[1])
-//   optional: <a>.attention.head_count_kv (default head_count),
-//             <a>.attention.key_length (head_dim; default embedding_length / head_count),
+//   optional: <a>.attention.head_count_kv (default head_count), <a>.attention.key_length and
+//             .value_length (head_dim; default embedding_length / head_count; must be equal),
 //             <a>.rope.dimension_count (default head_dim), <a>.rope.freq_base (default 10000),
-//             <a>.rope.scaling.type ("none" | "llama3"), <a>.rope.scaling.factor,
-//             <a>.rope.scaling.original_context_length, <a>.rope.scaling.low_freq_factor
-//             (default 1), <a>.rope.scaling.high_freq_factor (default 4)
-// A missing required key or an unsupported value is an error that names the key.
+//             <a>.rope.scaling.{type (none | linear | yarn | longrope | llama3), factor,
+//             attn_factor, original_context_length, low_freq_factor, high_freq_factor},
+//             <a>.attention.sliding_window[_pattern], <a>.rope.freq_base_swa, and the row's own
+//             keys (soft-caps, Granite's multipliers, Mistral 3's temperature and YaRN betas).
+// A key arbor cannot honour (per-layer head counts, expert counts, a different head size or
+// rotary size for sliding layers, ...) is refused by name: nothing that changes the function is
+// ignored. A missing required key or an unsupported value is an error that names the key.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "gguf/gguf.h"
+#include "model/arch.h"
 
 namespace arbor::model {
 
-enum class Arch { kLlama, kQwen2 };
+enum class RopeScaling : uint8_t {
+  kNone,
+  kLinear,    // positions (angles) times freq_scale
+  kYarn,      // YaRN: per-pair blend of interpolated and extrapolated angles, magnitude mscale
+  kLongRope,  // per-pair divisors (rope_factors_long/short.weight) and attn_factor (Phi-3)
+  kLlama3,    // Llama 3 frequency bands from keys (arbor's own; llama.cpp uses rope_freqs)
+};
 
-enum class RopeScaling { kNone, kLlama3 };
+// One RoPE variant. The angle of pair i at position p is p * inv_freq[i] with
+//   inv_freq[i] = theta^(-2i / rope_dim) / factors[i] (factors: a divisor table or 1),
+// then scaled per `scaling`; cos and sin are multiplied by mscale. See model/rope.h.
+struct RopeVariant {
+  float theta = 10000.0f;
+  RopeScaling scaling = RopeScaling::kNone;
+  float freq_scale = 1.0f;  // 1 / rope.scaling.factor (kLinear, kYarn)
+  // YaRN: the correction band of llama.cpp's ggml_rope_yarn_corr_dims.
+  int original_context = 0;  // rope.scaling.original_context_length (default context_length)
+  float yarn_beta_fast = 32.0f;
+  float yarn_beta_slow = 1.0f;
+  float mscale = 1.0f;  // cos/sin magnitude: YaRN's attention factor times rope.scaling.attn_factor
+  // kLlama3.
+  float llama3_factor = 0.0f;
+  float llama3_low_freq_factor = 1.0f;
+  float llama3_high_freq_factor = 4.0f;
+  // Divide by the model's frequency-factor table (rope_freqs, or rope_factors_long/short).
+  bool use_freq_factors = false;
+};
+
+// What differs between layers.
+struct LayerSpec {
+  int window = 0;  // 0: full attention; W > 0: position p sees keys at p - W + 1 .. p
+  int rope = 0;    // index into ModelConfig::ropes; -1: no RoPE (NoPE layer)
+};
 
 struct ModelConfig {
   Arch arch = Arch::kLlama;
-  std::string arch_name;  // "llama" | "qwen2"
+  std::string arch_name;  // general.architecture
+  const ArchSpec* spec = nullptr;  // the row of the table
   int dim = 0;            // embedding_length
   int ffn_dim = 0;        // feed_forward_length
   int num_layers = 0;
@@ -40,20 +75,34 @@ struct ModelConfig {
   int context_length = 0;
   float rms_eps = 1e-5f;
 
-  float rope_theta = 10000.0f;
-  int rope_dim = 0;         // leading dims of each head that RoPE rotates (<= head_dim)
-  bool rope_neox = false;   // true: pairs (d, d + rope_dim/2); false: pairs (2i, 2i+1)
-  RopeScaling rope_scaling = RopeScaling::kNone;
-  float rope_factor = 0.0f;  // kLlama3 only
-  float rope_low_freq_factor = 1.0f;
-  float rope_high_freq_factor = 4.0f;
-  int rope_original_context = 0;
+  int rope_dim = 0;        // leading dims of each head that RoPE rotates (<= head_dim)
+  bool rope_neox = false;  // true: pairs (d, d + rope_dim/2); false: pairs (2i, 2i+1)
+  // [1 or 2]: ropes[0] is the full-attention layers' variant; ropes[1], when present, the
+  // sliding layers' (their own base, no scaling).
+  std::vector<RopeVariant> ropes;
+  // Phi-3 LongRoPE: rope_factors_long when the serving context exceeds the original context,
+  // else rope_factors_short (llama.cpp's get_rope_factors); decided by the forward.
+  int longrope_original_context = 0;
+  std::vector<LayerSpec> layers;  // [num_layers]
+
+  float embed_scale = 1.0f;      // x = embedding * embed_scale
+  float attn_scale = 0.0f;       // score = q.k * attn_scale
+  float attn_softcap = 0.0f;     // > 0: score = cap * tanh(score / cap)
+  float residual_scale = 1.0f;   // each block's output times this before the residual add
+  float logit_scale = 1.0f;      // logits times this (Granite: 1 / logit_scale key)
+  float final_softcap = 0.0f;    // > 0: logit = cap * tanh(logit / cap), after logit_scale
+  // Mistral 3 (Llama 4 scaling): q *= 1 + temp_scale * log(1 + floor(pos / temp_floor)).
+  float attn_temp_scale = 0.0f;
+  int attn_temp_floor = 0;
 
   int q_dim() const { return num_heads * head_dim; }
   int kv_dim() const { return num_kv_heads * head_dim; }
+  // Layer l's sliding window (0: full attention).
+  int layer_window(int layer) const { return layers[layer].window; }
+  bool has_sliding_layers() const;
 
   static Result<ModelConfig> from_gguf(const gguf::GgufFile& file);
-  // "llama: dim 64, ffn 172, 5 layers, 8 heads (4 kv, head_dim 8), vocab 512, ..."
+  // "qwen3: dim 64, ffn 172, 5 layers, 8 heads (4 kv, head_dim 8), vocab 512, ..."
   std::string summary() const;
 };
 

@@ -18,9 +18,10 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::load(const std::string& path,
 namespace {
 
 // Each layer's attention window, 0 = full attention.
-std::vector<int32_t> layer_windows(const ModelConfig& c, const RunnerOptions& options) {
-  if (!options.layer_windows.empty()) return options.layer_windows;
-  return std::vector<int32_t>(static_cast<size_t>(c.num_layers), 0);
+std::vector<int32_t> layer_windows(const ModelConfig& c) {
+  std::vector<int32_t> w(static_cast<size_t>(c.num_layers));
+  for (int l = 0; l < c.num_layers; ++l) w[static_cast<size_t>(l)] = c.layer_window(l);
+  return w;
 }
 
 }  // namespace
@@ -37,12 +38,8 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<LlamaMo
   if (options.block_size < 1) {
     return invalid_argument("block size must be >= 1, got ", options.block_size);
   }
-  const std::vector<int32_t> windows = layer_windows(c, options);
-  if (static_cast<int>(windows.size()) != c.num_layers) {
-    return invalid_argument(windows.size(), " layer windows for a model of ", c.num_layers,
-                            " layers");
-  }
-  ARBOR_ASSIGN_OR_RETURN(KvCacheLayout layout, plan_kv_cache_layout(windows, options.kv_reclaim));
+  ARBOR_ASSIGN_OR_RETURN(KvCacheLayout layout,
+                         plan_kv_cache_layout(layer_windows(c), options.kv_reclaim));
   apply_kv_cache_layout(layout, shape);
   int64_t num_blocks = options.num_blocks;
   if (num_blocks <= 0) {

@@ -50,9 +50,6 @@ struct RunnerOptions {
   // engine's executor sets it. false: one group of every layer (block tables as without sliding
   // layers: SingleSequence and a draft model, which shares its target's tables, need that).
   bool kv_reclaim = false;
-  // Test hook: per-layer attention windows for the KV layout ([num_layers], 0 = full attention);
-  // empty: the model's.
-  std::vector<int32_t> layer_windows;
   // Run on this pool instead of starting one (a draft model shares its target's threads: the two
   // never run at once). Null: a pool of num_threads.
   std::shared_ptr<kernels::ThreadPool> pool;

@@ -32,6 +32,7 @@ class TemplateChatRenderer : public ChatRenderer {
                            chat::template_messages(messages, extras.tools, tools_.renders_tools));
     chat::ChatRenderOptions o;
     o.add_generation_prompt = extras.add_generation_prompt;
+    o.content_parts = chat::ContentParts::kFlattenText;  // any template can show text parts
     o.bos_token = bos_;
     o.eos_token = eos_;
     if (extras.template_kwargs.is_object()) o.extra = extras.template_kwargs;

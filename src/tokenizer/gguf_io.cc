@@ -122,13 +122,18 @@ Status configure_model(const gguf::GgufFile& f, const std::string& model, Vocab&
   v.bos_id = v.eos_id = 11;  // llama.cpp's defaults for gpt2 vocabularies
   ARBOR_RETURN_IF_ERROR(read_merges(f, v, true));
   ARBOR_RETURN_IF_ERROR(read_optional(f.get_string(kPreKey), v.pre_name));
+  // arbor's own patterns (an exported tokenizer.json) replace the named ones; the name still
+  // sets the flags when arbor knows it.
   ARBOR_RETURN_IF_ERROR(read_optional(f.get_string_array(kPreRegexesKey), v.pre_regexes));
-  if (!v.pre_regexes.empty()) return ok_status();
-  auto patterns = internal::bpe_pre_patterns(v.pre_name);
-  if (!patterns.ok()) return patterns.status().with_context(f.name());
-  v.pre_regexes = std::move(patterns).value();
-  v.ignore_merges = internal::pre_ignores_merges(v.pre_name);
-  v.add_bos = internal::pre_adds_bos(v.pre_name);
+  auto spec = internal::bpe_pre_tokenizer(v.pre_name);
+  if (spec.ok()) {
+    if (v.pre_regexes.empty()) v.pre_regexes = spec->patterns;
+    v.ignore_merges = spec->ignore_merges;
+    v.add_bos = spec->add_bos;
+    if (spec->no_default_bos) v.bos_id = -1;
+  } else if (v.pre_regexes.empty()) {
+    return spec.status().with_context(f.name());
+  }
   if (v.pre_name.empty()) v.pre_name = "default";
   return ok_status();
 }

@@ -21,6 +21,12 @@ namespace {
 constexpr const char* kGpt2Regex =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)";
 
+// llama.cpp adds BOS by default for Llama 3 style pre-tokenizers.
+bool pre_adds_bos(const std::string& pre_name) {
+  auto spec = internal::bpe_pre_tokenizer(pre_name);
+  return spec.ok() && spec->add_bos;
+}
+
 // The member `key` of `obj`, or a null json when absent (no copy, unlike json::value).
 const json& member(const json& obj, const char* key) {
   static const json kNull;
@@ -180,7 +186,7 @@ void read_config(const json& config, Vocab& v, std::string& chat_template) {
   }
   if (config.contains("add_bos_token") && config.at("add_bos_token").is_boolean()) {
     v.add_bos = config.at("add_bos_token").get<bool>();
-  } else if (internal::pre_adds_bos(v.pre_name) && v.bos_id >= 0) {
+  } else if (pre_adds_bos(v.pre_name) && v.bos_id >= 0) {
     v.add_bos = true;  // llama.cpp's rule for Llama 3 style pre-tokenizers
   }
   if (config.contains("add_eos_token") && config.at("add_eos_token").is_boolean()) {
@@ -234,7 +240,7 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::from_hf_json(const std::string& pa
     if (std::filesystem::exists(config_path)) {
       ARBOR_ASSIGN_OR_RETURN(std::string config_text, read_file(config_path.string()));
       read_config(json::parse(config_text), *v, chat_template);
-    } else if (internal::pre_adds_bos(v->pre_name) && v->bos_id >= 0) {
+    } else if (pre_adds_bos(v->pre_name) && v->bos_id >= 0) {
       v->add_bos = true;
     }
   } catch (const json::exception& e) {

@@ -46,40 +46,104 @@ constexpr const char* kDeepseekLetters =
     "\\x{FF21}-\\x{FF3A}\\x{FF41}-\\x{FF5A}\\x{10400}-\\x{1044F}\\x{104B0}-\\x{104D3}"
     "\\x{104D8}-\\x{104FB}\\x{10C80}-\\x{10CB2}\\x{10CC0}-\\x{10CF2}\\x{118A0}-\\x{118DF}"
     "\\x{1E900}-\\x{1E943}]+";
-constexpr const char* kCjk = "[\\x{4E00}-\\x{9FA5}\\x{800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+";
+// llama.cpp runs a pattern without \p{..} through std::wregex after replacing every non-ASCII
+// white-space character of the text by U+000B, so ranges of non-ASCII code points never match
+// those characters: they are cut out of the ranges here. DeepSeek's CJK class is written
+// [\x{4E00}-\x{9FA5}\x{800}-\x{4E00}\x{AC00}-\x{D7FF}]+, whose second range covers U+1680,
+// U+2000-U+200A, U+2028, U+2029, U+202F, U+205F and U+3000 (llama.cpp's white space there).
+constexpr const char* kCjk =
+    "[\\x{4E00}-\\x{9FA5}\\x{800}-\\x{167F}\\x{1681}-\\x{1FFF}\\x{200B}-\\x{2027}\\x{202A}-\\x{202E}"
+    "\\x{2030}-\\x{205E}\\x{2060}-\\x{2FFF}\\x{3001}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+";
+// llama.cpp's adaptations of the "[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+// words of Mistral's tekken and OpenAI's o200k patterns: an upper-case run is letters other
+// than a-z, a lower-case run letters other than A-Z, so a non-ASCII letter counts as both, and
+// combining marks are not part of words. Kept verbatim: llama.cpp tokenises GGUF files this way.
+constexpr const char* kTekkenPattern =
+    "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+|"
+    "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*|\\p{N}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+#define ARBOR_CONTRACTIONS "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+constexpr const char* kGpt4oPattern =
+    "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+" ARBOR_CONTRACTIONS "?|"
+    "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*" ARBOR_CONTRACTIONS "?|"
+    "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+// Qwen3.5: marks join letters, and are not "other" symbols.
+constexpr const char* kQwen35Pattern =
+    ARBOR_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| "
+    "?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+// DeepSeek V3: digit triples, then Han and kana runs, then words that may start with one ASCII
+// punctuation mark.
+constexpr const char* kDeepseekV3Words =
+    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+|"
+    " ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+constexpr const char* kHanKana = "[\\x{4E00}-\\x{9FA5}\\x{3040}-\\x{309F}\\x{30A0}-\\x{30FF}]+";
+constexpr const char* kPoroPattern =
+    " ?[^(\\s|.,!?\\x{2026}\\x{3002}\\x{FF0C}\\x{3001}\\x{964}\\x{6D4}\\x{60C})]+";
 
-struct Preset {
-  std::vector<std::string_view> names;
-  std::vector<std::string> patterns;
-};
-
-const std::vector<Preset>& presets() {
-  static const std::vector<Preset> kPresets = {
-      {{"llama3", "llama-v3", "llama-bpe", "falcon3", "pixtral", "dbrx", "smaug-bpe", "chatglm-bpe",
-        "glm4"},
-       {kLlama3Pattern}},
-      {{"qwen2", "deepseek-r1-qwen", "stablelm2", "megrez"}, {kQwen2Pattern}},
-      {{"gpt-2", "phi-2", "mpt", "olmo", "jais", "jina-es", "jina-de", "jina-v2-es", "jina-v2-de",
-        "roberta-bpe", "jina-v1-en", "jina-v2-code", "exaone4", "trillion", "gigachat"},
-       {kGpt2Pattern}},
-      {{"starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b"},
-       {"\\p{N}", kGpt2Pattern}},
-      {{"falcon"},
-       {"[\\p{P}\\$\\+<=>\\^~\\|`]+", kGpt2Pattern, "[0-9][0-9][0-9]"}},
-      {{"deepseek-coder"},
-       {"[\\r\\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", kCjk, "\\p{N}"}},
-      {{"deepseek-llm"},
-       {"[\\r\\n]", kDeepseekLetters,
-        "\\s?[\\x{21}-\\x{2F}\\x{3A}-\\x{7E}\\x{FF01}-\\x{FF0F}\\x{FF1A}-\\x{FF5E}"
-        "\\x{2018}-\\x{201F}\\x{3000}-\\x{3002}]+",
-        "\\s+$", kCjk, "\\p{N}+"}},
-      {{"poro-chat", "bloom", "gpt3-finnish"},
-       {" ?[^(\\s|.,!?\\x{2026}\\x{3002}\\x{FF0C}\\x{3001}\\x{964}\\x{6D4}\\x{60C})]+"}},
-      {{"default", ""},
-       {"[\\p{P}\\$\\+<=>\\^~\\|]+", kGpt2Pattern, "\\p{N}+", "[0-9][0-9][0-9]"}},
+// One row per llama.cpp pre-tokenizer type (llama_vocab::impl::load and llm_tokenizer_bpe in
+// llama-vocab.cpp): the tokenizer.ggml.pre names that select it, its patterns, and the flags
+// it sets. Names whose llama.cpp behaviour arbor does not reproduce are left out, so loading
+// them fails instead of tokenising differently.
+const std::vector<PreTokenizerSpec>& specs() {
+  static const std::vector<PreTokenizerSpec> kSpecs = {
+      {.names = {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0",
+                 "lfm2"},
+       .patterns = {kLlama3Pattern}, .ignore_merges = true, .add_bos = true},
+      {.names = {"dbrx", "smaug-bpe"}, .patterns = {kLlama3Pattern}},
+      {.names = {"glm4", "chatglm-bpe"}, .patterns = {kLlama3Pattern}, .no_default_bos = true},
+      {.names = {"qwen2", "deepseek-r1-qwen", "stablelm2", "megrez", "kormo", "f2llmv2", "hunyuan",
+                 "solar-open", "grok-2"},
+       .patterns = {kQwen2Pattern}},
+      {.names = {"laguna"}, .patterns = {"[^\\n]+|[\\n]+", kQwen2Pattern}},
+      {.names = {"ufakzeka"},  // Qwen2's without contractions (Turkish apostrophe suffixes)
+       .patterns = {"[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+                    "\\s+(?!\\S)|\\s+"}},
+      {.names = {"bailingmoe", "bailingmoe2", "llada-moe"},
+       .patterns = {"'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+                    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]|\\s+(?!\\S)|\\s+"}},
+      {.names = {"seed-coder"},
+       .patterns = {ARBOR_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1}| "
+                    "?[^\\s\\p{L}\\p{N}\\r\\n]+|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}},
+      {.names = {"exaone-moe"},  // words may hold single spaces between letters
+       .patterns = {ARBOR_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?(?:\\p{L}\\p{M}*(?: \\p{L}\\p{M}*)*)+|"
+                    "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]?|\\s*[\\r\\n]|\\s+(?!\\S)|\\s+"}},
+      {.names = {"minicpm5"},
+       .patterns = {"\\p{N}{1,3}",
+                    ARBOR_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}+| "
+                    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
+       .ignore_merges = true},
+      {.names = {"jais-2"},  // Llama 3's with white-space runs cut into powers of two
+       .patterns = {ARBOR_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+                    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s{512}(?!\\S)|\\s{256}(?!\\S)|"
+                    "\\s{128}(?!\\S)|\\s{64}(?!\\S)|\\s{32}(?!\\S)|\\s{16}(?!\\S)|\\s{8}(?!\\S)|"
+                    "\\s{4}(?!\\S)|\\s{1,2}(?!\\S)|\\s{1}"}},
+      {.names = {"qwen35"}, .patterns = {kQwen35Pattern}},
+      {.names = {"tekken"}, .patterns = {kTekkenPattern}, .ignore_merges = true, .add_bos = true},
+      {.names = {"gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"}, .patterns = {kGpt4oPattern}},
+      {.names = {"gpt-2", "phi-2", "mpt", "olmo", "jais", "exaone4", "trillion", "gigachat",
+                 "a.x-4.0", "mellum", "granite-docling"},
+       .patterns = {kGpt2Pattern}},
+      {.names = {"starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b",
+                 "mellum2"},
+       .patterns = {"\\p{N}", kGpt2Pattern}},
+      {.names = {"falcon"}, .patterns = {"[\\p{P}\\$\\+<=>\\^~\\|`]+", kGpt2Pattern, "[0-9][0-9][0-9]"}},
+      {.names = {"deepseek-coder"},
+       .patterns = {"[\\r\\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", kCjk, "\\p{N}"}},
+      {.names = {"deepseek-llm"},
+       .patterns = {"[\\r\\n]", kDeepseekLetters,
+                    "\\s?[\\x{21}-\\x{2F}\\x{3A}-\\x{7E}\\x{FF01}-\\x{FF0F}\\x{FF1A}-\\x{FF5E}"
+                    "\\x{2018}-\\x{201F}\\x{3001}-\\x{3002}]+",  // U+3000: see kCjk
+                    "\\s+$", kCjk, "\\p{N}+"}},
+      {.names = {"deepseek-v3", "hunyuan-dense", "joyai-llm", "hy_v4"},
+       .patterns = {"\\p{N}{1,3}", kHanKana, kDeepseekV3Words}},
+      {.names = {"poro-chat", "bloom", "gpt3-finnish"}, .patterns = {kPoroPattern}},
+      {.names = {"viking"}, .patterns = {kPoroPattern, "\\p{N}"}},
+      {.names = {"default", ""},
+       .patterns = {"[\\p{P}\\$\\+<=>\\^~\\|]+", kGpt2Pattern, "\\p{N}+", "[0-9][0-9][0-9]"}},
   };
-  return kPresets;
+  return kSpecs;
 }
+#undef ARBOR_CONTRACTIONS
 
 }  // namespace
 
@@ -89,9 +153,51 @@ struct RegexSplitter::Compiled {
   ~Compiled() { pcre2_code_free(code); }
 };
 
+namespace {
+
+// Unicode's White_Space characters, which llama.cpp's \s matches (unicode_set_whitespace) and
+// Hugging Face's regex engines too. PCRE2's \s also matches U+180E MONGOLIAN VOWEL SEPARATOR
+// (through \h; it stopped being white space in Unicode 6.3), so \s and \S are spelled out.
+constexpr std::string_view kWhiteSpace =
+    "\\t\\n\\x0B\\f\\r\\x20\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}"
+    "\\x{202F}\\x{205F}\\x{3000}";
+
+}  // namespace
+
+std::string spell_out_white_space(std::string_view pattern) {
+  std::string out;
+  bool in_class = false;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (c == '\\' && i + 1 < pattern.size()) {
+      const char d = pattern[++i];
+      if (d == 's') {
+        out.append(in_class ? "" : "[").append(kWhiteSpace).append(in_class ? "" : "]");
+      } else if (d == 'S' && !in_class) {
+        out.append("[^").append(kWhiteSpace).append("]");
+      } else {
+        out.push_back(c);
+        out.push_back(d);  // \S inside a class stays PCRE2's (no pattern of ours has one)
+      }
+      continue;
+    }
+    out.push_back(c);
+    if (!in_class && c == '[') {
+      in_class = true;
+      // A ']' right after '[' or '[^' is a literal member.
+      if (i + 1 < pattern.size() && pattern[i + 1] == '^') out.push_back(pattern[++i]);
+      if (i + 1 < pattern.size() && pattern[i + 1] == ']') out.push_back(pattern[++i]);
+    } else if (in_class && c == ']') {
+      in_class = false;
+    }
+  }
+  return out;
+}
+
 Result<RegexSplitter> RegexSplitter::create(const std::vector<std::string>& patterns) {
   RegexSplitter s;
-  for (const std::string& p : patterns) {
+  for (const std::string& given : patterns) {
+    const std::string p = spell_out_white_space(given);
     int err = 0;
     PCRE2_SIZE err_off = 0;
     auto c = std::make_shared<Compiled>();
@@ -196,11 +302,29 @@ std::vector<Span> RegexSplitter::split(std::string_view text) const {
   return spans;
 }
 
-Result<std::vector<std::string>> bpe_pre_patterns(std::string_view pre_name) {
-  for (const Preset& p : presets()) {
-    if (std::find(p.names.begin(), p.names.end(), pre_name) != p.names.end()) return p.patterns;
+Result<PreTokenizerSpec> bpe_pre_tokenizer(std::string_view pre_name) {
+  for (const PreTokenizerSpec& spec : specs()) {
+    if (std::find(spec.names.begin(), spec.names.end(), pre_name) != spec.names.end()) {
+      return spec;
+    }
   }
-  return unimplemented("unknown pre-tokenizer '", pre_name, "'");
+  std::string supported;
+  for (std::string_view name : supported_pre_names()) {
+    supported.append(supported.empty() ? "" : ", ").append(name);
+  }
+  return unimplemented("tokenizer.ggml.pre = '", pre_name,
+                       "' is a pre-tokenizer arbor does not support (supported: ", supported, ")");
+}
+
+std::vector<std::string_view> supported_pre_names() {
+  std::vector<std::string_view> names;
+  for (const PreTokenizerSpec& spec : specs()) {
+    for (std::string_view name : spec.names) {
+      if (!name.empty()) names.push_back(name);
+    }
+  }
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 std::string pre_name_for_patterns(const std::vector<std::string>& patterns) {
@@ -208,19 +332,10 @@ std::string pre_name_for_patterns(const std::vector<std::string>& patterns) {
     if (patterns[0] == kLlama3HfPattern) return "llama-bpe";
     if (patterns[0] == kQwen2HfPattern) return "qwen2";
   }
-  for (const Preset& p : presets()) {
-    if (p.patterns == patterns) return std::string(p.names.front());
+  for (const PreTokenizerSpec& spec : specs()) {
+    if (spec.patterns == patterns) return std::string(spec.names.front());
   }
   return "";
 }
-
-bool pre_ignores_merges(std::string_view pre_name) {
-  for (std::string_view n : {"llama3", "llama-v3", "llama-bpe", "falcon3", "pixtral"}) {
-    if (pre_name == n) return true;
-  }
-  return false;
-}
-
-bool pre_adds_bos(std::string_view pre_name) { return pre_ignores_merges(pre_name); }
 
 }  // namespace arbor::tokenizer::internal

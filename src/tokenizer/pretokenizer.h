@@ -25,7 +25,8 @@ using Span = std::pair<uint32_t, uint32_t>;
 
 class RegexSplitter {
  public:
-  // Compiles `patterns` (PCRE2 syntax, UTF + UCP, `$` matches only at the very end).
+  // Compiles `patterns` (PCRE2 syntax, UTF + UCP, `$` matches only at the very end, \s is
+  // Unicode's White_Space: see spell_out_white_space).
   static Result<RegexSplitter> create(const std::vector<std::string>& patterns);
 
   RegexSplitter() = default;
@@ -40,16 +41,31 @@ class RegexSplitter {
   std::vector<std::shared_ptr<const Compiled>> patterns_;
 };
 
-// The pre-tokeniser patterns llama.cpp uses for a GGUF `tokenizer.ggml.pre` value of a BPE
-// ("gpt2") vocabulary. kUnimplemented for names arbor does not know.
-Result<std::vector<std::string>> bpe_pre_patterns(std::string_view pre_name);
+// `pattern` with \s (and \S outside character classes) replaced by Unicode's White_Space set,
+// which RegexSplitter::create() does to every pattern: PCRE2's \s also matches U+180E, which
+// llama.cpp's and Hugging Face's do not.
+std::string spell_out_white_space(std::string_view pattern);
+
+// What llama.cpp does for the `tokenizer.ggml.pre` values of a BPE ("gpt2") vocabulary that
+// share one pre-tokenizer type (llama-vocab.cpp: the name -> type table in
+// llama_vocab::impl::load, the type -> regexes table in llm_tokenizer_bpe).
+struct PreTokenizerSpec {
+  std::vector<std::string_view> names;  // the tokenizer.ggml.pre values selecting it
+  std::vector<std::string> patterns;    // applied in sequence, as RegexSplitter does
+  bool ignore_merges = false;   // a piece that is itself a token is emitted whole
+  bool add_bos = false;         // default of tokenizer.ggml.add_bos_token
+  bool no_default_bos = false;  // no BOS token unless tokenizer.ggml.bos_token_id names one
+};
+
+// The spec for `pre_name` ("" selects "default", as llama.cpp does for a missing key), or
+// kUnimplemented naming `pre_name` and listing every supported name.
+Result<PreTokenizerSpec> bpe_pre_tokenizer(std::string_view pre_name);
+
+// Every name bpe_pre_tokenizer() accepts, sorted ("" left out).
+std::vector<std::string_view> supported_pre_names();
 
 // The name llama.cpp writes to `tokenizer.ggml.pre` for a tokenizer.json whose pre-tokeniser
-// patterns are `patterns` (as bpe_pre_patterns or a Hugging Face Split would give them), or "".
+// patterns are `patterns` (as bpe_pre_tokenizer or a Hugging Face Split would give them), or "".
 std::string pre_name_for_patterns(const std::vector<std::string>& patterns);
-
-// Pre-tokenisers with behaviour beyond the patterns.
-bool pre_ignores_merges(std::string_view pre_name);
-bool pre_adds_bos(std::string_view pre_name);
 
 }  // namespace arbor::tokenizer::internal

@@ -140,7 +140,7 @@ void Tokenizer::encode_text(std::string_view raw, bool after_special,
   }
   if (!internal::is_valid_utf8(text)) {
     std::string repaired;
-    internal::append_utf8_lossy(text, repaired);
+    internal::append_utf8_like_llama_cpp(text, repaired);
     text.swap(repaired);
   }
   for (const internal::Span& s : pre_->split(text)) {
@@ -234,6 +234,25 @@ std::string Tokenizer::model_name() const {
 
 const std::string& Tokenizer::pre_name() const { return vocab_->pre_name; }
 const std::string& Tokenizer::chat_template() const { return chat_template_; }
+
+std::string Tokenizer::summary() const {
+  const Vocab& v = *vocab_;
+  std::string s = model_name();
+  if (v.kind == ModelKind::kSpm) {
+    s += " (SentencePiece)";
+  } else {
+    s += v.byte_level ? " (byte-level BPE)" : " (BPE, SentencePiece-style)";
+  }
+  if (!v.pre_regexes.empty()) {
+    s += ", pre-tokenizer " + (v.pre_name.empty() ? std::string("custom") : v.pre_name);
+    if (v.ignore_merges) s += " (ignore_merges)";
+  }
+  if (v.add_space_prefix) s += ", space prefix";
+  s += ", " + std::to_string(v.size()) + " tokens";
+  if (v.bos_id >= 0) s += ", BOS " + std::to_string(v.bos_id) + (v.add_bos ? " added" : "");
+  if (v.eos_id >= 0) s += ", EOS " + std::to_string(v.eos_id) + (v.add_eos ? " added" : "");
+  return s;
+}
 
 IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer, DecodeOptions options)
     : tokenizer_(&tokenizer), options_(options) {}

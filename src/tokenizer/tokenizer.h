@@ -113,6 +113,10 @@ class Tokenizer {
   std::string model_name() const;
   // tokenizer.ggml.pre ("llama-bpe", "qwen2", "gpt-2", ...; "default" for SentencePiece).
   const std::string& pre_name() const;
+  // One line for people: model, pre-tokenizer, size, BOS/EOS, e.g.
+  // "gpt2 (byte-level BPE), pre-tokenizer tekken (ignore_merges), 131072 tokens, BOS 1 added,
+  // EOS 2".
+  std::string summary() const;
   // Jinja chat template from the file ("" when absent).
   const std::string& chat_template() const;
 

@@ -88,6 +88,32 @@ size_t append_utf8_lossy_prefix(std::string_view s, std::string& out) {
   return lossy_impl(s, out, false);
 }
 
+void append_utf8_like_llama_cpp(std::string_view s, std::string& out) {
+  size_t pos = 0;
+  while (pos < s.size()) {
+    const auto b0 = static_cast<uint8_t>(s[pos]);
+    size_t n = b0 < 0x80 ? 1 : b0 < 0xC0 ? 0 : b0 < 0xE0 ? 2 : b0 < 0xF0 ? 3 : b0 < 0xF8 ? 4 : 0;
+    if (n > 1 && pos + n > s.size()) n = 0;
+    for (size_t i = 1; i < n; ++i) {
+      if ((static_cast<uint8_t>(s[pos + i]) & 0xC0) != 0x80) n = 0;
+    }
+    if (n == 0) {
+      out.append(kReplacementChar);
+      ++pos;
+      continue;
+    }
+    static constexpr uint8_t kLeadMask[5] = {0, 0x7F, 0x1F, 0x0F, 0x07};
+    uint32_t cpt = b0 & kLeadMask[n];
+    for (size_t i = 1; i < n; ++i) cpt = (cpt << 6) | (static_cast<uint8_t>(s[pos + i]) & 0x3F);
+    if ((cpt >= 0xD800 && cpt <= 0xDFFF) || cpt > 0x10FFFF) {
+      out.append(kReplacementChar);
+    } else {
+      append_codepoint(cpt, out);
+    }
+    pos += n;
+  }
+}
+
 void append_codepoint(uint32_t cpt, std::string& out) {
   if (cpt < 0x80) {
     out.push_back(static_cast<char>(cpt));

@@ -34,6 +34,14 @@ void append_utf8_lossy(std::string_view s, std::string& out);
 // is left unconsumed. Returns the number of bytes consumed.
 size_t append_utf8_lossy_prefix(std::string_view s, std::string& out);
 
+// Appends `s` to `out` decoded and re-encoded the way llama.cpp prepares text for its regex
+// pre-tokenisers (unicode_cpts_from_utf8, then one UTF-8 sequence per code point): a lead byte
+// followed by the continuation bytes it announces is decoded whatever the value (an overlong
+// form gives its code point, "\xC0\xAF" is "/"); any other byte alone becomes one U+FFFD.
+// Surrogates and values above U+10FFFF, which valid UTF-8 cannot carry, become U+FFFD too
+// (llama.cpp passes the former on and throws on the latter). The result is valid UTF-8.
+void append_utf8_like_llama_cpp(std::string_view s, std::string& out);
+
 void append_codepoint(uint32_t cpt, std::string& out);
 
 // GPT-2's reversible byte <-> printable code point mapping ("bytes_to_unicode").

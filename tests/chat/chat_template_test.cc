@@ -232,6 +232,13 @@ TEST(ChatTemplateShared, Qwen3TokenizerConfig) {
       {"role": "assistant", "content": "<think>\nhmm\n</think>\n\nA1"},
       {"role": "user", "content": [{"type": "text", "text": "Q"}, {"type": "text", "text": "2"}]}])");
   opts.extra = json::object();
+  // Content parts as given: this template calls content.startswith, which a list lacks, so it
+  // fails as it does in jinja2; flattened, the parts are one string.
+  r = t->render_json(messages, opts);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("startswith is undefined"), std::string::npos)
+      << r.status().message();
+  opts.content_parts = ContentParts::kFlattenText;
   r = t->render_json(messages, opts);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ(*r,
@@ -307,12 +314,26 @@ TEST(ChatMessages, FlattenContent) {
 
 TEST(ChatMessages, ParseMessages) {
   Result<std::vector<ChatMessage>> m = parse_chat_messages(json::parse(
-      R"([{"role":"user","content":[{"type":"text","text":"hi"}],"name":"bob"},{"role":"assistant","content":null}])"));
+      R"([{"role":"user","content":[{"type":"text","text":"hi"}],"name":"bob"},
+          {"role":"assistant","content":null,"reasoning_content":"think",
+           "tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},
+          {"role":"tool","content":"42","tool_call_id":"c1","extra":1}])"));
   ASSERT_TRUE(m.ok()) << m.status().to_string();
-  ASSERT_EQ(m->size(), 2u);
-  EXPECT_EQ((*m)[0].content, "hi");
+  ASSERT_EQ(m->size(), 3u);
+  EXPECT_EQ((*m)[0].content, json::parse(R"([{"type":"text","text":"hi"}])"));
   EXPECT_EQ((*m)[0].name, std::optional<std::string>("bob"));
-  EXPECT_EQ((*m)[1].content, "");
+  EXPECT_TRUE((*m)[1].content.is_null());
+  EXPECT_EQ((*m)[1].reasoning_content, std::optional<std::string>("think"));
+  EXPECT_EQ((*m)[1].tool_calls[0]["function"]["name"], "f");
+  EXPECT_EQ((*m)[2].tool_call_id, std::optional<std::string>("c1"));
+  // The JSON the template sees: OpenAI's field order, only the fields that are set.
+  EXPECT_EQ(chat_message_json((*m)[1]).dump(),
+            R"({"role":"assistant","content":null,"tool_calls":[{"function":{"arguments":"{}",)"
+            R"("name":"f"},"id":"c1","type":"function"}],"reasoning_content":"think"})");
+  EXPECT_EQ(chat_message_json((*m)[2]).dump(),
+            R"({"role":"tool","content":"42","tool_call_id":"c1"})");
+  EXPECT_FALSE(parse_chat_messages(json::parse(R"([{"role":"tool","tool_call_id":3}])")).ok());
+  EXPECT_FALSE(parse_chat_messages(json::parse(R"([{"role":"user","content":3}])")).ok());
   Result<std::vector<ChatMessage>> bad =
       parse_chat_messages(json::parse(R"([{"role":"user"},{"content":"x"}])"));
   ASSERT_FALSE(bad.ok());
@@ -522,7 +543,7 @@ TEST(Jinja, Filters) {
             "user,assistant|1|Hi there|[1, 3]|[2]|1-2-3|ab");
   Result<std::string> r = jinja_render("line one\n   {{ 'x' | no_such_filter }}");
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("no filter named 'no_such_filter'"), std::string::npos);
+  EXPECT_NE(r.status().message().find("No filter named 'no_such_filter' found"), std::string::npos);
   EXPECT_NE(r.status().message().find("line 2"), std::string::npos) << r.status().message();
 }
 

@@ -2,6 +2,8 @@
 // its output through `arbor generate`, and its errors.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -137,6 +139,63 @@ TEST_F(SynthTest, BadShapesAreRejectedWithTheLimit) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("smaller than the tokenizer's 512 tokens"), std::string::npos) << r.err;
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/x.gguf"));
+}
+
+// --arch picks a row of the architecture table: its tensors (llama.cpp's names), its keys, and a
+// file arbor runs; `arbor gguf-info` says so, and names what a file needs when arbor lacks it.
+TEST_F(SynthTest, EveryArchitectureWritesAFileArborRuns) {
+  for (const char* arch : {"qwen3", "gemma2", "gemma3", "mistral3", "phi3", "smollm3", "olmo2",
+                           "granite"}) {
+    SCOPED_TRACE(arch);
+    const std::string name = std::string(arch) + ".gguf";
+    synth(std::string("--type q8_0 --arch ") + arch + " --head-dim 32 --window 8", name);
+    auto file = gguf::GgufFile::open(dir_ + "/" + name);
+    ASSERT_TRUE(file.ok()) << file.status().to_string();
+    EXPECT_EQ(*file->get_string("general.architecture"), arch);
+    const std::string a = arch;
+    if (a == "qwen3" || a == "gemma3") {
+      EXPECT_NE(file->find_tensor("blk.1.attn_q_norm.weight"), nullptr);
+    }
+    if (a == "gemma2" || a == "gemma3" || a == "olmo2") {
+      EXPECT_NE(file->find_tensor("blk.1.post_ffw_norm.weight"), nullptr);
+      EXPECT_EQ(*file->get_u32(a + ".attention.sliding_window"), 8u);
+    }
+    if (a == "phi3") {
+      EXPECT_NE(file->find_tensor("blk.0.attn_qkv.weight"), nullptr);
+      EXPECT_EQ(file->find_tensor("blk.0.ffn_gate.weight"), nullptr);
+      EXPECT_NE(file->find_tensor("rope_factors_long.weight"), nullptr);
+    }
+    if (a == "olmo2") EXPECT_EQ(file->find_tensor("blk.0.attn_norm.weight"), nullptr);
+    if (a == "granite") EXPECT_NE(file->find("granite.logit_scale"), nullptr);
+    const CommandResult info = run_arbor("gguf-info " + dir_ + "/" + name);
+    EXPECT_EQ(info.exit_code, 0) << info.err;
+    EXPECT_NE(info.out.find("arbor: runs this file (" + a + ": dim 64"), std::string::npos)
+        << info.out.substr(info.out.rfind("arbor"));
+    const CommandResult gen =
+        run_arbor("generate -m " + dir_ + "/" + name + " -p 'Once upon a time' -n 12 --temp 0");
+    EXPECT_EQ(gen.exit_code, 0) << gen.err;
+  }
+  CommandResult r = run_arbor(kTiny + " --arch falcon -o " + dir_ + "/x.gguf");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("must be one of llama, qwen2, qwen3, gemma2"), std::string::npos) << r.err;
+}
+
+TEST_F(SynthTest, GgufInfoNamesWhatArborLacks) {
+  synth("--type q8_0", "m.gguf");
+  auto file = gguf::GgufFile::open(dir_ + "/m.gguf");
+  ASSERT_TRUE(file.ok());
+  gguf::GgufWriter w = gguf::GgufWriter::from_file(*file);
+  w.set("general.architecture", gguf::Value::str("rwkv7"));
+  ASSERT_TRUE(w.write(dir_ + "/rwkv.gguf").ok());
+  const CommandResult info = run_arbor("gguf-info --json " + dir_ + "/rwkv.gguf");
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  const auto j = nlohmann::json::parse(info.out);
+  EXPECT_FALSE(j["arbor"]["supported"].get<bool>());
+  ASSERT_FALSE(j["arbor"]["missing"].empty());
+  EXPECT_NE(j["arbor"]["missing"][0].get<std::string>().find(
+                "architecture \"rwkv7\" (arbor runs: llama, qwen2, qwen3"),
+            std::string::npos)
+      << j["arbor"].dump();
 }
 
 const std::string kInflateSmall =

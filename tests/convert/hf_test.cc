@@ -276,7 +276,7 @@ TEST(HfConvertTest, ConfigErrors) {
        "num_attention_heads 2 is not a multiple of num_key_value_heads 3"},
       {"", Json{{"rope_type", "yarn"}}, "rope_scaling",
        "rope_scaling type 'yarn' is not supported"},
-      {"", Json{{"rope_type", 5}}, "rope_scaling", "type must be string, but is number"},
+      {"", Json{{"rope_type", 5}}, "rope_scaling", "rope_scaling.rope_type = 5 is not a string"},
   };
   for (const auto& c : cases) {
     Json config = m.config();
@@ -372,7 +372,8 @@ TEST(HfConvertTest, Llama3RopeFactors) {
   HfConfig c;
   c.head_dim = 128;
   c.rope_theta = 500000.0f;
-  c.rope_scaling = Llama3RopeScaling{};  // factor 8, low 1, high 4, original context 8192
+  c.rope.type = RopeScalingType::kLlama3;  // factor 8, low 1, high 4, original context 8192
+  c.rope.factor = 8.0f;
   const auto f = llama3_rope_factors(c);
   ASSERT_EQ(f.size(), 64u);
   EXPECT_EQ(f.front(), 1.0f);  // short wavelengths are unscaled

@@ -88,7 +88,7 @@ TEST_F(UploadPlanTest, EveryTensorOnceAlignedAndDisjoint) {
   // token_embd, per layer 2 norms + 7 matrices (+ biases, none here), output_norm, output
   // unless tied, rope_freqs when present.
   size_t expected = 1 + layers * 9 + 1 + (w.tied_output ? 0 : 1) + (w.rope_freqs ? 1 : 0);
-  for (const model::LayerWeights& l : w.layers) expected += (l.bq != nullptr) + (l.bk != nullptr) + (l.bv != nullptr);
+  for (const model::LayerWeights& l : w.layers) expected += (l.q.bias != nullptr) + (l.k.bias != nullptr) + (l.v.bias != nullptr);
   EXPECT_EQ(plan->tensors.size(), expected);
   EXPECT_EQ(plan->tensors[0].name, "token_embd.weight");
   EXPECT_EQ(plan->tensors[1].name, "blk.0.attn_norm.weight");
@@ -125,16 +125,16 @@ TEST_F(UploadPlanTest, DeviceWeightsPointIntoTheAllocation) {
   std::vector<uint8_t> fake(plan->total_bytes);
   uint8_t* base = fake.data();
   const model::LlamaWeights& h = model_->weights();
-  const model::LlamaWeights d = device_weights(h, *plan, base);
+  const model::LlamaWeights d = device_weights(h, model_->config(), *plan, base);
   EXPECT_EQ(d.token_embd.data, base + plan->tensors[0].offset);
   EXPECT_EQ(d.layers.size(), h.layers.size());
   EXPECT_EQ(d.tied_output, h.tied_output);
   if (h.tied_output) {
-    EXPECT_EQ(d.output.data, d.token_embd.data);
+    EXPECT_EQ(d.output.w.data, d.token_embd.data);
   }
   for (size_t l = 0; l < h.layers.size(); ++l) {
-    const kernels::WeightView& hv = h.layers[l].w_down;
-    const kernels::WeightView& dv = d.layers[l].w_down;
+    const kernels::WeightView& hv = h.layers[l].down.w;
+    const kernels::WeightView& dv = d.layers[l].down.w;
     EXPECT_EQ(dv.rows, hv.rows);
     EXPECT_EQ(dv.cols, hv.cols);
     EXPECT_EQ(dv.type, hv.type);
@@ -143,7 +143,7 @@ TEST_F(UploadPlanTest, DeviceWeightsPointIntoTheAllocation) {
     EXPECT_GE(static_cast<const uint8_t*>(dv.data), base);
     EXPECT_LE(static_cast<const uint8_t*>(dv.data) + dv.row_stride * dv.rows, base + fake.size());
     EXPECT_NE(d.layers[l].attn_norm, nullptr);
-    EXPECT_EQ(d.layers[l].bq == nullptr, h.layers[l].bq == nullptr);
+    EXPECT_EQ(d.layers[l].q.bias == nullptr, h.layers[l].q.bias == nullptr);
   }
   // Each tensor's bytes land where its device pointer says: copy as the upload does, compare.
   for (const UploadPlan::Tensor& t : plan->tensors) {

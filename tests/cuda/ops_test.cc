@@ -110,11 +110,11 @@ TEST_F(CudaOpsTest, WeightsAreTheModelsBytes) {
     }
   };
   same_matrix(h.token_embd, d.token_embd);
-  same_matrix(h.layers[0].wq, d.layers[0].wq);
-  same_matrix(h.layers.back().w_down, d.layers.back().w_down);
-  same_matrix(h.output, d.output);
+  same_matrix(h.layers[0].q.w, d.layers[0].q.w);
+  same_matrix(h.layers.back().down.w, d.layers.back().down.w);
+  same_matrix(h.output.w, d.output.w);
   if (h.tied_output) {
-    EXPECT_EQ(d.output.data, d.token_embd.data);
+    EXPECT_EQ(d.output.w.data, d.token_embd.data);
   }
   const int dim = model().config().dim;
   EXPECT_EQ(download(d.output_norm, dim), std::vector<float>(h.output_norm, h.output_norm + dim));
@@ -254,7 +254,7 @@ TEST_F(CudaOpsTest, RopeTablesAreTheDoublePrecisionAngles) {
   std::vector<int32_t> pos = {0, 1, 7, 4095, 131071, 12};
   float* cos = static_cast<float*>(alloc(pos.size() * kHalf * 4));
   float* sin = static_cast<float*>(alloc(pos.size() * kHalf * 4));
-  ops().rope_tables(upload(pos), (int32_t)pos.size(), upload(inv), kHalf, cos, sin);
+  ops().rope_tables(upload(pos), (int32_t)pos.size(), upload(inv), kHalf, 1.0f, cos, sin);
   std::vector<float> want_cos(pos.size() * kHalf), want_sin(pos.size() * kHalf);
   for (size_t t = 0; t < pos.size(); ++t) {
     for (int i = 0; i < kHalf; ++i) {

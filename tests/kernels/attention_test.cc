@@ -54,9 +54,18 @@ class PagedFixture {
     for (const SeqSpec& s : seqs_) add_sequence(s, ids, next_block);
   }
 
+  // Sliding window and soft-cap (PagedAttentionParams::window, softcap) for params() and
+  // reference().
+  void set_window(int window, float softcap) {
+    window_ = window;
+    softcap_ = softcap;
+  }
+
   PagedAttentionParams params(float* out, bool use_masks = true) const {
     PagedAttentionParams p = kernels::testing::attention_params(g_, (int)seqs_.size(), k32_.data(),
                                                        v32_.data(), k16_.data(), v16_.data());
+    p.window = window_;
+    p.softcap = softcap_;
     p.q = q_.data();
     p.out = out;
     p.qo_indptr = qo_indptr_.data();
@@ -136,11 +145,25 @@ class PagedFixture {
     const int kv_len = s.committed + s.num_new;
     std::vector<uint8_t> visible((size_t)s.num_new * kv_len);
     for (int i = 0; i < s.num_new; ++i) {
+      // The row's position: committed + its depth (a tree row: the new tokens it sees, minus 1).
+      int depth = i;
+      if (!s.mask.empty()) {
+        depth = -1;
+        for (int j = 0; j < s.num_new; ++j) depth += s.mask[(size_t)i * s.num_new + j] != 0;
+      }
+      const int first = window_ > 0 ? s.committed + depth - window_ + 1 : 0;
       for (int k = 0; k < kv_len; ++k) {
         const int j = k - s.committed;
         const bool see = k < s.committed ||
                          (s.mask.empty() ? j <= i : s.mask[(size_t)i * s.num_new + j] != 0);
-        visible[(size_t)i * kv_len + k] = see;
+        // A tree row's window is over its path's logical keys: committed keys by index, its
+        // ancestors by depth (an ancestor at depth d sits at committed + d).
+        int logical = k;
+        if (!s.mask.empty() && k >= s.committed) {
+          logical = s.committed - 1;
+          for (int a = 0; a <= j; ++a) logical += s.mask[(size_t)j * s.num_new + a] != 0;
+        }
+        visible[(size_t)i * kv_len + k] = see && logical >= first;
       }
     }
     const size_t qrow = (size_t)g_.num_q_heads * g_.head_dim;
@@ -151,6 +174,7 @@ class PagedFixture {
     r.num_kv_heads = g_.num_kv_heads;
     r.head_dim = g_.head_dim;
     r.scale = 1.0f / std::sqrt((float)g_.head_dim);
+    r.softcap = softcap_;
     r.q = q_.data() + qo_indptr_[b] * qrow;
     r.k = k_contig_[b].data();
     r.v = v_contig_[b].data();
@@ -162,6 +186,8 @@ class PagedFixture {
   Geometry g_;
   std::vector<SeqSpec> seqs_;
   uint32_t seed_;
+  int window_ = 0;
+  float softcap_ = 0.0f;
   std::mt19937 rng_;  // block ids
   std::mt19937 value_rng_;  // K, V, q
   int num_blocks_ = 0;
@@ -364,6 +390,8 @@ struct OneSeq {
   std::vector<uint16_t> k16, v16;
   std::vector<int32_t> pages, qo{0, 0}, kv{0, 0}, len{0}, mask_indptr{0, 0};
   std::vector<uint8_t> bits;
+  int window = 0;
+  float softcap = 0.0f;
   OneSeq(const kernels::testing::AttnGeometry& geo, const std::vector<const float*>& k_rows,
          const std::vector<const float*>& v_rows, int num_new)
       : g(geo) {
@@ -402,6 +430,8 @@ struct OneSeq {
     p.kv_indptr = kv.data();
     p.kv_page_indices = pages.data();
     p.kv_len = len.data();
+    p.window = window;
+    p.softcap = softcap;
     if (mask_indptr[1] > 0) {
       p.mask_indptr = mask_indptr.data();
       p.mask_bits = bits.data();
@@ -495,6 +525,111 @@ TEST(AttentionTest, EveryIsaMatchesReference) {
     }
   }
   set_active_isa(saved);
+}
+
+// Sliding windows (1 key up to longer than the context) and soft-caps against the reference:
+// decode, prefill tiles that start before and after the window, token trees whose rows sit at
+// different depths, long contexts split over threads (flash-decoding), every ISA and block sizes
+// 1, 4, 12, 16.
+TEST(AttentionTest, WindowAndSoftcapMatchReference) {
+  const Isa saved = active_isa();
+  const std::vector<int> parent = {-1, 0, 0, 1, 2, 4};
+  for (int window : {1, 3, 16, 40, 700}) {
+    for (float cap : {0.0f, 2.0f}) {
+      for (int bs : {1, 4, 12, 16}) {
+        for (int hd : {8, 32}) {
+          Geometry g{.num_q_heads = 4, .num_kv_heads = 2, .head_dim = hd, .block_size = bs,
+                     .dtype = KvDtype::kF16};
+          PagedFixture f(g, {{0, 1}, {37, 1}, {5, 30}, {60, 9}, {50, 6, tree_mask(parent)},
+                             {bs == 1 ? 300 : 1200, 1}},
+                         window * 10 + bs + hd);
+          f.set_window(window, cap);
+          const std::vector<float> ref = f.reference();
+          for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+            if (isa > best_isa()) continue;
+            set_active_isa(isa);
+            for (int threads : {1, 3}) {
+              EXPECT_LT(max_abs_diff(run_paged(f, threads), ref), kTol)
+                  << "window " << window << " cap " << cap << " bs " << bs << " hd " << hd
+                  << " isa " << isa_name(isa) << " threads " << threads;
+            }
+          }
+        }
+      }
+    }
+  }
+  set_active_isa(saved);
+}
+
+// Under a window every prefill row and every tree row gets exactly the bits of a plain decode of
+// its token after its path (the item's reach back and the keys behind the window change nothing):
+// windows 1, 5 and 40, with and without a soft-cap, block sizes 1, 4 and 16.
+TEST(AttentionTest, WindowedRowsEqualTheirDecodesBitForBit) {
+  const std::vector<int> parent = {-1, 0, 0, 1, 1, 3};
+  const int n_tree = (int)parent.size(), n_fill = 24, committed = 45;
+  int checked = 0;
+  for (int window : {1, 5, 40}) {
+    for (float cap : {0.0f, 3.0f}) {
+      for (int bs : {1, 4, 16}) {
+        kernels::testing::AttnGeometry g{.num_q_heads = 4, .num_kv_heads = 2, .head_dim = 32,
+                                         .block_size = bs, .dtype = KvDtype::kF16};
+        std::mt19937 rng(window * 100 + bs);
+        std::normal_distribution<float> normal;
+        const size_t kv_row = (size_t)g.num_kv_heads * 32, q_row = (size_t)g.num_q_heads * 32;
+        const int total = committed + std::max(n_tree, n_fill);
+        std::vector<std::vector<float>> k(total, std::vector<float>(kv_row)), v = k;
+        for (auto& r : k) for (float& x : r) x = normal(rng);
+        for (auto& r : v) for (float& x : r) x = normal(rng);
+        std::vector<float> q((size_t)n_fill * q_row);
+        for (float& x : q) x = normal(rng);
+        std::vector<const float*> kp, vp;
+        for (int t = 0; t < total; ++t) { kp.push_back(k[t].data()); vp.push_back(v[t].data()); }
+        auto decode_row = [&](const std::vector<int>& keys, int i) {
+          std::vector<const float*> pk, pv;
+          for (int t : keys) { pk.push_back(kp[t]); pv.push_back(vp[t]); }
+          OneSeq d(g, pk, pv, 1);
+          d.window = window;
+          d.softcap = cap;
+          return d.run(std::vector<float>(q.begin() + i * q_row, q.begin() + (i + 1) * q_row), 2);
+        };
+        auto expect_row = [&](const std::vector<float>& rows, int i, const std::vector<int>& keys,
+                              const char* what) {
+          const std::vector<float> want = decode_row(keys, i);
+          ASSERT_EQ(0, std::memcmp(rows.data() + i * q_row, want.data(), sizeof(float) * q_row))
+              << what << " row " << i << " window " << window << " cap " << cap << " bs " << bs;
+          ++checked;
+        };
+        // A prefill of n_fill tokens after `committed`.
+        OneSeq fill(g, std::vector<const float*>(kp.begin(), kp.begin() + committed + n_fill),
+                    std::vector<const float*>(vp.begin(), vp.begin() + committed + n_fill), n_fill);
+        fill.window = window;
+        fill.softcap = cap;
+        const std::vector<float> rows = fill.run(q, 2);
+        for (int i = 0; i < n_fill; ++i) {
+          std::vector<int> keys(committed + i + 1);
+          std::iota(keys.begin(), keys.end(), 0);
+          expect_row(rows, i, keys, "prefill");
+        }
+        // A tree of n_tree nodes after `committed`.
+        OneSeq tree(g, std::vector<const float*>(kp.begin(), kp.begin() + committed + n_tree),
+                    std::vector<const float*>(vp.begin(), vp.begin() + committed + n_tree), n_tree);
+        tree.set_mask(tree_mask(parent));
+        tree.window = window;
+        tree.softcap = cap;
+        const std::vector<float> trows = tree.run(
+            std::vector<float>(q.begin(), q.begin() + n_tree * q_row), 2);
+        for (int i = 0; i < n_tree; ++i) {
+          std::vector<int> keys(committed);
+          std::iota(keys.begin(), keys.end(), 0);
+          std::vector<int> path;
+          for (int j = i; j >= 0; j = parent[j]) path.insert(path.begin(), committed + j);
+          keys.insert(keys.end(), path.begin(), path.end());
+          expect_row(trows, i, keys, "tree");
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 3 * 2 * 3 * (24 + 6));
 }
 
 }  // namespace

@@ -27,32 +27,15 @@ class ShadowOps final : public ForwardOps {
 public:
   ShadowOps(const LlamaModel &model, kernels::ThreadPool &pool)
       : cpu_(model, pool) {
-    const LlamaWeights &w = model.weights();
-    const ModelConfig &c = model.config();
-    weights_ = w;
-    weights_.token_embd = copy_matrix(w.token_embd);
-    weights_.output =
-        w.tied_output ? weights_.token_embd : copy_matrix(w.output);
-    weights_.output_norm = copy_vector(w.output_norm, c.dim);
-    weights_.rope_freqs = copy_vector(w.rope_freqs, c.rope_dim / 2);
-    for (size_t l = 0; l < w.layers.size(); ++l) {
-      const LayerWeights &h = w.layers[l];
-      LayerWeights &d = weights_.layers[l];
-      for (auto [dst, src] : {std::pair{&d.wq, &h.wq},
-                              {&d.wk, &h.wk},
-                              {&d.wv, &h.wv},
-                              {&d.wo, &h.wo},
-                              {&d.w_gate, &h.w_gate},
-                              {&d.w_up, &h.w_up},
-                              {&d.w_down, &h.w_down}}) {
-        *dst = copy_matrix(*src);
-      }
-      d.attn_norm = copy_vector(h.attn_norm, c.dim);
-      d.ffn_norm = copy_vector(h.ffn_norm, c.dim);
-      d.bq = copy_vector(h.bq, c.q_dim());
-      d.bk = copy_vector(h.bk, c.kv_dim());
-      d.bv = copy_vector(h.bv, c.kv_dim());
-    }
+    // Every weight through the model's own walk, so a weight the walk misses shows up as host
+    // memory passed to a device op.
+    weights_ = model.weights();
+    for_each_weight(
+        weights_, model.config(),
+        [&](const MatrixRef &m) { *m.w = copy_matrix(*m.w); },
+        [&](const VectorRef &v) { *v.v = copy_vector(*v.v, v.n); });
+    if (weights_.tied_output)
+      weights_.output.w = weights_.token_embd;
   }
   ~ShadowOps() override {
     EXPECT_EQ(allocations_.size(), 0u) << "device memory leaked";
@@ -114,12 +97,12 @@ public:
     cpu_.embed(table, tokens, n, x);
   }
   void rope_tables(const int32_t *positions, int32_t n, const float *inv_freq,
-                   int half, float *cos, float *sin) override {
+                   int half, float mscale, float *cos, float *sin) override {
     expect_device(positions, n * sizeof(int32_t), "positions");
     expect_device(inv_freq, half * sizeof(float), "inv_freq");
     expect_device(cos, (size_t)n * half * sizeof(float), "cos");
     expect_device(sin, (size_t)n * half * sizeof(float), "sin");
-    cpu_.rope_tables(positions, n, inv_freq, half, cos, sin);
+    cpu_.rope_tables(positions, n, inv_freq, half, mscale, cos, sin);
   }
   void rms_norm_rows(const float *x, const int32_t *rows, int32_t n,
                      const float *weight, float *y, int dim,
@@ -150,10 +133,12 @@ public:
                             (const void *)p.k_cache, (const void *)p.v_cache}) {
       expect_device(ptr, 1, "qkv_epilogue array");
     }
-    for (const float *b : {p.bq, p.bk, p.bv}) {
+    for (const float *b : {p.bq, p.bk, p.bv, p.q_norm, p.k_norm}) {
       if (b != nullptr)
-        expect_device(b, 1, "bias");
+        expect_device(b, 1, "bias or norm");
     }
+    if (p.positions != nullptr)
+      expect_device(p.positions, p.num_tokens * sizeof(int32_t), "positions");
     cpu_.qkv_epilogue(p);
   }
   void attention(const kernels::PagedAttentionParams &p) override {
@@ -176,6 +161,22 @@ public:
     expect_device(gate, n * sizeof(float), "gate");
     expect_device(up, n * sizeof(float), "up");
     cpu_.silu_mul(gate, up, n);
+  }
+  void gelu_mul(float *gate, const float *up, int64_t n) override {
+    expect_device(gate, n * sizeof(float), "gate");
+    expect_device(up, n * sizeof(float), "up");
+    cpu_.gelu_mul(gate, up, n);
+  }
+  void scale_bias(float *y, int32_t rows, int cols, float scale,
+                  const float *bias) override {
+    expect_device(y, (size_t)rows * cols * sizeof(float), "scaled rows");
+    if (bias != nullptr)
+      expect_device(bias, cols * sizeof(float), "bias");
+    cpu_.scale_bias(y, rows, cols, scale, bias);
+  }
+  void softcap(float *x, int64_t n, float cap) override {
+    expect_device(x, n * sizeof(float), "soft-capped values");
+    cpu_.softcap(x, n, cap);
   }
   void flag_nonfinite(const float *x, const int32_t *rows, int32_t n, int dim,
                       uint8_t *flags) override {

@@ -38,7 +38,7 @@ TEST(ModelConfigTest, Stories260K) {
   EXPECT_EQ(c->context_length, 2048);
   EXPECT_EQ(c->rope_dim, 8);
   EXPECT_FALSE(c->rope_neox);
-  EXPECT_FLOAT_EQ(c->rope_theta, 10000.0f);  // key absent: default
+  EXPECT_FLOAT_EQ(c->ropes.at(0).theta, 10000.0f);  // key absent: default
   EXPECT_NEAR(c->rms_eps, 1e-5f, 1e-9f);
 }
 
@@ -53,7 +53,7 @@ TEST(ModelConfigTest, TinyStoriesQ8IsTied) {
   EXPECT_EQ(c.rope_dim, 16);
   EXPECT_NEAR(c.rms_eps, 1e-6f, 1e-10f);
   EXPECT_TRUE((*m)->weights().tied_output);
-  EXPECT_EQ((*m)->weights().output.data, (*m)->weights().token_embd.data);
+  EXPECT_EQ((*m)->weights().output.w.data, (*m)->weights().token_embd.data);
   EXPECT_EQ((*m)->weights().token_embd.type, gguf::GgmlType::kQ8_0);
 }
 
@@ -90,11 +90,54 @@ TEST(ModelConfigTest, ErrorsNameTheKeyOrTensor) {
                     "general.architecture");
   expect_load_error(set_key("llama.attention.head_count_kv", gguf::Value::u32(3)),
                     "llama.attention.head_count_kv");
-  expect_load_error(set_key("llama.rope.scaling.type", gguf::Value::str("yarn")),
+  expect_load_error(set_key("llama.rope.scaling.type", gguf::Value::str("dynamic")),
                     "llama.rope.scaling.type");
   // A config that disagrees with the tensors: the tensor is named with both shapes.
   expect_load_error(set_key("llama.feed_forward_length", gguf::Value::u32(128)),
                     "blk.0.ffn_gate.weight has dims [64, 172], expected [64, 128]");
+}
+
+// Nothing in a file is silently ignored: a tensor the architecture does not use, a key that
+// would change the function, an architecture arbor does not run (with the supported list).
+TEST(ModelConfigTest, RefusesWhatItWouldIgnore) {
+  expect_load_error(
+      [](gguf::GgufWriter& w) {
+        w.add_tensor_owned("blk.2.attn_q_norm.weight", gguf::GgmlType::kF32, {8},
+                           std::vector<uint8_t>(8 * sizeof(float), 0));
+      },
+      "tensor blk.2.attn_q_norm.weight is not used by architecture llama");
+  expect_load_error(set_key("llama.expert_count", gguf::Value::u32(8)),
+                    "llama.expert_count is set; arbor does not run mixtures of experts");
+  expect_load_error(set_key("general.architecture", gguf::Value::str("deepseek2")),
+                    "(supported: llama, qwen2, qwen3, gemma2, gemma3, mistral3, phi3, smollm3, "
+                    "olmo2, granite)");
+  expect_load_error(set_key("llama.attention.head_count",
+                            gguf::Value::i32_array({8, 8, 4, 8, 8})),
+                    "llama.attention.head_count differs between layers (8 and 4)");
+  expect_load_error(set_key("llama.attention.key_length_swa", gguf::Value::u32(16)),
+                    "llama.attention.key_length_swa = 16 differs");
+  expect_load_error(set_key("llama.rope.dimension_count", gguf::Value::u32(4)),
+                    "must equal head_dim 8 for llama");
+}
+
+// Per-layer arrays holding one value load like the scalar key.
+TEST(ModelConfigTest, UniformPerLayerArraysLoad) {
+  const gguf::GgufFile f = open_stories();
+  gguf::GgufWriter w = gguf::GgufWriter::from_file(f);
+  w.set("llama.attention.head_count", gguf::Value::i32_array({8, 8, 8, 8, 8}));
+  w.set("llama.rope.scaling.type", gguf::Value::str("linear"));
+  w.set("llama.rope.scaling.factor", gguf::Value::f32(4.0f));
+  const std::string bytes = w.serialize();
+  auto parsed = gguf::GgufFile::parse(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
+      "arrays.gguf");
+  ASSERT_TRUE(parsed.ok());
+  auto c = ModelConfig::from_gguf(*parsed);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->num_heads, 8);
+  ASSERT_EQ(c->ropes.size(), 1u);
+  EXPECT_EQ(c->ropes[0].scaling, RopeScaling::kLinear);
+  EXPECT_FLOAT_EQ(c->ropes[0].freq_scale, 0.25f);
 }
 
 // The one KV sizing rule: floor(budget / block bytes), at least 2 blocks (the KV manager's null
@@ -375,7 +418,7 @@ TEST(ForwardTest, Qwen2NeoxRopeMatchesLlamaOnPermutedWeights) {
   auto model = LlamaModel::from_file(std::move(parsed).value());
   ASSERT_TRUE(model.ok()) << model.status().to_string();
   EXPECT_TRUE((*model)->config().rope_neox);
-  EXPECT_NE((*model)->weights().layers[4].bv, nullptr);
+  EXPECT_NE((*model)->weights().layers[4].v.bias, nullptr);
   auto qwen = ModelRunner::create(std::move(model).value(),
                                   {.num_blocks = 4, .kv_dtype = kernels::KvDtype::kF32, .num_threads = 1});
   ASSERT_TRUE(qwen.ok());

@@ -8,8 +8,14 @@
 //       OUT.bin: float32 [num_tokens, n_vocab], the logits at every position.
 //   llama_ref tokenize MODEL.gguf TEXT_FILE [--no-special] [--parse-special]
 //       prints the ids of the file's text, comma-separated (add_special unless --no-special).
+//   llama_ref bench    MODEL.gguf [--pp N] [--tg N] [--threads N] [--reps N]
+//       llama-bench's two measurements, for side-by-side figures: prefill of N tokens in one
+//       batch, and decode of N tokens one at a time after it (F16 KV cache, flash attention
+//       off); prints one line per repetition: "pp N: T tok/s, tg N: T tok/s".
 //
 // Exit status 0 on success; 2 with a message on any failure.
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -108,6 +114,58 @@ int run_logits(int argc, char** argv) {
   return 0;
 }
 
+double seconds_since(const std::chrono::steady_clock::time_point& t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Decodes `n` tokens from position `pos` in one batch, logits for the last only.
+void decode_batch(llama_context* ctx, llama_batch& batch, int n, int pos, int n_vocab) {
+  for (int i = 0; i < n; ++i) {
+    batch.token[i] = (pos + i * 7919) % n_vocab;
+    batch.pos[i] = pos + i;
+    batch.n_seq_id[i] = 1;
+    batch.seq_id[i][0] = 0;
+    batch.logits[i] = i == n - 1;
+  }
+  batch.n_tokens = n;
+  if (llama_decode(ctx, batch) != 0) die("llama_decode failed");
+}
+
+int run_bench(int argc, char** argv) {
+  if (argc < 3) die("usage: llama_ref bench MODEL [--pp N] [--tg N] [--threads N] [--reps N]");
+  const int pp = std::atoi(flag_value(argc, argv, "--pp", "512"));
+  const int tg = std::atoi(flag_value(argc, argv, "--tg", "128"));
+  const int reps = std::atoi(flag_value(argc, argv, "--reps", "3"));
+  llama_model* model = load(argv[2], false);
+  const int n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
+  llama_context_params cp = llama_context_default_params();
+  cp.n_ctx = static_cast<uint32_t>(pp + tg + 16);
+  cp.n_batch = cp.n_ubatch = static_cast<uint32_t>(std::max(pp, 1));
+  cp.n_seq_max = 1;
+  cp.n_threads = cp.n_threads_batch = std::atoi(flag_value(argc, argv, "--threads", "2"));
+  cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+  cp.no_perf = true;
+  llama_context* ctx = llama_init_from_model(model, cp);
+  if (ctx == nullptr) die("cannot create a context");
+  llama_batch batch = llama_batch_init(std::max(pp, 1), 0, 1);
+  decode_batch(ctx, batch, std::min(pp, 16), 0, n_vocab);  // warm-up
+  for (int r = 0; r < reps; ++r) {
+    llama_memory_clear(llama_get_memory(ctx), true);
+    auto t0 = std::chrono::steady_clock::now();
+    decode_batch(ctx, batch, pp, 0, n_vocab);
+    const double t_pp = seconds_since(t0);
+    t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < tg; ++i) decode_batch(ctx, batch, 1, pp + i, n_vocab);
+    const double t_tg = seconds_since(t0);
+    std::printf("pp %d: %.2f tok/s, tg %d: %.2f tok/s\n", pp, pp / t_pp, tg, tg / t_tg);
+    std::fflush(stdout);
+  }
+  llama_batch_free(batch);
+  llama_free(ctx);
+  llama_model_free(model);
+  return 0;
+}
+
 int run_tokenize(int argc, char** argv) {
   if (argc < 4) die("usage: llama_ref tokenize MODEL TEXT_FILE [--no-special] [--parse-special]");
   std::ifstream in(argv[3], std::ios::binary);
@@ -135,7 +193,7 @@ int run_tokenize(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) die("usage: llama_ref logits|tokenize ...");
+  if (argc < 2) die("usage: llama_ref logits|tokenize|bench ...");
   llama_log_set(quiet_log, nullptr);
   // The package's CPU backends (one per ISA level) sit beside libllama; the best one loads.
   const char* libdir = std::getenv("LLAMA_REF_LIBDIR");
@@ -145,5 +203,6 @@ int main(int argc, char** argv) {
   const std::string mode = argv[1];
   if (mode == "logits") return run_logits(argc, argv);
   if (mode == "tokenize") return run_tokenize(argc, argv);
+  if (mode == "bench") return run_bench(argc, argv);
   die("unknown mode " + mode);
 }

@@ -125,5 +125,74 @@ TEST_F(LoaderErrors, MissingFileAndKeys) {
       << r.status().message();
 }
 
+// A twelve-token byte-level BPE vocabulary ("a", "b", "ab", "<s>", "</s>", "c" ... "i") named
+// `pre`.
+Result<std::unique_ptr<Tokenizer>> tiny_bpe(const std::string& pre, bool with_bos_id = true,
+                                            std::vector<std::string> regexes = {}) {
+  gguf::GgufWriter writer;
+  writer.set("tokenizer.ggml.model", gguf::Value::str("gpt2"));
+  writer.set("tokenizer.ggml.pre", gguf::Value::str(pre));
+  writer.set("tokenizer.ggml.tokens", gguf::Value::string_array(
+      {"a", "b", "ab", "<s>", "</s>", "c", "d", "e", "f", "g", "h", "i"}));
+  writer.set("tokenizer.ggml.token_type",
+             gguf::Value::i32_array({1, 1, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1}));
+  writer.set("tokenizer.ggml.merges", gguf::Value::string_array({"a b"}));
+  if (with_bos_id) writer.set("tokenizer.ggml.bos_token_id", gguf::Value::u32(3));
+  writer.set("tokenizer.ggml.eos_token_id", gguf::Value::u32(4));
+  if (!regexes.empty()) {
+    writer.set("tokenizer.arbor.pre_regexes", gguf::Value::string_array(regexes));
+  }
+  const std::string bytes = writer.serialize();
+  auto file = gguf::GgufFile::parse({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()},
+                                    "tiny-" + pre + ".gguf");
+  if (!file.ok()) return file.status();
+  return Tokenizer::from_gguf(*file);
+}
+
+TEST(PreTokenizerNames, UnknownNameIsRefusedListingTheSupportedOnes) {
+  auto r = tiny_bpe("no-such-pre");
+  ASSERT_FALSE(r.ok());
+  const std::string msg = r.status().to_string();
+  EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented) << msg;
+  EXPECT_NE(msg.find("tiny-no-such-pre.gguf"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("tokenizer.ggml.pre = 'no-such-pre'"), std::string::npos) << msg;
+  for (const char* name : {"tekken", "qwen2", "qwen35", "llama-bpe", "smollm", "dbrx", "refact",
+                           "olmo", "phi-2", "gpt-4o", "deepseek-v3"}) {
+    EXPECT_NE(msg.find(std::string(" ") + name + ","), std::string::npos)
+        << name << " not listed: " << msg;
+  }
+  // Names llama.cpp knows whose behaviour arbor does not reproduce are refused too.
+  for (const char* name : {"kimi-k2", "chameleon", "superbpe", "tiny_aya", "roberta-bpe"}) {
+    EXPECT_FALSE(tiny_bpe(name).ok()) << name;
+  }
+}
+
+// The flags llama.cpp ties to a name (llama_vocab::impl::load), with no add_bos_token key.
+TEST(PreTokenizerNames, NamesSetLlamaCppsFlags) {
+  struct Case {
+    const char* pre;
+    bool add_bos;
+    int32_t bos_without_key;  // BOS id when the file has no bos_token_id
+  };
+  for (const Case& c : {Case{"tekken", true, 11}, Case{"llama-bpe", true, 11},
+                        Case{"dbrx", false, 11}, Case{"qwen2", false, 11}, Case{"glm4", false, -1},
+                        Case{"", false, 11}}) {
+    auto tok = tiny_bpe(c.pre);
+    ASSERT_TRUE(tok.ok()) << c.pre << ": " << tok.status().to_string();
+    EXPECT_EQ((*tok)->add_bos(), c.add_bos) << c.pre;
+    EXPECT_EQ((*tok)->bos_id(), 3) << c.pre;
+    EXPECT_EQ((*tok)->pre_name(), *c.pre ? c.pre : "default");
+    EXPECT_EQ(ids_to_string((*tok)->encode("ab", {.add_bos = false})), "2") << c.pre;
+    auto no_key = tiny_bpe(c.pre, false);
+    ASSERT_TRUE(no_key.ok());
+    EXPECT_EQ((*no_key)->bos_id(), c.bos_without_key) << c.pre;
+  }
+  // arbor's own patterns replace the named ones but keep the name's flags.
+  auto custom = tiny_bpe("tekken", true, {"a"});
+  ASSERT_TRUE(custom.ok()) << custom.status().to_string();
+  EXPECT_TRUE((*custom)->add_bos());
+  EXPECT_EQ(ids_to_string((*custom)->encode("ab", {.add_bos = false})), "0 1");
+}
+
 }  // namespace
 }  // namespace arbor::tokenizer

@@ -1,0 +1,56 @@
+#include "model/arch.h"
+
+#include <array>
+
+namespace arbor::model {
+namespace {
+
+// Each row as llama.cpp de3ff81 builds the architecture (src/models/<name>.cpp there).
+constexpr std::array kArchs = {
+    ArchSpec{.name = "llama", .arch = Arch::kLlama, .attn_out_bias = true, .ffn_bias = true,
+             .ffn_scales = true, .rope_freqs = true, .rope_whole_head = true},
+    ArchSpec{.name = "qwen2", .arch = Arch::kQwen2, .rope_neox = true, .qkv_bias_required = true},
+    ArchSpec{.name = "qwen3", .arch = Arch::kQwen3, .rope_neox = true,
+             .qk_norm = QkNorm::kPerHead, .ffn_scales = true},
+    ArchSpec{.name = "gemma2", .arch = Arch::kGemma2, .rope_neox = true, .post_norms = true,
+             .activation = Activation::kGeluTanh, .output = OutputTensor::kTied,
+             .embed_scale_sqrt_dim = true, .swa_pattern = 2, .swa_default_window = 4096,
+             .swa_needs_key = false, .swa_base_is_global = true, .attn_softcap_key = true,
+             .attn_softcap_default = 50.0f, .final_softcap_key = true,
+             .final_softcap_default = 30.0f, .attn_scale = AttnScale::kGemma,
+             .gemma_large_layers = 46},
+    ArchSpec{.name = "gemma3", .arch = Arch::kGemma3, .rope_neox = true, .post_norms = true,
+             .qk_norm = QkNorm::kPerHead, .activation = Activation::kGeluTanh,
+             .embed_scale_sqrt_dim = true, .swa_pattern = 6, .final_softcap_key = true,
+             .attn_scale = AttnScale::kGemma, .gemma_large_layers = 62},
+    ArchSpec{.name = "mistral3", .arch = Arch::kMistral3, .attn_out_bias = true,
+             .ffn_bias = true, .ffn_scales = true, .rope_freqs = true, .mistral_keys = true},
+    ArchSpec{.name = "phi3", .arch = Arch::kPhi3, .rope_neox = true, .fused_gate_up = true,
+             .rope_freqs = true},
+    ArchSpec{.name = "smollm3", .arch = Arch::kSmolLM3, .nope_every = 4},
+    ArchSpec{.name = "olmo2", .arch = Arch::kOlmo2, .rope_neox = true, .pre_norms = false,
+             .post_norms = true, .qk_norm = QkNorm::kWhole, .output = OutputTensor::kRequired,
+             .swa_pattern = 4, .swa_base_is_global = true},
+    ArchSpec{.name = "granite", .arch = Arch::kGranite, .attn_out_bias = true, .ffn_bias = true,
+             .rope_freqs = true, .granite_scales = true, .attn_scale = AttnScale::kKey},
+};
+
+}  // namespace
+
+const ArchSpec* find_arch(std::string_view name) {
+  for (const ArchSpec& a : kArchs) {
+    if (a.name == name) return &a;
+  }
+  return nullptr;
+}
+
+std::string supported_arch_names() {
+  std::string s;
+  for (const ArchSpec& a : kArchs) {
+    if (!s.empty()) s += ", ";
+    s += a.name;
+  }
+  return s;
+}
+
+}  // namespace arbor::model

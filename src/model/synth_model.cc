@@ -1,0 +1,382 @@
+#include "model/synth_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/check.h"
+#include "gguf/quants.h"
+#include "model/arch.h"
+
+namespace arbor::model {
+namespace {
+
+using gguf::GgmlType;
+using gguf::Value;
+using Init = SynthTensor::Init;
+
+std::vector<SynthShape> make_presets() {
+  std::vector<SynthShape> p;
+  auto add = [&](SynthShape s) { p.push_back(std::move(s)); };
+  add({.name = "tinyllama-1.1b", .dim = 2048, .ffn = 5632, .layers = 22, .heads = 32,
+       .kv_heads = 4, .context = 2048});
+  add({.name = "stories110m", .dim = 768, .ffn = 2048, .layers = 12, .heads = 12, .kv_heads = 12,
+       .context = 1024});
+  add({.name = "stories15m", .dim = 288, .ffn = 768, .layers = 6, .heads = 6, .kv_heads = 6,
+       .context = 256});
+  add({.name = "qwen2.5-0.5b", .arch = "qwen2", .dim = 896, .ffn = 4864, .layers = 24,
+       .heads = 14, .kv_heads = 2, .context = 32768, .vocab = 151936, .tied = true,
+       .qkv_bias = true, .rope_theta = 1e6f, .rms_eps = 1e-6f});
+  add({.name = "qwen3-0.6b", .arch = "qwen3", .dim = 1024, .ffn = 3072, .layers = 28,
+       .heads = 16, .kv_heads = 8, .context = 40960, .head_dim = 128, .vocab = 151936,
+       .tied = true, .rope_theta = 1e6f, .rms_eps = 1e-6f});
+  add({.name = "gemma3-1b", .arch = "gemma3", .dim = 1152, .ffn = 6912, .layers = 26, .heads = 4,
+       .kv_heads = 1, .context = 32768, .head_dim = 256, .vocab = 262144, .tied = true,
+       .rope_theta = 1e6f, .rms_eps = 1e-6f, .window = 512, .swa_pattern = 6,
+       .rope_theta_swa = 10000.0f});
+  add({.name = "gemma3-270m", .arch = "gemma3", .dim = 640, .ffn = 2048, .layers = 18,
+       .heads = 4, .kv_heads = 1, .context = 32768, .head_dim = 256, .vocab = 262144,
+       .tied = true, .rope_theta = 1e6f, .rms_eps = 1e-6f, .window = 512, .swa_pattern = 6,
+       .rope_theta_swa = 10000.0f});
+  add({.name = "gemma2-2b", .arch = "gemma2", .dim = 2304, .ffn = 9216, .layers = 26, .heads = 8,
+       .kv_heads = 4, .context = 8192, .head_dim = 256, .vocab = 256000, .tied = true,
+       .rms_eps = 1e-6f, .window = 4096, .attn_softcap = 50.0f, .final_softcap = 30.0f});
+  add({.name = "ministral3-3b", .arch = "mistral3", .dim = 3072, .ffn = 9216, .layers = 26,
+       .heads = 32, .kv_heads = 8, .context = 262144, .head_dim = 128, .vocab = 131072,
+       .tied = true, .rope_theta = 1e6f, .rms_eps = 1e-5f, .rope_scaling = "yarn",
+       .rope_factor = 16.0f, .rope_original_context = 16384, .yarn_beta_fast = 32.0f,
+       .yarn_beta_slow = 1.0f, .yarn_log_mul = 1.0f, .attn_temp_scale = 0.1f});
+  add({.name = "phi4-mini", .arch = "phi3", .dim = 3072, .ffn = 8192, .layers = 32, .heads = 24,
+       .kv_heads = 8, .context = 131072, .rope_dim = 96, .vocab = 200064, .tied = true,
+       .fused_qkv = true, .rope_scaling = "longrope", .rope_original_context = 4096,
+       .rope_attn_factor = 1.1902f});
+  add({.name = "smollm3-3b", .arch = "smollm3", .dim = 2048, .ffn = 11008, .layers = 36,
+       .heads = 16, .kv_heads = 4, .context = 65536, .vocab = 128256, .tied = true,
+       .rope_theta = 5e6f, .rms_eps = 1e-6f});
+  add({.name = "olmo2-1b", .arch = "olmo2", .dim = 2048, .ffn = 8192, .layers = 16, .heads = 16,
+       .kv_heads = 16, .context = 4096, .vocab = 100352, .rope_theta = 500000.0f,
+       .rms_eps = 1e-6f});
+  add({.name = "granite3.3-2b", .arch = "granite", .dim = 2048, .ffn = 8192, .layers = 40,
+       .heads = 32, .kv_heads = 8, .context = 131072, .vocab = 49159, .tied = true,
+       .rope_theta = 1e7f, .rms_eps = 1e-5f, .embedding_scale = 12.0f, .residual_scale = 0.22f,
+       .logit_scale = 8.0f, .attention_scale = 0.015625f});
+  add({.name = "custom", .context = 2048});
+  return p;
+}
+
+// xoshiro256** seeded by splitmix64 (sampling::Rng's generator, so llama / qwen2 shapes keep the
+// bytes they always had).
+class RowRng {
+ public:
+  explicit RowRng(uint64_t seed) {
+    for (uint64_t& s : s_) s = splitmix64(seed);
+  }
+  uint64_t next() {
+    const uint64_t result = rotl(s_[1] * 5, 7) * 9;
+    const uint64_t t = s_[1] << 17;
+    s_[2] ^= s_[0];
+    s_[3] ^= s_[1];
+    s_[1] ^= s_[2];
+    s_[0] ^= s_[3];
+    s_[2] ^= t;
+    s_[3] = rotl(s_[3], 45);
+    return result;
+  }
+
+ private:
+  static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+  static uint64_t splitmix64(uint64_t& x) {
+    uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  uint64_t s_[4];
+};
+
+uint64_t mix64(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  return x ^ (x >> 33);
+}
+
+// One row: uniform in [-a, a] with a = stddev * sqrt(3) (kUniform, kNearOne around 1 with
+// stddev 0.2 / sqrt(3), kFactors in [1, 4]), or ones.
+void fill_row(float* row, int64_t n, const SynthTensor& t, uint64_t seed, size_t tensor,
+              int64_t r) {
+  if (t.init == Init::kOnes) {
+    std::fill(row, row + n, 1.0f);
+    return;
+  }
+  RowRng rng(mix64(mix64(seed) ^ (uint64_t(tensor) << 40)) ^ uint64_t(r));
+  const float stddev = t.init == Init::kUniform ? t.stddev : 0.2f / std::sqrt(3.0f);
+  const float scale = stddev * std::sqrt(3.0f) * 0x1.0p-23f;  // 24-bit ints in [-2^23, 2^23)
+  for (int64_t i = 0; i < n; i += 2) {
+    const uint64_t bits = rng.next();
+    row[i] = (static_cast<float>(bits >> 40) - 0x1.0p23f) * scale;
+    if (i + 1 < n) row[i + 1] = (static_cast<float>((bits >> 8) & 0xffffff) - 0x1.0p23f) * scale;
+  }
+  if (t.init == Init::kNearOne) {
+    for (int64_t i = 0; i < n; ++i) row[i] += 1.0f;
+  } else if (t.init == Init::kFactors) {  // LongRoPE-like divisors in [1, 4]
+    for (int64_t i = 0; i < n; ++i) row[i] = 2.5f + row[i] * 7.5f;
+  }
+}
+
+int64_t head_dim_of(const SynthShape& s) { return s.head_dim > 0 ? s.head_dim : s.dim / s.heads; }
+
+// The tensors of one layer, as model/arch.h's row binds them.
+void plan_layer(const SynthShape& s, const ArchSpec& a, GgmlType type, int64_t l, Init norm,
+                std::vector<SynthTensor>& t) {
+  const int64_t hd = head_dim_of(s), qd = s.heads * hd, kvd = s.kv_heads * hd;
+  auto fan_in = [](int64_t n) { return static_cast<float>(1.0 / std::sqrt(double(n))); };
+  const std::string p = "blk." + std::to_string(l) + ".";
+  auto vec = [&](const std::string& name, int64_t n, Init init, float sd = 0.0f) {
+    t.push_back({p + name, {n}, GgmlType::kF32, init, sd});
+  };
+  auto mat = [&](const std::string& name, int64_t cols, int64_t rows) {
+    t.push_back({p + name, {cols, rows}, type, Init::kUniform, fan_in(cols)});
+  };
+  if (a.pre_norms) vec("attn_norm.weight", s.dim, norm);
+  if (s.fused_qkv) {
+    mat("attn_qkv.weight", s.dim, qd + 2 * kvd);
+    if (s.qkv_bias) vec("attn_qkv.bias", qd + 2 * kvd, Init::kUniform, 0.02f);
+  } else {
+    mat("attn_q.weight", s.dim, qd);
+    mat("attn_k.weight", s.dim, kvd);
+    mat("attn_v.weight", s.dim, kvd);
+    if (s.qkv_bias) {
+      vec("attn_q.bias", qd, Init::kUniform, 0.02f);
+      vec("attn_k.bias", kvd, Init::kUniform, 0.02f);
+      vec("attn_v.bias", kvd, Init::kUniform, 0.02f);
+    }
+  }
+  if (a.qk_norm != QkNorm::kNone) {
+    const bool whole = a.qk_norm == QkNorm::kWhole;
+    vec("attn_q_norm.weight", whole ? qd : hd, norm);
+    vec("attn_k_norm.weight", whole ? kvd : hd, norm);
+  }
+  mat("attn_output.weight", qd, s.dim);
+  if (s.out_bias) vec("attn_output.bias", s.dim, Init::kUniform, 0.02f);
+  if (a.post_norms) vec("post_attention_norm.weight", s.dim, norm);
+  if (a.pre_norms) vec("ffn_norm.weight", s.dim, norm);
+  if (a.fused_gate_up) {
+    mat("ffn_up.weight", s.dim, 2 * s.ffn);
+  } else {
+    mat("ffn_gate.weight", s.dim, s.ffn);
+    mat("ffn_up.weight", s.dim, s.ffn);
+  }
+  mat("ffn_down.weight", s.ffn, s.dim);
+  if (s.ffn_bias) {
+    if (!a.fused_gate_up) vec("ffn_gate.bias", s.ffn, Init::kUniform, 0.02f);
+    vec("ffn_up.bias", s.ffn, Init::kUniform, 0.02f);
+    vec("ffn_down.bias", s.dim, Init::kUniform, 0.02f);
+  }
+  if (a.post_norms) vec("post_ffw_norm.weight", s.dim, norm);
+}
+
+uint32_t file_type_of(GgmlType type) {  // llama.cpp's llama_ftype
+  switch (type) {
+    case GgmlType::kF32: return 0;
+    case GgmlType::kF16: return 1;
+    case GgmlType::kQ4_0: return 2;
+    default: return 7;  // Q8_0
+  }
+}
+
+// <arch>.* keys beyond the common ones.
+void set_arch_keys(gguf::GgufWriter& w, const SynthShape& s) {
+  const std::string a = s.arch;
+  auto f32 = [&](const std::string& key, float v) {
+    if (v != 0.0f) w.set(a + key, Value::f32(v));
+  };
+  auto u32 = [&](const std::string& key, int64_t v) {
+    if (v != 0) w.set(a + key, Value::u32(static_cast<uint32_t>(v)));
+  };
+  u32(".attention.sliding_window", s.window);
+  u32(".attention.sliding_window_pattern", s.swa_pattern);
+  f32(".rope.freq_base_swa", s.rope_theta_swa);
+  if (!s.rope_scaling.empty() && s.rope_scaling != "longrope") {
+    w.set(a + ".rope.scaling.type", Value::str(s.rope_scaling));
+  }
+  f32(".rope.scaling.factor", s.rope_factor);
+  u32(".rope.scaling.original_context_length", s.rope_original_context);
+  f32(".rope.scaling.attn_factor", s.rope_attn_factor);
+  f32(".rope.scaling.yarn_beta_fast", s.yarn_beta_fast);
+  f32(".rope.scaling.yarn_beta_slow", s.yarn_beta_slow);
+  f32(".rope.scaling.yarn_log_multiplier", s.yarn_log_mul);
+  f32(".attention.temperature_scale", s.attn_temp_scale);
+  f32(".attn_logit_softcapping", s.attn_softcap);
+  f32(".final_logit_softcapping", s.final_softcap);
+  f32(".embedding_scale", s.embedding_scale);
+  f32(".residual_scale", s.residual_scale);
+  f32(".attention.scale", s.attention_scale);
+  if (s.arch == "granite") w.set(a + ".logit_scale", Value::f32(s.logit_scale > 0 ? s.logit_scale : 1.0f));
+}
+
+}  // namespace
+
+const std::vector<SynthShape>& synth_presets() {
+  static const std::vector<SynthShape> kShapes = make_presets();
+  return kShapes;
+}
+
+const SynthShape* find_synth_preset(const std::string& name) {
+  for (const SynthShape& s : synth_presets()) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
+const SynthShape* default_preset_for_arch(const std::string& arch) {
+  for (const SynthShape& s : synth_presets()) {
+    if (s.arch == arch && s.name != "custom") return &s;
+  }
+  return nullptr;
+}
+
+SynthShape with_arch(const SynthShape& shape, const std::string& arch) {
+  if (shape.arch == arch) return shape;
+  const SynthShape* d = default_preset_for_arch(arch);
+  SynthShape s = d != nullptr ? *d : SynthShape{};
+  s.arch = arch;
+  s.name = shape.name;
+  s.dim = shape.dim;
+  s.ffn = shape.ffn;
+  s.layers = shape.layers;
+  s.heads = shape.heads;
+  s.kv_heads = shape.kv_heads;
+  s.context = shape.context;
+  s.head_dim = shape.head_dim;
+  s.rope_dim = shape.rope_dim;
+  s.vocab = shape.vocab;
+  s.tied = s.tied || shape.tied;
+  s.qkv_bias = s.qkv_bias || shape.qkv_bias || arch == "qwen2";
+  return s;
+}
+
+Status validate_synth_shape(const SynthShape& s, GgmlType type) {
+  const ArchSpec* a = find_arch(s.arch);
+  if (a == nullptr) {
+    return invalid_argument("--arch is ", s.arch, ", must be one of ", supported_arch_names());
+  }
+  if (s.dim <= 0 || s.ffn <= 0 || s.layers <= 0 || s.heads <= 0 || s.context <= 0) {
+    return invalid_argument("shape ", s.name, " needs --dim, --ffn, --layers and --heads > 0 (got ",
+                            s.dim, ", ", s.ffn, ", ", s.layers, ", ", s.heads, ")");
+  }
+  const int64_t hd = head_dim_of(s);
+  if (s.head_dim == 0 && s.dim % s.heads != 0) {
+    return invalid_argument("--dim ", s.dim, " must be a multiple of --heads ", s.heads,
+                            " (or give --head-dim)");
+  }
+  if (hd % 2 != 0 || (s.rope_dim != 0 && (s.rope_dim % 2 != 0 || s.rope_dim > hd))) {
+    return invalid_argument("head_dim ", hd, " and --rope-dim ", s.rope_dim,
+                            " must be even, rope_dim <= head_dim");
+  }
+  if (s.kv_heads <= 0 || s.heads % s.kv_heads != 0) {
+    return invalid_argument("--heads ", s.heads, " must be a multiple of --kv-heads ", s.kv_heads);
+  }
+  if (a->qkv_bias_required && !s.qkv_bias) {
+    return invalid_argument(s.arch, " needs q/k/v biases");
+  }
+  if ((s.out_bias && !a->attn_out_bias) || (s.ffn_bias && !a->ffn_bias) ||
+      (s.rope_freqs && !a->rope_freqs)) {
+    return invalid_argument(s.arch, " has no attention-output / FFN biases or rope_freqs");
+  }
+  if (a->output == OutputTensor::kRequired && s.tied) {
+    return invalid_argument(s.arch, " cannot tie its classifier to the embedding");
+  }
+  const int64_t block = gguf::ggml_traits(type).block_size;
+  for (const int64_t n : {s.dim, s.ffn, s.heads * hd}) {
+    if (n % block != 0) {
+      return invalid_argument("--dim ", s.dim, ", --ffn ", s.ffn, " and heads x head_dim ",
+                              s.heads * hd, " must be multiples of ", block, " for type ",
+                              gguf::ggml_type_name(type));
+    }
+  }
+  return ok_status();
+}
+
+std::vector<SynthTensor> plan_synth_tensors(const SynthShape& s, GgmlType type, int64_t vocab) {
+  const ArchSpec& a = *find_arch(s.arch);
+  const Init norm = a.arch == Arch::kLlama || a.arch == Arch::kQwen2 ? Init::kOnes : Init::kNearOne;
+  auto fan_in = [](int64_t n) { return static_cast<float>(1.0 / std::sqrt(double(n))); };
+  std::vector<SynthTensor> t;
+  t.push_back({"token_embd.weight", {s.dim, vocab}, type, Init::kUniform, fan_in(s.dim)});
+  const int64_t half = (s.rope_dim > 0 ? s.rope_dim : head_dim_of(s)) / 2;
+  if (s.rope_freqs) t.push_back({"rope_freqs.weight", {half}, GgmlType::kF32, Init::kFactors});
+  if (s.rope_scaling == "longrope") {
+    t.push_back({"rope_factors_long.weight", {half}, GgmlType::kF32, Init::kFactors});
+    t.push_back({"rope_factors_short.weight", {half}, GgmlType::kF32, Init::kFactors});
+  }
+  for (int64_t l = 0; l < s.layers; ++l) plan_layer(s, a, type, l, norm, t);
+  t.push_back({"output_norm.weight", {s.dim}, GgmlType::kF32, norm});
+  if (!s.tied && a.output != OutputTensor::kTied) {
+    t.push_back({"output.weight", {s.dim, vocab}, type, Init::kUniform, fan_in(s.dim)});
+  }
+  return t;
+}
+
+void set_synth_metadata(gguf::GgufWriter& w, const SynthShape& s, GgmlType type, uint64_t seed,
+                        int64_t vocab) {
+  const std::string a = s.arch;
+  const int64_t hd = head_dim_of(s);
+  w.set("general.architecture", Value::str(a));
+  w.set("general.name", Value::str("arbor-synth " + s.name + " seed " + std::to_string(seed)));
+  w.set("general.file_type", Value::u32(file_type_of(type)));
+  if (type == GgmlType::kQ4_0 || type == GgmlType::kQ8_0) {
+    w.set("general.quantization_version", Value::u32(2));
+  }
+  w.set(a + ".context_length", Value::u32(uint32_t(s.context)));
+  w.set(a + ".embedding_length", Value::u32(uint32_t(s.dim)));
+  w.set(a + ".block_count", Value::u32(uint32_t(s.layers)));
+  w.set(a + ".feed_forward_length", Value::u32(uint32_t(s.ffn)));
+  w.set(a + ".rope.dimension_count", Value::u32(uint32_t(s.rope_dim > 0 ? s.rope_dim : hd)));
+  w.set(a + ".rope.freq_base", Value::f32(s.rope_theta));
+  w.set(a + ".attention.head_count", Value::u32(uint32_t(s.heads)));
+  w.set(a + ".attention.head_count_kv", Value::u32(uint32_t(s.kv_heads)));
+  if (hd * s.heads != s.dim) {
+    w.set(a + ".attention.key_length", Value::u32(uint32_t(hd)));
+    w.set(a + ".attention.value_length", Value::u32(uint32_t(hd)));
+  }
+  w.set(a + ".attention.layer_norm_rms_epsilon", Value::f32(s.rms_eps));
+  w.set(a + ".vocab_size", Value::u32(uint32_t(vocab)));
+  set_arch_keys(w, s);
+}
+
+std::vector<uint8_t> make_synth_tensor(const SynthTensor& t, uint64_t seed, size_t index,
+                                       kernels::ThreadPool& pool) {
+  const int64_t n = t.dims[0];
+  int64_t rows = 1;
+  for (size_t d = 1; d < t.dims.size(); ++d) rows *= t.dims[d];
+  const uint64_t row_bytes = gguf::ggml_row_size(t.type, n);
+  std::vector<uint8_t> data(row_bytes * rows);
+  pool.parallel_for(rows, [&](int64_t begin, int64_t end, int) {
+    std::vector<float> row(n);
+    for (int64_t r = begin; r < end; ++r) {
+      fill_row(row.data(), n, t, seed, index, r);
+      // Type and row length were validated (validate_synth_shape), so this cannot fail.
+      const Status st = gguf::quantize_row(t.type, row.data(), data.data() + r * row_bytes, n);
+      ARBOR_CHECK(st.ok()) << st.to_string();
+    }
+  });
+  return data;
+}
+
+Result<gguf::GgufWriter> synth_model(const SynthShape& s, GgmlType type, uint64_t seed,
+                                     int64_t vocab, std::vector<gguf::KeyValue> tokenizer_keys,
+                                     kernels::ThreadPool& pool) {
+  ARBOR_RETURN_IF_ERROR(validate_synth_shape(s, type));
+  gguf::GgufWriter w;
+  set_synth_metadata(w, s, type, seed, vocab);
+  for (gguf::KeyValue& kv : tokenizer_keys) w.set(kv.key, std::move(kv.value));
+  const std::vector<SynthTensor> tensors = plan_synth_tensors(s, type, vocab);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const SynthTensor& t = tensors[i];
+    w.add_tensor_owned(t.name, t.type, t.dims, make_synth_tensor(t, seed, i, pool));
+  }
+  return w;
+}
+
+}  // namespace arbor::model

@@ -1,0 +1,266 @@
+// Every architecture of the table (model/arch.h) against llama.cpp, an implementation arbor did
+// not write: a tiny random-weight file of each (F32, then Q8_0 and llama-quantize's Q4_K_M
+// mixture of it) is evaluated by both on the same 64 token ids, and the logits at every position
+// must agree.
+//
+// The reference is tests/reference/.llama/llama_ref (scripts/install_reference.sh: the prebuilt
+// libllama of the pinned npm package @node-llama-cpp/linux-x64 3.22.1, llama.cpp de3ff81), with
+// an F32 KV cache and no flash attention. The files exercise each row's variants at sizes where
+// they matter: head_dim != dim / heads, sliding windows (16) shorter than the prompt, Gemma's
+// two RoPE bases and linear scaling, soft-caps small enough to bend the scores, YaRN with
+// Mistral 3's temperature over an original context of 16, Phi-3's fused tensors, LongRoPE and
+// partial rotary dims, SmolLM3's NoPE layers, OLMo 2's whole-projection QK-norm without
+// pre-norms, Granite's multipliers, and the llama row's optional biases, fused QKV and
+// rope_freqs (what llama.cpp's own fixture of the llama architecture carries).
+//
+// Tolerance (max |arbor - llama.cpp| over all positions and tokens, logits of unit scale): F32
+// 2e-3 (5e-3 for the GELU rows: llama.cpp's GELU is a table of f16 values); Q8_0 and Q4_K_M
+// 0.25 (the two engines quantise activations differently: arbor int8 blocks of 32 for every
+// type, llama.cpp Q8_0 / Q8_K blocks). And the top-1 token is identical at every position where
+// the reference's top-2 margin exceeds the tolerance.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <unistd.h>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "gguf/quantize_model.h"
+#include "kernels/thread_pool.h"
+#include "model/runner.h"
+#include "model/synth_model.h"
+#include "support/shared_data.h"
+#include "support/subprocess.h"
+#include "support/temp_dir.h"
+
+namespace arbor::model::testing {
+namespace {
+
+constexpr int kPromptTokens = 64;
+
+// The tiny shape of each architecture under test.
+std::vector<SynthShape> test_shapes() {
+  const SynthShape base{.name = "tiny", .dim = 256, .ffn = 512, .layers = 4, .heads = 4,
+                        .kv_heads = 2, .context = 4096};
+  auto shape = [&](const std::string& name, const std::string& arch) {
+    SynthShape s = with_arch(base, arch);
+    s.name = name;
+    s.vocab = 0;
+    return s;
+  };
+  std::vector<SynthShape> v;
+  SynthShape llama = shape("llama", "llama");  // llama.cpp's fixture: every optional tensor
+  llama.qkv_bias = llama.out_bias = llama.ffn_bias = llama.rope_freqs = true;
+  v.push_back(llama);
+  SynthShape llama_fused = shape("llama-fused-qkv", "llama");
+  llama_fused.fused_qkv = true;
+  v.push_back(llama_fused);
+  v.push_back(shape("qwen2", "qwen2"));
+  SynthShape qwen3 = shape("qwen3", "qwen3");
+  qwen3.head_dim = 128;  // 4 x 128 != 256
+  v.push_back(qwen3);
+  SynthShape gemma3 = shape("gemma3", "gemma3");
+  gemma3.layers = 6;  // layer 5 is the global one (pattern 6)
+  gemma3.heads = 2;
+  gemma3.kv_heads = 1;
+  gemma3.head_dim = 128;
+  gemma3.window = 16;
+  gemma3.rope_scaling = "linear";
+  gemma3.rope_factor = 8.0f;
+  v.push_back(gemma3);
+  SynthShape gemma2 = shape("gemma2", "gemma2");
+  gemma2.head_dim = 128;
+  gemma2.window = 16;
+  gemma2.attn_softcap = 3.0f;
+  gemma2.final_softcap = 2.0f;
+  v.push_back(gemma2);
+  SynthShape mistral3 = shape("mistral3", "mistral3");
+  mistral3.rope_factor = 4.0f;
+  mistral3.rope_original_context = 16;
+  mistral3.out_bias = mistral3.ffn_bias = true;
+  v.push_back(mistral3);
+  SynthShape phi3 = shape("phi-longrope", "phi3");  // a name with "phi3" makes llama.cpp look for Phi-3 tokens
+  phi3.rope_dim = 48;  // partial rotary, 48 of 64
+  phi3.rope_original_context = 32;
+  phi3.rope_attn_factor = 1.19f;
+  v.push_back(phi3);
+  v.push_back(shape("smollm3", "smollm3"));
+  SynthShape olmo2 = shape("olmo2", "olmo2");
+  olmo2.tied = false;
+  v.push_back(olmo2);
+  SynthShape olmo3 = shape("olmo3-sliding", "olmo2");
+  olmo3.tied = false;
+  olmo3.window = 16;
+  v.push_back(olmo3);
+  SynthShape granite = shape("granite", "granite");
+  granite.embedding_scale = 4.0f;
+  granite.residual_scale = 0.5f;
+  granite.logit_scale = 2.0f;
+  granite.attention_scale = 0.1f;
+  v.push_back(granite);
+  return v;
+}
+
+std::string reference_bin() { return ARBOR_SOURCE_DIR "/tests/reference/.llama/llama_ref"; }
+
+std::vector<int32_t> prompt_ids() {
+  std::mt19937 rng(33);
+  std::vector<int32_t> ids = {1};
+  while ((int)ids.size() < kPromptTokens) ids.push_back(3 + (int32_t)(rng() % 509));
+  return ids;
+}
+
+// tokenizer.* of stories260K (a real 512-token SentencePiece vocabulary).
+std::vector<gguf::KeyValue> tokenizer_keys() {
+  auto f = gguf::GgufFile::open(test::shared_path(test::kStories260K));
+  EXPECT_TRUE(f.ok()) << f.status().to_string();
+  std::vector<gguf::KeyValue> keys;
+  if (!f.ok()) return keys;
+  for (const gguf::KeyValue& kv : f->metadata()) {
+    if (kv.key.starts_with("tokenizer.")) keys.push_back(kv);
+  }
+  return keys;
+}
+
+struct Files {
+  std::string f32, q8_0, q4_k_m;
+};
+
+// Writes the F32 file of `s` and its Q8_0 and Q4_K_M quantisations into `dir`.
+Files write_files(const SynthShape& s, const test::TempDir& dir, kernels::ThreadPool& pool) {
+  Files files{dir / (s.name + "-f32.gguf"), dir / (s.name + "-q8_0.gguf"),
+              dir / (s.name + "-q4_k_m.gguf")};
+  auto w = synth_model(s, gguf::GgmlType::kF32, 5, 512, tokenizer_keys(), pool);
+  EXPECT_TRUE(w.ok()) << s.name << ": " << w.status().to_string();
+  if (!w.ok()) return {};
+  EXPECT_TRUE(w->write(files.f32).ok());
+  auto in = gguf::GgufFile::open(files.f32);
+  EXPECT_TRUE(in.ok());
+  const std::pair<std::string, gguf::QuantizeOptions> targets[] = {
+      {files.q8_0, {.target = gguf::GgmlType::kQ8_0}},
+      {files.q4_k_m, {.target = gguf::GgmlType::kQ4_K, .mix = gguf::QuantMix::kQ4_K_M}}};
+  for (const auto& [path, options] : targets) {
+    auto q = gguf::quantize_model(*in, options, nullptr);
+    EXPECT_TRUE(q.ok()) << q.status().to_string();
+    if (q.ok()) {
+      EXPECT_TRUE(q->write(path).ok());
+    }
+  }
+  return files;
+}
+
+// llama.cpp's logits [ids.size(), vocab] for `path`.
+std::vector<float> reference_logits(const std::string& path, const std::vector<int32_t>& ids,
+                                    const test::TempDir& dir, int vocab) {
+  std::string list;
+  for (int32_t id : ids) list += (list.empty() ? "" : ",") + std::to_string(id);
+  const std::string out = dir / "ref.bin";
+  const test::CommandResult r =
+      test::run_shell(reference_bin() + " logits " + path + " " + list + " " + out);
+  EXPECT_EQ(r.exit_code, 0) << r.output();
+  std::vector<float> logits(ids.size() * vocab);
+  std::ifstream in(out, std::ios::binary);
+  in.read(reinterpret_cast<char*>(logits.data()), logits.size() * sizeof(float));
+  EXPECT_EQ(in.gcount(), (std::streamsize)(logits.size() * sizeof(float))) << path;
+  return logits;
+}
+
+std::vector<float> arbor_logits(const std::string& path, const std::vector<int32_t>& ids) {
+  auto runner = ModelRunner::load(
+      path, {.num_blocks = 8, .kv_dtype = kernels::KvDtype::kF32, .num_threads = 2});
+  EXPECT_TRUE(runner.ok()) << runner.status().to_string();
+  if (!runner.ok()) return {};
+  SingleSequence seq(**runner, SingleSequence::contiguous_blocks(0, 8));
+  auto logits = seq.append_all_logits(ids);
+  EXPECT_TRUE(logits.ok()) << logits.status().to_string();
+  if (!logits.ok()) return {};
+  return {logits->begin(), logits->end()};
+}
+
+struct Agreement {
+  float max_diff = 0.0f;
+  int top1_checked = 0;
+  int top1_mismatch = 0;
+};
+
+Agreement compare(const std::vector<float>& a, const std::vector<float>& ref, int vocab,
+                  float tol) {
+  Agreement g;
+  const int rows = (int)ref.size() / vocab;
+  for (int r = 0; r < rows; ++r) {
+    const float* x = a.data() + (size_t)r * vocab;
+    const float* y = ref.data() + (size_t)r * vocab;
+    int best = 0, second = -1;
+    for (int c = 0; c < vocab; ++c) {
+      g.max_diff = std::max(g.max_diff, std::abs(x[c] - y[c]));
+      if (y[c] > y[best]) {
+        second = best;
+        best = c;
+      } else if (c != best && (second < 0 || y[c] > y[second])) {
+        second = c;
+      }
+    }
+    if (y[best] - y[second] <= tol) continue;
+    ++g.top1_checked;
+    g.top1_mismatch += std::max_element(x, x + vocab) - x != best;
+  }
+  return g;
+}
+
+class ArchReferenceTest : public ::testing::TestWithParam<SynthShape> {};
+
+TEST_P(ArchReferenceTest, LogitsMatchLlamaCpp) {
+  ASSERT_TRUE(test::require_shared_file(test::kStories260K));
+  ASSERT_EQ(access(reference_bin().c_str(), X_OK), 0)
+      << reference_bin() << " is missing: run scripts/install_reference.sh (make test does)";
+  const SynthShape& s = GetParam();
+  test::TempDir dir("arch_ref");
+  kernels::ThreadPool pool(2);
+  const Files files = write_files(s, dir, pool);
+  ASSERT_FALSE(files.f32.empty());
+  const std::vector<int32_t> ids = prompt_ids();
+  const bool gelu = s.arch == "gemma2" || s.arch == "gemma3";
+  const std::pair<std::string, float> cases[] = {
+      {files.f32, gelu ? 5e-3f : 2e-3f}, {files.q8_0, 0.25f}, {files.q4_k_m, 0.25f}};
+  std::vector<float> ref_f32;
+  for (const auto& [path, tol] : cases) {
+    SCOPED_TRACE(path);
+    const std::vector<float> ref = reference_logits(path, ids, dir, 512);
+    const std::vector<float> got = arbor_logits(path, ids);
+    ASSERT_EQ(got.size(), ref.size());
+    const Agreement g = compare(got, ref, 512, tol);
+    EXPECT_LE(g.max_diff, tol) << s.name;
+    EXPECT_EQ(g.top1_mismatch, 0) << s.name << ": " << g.top1_mismatch << " of "
+                                  << g.top1_checked << " positions";
+    std::printf("%-16s %-28s max |diff| %.2e (tolerance %.0e), top-1 checked at %d/%d",
+                s.name.c_str(), path.substr(path.rfind('/') + 1).c_str(), g.max_diff, tol,
+                g.top1_checked, kPromptTokens);
+    if (ref_f32.empty()) {
+      ref_f32 = ref;
+      std::printf("\n");
+      continue;
+    }
+    // Quantised: arbor's distance from the F32 reference is no worse than llama.cpp's own (each
+    // engine quantises activations its own way, so they differ from each other by about as much
+    // as each differs from F32; a convention bug would stand out here).
+    const float ours = compare(got, ref_f32, 512, 1e9f).max_diff;
+    const float theirs = compare(ref, ref_f32, 512, 1e9f).max_diff;
+    EXPECT_LE(ours, 1.5f * theirs + 1e-3f) << s.name;
+    std::printf("; from F32: arbor %.2e, llama.cpp %.2e\n", ours, theirs);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryArchitecture, ArchReferenceTest, ::testing::ValuesIn(test_shapes()),
+                         [](const ::testing::TestParamInfo<SynthShape>& info) {
+                           std::string n = info.param.name;
+                           std::replace_if(n.begin(), n.end(),
+                                           [](char c) { return !std::isalnum(c); }, '_');
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace arbor::model::testing
