@@ -6,6 +6,7 @@
 //
 //   arbor bench kv-layout                      Gemma 3 1B and 4B shapes at 32k context
 //   arbor bench kv-layout --shape gemma3-1b --context 8192 --block-size 1 --json
+//   arbor bench kv-layout -m model.gguf       the file's own layers and windows
 //
 // Per shape: the groups and pools, the blocks the request holds once its `context` tokens are
 // computed and the peak during its prefill, KV bytes and bytes per token, and the ratio to the
@@ -22,8 +23,10 @@
 
 #include "cli/bench_command.h"
 #include "cli/command.h"
+#include "gguf/gguf.h"
 #include "kv/kv_cache_manager.h"
 #include "model/kv_cache.h"
+#include "model/model_config.h"
 
 namespace arbor::cli {
 namespace {
@@ -38,6 +41,7 @@ struct Shape {
   int head_dim = 0;
   int32_t window = 0;
   int pattern = 1;
+  std::vector<int32_t> layer_windows{};  // a file's own windows; empty: from window and pattern
 };
 
 const std::map<std::string, Shape>& shapes() {
@@ -51,6 +55,7 @@ const std::map<std::string, Shape>& shapes() {
 }
 
 struct Options {
+  std::string model;  // a GGUF instead of the shapes
   std::vector<std::string> shapes = {"gemma3-1b", "gemma3-4b"};
   int64_t context = 32768;
   int32_t block_size = 16;
@@ -71,6 +76,7 @@ struct Measured {
 };
 
 std::vector<int32_t> layer_windows(const Shape& s) {
+  if (!s.layer_windows.empty()) return s.layer_windows;
   std::vector<int32_t> w(static_cast<size_t>(s.layers));
   for (int l = 0; l < s.layers; ++l) w[static_cast<size_t>(l)] = l % s.pattern == s.pattern - 1 ? 0 : s.window;
   return w;
@@ -178,6 +184,20 @@ Status run(const Options& o) {
     return invalid_argument("--kv-dtype is '", o.kv_dtype, "', not f16 or f32");
   }
   std::vector<Measured> ms;
+  if (!o.model.empty()) {
+    ARBOR_ASSIGN_OR_RETURN(gguf::GgufFile file, gguf::GgufFile::open(o.model));
+    ARBOR_ASSIGN_OR_RETURN(model::ModelConfig c, model::ModelConfig::from_gguf(file));
+    Shape s{.name = c.arch_name, .layers = c.num_layers, .kv_heads = c.num_kv_heads,
+            .head_dim = c.head_dim};
+    for (int l = 0; l < c.num_layers; ++l) {
+      s.layer_windows.push_back(c.layer_window(l));
+      s.window = std::max<int32_t>(s.window, c.layer_window(l));
+    }
+    ARBOR_ASSIGN_OR_RETURN(Measured m, measure(s, o));
+    ms.push_back(std::move(m));
+    print(o, ms);
+    return ok_status();
+  }
   for (const std::string& name : o.shapes) {
     auto it = shapes().find(name);
     if (it == shapes().end()) {
@@ -198,6 +218,7 @@ void setup(CLI::App& bench) {
       "KV bytes one long request holds with sliding-window blocks released, against keeping "
       "every block (KV cache groups, docs/kv_layout.md)");
   auto o = std::make_shared<Options>();
+  sub->add_option("-m,--model", o->model, "A GGUF: measure its own layers and windows");
   sub->add_option("--shape", o->shapes,
                   "Model shapes: gemma3-1b (26 layers, 1 KV head, head_dim 256, window 512, "
                   "every 6th layer full), gemma3-4b (34, 4, 256, 1024, 6), gemma3-12b, gemma3-27b")

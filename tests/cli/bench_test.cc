@@ -118,6 +118,27 @@ TEST(BenchKvLayoutTest, Gemma3At32kHoldsUnderAQuarterOfFullAttention) {
       EXPECT_GT((*g)["ratio"].get<double>(), 0.15) << (*g)["name"];
     }
   }
+  // -m: a file's own layers. A 12-layer Gemma 3 (layers 5 and 11 global, window 64, head_dim
+  // 32, 1 KV head): 2 full + 10 sliding layers in 5 groups of 2 (2 pools); at 1024 tokens the
+  // full group holds 64 blocks of 16, each sliding group ceil(63 / 16) = 4.
+  test::TempDir dir("bench_kv_layout");
+  const std::string file = dir / "gemma3.gguf";
+  CommandResult synth = run_arbor(
+      "synth --shape custom --arch gemma3 --dim 64 --ffn 128 --layers 12 --heads 2 --kv-heads 1 "
+      "--head-dim 32 --window 64 --context 2048 --type f32 --vocab " + kModel + " -o " + file);
+  ASSERT_EQ(synth.exit_code, 0) << synth.err;
+  CommandResult m = run_arbor("bench kv-layout -m " + file + " --context 1024 --json");
+  ASSERT_EQ(m.exit_code, 0) << m.err;
+  const nlohmann::json jm = nlohmann::json::parse(m.out, nullptr, false);
+  ASSERT_TRUE(jm.is_object()) << m.out;
+  const nlohmann::json& g = jm["shapes"][0];
+  EXPECT_EQ(g["name"], "gemma3");
+  EXPECT_EQ(g["groups"], 6);
+  EXPECT_EQ(g["pools"], 2);
+  EXPECT_EQ(g["group_blocks"], (std::vector<int>{64, 4, 4, 4, 4, 4}));
+  EXPECT_EQ(g["bytes_per_block"].get<int64_t>(), int64_t{2} * 2 * 1 * 32 * 2 * 16);
+  EXPECT_DOUBLE_EQ(g["ratio"].get<double>(), 84.0 * 2 / (64.0 * 12));
+
   CommandResult bad = run_arbor("bench kv-layout --shape gemma9");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.err.find("unknown shape 'gemma9' (known: gemma3-12b, gemma3-1b"), std::string::npos)
