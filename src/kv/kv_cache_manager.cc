@@ -56,6 +56,37 @@ int64_t KvCacheManager::sliding_hit(int32_t group, std::span<const BlockHash> ha
   return run;
 }
 
+void KvCacheManager::extend_hashes(const KvRequest& request, std::vector<BlockHash>& hashes,
+                                   int64_t num_blocks) const {
+  const BlockHashExtraKeys extra = extra_keys(request);
+  for (auto i = static_cast<int64_t>(hashes.size()); i < num_blocks; ++i) {
+    hashes.push_back(hash_block_tokens(
+        i == 0 ? kRootParentHash : hashes[i - 1],
+        request.token_ids.subspan(static_cast<size_t>(i * block_size_), block_size_), extra,
+        i == 0));
+  }
+}
+
+// The hit of the full-attention groups (the shortest of their cached prefixes, at most
+// max_blocks), hashing only as far as it goes; each group's scanned ids into (*ids)[g].
+int64_t KvCacheManager::full_groups_hit(const KvRequest& request, std::vector<BlockHash>& hashes,
+                                        int64_t max_blocks,
+                                        std::vector<std::vector<BlockId>>* ids) const {
+  int64_t hit = max_blocks;
+  for (int32_t g = 0; g < num_groups(); ++g) {
+    if (is_sliding(g)) continue;
+    std::vector<BlockId>& found = (*ids)[static_cast<size_t>(g)];
+    for (auto i = static_cast<int64_t>(found.size()); i < hit; ++i) {
+      extend_hashes(request, hashes, i + 1);
+      const std::optional<BlockId> id = pool_.get_cached_block(group_block_hash(hashes[i], g));
+      if (!id) break;
+      found.push_back(*id);
+    }
+    hit = static_cast<int64_t>(found.size());
+  }
+  return hit;
+}
+
 ComputedBlocks KvCacheManager::get_computed_blocks(const KvRequest& request,
                                                    int64_t max_num_computed_tokens) {
   ComputedBlocks out;
@@ -71,44 +102,19 @@ ComputedBlocks KvCacheManager::get_computed_blocks(const KvRequest& request,
   std::vector<BlockHash>& hashes = requests_.contains(request.request_id)
                                        ? scratch
                                        : waiting_hashes_[request.request_id];
-  const BlockHashExtraKeys extra = extra_keys(request);
-  // Full-attention groups: the longest cached prefix of each, hashing only as far as it goes.
   out.group_block_ids.resize(windows_.size());
-  int64_t hit = max_blocks;
-  for (int32_t g = 0; g < num_groups(); ++g) {
-    if (is_sliding(g)) continue;
-    std::vector<BlockId>& ids = out.group_block_ids[static_cast<size_t>(g)];
-    for (auto i = static_cast<int64_t>(ids.size()); i < hit; ++i) {
-      if (i == static_cast<int64_t>(hashes.size())) {
-        hashes.push_back(hash_block_tokens(
-            i == 0 ? kRootParentHash : hashes[i - 1],
-            request.token_ids.subspan(static_cast<size_t>(i * block_size_), block_size_), extra,
-            i == 0));
-      }
-      const std::optional<BlockId> id = pool_.get_cached_block(group_block_hash(hashes[i], g));
-      if (!id) break;
-      ids.push_back(*id);
-    }
-    hit = static_cast<int64_t>(ids.size());
-  }
-  // Sliding groups look backwards from the hit: hash every block up to it first.
-  for (auto i = static_cast<int64_t>(hashes.size()); i < hit; ++i) {
-    hashes.push_back(hash_block_tokens(
-        i == 0 ? kRootParentHash : hashes[i - 1],
-        request.token_ids.subspan(static_cast<size_t>(i * block_size_), block_size_), extra,
-        i == 0));
-  }
-  // A shorter hit may break another sliding group's window: repeat until every group agrees
-  // (full groups serve every prefix of their hit). Terminates: hit only decreases.
+  int64_t hit = full_groups_hit(request, hashes, max_blocks, &out.group_block_ids);
+  // Sliding groups look backwards from the hit: hash every block up to it first. A shorter hit
+  // may break another sliding group's window: repeat until every group agrees (full groups
+  // serve every prefix of their hit). Terminates: hit only decreases.
+  extend_hashes(request, hashes, hit);
   for (bool changed = true; changed && hit > 0;) {
     changed = false;
     for (int32_t g = 0; g < num_groups(); ++g) {
       if (!is_sliding(g)) continue;
       const int64_t h = sliding_hit(g, hashes, hit);
-      if (h < hit) {
-        hit = h;
-        changed = true;
-      }
+      changed = changed || h < hit;
+      hit = std::min(hit, h);
     }
   }
   if (hit == 0) {

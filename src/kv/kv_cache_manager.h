@@ -264,6 +264,11 @@ class KvCacheManager {
   bool is_sliding(int32_t group) const { return windows_[static_cast<size_t>(group)] > 0; }
   // Blocks a sliding group needs before a hit ends, ceil((W - 1) / B).
   int64_t window_blocks(int32_t group) const;
+  // Appends the hash chain of request's full blocks to `hashes` up to num_blocks entries.
+  void extend_hashes(const KvRequest& request, std::vector<BlockHash>& hashes,
+                     int64_t num_blocks) const;
+  int64_t full_groups_hit(const KvRequest& request, std::vector<BlockHash>& hashes,
+                          int64_t max_blocks, std::vector<std::vector<BlockId>>* ids) const;
   // The longest hit <= max_blocks that a sliding group serves with its cached blocks.
   int64_t sliding_hit(int32_t group, std::span<const BlockHash> hashes, int64_t max_blocks) const;
   // Pool operations that keep the per-group used-block counts.
