@@ -29,7 +29,7 @@ set(ARBOR_DEPS_sched base kv sampling step)
 set(ARBOR_DEPS_executor base gguf tokenizer kernels model cuda sampling step spec)
 set(ARBOR_DEPS_engine base kv sampling step sched tokenizer)
 set(ARBOR_DEPS_http base)
-set(ARBOR_DEPS_chat base)
+set(ARBOR_DEPS_chat base grammar)
 set(ARBOR_DEPS_server base tokenizer sampling step sched engine http chat)
 set(ARBOR_DEPS_loadgen base http)
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Resolves the default model and starts arbor on it.
 # Model resolution: MODEL=..., else $ARBOR_MODEL, else the stories260K GGUF under $ARBOR_SHARED_DIR.
+# Arguments after the binary go to `arbor serve` (tests/build/serve_readme_test.sh: --port-file).
 set -euo pipefail
 bin=${1:?usage: scripts/serve.sh PATH/TO/arbor}
 shared=${ARBOR_SHARED_DIR:-$(cd "$(dirname "$0")/.." && pwd)/../shared}
@@ -24,7 +25,7 @@ if [ ! -f "$model" ]; then
   exit 2
 fi
 if "$bin" serve --help >/dev/null 2>&1; then
-  exec "$bin" serve -m "$model" --host "${HOST:-127.0.0.1}" --port "${PORT:-8080}"
+  exec "$bin" serve -m "$model" --host "${HOST:-127.0.0.1}" --port "${PORT:-8080}" "${@:2}"
 fi
 # Until the HTTP server lands, the main job is a streamed generation on the default model.
 exec "$bin" generate -m "$model" -p "${PROMPT:-Once upon a time}" -n "${N:-200}"

@@ -19,6 +19,7 @@
 
 #include "base/log.h"
 #include "base/mapped_file.h"
+#include "chat/reasoning.h"
 #include "chat/tool_calls.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
@@ -41,6 +42,7 @@ struct Options {
   bool accept_any_model_name = false;
   std::string chat_template;
   std::string tool_call_parser = "auto";
+  std::string reasoning_format = "auto";
   ServingOptions serving;
   double body_limit_mib = 8.0;
   double shutdown_timeout_s = 10.0;
@@ -179,7 +181,8 @@ Status run(const Options& o) {
   executor::LocalExecutor& exec_ref = *exec;
   ARBOR_ASSIGN_OR_RETURN(
       auto chat, server::make_chat_renderer(*tok, o.chat_template,
-                                            chat::parse_tool_call_format(o.tool_call_parser)));
+                                            chat::parse_tool_call_format(o.tool_call_parser),
+                                            o.reasoning_format));
   server::ModelInfo info;
   ARBOR_RETURN_IF_ERROR(set_model_names(o, &info));
   info.path = o.model;
@@ -243,11 +246,21 @@ void setup(CLI::App& app) {
                 "Serve requests whatever model they name (clients that send the endpoint URL "
                 "as the model); default off: an unknown model is a 404");
   sub->add_option("--chat-template", o->chat_template,
-                  "Chat template: a builtin name or a file; default: the model's own");
+                  "Chat template: a builtin name or a file; default: the model's own, or the "
+                  "builtin chatml (with a warning) for a model that has none");
   sub->add_option("--tool-call-parser", o->tool_call_parser,
                   "How the model writes tool calls: hermes (<tool_call> JSON), llama3_json, or "
                   "auto (read from the chat template; docs/tool_calling.md)")
       ->check(CLI::IsMember({"auto", "hermes", "llama3_json"}))
+      ->capture_default_str();
+  std::vector<std::string> reasoning_formats = {"none", "auto"};
+  for (std::string_view n : chat::reasoning_syntax_names()) reasoning_formats.emplace_back(n);
+  sub->add_option("--reasoning-format", o->reasoning_format,
+                  "A thinking model's reasoning: auto (the markers read from the chat template, "
+                  "e.g. <think>...</think>) goes to message.reasoning_content and a grammar "
+                  "applies after it; none: the output is all content; or a syntax name "
+                  "(docs/server.md, \"Reasoning\")")
+      ->check(CLI::IsMember(reasoning_formats))
       ->capture_default_str();
   sub->add_option("--max-body-mib", o->body_limit_mib, "Request body limit (MiB); larger is 413")
       ->check(CLI::PositiveNumber)

@@ -7,6 +7,7 @@
 #include <set>
 #include <vector>
 
+#include "base/bits.h"
 #include "base/log.h"
 #include "base/progress.h"
 #include "gguf/quantize_model.h"
@@ -146,14 +147,6 @@ Status check_source_tensors(const GgufFile& src, const InflateGeometry& g) {
 }
 
 // ---- rows ------------------------------------------------------------------------------------
-
-uint64_t mix64(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdULL;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ULL;
-  return x ^ (x >> 33);
-}
 
 uint64_t fnv1a(const std::string& s) {
   uint64_t h = 0xcbf29ce484222325ULL;

@@ -246,6 +246,8 @@ Result<std::shared_ptr<RequestStream>> EngineCore::submit(GenerateRequest reques
   group.logprobs = request.sampling.logprobs.has_value();
   group.prompt_logprobs = request.sampling.prompt_logprobs.has_value();
   group.stop = std::move(request.stop);
+  group.keep_special_ids = std::move(request.keep_special_ids);
+  std::sort(group.keep_special_ids.begin(), group.keep_special_ids.end());
   group.num_prompt_tokens = num_prompt_tokens;
   const size_t tail = std::min(spec.prompt_token_ids.size(), SampleText::kPrimeTokens);
   group.prompt_tail.assign(spec.prompt_token_ids.end() - static_cast<std::ptrdiff_t>(tail),

@@ -50,6 +50,9 @@ struct GenerateRequest {
   // End the sample before the first occurrence in its text, matched across token boundaries;
   // the stop string is never part of any delta. Needs a tokenizer.
   std::vector<std::string> stop;
+  // Control tokens whose text the events carry (skipped otherwise): the reasoning markers of
+  // models whose markers are control tokens ([THINK], [/THINK]).
+  std::vector<int32_t> keep_special_ids;
   int32_t n = 1;                         // samples returned
   int32_t best_of = 0;                   // samples generated (0 = n); > n: the n with the
                                          // highest cumulative logprob, sent when all finish

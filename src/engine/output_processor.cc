@@ -19,7 +19,7 @@ void OutputProcessor::add(const OutputGroupSpec& spec) {
   g.streaming = spec.best_of == spec.n;
   g.samples.resize(static_cast<size_t>(spec.best_of));
   if (tokenizer_ != nullptr) {
-    for (Sample& s : g.samples) s.text.emplace(*tokenizer_, spec.prompt_tail, spec.stop);
+    for (Sample& s : g.samples) s.text.emplace(*tokenizer_, spec.prompt_tail, spec.stop, spec.keep_special_ids);
   }
   ids_by_name_[spec.name] = spec.id;
   groups_.emplace(spec.id, std::move(g));

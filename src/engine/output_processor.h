@@ -48,6 +48,7 @@ struct OutputGroupSpec {
   bool logprobs = false;                  // events carry per-token logprobs
   bool prompt_logprobs = false;           // first events carry the prompt logprobs
   std::vector<std::string> stop;          // stop strings
+  std::vector<int32_t> keep_special_ids;  // sorted: control tokens whose text is written
   std::vector<int32_t> prompt_tail;       // the last <= SampleText::kPrimeTokens prompt tokens
   int64_t num_prompt_tokens = 0;
   double arrival_time = 0.0;

@@ -6,8 +6,11 @@
 namespace arbor::engine {
 
 SampleText::SampleText(const tokenizer::Tokenizer& tokenizer,
-                       std::span<const int32_t> prompt_ids, std::vector<std::string> stop_strings)
-    : detok_(tokenizer), stops_(std::move(stop_strings)) {
+                       std::span<const int32_t> prompt_ids, std::vector<std::string> stop_strings,
+                       std::vector<int32_t> keep_special)
+    : detok_(tokenizer, tokenizer::DecodeOptions{.skip_special = true,
+                                                 .keep_special = std::move(keep_special)}),
+      stops_(std::move(stop_strings)) {
   std::erase_if(stops_, [](const std::string& s) { return s.empty(); });
   const size_t n = std::min(prompt_ids.size(), kPrimeTokens);
   for (int32_t id : prompt_ids.last(n)) detok_.add(id);

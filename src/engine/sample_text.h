@@ -24,8 +24,9 @@ class SampleText {
   // The last few prompt tokens prime the detokenizer (so a word-initial space of the first
   // output token comes out as in a decode of prompt + output) and produce no text; only the last
   // kPrimeTokens of `prompt_ids` are read, so the cost does not grow with the prompt.
+  // keep_special: sorted ids of control tokens whose text is written (DecodeOptions).
   SampleText(const tokenizer::Tokenizer& tokenizer, std::span<const int32_t> prompt_ids,
-             std::vector<std::string> stop_strings);
+             std::vector<std::string> stop_strings, std::vector<int32_t> keep_special = {});
   // Enough context for any tokenizer's decode of the next token: a leading-space rule looks at
   // one token back, and a character split into byte tokens spans at most 4.
   static constexpr size_t kPrimeTokens = 4;

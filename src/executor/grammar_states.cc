@@ -29,8 +29,8 @@ Result<std::shared_ptr<grammar::CompiledGrammar>> GrammarStates::compiled(
   return cg;
 }
 
-Result<grammar::GrammarState*> GrammarStates::sync(step::RequestId id, const RequestState& st) {
-  if (!st.sampling.grammar.has_value()) return static_cast<grammar::GrammarState*>(nullptr);
+Result<grammar::OutputGrammar*> GrammarStates::sync(step::RequestId id, const RequestState& st) {
+  if (!st.sampling.grammar.has_value()) return static_cast<grammar::OutputGrammar*>(nullptr);
   if (vocab_ == nullptr) {
     return failed_precondition("structured output needs the model's vocabulary; this executor "
                                "was built without one");
@@ -45,11 +45,12 @@ Result<grammar::GrammarState*> GrammarStates::sync(step::RequestId id, const Req
     ARBOR_ASSIGN_OR_RETURN(std::shared_ptr<grammar::CompiledGrammar> cg,
                            compiled(*st.sampling.grammar));
     it = states_
-             .emplace(id, Entry{.state = std::make_unique<grammar::GrammarState>(std::move(cg)),
+             .emplace(id, Entry{.state = std::make_unique<grammar::OutputGrammar>(
+                                    std::move(cg), st.sampling.grammar->thinking),
                                 .key = st.sampling.grammar->cache_key()})
              .first;
   }
-  grammar::GrammarState& g = *it->second.state;
+  grammar::OutputGrammar& g = *it->second.state;
   for (size_t i = g.num_accepted(); i < outputs.size(); ++i) {
     if (!g.accept(outputs[i])) {
       return internal_error("request ", id, ": committed output token ", outputs[i],
@@ -61,7 +62,7 @@ Result<grammar::GrammarState*> GrammarStates::sync(step::RequestId id, const Req
 
 namespace {
 
-Status mask_row(grammar::GrammarState& g, std::span<float> row) {
+Status mask_row(grammar::OutputGrammar& g, std::span<float> row) {
   const grammar::TokenBitmask& mask = g.mask();
   if (mask.none()) {
     return failed_precondition("the grammar reached a state that no token of the vocabulary "
@@ -73,7 +74,7 @@ Status mask_row(grammar::GrammarState& g, std::span<float> row) {
 
 }  // namespace
 
-Status GrammarStates::mask_chain(grammar::GrammarState& g, std::span<const int32_t> drafts,
+Status GrammarStates::mask_chain(grammar::OutputGrammar& g, std::span<const int32_t> drafts,
                                  std::span<float> rows) {
   const size_t vocab = rows.size() / (drafts.size() + 1);
   size_t accepted = 0;
@@ -87,7 +88,7 @@ Status GrammarStates::mask_chain(grammar::GrammarState& g, std::span<const int32
   return status;
 }
 
-Status GrammarStates::mask_tree(grammar::GrammarState& g, std::span<const int32_t> drafts,
+Status GrammarStates::mask_tree(grammar::OutputGrammar& g, std::span<const int32_t> drafts,
                                 std::span<const int32_t> parents, std::span<float> rows) {
   const size_t vocab = rows.size() / (drafts.size() + 1);
   ARBOR_RETURN_IF_ERROR(mask_row(g, rows.first(vocab)));
@@ -107,7 +108,7 @@ Status GrammarStates::mask_tree(grammar::GrammarState& g, std::span<const int32_
   return ok_status();
 }
 
-size_t GrammarStates::valid_prefix(grammar::GrammarState& g, std::span<const int32_t> extra,
+size_t GrammarStates::valid_prefix(grammar::OutputGrammar& g, std::span<const int32_t> extra,
                                    std::span<const int32_t> drafts) {
   size_t accepted = 0, valid = 0;
   bool ok = true;

@@ -5,7 +5,9 @@
 // since the last call (so preemption, forks and resumption replay them from the request's
 // tokens), and callers that look ahead (masking draft rows) roll back what they accepted.
 // Compiled grammars are shared by every request with the same spec (an LRU of
-// kMaxCompiledGrammars), so their per-state token sets and mask cache serve them all.
+// kMaxCompiledGrammars), so their per-state token sets and mask cache serve them all. A spec with
+// a thinking block (GrammarSpec::thinking) gets an OutputGrammar that lets the block through
+// unconstrained; its phase is part of the state, so drafts are masked and verified with it.
 //
 // Threading: the engine thread only.
 #pragma once
@@ -21,6 +23,7 @@
 #include "base/status.h"
 #include "executor/request_states.h"
 #include "grammar/grammar_spec.h"
+#include "grammar/output_grammar.h"
 #include "grammar/token_masks.h"
 #include "tokenizer/tokenizer.h"
 
@@ -40,33 +43,33 @@ class GrammarStates {
   }
   bool has_vocabulary() const { return vocab_ != nullptr; }
 
-  // The request's grammar, having accepted every committed output token of `st`; nullptr when
+  // The request's grammar (and thinking gate), having accepted every committed output token of `st`; nullptr when
   // the request has no grammar. Errors: no vocabulary was set, the spec does not compile, or a
   // committed token is not allowed by the grammar (kInternal: the executor produced it).
-  Result<grammar::GrammarState*> sync(step::RequestId id, const RequestState& st);
+  Result<grammar::OutputGrammar*> sync(step::RequestId id, const RequestState& st);
   void forget(step::RequestId id) { states_.erase(id); }
   size_t size() const { return states_.size(); }
 
   // Masks logits rows [0, k] of a chain: row i with the grammar after drafts 0..i-1. Stops at
   // the first draft the grammar refuses (later rows are never read: verification rejects that
   // draft). rows: [(k + 1) * vocab]. kFailedPrecondition when the grammar allows no token.
-  static Status mask_chain(grammar::GrammarState& g, std::span<const int32_t> drafts,
+  static Status mask_chain(grammar::OutputGrammar& g, std::span<const int32_t> drafts,
                            std::span<float> rows);
   // Masks a token tree's rows: row 0 after the committed tokens, row 1 + i after draft i's path
   // (drafts: [k], parents: [k] with step::kDraftRoot). Rows of paths the grammar refuses are
   // left as they are.
-  static Status mask_tree(grammar::GrammarState& g, std::span<const int32_t> drafts,
+  static Status mask_tree(grammar::OutputGrammar& g, std::span<const int32_t> drafts,
                           std::span<const int32_t> parents, std::span<float> rows);
   // The longest prefix of `drafts` the grammar accepts after `extra` (tokens not yet
   // committed: the ones this step emits). Nothing is left accepted.
-  static size_t valid_prefix(grammar::GrammarState& g, std::span<const int32_t> extra,
+  static size_t valid_prefix(grammar::OutputGrammar& g, std::span<const int32_t> extra,
                              std::span<const int32_t> drafts);
 
  private:
   Result<std::shared_ptr<grammar::CompiledGrammar>> compiled(const grammar::GrammarSpec& spec);
 
   struct Entry {
-    std::unique_ptr<grammar::GrammarState> state;
+    std::unique_ptr<grammar::OutputGrammar> state;
     std::string key;  // the spec's cache key
   };
   std::shared_ptr<const grammar::TokenVocabulary> vocab_;

@@ -562,7 +562,7 @@ step::RequestResult LocalExecutor::sample_request(const step::ScheduledRequest& 
     return s.is_tree() ? verify_tree(s, st, rows) : verify_drafts(s, st, rows);
   }
   float* logits = rows.logits;
-  Result<grammar::GrammarState*> g = grammars_.sync(s.request_id, st);
+  Result<grammar::OutputGrammar*> g = grammars_.sync(s.request_id, st);
   Status masked = g.status();
   if (masked.ok() && *g != nullptr) {
     const auto rows = std::span<float>(
@@ -925,7 +925,7 @@ void LocalExecutor::constrain_next_drafts(step::RequestResult& r) {
   if (!st.sampling.grammar.has_value() || uses_model_rule(st)) return;
   // A drawn tree keeps its draws from q; the SpecInfer/Sequoia rules verify it as drawn.
   if (!r.next_draft_parent_ids.empty() && tree_draws(st).has_value()) return;
-  Result<grammar::GrammarState*> g = grammars_.sync(r.request_id, st);
+  Result<grammar::OutputGrammar*> g = grammars_.sync(r.request_id, st);
   if (!g.ok() || *g == nullptr) return;
   std::vector<int32_t> emitted;
   for (const step::SampledToken& t : r.tokens) emitted.push_back(t.token_id);

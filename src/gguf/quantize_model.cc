@@ -116,9 +116,9 @@ int layer_index(std::string_view name) {
 bool use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
 
 // The mixture's type for a weight matrix (before fallbacks); see quantize_model.h.
-GgmlType mix_type(std::string_view name, GgmlType base, QuantMix mix, int layers) {
+GgmlType mix_type(std::string_view name, GgmlType base, QuantMix mix, int layers, bool tied) {
   if (mix == QuantMix::kPure) return base;
-  if (name == "output.weight") return GgmlType::kQ6_K;
+  if (name == "output.weight" || (tied && name == "token_embd.weight")) return GgmlType::kQ6_K;
   const int i = layer_index(name), n = layers;
   const bool m_mix = mix == QuantMix::kQ4_K_M || mix == QuantMix::kQ5_K_M;
   if (contains(name, "attn_v.weight")) {
@@ -138,6 +138,11 @@ GgmlType mix_type(std::string_view name, GgmlType base, QuantMix mix, int layers
   if (contains(name, "attn_output.weight")) {
     if (mix == QuantMix::kQ3_K_M) return GgmlType::kQ4_K;
     if (mix == QuantMix::kQ3_K_L) return GgmlType::kQ5_K;
+  }
+  if (contains(name, "attn_qkv.weight")) {
+    if (mix == QuantMix::kQ3_K_M || mix == QuantMix::kQ3_K_L) return GgmlType::kQ4_K;
+    if (mix == QuantMix::kQ4_K_M) return GgmlType::kQ5_K;
+    if (mix == QuantMix::kQ5_K_M) return GgmlType::kQ6_K;
   }
   return base;
 }
@@ -171,11 +176,12 @@ uint32_t llama_file_type(const QuantRecipe& recipe) {
 }
 
 GgmlType choose_tensor_type(std::string_view name, const std::vector<int64_t>& dims,
-                            GgmlType source_type, GgmlType target, QuantMix mix, int layers) {
+                            GgmlType source_type, GgmlType target, QuantMix mix, int layers,
+                            bool tied_embeddings) {
   if (dims.size() < 2 || !ends_with(name, "weight") || ends_with(name, "ffn_gate_inp.weight")) {
     return source_type;
   }
-  target = mix_type(name, target, mix, layers);
+  target = mix_type(name, target, mix, layers, tied_embeddings);
   if (fits(target, dims[0])) return target;
   const GgmlType fallback = fallback_type(target);
   return fits(fallback, dims[0]) ? fallback : GgmlType::kF16;
@@ -234,14 +240,20 @@ Result<GgufWriter> quantize_model(const GgufFile& in, const QuantizeOptions& opt
   }
   w.set("general.file_type", Value::u32(llama_file_type({options.target, options.mix})));
   if (is_quantized(options.target)) w.set("general.quantization_version", Value::u32(2));
-  int layers = 0;  // n of the mixtures' rules: the model's attn_v tensors
-  for (const TensorInfo& t : in.tensors()) layers += contains(t.name, "attn_v.weight") ? 1 : 0;
+  // n of the mixtures' rules: the model's attn_v (or fused attn_qkv) tensors, as llama.cpp's
+  // n_attention_wv; and whether the classifier is the embedding (no output.weight).
+  int layers = 0;
+  bool tied = true;
+  for (const TensorInfo& t : in.tensors()) {
+    layers += contains(t.name, "attn_v.weight") || contains(t.name, "attn_qkv.weight") ? 1 : 0;
+    tied = tied && t.name != "output.weight";
+  }
 
   std::optional<ProgressBar> bar;
   if (options.show_progress) bar.emplace("quantizing", in.tensors().size(), "tensors");
   for (const TensorInfo& t : in.tensors()) {
     const GgmlType type =
-        choose_tensor_type(t.name, t.dims, t.type, options.target, options.mix, layers);
+        choose_tensor_type(t.name, t.dims, t.type, options.target, options.mix, layers, tied);
     rep.bytes_in += t.size_bytes;
     if (type == t.type) {
       w.add_tensor_ref(t.name, t.type, t.dims, t.bytes());
@@ -253,7 +265,7 @@ Result<GgufWriter> quantize_model(const GgufFile& in, const QuantizeOptions& opt
       rep.bytes_out += data->size();
       w.add_tensor_owned(t.name, type, t.dims, std::move(data).value());
       ++rep.num_converted;
-      if (type != mix_type(t.name, options.target, options.mix, layers)) ++rep.num_fallback;
+      if (type != mix_type(t.name, options.target, options.mix, layers, tied)) ++rep.num_fallback;
     }
     if (bar) bar->add(1);
   }

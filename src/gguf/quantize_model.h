@@ -37,15 +37,17 @@ uint32_t llama_file_type(GgmlType type);
 
 // llama-quantize's K-quant mixtures (llama_tensor_get_type for Llama-family models, without an
 // importance matrix): the base type everywhere the rule above applies, except
-//   output.weight                      q6_K in every mixture
+//   output.weight                      q6_K in every mixture (token_embd.weight too when there is
+//                                      no output.weight: the classifier is the embedding)
 //   attn_v.weight / ffn_down.weight    Q4_K_M, Q5_K_M: q6_K on layers where use_more_bits(i, n)
 //                                      (i < n/8, i >= 7n/8, or (i - n/8) % 3 == 2)
 //                                      Q4_K_S: q5_K on layers i < 4 (attn_v), i < n/8 (ffn_down)
 //                                      Q3_K_M: attn_v q5_K for i < 2 else q4_K; ffn_down q5_K
 //                                      for i < n/16 else q4_K. Q3_K_L: q5_K
 //   attn_output.weight                 Q3_K_M: q4_K, Q3_K_L: q5_K
-// with n the number of such tensors in the model (its layers) and i the tensor's "blk.<i>."
-// index. Rows that do not fit a K block fall back as above.
+//   attn_qkv.weight (fused)            Q3_K_M / Q3_K_L: q4_K, Q4_K_M: q5_K, Q5_K_M: q6_K
+// with n the number of attn_v (or attn_qkv) tensors in the model (its layers) and i the
+// tensor's "blk.<i>." index. Rows that do not fit a K block fall back as above.
 enum class QuantMix { kPure, kQ3_K_S, kQ3_K_M, kQ3_K_L, kQ4_K_S, kQ4_K_M, kQ5_K_S, kQ5_K_M };
 
 // A model-wide target: a type, and for the K-quants optionally a mixture (named like
@@ -63,10 +65,11 @@ std::string recipe_name(const QuantRecipe& recipe);
 uint32_t llama_file_type(const QuantRecipe& recipe);
 
 // The type `t` gets when the model's target is `target` (rules above). For a mixture, `layers`
-// is n above (the count of attn_v / ffn_down tensors).
+// is n above and tied_embeddings says the model has no output.weight.
 GgmlType choose_tensor_type(std::string_view name, const std::vector<int64_t>& dims,
                             GgmlType source_type, GgmlType target,
-                            QuantMix mix = QuantMix::kPure, int layers = 0);
+                            QuantMix mix = QuantMix::kPure, int layers = 0,
+                            bool tied_embeddings = false);
 
 // Re-encodes one tensor's data. src: ggml_nbytes(src_type, dims) bytes (CHECKed);
 // returns ggml_nbytes(dst_type, dims) bytes. kUnimplemented when a type has no codec,

@@ -3,28 +3,13 @@
 #include <map>
 #include <optional>
 
+#include "base/strings.h"
 #include "grammar/gbnf_text.h"
 #include "grammar/grammar.h"
 
 namespace arbor::grammar {
 
-void append_utf8(uint32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
+void append_utf8(uint32_t cp, std::string& out) { arbor::append_utf8(out, cp); }
 
 std::vector<CodepointRange> normalise_class(const std::vector<CodepointRange>& ranges,
                                             bool negated) {

@@ -238,6 +238,17 @@ const TokenBitmask& CompiledGrammar::mask(Matcher& matcher) {
   return it->second;
 }
 
+const TokenBitmask* CompiledGrammar::keyed_mask(const std::string& key) const {
+  const auto it = keyed_.find(key);
+  return it == keyed_.end() ? nullptr : &it->second;
+}
+
+const TokenBitmask& CompiledGrammar::keyed_insert(std::string key, TokenBitmask mask) {
+  const size_t entry_bytes = static_cast<size_t>(vocab_->size()) / 8 + 64;
+  if ((keyed_.size() + 1) * entry_bytes > kMaxCacheBytes / 4) keyed_.clear();
+  return keyed_.insert_or_assign(std::move(key), std::move(mask)).first->second;
+}
+
 GrammarState::GrammarState(std::shared_ptr<CompiledGrammar> grammar)
     : grammar_(std::move(grammar)),
       matcher_(grammar_->automaton()),
@@ -273,6 +284,16 @@ bool GrammarState::accept(int32_t token) {
   if (b.empty() || !matcher_.accept(b)) return false;
   tokens_.push_back({.ended = false});
   return true;
+}
+
+bool GrammarState::accept_bytes(std::string_view bytes) {
+  if (ended() || !matcher_.accept(bytes)) return false;
+  tokens_.push_back({.ended = false});
+  return true;
+}
+
+bool GrammarState::accepts_bytes(std::string_view bytes) {
+  return !ended() && matcher_.accepts(bytes);
 }
 
 void GrammarState::rollback(size_t n) {

@@ -98,6 +98,12 @@ class CompiledGrammar {
   const TokenBitmask& mask(Matcher& matcher);
   const MaskStats& stats() const { return stats_; }
 
+  // Masks that depend on more than a matcher's state, under a caller's key (OutputGrammar's:
+  // its thinking markers and scanner state), shared by every request of this grammar. nullptr
+  // when absent. A pointer stays valid until the next keyed_insert().
+  const TokenBitmask* keyed_mask(const std::string& key) const;
+  const TokenBitmask& keyed_insert(std::string key, TokenBitmask mask);
+
  private:
   struct StateTokens {
     bool built = false;
@@ -120,6 +126,7 @@ class CompiledGrammar {
   StackArena scratch_arena_;
   StackStepper stepper_;
   std::unordered_map<std::string, TokenBitmask> cache_;
+  std::unordered_map<std::string, TokenBitmask> keyed_;
   TokenBitmask result_;
   MaskStats stats_;
 };
@@ -134,13 +141,22 @@ class GrammarState {
   // Consumes `token`; false (nothing changed) when it is not allowed. An end id is accepted when
   // the grammar can complete, and ends the grammar: only end ids are allowed after it.
   bool accept(int32_t token);
-  // Undoes the last n accept() calls.
+  // Consumes raw text as one accepted entry (undone by rollback(1)), not a token: the
+  // thinking gate's content that began inside a token. False (nothing changed) when the grammar
+  // refuses it or has ended.
+  bool accept_bytes(std::string_view bytes);
+  // Whether `bytes` could be accepted now (no change).
+  bool accepts_bytes(std::string_view bytes);
+  // The text so far is in the grammar's language.
+  bool can_end() const { return matcher_.can_end(); }
+  // Undoes the last n accept() / accept_bytes() calls.
   void rollback(size_t n);
   size_t num_accepted() const { return tokens_.size(); }
   // The allowed tokens now. Valid until the next call on this grammar's CompiledGrammar.
   const TokenBitmask& mask();
   bool ended() const { return !tokens_.empty() && tokens_.back().ended; }
   CompiledGrammar& compiled() { return *grammar_; }
+  const CompiledGrammar& compiled() const { return *grammar_; }
 
  private:
   struct Accepted {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/bits.h"
 #include "base/check.h"
 #include "gguf/quants.h"
 #include "model/arch.h"
@@ -70,36 +71,11 @@ class RowRng {
   explicit RowRng(uint64_t seed) {
     for (uint64_t& s : s_) s = splitmix64(seed);
   }
-  uint64_t next() {
-    const uint64_t result = rotl(s_[1] * 5, 7) * 9;
-    const uint64_t t = s_[1] << 17;
-    s_[2] ^= s_[0];
-    s_[3] ^= s_[1];
-    s_[1] ^= s_[2];
-    s_[0] ^= s_[3];
-    s_[2] ^= t;
-    s_[3] = rotl(s_[3], 45);
-    return result;
-  }
+  uint64_t next() { return xoshiro256ss_next(s_); }
 
  private:
-  static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-  static uint64_t splitmix64(uint64_t& x) {
-    uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
   uint64_t s_[4];
 };
-
-uint64_t mix64(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdULL;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ULL;
-  return x ^ (x >> 33);
-}
 
 // One row: uniform in [-a, a] with a = stddev * sqrt(3) (kUniform, kNearOne around 1 with
 // stddev 0.2 / sqrt(3), kFactors in [1, 4]), or ones.

@@ -2,20 +2,12 @@
 
 #include <random>
 
+#include "base/bits.h"
 #include "base/check.h"
 
 namespace arbor::sampling {
 
 namespace {
-
-uint64_t splitmix64(uint64_t& x) {
-  uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
 // Philox4x32 constants: round multipliers and the Weyl key increments (golden ratio, sqrt(3)-1).
 constexpr uint32_t kPhiloxM0 = 0xD2511F53u;
@@ -84,16 +76,6 @@ uint64_t Rng::random_seed() {
   return (static_cast<uint64_t>(rd()) << 32) ^ rd();
 }
 
-uint64_t Rng::next_u64() {
-  const uint64_t result = rotl(s_[1] * 5, 7) * 9;
-  const uint64_t t = s_[1] << 17;
-  s_[2] ^= s_[0];
-  s_[3] ^= s_[1];
-  s_[1] ^= s_[2];
-  s_[0] ^= s_[3];
-  s_[2] ^= t;
-  s_[3] = rotl(s_[3], 45);
-  return result;
-}
+uint64_t Rng::next_u64() { return xoshiro256ss_next(s_); }
 
 }  // namespace arbor::sampling

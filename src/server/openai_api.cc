@@ -217,6 +217,13 @@ struct BuilderOptions {
     bool single = false;  // parallel_tool_calls false: calls after the first are dropped
   };
   std::optional<ToolParsing> tools;
+  // Chat with a thinking model: each choice's text is split into reasoning_content and content
+  // (tool calls are read from the content only).
+  struct ReasoningParsing {
+    const chat::ReasoningSyntax* syntax = nullptr;  // the renderer's; outlives the request
+    grammar::ThinkingStart start = grammar::ThinkingStart::kMaybe;
+  };
+  std::optional<ReasoningParsing> reasoning;
   // completions echo + logprobs: per prompt, its token ids (their logprobs lead the choice's)
   std::vector<std::vector<int32_t>> echo_ids;
   int32_t logprobs_n = 0;           // completions: alternatives per token
@@ -258,10 +265,10 @@ class OpenAiBuilder : public ResponseBuilder {
       out += sse_data(chunk(ev.index, {{"role", "assistant"}, {"content", ""}}, nullptr,
                             nullptr));
     }
-    if (o_.tools) {
+    if (o_.chat && (o_.tools || o_.reasoning)) {
       const bool first = !c.started;
       c.started = true;
-      return out + tool_event(ev, c, first);
+      return out + split_event(ev, c, first);
     }
     std::string text = ev.text;
     const bool first = !c.started;
@@ -295,11 +302,18 @@ class OpenAiBuilder : public ResponseBuilder {
     for (size_t i = 0; i < choices_.size(); ++i) {
       Choice& c = choices_[i];
       json choice{{"index", i}, {"finish_reason", finish_reason_string(c.finish)}};
-      if (o_.chat && o_.tools) {
-        chat::ParsedToolOutput parsed =
-            chat::parse_tool_calls(o_.tools->format, c.text, true, o_.tools->names);
-        if (o_.tools->single && parsed.calls.size() > 1) parsed.calls.resize(1);
+      if (o_.chat && (o_.tools || o_.reasoning)) {
+        chat::SplitText split{.reasoning = "", .content = c.text};
+        if (o_.reasoning) {
+          split = chat::split_reasoning(*o_.reasoning->syntax, o_.reasoning->start, c.text);
+        }
+        chat::ParsedToolOutput parsed{.content = std::move(split.content), .calls = {}};
+        if (o_.tools) {
+          parsed = chat::parse_tool_calls(o_.tools->format, parsed.content, true, o_.tools->names);
+          if (o_.tools->single && parsed.calls.size() > 1) parsed.calls.resize(1);
+        }
         choice["message"] = tool_message(parsed);
+        if (!split.reasoning.empty()) choice["message"]["reasoning_content"] = split.reasoning;
         choice["finish_reason"] = tool_finish_reason(c.finish, parsed.calls.size());
       } else if (o_.chat) {
         choice["message"] = {{"role", "assistant"}, {"content", c.text}};
@@ -327,6 +341,8 @@ class OpenAiBuilder : public ResponseBuilder {
   struct Choice {
     std::string text;
     std::optional<chat::ToolCallStreamer> tool_streamer;  // streamed chat with tools
+    std::unique_ptr<chat::ReasoningSplitter> splitter;     // streamed chat with reasoning
+    std::string content;  // streamed chat with tools: the content so far (after the reasoning)
     int32_t num_calls = 0;                                // tool calls streamed
     std::vector<engine::TokenLogprobs> logprobs;
     std::optional<sched::FinishReason> finish;
@@ -382,15 +398,41 @@ class OpenAiBuilder : public ResponseBuilder {
     return m;
   }
 
-  // A streamed event of a chat with tools: content and tool-call deltas from the parse of the
-  // text so far (chat::ToolCallStreamer), so that the deltas add up to the non-streamed message.
-  // `first`: the choice's first event, whose chunk carries vLLM's prompt_logprobs.
-  std::string tool_event(const engine::StreamEvent& ev, Choice& c, bool first) {
-    if (!c.tool_streamer) c.tool_streamer.emplace(o_.tools->format, o_.tools->names);
-    c.text += ev.text;
+  // A streamed event of a chat with reasoning or tools: the event's text split into reasoning
+  // and content (chat::ReasoningSplitter), and the content's tool-call deltas from the parse of
+  // the content so far (chat::ToolCallStreamer), so that the deltas add up to the non-streamed
+  // message. `first`: the choice's first event, whose chunk carries vLLM's prompt_logprobs.
+  std::string split_event(const engine::StreamEvent& ev, Choice& c, bool first) {
     const bool done = ev.finish_reason().has_value();
-    const chat::ToolCallStreamer::Step step = c.tool_streamer->update(c.text, done);
+    chat::SplitText split{.reasoning = "", .content = ev.text};
+    if (o_.reasoning) {
+      if (!c.splitter) {
+        c.splitter = std::make_unique<chat::ReasoningSplitter>(*o_.reasoning->syntax,
+                                                               o_.reasoning->start);
+      }
+      split = c.splitter->feed(ev.text, done);
+    }
     json delta = json::object();
+    if (!split.reasoning.empty()) delta["reasoning_content"] = std::move(split.reasoning);
+    if (o_.tools) {
+      add_tool_deltas(split.content, done, c, delta);
+    } else if (!split.content.empty()) {
+      delta["content"] = std::move(split.content);
+    }
+    const bool has_logprobs = o_.logprobs && !ev.logprobs.empty();
+    const bool with_prompt = first && o_.prompt_logprobs;
+    if (delta.empty() && !has_logprobs && !done && !with_prompt) return "";
+    const json lp = o_.logprobs ? logprobs_json(c, ev.logprobs, false) : json(nullptr);
+    const json reason = done ? json(tool_finish_reason(ev.finish_reason(), c.num_calls)) : json();
+    json j = chunk(ev.index, std::move(delta), lp, reason);
+    if (with_prompt) add_prompt_logprobs(j, c);
+    return sse_data(j);
+  }
+
+  void add_tool_deltas(std::string_view content, bool done, Choice& c, json& delta) {
+    if (!c.tool_streamer) c.tool_streamer.emplace(o_.tools->format, o_.tools->names);
+    c.content += content;
+    const chat::ToolCallStreamer::Step step = c.tool_streamer->update(c.content, done);
     if (!step.content.empty()) delta["content"] = step.content;
     json calls = json::array();
     for (const chat::ToolCallDelta& d : step.calls) {
@@ -407,14 +449,6 @@ class OpenAiBuilder : public ResponseBuilder {
       calls.push_back(std::move(e));
     }
     if (!calls.empty()) delta["tool_calls"] = std::move(calls);
-    const bool has_logprobs = o_.logprobs && !ev.logprobs.empty();
-    const bool with_prompt = first && o_.prompt_logprobs;
-    if (delta.empty() && !has_logprobs && !done && !with_prompt) return "";
-    const json lp = o_.logprobs ? logprobs_json(c, ev.logprobs, false) : json(nullptr);
-    const json reason = done ? json(tool_finish_reason(ev.finish_reason(), c.num_calls)) : json();
-    json j = chunk(ev.index, std::move(delta), lp, reason);
-    if (with_prompt) add_prompt_logprobs(j, c);
-    return sse_data(j);
   }
 
   std::string echo_of(size_t choice) const {
@@ -596,6 +630,12 @@ std::optional<ApiError> check_messages(const json& body) {
       return invalid_param("messages", str_cat(where, ".content must be a string or an array of parts"));
     }
     ARBOR_API_TRY(check_tool_calls(m, where));
+    auto reasoning = m.find("reasoning_content");
+    if (reasoning != m.end() && !reasoning->is_null() &&
+        (!reasoning->is_string() || r != "assistant")) {
+      return invalid_param("messages", str_cat(where, ".reasoning_content must be a string, on an "
+                                               "assistant message"));
+    }
     if (r == "tool") {
       auto id = m.find("tool_call_id");
       if (id != m.end() && !id->is_null() && !id->is_string()) {
@@ -745,6 +785,46 @@ std::optional<ApiError> force_tool_calls(const ToolRequest& tools, const ModelIn
   return std::nullopt;
 }
 
+// Where the rendered prompt leaves the model's thinking (nullopt: no reasoning to read).
+std::optional<grammar::ThinkingStart> thinking_start(const ModelInfo& model,
+                                                     const std::string& prompt) {
+  const std::optional<chat::ReasoningSyntax>& syntax = model.chat->reasoning();
+  if (!syntax) return std::nullopt;
+  switch (chat::prompt_thinking(*syntax, prompt)) {
+    case chat::PromptThinking::kClosed: return std::nullopt;
+    case chat::PromptThinking::kMaybe: return grammar::ThinkingStart::kMaybe;
+    case chat::PromptThinking::kOpen: return grammar::ThinkingStart::kOpen;
+  }
+  return std::nullopt;
+}
+
+// A thinking model's markers that are control tokens ([THINK]): the events must carry their
+// text, and the grammar gate reads them as it.
+std::vector<grammar::ThinkingSpec::ControlText> control_markers(const ModelInfo& model,
+                                                                const chat::ReasoningSyntax& s) {
+  std::vector<grammar::ThinkingSpec::ControlText> out;
+  for (const std::string* text : {&s.markers.start, &s.markers.end, &s.markers.content_open}) {
+    if (text->empty()) continue;
+    const int32_t id = model.tokenizer->token_id(*text);
+    if (id >= 0 && model.tokenizer->is_special(id)) out.push_back({.id = id, .text = *text});
+  }
+  return out;
+}
+
+// The request reads the model's reasoning: the text is split for the response, and a grammar
+// (response_format, forced tool calls) applies after the thinking block.
+void read_reasoning(const ModelInfo& model, grammar::ThinkingStart start,
+                    engine::GenerateRequest& r, BuilderOptions& o) {
+  const chat::ReasoningSyntax& syntax = *model.chat->reasoning();
+  o.reasoning = BuilderOptions::ReasoningParsing{.syntax = &syntax, .start = start};
+  std::vector<grammar::ThinkingSpec::ControlText> controls = control_markers(model, syntax);
+  for (const auto& c : controls) r.keep_special_ids.push_back(c.id);
+  if (r.sampling.grammar) {
+    r.sampling.grammar->thinking = grammar::ThinkingSpec{
+        .markers = syntax.markers, .start = start, .control_texts = std::move(controls)};
+  }
+}
+
 }  // namespace
 
 std::optional<ApiError> prepare_chat(const json& body, const ModelInfo& model,
@@ -784,6 +864,7 @@ std::optional<ApiError> prepare_chat(const json& body, const ModelInfo& model,
   o.model = model.name;
   o.tokenizer = model.tokenizer;
   o.n = r.n;
+  if (const auto start = thinking_start(model, *prompt)) read_reasoning(model, *start, r, o);
   if (tools.parses_calls()) {
     o.tools.emplace();
     o.tools->format = model.chat->tool_support().format;

@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 
+#include "chat/reasoning.h"
 #include "chat/tool_calls.h"
 #include "server/api_common.h"
 
@@ -41,6 +42,9 @@ class ChatRenderer {
   // How the template handles tools and how the model writes calls (--tool-call-parser may
   // have chosen the format).
   virtual const chat::TemplateToolSupport& tool_support() const = 0;
+  // How the model writes its thinking (--reasoning-format may have chosen it); nullopt: the
+  // output is all content.
+  virtual const std::optional<chat::ReasoningSyntax>& reasoning() const = 0;
 };
 
 // Validates a /v1/completions body; on success fills *out.

@@ -182,7 +182,10 @@ void Tokenizer::append_token_bytes(int32_t id, const DecodeOptions& options, boo
                                    std::string& out) const {
   const Vocab& v = *vocab_;
   if (!v.valid_id(id)) return;
-  if (options.skip_special && v.is_special(id)) return;
+  if (options.skip_special && v.is_special(id) &&
+      !std::binary_search(options.keep_special.begin(), options.keep_special.end(), id)) {
+    return;
+  }
   std::string_view piece = v.pieces[id];
   if (piece.empty()) return;
   if (*at_start && v.add_space_prefix && piece.front() == ' ') piece.remove_prefix(1);

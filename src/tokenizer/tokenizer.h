@@ -57,6 +57,9 @@ struct EncodeOptions {
 struct DecodeOptions {
   // Drop control and unknown tokens (BOS, EOS, <unk>, chat markers). Default true.
   bool skip_special = true;
+  // Sorted ids of control tokens written even with skip_special: a thinking model's markers
+  // ([THINK], [/THINK]) that the server's reasoning parser must see.
+  std::vector<int32_t> keep_special = {};
 };
 
 class Tokenizer {

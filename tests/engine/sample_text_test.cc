@@ -41,6 +41,30 @@ Fed feed(const tokenizer::Tokenizer& tok, const std::vector<int32_t>& ids,
   return f;
 }
 
+// Control tokens write nothing, except those the request keeps (a thinking model's [THINK]).
+TEST(SampleText, KeptControlTokensWriteTheirText) {
+  auto tok = load_tokenizer();
+  const int32_t bos = tok->bos_id(), eos = tok->eos_id();
+  ASSERT_TRUE(tok->is_special(bos) && tok->is_special(eos));
+  std::vector<int32_t> ids = tok->encode("Hi", {.add_bos = false});
+  ids.insert(ids.begin() + 1, bos);
+  ids.push_back(eos);
+  const auto text = [&](std::vector<int32_t> keep) {
+    SampleText st(*tok, {}, {}, std::move(keep));
+    std::string out;
+    for (int32_t id : ids) out += st.add(id).text;
+    return out + st.finish();
+  };
+  const std::string plain = text({});
+  EXPECT_EQ(plain, tok->decode(ids));
+  EXPECT_EQ(plain.find(tok->token_to_piece(bos)), std::string::npos);
+  std::vector<int32_t> keep = {bos};
+  const std::string kept = text(keep);
+  EXPECT_NE(kept.find(tok->token_to_piece(bos)), std::string::npos) << kept;
+  EXPECT_EQ(kept.find(tok->token_to_piece(eos)), std::string::npos) << kept;
+  EXPECT_EQ(kept.size(), plain.size() + tok->token_to_piece(bos).size());
+}
+
 TEST(SampleText, StopStringAcrossTokensIsCutAndNeverLeaked) {
   auto tok = load_tokenizer();
   const std::string text = "Once upon a time, there was a little girl named Lily.";

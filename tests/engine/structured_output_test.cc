@@ -176,7 +176,10 @@ std::vector<Output> run_cases(const std::string& model, const SpecRun& setup,
     g.prompt_token_ids = (*tok)->encode("Once upon a time, the answer was");
     g.sampling.temperature = mode == Mode::kGreedy ? 0.0f : 1.0f;
     if (mode == Mode::kSeeded) g.sampling.seed = 1000 + i;
-    g.sampling.grammar = cases[i].spec;
+    // A GBNF case without source runs free (no grammar).
+    if (cases[i].spec.kind != GrammarKind::kGbnf || !cases[i].spec.source.empty()) {
+      g.sampling.grammar = cases[i].spec;
+    }
     g.max_tokens = 300;
     g.speculation = setup.k > 0 ? sched::SpecRequest{.mode = sched::SpecMode::kFixed, .k = setup.k}
                                 : sched::SpecRequest{.mode = sched::SpecMode::kOff};
@@ -283,6 +286,90 @@ TEST(StructuredOutput, UnseededSamplingWithDraftModelStaysValid) {
   const std::vector<Output> out =
       run_cases(model, {.proposer = executor::SpecProposer::kDraft, .k = 4}, cases, Mode::kUnseeded);
   expect_valid(cases, out, "unseeded with draft chains");
+}
+
+// ---- A thinking block before the grammar (GrammarSpec::thinking) ----
+
+// The markers are strings stories260K writes on its own after the prompt, so its greedy output
+// has a block that the grammar must leave alone: the block must be token for token the output of
+// an unconstrained request, the text after it valid, and speculation must change nothing.
+// stories260K's greedy output after the prompt is " very excited. It was a big, red ball. ...":
+// the block opens inside a word (a marker cut across tokens) and closes at the first full stop.
+constexpr std::string_view kThinkingStart = "very ex";
+constexpr std::string_view kThinkingEnd = "ed.";
+
+struct ThinkingCase {
+  std::string name;
+  grammar::ThinkingSpec spec;
+};
+
+// The first bounded cases, each with `thinking`.
+std::vector<Case> with_thinking(const grammar::ThinkingSpec& thinking, size_t count) {
+  std::vector<Case> cases;
+  for (const Case& c : all_cases()) {
+    if (unbounded(c) || cases.size() == count) continue;
+    cases.push_back(c);
+    cases.back().spec.thinking = thinking;
+  }
+  return cases;
+}
+
+grammar::ThinkingScanner::Out split_output(const grammar::ThinkingSpec& t, const std::string& text) {
+  grammar::ThinkingScanner scanner(t.markers, t.start);
+  grammar::ThinkingScanner::Out out;
+  scanner.feed(text, out);
+  scanner.finish(out);
+  return out;
+}
+
+TEST(StructuredOutput, AfterThinkingFreeBlockValidContentSameWithSpeculation) {
+  const std::string model = testing::shared(test::kStories260K);
+  const std::vector<ThinkingCase> variants = {
+      // The prompt opened the block; the model closes it with the end of a sentence.
+      {"open", {.markers = {.start = "", .end = std::string(kThinkingEnd), .content_open = ""},
+                .start = grammar::ThinkingStart::kOpen, .control_texts = {}}},
+      // The model opens it (a marker cut across tokens) and closes it.
+      {"maybe", {.markers = {.start = std::string(kThinkingStart), .end = std::string(kThinkingEnd),
+                             .content_open = ""},
+                 .start = grammar::ThinkingStart::kMaybe, .control_texts = {}}},
+  };
+  // The unconstrained greedy output: the block must be its beginning.
+  const std::vector<Output> free = run_cases(model, {}, {{"free", {GrammarKind::kGbnf, ""}}},
+                                             Mode::kGreedy);
+  ASSERT_EQ(free.size(), 1u);
+  const size_t end = free[0].text.find(kThinkingEnd);
+  ASSERT_NE(end, std::string::npos) << free[0].text;
+  const std::string block = free[0].text.substr(0, end + kThinkingEnd.size());
+  ASSERT_EQ(block.find(kThinkingStart), block.find_first_not_of(' ')) << free[0].text;
+  for (const ThinkingCase& v : variants) {
+    const std::vector<Case> cases = with_thinking(v.spec, 12);
+    const std::vector<Output> plain = run_cases(model, {}, cases, Mode::kGreedy);
+    ASSERT_EQ(plain.size(), cases.size());
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const grammar::ThinkingScanner::Out out = split_output(v.spec, plain[i].text);
+      EXPECT_EQ(plain[i].finish, sched::FinishReason::kStop) << v.name << " " << cases[i].name;
+      EXPECT_EQ(check_output(cases[i].spec, out.content), "")
+          << v.name << ", " << cases[i].name << ": content '" << out.content << "' of '"
+          << plain[i].text << "'";
+      EXPECT_TRUE(plain[i].text.starts_with(block))
+          << v.name << ", " << cases[i].name << ": the block was constrained: '" << plain[i].text
+          << "'";
+    }
+    for (const SpecRun& spec :
+         {SpecRun{.proposer = executor::SpecProposer::kNgram, .k = 4},
+          SpecRun{.proposer = executor::SpecProposer::kDraft, .k = 4},
+          SpecRun{.proposer = executor::SpecProposer::kDraft, .k = 4, .tree_budget = 12},
+          SpecRun{.proposer = executor::SpecProposer::kSuffix, .k = 5}}) {
+      expect_same_tokens(plain, run_cases(model, spec, cases, Mode::kGreedy), cases,
+                         str_cat(v.name, ", proposer ", static_cast<int>(spec.proposer), " tree ",
+                                 spec.tree_budget));
+    }
+    const std::vector<Output> seeded = run_cases(model, {}, cases, Mode::kSeeded);
+    expect_same_tokens(seeded,
+                       run_cases(model, {.proposer = executor::SpecProposer::kDraft, .k = 4},
+                                 cases, Mode::kSeeded),
+                       cases, v.name + ", seeded, draft chains");
+  }
 }
 
 // min_tokens holds back EOS until the count is reached, with and without speculation (the same

@@ -97,6 +97,15 @@ TEST(QuantizeModel, KQuantMixturesFollowLlamaQuantize) {
     EXPECT_EQ(type_of(blk(i, "ffn_down"), QuantMix::kQ4_K_S, GgmlType::kQ4_K),
               i < 2 ? GgmlType::kQ5_K : GgmlType::kQ4_K);
   }
+  // A tied classifier is the embedding: it gets the output's q6_K (llama.cpp's
+  // has_tied_embeddings); a fused QKV gets llama.cpp's attn_qkv types.
+  EXPECT_EQ(choose_tensor_type("token_embd.weight", {2048, 256}, GgmlType::kF16, GgmlType::kQ4_K,
+                               QuantMix::kQ4_K_M, kLayers, /*tied_embeddings=*/true),
+            GgmlType::kQ6_K);
+  EXPECT_EQ(type_of(blk(3, "attn_qkv"), QuantMix::kQ4_K_M, GgmlType::kQ4_K), GgmlType::kQ5_K);
+  EXPECT_EQ(type_of(blk(3, "attn_qkv"), QuantMix::kQ5_K_M, GgmlType::kQ5_K), GgmlType::kQ6_K);
+  EXPECT_EQ(type_of(blk(3, "attn_qkv"), QuantMix::kQ3_K_M, GgmlType::kQ3_K), GgmlType::kQ4_K);
+  EXPECT_EQ(type_of(blk(3, "attn_qkv"), QuantMix::kQ4_K_S, GgmlType::kQ4_K), GgmlType::kQ4_K);
   // A row that fits no K block falls back after the mixture's choice (q6_K -> q8_0).
   EXPECT_EQ(choose_tensor_type("blk.0.attn_v.weight", {64, 64}, GgmlType::kF32, GgmlType::kQ4_K,
                                QuantMix::kQ4_K_M, kLayers),

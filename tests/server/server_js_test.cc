@@ -24,7 +24,7 @@ TEST(ServerJs, OfficialOpenAiClient) {
       {"--chat-template", "llama2", "--served-model-name", "stories260K,org/model"});
   ASSERT_TRUE(server.ok());
   const test::CommandResult r =
-      test::run_shell("cd '" + js + "' && ARBOR_CHAT=1 ARBOR_BASE_URL='" + server.url("/v1") +
+      test::run_shell("cd '" + js + "' && ARBOR_BASE_URL='" + server.url("/v1") +
                       "' node --test --test-reporter=spec openai_client.test.mjs 2>&1");
   EXPECT_EQ(r.exit_code, 0) << r.output();
   EXPECT_EQ(server.terminate(), 0);
@@ -39,19 +39,21 @@ TEST(ServerJs, OfficialOpenAiClientWithApiKey) {
                         "--served-model-name", "stories260K,org/model"});
   ASSERT_TRUE(server.ok());
   const test::CommandResult r = test::run_shell(
-      "cd '" + js + "' && ARBOR_CHAT=1 ARBOR_API_KEY=sk-arbor-test ARBOR_BASE_URL='" +
+      "cd '" + js + "' && ARBOR_API_KEY=sk-arbor-test ARBOR_BASE_URL='" +
       server.url("/v1") + "' node --test --test-reporter=spec openai_client.test.mjs 2>&1");
   EXPECT_EQ(r.exit_code, 0) << r.output();
   EXPECT_EQ(server.terminate(), 0);
 }
 
 // Tool calling and structured output with the openai client and LangChain's ChatOpenAI
-// (tools.test.mjs), on a random-weight model whose template renders tools, with speculation on.
+// (tools.test.mjs), on a random-weight model whose template renders tools, with speculation on
+// (and --reasoning-format none: a random model never closes a <think> block it opens).
 TEST(ServerJs, ToolCallingWithOpenAiAndLangChain) {
   const std::string js = std::string(ARBOR_SOURCE_DIR) + "/tests/server/js";
   ASSERT_TRUE(std::filesystem::exists(js + "/node_modules/@langchain/openai/package.json"))
       << js << "/node_modules is absent: run scripts/install_js_deps.sh (or `make deps`)";
-  ServerProcess server({"--spec", "ngram"}, 0, random_qwen3_model());
+  ServerProcess server({"--spec", "ngram", "--reasoning-format", "none"}, 0,
+                       random_qwen3_model());
   ASSERT_TRUE(server.ok());
   const test::CommandResult r =
       test::run_shell("cd '" + js + "' && ARBOR_MODEL=random_qwen3 ARBOR_BASE_URL='" +

@@ -1,5 +1,7 @@
 // Tool calling through the real server (issue 18): a random-weight model over Qwen 3's vocabulary
-// with Qwen 3's own chat template (so nothing but the grammar makes the calls valid), required and
+// with Qwen 3's own chat template (so nothing but the grammar makes the calls valid; with
+// --reasoning-format none, since a random model that opened a <think> block would never close it
+// and the grammar would never start: server_reasoning_test.cc covers thinking), required and
 // named choices, parallel calls, streaming deltas that add up to the non-streamed message, the
 // Llama 3 JSON format, a template that does not render tools (stories260K with llama2), auto
 // reading calls out of free output, speculation, and the 400s.
@@ -134,7 +136,7 @@ void expect_valid_calls(const Message& m, const std::string& only = "", bool cut
 }
 
 TEST(ServerTools, RequiredAndNamedCallsAreValidAndStreamAsTheyDoWhole) {
-  ServerProcess server({}, 0, random_qwen3_model());
+  ServerProcess server({"--reasoning-format", "none"}, 0, random_qwen3_model());
   ASSERT_TRUE(server.ok());
   std::map<std::string, int> names;
   int several = 0;
@@ -182,7 +184,7 @@ TEST(ServerTools, RequiredAndNamedCallsAreValidAndStreamAsTheyDoWhole) {
 // auto reads calls out of whatever the model wrote: the same output as tool_choice "none" (the
 // same prompt, no grammar), parsed.
 TEST(ServerTools, AutoParsesWhatTheModelWrote) {
-  ServerProcess server({}, 0, random_qwen3_model());
+  ServerProcess server({"--reasoning-format", "none"}, 0, random_qwen3_model());
   ASSERT_TRUE(server.ok());
   for (int seed : {0, 1, 2}) {
     const HttpResult none = server.post("/v1/chat/completions", chat_body("none", seed));
@@ -220,7 +222,8 @@ TEST(ServerTools, AutoParsesWhatTheModelWrote) {
 }
 
 TEST(ServerTools, Llama3JsonFormat) {
-  ServerProcess server({"--tool-call-parser", "llama3_json"}, 0, random_qwen3_model());
+  ServerProcess server({"--tool-call-parser", "llama3_json", "--reasoning-format", "none"}, 0,
+                       random_qwen3_model());
   ASSERT_TRUE(server.ok());
   for (int seed : {0, 1, 2}) {
     const HttpResult r = server.post("/v1/chat/completions", chat_body("required", seed));
@@ -259,7 +262,7 @@ TEST(ServerTools, TemplatesWithoutToolsAndSpeculation) {
 }
 
 TEST(ServerTools, BadToolRequestsAre400sNamingTheField) {
-  ServerProcess server({}, 0, random_qwen3_model());
+  ServerProcess server({"--reasoning-format", "none"}, 0, random_qwen3_model());
   ASSERT_TRUE(server.ok());
   const auto expect_400 = [&](const json& body, const std::string& param, const std::string& what) {
     const HttpResult r = server.post("/v1/chat/completions", body);

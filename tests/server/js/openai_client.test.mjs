@@ -1,7 +1,6 @@
 // The official openai npm client against a live arbor server.
 // ARBOR_BASE_URL: e.g. http://127.0.0.1:8080/v1 (set by tests/server/server_js_test.cc).
-// ARBOR_CHAT=1: the server has a chat template (chat must work); otherwise chat must fail with
-// a 400 that the client surfaces as BadRequestError.
+// Chat always works: a model without a chat template is served with the fallback (chatml).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
@@ -77,21 +76,14 @@ test('bad requests surface as BadRequestError / NotFoundError', async () => {
 });
 
 const messages = [{ role: 'user', content: 'Tell me a story.' }];
-if (process.env.ARBOR_CHAT === '1') {
-  test('chat non-streaming and streaming agree', async () => {
-    const full = await client.chat.completions.create({
-      model, messages, max_tokens: 8, temperature: 0, ignore_eos: true });
-    assert.equal(full.object, 'chat.completion');
-    assert.equal(full.choices[0].message.role, 'assistant');
-    const stream = await client.chat.completions.create({
-      model, messages, max_tokens: 8, temperature: 0, ignore_eos: true, stream: true });
-    let text = '';
-    for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? '';
-    assert.equal(text, full.choices[0].message.content);
-  });
-} else {
-  test('chat without a template is a 400', async () => {
-    await assert.rejects(client.chat.completions.create({ model, messages, max_tokens: 4 }),
-      (e) => e instanceof OpenAI.BadRequestError && /chat template/.test(e.message));
-  });
-}
+test('chat non-streaming and streaming agree', async () => {
+  const full = await client.chat.completions.create({
+    model, messages, max_tokens: 8, temperature: 0, ignore_eos: true });
+  assert.equal(full.object, 'chat.completion');
+  assert.equal(full.choices[0].message.role, 'assistant');
+  const stream = await client.chat.completions.create({
+    model, messages, max_tokens: 8, temperature: 0, ignore_eos: true, stream: true });
+  let text = '';
+  for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? '';
+  assert.equal(text, full.choices[0].message.content);
+});

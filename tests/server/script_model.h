@@ -1,0 +1,36 @@
+// A "script model" for end-to-end tests: a real llama GGUF whose greedy next token depends only
+// on the last token, as a table says. Real tiny models never write "<think>"; this one does,
+// through the real executor, sampler, grammar masks, speculation and HTTP server, so tests can
+// check what the server makes of a thinking model's output.
+//
+// How: one layer whose attention and FFN output matrices are zero, so the final hidden state is
+// the token's embedding; every token of the table has its own embedding dimension (one-hot), the
+// others share dimension 0; the output matrix gives, per dimension, the successors' logits:
+// first choice 8 * kFirstLogit (after RMSNorm scales the one-hot to 8), the second choice less,
+// every other token 0. So a grammar that refuses the first choice gets the second.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace arbor::server::testing {
+
+struct ScriptModelSpec {
+  // A tokenizer.json directory or GGUF (its vocabulary and chat template are used).
+  std::string vocab_path;
+  // Replaces the tokenizer's chat template when not empty.
+  std::string chat_template;
+  // token text -> its successors' texts, best first (at most 2). Every text must be exactly
+  // one token (encoded with control tokens recognised). At most 60 keys.
+  std::map<std::string, std::vector<std::string>> next;
+  // The successor of every token not in `next`.
+  std::string otherwise;
+};
+
+// Writes the model (F32, dim 64, about 80 MB for Qwen 3's 151,669 tokens).
+Status write_script_model(const ScriptModelSpec& spec, const std::string& path);
+
+}  // namespace arbor::server::testing
