@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include "base/bits.h"
 #include "base/check.h"
 
 namespace arbor::kv {
@@ -54,21 +55,11 @@ BlockHash hash_block_tokens(const BlockHash& parent, std::span<const int32_t> to
   return BlockHash{h.low64, h.high64};
 }
 
-namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
-
 BlockHash group_key(const BlockHash& hash, int32_t group) {
   ARBOR_CHECK_GT(group, 0);
-  const auto g = static_cast<uint64_t>(group);
-  return BlockHash{hash.low ^ splitmix64(2 * g), hash.high ^ splitmix64(2 * g + 1)};
+  uint64_t state = static_cast<uint64_t>(group);
+  const uint64_t low = splitmix64(state);
+  return BlockHash{hash.low ^ low, hash.high ^ splitmix64(state)};
 }
 
 void FreeKvCacheBlockQueue::link(BlockId id, BlockId prev, BlockId next) {
