@@ -96,7 +96,7 @@ void BM_PrefixHit2kTokens(benchmark::State& state) {
   for (auto _ : state) {
     const KvRequest view{.request_id = 2, .token_ids = tokens};
     const ComputedBlocks hit = kv.get_computed_blocks(view);
-    hit_blocks = static_cast<int64_t>(hit.block_ids.size());
+    hit_blocks = hit.num_blocks();
     auto slots = kv.allocate_slots(view, 1, hit);
     benchmark::DoNotOptimize(slots);
     kv.free(2);

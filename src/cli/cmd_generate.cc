@@ -30,6 +30,7 @@
 #include "executor/local_executor.h"
 #include "gguf/gguf.h"
 #include "kernels/cpu_features.h"
+#include "model/kv_cache.h"
 #include "model/model_config.h"
 #include "tokenizer/tokenizer.h"
 
@@ -108,14 +109,16 @@ void log_configuration(executor::LocalExecutor& exec, const Options& o, int64_t 
 }
 
 // The executor's options for one sequence of `num_tokens` (prompt + -n): unless the command
-// line sized the pool, exactly the blocks it needs (as many as the context can use) plus the
-// null block; scratch for the prompt's prefill.
+// line sized the pool, the blocks it needs (as many as the context can use) in each of the
+// model's `num_kv_groups` KV cache groups (a sliding group may need them all while the prompt
+// runs in one step) plus the null block; scratch for the prompt's prefill.
 executor::ExecutorOptions executor_options(const Options& o, int64_t num_tokens,
-                                              int64_t context_length, int64_t num_prompt_tokens) {
+                                              int64_t context_length, int64_t num_prompt_tokens,
+                                              int num_kv_groups) {
   executor::ExecutorOptions cpu = cpu_options(o.serving);
   if (!o.pool_size_given) {
     const int64_t tokens = std::min(num_tokens, context_length);
-    cpu.num_kv_blocks = (tokens + cpu.block_size - 1) / cpu.block_size + 1;
+    cpu.num_kv_blocks = (tokens + cpu.block_size - 1) / cpu.block_size * num_kv_groups + 1;
   }
   cpu.reserve_tokens =
       static_cast<int32_t>(std::min<int64_t>(cpu.reserve_tokens, num_prompt_tokens));
@@ -196,12 +199,18 @@ Status run(const Options& o) {
   if (o.n < 1) return invalid_argument("-n is ", o.n, ", must be >= 1");
   Generation g;
   int64_t context_length = 0;
+  int num_kv_groups = 1;
   std::unique_ptr<tokenizer::Tokenizer> tok;
   {
     ARBOR_ASSIGN_OR_RETURN(gguf::GgufFile file, gguf::GgufFile::open(o.model));
     ARBOR_ASSIGN_OR_RETURN(tok, tokenizer::Tokenizer::from_gguf(file));
     ARBOR_ASSIGN_OR_RETURN(model::ModelConfig cfg, model::ModelConfig::from_gguf(file));
     context_length = cfg.context_length;
+    std::vector<int32_t> windows;
+    for (int l = 0; l < cfg.num_layers; ++l) windows.push_back(cfg.layer_window(l));
+    ARBOR_ASSIGN_OR_RETURN(model::KvCacheLayout layout,
+                           model::plan_kv_cache_layout(windows, o.serving.cpu.kv_reclaim));
+    num_kv_groups = layout.num_groups();
     ARBOR_RETURN_IF_ERROR(sampling_params(o).validate(cfg.vocab_size));
   }
   tokenizer::EncodeOptions enc;
@@ -212,7 +221,8 @@ Status run(const Options& o) {
   const int64_t total = num_prompt + o.n;
   ARBOR_ASSIGN_OR_RETURN(auto exec,
                          executor::LocalExecutor::load(
-                             o.model, executor_options(o, total, context_length, num_prompt)));
+                             o.model, executor_options(o, total, context_length, num_prompt,
+                                                       num_kv_groups)));
   executor::LocalExecutor& exec_ref = *exec;
   log_configuration(exec_ref, o, total);
   engine::EngineCoreConfig cfg;

@@ -112,6 +112,9 @@ inline void add_engine_flags(CLI::App& app, ServingOptions* serving) {
       ->transform(CLI::CheckedTransformer(kDtypes, CLI::ignore_case).description(""))
       ->type_name("f16|f32")
       ->default_str("f16");
+  app.add_flag("!--no-kv-reclaim", cpu->kv_reclaim,
+               "Keep every KV block of sliding-window layers (default: blocks that left every "
+               "query's window are released; docs/kv_layout.md)");
   static const std::map<std::string, sched::SchedulingPolicy> kPolicies{
       {"fcfs", sched::SchedulingPolicy::kFcfs}, {"priority", sched::SchedulingPolicy::kPriority}};
   app.add_option("--scheduling-policy", options->policy, "fcfs or priority")

@@ -149,6 +149,7 @@ class CudaForwardOps final : public model::ForwardOps {
   const int32_t* staged_kv_len_ = nullptr;
   int32_t staged_num_seqs_ = -1;
   AttentionGeometry staged_geometry_;
+  std::vector<model::KvGroupArrays> staged_groups_;  // the last stage()'s further KV groups
 };
 
 CudaForwardOps::~CudaForwardOps() {
@@ -277,7 +278,7 @@ model::ForwardBatch CudaForwardOps::stage(const model::ForwardBatch& batch) {
   auto* dev = static_cast<uint8_t*>(stage_dev_.reserve(lay.total_bytes, stream_));
   ARBOR_CUDA_CHECK(cudaMemcpyAsync(dev, host, lay.total_bytes, cudaMemcpyHostToDevice, stream_));
   stage_host_.release_after(stream_);
-  const model::ForwardBatch staged = staged_batch(batch, lay, dev);
+  const model::ForwardBatch staged = staged_batch(batch, lay, dev, &staged_groups_);
   staged_qo_indptr_ = staged.qo_indptr.data();
   staged_kv_len_ = staged.kv_len.data();
   staged_num_seqs_ = batch.num_seqs();

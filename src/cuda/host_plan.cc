@@ -1,5 +1,7 @@
 #include "cuda/host_plan.h"
 
+#include "base/check.h"
+
 #include <algorithm>
 #include <cstring>
 #include <iterator>
@@ -130,6 +132,17 @@ std::array<ArrayBytes, 10> arrays_of(const model::ForwardBatch& b) {
           i32(b.mask_indptr),  ArrayBytes{b.mask_bits.data(), b.mask_bits.size_bytes()}};
 }
 
+// Each further KV cache group's kv_indptr, kv_page_indices and slot_mapping, in order.
+std::vector<ArrayBytes> group_arrays_of(const model::ForwardBatch& b) {
+  std::vector<ArrayBytes> out;
+  for (const model::KvGroupArrays& g : b.more_kv_groups) {
+    for (std::span<const int32_t> s : {g.kv_indptr, g.kv_page_indices, g.slot_mapping}) {
+      out.push_back(ArrayBytes{s.data(), s.size_bytes()});
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 StagingLayout staging_layout(const model::ForwardBatch& batch) {
@@ -138,6 +151,10 @@ StagingLayout staging_layout(const model::ForwardBatch& batch) {
   for (size_t i = 0; i < arrays.size(); ++i) {
     lay.offsets[i] = lay.total_bytes;
     lay.total_bytes += align256(arrays[i].bytes);
+  }
+  for (const ArrayBytes& a : group_arrays_of(batch)) {
+    lay.group_offsets.push_back(lay.total_bytes);
+    lay.total_bytes += align256(a.bytes);
   }
   lay.total_bytes = std::max<size_t>(lay.total_bytes, 256);
   return lay;
@@ -148,15 +165,21 @@ void write_staging(const model::ForwardBatch& batch, const StagingLayout& lay, u
   for (size_t i = 0; i < arrays.size(); ++i) {
     if (arrays[i].bytes > 0) std::memcpy(dst + lay.offsets[i], arrays[i].data, arrays[i].bytes);
   }
+  const std::vector<ArrayBytes> groups = group_arrays_of(batch);
+  for (size_t i = 0; i < groups.size(); ++i) {
+    if (groups[i].bytes > 0) {
+      std::memcpy(dst + lay.group_offsets[i], groups[i].data, groups[i].bytes);
+    }
+  }
 }
 
 model::ForwardBatch staged_batch(const model::ForwardBatch& batch, const StagingLayout& lay,
-                                 const uint8_t* base) {
-  auto i32 = [&](std::span<const int32_t> s, int i) {
+                                 const uint8_t* base, std::vector<model::KvGroupArrays>* groups) {
+  auto at = [&](std::span<const int32_t> s, size_t offset) {
     if (s.empty()) return std::span<const int32_t>();
-    return std::span<const int32_t>(reinterpret_cast<const int32_t*>(base + lay.offsets[i]),
-                                    s.size());
+    return std::span<const int32_t>(reinterpret_cast<const int32_t*>(base + offset), s.size());
   };
+  auto i32 = [&](std::span<const int32_t> s, int i) { return at(s, lay.offsets[i]); };
   model::ForwardBatch d;
   d.tokens = i32(batch.tokens, 0);
   d.positions = i32(batch.positions, 1);
@@ -169,6 +192,18 @@ model::ForwardBatch staged_batch(const model::ForwardBatch& batch, const Staging
   d.mask_indptr = i32(batch.mask_indptr, 8);
   if (!batch.mask_bits.empty()) {
     d.mask_bits = std::span<const uint8_t>(base + lay.offsets[9], batch.mask_bits.size());
+  }
+  if (!batch.more_kv_groups.empty()) {
+    ARBOR_CHECK(groups != nullptr) << "staging a batch of " << batch.num_kv_groups()
+                                   << " KV cache groups needs storage for their views";
+    groups->clear();
+    for (size_t g = 0; g < batch.more_kv_groups.size(); ++g) {
+      const model::KvGroupArrays& h = batch.more_kv_groups[g];
+      groups->push_back(model::KvGroupArrays{at(h.kv_indptr, lay.group_offsets[3 * g]),
+                                             at(h.kv_page_indices, lay.group_offsets[3 * g + 1]),
+                                             at(h.slot_mapping, lay.group_offsets[3 * g + 2])});
+    }
+    d.more_kv_groups = *groups;
   }
   return d;
 }

@@ -48,18 +48,24 @@ model::LlamaWeights device_weights(const model::LlamaWeights& host, const model:
 // unimplemented naming the variant and suggesting --device cpu.
 Status check_cuda_supports(const model::ModelConfig& c, const model::LlamaWeights& w);
 
-// A batch's ten arrays packed back to back, each at a multiple of 256 bytes.
+// A batch's ten arrays packed back to back, each at a multiple of 256 bytes, then the three
+// arrays of each further KV cache group (batch.more_kv_groups).
 struct StagingLayout {
   size_t offsets[10] = {};  // tokens, positions, qo_indptr, kv_indptr, kv_page_indices, kv_len,
                             // slot_mapping, logits_indices, mask_indptr, mask_bits
+  // [3 * (num_kv_groups - 1)]: each further group's kv_indptr, kv_page_indices, slot_mapping
+  std::vector<size_t> group_offsets;
   size_t total_bytes = 0;
 };
 StagingLayout staging_layout(const model::ForwardBatch& batch);
 // Copies the arrays into `dst` (total_bytes) at their offsets.
 void write_staging(const model::ForwardBatch& batch, const StagingLayout& lay, uint8_t* dst);
 // The batch whose arrays are those at `base` (the staged copy); empty arrays stay empty (null).
+// The further KV cache groups' array views go into *groups (host memory the caller keeps while
+// it uses the staged batch; may be null when the batch has one group).
 model::ForwardBatch staged_batch(const model::ForwardBatch& batch, const StagingLayout& lay,
-                                 const uint8_t* base);
+                                 const uint8_t* base,
+                                 std::vector<model::KvGroupArrays>* groups = nullptr);
 
 // Copies [first, first + count) of a list, which may run at the same time: no copy of the run
 // reads or writes bytes an earlier copy of the run writes, nor writes bytes an earlier one reads.

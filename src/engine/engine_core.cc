@@ -134,6 +134,26 @@ sched::SpecCostModel EngineCore::measure_spec_costs() {
   return model;
 }
 
+namespace {
+
+// How the KV cache groups share the pool, and what one request at max_model_len holds.
+void log_kv_groups(const kv::KvCacheManager& kv, int64_t max_model_len) {
+  std::string groups;
+  for (int32_t w : kv.group_windows()) {
+    groups += groups.empty() ? "" : ", ";
+    groups += w == 0 ? std::string("full") : str_cat("window ", w);
+  }
+  const int64_t one_group = (max_model_len + kv.block_size() - 1) / kv.block_size();
+  ARBOR_LOG(kInfo) << "kv cache: " << kv.num_groups() << " groups (" << groups << ") share "
+                   << kv.block_pool().num_usable_blocks() << " blocks of " << kv.block_size()
+                   << " tokens, each group's tables taking blocks as its requests need them; a "
+                   << max_model_len << "-token request holds at most "
+                   << kv.max_blocks_per_request(max_model_len, 1) << " blocks (at one token per "
+                   << "step) where keeping every block would take " << one_group * kv.num_groups();
+}
+
+}  // namespace
+
 EngineCore::EngineCore(std::unique_ptr<step::ModelExecutor> executor, const EngineCoreConfig& config)
     : executor_(std::move(executor)), config_(config), vocab_size_(executor_->vocab_size()) {
   if (config_.eos_token_ids) {
@@ -149,7 +169,9 @@ EngineCore::EngineCore(std::unique_ptr<step::ModelExecutor> executor, const Engi
   ko.num_blocks = static_cast<int32_t>(executor_->num_kv_blocks());
   ko.block_size = executor_->block_size();
   ko.enable_prefix_caching = config_.options.enable_prefix_caching;
+  ko.group_windows = executor_->kv_group_windows();
   kv_ = std::make_unique<kv::KvCacheManager>(ko);
+  if (kv_->num_groups() > 1 || ko.group_windows[0] > 0) log_kv_groups(*kv_, max_model_len_);
   num_free_blocks_ = kv_->num_free_blocks();
   sched::SchedulerOptions so = scheduler_options(config_.options, max_model_len_, vocab_size_);
   if (so.max_spec_tokens > 0) {

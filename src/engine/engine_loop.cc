@@ -169,6 +169,12 @@ void EngineCore::publish_metrics() {
   metrics_.num_spec_declined = st.num_spec_declined;
   metrics_.spec_acceptance_estimate = st.spec_acceptance;
   metrics_.kv_usage = st.kv.usage;
+  metrics_.kv_usable_blocks = st.kv.num_usable_blocks;
+  metrics_.kv_group_used_blocks = st.kv.group_used_blocks;
+  metrics_.kv_group_released_blocks = st.kv.group_released_blocks;
+  if (metrics_.kv_group_windows.empty()) {
+    metrics_.kv_group_windows.assign(kv_->group_windows().begin(), kv_->group_windows().end());
+  }
   metrics_.prefix_cache_hit_rate = st.kv.prefix_hit_rate;
   metrics_.num_prefix_cache_query_tokens = st.kv.num_query_tokens;
   metrics_.num_prefix_cache_hit_tokens = st.kv.num_hit_tokens;

@@ -67,8 +67,17 @@ std::string stats_line(const EngineMetricsSnapshot& before, const EngineMetricsS
       "Avg prompt throughput: ", fixed(static_cast<double>(prompt) * per_s, 1),
       " tokens/s, Avg generation throughput: ", fixed(static_cast<double>(generated) * per_s, 1),
       " tokens/s, Running: ", now.num_running, " reqs, Waiting: ", now.num_waiting,
-      " reqs, KV cache usage: ", fixed(100.0 * now.kv_usage, 1),
-      "%, Prefix cache hit rate: ", fixed(100.0 * ratio(hits, queried), 1), "%");
+      " reqs, KV cache usage: ", fixed(100.0 * now.kv_usage, 1), "%");
+  if (now.kv_group_used_blocks.size() > 1) {
+    for (size_t g = 0; g < now.kv_group_used_blocks.size(); ++g) {
+      const int32_t w = g < now.kv_group_windows.size() ? now.kv_group_windows[g] : 0;
+      line += str_cat(g == 0 ? " (" : ", ", w == 0 ? std::string("full") : str_cat("window ", w),
+                      " ", fixed(100.0 * ratio(now.kv_group_used_blocks[g], now.kv_usable_blocks), 1),
+                      "%");
+    }
+    line += ")";
+  }
+  line += str_cat(", Prefix cache hit rate: ", fixed(100.0 * ratio(hits, queried), 1), "%");
   const int64_t drafts = now.num_draft_tokens - before.num_draft_tokens;
   if (drafts > 0) {
     const int64_t accepted = now.num_accepted_draft_tokens - before.num_accepted_draft_tokens;

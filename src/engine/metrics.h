@@ -58,6 +58,13 @@ struct EngineMetricsSnapshot {
   int32_t num_running = 0;
   int32_t num_waiting = 0;
   double kv_usage = 0.0;               // used / usable blocks, after the last step
+  // KV cache groups (docs/kv_layout.md), [num_groups] each: the group's window (0 = full
+  // attention), the blocks its tables hold after the last step, and the blocks it released
+  // because they left every query's sliding window (a counter).
+  std::vector<int32_t> kv_group_windows;
+  std::vector<int32_t> kv_group_used_blocks;
+  std::vector<int64_t> kv_group_released_blocks;
+  int32_t kv_usable_blocks = 0;
   double prefix_cache_hit_rate = 0.0;  // hit tokens / queried tokens
   int64_t num_prefix_cache_query_tokens = 0;  // prompt tokens looked up in the prefix cache
   int64_t num_prefix_cache_hit_tokens = 0;    // ... of which served from cached blocks
@@ -92,7 +99,8 @@ struct EngineMetricsSnapshot {
 //
 // from two snapshots `seconds` apart: throughputs, the prefix-cache hit rate and the speculation
 // figures are over the interval (the speculation part only when drafts were verified in it);
-// running, waiting and KV use are as of the last step.
+// running, waiting and KV use are as of the last step. With more than one KV cache group the
+// KV use is followed by each group's share of the pool: "(full 10.2%, window 512 1.5%, ...)".
 std::string stats_line(const EngineMetricsSnapshot& before, const EngineMetricsSnapshot& now,
                        double seconds);
 // Whether the engine stepped between the two snapshots or holds requests: the line is logged at

@@ -33,6 +33,9 @@ struct ExecutorOptions {
   double kv_cache_gib = 1.0;              // --kv-cache-gib: KV memory budget
   int64_t num_kv_blocks = 0;              // --num-kv-blocks: > 0 overrides kv_cache_gib
   kernels::KvDtype kv_dtype = kernels::KvDtype::kF16;  // --kv-dtype
+  // Release the KV of sliding-window layers that no query can read again (KV cache groups,
+  // docs/kv_layout.md); false (--no-kv-reclaim): every layer keeps every block.
+  bool kv_reclaim = true;
   // -t: forward threads (CPU; on a GPU the host's sampling and proposers); 0 = hardware
   // concurrency
   int num_threads = 0;

@@ -19,6 +19,39 @@ namespace arbor::executor {
 namespace {
 // Proposers may propose this many drafts; the scheduler asks for at most --spec-k.
 constexpr int32_t kMaxProposedTokens = 16;
+
+int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The blocks a sequence of num_tokens tokens holds at least, over every group, when steps run
+// one token (a sliding group of window W keeps the blocks of its last W positions and the
+// next one's: ceil((W - 1) / B) + 1 at most). The scheduler's admission check counts the
+// chunk too (kv::KvCacheManager::max_blocks_per_request).
+int64_t min_blocks_for(const model::KvCacheLayout& layout, int64_t num_tokens, int32_t bs) {
+  int64_t n = 0;
+  for (const model::KvCacheGroup& g : layout.groups) {
+    const int64_t full = cdiv(num_tokens, bs);
+    n += g.window == 0 ? full : std::min(full, cdiv(g.window - 1, bs) + 1);
+  }
+  return n;
+}
+
+// The startup line that says how the KV memory is laid out and why (docs/kv_layout.md).
+void log_kv_cache(model::ModelRunner& runner) {
+  const model::PagedKvCache& cache = runner.kv_cache();
+  const model::KvCacheLayout& layout = runner.kv_layout();
+  const model::KvCacheShape& shape = cache.shape();
+  const size_t per_block = model::PagedKvCache::bytes_per_block(shape);
+  std::string line = str_cat("kv cache: ", cache.num_blocks(), " blocks of ", shape.block_size,
+                             " tokens x ", per_block, " bytes (", shape.num_pools(),
+                             " layer pools, K and V) = ", cache.total_bytes(), " bytes; ",
+                             layout.summary());
+  if (layout.num_groups() > 1 || layout.reclaims()) {
+    line += str_cat("; the groups share the blocks: a sliding group holds about its window's "
+                    "blocks per request (released beyond it), a full-attention group every block");
+  }
+  ARBOR_LOG(kInfo) << line;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<LocalExecutor>> LocalExecutor::load(const std::string& path,
@@ -35,8 +68,19 @@ Result<std::unique_ptr<LocalExecutor>> LocalExecutor::load(const std::string& pa
   ro.kv_dtype = options.kv_dtype;
   ro.num_threads = options.num_threads;
   ro.reserve_tokens = options.reserve_tokens;
+  ro.kv_reclaim = options.kv_reclaim;
   ARBOR_ASSIGN_OR_RETURN(std::unique_ptr<model::ModelRunner> runner,
                          model::ModelRunner::load(path, ro));
+  if (options.proposer == SpecProposer::kDraft && runner->kv_layout().groups[0].window > 0) {
+    // A draft model writes and reads its K/V through the target's group-0 tables, which then
+    // must keep every block: without a full-attention layer, no group does.
+    ARBOR_LOG(kInfo) << "kv cache: every layer of " << path << " has a sliding window and "
+                     << "--spec draft shares the target's block tables, so no block is released "
+                     << "(as with --no-kv-reclaim)";
+    ro.kv_reclaim = false;
+    ARBOR_ASSIGN_OR_RETURN(runner, model::ModelRunner::load(path, ro));
+  }
+  log_kv_cache(*runner);
   if (runner->kv_cache().num_blocks() < 2) {
     return invalid_argument("KV cache of ", runner->kv_cache().num_blocks(),
                             " blocks: need at least 2 (the null block and one more)");
@@ -180,21 +224,41 @@ Status LocalExecutor::check_max_model_len(int64_t max_model_len) const {
     return invalid_argument("--max-model-len is ", max_model_len,
                             ", the model's context length is ", context);
   }
-  if (max_model_len > usable_blocks * block_size()) {
+  const int64_t pool_tokens = max_pool_tokens();
+  if (max_model_len > pool_tokens) {
+    const int32_t groups = runner_->kv_layout().num_groups();
     return invalid_argument("--max-model-len is ", max_model_len, ", the KV pool holds only ",
-                            usable_blocks * block_size(), " tokens (", usable_blocks,
-                            " blocks of ", block_size(), ")");
+                            pool_tokens, " tokens (", usable_blocks, " blocks of ", block_size(),
+                            groups > 1 ? str_cat(" shared by ", groups, " KV cache groups") : "",
+                            ")");
   }
   return ok_status();
 }
 
+int64_t LocalExecutor::max_pool_tokens() const {
+  const int64_t usable = runner_->kv_cache().num_blocks() - 1;
+  const model::KvCacheLayout& layout = runner_->kv_layout();
+  // The longest sequence whose blocks fit: min_blocks_for() grows with the length.
+  int64_t lo = 0, hi = std::max<int64_t>(runner_->config().context_length, usable * block_size());
+  if (min_blocks_for(layout, hi, block_size()) <= usable) return hi;
+  while (lo + 1 < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (min_blocks_for(layout, mid, block_size()) <= usable ? lo : hi) = mid;
+  }
+  return lo;
+}
+
 int64_t LocalExecutor::max_model_len() const {
-  const int64_t pool_tokens = (runner_->kv_cache().num_blocks() - 1) * int64_t{block_size()};
-  return std::min<int64_t>(runner_->config().context_length, pool_tokens);
+  return std::min<int64_t>(runner_->config().context_length, max_pool_tokens());
+}
+
+std::vector<int32_t> LocalExecutor::kv_group_windows() const {
+  return runner_->kv_layout().windows();
 }
 
 LocalExecutor::LocalExecutor(std::unique_ptr<model::ModelRunner> runner)
-    : runner_(std::move(runner)), builder_(runner_->kv_cache().block_size()) {}
+    : runner_(std::move(runner)),
+      builder_(runner_->kv_cache().block_size(), runner_->kv_layout().num_groups()) {}
 
 int64_t LocalExecutor::num_kv_blocks() const { return runner_->kv_cache().num_blocks(); }
 int32_t LocalExecutor::block_size() const { return runner_->kv_cache().block_size(); }
@@ -216,12 +280,17 @@ Result<std::vector<double>> LocalExecutor::measure_step_costs(
     }
     std::vector<int32_t> blocks(static_cast<size_t>(num_blocks));
     for (int32_t b = 0; b < num_blocks; ++b) blocks[b] = b + 1;
+    // Every group on the same blocks: they share pools, so the groups' layers overwrite each
+    // other's K/V, which only the timing reads.
+    const std::vector<std::vector<int32_t>> more(
+        static_cast<size_t>(runner_->kv_layout().num_groups() - 1), blocks);
     tokens_.assign(static_cast<size_t>(n), 1);
     builder_.clear();
     builder_.add(model::SequenceInput{.block_table = blocks,
                                       .num_committed = context,
                                       .tokens = tokens_,
-                                      .logits = model::LogitsMode::kAll});
+                                      .logits = model::LogitsMode::kAll,
+                                      .more_block_tables = more});
     logits_.resize(static_cast<size_t>(n) * vocab_size());
     std::vector<double> runs;
     for (int r = 0; r < 4; ++r) {
@@ -255,8 +324,13 @@ Status LocalExecutor::build_batch(const step::SchedulerOutput& output,
     tokens_.assign(st.token_ids.begin() + s.num_computed_tokens,
                    st.token_ids.begin() + s.num_computed_tokens + num_committed_run);
     tokens_.insert(tokens_.end(), s.draft_token_ids.begin(), s.draft_token_ids.end());
+    if (static_cast<int32_t>(s.block_tables.size()) != builder_.num_kv_groups()) {
+      return internal_error("request ", s.request_id, " has ", s.block_tables.size(),
+                            " block tables, the KV cache ", builder_.num_kv_groups(), " groups");
+    }
     model::SequenceInput in;
-    in.block_table = s.block_ids;
+    in.block_table = s.block_tables[0];
+    in.more_block_tables = std::span<const std::vector<int32_t>>(s.block_tables).subspan(1);
     in.num_committed = static_cast<int32_t>(s.num_computed_tokens);
     in.tokens = tokens_;
     if (s.is_tree()) {
@@ -537,17 +611,20 @@ void LocalExecutor::mask_min_tokens(const step::ScheduledRequest& s, const Reque
 // KV compaction: accepted tree node j (at depth j + 1) was written in the slot of draft index
 // accepted_nodes[j]; it moves to the slot right after its parent's, as a plain run would have
 // written it. Sources are never below destinations and moves run in depth order, so no move
-// overwrites a source still to be read. Rejected nodes' slots are simply reused later.
+// overwrites a source still to be read. Rejected nodes' slots are simply reused later. Each KV
+// cache group's layers move through that group's table.
 void LocalExecutor::compact_kv(const step::ScheduledRequest& s,
                                   std::span<const int32_t> accepted_nodes) {
   const int64_t bs = block_size();
-  const auto slot = [&](int64_t pos) {
-    return static_cast<int64_t>(s.block_ids[static_cast<size_t>(pos / bs)]) * bs + pos % bs;
-  };
   const int64_t root = s.num_computed_tokens;  // the last committed token's position
-  for (size_t j = 0; j < accepted_nodes.size(); ++j) {
-    const int64_t from = root + 1 + accepted_nodes[j], to = root + 1 + static_cast<int64_t>(j);
-    if (from != to) runner_->kv_cache().copy_slot(slot(from), slot(to));
+  for (const std::vector<step::BlockId>& table : s.block_tables) {
+    const auto slot = [&](int64_t pos) {
+      return static_cast<int64_t>(table[static_cast<size_t>(pos / bs)]) * bs + pos % bs;
+    };
+    for (size_t j = 0; j < accepted_nodes.size(); ++j) {
+      const int64_t from = root + 1 + accepted_nodes[j], to = root + 1 + static_cast<int64_t>(j);
+      if (from != to) runner_->kv_cache().copy_slot(slot(from), slot(to));
+    }
   }
 }
 
@@ -641,7 +718,7 @@ Status LocalExecutor::propose(const step::SchedulerOutput& output, step::StepRes
     inputs.push_back(DraftInput{.request_id = r.request_id,
                                 .token_ids = ctx,
                                 .num_prompt_tokens = st.num_prompt_tokens,
-                                .block_ids = s.block_ids,
+                                .block_ids = s.block_tables[0],
                                 .num_drafts = s.max_next_draft_tokens,
                                 .max_nodes = tree_budget_ > 0 ? std::min(s.max_next_draft_nodes, tree_budget_) : 0,
                                 .draw_tree = tree_draws(st),

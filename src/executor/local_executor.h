@@ -8,7 +8,7 @@
 // a row of -inf that sampling and verification then use unchanged).
 //
 // Builds one ForwardBatch per step from the SchedulerOutput (BatchBuilder: per request its block
-// table, num_computed_tokens as committed tokens, the scheduled committed tokens and drafts,
+// tables, one per KV cache group, num_computed_tokens as committed tokens, the scheduled committed tokens and drafts,
 // logits of the last 1 + k rows when it samples, and of the rows that score prompt positions
 // when it asks for prompt logprobs), runs the forward on the runner's device
 // and samples or verifies each sampling request (verify_drafts). Thread-safety: engine thread
@@ -53,6 +53,9 @@ class LocalExecutor : public step::ModelExecutor {
   int64_t max_model_len() const override;
   int64_t num_kv_blocks() const override;
   int32_t block_size() const override;
+  // The runner's KV cache groups (model::KvCacheLayout; one full-attention group unless
+  // ExecutorOptions::kv_reclaim and the model has sliding-window layers).
+  std::vector<int32_t> kv_group_windows() const override;
 
   Result<std::vector<double>> measure_step_costs(std::span<const int32_t> num_tokens) override;
   double draft_token_cost() const override { return draft_token_cost_; }
@@ -85,6 +88,8 @@ class LocalExecutor : public step::ModelExecutor {
   Status check_max_model_len(int64_t max_model_len) const override;
 
  private:
+  // The longest sequence the KV pool holds at one token per step, over every KV cache group.
+  int64_t max_pool_tokens() const;
   Status build_batch(const step::SchedulerOutput& output, std::vector<int32_t>& rows,
                      std::vector<int32_t>& prompt_rows);
   Status prompt_logprobs_rows(const step::ScheduledRequest& s, const RequestState& st,

@@ -41,22 +41,24 @@ void BlockPool::get_new_blocks(int32_t n, std::vector<BlockId>* out) {
   }
 }
 
-void BlockPool::touch(BlockId id) {
+bool BlockPool::touch(BlockId id) {
   ARBOR_CHECK(id > kNullBlockId && id < num_blocks()) << "touch of block " << id;
   KvCacheBlock& b = blocks_[id];
-  if (b.ref_cnt == 0) {
+  const bool revived = b.ref_cnt == 0;
+  if (revived) {
     free_queue_.remove(id);
     ++num_used_;
     if (b.is_cached) --num_cached_free_;
   }
   ++b.ref_cnt;
+  return revived;
 }
 
-void BlockPool::free_block(BlockId id) {
+bool BlockPool::free_block(BlockId id) {
   ARBOR_CHECK(id > kNullBlockId && id < num_blocks()) << "free of block " << id;
   KvCacheBlock& b = blocks_[id];
   ARBOR_CHECK_GT(b.ref_cnt, 0) << "block " << id << " freed more often than referenced";
-  if (--b.ref_cnt > 0) return;
+  if (--b.ref_cnt > 0) return false;
   --num_used_;
   if (b.is_cached) {
     free_queue_.push_back(id);
@@ -64,6 +66,7 @@ void BlockPool::free_block(BlockId id) {
   } else {
     free_queue_.push_front(id);
   }
+  return true;
 }
 
 std::optional<BlockId> BlockPool::get_cached_block(const BlockHash& hash) const {

@@ -54,11 +54,12 @@ class BlockPool {
   // Pops n blocks off the front of the free queue (evicting cached ones), sets each ref_cnt to
   // 1 and appends their ids to *out. Precondition: n <= num_free_blocks(). O(n).
   void get_new_blocks(int32_t n, std::vector<BlockId>* out);
-  // Adds a reference. A block at ref_cnt 0 leaves the free queue (O(1), from anywhere in it).
-  void touch(BlockId id);
+  // Adds a reference. A block at ref_cnt 0 leaves the free queue (O(1), from anywhere in it);
+  // returns whether it did (the block went from free to used).
+  bool touch(BlockId id);
   // Drops a reference. At ref_cnt 0 the block enters the free queue: at the back if cached
-  // (kept for prefix hits until evicted), at the front if not. O(1).
-  void free_block(BlockId id);
+  // (kept for prefix hits until evicted), at the front if not. Returns whether it did. O(1).
+  bool free_block(BlockId id);
 
   // The cached block with this hash, if any. O(1) expected.
   std::optional<BlockId> get_cached_block(const BlockHash& hash) const;

@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include "base/bits.h"
 #include "base/check.h"
 
 namespace arbor::kv {
@@ -52,6 +53,13 @@ BlockHash hash_block_tokens(const BlockHash& parent, std::span<const int32_t> to
   ARBOR_DCHECK(static_cast<size_t>(p - buf) == n);
   const XXH128_hash_t h = XXH3_128bits(buf, n);
   return BlockHash{h.low64, h.high64};
+}
+
+BlockHash group_key(const BlockHash& hash, int32_t group) {
+  ARBOR_CHECK_GT(group, 0);
+  uint64_t state = static_cast<uint64_t>(group);
+  const uint64_t low = splitmix64(state);
+  return BlockHash{hash.low ^ low, hash.high ^ splitmix64(state)};
 }
 
 void FreeKvCacheBlockQueue::link(BlockId id, BlockId prev, BlockId next) {

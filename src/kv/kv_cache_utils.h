@@ -56,6 +56,17 @@ struct BlockHashExtraKeys {
 BlockHash hash_block_tokens(const BlockHash& parent, std::span<const int32_t> token_ids,
                             const BlockHashExtraKeys& extra, bool is_first_block);
 
+// The key under which KV cache group `group` caches the block whose hash is `hash`. Groups share
+// the content hashes (a block's tokens and prefix are the same in every group) but not the
+// blocks: each group's layers have their own K/V, so the pool's hash map is keyed by (hash,
+// group). Group 0's key is the hash itself; group g > 0 XORs the halves with the first two
+// SplitMix64 outputs seeded with g (base/bits.h): a bijection per group, so keys of distinct
+// (hash, group) pairs collide with the same probability as two hashes. O(1).
+BlockHash group_key(const BlockHash& hash, int32_t group);  // group > 0
+inline BlockHash group_block_hash(const BlockHash& hash, int32_t group) {
+  return group == 0 ? hash : group_key(hash, group);
+}
+
 // One block of the pool. Owned by BlockPool; readers get const references.
 struct KvCacheBlock {
   BlockId block_id = kNullBlockId;

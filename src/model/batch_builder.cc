@@ -1,10 +1,22 @@
 #include "model/batch_builder.h"
 
+#include <algorithm>
+
 #include "base/check.h"
 
 namespace arbor::model {
 
+BatchBuilder::BatchBuilder(int32_t block_size, int32_t num_kv_groups)
+    : block_size_(block_size), more_(static_cast<size_t>(std::max(num_kv_groups, 1) - 1)) {
+  ARBOR_CHECK_GE(num_kv_groups, 1);
+}
+
 void BatchBuilder::clear() {
+  for (GroupArrays& g : more_) {
+    g.kv_indptr.assign(1, 0);
+    g.kv_page_indices.clear();
+    g.slot_mapping.clear();
+  }
   any_mask_ = false;
   for (auto* v : {&tokens_, &positions_, &kv_page_indices_, &kv_len_, &slot_mapping_,
                   &logits_indices_}) {
@@ -41,25 +53,42 @@ int32_t BatchBuilder::add(const SequenceInput& seq) {
   ARBOR_CHECK(seq.logits != LogitsMode::kRange ||
               (0 <= seq.logits_begin && seq.logits_begin <= seq.logits_end && seq.logits_end <= n))
       << "logits rows [" << seq.logits_begin << ", " << seq.logits_end << ") of " << n;
+  ARBOR_CHECK_EQ(seq.more_block_tables.size(), more_.size()) << "KV cache group tables";
   for (int32_t i = 0; i < n; ++i) {
     const int32_t k = seq.num_committed + i;
     tokens_.push_back(seq.tokens[i]);
     positions_.push_back(seq.positions.empty() ? k : seq.positions[i]);
-    slot_mapping_.push_back(seq.block_table[k / block_size_] * block_size_ + k % block_size_);
     if (seq.logits == LogitsMode::kAll || (seq.logits == LogitsMode::kLast && i == n - 1) ||
         (seq.logits == LogitsMode::kRange && i >= seq.logits_begin && i < seq.logits_end)) {
       logits_indices_.push_back(row0 + i);
     }
   }
   qo_indptr_.push_back(row0 + n);
-  // Only the blocks the sequence uses so far: a caller may pass a longer reservation.
-  const size_t used = (size_t)(kv_len + block_size_ - 1) / block_size_;
-  kv_page_indices_.insert(kv_page_indices_.end(), seq.block_table.begin(),
-                          seq.block_table.begin() + used);
-  kv_indptr_.push_back((int32_t)kv_page_indices_.size());
+  append_table(seq.block_table, seq, block_size_, kv_indptr_, kv_page_indices_, slot_mapping_);
+  for (size_t g = 0; g < more_.size(); ++g) {
+    const std::vector<int32_t>& table = seq.more_block_tables[g];
+    ARBOR_CHECK_EQ(table.size(), seq.block_table.size()) << "group " << g + 1 << "'s table";
+    append_table(table, seq, block_size_, more_[g].kv_indptr, more_[g].kv_page_indices,
+                 more_[g].slot_mapping);
+  }
   kv_len_.push_back(kv_len);
   append_mask(seq);
   return first_logit;
+}
+
+void BatchBuilder::append_table(std::span<const int32_t> table, const SequenceInput& seq,
+                                int32_t block_size, std::vector<int32_t>& kv_indptr,
+                                std::vector<int32_t>& kv_page_indices,
+                                std::vector<int32_t>& slot_mapping) {
+  const auto n = (int32_t)seq.tokens.size();
+  for (int32_t i = 0; i < n; ++i) {
+    const int32_t k = seq.num_committed + i;
+    slot_mapping.push_back(table[k / block_size] * block_size + k % block_size);
+  }
+  // Only the blocks the sequence uses so far: a caller may pass a longer reservation.
+  const size_t used = (size_t)(seq.num_committed + n + block_size - 1) / block_size;
+  kv_page_indices.insert(kv_page_indices.end(), table.begin(), table.begin() + used);
+  kv_indptr.push_back((int32_t)kv_page_indices.size());
 }
 
 ForwardBatch BatchBuilder::batch() const {
@@ -76,6 +105,11 @@ ForwardBatch BatchBuilder::batch() const {
     b.mask_indptr = mask_indptr_;
     b.mask_bits = mask_bits_;
   }
+  more_views_.clear();
+  for (const GroupArrays& g : more_) {
+    more_views_.push_back(KvGroupArrays{g.kv_indptr, g.kv_page_indices, g.slot_mapping});
+  }
+  b.more_kv_groups = more_views_;
   return b;
 }
 

@@ -19,6 +19,7 @@ enum class LogitsMode { kNone, kLast, kAll, kRange };
 
 struct SequenceInput {
   // Block ids of the sequence, covering num_committed + tokens.size() tokens. [num_blocks]
+  // With KV cache groups: group 0's table.
   std::span<const int32_t> block_table;
   int32_t num_committed = 0;         // tokens already in the cache (always visible)
   std::span<const int32_t> tokens;   // [n] new tokens
@@ -29,11 +30,15 @@ struct SequenceInput {
   LogitsMode logits = LogitsMode::kLast;  // which of this sequence's rows get logits
   int32_t logits_begin = 0;  // kRange: 0 <= logits_begin <= logits_end <= n (CHECKed)
   int32_t logits_end = 0;
+  // [num_groups - 1] the tables of KV cache groups 1 .. G-1 (as long as block_table each);
+  // empty with one group. The builder's group count must match.
+  std::span<const std::vector<int32_t>> more_block_tables;
 };
 
 class BatchBuilder {
  public:
-  explicit BatchBuilder(int32_t block_size) : block_size_(block_size) {}
+  // num_kv_groups: the KV cache groups every sequence brings a table for (>= 1).
+  explicit BatchBuilder(int32_t block_size, int32_t num_kv_groups = 1);
 
   void clear();
   // Appends one sequence. CHECKs that block_table covers the tokens and that a non-empty mask
@@ -45,11 +50,21 @@ class BatchBuilder {
   ForwardBatch batch() const;
   int32_t num_logits() const { return (int32_t)logits_indices_.size(); }
   int32_t block_size() const { return block_size_; }
+  int32_t num_kv_groups() const { return 1 + (int32_t)more_.size(); }
 
  private:
+  struct GroupArrays {
+    std::vector<int32_t> kv_indptr{0}, kv_page_indices, slot_mapping;
+  };
   void append_mask(const SequenceInput& seq);
+  static void append_table(std::span<const int32_t> table, const SequenceInput& seq,
+                           int32_t block_size, std::vector<int32_t>& kv_indptr,
+                           std::vector<int32_t>& kv_page_indices,
+                           std::vector<int32_t>& slot_mapping);
 
   int32_t block_size_;
+  std::vector<GroupArrays> more_;       // groups 1 .. G-1
+  mutable std::vector<KvGroupArrays> more_views_;  // batch()'s views of more_
   bool any_mask_ = false;
   std::vector<int32_t> tokens_, positions_, qo_indptr_{0}, kv_indptr_{0}, kv_page_indices_;
   std::vector<int32_t> kv_len_, slot_mapping_, logits_indices_, mask_indptr_{0};

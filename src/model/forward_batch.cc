@@ -1,4 +1,8 @@
 #include "model/forward_batch.h"
+
+#include <algorithm>
+#include <string>
+
 #include "base/status.h"
 
 #include "kernels/attention.h"
@@ -25,32 +29,46 @@ Status check_indptr(std::span<const int32_t> indptr, size_t expected_size, int64
   return ok_status();
 }
 
-Status check_sequence(const ForwardBatch& bt, const BatchLimits& lim, int b) {
+Status check_sequence(const ForwardBatch& bt, const BatchLimits& lim, int g, int b) {
+  const KvGroupArrays kv = bt.kv_group(g);
   const int32_t q0 = bt.qo_indptr[b], n = bt.qo_indptr[b + 1] - q0;
   const int32_t kv_len = bt.kv_len[b];
-  const int64_t num_pages = bt.kv_indptr[b + 1] - bt.kv_indptr[b];
+  const int64_t num_pages = kv.kv_indptr[b + 1] - kv.kv_indptr[b];
+  const std::string seq = g == 0 ? str_cat("sequence ", b) : str_cat("group ", g, " sequence ", b);
   if (kv_len < n) {
-    return invalid_argument("sequence ", b, ": kv_len ", kv_len, " < ", n, " new tokens");
+    return invalid_argument(seq, ": kv_len ", kv_len, " < ", n, " new tokens");
   }
   if (num_pages * lim.block_size < kv_len) {
-    return invalid_argument("sequence ", b, ": ", num_pages, " blocks of ", lim.block_size,
+    return invalid_argument(seq, ": ", num_pages, " blocks of ", lim.block_size,
                             " tokens cannot hold kv_len ", kv_len);
   }
-  const int32_t* table = bt.kv_page_indices.data() + bt.kv_indptr[b];
+  const int32_t* table = kv.kv_page_indices.data() + kv.kv_indptr[b];
   for (int64_t i = 0; i < num_pages; ++i) {
     if (table[i] < 0 || table[i] >= lim.num_blocks) {
-      return invalid_argument("sequence ", b, ": block table entry ", i, " = ", table[i],
+      return invalid_argument(seq, ": block table entry ", i, " = ", table[i],
                               ", the cache has ", lim.num_blocks, " blocks");
     }
   }
   const int32_t committed = kv_len - n;
+  if (!lim.group_windows.empty()) {
+    // Block 0 is the null block: what the first new token reads, and every new token's slot,
+    // must be elsewhere.
+    const int32_t w = lim.group_windows[(size_t)g];
+    const int64_t first = w == 0 ? 0 : std::max<int64_t>(0, (int64_t)committed - w + 1);
+    for (int64_t i = first / lim.block_size; i * lim.block_size < kv_len; ++i) {
+      if (table[i] == 0) {
+        return invalid_argument(seq, ": block table entry ", i, " is the null block (0) but ",
+                                "positions ", first, " .. ", kv_len - 1, " are read or written");
+      }
+    }
+  }
   for (int32_t i = 0; i < n; ++i) {
     const int32_t k = committed + i;
     const int64_t want = (int64_t)table[k / lim.block_size] * lim.block_size + k % lim.block_size;
-    if (bt.slot_mapping[q0 + i] != want) {
-      return invalid_argument("slot_mapping[", q0 + i, "] = ", bt.slot_mapping[q0 + i],
-                              ", but sequence ", b, "'s block table puts logical index ", k,
-                              " at slot ", want);
+    if (kv.slot_mapping[q0 + i] != want) {
+      return invalid_argument(g == 0 ? std::string("slot_mapping[") : str_cat("group ", g, " slot_mapping["),
+                              q0 + i, "] = ", kv.slot_mapping[q0 + i], ", but ", seq,
+                              "'s block table puts logical index ", k, " at slot ", want);
     }
   }
   return ok_status();
@@ -78,6 +96,12 @@ Status check_tokens(const ForwardBatch& bt, const BatchLimits& lim) {
     return invalid_argument("batch has ", t, " tokens but ", bt.positions.size(),
                             " positions and ", bt.slot_mapping.size(), " slot_mapping entries");
   }
+  for (int g = 1; g < bt.num_kv_groups(); ++g) {
+    if (bt.kv_group(g).slot_mapping.size() != t) {
+      return invalid_argument("batch has ", t, " tokens but group ", g, " has ",
+                              bt.kv_group(g).slot_mapping.size(), " slot_mapping entries");
+    }
+  }
   for (size_t i = 0; i < t; ++i) {
     if (bt.tokens[i] < 0 || bt.tokens[i] >= lim.vocab_size) {
       return invalid_argument("tokens[", i, "] = ", bt.tokens[i], ", vocab size is ",
@@ -101,12 +125,25 @@ Status validate_batch(const ForwardBatch& bt, const BatchLimits& lim) {
   const size_t nb = bt.qo_indptr.size() - 1;
   ARBOR_RETURN_IF_ERROR(check_tokens(bt, lim));
   ARBOR_RETURN_IF_ERROR(check_indptr(bt.qo_indptr, nb + 1, (int64_t)bt.tokens.size(), "qo_indptr"));
-  ARBOR_RETURN_IF_ERROR(
-      check_indptr(bt.kv_indptr, nb + 1, (int64_t)bt.kv_page_indices.size(), "kv_indptr"));
+  const int num_groups = bt.num_kv_groups();
+  if (!lim.group_windows.empty() && (size_t)num_groups != lim.group_windows.size()) {
+    return invalid_argument("batch has ", num_groups, " KV cache groups, the cache ",
+                            lim.group_windows.size());
+  }
+  if (lim.group_windows.empty() && num_groups != 1) {
+    return invalid_argument("batch has ", num_groups, " KV cache groups, the cache one");
+  }
+  for (int g = 0; g < num_groups; ++g) {
+    const KvGroupArrays kv = bt.kv_group(g);
+    ARBOR_RETURN_IF_ERROR(check_indptr(kv.kv_indptr, nb + 1, (int64_t)kv.kv_page_indices.size(),
+                                       g == 0 ? "kv_indptr" : "a group's kv_indptr"));
+  }
   if (bt.kv_len.size() != nb) {
     return invalid_argument("kv_len has ", bt.kv_len.size(), " entries, expected ", nb);
   }
-  for (size_t b = 0; b < nb; ++b) ARBOR_RETURN_IF_ERROR(check_sequence(bt, lim, (int)b));
+  for (int g = 0; g < num_groups; ++g) {
+    for (size_t b = 0; b < nb; ++b) ARBOR_RETURN_IF_ERROR(check_sequence(bt, lim, g, (int)b));
+  }
   if (bt.mask_indptr.empty()) return ok_status();
   ARBOR_RETURN_IF_ERROR(check_indptr(bt.mask_indptr, nb + 1, -1, "mask_indptr"));
   if (((int64_t)bt.mask_indptr.back() + 7) / 8 > (int64_t)bt.mask_bits.size()) {

@@ -19,6 +19,11 @@
 //                            an empty segment = causal for that sequence, else n_b * n_b bits
 //   mask_bits       [bytes]  row-major bit (i, j) = new token i sees new token j, bit k of the
 //                            batch in byte k / 8 at bit k % 8; diagonal bits must be set
+//   more_kv_groups  [G-1]    KV cache groups 1 .. G-1 (sliding-window layers, docs/kv_layout.md):
+//                            each its own kv_indptr [B+1], kv_page_indices and slot_mapping [T],
+//                            with the meaning above; the fields above are group 0's. Empty: one
+//                            group. A layer reads the arrays of its group (KvCacheShape::
+//                            group_of); kv_len, qo_indptr and the mask are shared.
 // Output of a forward: logits [L, vocab_size] f32.
 #pragma once
 
@@ -28,6 +33,13 @@
 #include "base/status.h"
 
 namespace arbor::model {
+
+// One KV cache group's block tables and write slots.
+struct KvGroupArrays {
+  std::span<const int32_t> kv_indptr;        // [B+1]
+  std::span<const int32_t> kv_page_indices;  // [kv_indptr[B]]
+  std::span<const int32_t> slot_mapping;     // [T]
+};
 
 struct ForwardBatch {
   std::span<const int32_t> tokens;
@@ -40,7 +52,14 @@ struct ForwardBatch {
   std::span<const int32_t> logits_indices;
   std::span<const int32_t> mask_indptr;
   std::span<const uint8_t> mask_bits;
+  std::span<const KvGroupArrays> more_kv_groups;
 
+  int32_t num_kv_groups() const { return 1 + (int32_t)more_kv_groups.size(); }
+  // Group g's arrays: g == 0 the fields above, else more_kv_groups[g - 1].
+  KvGroupArrays kv_group(int g) const {
+    return g == 0 ? KvGroupArrays{kv_indptr, kv_page_indices, slot_mapping}
+                  : more_kv_groups[(size_t)g - 1];
+  }
   int32_t num_seqs() const { return qo_indptr.empty() ? 0 : (int32_t)qo_indptr.size() - 1; }
   int32_t num_tokens() const { return (int32_t)tokens.size(); }
   int32_t num_logits() const { return (int32_t)logits_indices.size(); }
@@ -51,10 +70,17 @@ struct BatchLimits {
   int32_t vocab_size = 0;
   int32_t block_size = 0;
   int64_t num_blocks = 0;
+  // The cache's KV cache groups, by window ([num_groups]; KvCacheLayout::windows()). Empty: one
+  // group, block 0 an ordinary block. Otherwise the batch must have this many groups, and block
+  // 0 is the KV manager's null block (a sliding group's released entries): no new token may be
+  // written to it, nor may the first new token's window (position kv_len - n - W + 1 on; every
+  // position in a full-attention group) touch it.
+  std::span<const int32_t> group_windows;
 };
 
 // Checks every array's size, monotone indptrs, token ids, block ids, that block tables cover
-// kv_len, that slot_mapping matches the block tables, logits rows, mask sizes and diagonals.
+// kv_len, that slot_mapping matches the block tables (every group's), the null block rule
+// above, logits rows, mask sizes and diagonals.
 // O(T + nnz + B + mask bits); the error names the array, the index and the numbers.
 Status validate_batch(const ForwardBatch& batch, const BatchLimits& limits);
 

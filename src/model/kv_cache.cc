@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <new>
 #include <vector>
 
@@ -14,8 +15,90 @@
 
 namespace arbor::model {
 
+int KvCacheShape::num_pools() const {
+  if (layer_pool.empty()) return num_layers;
+  return *std::max_element(layer_pool.begin(), layer_pool.end()) + 1;
+}
+
+std::vector<int32_t> KvCacheLayout::windows() const {
+  std::vector<int32_t> w;
+  for (const KvCacheGroup& g : groups) w.push_back(g.window);
+  return w;
+}
+
+bool KvCacheLayout::reclaims() const {
+  return std::any_of(groups.begin(), groups.end(), [](const KvCacheGroup& g) {
+    return g.window > 0;
+  });
+}
+
+std::string KvCacheLayout::summary() const {
+  std::string s = str_cat(groups.size(), groups.size() == 1 ? " KV cache group" : " KV cache groups",
+                          " over ", num_pools, " pools:");
+  for (size_t g = 0; g < groups.size(); ++g) {
+    s += g == 0 ? " " : ", ";
+    s += groups[g].window == 0 ? std::string("full attention") : str_cat("window ", groups[g].window);
+    s += " (layers";
+    for (int l : groups[g].layers) s += str_cat(" ", l);
+    s += ")";
+  }
+  return s;
+}
+
+Result<KvCacheLayout> plan_kv_cache_layout(std::span<const int32_t> layer_windows, bool reclaim) {
+  if (layer_windows.empty()) return invalid_argument("KV cache layout of a model without layers");
+  const int num_layers = static_cast<int>(layer_windows.size());
+  for (int l = 0; l < num_layers; ++l) {
+    if (layer_windows[l] < 0) {
+      return invalid_argument("layer ", l, " has attention window ", layer_windows[l]);
+    }
+  }
+  KvCacheLayout out;
+  out.layer_group.assign(static_cast<size_t>(num_layers), 0);
+  out.layer_pool.resize(static_cast<size_t>(num_layers));
+  // Layers by window: full attention (0) first, then increasing windows.
+  std::map<int32_t, std::vector<int>> types;
+  for (int l = 0; l < num_layers; ++l) types[reclaim ? layer_windows[l] : 0].push_back(l);
+  if (types.size() == 1) {
+    out.groups.push_back(KvCacheGroup{types.begin()->first, types.begin()->second});
+    out.num_pools = num_layers;
+    for (int l = 0; l < num_layers; ++l) out.layer_pool[static_cast<size_t>(l)] = l;
+    return out;
+  }
+  size_t min_n = SIZE_MAX, max_n = 0;
+  for (const auto& [w, layers] : types) {
+    min_n = std::min(min_n, layers.size());
+    max_n = std::max(max_n, layers.size());
+  }
+  const size_t size = 2 * max_n < 3 * min_n ? max_n : min_n;
+  out.num_pools = static_cast<int>(size);
+  for (const auto& [w, layers] : types) {
+    const size_t num_groups = (layers.size() + size - 1) / size;
+    for (size_t i = 0; i < num_groups; ++i) {
+      KvCacheGroup g{w, {}};
+      for (size_t j = i; j < layers.size(); j += num_groups) g.layers.push_back(layers[j]);
+      for (size_t k = 0; k < g.layers.size(); ++k) {
+        out.layer_group[static_cast<size_t>(g.layers[k])] = static_cast<int>(out.groups.size());
+        out.layer_pool[static_cast<size_t>(g.layers[k])] = static_cast<int>(k);
+      }
+      out.groups.push_back(std::move(g));
+    }
+  }
+  return out;
+}
+
+void apply_kv_cache_layout(const KvCacheLayout& layout, KvCacheShape& shape) {
+  if (layout.num_groups() == 1) {
+    shape.layer_pool.clear();
+    shape.layer_group.clear();
+    return;
+  }
+  shape.layer_pool = layout.layer_pool;
+  shape.layer_group = layout.layer_group;
+}
+
 size_t PagedKvCache::bytes_per_block(const KvCacheShape& s) {
-  return (size_t)s.num_layers * 2 * s.num_kv_heads * s.block_size * s.head_dim *
+  return (size_t)s.num_pools() * 2 * s.num_kv_heads * s.block_size * s.head_dim *
          kernels::kv_dtype_size(s.dtype);
 }
 
@@ -43,6 +126,13 @@ Result<std::unique_ptr<PagedKvCache>> PagedKvCache::create(const KvCacheShape& s
     return invalid_argument("KV cache shape: ", shape.num_layers, " layers, ", shape.num_kv_heads,
                             " kv heads, head_dim ", shape.head_dim, ", block_size ",
                             shape.block_size, " (all must be >= 1)");
+  }
+  if ((!shape.layer_pool.empty() &&
+       shape.layer_pool.size() != static_cast<size_t>(shape.num_layers)) ||
+      shape.layer_group.size() != shape.layer_pool.size()) {
+    return invalid_argument("KV cache shape: ", shape.num_layers, " layers but ",
+                            shape.layer_pool.size(), " pool and ", shape.layer_group.size(),
+                            " group entries");
   }
   if (num_blocks < 1) {
     return invalid_argument("KV cache needs at least 1 block, got ", num_blocks,
@@ -86,16 +176,20 @@ PagedKvCache::~PagedKvCache() {
 }
 
 size_t PagedKvCache::pool_bytes() const {
-  return bytes_per_block(shape_) / (2 * (size_t)shape_.num_layers) * (size_t)num_blocks_;
+  return bytes_per_block(shape_) / (2 * (size_t)shape_.num_pools()) * (size_t)num_blocks_;
 }
 
-void* PagedKvCache::k_pool(int layer) { return data_ + (size_t)layer * 2 * pool_bytes(); }
-void* PagedKvCache::v_pool(int layer) { return data_ + ((size_t)layer * 2 + 1) * pool_bytes(); }
+void* PagedKvCache::k_pool(int layer) {
+  return data_ + (size_t)shape_.pool_of(layer) * 2 * pool_bytes();
+}
+void* PagedKvCache::v_pool(int layer) {
+  return data_ + ((size_t)shape_.pool_of(layer) * 2 + 1) * pool_bytes();
+}
 const void* PagedKvCache::k_pool(int layer) const {
-  return data_ + (size_t)layer * 2 * pool_bytes();
+  return data_ + (size_t)shape_.pool_of(layer) * 2 * pool_bytes();
 }
 const void* PagedKvCache::v_pool(int layer) const {
-  return data_ + ((size_t)layer * 2 + 1) * pool_bytes();
+  return data_ + ((size_t)shape_.pool_of(layer) * 2 + 1) * pool_bytes();
 }
 
 size_t PagedKvCache::elem_offset(int64_t slot, int kv_head) const {
@@ -157,12 +251,12 @@ void PagedKvCache::copy_block(int32_t src, int32_t dst) {
   ARBOR_CHECK(src >= 0 && src < num_blocks_ && dst >= 0 && dst < num_blocks_)
       << "copy_block(" << src << ", " << dst << ") with " << num_blocks_ << " blocks";
   if (src == dst) return;
-  const size_t block_bytes = bytes_per_block(shape_) / (2 * (size_t)shape_.num_layers);
+  const size_t block_bytes = bytes_per_block(shape_) / (2 * (size_t)shape_.num_pools());
   std::vector<DeviceMemory::Copy> copies;
-  copies.reserve(2 * (size_t)shape_.num_layers);
-  for (int layer = 0; layer < shape_.num_layers; ++layer) {
-    for (uint8_t* pool : {static_cast<uint8_t*>(k_pool(layer)),
-                          static_cast<uint8_t*>(v_pool(layer))}) {
+  copies.reserve(2 * (size_t)shape_.num_pools());
+  for (int p = 0; p < shape_.num_pools(); ++p) {
+    for (uint8_t* pool : {data_ + (size_t)p * 2 * pool_bytes(),
+                          data_ + ((size_t)p * 2 + 1) * pool_bytes()}) {
       copies.push_back({pool + (size_t)dst * block_bytes, pool + (size_t)src * block_bytes,
                         block_bytes});
     }
@@ -178,10 +272,10 @@ void PagedKvCache::copy_slot(int64_t src, int64_t dst) {
   const auto elem = static_cast<size_t>(kernels::kv_dtype_size(shape_.dtype));
   const size_t row_bytes = static_cast<size_t>(shape_.head_dim) * elem;
   std::vector<DeviceMemory::Copy> copies;
-  copies.reserve(2 * (size_t)shape_.num_layers * shape_.num_kv_heads);
-  for (int layer = 0; layer < shape_.num_layers; ++layer) {
-    for (uint8_t* pool : {static_cast<uint8_t*>(k_pool(layer)),
-                          static_cast<uint8_t*>(v_pool(layer))}) {
+  copies.reserve(2 * (size_t)shape_.num_pools() * shape_.num_kv_heads);
+  for (int p = 0; p < shape_.num_pools(); ++p) {
+    for (uint8_t* pool : {data_ + (size_t)p * 2 * pool_bytes(),
+                          data_ + ((size_t)p * 2 + 1) * pool_bytes()}) {
       for (int h = 0; h < shape_.num_kv_heads; ++h) {
         copies.push_back(
             {pool + elem_offset(dst, h) * elem, pool + elem_offset(src, h) * elem, row_bytes});

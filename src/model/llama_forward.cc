@@ -154,7 +154,9 @@ void LlamaForward::attention_block(int layer, const ForwardBatch& batch, PagedKv
   e.temp_scale = cfg_.attn_temp_scale;
   e.temp_floor = cfg_.attn_temp_floor;
   if (e.temp_scale != 0.0f) e.positions = batch.positions.data();
-  e.slot_mapping = batch.slot_mapping.data();
+  // The layer's KV cache group: its block tables and write slots (docs/batch_layout.md).
+  const KvGroupArrays kv = batch.kv_group(cache.shape().group_of(layer));
+  e.slot_mapping = kv.slot_mapping.data();
   e.k_cache = cache.k_pool(layer);
   e.v_cache = cache.v_pool(layer);
   e.kv_dtype = cache.shape().dtype;
@@ -176,8 +178,8 @@ void LlamaForward::attention_block(int layer, const ForwardBatch& batch, PagedKv
   p.k_cache = cache.k_pool(layer);
   p.v_cache = cache.v_pool(layer);
   p.qo_indptr = batch.qo_indptr.data();
-  p.kv_indptr = batch.kv_indptr.data();
-  p.kv_page_indices = batch.kv_page_indices.data();
+  p.kv_indptr = kv.kv_indptr.data();
+  p.kv_page_indices = kv.kv_page_indices.data();
   p.kv_len = batch.kv_len.data();
   if (!batch.mask_indptr.empty()) {
     p.mask_indptr = batch.mask_indptr.data();

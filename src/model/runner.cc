@@ -15,6 +15,17 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::load(const std::string& path,
   return create(std::move(model), options);
 }
 
+namespace {
+
+// Each layer's attention window, 0 = full attention.
+std::vector<int32_t> layer_windows(const ModelConfig& c) {
+  std::vector<int32_t> w(static_cast<size_t>(c.num_layers));
+  for (int l = 0; l < c.num_layers; ++l) w[static_cast<size_t>(l)] = c.layer_window(l);
+  return w;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<LlamaModel> model,
                                                          const RunnerOptions& options) {
   const ModelConfig& c = model->config();
@@ -27,6 +38,9 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<LlamaMo
   if (options.block_size < 1) {
     return invalid_argument("block size must be >= 1, got ", options.block_size);
   }
+  ARBOR_ASSIGN_OR_RETURN(KvCacheLayout layout,
+                         plan_kv_cache_layout(layer_windows(c), options.kv_reclaim));
+  apply_kv_cache_layout(layout, shape);
   int64_t num_blocks = options.num_blocks;
   if (num_blocks <= 0) {
     // GiB to bytes, clamped below 2^63 so the conversion cannot overflow.
@@ -50,6 +64,8 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<LlamaMo
   ARBOR_ASSIGN_OR_RETURN(r->cache_, PagedKvCache::create(shape, num_blocks, options.populate_kv,
                                                          r->ops_.get()));
   r->forward_ = std::make_unique<LlamaForward>(*r->model_, *r->ops_, options.reserve_tokens);
+  if (layout.num_groups() > 1 || layout.reclaims()) r->group_windows_ = layout.windows();
+  r->layout_ = std::move(layout);
   return r;
 }
 
@@ -64,6 +80,7 @@ Status ModelRunner::forward(const ForwardBatch& batch, const LogitsOut& out) {
   limits.vocab_size = config().vocab_size;
   limits.block_size = cache_->block_size();
   limits.num_blocks = cache_->num_blocks();
+  limits.group_windows = group_windows_;
   ARBOR_RETURN_IF_ERROR(validate_batch(batch, limits));
   if (!out.want.empty() && static_cast<int32_t>(out.want.size()) != batch.num_logits()) {
     return invalid_argument("LogitsOut has ", out.want.size(), " row kinds for ",
@@ -87,7 +104,10 @@ Status ModelRunner::forward(const ForwardBatch& batch, const LogitsOut& out) {
 }
 
 SingleSequence::SingleSequence(ModelRunner& runner, std::vector<int32_t> blocks)
-    : runner_(runner), blocks_(std::move(blocks)), builder_(runner.kv_cache().block_size()) {}
+    : runner_(runner), blocks_(std::move(blocks)), builder_(runner.kv_cache().block_size()) {
+  ARBOR_CHECK_EQ(runner.kv_layout().num_groups(), 1)
+      << "SingleSequence needs a runner without KV cache groups (RunnerOptions::kv_reclaim)";
+}
 
 std::vector<int32_t> SingleSequence::contiguous_blocks(int32_t first, int32_t count) {
   std::vector<int32_t> ids(count);

@@ -45,6 +45,11 @@ struct RunnerOptions {
   // sets it: a server cycles through every block (the free queue hands out the least recently
   // used), and taking ~150k page faults mid-serving cost ~10 % of a throughput run.
   bool populate_kv = false;
+  // Release the KV of sliding-window layers that no query can read again: the layers form KV
+  // cache groups (plan_kv_cache_layout) whose block tables the KV manager keeps separately; the
+  // engine's executor sets it. false: one group of every layer (block tables as without sliding
+  // layers: SingleSequence and a draft model, which shares its target's tables, need that).
+  bool kv_reclaim = false;
   // Run on this pool instead of starting one (a draft model shares its target's threads: the two
   // never run at once). Null: a pool of num_threads.
   std::shared_ptr<kernels::ThreadPool> pool;
@@ -68,6 +73,9 @@ class ModelRunner {
   const ModelConfig& config() const { return model_->config(); }
   const LlamaModel& model() const { return *model_; }
   PagedKvCache& kv_cache() { return *cache_; }
+  // How the layers share block tables and pools (one group unless RunnerOptions::kv_reclaim and
+  // the model has sliding-window layers).
+  const KvCacheLayout& kv_layout() const { return layout_; }
   // The device the forward runs on ("cpu", "cuda:0").
   std::string_view device_name() const { return ops_->name(); }
   // True when the forward runs on the host (its logits need no copy).
@@ -96,12 +104,15 @@ class ModelRunner {
   std::unique_ptr<ForwardOps> ops_;
   std::unique_ptr<PagedKvCache> cache_;
   std::unique_ptr<LlamaForward> forward_;
+  KvCacheLayout layout_;
+  std::vector<int32_t> group_windows_;  // BatchLimits::group_windows: empty with one full group
 };
 
 class SingleSequence {
  public:
   // The sequence uses `blocks` of runner's cache, in order; the caller guarantees nobody else
-  // writes them while this sequence lives. capacity() = blocks.size() * block_size.
+  // writes them while this sequence lives. capacity() = blocks.size() * block_size. The runner
+  // must have one KV cache group (CHECKed: RunnerOptions::kv_reclaim false, or no sliding layers).
   SingleSequence(ModelRunner& runner, std::vector<int32_t> blocks);
   // Block ids [first, first + count).
   static std::vector<int32_t> contiguous_blocks(int32_t first, int32_t count);

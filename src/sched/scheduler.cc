@@ -60,8 +60,11 @@ Scheduler::Scheduler(const SchedulerOptions& options, kv::KvCacheManager& kv)
   ARBOR_CHECK_GE(options_.max_model_len, 0);
 }
 
-int64_t Scheduler::blocks_needed(int64_t num_tokens) const {
-  return (num_tokens + kv_.block_size() - 1) / kv_.block_size();
+int64_t Scheduler::max_step_tokens() const {
+  const int64_t budget = options_.max_num_batched_tokens;
+  return options_.long_prefill_token_threshold > 0
+             ? std::min<int64_t>(budget, options_.long_prefill_token_threshold)
+             : budget;
 }
 
 int64_t Scheduler::max_sequence_len(const Request& req) const {
@@ -78,13 +81,18 @@ Status Scheduler::check_admission(const Request& request) const {
   if (requests_.contains(id)) return invalid_argument("request id ", id, " is already queued");
   ARBOR_RETURN_IF_ERROR(check_prompt_length(request.num_prompt_tokens(), options_.max_model_len));
   const int64_t len = max_sequence_len(request);
-  // Drafts never need slots past `len` (max_drafts() keeps k within what can be emitted).
-  const int64_t blocks = blocks_needed(len);
+  // Drafts never need slots past `len` (max_drafts() keeps k within what can be emitted), and
+  // neither they nor a draft model's lookahead ever preempt. A sliding-window group holds at
+  // most the blocks of its window and one step's chunk at once.
+  const int64_t blocks = kv_.max_blocks_per_request(len, max_step_tokens());
   if (blocks > kv_.block_pool().num_usable_blocks()) {
+    const std::string groups =
+        kv_.num_groups() > 1 ? str_cat(" over ", kv_.num_groups(), " KV cache groups") : "";
     return invalid_argument("prompt (", request.num_prompt_tokens(), " tokens) + max_tokens (",
                             request.stop.max_tokens, ") needs up to ", len, " tokens (", blocks,
-                            " KV blocks), the KV pool has ", kv_.block_pool().num_usable_blocks(),
-                            " blocks of ", kv_.block_size(), " tokens");
+                            " KV blocks", groups, "), the KV pool has ",
+                            kv_.block_pool().num_usable_blocks(), " blocks of ",
+                            kv_.block_size(), " tokens");
   }
   if (request.best_of > options_.max_num_seqs) {
     return invalid_argument("best_of is ", request.best_of, ", max_num_seqs is ",
@@ -208,8 +216,7 @@ void Scheduler::fork_parent(Request& parent) {
     c->num_computed_tokens = shared;
     c->status = RequestStatus::kRunning;
     insert_running(c);
-    if (fr->copy_on_write) {
-      const kv::BlockCopy& cow = *fr->copy_on_write;
+    for (const kv::BlockCopy& cow : fr->copies_on_write) {
       pending_copies_.push_back(step::BlockCopy{cow.src_block, cow.dst_block, cow.num_tokens});
     }
   }

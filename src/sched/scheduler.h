@@ -214,7 +214,9 @@ class Scheduler {
   std::optional<StopReason> check_stop(const Request& req, int32_t token_id) const;
   void commit(Request& req, const ScheduledRequest& s, const RequestResult* r, RequestOutput& o);
   void finish(Request& req, const StopReason& reason);
-  int64_t blocks_needed(int64_t num_tokens) const;
+  // The most tokens one request runs in a step (its chunk cap).
+  int64_t max_step_tokens() const;
+  void set_block_tables(const Request& req, ScheduledRequest& s) const;
   int64_t max_sequence_len(const Request& req) const;
 
   SchedulerOptions options_;

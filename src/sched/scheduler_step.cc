@@ -59,8 +59,7 @@ void Scheduler::schedule(Request& req, int64_t num_new, int32_t num_drafts, bool
   s.new_token_ids.assign(req.token_ids.begin() + req.num_tokens_sent, req.token_ids.end());
   req.num_tokens_sent = req.num_tokens();
   s.draft_token_ids.assign(req.spec_token_ids.begin(), req.spec_token_ids.begin() + num_drafts);
-  const std::span<const kv::BlockId> table = kv_.block_ids(req.request_id);
-  s.block_ids.assign(table.begin(), table.end());
+  set_block_tables(req, s);
   // max_tokens 0 (echo, prompt scoring): the prompt runs, nothing is sampled.
   s.sample = !req.is_fork_parent() && req.stop.max_tokens > 0 &&
              req.num_computed_tokens + num_new == req.num_tokens();
@@ -77,6 +76,14 @@ void Scheduler::schedule(Request& req, int64_t num_new, int32_t num_drafts, bool
   s.is_prompt_chunk = req.num_computed_tokens < req.num_prompt_tokens();
   s.is_new = is_new;
   out.requests.push_back(std::move(s));
+}
+
+void Scheduler::set_block_tables(const Request& req, ScheduledRequest& s) const {
+  s.block_tables.resize(static_cast<size_t>(kv_.num_groups()));
+  for (int32_t g = 0; g < kv_.num_groups(); ++g) {
+    const std::span<const kv::BlockId> table = kv_.block_ids(req.request_id, g);
+    s.block_tables[static_cast<size_t>(g)].assign(table.begin(), table.end());
+  }
 }
 
 // Returns false (after preempting `req` itself) when even preempting every later request
@@ -135,9 +142,11 @@ std::optional<size_t> Scheduler::num_victims_needed(const Request& req,
                                                     int64_t num_new) const {
   const kv::BlockPool& pool = kv_.block_pool();
   const int32_t seqs = req.is_fork_parent() ? req.best_of : 1;
-  int64_t need = blocks_needed(hit.num_computed_tokens + num_new) -
-                 static_cast<int64_t>(hit.block_ids.size());
-  for (kv::BlockId b : hit.block_ids) need += pool.block(b).ref_cnt == 0;
+  const int64_t need = kv_.num_blocks_to_allocate(req.kv_view(), num_new, hit);
+  std::vector<kv::BlockId> hit_blocks;
+  for (const std::vector<kv::BlockId>& ids : hit.group_block_ids) {
+    hit_blocks.insert(hit_blocks.end(), ids.begin(), ids.end());
+  }
   int64_t available = kv_.num_free_blocks();
   std::unordered_map<kv::BlockId, int32_t> victim_refs;
   for (size_t k = 0;; ++k) {
@@ -148,10 +157,13 @@ std::optional<size_t> Scheduler::num_victims_needed(const Request& req,
     if (k == running_.size()) return std::nullopt;
     const Request& victim = *running_[running_.size() - 1 - k];
     if (victim.priority <= req.priority) return std::nullopt;
-    for (kv::BlockId b : kv_.block_ids(victim.request_id)) {
-      const bool in_hit =
-          std::find(hit.block_ids.begin(), hit.block_ids.end(), b) != hit.block_ids.end();
-      if (++victim_refs[b] == pool.block(b).ref_cnt && !in_hit) ++available;
+    for (int32_t g = 0; g < kv_.num_groups(); ++g) {
+      for (kv::BlockId b : kv_.block_ids(victim.request_id, g)) {
+        if (b == kv::kNullBlockId) continue;  // released from a sliding window
+        const bool in_hit =
+            std::find(hit_blocks.begin(), hit_blocks.end(), b) != hit_blocks.end();
+        if (++victim_refs[b] == pool.block(b).ref_cnt && !in_hit) ++available;
+      }
     }
   }
 }
@@ -303,8 +315,7 @@ void Scheduler::schedule_drafts(SchedulerOutput& out, Budget& budget) {
     s.num_scheduled_tokens += kc;
     s.max_next_draft_tokens = next_draft_request(req, draft_levels(s));
     budget.tokens -= kc;
-    const std::span<const kv::BlockId> table = kv_.block_ids(req.request_id);
-    s.block_ids.assign(table.begin(), table.end());
+    set_block_tables(req, s);
   }
 }
 
@@ -362,25 +373,18 @@ void Scheduler::reserve_draft_slots(SchedulerOutput& out) {
       s.max_next_draft_tokens = 0;
       continue;
     }
-    const std::span<const kv::BlockId> table = kv_.block_ids(req.request_id);
-    s.block_ids.assign(table.begin(), table.end());
+    set_block_tables(req, s);
   }
 }
 
 // The prefix-cache hit `req` may use: a request still owed prompt logprobs uses none past the
 // row that scores its next position (cached tokens run no rows), as vLLM skips the cache for it.
 kv::ComputedBlocks Scheduler::computed_blocks(const Request& req) const {
-  kv::ComputedBlocks hit = kv_.get_computed_blocks(req.kv_view());
   if (!req.sampling.prompt_logprobs || req.next_prompt_logprob >= req.num_prompt_tokens()) {
-    return hit;
+    return kv_.get_computed_blocks(req.kv_view());
   }
-  const int64_t bs = kv_.block_size();
-  const auto keep = static_cast<size_t>(std::min<int64_t>(
-      (req.next_prompt_logprob - 1) / bs, static_cast<int64_t>(hit.block_ids.size())));
-  hit.block_ids.resize(keep);
-  hit.block_hashes.resize(keep);
-  hit.num_computed_tokens = static_cast<int64_t>(keep) * bs;
-  return hit;
+  // The KV manager cuts the hit (a sliding group's hit needs the window before its end).
+  return kv_.get_computed_blocks(req.kv_view(), req.next_prompt_logprob - 1);
 }
 
 void Scheduler::schedule_waiting(SchedulerOutput& out, Budget& budget) {

@@ -68,6 +68,25 @@ void histogram(Out& out, const char* name, const char* help, const engine::Histo
   sample(out, str_cat(name, "_count"), "", str_cat(h.count()));
 }
 
+// Per KV cache group (docs/kv_layout.md): group="0", window="0" (full attention) or the window.
+void kv_groups(Out& out, const engine::EngineMetricsSnapshot& m) {
+  const auto labels = [&](size_t g) {
+    const int32_t w = g < m.kv_group_windows.size() ? m.kv_group_windows[g] : 0;
+    return str_cat("group=\"", g, "\",window=\"", w, "\"");
+  };
+  header(out, "arbor_kv_group_blocks_used", "gauge",
+         "KV blocks held by a KV cache group's block tables (they share one pool).");
+  for (size_t g = 0; g < m.kv_group_used_blocks.size(); ++g) {
+    sample(out, "arbor_kv_group_blocks_used", labels(g), str_cat(m.kv_group_used_blocks[g]));
+  }
+  header(out, "arbor_kv_group_blocks_released_total", "counter",
+         "KV blocks a sliding-window group released: they left every query's window.");
+  for (size_t g = 0; g < m.kv_group_released_blocks.size(); ++g) {
+    sample(out, "arbor_kv_group_blocks_released_total", labels(g),
+           str_cat(m.kv_group_released_blocks[g]));
+  }
+}
+
 void speculation(Out& out, const engine::EngineMetricsSnapshot& m) {
   scalar(out, "arbor_spec_draft_tokens_total", "counter", "Speculative draft tokens verified.",
          m.num_draft_tokens);
@@ -136,6 +155,7 @@ std::string prometheus_text(const engine::EngineMetricsSnapshot& m, const Server
          s.kv_blocks_free);
   scalar(out, "arbor_kv_blocks_used", "gauge", "KV blocks held by requests.",
          s.kv_blocks_total - s.kv_blocks_free);
+  kv_groups(out, m);
   scalar(out, "arbor_prefix_cache_hit_rate", "gauge", "Prefix-cache hit tokens / queried tokens.",
          m.prefix_cache_hit_rate);
   scalar(out, "arbor_prefix_cache_queries_total", "counter",

@@ -6,9 +6,11 @@
 //               arbor_batch_size, arbor_tokens_per_step
 //   gauges      arbor_num_requests_running, arbor_num_requests_waiting, arbor_kv_cache_usage_perc,
 //               arbor_kv_blocks_usable, arbor_kv_blocks_free, arbor_kv_blocks_used,
-//               arbor_prefix_cache_hit_rate, arbor_http_active_requests
+//               arbor_prefix_cache_hit_rate, arbor_http_active_requests,
+//               arbor_kv_group_blocks_used{group="g",window="w"} (per KV cache group)
 //   counters    arbor_prompt_tokens_total, arbor_generation_tokens_total,
 //               arbor_num_preemptions_total, arbor_request_success_total, ...,
+//               arbor_kv_group_blocks_released_total{group="g",window="w"},
 //               arbor_http_requests_total{code="..."}
 // Thread-safety: pure function.
 #pragma once

@@ -40,6 +40,11 @@ class ModelExecutor {
   // 0) and tokens per block.
   virtual int64_t num_kv_blocks() const = 0;
   virtual int32_t block_size() const = 0;
+  // The KV cache groups (docs/kv_layout.md): per group its attention window in tokens, 0 = full
+  // attention, W > 0 = sliding (its blocks that left every query's window may be released and
+  // are then never read). Group 0 first; every group has a block table per request
+  // (ScheduledRequest::block_tables), over the one pool of num_kv_blocks() blocks. [num_groups]
+  virtual std::vector<int32_t> kv_group_windows() const { return {0}; }
 
   // The step-cost curve the SpecPolicy plans with: for each n in `num_tokens` (increasing,
   // starting at 1), the seconds of a step that runs n new tokens of one sequence with logits for

@@ -21,7 +21,8 @@ namespace arbor::step {
 using RequestId = uint64_t;
 using BlockId = int32_t;
 
-// Copy the K/V of the first num_tokens slots of src_block into dst_block (every layer, K and V).
+// Copy the K/V of the first num_tokens slots of src_block into dst_block (every layer, K and V;
+// block ids are unique over every KV cache group, so a copy names no group).
 struct BlockCopy {
   BlockId src_block = 0;
   BlockId dst_block = 0;
@@ -55,7 +56,10 @@ struct ScheduledRequest {
   std::vector<int32_t> new_token_ids;  // committed since the executor last heard of it
   std::vector<int32_t> draft_token_ids;  // [k] proposals verified after the last committed token
   std::vector<int32_t> draft_parent_ids;  // [k] a token tree's parents, or empty: a chain
-  std::vector<BlockId> block_ids;      // [num_blocks] the whole block table
+  // [num_kv_groups][num_blocks] the whole block table of every KV cache group (one group unless
+  // the model has sliding-window layers; ModelExecutor::kv_group_windows). All tables have one
+  // length; a sliding group's entries before its window are 0 (released: never read).
+  std::vector<std::vector<BlockId>> block_tables;
   // The step reaches the last committed token: the executor samples (or, with drafts, verifies)
   // and returns a RequestResult. Logits rows: 1 + k when set, none otherwise.
   bool sample = false;
@@ -80,6 +84,10 @@ struct ScheduledRequest {
     return static_cast<int32_t>(prompt_logprobs_end - prompt_logprobs_begin);
   }
   bool is_tree() const { return !draft_parent_ids.empty(); }
+  // Entries of each block table (every group's has this many).
+  int64_t num_table_blocks() const {
+    return block_tables.empty() ? 0 : static_cast<int64_t>(block_tables[0].size());
+  }
 };
 
 // draft_parent_ids' name for the last committed token.

@@ -85,5 +85,65 @@ TEST_F(BenchTest, TablePrintsAndArgumentsAreChecked) {
   EXPECT_NE(r.err.find("--batch entry 0 must be in [1, 256]"), std::string::npos) << r.err;
 }
 
+// The measurement: a Gemma 3 shape at 32k context holds at most a quarter of the KV
+// bytes of a full-attention layout. The block counts follow from the windows alone: the full
+// group holds every block of 32768 tokens (2048 of 16), each sliding group the blocks of the
+// last W - 1 positions (511 / 1023 of them: 32 / 64 blocks of 16, 511 / 1023 blocks of 1).
+TEST(BenchKvLayoutTest, Gemma3At32kHoldsUnderAQuarterOfFullAttention) {
+  for (int bs : {16, 1}) {
+    CommandResult r = run_arbor("bench kv-layout --block-size " + std::to_string(bs) + " --json");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+    ASSERT_TRUE(j.is_object()) << r.out;
+    ASSERT_EQ(j["shapes"].size(), 2u);
+    const nlohmann::json& g1 = j["shapes"][0];
+    const nlohmann::json& g4 = j["shapes"][1];
+    EXPECT_EQ(g1["name"], "gemma3-1b");
+    // 4 full layers, 22 sliding in 6 groups of at most 4 (4 pools).
+    EXPECT_EQ(g1["groups"], 7);
+    EXPECT_EQ(g1["pools"], 4);
+    const int64_t full_blocks = 32768 / bs;
+    const int64_t w1 = (511 + bs - 1) / bs, w4 = (1023 + bs - 1) / bs;
+    EXPECT_EQ(g1["blocks"].get<int64_t>(), full_blocks + 6 * w1);
+    EXPECT_EQ(g1["bytes_per_block"].get<int64_t>(), int64_t{4} * 2 * 1 * 256 * 2 * bs);
+    EXPECT_EQ(g1["full_attention_bytes"].get<int64_t>(), int64_t{32768} * 26 * 2 * 1 * 256 * 2);
+    EXPECT_EQ(g4["groups"], 7);
+    EXPECT_EQ(g4["pools"], 5);
+    EXPECT_EQ(g4["blocks"].get<int64_t>(), full_blocks + 6 * w4);
+    EXPECT_EQ(g4["full_attention_bytes"].get<int64_t>(), int64_t{32768} * 34 * 2 * 4 * 256 * 2);
+    for (const nlohmann::json* g : {&g1, &g4}) {
+      EXPECT_EQ((*g)["kv_bytes"].get<int64_t>(),
+                (*g)["blocks"].get<int64_t>() * (*g)["bytes_per_block"].get<int64_t>());
+      EXPECT_LE((*g)["ratio"].get<double>(), 0.25) << (*g)["name"];
+      EXPECT_GT((*g)["ratio"].get<double>(), 0.15) << (*g)["name"];
+    }
+  }
+  // -m: a file's own layers. A 12-layer Gemma 3 (layers 5 and 11 global, window 64, head_dim
+  // 32, 1 KV head): 2 full + 10 sliding layers in 5 groups of 2 (2 pools); at 1024 tokens the
+  // full group holds 64 blocks of 16, each sliding group ceil(63 / 16) = 4.
+  test::TempDir dir("bench_kv_layout");
+  const std::string file = dir / "gemma3.gguf";
+  CommandResult synth = run_arbor(
+      "synth --shape custom --arch gemma3 --dim 64 --ffn 128 --layers 12 --heads 2 --kv-heads 1 "
+      "--head-dim 32 --window 64 --context 2048 --type f32 --vocab " + kModel + " -o " + file);
+  ASSERT_EQ(synth.exit_code, 0) << synth.err;
+  CommandResult m = run_arbor("bench kv-layout -m " + file + " --context 1024 --json");
+  ASSERT_EQ(m.exit_code, 0) << m.err;
+  const nlohmann::json jm = nlohmann::json::parse(m.out, nullptr, false);
+  ASSERT_TRUE(jm.is_object()) << m.out;
+  const nlohmann::json& g = jm["shapes"][0];
+  EXPECT_EQ(g["name"], "gemma3");
+  EXPECT_EQ(g["groups"], 6);
+  EXPECT_EQ(g["pools"], 2);
+  EXPECT_EQ(g["group_blocks"], (std::vector<int>{64, 4, 4, 4, 4, 4}));
+  EXPECT_EQ(g["bytes_per_block"].get<int64_t>(), int64_t{2} * 2 * 1 * 32 * 2 * 16);
+  EXPECT_DOUBLE_EQ(g["ratio"].get<double>(), 84.0 * 2 / (64.0 * 12));
+
+  CommandResult bad = run_arbor("bench kv-layout --shape gemma9");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("unknown shape 'gemma9' (known: gemma3-12b, gemma3-1b"), std::string::npos)
+      << bad.err;
+}
+
 }  // namespace
 }  // namespace arbor::cli_test

@@ -204,6 +204,25 @@ TEST(Staging, PacksEveryArrayAndEmptyOnesStayEmpty) {
   EXPECT_TRUE(s2.mask_indptr.empty());
   EXPECT_EQ(s2.mask_indptr.data(), nullptr);
   EXPECT_TRUE(s2.mask_bits.empty());
+
+  // A second KV cache group: its three arrays follow, and its views come back in `groups`.
+  const std::vector<int32_t> kvi1 = {0, 1, 3}, pages1 = {7, 8, 5}, slots1 = {112, 80, 81};
+  const model::KvGroupArrays more[] = {{kvi1, pages1, slots1}};
+  model::ForwardBatch two = b;
+  two.more_kv_groups = more;
+  const StagingLayout lay3 = staging_layout(two);
+  ASSERT_EQ(lay3.group_offsets.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(lay3.group_offsets[i], (10 + i) * 256) << i;
+  std::vector<uint8_t> buf3(lay3.total_bytes, 0xee);
+  write_staging(two, lay3, buf3.data());
+  std::vector<model::KvGroupArrays> groups;
+  const model::ForwardBatch s3 = staged_batch(two, lay3, buf3.data(), &groups);
+  ASSERT_EQ(s3.num_kv_groups(), 2);
+  EXPECT_TRUE(same(s3.kv_group(1).kv_indptr, kvi1));
+  EXPECT_TRUE(same(s3.kv_group(1).kv_page_indices, pages1));
+  EXPECT_TRUE(same(s3.kv_group(1).slot_mapping, slots1));
+  EXPECT_EQ((const uint8_t*)s3.kv_group(1).slot_mapping.data(), buf3.data() + 12 * 256);
+  EXPECT_TRUE(same(s3.kv_group(0).kv_page_indices, pages));
 }
 
 // ---- Copy runs. ----

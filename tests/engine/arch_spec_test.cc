@@ -20,6 +20,8 @@
 #include "executor/local_executor.h"
 #include "gguf/gguf.h"
 #include "kernels/thread_pool.h"
+#include "model/kv_cache.h"
+#include "model/model_config.h"
 #include "model/synth_model.h"
 #include "support/shared_data.h"
 #include "support/temp_dir.h"
@@ -93,11 +95,29 @@ std::vector<std::vector<int32_t>> prompts() {
   return p;
 }
 
+// A pool of the bytes of `blocks` blocks that hold every layer: with sliding layers the KV cache
+// groups' blocks hold only num_pools layers (docs/kv_layout.md), so more of them.
+int64_t same_bytes_blocks(const std::string& target, int64_t blocks) {
+  auto f = gguf::GgufFile::open(target);
+  EXPECT_TRUE(f.ok());
+  if (!f.ok()) return blocks;
+  auto cfg = model::ModelConfig::from_gguf(*f);
+  EXPECT_TRUE(cfg.ok());
+  if (!cfg.ok()) return blocks;
+  std::vector<int32_t> windows;
+  for (int l = 0; l < cfg->num_layers; ++l) windows.push_back(cfg->layer_window(l));
+  auto layout = model::plan_kv_cache_layout(windows, /*reclaim=*/true);
+  EXPECT_TRUE(layout.ok());
+  if (!layout.ok()) return blocks;
+  return (blocks - 1) * cfg->num_layers / layout->num_pools + 1;
+}
+
 std::vector<std::vector<int32_t>> generate(const std::string& target, const std::string& draft,
                                            const Config& c, int64_t* preemptions) {
   executor::ExecutorOptions o;
   o.block_size = c.block_size;
-  o.num_kv_blocks = c.num_kv_blocks > 0 ? c.num_kv_blocks : 4096 / c.block_size + 2;
+  o.num_kv_blocks = c.num_kv_blocks > 0 ? same_bytes_blocks(target, c.num_kv_blocks)
+                                        : 4096 / c.block_size + 2;
   o.num_threads = 2;
   o.proposer = c.proposer;
   if (c.proposer == executor::SpecProposer::kDraft) o.draft_model = c.self_draft ? target : draft;
@@ -161,8 +181,10 @@ TEST_P(ArchSpecTest, EverySchedulingAndSpeculationPathEqualsPlainGreedy) {
        .k = 3, .tree_budget = 8, .block_size = 1, .max_batched_tokens = 24},
       {.name = "preemption (small pool), draft k 3", .proposer = P::kDraft, .k = 3,
        .num_kv_blocks = 14},
+      // 120 blocks (of every layer's bytes): a sliding row releases so much that 200 would not
+      // preempt.
       {.name = "preemption, block 1, n-gram", .proposer = P::kNgram, .k = 2, .block_size = 1,
-       .num_kv_blocks = 200},
+       .num_kv_blocks = 120},
   };
   for (const Config& c : configs) {
     SCOPED_TRACE(row.arch + ": " + c.name);

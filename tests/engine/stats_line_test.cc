@@ -56,6 +56,23 @@ TEST(StatsLine, SpeculationFiguresOnlyWhenDraftsWereVerified) {
       << line;
 }
 
+TEST(StatsLine, KvCacheGroupsShowTheirShareOfThePool) {
+  EngineMetricsSnapshot before;
+  EngineMetricsSnapshot now = busy_after(before);
+  now.kv_usable_blocks = 1000;
+  now.kv_group_windows = {0, 512, 512};
+  now.kv_group_used_blocks = {100, 15, 10};
+  EXPECT_NE(stats_line(before, now, 1.0)
+                .find("KV cache usage: 12.5% (full 10.0%, window 512 1.5%, window 512 1.0%), "
+                      "Prefix cache hit rate: 25.0%"),
+            std::string::npos)
+      << stats_line(before, now, 1.0);
+  // One group: the line as without groups.
+  now.kv_group_windows = {0};
+  now.kv_group_used_blocks = {125};
+  EXPECT_NE(stats_line(before, now, 1.0).find("KV cache usage: 12.5%, Prefix"), std::string::npos);
+}
+
 TEST(StatsLine, ActiveWhileSteppingOrHoldingRequests) {
   EngineMetricsSnapshot before;
   before.num_steps = 7;

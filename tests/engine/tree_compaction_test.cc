@@ -54,7 +54,8 @@ step::SchedulerOutput make_step(int64_t step, int64_t num_computed, std::vector<
   s.draft_token_ids = std::move(drafts);
   s.draft_parent_ids = std::move(parents);
   const int32_t blocks = 64 / block_size;
-  for (int32_t b = 0; b < blocks; ++b) s.block_ids.push_back(b + 1);
+  s.block_tables.resize(1);
+  for (int32_t b = 0; b < blocks; ++b) s.block_tables[0].push_back(b + 1);
   s.sample = true;
   out.requests.push_back(s);
   out.total_num_scheduled_tokens = s.num_scheduled_tokens;

@@ -23,6 +23,11 @@ using Ids = std::vector<BlockId>;
 
 Ids ids(std::span<const BlockId> s) { return Ids(s.begin(), s.end()); }
 
+// Group `g`'s blocks of a prefix hit (empty: no hit).
+Ids hit_ids(const ComputedBlocks& hit, size_t g = 0) {
+  return hit.group_block_ids.empty() ? Ids{} : hit.group_block_ids.at(g);
+}
+
 BlockHash fake_hash(uint64_t i) { return BlockHash{i * 0x9e3779b97f4a7c15ull, i}; }
 
 // A request as the scheduler would hold it.
@@ -298,7 +303,7 @@ TEST_F(KvCacheManagerTest, PrefixHitsAcrossRequests) {
   Req b{.id = 2, .tokens = iota_tokens(8)};
   b.tokens.insert(b.tokens.end(), {99, 98});
   ComputedBlocks hit = kv.get_computed_blocks(b.view());
-  EXPECT_EQ(hit.block_ids, (Ids{1, 2}));
+  EXPECT_EQ(hit_ids(hit), (Ids{1, 2}));
   EXPECT_EQ(hit.num_computed_tokens, 8);
   auto slots = kv.allocate_slots(b.view(), 2, hit);
   ASSERT_TRUE(slots.has_value());
@@ -313,11 +318,11 @@ TEST_F(KvCacheManagerTest, PrefixHitsAcrossRequests) {
   // C is exactly A's first 8 tokens: one token must stay to compute, so only block 1 hits.
   Req c{.id = 3, .tokens = iota_tokens(8)};
   const ComputedBlocks hit_c = kv.get_computed_blocks(c.view());
-  EXPECT_EQ(hit_c.block_ids, (Ids{1}));
+  EXPECT_EQ(hit_ids(hit_c), (Ids{1}));
   // D has the same tokens under another cache salt: no hit.
   Req d{.id = 4, .tokens = iota_tokens(10), .salt = "other-tenant"};
   const ComputedBlocks hit_d = kv.get_computed_blocks(d.view());
-  EXPECT_TRUE(hit_d.block_ids.empty());
+  EXPECT_TRUE(hit_ids(hit_d).empty());
   // Asking is not counting: only record_prefix_query() (the scheduler's admission) counts.
   EXPECT_EQ(kv.stats().num_queries, 2);
   kv.record_prefix_query(c.view(), hit_c);
@@ -348,7 +353,7 @@ TEST_F(KvCacheManagerTest, BlockedWaitingRequestCountsOneQuery) {
   b.tokens.insert(b.tokens.end(), tail.begin(), tail.end());
   for (int step = 0; step < 5; ++step) {
     const ComputedBlocks hit = kv.get_computed_blocks(b.view());
-    EXPECT_EQ(hit.block_ids, (Ids{1, 2})) << "step " << step;
+    EXPECT_EQ(hit_ids(hit), (Ids{1, 2})) << "step " << step;
     EXPECT_EQ(hit.block_hashes, chain(b.tokens, 2, kBlockSize)) << "step " << step;
     EXPECT_FALSE(kv.allocate_slots(b.view(), 24, hit).has_value()) << "step " << step;
     kv.check_invariants();
@@ -367,23 +372,23 @@ TEST_F(KvCacheManagerTest, BlockedWaitingRequestCountsOneQuery) {
 // drops them: a later request under the same id with other tokens is hashed afresh.
 TEST_F(KvCacheManagerTest, KeptWaitingHashesExtendAndAreDroppedByFree) {
   Req c{.id = 3, .tokens = iota_tokens(12, 40)};
-  EXPECT_TRUE(kv.get_computed_blocks(c.view()).block_ids.empty());  // nothing cached yet
+  EXPECT_TRUE(hit_ids(kv.get_computed_blocks(c.view())).empty());  // nothing cached yet
   Req d{.id = 4, .tokens = iota_tokens(12, 40)};
   ASSERT_TRUE(admit(d).has_value());
   d.computed = 12;
   kv.cache_full_blocks(d.view());
   // Now C's first two blocks (at most (12 - 1) / 4) are D's.
   ComputedBlocks hit = kv.get_computed_blocks(c.view());
-  EXPECT_EQ(hit.block_ids, (Ids{1, 2}));
+  EXPECT_EQ(hit_ids(hit), (Ids{1, 2}));
   EXPECT_EQ(hit.block_hashes, chain(c.tokens, 2, kBlockSize));
   kv.check_invariants();
   kv.free(3);  // C aborted while waiting
   Req other{.id = 3, .tokens = iota_tokens(12, 70)};
-  EXPECT_TRUE(kv.get_computed_blocks(other.view()).block_ids.empty());
+  EXPECT_TRUE(hit_ids(kv.get_computed_blocks(other.view())).empty());
   // Freed again, id 3 with C's tokens hashes afresh and finds D's blocks.
   kv.free(3);
   hit = kv.get_computed_blocks(c.view());
-  EXPECT_EQ(hit.block_ids, (Ids{1, 2}));
+  EXPECT_EQ(hit_ids(hit), (Ids{1, 2}));
   ASSERT_TRUE(kv.allocate_slots(c.view(), 4, hit).has_value());
   kv.check_invariants();  // C holds blocks now: no kept hashes left for it
 }
@@ -425,7 +430,7 @@ TEST_F(KvCacheManagerTest, EvictionOrderAfterFrees) {
   EXPECT_EQ(free_queue(), (Ids{1}));
   // A's first block survives: a request with A's prompt hits exactly one block.
   Req c{.id = 3, .tokens = a.tokens};
-  EXPECT_EQ(kv.get_computed_blocks(c.view()).block_ids, (Ids{1}));
+  EXPECT_EQ(hit_ids(kv.get_computed_blocks(c.view())), (Ids{1}));
 }
 
 TEST_F(KvCacheManagerTest, DoesNotFitIsNulloptAndChangesNothing) {
@@ -454,7 +459,7 @@ TEST_F(KvCacheManagerTest, RevivedHitBlocksAreNotCountedAsFree) {
   EXPECT_EQ(small.block_pool().free_queue_order(), (Ids{3, 4, 2, 1}));
   Req b{.id = 2, .tokens = a.tokens};
   ComputedBlocks hit = small.get_computed_blocks(b.view());
-  ASSERT_EQ(hit.block_ids, (Ids{1, 2}));
+  ASSERT_EQ(hit_ids(hit), (Ids{1, 2}));
   // 8 hit + 1 new + 8 lookahead = 17 slots = 5 blocks: 3 new, but only 4 - 2 revived = 2 free.
   EXPECT_EQ(small.allocate_slots(b.view(), 1, hit, 8), std::nullopt);
   EXPECT_EQ(small.block_pool().free_queue_order(), (Ids{3, 4, 2, 1}));
@@ -488,10 +493,10 @@ TEST_F(KvCacheManagerTest, ForkSharesFullBlocksAndCopiesThePartialTail) {
   kv.cache_full_blocks(p.view());
   auto forked = kv.fork(1, 2, 10);
   ASSERT_TRUE(forked.has_value());
-  ASSERT_TRUE(forked->copy_on_write.has_value());
-  EXPECT_EQ(forked->copy_on_write->src_block, 3);
-  EXPECT_EQ(forked->copy_on_write->dst_block, 4);
-  EXPECT_EQ(forked->copy_on_write->num_tokens, 2);
+  ASSERT_EQ(forked->copies_on_write.size(), 1u);
+  EXPECT_EQ(forked->copies_on_write[0].src_block, 3);
+  EXPECT_EQ(forked->copies_on_write[0].dst_block, 4);
+  EXPECT_EQ(forked->copies_on_write[0].num_tokens, 2);
   EXPECT_EQ(ids(kv.block_ids(2)), (Ids{1, 2, 4}));
   EXPECT_EQ(kv.block_hashes(2).size(), 2u);
   EXPECT_EQ(ref(1), 2);
@@ -501,7 +506,7 @@ TEST_F(KvCacheManagerTest, ForkSharesFullBlocksAndCopiesThePartialTail) {
   // A block-aligned fork shares everything and copies nothing.
   forked = kv.fork(1, 3, 8);
   ASSERT_TRUE(forked.has_value());
-  EXPECT_FALSE(forked->copy_on_write.has_value());
+  EXPECT_TRUE(forked->copies_on_write.empty());
   EXPECT_EQ(ids(kv.block_ids(3)), (Ids{1, 2}));
   EXPECT_EQ(ref(1), 3);
   kv.check_invariants();
@@ -577,7 +582,7 @@ TEST_F(KvCacheManagerTest, AllocateRejectsStaleComputedBlocks) {
   kv.free(1);
   Req b{.id = 2, .tokens = a.tokens};
   ComputedBlocks hit = kv.get_computed_blocks(b.view());
-  ASSERT_EQ(hit.block_ids, (Ids{1, 2}));
+  ASSERT_EQ(hit_ids(hit), (Ids{1, 2}));
   Req filler{.id = 3, .tokens = iota_tokens(36, 500)};  // evicts everything
   ASSERT_TRUE(admit(filler).has_value());
   EXPECT_DEATH((void)kv.allocate_slots(b.view(), 1, hit), "was evicted");
@@ -593,7 +598,7 @@ TEST(KvCacheManagerNoCachingTest, NeverHashesOrHits) {
   EXPECT_TRUE(kv.block_hashes(1).empty());
   kv.free(1);
   EXPECT_EQ(kv.block_pool().free_queue_order(), (Ids{1, 2, 3, 4, 5, 6, 7}));
-  EXPECT_TRUE(kv.get_computed_blocks(a.view()).block_ids.empty());
+  EXPECT_TRUE(hit_ids(kv.get_computed_blocks(a.view())).empty());
   EXPECT_EQ(kv.stats().num_cached_blocks, 0);
 }
 

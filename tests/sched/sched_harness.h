@@ -28,10 +28,21 @@ inline int32_t fake_next_token(std::span<const int32_t> tokens) {
 // proposes a ladder instead: each level has a wrong first child (probability 0.6) and the true
 // token as its second (0.4), the true one only for the first draft_correct levels; a tree is
 // verified by tree sample-and-compare and its accepted path reported.
+//
+// With kv_windows set (one window per KV cache group, 0 = full attention) it also keeps a shadow
+// K/V store per group, as the executor would write it: block copies first, then for every
+// scheduled request it checks that each position its first query reads (all computed ones; for
+// a sliding group of window W those from num_computed_tokens - W + 1) holds the request's own
+// token in that group's table, writes the step's tokens (drafts too) into every group's slots,
+// and moves an accepted tree path into place (KV compaction). A released block read, or a
+// block handed to two requests at once, shows up as a wrong token.
 class FakeModel {
  public:
   int32_t draft_correct = -1;
   bool trees = false;
+  std::vector<int32_t> kv_windows;  // empty: no K/V shadow
+  int32_t kv_block_size = 0;
+  int64_t kv_reads_checked = 0;     // positions checked so far
 
   StepResult execute(const SchedulerOutput& out) {
     for (RequestId id : out.finished_ids) tokens_.erase(id);
@@ -40,11 +51,13 @@ class FakeModel {
       EXPECT_FALSE(tokens_.contains(d.request_id)) << d.request_id;
       tokens_[d.request_id] = d.token_ids;
     }
+    if (!kv_windows.empty()) copy_blocks(out.block_copies);
     StepResult r;
     for (const ScheduledRequest& s : out.requests) {
       EXPECT_TRUE(tokens_.contains(s.request_id)) << s.request_id;
       std::vector<int32_t>& toks = tokens_[s.request_id];
       toks.insert(toks.end(), s.new_token_ids.begin(), s.new_token_ids.end());
+      if (!kv_windows.empty()) run_kv(s, toks);
       if (s.num_prompt_logprobs() > 0) {
         // Position p's "logprob" is -p and its rank the token: a test sees which positions came.
         step::PromptLogprobsResult p{
@@ -74,6 +87,9 @@ class FakeModel {
             if (s.draft_parent_ids[i] == node && s.draft_token_ids[i] == t) next = i;
           }
           if (next < 0) break;
+          if (!kv_windows.empty()) {
+            compact(s, next, static_cast<int32_t>(rr.accepted_draft_indices.size()));
+          }
           rr.accepted_draft_indices.push_back(next);
           ++rr.num_accepted;
           upto.push_back(t);
@@ -120,7 +136,61 @@ class FakeModel {
   size_t num_known() const { return tokens_.size(); }
 
  private:
+  int32_t* slot(const ScheduledRequest& s, size_t g, int64_t pos) {
+    const auto b = static_cast<size_t>(pos / kv_block_size);
+    EXPECT_LT(b, s.block_tables[g].size()) << "request " << s.request_id << " position " << pos;
+    if (b >= s.block_tables[g].size()) return nullptr;
+    const int64_t at = int64_t{s.block_tables[g][b]} * kv_block_size + pos % kv_block_size;
+    std::vector<int32_t>& shadow = shadow_[g];
+    if (static_cast<int64_t>(shadow.size()) <= at) shadow.resize(static_cast<size_t>(at) + 1, -1);
+    return &shadow[static_cast<size_t>(at)];
+  }
+  void copy_blocks(const std::vector<step::BlockCopy>& copies) {
+    shadow_.resize(kv_windows.size());
+    for (const step::BlockCopy& c : copies) {
+      for (std::vector<int32_t>& shadow : shadow_) {
+        const int64_t need = (int64_t{std::max(c.src_block, c.dst_block)} + 1) * kv_block_size;
+        if (static_cast<int64_t>(shadow.size()) < need) shadow.resize(static_cast<size_t>(need), -1);
+        std::copy_n(shadow.begin() + int64_t{c.src_block} * kv_block_size, kv_block_size,
+                    shadow.begin() + int64_t{c.dst_block} * kv_block_size);
+      }
+    }
+  }
+  // Reads of the step's first query, then the writes of its tokens.
+  void run_kv(const ScheduledRequest& s, const std::vector<int32_t>& toks) {
+    ASSERT_EQ(s.block_tables.size(), kv_windows.size());
+    const int64_t c = s.num_computed_tokens;
+    for (size_t g = 0; g < kv_windows.size(); ++g) {
+      const int64_t first = kv_windows[g] == 0 ? 0 : std::max<int64_t>(0, c - kv_windows[g] + 1);
+      for (int64_t p = first; p < c; ++p) {
+        const int32_t* at = slot(s, g, p);
+        ASSERT_NE(at, nullptr);
+        ASSERT_EQ(*at, toks[static_cast<size_t>(p)])
+            << "request " << s.request_id << " group " << g << " reads position " << p
+            << " (block " << s.block_tables[g][static_cast<size_t>(p / kv_block_size)]
+            << "): K/V not its own";
+        ++kv_reads_checked;
+      }
+      const int32_t committed = s.num_scheduled_tokens - s.num_draft_tokens();
+      for (int32_t i = 0; i < s.num_scheduled_tokens; ++i) {
+        int32_t* at = slot(s, g, c + i);
+        ASSERT_NE(at, nullptr);
+        *at = i < committed ? toks[static_cast<size_t>(c + i)]
+                            : s.draft_token_ids[static_cast<size_t>(i - committed)];
+      }
+    }
+  }
+  // Tree KV compaction: accepted node `node` becomes depth `index` + 1 after the root.
+  void compact(const ScheduledRequest& s, int32_t node, int32_t index) {
+    const int64_t root = s.num_computed_tokens;
+    for (size_t g = 0; g < kv_windows.size(); ++g) {
+      const int32_t value = *slot(s, g, root + 1 + node);
+      *slot(s, g, root + 1 + index) = value;
+    }
+  }
+
   std::map<RequestId, std::vector<int32_t>> tokens_;
+  std::vector<std::vector<int32_t>> shadow_;  // [groups][slots] token written, -1 never
 };
 
 // The tokens a request generates alone: max_tokens fake tokens after `tokens`.
@@ -182,7 +252,7 @@ class Harness {
       row += name(s.request_id) + ":" + std::to_string(s.num_scheduled_tokens) + " ";
       tokens_run[name(s.request_id)] += s.num_scheduled_tokens;
       int64_t& blocks = max_blocks[name(s.request_id)];
-      blocks = std::max(blocks, static_cast<int64_t>(s.block_ids.size()));
+      blocks = std::max(blocks, s.num_table_blocks());
     }
     for (RequestId p : out.preempted_ids) row += "preempt:" + name(p) + " ";
     Result<std::vector<RequestOutput>> outs = sched.update_from_output(out, model.execute(out));

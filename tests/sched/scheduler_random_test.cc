@@ -1,6 +1,9 @@
 // Seeded random runs: random arrivals, lengths, n, priorities, aborts, max_model_len and a small
-// KV pool, speculation with drafts of varying quality. Invariants every step; every request that finishes by length produced exactly the
-// tokens it produces alone (cut at max_model_len).
+// KV pool, speculation with drafts (chains and token trees) of varying quality. Invariants every
+// step; every request that finishes by length produced exactly the tokens it produces alone
+// (cut at max_model_len). Then the same with KV cache groups of sliding windows: the fake
+// executor's shadow K/V store checks every step that each request reads only its own tokens in
+// every group's window (released blocks are never read) while blocks are released.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -18,9 +21,15 @@ struct Counts {
   int64_t forks = 0;
   int64_t drafts = 0;
   int64_t accepted = 0;
+  int64_t kv_reads = 0;
+  int64_t released = 0;
 };
 
-void run_seed(uint64_t seed, Counts& counts) {
+// KV cache groups of a run: 0 one full-attention group; 1 full attention and two sliding groups
+// of one window (Gemma 3's shape); 2 sliding layers only.
+enum class Groups { kFull, kMixed, kSlidingOnly };
+
+void run_seed(uint64_t seed, Counts& counts, Groups groups = Groups::kFull) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
@@ -32,8 +41,20 @@ void run_seed(uint64_t seed, Counts& counts) {
   so.max_model_len = uniform(0, 2) == 0 ? uniform(8, 40) : 0;
   so.max_spec_tokens = uniform(0, 1) ? 0 : uniform(1, 8);
   kv::KvCacheManagerOptions ko{.num_blocks = uniform(12, 40), .block_size = uniform(1, 8)};
+  if (groups != Groups::kFull) {
+    const int32_t w = uniform(1, 12);
+    ko.group_windows = groups == Groups::kMixed ? std::vector<int32_t>{0, w, w}
+                                                : std::vector<int32_t>{w};
+    ko.num_blocks *= static_cast<int32_t>(ko.group_windows.size());
+    so.max_tree_nodes = uniform(0, 1) ? 0 : uniform(2, 6);
+  }
   testing::Harness h(so, ko);
   h.model.draft_correct = uniform(-1, 4);
+  if (groups != Groups::kFull) {
+    h.model.kv_windows = ko.group_windows;
+    h.model.kv_block_size = ko.block_size;
+    h.model.trees = so.max_tree_nodes > 0;
+  }
   const int32_t free_at_start = h.kv.num_free_blocks();
   std::map<std::string, std::vector<int32_t>> prompts;
   std::map<std::string, int32_t> max_tokens;
@@ -58,6 +79,8 @@ void run_seed(uint64_t seed, Counts& counts) {
   counts.accepted += h.num_accepted_tokens;
   counts.preemptions += h.sched.stats().num_preemptions;
   counts.priority_preemptions += h.sched.stats().num_priority_preemptions;
+  counts.kv_reads += h.model.kv_reads_checked;
+  for (int64_t r : h.kv.stats().group_released_blocks) counts.released += r;
   ASSERT_FALSE(h.sched.has_unfinished_requests());
   EXPECT_EQ(h.kv.num_free_blocks(), free_at_start);
   for (const auto& [name, toks] : h.tokens) {
@@ -94,6 +117,28 @@ TEST(SchedulerRandom, InvariantsAndBatchedEqualsAlone) {
               static_cast<long long>(counts.priority_preemptions),
               static_cast<long long>(counts.compared),
               static_cast<long long>(counts.forks));
+}
+
+TEST(SchedulerRandom, SlidingWindowGroupsReadOnlyTheirOwnKv) {
+  for (Groups groups : {Groups::kMixed, Groups::kSlidingOnly}) {
+    Counts counts;
+    for (uint64_t seed = 1; seed <= 100; ++seed) {
+      run_seed(seed, counts, groups);
+      if (::testing::Test::HasFailure()) return;
+    }
+    EXPECT_GT(counts.preemptions, 50);
+    EXPECT_GT(counts.compared, 1000);
+    EXPECT_GT(counts.drafts, 2000);
+    EXPECT_GT(counts.forks, 50);
+    EXPECT_GT(counts.released, 2000);
+    EXPECT_GT(counts.kv_reads, 50000);
+    std::printf("groups %d: preemptions %lld, compared %lld, fork children %lld, drafts %lld, "
+                "released blocks %lld, K/V reads checked %lld\n",
+                static_cast<int>(groups), static_cast<long long>(counts.preemptions),
+                static_cast<long long>(counts.compared), static_cast<long long>(counts.forks),
+                static_cast<long long>(counts.drafts), static_cast<long long>(counts.released),
+                static_cast<long long>(counts.kv_reads));
+  }
 }
 
 }  // namespace

@@ -274,6 +274,10 @@ TEST_F(ServerE2e, ModelsHealthAndMetrics) {
   }
   EXPECT_GE(server_->metric("arbor_generation_tokens_total"), 4);
   EXPECT_GT(server_->metric("arbor_kv_blocks_usable"), 0);
+  // stories260K has no sliding layers: one full-attention KV cache group, nothing released.
+  EXPECT_GE(server_->metric("arbor_kv_group_blocks_used{group=\"0\",window=\"0\"}"), 0);
+  EXPECT_EQ(server_->metric("arbor_kv_group_blocks_used{group=\"1\"}"), -1);
+  EXPECT_EQ(server_->metric("arbor_kv_group_blocks_released_total{group=\"0\"}"), 0);
   EXPECT_GE(server_->metric("arbor_http_requests_total{code=\"200\"}"), 2);
   // Every sample carries the served name as model_name (vLLM's label), labelled ones included.
   const std::vector<MetricSample> samples = metric_samples(metrics.body);
