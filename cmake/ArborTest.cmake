@@ -13,6 +13,39 @@
 # test::run_arbor), which a test links through LIBS; a test that runs the binary adds
 # `add_dependencies(<test> arbor)` itself.
 # PREFIX is put before every CTest name ("loadgen." makes `ctest -R loadgen` select them).
+# Every test executable is test code (arbor_test_code below).
+
+# The test code's own compile settings, for every test executable and test library (tests/):
+#  * ARBOR_TEST_OPTIMIZE (-O1; empty in a Debug build): the optimisation level of the test sources. The code
+#    under test, the arbor_* libraries of src/, is compiled as the build type says (-O3 in
+#    Release); the tests' own sources only drive it and compare results, and at -O1 they compile
+#    in about 60% of the time -O3 takes (docs/build.md). Empty: the build type's level.
+#  * with ARBOR_PCH, a precompiled header of GoogleTest and the standard headers the tests use
+#    most, parsed once per build folder (by arbor_test_support, tests/support) and reused by
+#    every test target. GCC takes it in a target whose macros, warnings, -O level or -ffp-contract
+#    differ; debug-info and sanitizer flags are the same throughout one build folder. Only what
+#    nearly every test includes is in it: a larger header costs each source more to load than
+#    it saves the few that parse it (nlohmann/json: 17 of ~115 test sources).
+if(CMAKE_BUILD_TYPE STREQUAL "Debug")
+  set(arbor_test_optimize_default "")
+else()
+  set(arbor_test_optimize_default "-O1")
+endif()
+set(ARBOR_TEST_OPTIMIZE "${arbor_test_optimize_default}" CACHE STRING
+    "Optimisation flag of the test sources (tests/); empty: the build type's")
+set(ARBOR_TEST_PCH_HEADERS
+  <gtest/gtest.h> <algorithm> <cstdint> <map> <memory> <optional> <random> <string> <vector>)
+
+# arbor_test_code(TARGET): TARGET is test code (the settings above).
+function(arbor_test_code target)
+  if(ARBOR_TEST_OPTIMIZE)
+    target_compile_options(${target} PRIVATE ${ARBOR_TEST_OPTIMIZE})
+  endif()
+  if(ARBOR_PCH AND NOT target STREQUAL "arbor_test_support")
+    target_precompile_headers(${target} REUSE_FROM arbor_test_support)
+  endif()
+endfunction()
+
 function(arbor_add_test name)
   cmake_parse_arguments(T "" "TIMEOUT;PREFIX" "SOURCES;LIBS;LABELS" ${ARGN})
   if(NOT T_TIMEOUT)
@@ -21,6 +54,7 @@ function(arbor_add_test name)
   add_executable(${name} ${T_SOURCES})
   target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gmock GTest::gtest_main)
   target_compile_definitions(${name} PRIVATE ARBOR_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+  arbor_test_code(${name})
   if("unit" IN_LIST T_LABELS)
     add_dependencies(arbor_unit_tests ${name})
   endif()

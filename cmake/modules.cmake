@@ -45,6 +45,13 @@ endforeach()
 
 # arbor_module(<name> SOURCES ... [PRIVATE_LIBS ...] [PUBLIC_LIBS ...]): the library of src/<name>,
 # linked PUBLIC against the modules of its table entry.
+# arbor_no_unity(SOURCE...): these sources (of the calling directory's targets) compile alone in a
+# unity build (ARBOR_UNITY): their file-local helpers share a name with a neighbour's.
+function(arbor_no_unity)
+  set_source_files_properties(${ARGN} DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}
+    PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
+endfunction()
+
 function(arbor_module name)
   cmake_parse_arguments(M "" "" "SOURCES;PRIVATE_LIBS;PUBLIC_LIBS" ${ARGN})
   add_library(arbor_${name} STATIC ${M_SOURCES})

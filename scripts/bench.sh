@@ -14,7 +14,8 @@
 #        BENCH_QUICK=1 (fewer shapes, repetitions and rates), BENCH_NO_DOC=1 (don't touch the
 #        doc), BENCH_NO_SERVE=1 (skip the serving section), BENCH_SERVE_ONLY=1 (only the
 #        serving section), BENCH_NO_SPEC=1 (skip the speculation sections, scripts/bench_spec.sh and
-#        scripts/bench_tree.sh).
+#        scripts/bench_tree.sh), BENCH_NO_ARCH=1 (skip the architectures against llama.cpp,
+#        scripts/bench_arch.sh).
 set -euo pipefail
 build=${1:?usage: scripts/bench.sh BUILD_DIR}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -74,6 +75,11 @@ say ""
 serve_only=${BENCH_SERVE_ONLY:-0}
 [ "$serve_only" != 1 ] && say '```'
 
+# The microbenchmarks are outside the default build: `make bench` builds them (target arbor_bench).
+for b in kv/kv_bench tokenizer/tokenizer_bench kernels/kernels_bench grammar/grammar_bench; do
+  [ -x "$build/bench/$b" ] || [ "$serve_only" = 1 ] ||
+    say "warning: $build/bench/$b not built (cmake --build $build --target arbor_bench); skipped"
+done
 gbench="--benchmark_repetitions=$reps --benchmark_report_aggregates_only=true"
 for b in kv/kv_bench tokenizer/tokenizer_bench kernels/kernels_bench; do
   if [ -x "$build/bench/$b" ] && [ "$serve_only" != 1 ]; then
@@ -131,6 +137,14 @@ if [ "${BENCH_NO_SPEC:-0}" != 1 ] && [ "$serve_only" != 1 ]; then
   BENCH_MODELS="$models" BENCH_THREADS="$threads" ARBOR_SHARED_DIR="$shared" \
     "$root/scripts/bench_tree.sh" "$build" | tee -a "$log" ||
     say "token-tree section failed (see $build/bench-results/tree/*.log)"
+fi
+
+# The 2026 architectures against llama.cpp on the same files, 2 threads (issue 33; its own script,
+# Markdown out; BENCH_NO_ARCH=1 skips it).
+if [ "${BENCH_NO_ARCH:-0}" != 1 ] && [ "$serve_only" != 1 ]; then
+  say ""
+  BENCH_MODELS="$models" ARBOR_SHARED_DIR="$shared" "$root/scripts/bench_arch.sh" "$build" |
+    tee -a "$log" || say "architecture section failed"
 fi
 
 # start_server NAME CMD...: runs CMD (an arbor server taking --port 0 --port-file) in the

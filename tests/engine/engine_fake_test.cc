@@ -337,7 +337,10 @@ TEST(EngineFake, SampleSetupCostDoesNotGrowWithThePrompt) {
   // ids and block tables, measured at ~0.15 ms per sample here). And the whole request stays
   // within a few ms of engine time.
   EXPECT_LT(eight - one, 7 * decode);
+#ifndef ARBOR_SANITIZE_BUILD
+  // An absolute bound only without the sanitizers (-O1 and instrumented there: ~12 ms).
   EXPECT_LT(eight, 10e-3);
+#endif
 }
 
 }  // namespace
