@@ -38,17 +38,6 @@ struct Row {
   int64_t head_dim = 0;
 };
 
-std::vector<gguf::KeyValue> stories_tokenizer() {
-  std::vector<gguf::KeyValue> keys;
-  auto f = gguf::GgufFile::open(testing::stories260k_path());
-  EXPECT_TRUE(f.ok());
-  if (!f.ok()) return keys;
-  for (const gguf::KeyValue& kv : f->metadata()) {
-    if (kv.key.starts_with("tokenizer.")) keys.push_back(kv);
-  }
-  return keys;
-}
-
 std::string write_model(const Row& row, int64_t layers, uint64_t seed, const std::string& path) {
   model::SynthShape base{.name = "spec-" + row.arch, .dim = 256, .ffn = 512, .layers = layers,
                          .heads = 4, .kv_heads = 2, .context = 4096};
@@ -59,7 +48,8 @@ std::string write_model(const Row& row, int64_t layers, uint64_t seed, const std
   if (row.arch == "gemma3") s.swa_pattern = 2;  // a global layer among 4
   if (row.arch == "olmo2") s.tied = false;
   kernels::ThreadPool pool(2);
-  auto w = model::synth_model(s, gguf::GgmlType::kQ8_0, seed, kVocab, stories_tokenizer(), pool);
+  auto w = model::synth_model(s, gguf::GgmlType::kQ8_0, seed, kVocab,
+                              testing::stories260k_tokenizer_keys(), pool);
   EXPECT_TRUE(w.ok()) << w.status().to_string();
   if (w.ok()) {
     EXPECT_TRUE(w->write(path).ok());

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/engine_core.h"
+#include "gguf/gguf.h"
 #include "support/shared_data.h"
 
 namespace arbor::engine::testing {
@@ -16,6 +17,19 @@ namespace arbor::engine::testing {
 inline std::string stories260k_path() {
   EXPECT_TRUE(::arbor::test::require_shared_file(::arbor::test::kStories260K));
   return ::arbor::test::shared_path(::arbor::test::kStories260K);
+}
+
+// stories260K's tokenizer.* keys, for synthetic models that speak its vocabulary
+// (model/synth_model.h); fails the current test when the file cannot be read.
+inline std::vector<gguf::KeyValue> stories260k_tokenizer_keys() {
+  std::vector<gguf::KeyValue> keys;
+  auto f = gguf::GgufFile::open(stories260k_path());
+  EXPECT_TRUE(f.ok());
+  if (!f.ok()) return keys;
+  for (const gguf::KeyValue& kv : f->metadata()) {
+    if (kv.key.starts_with("tokenizer.")) keys.push_back(kv);
+  }
+  return keys;
 }
 
 struct Collected {

@@ -30,17 +30,6 @@ namespace {
 
 constexpr int32_t kVocab = 512;
 
-std::vector<gguf::KeyValue> stories_tokenizer() {
-  std::vector<gguf::KeyValue> keys;
-  auto f = gguf::GgufFile::open(testing::stories260k_path());
-  EXPECT_TRUE(f.ok());
-  if (!f.ok()) return keys;
-  for (const gguf::KeyValue& kv : f->metadata()) {
-    if (kv.key.starts_with("tokenizer.")) keys.push_back(kv);
-  }
-  return keys;
-}
-
 struct ModelFiles {
   test::TempDir dir{"sliding_window"};
   std::string gemma3, gemma3_draft, gemma2;
@@ -56,7 +45,8 @@ std::string write_model(const std::string& arch, int64_t layers, int64_t window,
   s.window = window;
   s.swa_pattern = pattern;
   kernels::ThreadPool pool(2);
-  auto w = model::synth_model(s, gguf::GgmlType::kQ8_0, seed, kVocab, stories_tokenizer(), pool);
+  auto w = model::synth_model(s, gguf::GgmlType::kQ8_0, seed, kVocab,
+                              testing::stories260k_tokenizer_keys(), pool);
   EXPECT_TRUE(w.ok()) << w.status().to_string();
   if (w.ok()) {
     EXPECT_TRUE(w->write(path).ok());
