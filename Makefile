@@ -39,7 +39,7 @@ build-serve: deps-serve
 
 # The sanitizer build: RelWithDebInfo's flags with -O1 (the level the sanitizers' guidance
 # recommends) for -O2 and -g1 (line tables: reports keep every frame, inlined ones included, with
-# file and line) for -g; it compiles in about half the CPU time (docs/build.md). No CUDA.
+# file and line) for -g (build times: docs/build.md). No CUDA.
 ASAN_FLAGS = -O1 -g1 -DNDEBUG
 $(ASAN_BUILD)/build.ninja:
 	cmake -S . -B $(ASAN_BUILD) $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DARBOR_SANITIZE=ON \

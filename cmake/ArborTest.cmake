@@ -16,16 +16,16 @@
 # Every test executable is test code (arbor_test_code below).
 
 # The test code's own compile settings, for every test executable and test library (tests/):
-#  * ARBOR_TEST_OPTIMIZE (-O1; empty in a Debug build): the optimisation level of the test sources. The code
-#    under test, the arbor_* libraries of src/, is compiled as the build type says (-O3 in
-#    Release); the tests' own sources only drive it and compare results, and at -O1 they compile
-#    in about 60% of the time -O3 takes (docs/build.md). Empty: the build type's level.
+#  * ARBOR_TEST_OPTIMIZE (-O1; empty in a Debug build): the optimisation level of the test
+#    sources. The code under test, the arbor_* libraries of src/, is compiled as the build type
+#    says (-O3 in Release); the tests' own sources only drive it and compare results.
 #  * with ARBOR_PCH, a precompiled header of GoogleTest and the standard headers the tests use
-#    most, parsed once per build folder (by arbor_test_support, tests/support) and reused by
-#    every test target. GCC takes it in a target whose macros, warnings, -O level or -ffp-contract
-#    differ; debug-info and sanitizer flags are the same throughout one build folder. Only what
-#    nearly every test includes is in it: a larger header costs each source more to load than
-#    it saves the few that parse it (nlohmann/json: 17 of ~115 test sources).
+#    most, built by arbor_test_support (tests/support) and reused by every test target. GCC uses
+#    it only in a compilation that defines every macro the header was built with, so
+#    arbor_test_support keeps its own definitions on the sources that read them, never on the
+#    target (GCC warns "not used because 'X' not defined" otherwise). Only what nearly every test
+#    includes is in it: a larger header costs each source more to load than it saves the few that
+#    parse it (nlohmann/json: 17 of ~115 test sources).
 if(CMAKE_BUILD_TYPE STREQUAL "Debug")
   set(arbor_test_optimize_default "")
 else()
@@ -41,8 +41,12 @@ function(arbor_test_code target)
   if(ARBOR_TEST_OPTIMIZE)
     target_compile_options(${target} PRIVATE ${ARBOR_TEST_OPTIMIZE})
   endif()
-  if(ARBOR_PCH AND NOT target STREQUAL "arbor_test_support")
-    target_precompile_headers(${target} REUSE_FROM arbor_test_support)
+  if(ARBOR_PCH)
+    # A header GCC cannot use is an error, not a warning that silently costs the build its PCH.
+    target_compile_options(${target} PRIVATE -Werror=invalid-pch)
+    if(NOT target STREQUAL "arbor_test_support")
+      target_precompile_headers(${target} REUSE_FROM arbor_test_support)
+    endif()
   endif()
 endfunction()
 
