@@ -21,8 +21,9 @@ set(ARBOR_DEPS_cuda base gguf kernels model)
 set(ARBOR_DEPS_sampling base grammar)
 # The step protocol's values and the executor interface: what crosses the executor boundary.
 set(ARBOR_DEPS_step base sampling)
-# Model-free speculative-decoding proposers (n-gram lookup, suffix tries): pure logic on tokens.
-set(ARBOR_DEPS_spec base)
+# The proposer interface (every drafter returns a TokenTree) and the model-free proposers (n-gram
+# lookup, suffix tries): pure logic on tokens.
+set(ARBOR_DEPS_spec base sampling)
 # Pure scheduling logic: never tensors or kernels.
 set(ARBOR_DEPS_sched base kv sampling step)
 # Executors run the model behind the step protocol; the engine never sees them.

@@ -41,7 +41,8 @@ Result<double> DraftModelProposer::measure_token_cost() {
     runs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   std::sort(runs.begin() + 1, runs.end());
-  return runs[2];
+  token_cost_ = runs[2];
+  return token_cost_;
 }
 
 // The draft token at `position` from the draft's logits row, following the request's sampling.
@@ -53,7 +54,7 @@ int32_t DraftModelProposer::pick(const DraftInput& in, std::span<const float> lo
   const sampling::TokenHistory history{in.token_ids.first(in.num_prompt_tokens), history_};
   sampling::Rng rng = sampling::Rng::at(in.seed, position, sampling::RngStream::kDraft);
   const int32_t token = sampler_.sample(logits, *in.sampling, history, rng).token_id;
-  if (in.keep_distributions) {
+  if (in.draw.has_value()) {
     work_.assign(logits.begin(), logits.end());
     sampler_.apply_penalties(work_, *in.sampling, history);
     out.q.push_back(sampler_.distribution(work_, *in.sampling));
@@ -62,7 +63,7 @@ int32_t DraftModelProposer::pick(const DraftInput& in, std::span<const float> lo
 }
 
 bool DraftModelProposer::argmax_drafts(const DraftInput& in) {
-  return !in.keep_distributions && in.sampling->greedy() && !in.sampling->has_logit_transforms();
+  return !in.draw.has_value() && in.sampling->greedy() && !in.sampling->has_logit_transforms();
 }
 
 Status DraftModelProposer::forward_rows(std::span<const model::RowOut> want) {
@@ -103,7 +104,8 @@ Status DraftModelProposer::catch_up(std::span<const DraftInput> inputs,
   return ok_status();
 }
 
-Result<std::vector<DraftOutput>> DraftModelProposer::propose(std::span<const DraftInput> inputs) {
+Result<std::vector<DraftOutput>> DraftModelProposer::propose_chains(
+    std::span<const DraftInput> inputs) {
   const int32_t vocab = vocab_size();
   std::vector<DraftOutput> outs(inputs.size());
   // Round 0: catch up on committed tokens not yet run (at least the last one) and draft 1 token.
@@ -113,17 +115,17 @@ Result<std::vector<DraftOutput>> DraftModelProposer::propose(std::span<const Dra
   }
   ARBOR_RETURN_IF_ERROR(catch_up(inputs, want_));
   int32_t max_drafts = 0;
-  for (const DraftInput& in : inputs) max_drafts = std::max(max_drafts, in.num_drafts);
+  for (const DraftInput& in : inputs) max_drafts = std::max(max_drafts, in.max_depth);
   for (int32_t round = 0; round < max_drafts; ++round) {
     std::vector<model::RowOut> want;  // the rows of this round, in order
     for (size_t i = 0; i < inputs.size(); ++i) {
-      if (inputs[i].num_drafts > round) want.push_back(want_[i]);
+      if (inputs[i].max_depth > round) want.push_back(want_[i]);
     }
     if (round > 0) {
       builder_.clear();
       for (size_t i = 0; i < inputs.size(); ++i) {
         const DraftInput& in = inputs[i];
-        if (in.num_drafts <= round) continue;
+        if (in.max_depth <= round) continue;
         const std::vector<int32_t>& run = states_[in.request_id];
         chunks_[i].assign(1, outs[i].tokens.back());
         builder_.add(model::SequenceInput{.block_table = in.block_ids,
@@ -140,7 +142,7 @@ Result<std::vector<DraftOutput>> DraftModelProposer::propose(std::span<const Dra
     size_t row = 0;
     for (size_t i = 0; i < inputs.size(); ++i) {
       const DraftInput& in = inputs[i];
-      if (in.num_drafts <= round) continue;
+      if (in.max_depth <= round) continue;
       std::vector<int32_t>& run = states_[in.request_id];
       if (round > 0) run.insert(run.end(), chunks_[i].begin(), chunks_[i].end());
       std::span<const float> logits(logits_.data() + row * vocab, static_cast<size_t>(vocab));
@@ -265,7 +267,7 @@ void DraftModelProposer::draw_children(const DraftInput& in, std::span<const flo
   const int32_t before = t.drawn.num_nodes();
   sampling::append_sampled_children(t.drawn, u < 0 ? sampling::TokenTree::kRoot : u,
                                     sampler_.distribution(work_, *in.sampling), count,
-                                    *in.draw_tree, static_cast<int64_t>(in.token_ids.size()),
+                                    *in.draw, static_cast<int64_t>(in.token_ids.size()),
                                     t.draws_at_depth[static_cast<size_t>(depth)], draws);
   const double base = u < 0 ? 1.0 : t.cands[u].path;
   for (int32_t n = before; n < t.drawn.num_nodes(); ++n) {
@@ -306,7 +308,7 @@ Result<std::vector<sampling::TokenTree>> DraftModelProposer::propose_tree(
                                          static_cast<size_t>(vocab));
         const double base = u < 0 ? 1.0 : t.cands[u].path;
         const int32_t children = is_static ? static_widths[static_cast<size_t>(depth - 1)] : width;
-        if (inputs[i].draw_tree) {
+        if (inputs[i].draw) {
           draw_children(inputs[i], row, u, depth, children, t);
           continue;
         }
@@ -322,7 +324,7 @@ Result<std::vector<sampling::TokenTree>> DraftModelProposer::propose_tree(
     for (size_t i = 0; i < inputs.size(); ++i) {
       TreeBuild& t = builds[i];
       rows[i] = -1;
-      if (depth >= inputs[i].num_drafts) continue;
+      if (depth >= inputs[i].max_depth) continue;
       if (is_static && depth >= static_cast<int32_t>(static_widths.size())) continue;
       std::vector<int32_t> level;
       for (size_t c = 0; c < t.cands.size(); ++c) {
@@ -377,9 +379,34 @@ Result<std::vector<sampling::TokenTree>> DraftModelProposer::propose_tree(
   trees.reserve(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     trees.push_back(
-        builds[i].finish(inputs[i].max_nodes, inputs[i].draw_tree.has_value(), is_static));
+        builds[i].finish(inputs[i].max_nodes, inputs[i].draw.has_value(), is_static));
   }
   return trees;
+}
+
+Status DraftModelProposer::propose(std::span<const spec::DraftRequest> requests,
+                                   std::vector<sampling::TokenTree>& out) {
+  out.assign(requests.size(), sampling::TokenTree());
+  std::vector<DraftInput> chains, trees;
+  std::vector<size_t> chain_at, tree_at;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (requests[i].max_depth <= 0) continue;
+    (requests[i].max_nodes > 0 ? trees : chains).push_back(requests[i]);
+    (requests[i].max_nodes > 0 ? tree_at : chain_at).push_back(i);
+  }
+  if (!chains.empty()) {
+    ARBOR_ASSIGN_OR_RETURN(std::vector<DraftOutput> drafts, propose_chains(chains));
+    for (size_t j = 0; j < chains.size(); ++j) {
+      out[chain_at[j]] = chains[j].draw ? sampling::TokenTree::from_chain(drafts[j].tokens, drafts[j].q)
+                                        : sampling::TokenTree::from_chain(drafts[j].tokens);
+    }
+  }
+  if (!trees.empty()) {
+    ARBOR_ASSIGN_OR_RETURN(std::vector<sampling::TokenTree> drawn,
+                           propose_tree(trees, width_, static_widths_));
+    for (size_t j = 0; j < trees.size(); ++j) out[tree_at[j]] = std::move(drawn[j]);
+  }
+  return ok_status();
 }
 
 }  // namespace arbor::executor

@@ -8,7 +8,7 @@
 // committed (accepted drafts stay; rejected ones are rolled back by forgetting them: their slots
 // are overwritten), catches up on the committed tokens it has not run (the prompt for a new
 // request, then normally the bonus/recovered token and the accepted drafts' tail), and decodes
-// num_drafts tokens in as many ragged-batch forwards over all proposing requests.
+// max_depth tokens in as many ragged-batch forwards over all proposing requests.
 //
 // Draft tokens follow the request's own sampling: greedy requests take the argmax after the
 // request's logit bias and penalties; sampling requests draw from the draft distribution q after
@@ -31,33 +31,23 @@
 #include "model/runner.h"
 #include "sampling/sampler.h"
 #include "sampling/token_tree.h"
-#include "sampling/tree_sampler.h"
+#include "spec/proposer.h"
 #include "step/step.h"
 
 namespace arbor::executor {
 
-struct DraftInput {
-  step::RequestId request_id = 0;
-  std::span<const int32_t> token_ids;  // [N] committed: prompt + generated
-  int32_t num_prompt_tokens = 0;
-  // [num_blocks] covering at least N - 1 + num_drafts slots (the scheduler's lookahead).
-  std::span<const int32_t> block_ids;
-  int32_t num_drafts = 0;              // >= 1 (levels, for a tree)
-  int32_t max_nodes = 0;               // > 0: propose a token tree of at most this many nodes
-  // With a tree: draw each expanded node's children from the draft's q (SpecInfer: with
-  // replacement; Sequoia: without) instead of choosing its most probable ones.
-  std::optional<sampling::SiblingDraws> draw_tree;
-  const sampling::SamplingParams* sampling = nullptr;
-  uint64_t seed = 0;
-  bool keep_distributions = false;     // fill DraftOutput::q
-};
+// What one proposal reads of a request (spec::DraftRequest; block_ids cover at least
+// N - 1 + max_depth slots, and max_nodes + 1 past the committed tokens for a tree: the
+// scheduler's lookahead).
+using DraftInput = spec::DraftRequest;
 
+// A chain's drafts: [max_depth] tokens and, when drawn (DraftRequest::draw), the q each came from.
 struct DraftOutput {
-  std::vector<int32_t> tokens;                        // [num_drafts]
-  std::vector<std::vector<sampling::Candidate>> q;    // [num_drafts] when asked for
+  std::vector<int32_t> tokens;
+  std::vector<std::vector<sampling::Candidate>> q;
 };
 
-class DraftModelProposer {
+class DraftModelProposer final : public spec::Proposer {
  public:
   // Loads the draft GGUF with a KV pool of `num_blocks` blocks of `block_size` tokens, running
   // on `pool`, on the device of `make_ops` (the target's; null: the CPU). Errors name the file.
@@ -66,13 +56,33 @@ class DraftModelProposer {
       std::shared_ptr<kernels::ThreadPool> pool, model::RunnerOptions::OpsFactory make_ops = {});
 
   int32_t vocab_size() const { return runner_->config().vocab_size; }
+
+  // spec::Proposer. Chains (max_nodes == 0) come from propose_chains, trees from propose_tree
+  // with the shape set_tree_shape() chose; a drawn chain keeps each node's q (one group each).
+  std::string_view name() const override { return "draft"; }
+  Status propose(std::span<const spec::DraftRequest> requests,
+                 std::vector<sampling::TokenTree>& out) override;
+  void forget(spec::RequestId id, std::span<const int32_t>, int32_t) override {
+    states_.erase(id);
+  }
+  bool is_model() const override { return true; }
   // Mirror of the target's copy-on-write copies.
-  void copy_block(int32_t src, int32_t dst) { runner_->kv_cache().copy_block(src, dst); }
-  void forget(step::RequestId id) { states_.erase(id); }
-  // [inputs.size()] proposals. Errors come from the forward (the state is then reset).
-  Result<std::vector<DraftOutput>> propose(std::span<const DraftInput> inputs);
+  void copy_block(int32_t src, int32_t dst) override { runner_->kv_cache().copy_block(src, dst); }
+  // measure_token_cost()'s figure, once measured (0 before).
+  double token_cost() const override { return token_cost_; }
+  // Trees' children per expanded node, and a static shape (empty: dynamic trees).
+  void set_tree_shape(int32_t width, std::vector<int32_t> static_widths) {
+    width_ = width;
+    static_widths_ = std::move(static_widths);
+  }
+
+  // [inputs.size()] chain proposals: each input's max_depth tokens decoded one per forward,
+  // sampled with the request's params at Rng::at(seed, position, kDraft) (the argmax for greedy
+  // ones), with the q of each when the input draws. Errors come from the forward (the state is
+  // then reset).
+  Result<std::vector<DraftOutput>> propose_chains(std::span<const DraftInput> inputs);
   // Token trees (EAGLE-2's dynamic tree): per input a tree of at most `budget` (max_nodes) nodes and
-  // num_drafts levels, parents first, every node one-hot (a chosen token) with draft_prob = the
+  // max_depth levels, parents first, every node one-hot (a chosen token) with draft_prob = the
   // draft's probability of it at its parent (softmax after the request's logit bias and
   // penalties, at its temperature, 1 for greedy requests). Level by level, the `width` most probable children of each expanded
   // node become candidates, and the `width` candidates of the newest level with the highest
@@ -81,12 +91,12 @@ class DraftModelProposer {
   // scheduler's lookahead of `budget` slots holds them). The tree is the `budget` candidates of
   // highest path probability, in that order. Tree nodes' K/V is not kept: the next proposal
   // catches up from the last committed token. Errors as propose().
-  // Inputs with draw_tree get a *drawn* tree instead: each expanded node's children are drawn
+  // Inputs with draw get a *drawn* tree instead: each expanded node's children are drawn
   // from q (after the request's transforms) at (position, tree_draft_stream(j)) with the
   // request's seed (append_sampled_children), as many as the budget leaves (at most `width`),
   // and the tree keeps every drawn node in the order drawn (level by level, no pruning: which
   // nodes are expanded may depend on anything but their own children, so each child has law
-  // q_i given its path, as tree_sampler.h's exact rules require).
+  // q_i given its path, as rejection_sampler.h's exact rules require).
   // With static_widths (non-empty) the shape is static instead (Sequoia's and Medusa's fixed
   // trees): every node at depth d gets the static_widths[d - 1] most probable (or drawn)
   // children, down to static_widths.size() levels, and the tree is the shape's first
@@ -94,7 +104,8 @@ class DraftModelProposer {
   Result<std::vector<sampling::TokenTree>> propose_tree(std::span<const DraftInput> inputs,
                                                         int32_t width,
                                                         std::span<const int32_t> static_widths = {});
-  // Seconds of a one-token draft step (median of three after a warm-up); before any propose().
+  // Seconds of a one-token draft step (median of three after a warm-up), kept as token_cost();
+  // before any propose().
   Result<double> measure_token_cost();
   // Whether a chain draft of `in` is the argmax of the draft's row (greedy, no logit_bias or
   // penalties, no q kept): then only the argmax comes back from the device (model::LogitsOut).
@@ -117,6 +128,9 @@ class DraftModelProposer {
                                                 std::span<const int32_t> path, int32_t width);
 
   std::unique_ptr<model::ModelRunner> runner_;
+  double token_cost_ = 0.0;
+  int32_t width_ = 4;
+  std::vector<int32_t> static_widths_;
   model::BatchBuilder builder_;
   sampling::Sampler sampler_;
   std::unordered_map<step::RequestId, std::vector<int32_t>> states_;  // run_tokens per request

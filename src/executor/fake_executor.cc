@@ -53,27 +53,36 @@ int32_t FakeExecutor::next_token(const RequestState& st, std::span<const int32_t
   return to_token(mix(draw ^ static_cast<uint64_t>(greedy)), options_);
 }
 
-step::RequestResult FakeExecutor::run(const step::ScheduledRequest& s, RequestState& st) const {
+Result<step::RequestResult> FakeExecutor::run(const step::ScheduledRequest& s,
+                                               RequestState& st) {
   step::RequestResult r;
   r.request_id = s.request_id;
   r.num_draft_tokens = s.num_draft_tokens();
+  std::vector<int32_t> drafts = std::move(drafts_[s.request_id]);
+  drafts_.erase(s.request_id);
+  if (s.num_draft_tokens() > static_cast<int32_t>(drafts.size())) {
+    return internal_error("request ", s.request_id, " verifies ", s.num_draft_tokens(),
+                          " drafts, the fake executor keeps ", drafts.size());
+  }
   std::vector<int32_t> tokens = st.token_ids;
   for (int32_t i = 0; i <= s.num_draft_tokens(); ++i) {
     const int32_t t = next_token(st, tokens);
     r.tokens.push_back(fake_sampled(t));
-    if (i == s.num_draft_tokens() || t != s.draft_token_ids[i]) break;
-    ++r.num_accepted;
+    if (i == s.num_draft_tokens() || t != drafts[static_cast<size_t>(i)]) break;
+    r.accepted_draft_indices.push_back(r.num_accepted++);
     tokens.push_back(t);
   }
-  if (options_.draft_correct_prefix >= 0) {
+  if (options_.draft_correct_prefix >= 0 && s.max_next_draft_tokens > 0) {
     tokens.push_back(r.tokens.back().token_id);
+    std::vector<int32_t>& next = drafts_[s.request_id];
     for (int32_t i = 0; i < s.max_next_draft_tokens; ++i) {
       int32_t t = fake_greedy_token(tokens, options_);
       tokens.push_back(t);
       if (i >= options_.draft_correct_prefix) {
         t = to_token(static_cast<uint64_t>(t - options_.min_token_id + 1), options_);
       }
-      r.next_draft_token_ids.push_back(t);
+      next.push_back(t);
+      r.next_drafts.parent_ids.push_back(i - 1);
     }
   }
   return r;
@@ -115,7 +124,8 @@ Result<std::vector<double>> FakeExecutor::measure_step_costs(std::span<const int
 
 Result<step::StepResult> FakeExecutor::execute(const step::SchedulerOutput& output) {
   ++num_steps_;
-  ARBOR_RETURN_IF_ERROR(states_.apply(output));
+  ARBOR_ASSIGN_OR_RETURN(const auto forgotten, states_.apply(output));
+  for (const auto& [id, st] : forgotten) drafts_.erase(id);
   if (options_.step_delay_us > 0) {
     std::this_thread::sleep_for(std::chrono::microseconds(options_.step_delay_us));
   }
@@ -124,7 +134,10 @@ Result<step::StepResult> FakeExecutor::execute(const step::SchedulerOutput& outp
     if (s.num_prompt_logprobs() > 0) {
       result.prompt_logprobs.push_back(score_prompt(s, states_.at(s.request_id)));
     }
-    if (s.sample) result.requests.push_back(run(s, states_.at(s.request_id)));
+    if (s.sample) {
+      ARBOR_ASSIGN_OR_RETURN(step::RequestResult r, run(s, states_.at(s.request_id)));
+      result.requests.push_back(std::move(r));
+    }
   }
   return result;
 }

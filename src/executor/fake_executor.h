@@ -12,12 +12,14 @@
 // Speculation: drafts are verified by sample-and-compare (the executor's rule for one-hot
 // drafts: token i is what a plain step at that position would produce; continue while it equals
 // draft i), so output never depends on the drafts. With draft_correct_prefix >= 0 the fake
-// proposes, after each sampling step, the greedy continuation with every token from index
-// draft_correct_prefix on replaced by a wrong one. Thread-safety: engine thread only.
+// proposes, after each sampling step, a chain of the greedy continuation with every token from
+// index draft_correct_prefix on replaced by a wrong one, and keeps it for the next step. Thread-safety: engine thread only.
 #pragma once
 
 #include <cstdint>
 #include <span>
+#include <unordered_map>
+#include <vector>
 
 #include "executor/request_states.h"
 #include "step/model_executor.h"
@@ -61,12 +63,13 @@ class FakeExecutor : public step::ModelExecutor {
 
  private:
   int32_t next_token(const RequestState& st, std::span<const int32_t> tokens) const;
-  step::RequestResult run(const step::ScheduledRequest& s, RequestState& st) const;
+  Result<step::RequestResult> run(const step::ScheduledRequest& s, RequestState& st);
   step::PromptLogprobsResult score_prompt(const step::ScheduledRequest& s,
                                           const RequestState& st) const;
 
   FakeExecutorOptions options_;
   RequestStates states_;
+  std::unordered_map<step::RequestId, std::vector<int32_t>> drafts_;  // proposed last step
   int64_t num_steps_ = 0;
 };
 

@@ -74,54 +74,47 @@ Status mask_row(grammar::OutputGrammar& g, std::span<float> row) {
 
 }  // namespace
 
-Status GrammarStates::mask_chain(grammar::OutputGrammar& g, std::span<const int32_t> drafts,
-                                 std::span<float> rows) {
-  const size_t vocab = rows.size() / (drafts.size() + 1);
-  size_t accepted = 0;
-  Status status;
-  for (size_t i = 0; i <= drafts.size(); ++i) {
-    status = mask_row(g, rows.subspan(i * vocab, vocab));
-    if (!status.ok() || i == drafts.size() || !g.accept(drafts[i])) break;
-    ++accepted;
-  }
-  g.rollback(accepted);
-  return status;
-}
-
-Status GrammarStates::mask_tree(grammar::OutputGrammar& g, std::span<const int32_t> drafts,
-                                std::span<const int32_t> parents, std::span<float> rows) {
-  const size_t vocab = rows.size() / (drafts.size() + 1);
+Status GrammarStates::mask_drafts(grammar::OutputGrammar& g, const sampling::TokenTree& tree,
+                                  std::span<float> rows) {
+  const size_t vocab = rows.size() / static_cast<size_t>(tree.num_slots());
   ARBOR_RETURN_IF_ERROR(mask_row(g, rows.first(vocab)));
-  std::vector<int32_t> path;
-  for (size_t i = 0; i < drafts.size(); ++i) {
-    path.clear();
-    for (int32_t n = static_cast<int32_t>(i); n != step::kDraftRoot; n = parents[static_cast<size_t>(n)]) {
-      path.push_back(drafts[static_cast<size_t>(n)]);
-    }
+  for (int32_t i = 0; i < tree.num_nodes(); ++i) {
+    const std::vector<int32_t> path = tree.path_tokens(i);
     size_t accepted = 0;
-    for (auto t = path.rbegin(); t != path.rend() && g.accept(*t); ++t) ++accepted;
+    for (auto t = path.begin(); t != path.end() && g.accept(*t); ++t) ++accepted;
     Status status;
-    if (accepted == path.size()) status = mask_row(g, rows.subspan((i + 1) * vocab, vocab));
+    if (accepted == path.size()) {
+      status = mask_row(g, rows.subspan(static_cast<size_t>(i + 1) * vocab, vocab));
+    }
     g.rollback(accepted);
     ARBOR_RETURN_IF_ERROR(status);
   }
   return ok_status();
 }
 
-size_t GrammarStates::valid_prefix(grammar::OutputGrammar& g, std::span<const int32_t> extra,
-                                   std::span<const int32_t> drafts) {
-  size_t accepted = 0, valid = 0;
-  bool ok = true;
+std::vector<uint8_t> GrammarStates::valid_drafts(grammar::OutputGrammar& g,
+                                                 std::span<const int32_t> extra,
+                                                 const sampling::TokenTree& tree) {
+  std::vector<uint8_t> keep(static_cast<size_t>(tree.num_nodes()), 0);
+  size_t base = 0;
   for (int32_t t : extra) {
-    if (!(ok = g.accept(t))) break;
-    ++accepted;
+    if (!g.accept(t)) {
+      g.rollback(base);
+      return keep;
+    }
+    ++base;
   }
-  for (size_t i = 0; ok && i < drafts.size() && g.accept(drafts[i]); ++i) {
-    ++accepted;
-    ++valid;
+  for (int32_t i = 0; i < tree.num_nodes(); ++i) {
+    const int32_t parent = tree.node(i).parent;
+    if (parent != sampling::TokenTree::kRoot && !keep[static_cast<size_t>(parent)]) continue;
+    const std::vector<int32_t> path = tree.path_tokens(i);
+    size_t accepted = 0;
+    for (auto t = path.begin(); t != path.end() && g.accept(*t); ++t) ++accepted;
+    keep[static_cast<size_t>(i)] = accepted == path.size();
+    g.rollback(accepted);
   }
-  g.rollback(accepted);
-  return valid;
+  g.rollback(base);
+  return keep;
 }
 
 }  // namespace arbor::executor

@@ -25,6 +25,7 @@
 #include "grammar/grammar_spec.h"
 #include "grammar/output_grammar.h"
 #include "grammar/token_masks.h"
+#include "sampling/token_tree.h"
 #include "tokenizer/tokenizer.h"
 
 namespace arbor::executor {
@@ -50,20 +51,18 @@ class GrammarStates {
   void forget(step::RequestId id) { states_.erase(id); }
   size_t size() const { return states_.size(); }
 
-  // Masks logits rows [0, k] of a chain: row i with the grammar after drafts 0..i-1. Stops at
-  // the first draft the grammar refuses (later rows are never read: verification rejects that
-  // draft). rows: [(k + 1) * vocab]. kFailedPrecondition when the grammar allows no token.
-  static Status mask_chain(grammar::OutputGrammar& g, std::span<const int32_t> drafts,
-                           std::span<float> rows);
-  // Masks a token tree's rows: row 0 after the committed tokens, row 1 + i after draft i's path
-  // (drafts: [k], parents: [k] with step::kDraftRoot). Rows of paths the grammar refuses are
-  // left as they are.
-  static Status mask_tree(grammar::OutputGrammar& g, std::span<const int32_t> drafts,
-                          std::span<const int32_t> parents, std::span<float> rows);
-  // The longest prefix of `drafts` the grammar accepts after `extra` (tokens not yet
-  // committed: the ones this step emits). Nothing is left accepted.
-  static size_t valid_prefix(grammar::OutputGrammar& g, std::span<const int32_t> extra,
-                             std::span<const int32_t> drafts);
+  // Masks a draft tree's logits rows ([tree.num_slots() * vocab]): row 0 with the grammar after
+  // the committed tokens, row 1 + i after draft i's path. Rows of paths the grammar refuses are
+  // left as they are (verification never reads them: it rejects the refused draft first).
+  // kFailedPrecondition when the grammar allows no token at a row it masks. Nothing is left
+  // accepted.
+  static Status mask_drafts(grammar::OutputGrammar& g, const sampling::TokenTree& tree,
+                            std::span<float> rows);
+  // keep[i] = 1 when the grammar accepts `extra` (tokens not yet committed: the ones this step
+  // emits) followed by draft i's whole path. [tree.num_nodes()]. Nothing is left accepted.
+  static std::vector<uint8_t> valid_drafts(grammar::OutputGrammar& g,
+                                           std::span<const int32_t> extra,
+                                           const sampling::TokenTree& tree);
 
  private:
   Result<std::shared_ptr<grammar::CompiledGrammar>> compiled(const grammar::GrammarSpec& spec);

@@ -33,7 +33,7 @@ enum class RngStream : uint32_t {
   kAccept = 1,   // the accept/reject coin of a model draft at a position
   kRecover = 2,  // the recovered token drawn from the residual after a rejection
   kDraft = 3,    // a draft model's own draw of its proposal at a position
-  // Token trees (tree_sampler.h): several children are tried at one position, so their sites
+  // Token trees (rejection_sampler.h): several children are tried at one position, so their sites
   // get an index; the first uses the chain's stream, so a width-1 tree draws the chain's sites.
   kTreeAccept = 1u << 16,  // base of tree_accept_stream(i), i >= 1
   kTreeDraft = 2u << 16,   // base of tree_draft_stream(j), j >= 1

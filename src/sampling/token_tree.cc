@@ -39,6 +39,22 @@ TokenTree TokenTree::prefix(int32_t n) const {
   return tree;
 }
 
+TokenTree TokenTree::kept(std::span<const uint8_t> keep) const {
+  ARBOR_CHECK(keep.size() == nodes_.size()) << keep.size() << " flags for " << nodes_.size()
+                                            << " nodes";
+  TokenTree tree;
+  tree.draft_dists_ = draft_dists_;
+  std::vector<int32_t> index(nodes_.size(), kRoot);
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const TreeNode& x = nodes_[i];
+    if (!keep[i]) continue;
+    if (x.parent != kRoot && index[static_cast<size_t>(x.parent)] == kRoot) continue;
+    const int32_t parent = x.parent == kRoot ? kRoot : index[static_cast<size_t>(x.parent)];
+    index[i] = tree.add_node(parent, x.token_id, x.draft_prob, x.draft_dist);
+  }
+  return tree;
+}
+
 std::vector<int32_t> TokenTree::parents() const {
   std::vector<int32_t> out(nodes_.size());
   for (size_t i = 0; i < nodes_.size(); ++i) out[i] = nodes_[i].parent;

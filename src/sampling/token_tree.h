@@ -9,7 +9,7 @@
 //
 // Order. Nodes are stored in insertion order and a parent is always inserted before its
 // children (parent index < child index): a topological order. Children of one node are listed
-// in insertion order, which is the order the verifier tries them in (tree_sampler.h).
+// in insertion order, which is the order the verifier tries them in (rejection_sampler.h).
 //
 // Positions. depth(root) = 0, depth(node) = depth(parent) + 1; the token of a node at depth d
 // sits at absolute position root_position + d (siblings share a position).
@@ -24,7 +24,7 @@
 // from the same q share the index (a "group"). A node whose token is a fixed function of its
 // path (model-free proposers, top-k / best-first trees such as build_tree()) has draft_dist ==
 // kOneHot and is verified with q = one-hot(token). Which rule is exact for which tree is
-// explained in tree_sampler.h.
+// explained in rejection_sampler.h.
 //
 // Not thread-safe; a value type (copyable). Sizes are int32: a tree has at most a few hundred
 // nodes.
@@ -70,7 +70,10 @@ class TokenTree {
   // The tree of the first n nodes (n <= num_nodes(); parents come first, so it is a tree), with
   // every draft distribution kept.
   TokenTree prefix(int32_t n) const;
-  // Each node's parent: [num_nodes] (kRoot or an index), the step protocol's draft_parent_ids.
+  // The tree of the nodes with keep[i] != 0 whose parent is kept too (or the root), in order,
+  // parents renumbered, every draft distribution kept. keep: [num_nodes] (CHECKed).
+  TokenTree kept(std::span<const uint8_t> keep) const;
+  // Each node's parent: [num_nodes] (kRoot or an index), the step protocol's draft parents.
   std::vector<int32_t> parents() const;
 
   // Appends a distribution siblings may be drawn from; returns its index. dist: sparse, sums to
@@ -125,7 +128,7 @@ class TokenTree {
   // (mapped) parent already has a child with the same token is merged into the first such
   // child (so shared prefixes of several proposals appear once and their continuations become
   // siblings); every other node is appended as a new last child, a sampled node always (a
-  // drawn token must keep its own try, see tree_sampler.h). Other's distributions are appended
+  // drawn token must keep its own try, see rejection_sampler.h). Other's distributions are appended
   // and renumbered. Merging keeps every verification rule exact (docs/sampling.md).
   std::vector<int32_t> merge(const TokenTree& other);
 

@@ -10,9 +10,10 @@
 // blocks, copy-on-write tail). Each child computes the last prompt token itself and samples with
 // its own seed derived from (seed, sample index). Child ids are child_request_id(parent, index).
 //
-// Speculative decoding: spec_token_ids holds the drafts the executor proposed after the last
-// step. The scheduler runs [last committed token + the first k of them] (k chosen per step by
-// the SpecPolicy); the executor verifies them and returns the accepted ones plus one token.
+// Speculative decoding: the executor keeps the drafts it proposed after the last step and
+// reports their shape (Request::drafts). The scheduler runs [last committed token + the first k
+// of them] (k chosen per step by the SpecPolicy); the executor verifies them and returns the
+// accepted ones plus one token.
 //
 // Threading: owned by the Scheduler, engine thread only.
 #pragma once
@@ -27,6 +28,7 @@
 #include "base/status.h"
 #include "kv/kv_cache_manager.h"
 #include "sampling/sampling_params.h"
+#include "step/step.h"
 
 namespace arbor::sched {
 
@@ -126,14 +128,11 @@ struct Request {
   RequestStatus status = RequestStatus::kWaiting;
   std::vector<int32_t> token_ids;      // [num_tokens] committed: prompt, then generated tokens
   int64_t num_prompt = 0;              // leading prompt tokens of token_ids
-  // Drafts the executor proposed after the last step, for the next one. Never committed: they
-  // are run after the committed tokens in slots allocated for them, and rejected ones are
-  // simply overwritten later (num_computed_tokens only counts committed tokens).
-  std::vector<int32_t> spec_token_ids;
-  // A token tree's parents and the proposer's probabilities ([spec_token_ids.size()] each, or
-  // empty: a chain; step::RequestResult's next_draft_parent_ids / next_draft_probs).
-  std::vector<int32_t> spec_parent_ids;
-  std::vector<float> spec_probs;
+  // The shape of the drafts the executor proposed after the last step and keeps for the next
+  // one (step::RequestResult::next_drafts). Never committed: the step runs a prefix of them
+  // after the committed tokens in slots allocated for them, and rejected ones are simply
+  // overwritten later (num_computed_tokens only counts committed tokens).
+  step::DraftShape drafts;
   int64_t num_computed_tokens = 0;
   int64_t num_cached_tokens = 0;       // prefix-cache hit of the first admission
   sampling::SamplingParams sampling{};

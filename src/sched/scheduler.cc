@@ -159,9 +159,7 @@ void Scheduler::insert_running(Request* req) {
 void Scheduler::preempt(Request& req) {
   kv_.free(req.request_id);
   req.num_computed_tokens = 0;
-  req.spec_token_ids.clear();
-  req.spec_parent_ids.clear();
-  req.spec_probs.clear();
+  req.drafts = {};
   req.known_to_executor = false;
   req.num_tokens_sent = 0;
   req.draft_in_sync = false;

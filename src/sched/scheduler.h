@@ -27,14 +27,14 @@
 // tokens or more is rejected by add_request(); a request finishes with kLength when it reaches
 // max_model_len tokens, so K/V is written for at most max_model_len - 1 positions.
 //
-// Speculative decoding: a decoding request with drafts (Request::spec_token_ids, proposed by the
-// executor after the previous step) runs [last token + k drafts] with k = max_drafts(): at most
-// its drafts, max_spec_tokens, the request's own cap, and what max_tokens / max_model_len leave
-// (a step never verifies more drafts than could be emitted). The drafts take budget tokens and
-// KV slots (allocated as lookahead: they are not committed, never cached, and rejected ones are
-// overwritten by later steps). A token tree (Request::spec_parent_ids) is verified the same way:
-// the policy takes a prefix of its nodes (parents come first; max_drafts() caps its depth), and
-// the executor compacts the accepted path's K/V before the scheduler commits it.
+// Speculative decoding: the executor keeps the drafts it proposed after a step and reports their
+// shape (Request::drafts: a TokenTree's parents, a chain being the width-1 tree). A decoding
+// request with drafts runs [last token + its first k drafts] with k chosen by the SpecPolicy
+// within max_drafts(): at most max_spec_tokens levels, the request's own cap, and what
+// max_tokens / max_model_len leave (a step never verifies more drafts than could be emitted).
+// The drafts take budget tokens and KV slots (allocated as lookahead: they are not committed,
+// never cached, and rejected ones are overwritten by later steps); the executor compacts the
+// accepted path's K/V before the scheduler commits it.
 //
 // Threading: engine thread only; no locks. A SchedulerOutput is a value.
 #pragma once

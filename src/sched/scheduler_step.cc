@@ -58,7 +58,7 @@ void Scheduler::schedule(Request& req, int64_t num_new, int32_t num_drafts, bool
   s.num_scheduled_tokens = static_cast<int32_t>(num_new) + num_drafts;
   s.new_token_ids.assign(req.token_ids.begin() + req.num_tokens_sent, req.token_ids.end());
   req.num_tokens_sent = req.num_tokens();
-  s.draft_token_ids.assign(req.spec_token_ids.begin(), req.spec_token_ids.begin() + num_drafts);
+  s.num_drafts = num_drafts;
   set_block_tables(req, s);
   // max_tokens 0 (echo, prompt scoring): the prompt runs, nothing is sampled.
   s.sample = !req.is_fork_parent() && req.stop.max_tokens > 0 &&
@@ -227,37 +227,20 @@ int32_t Scheduler::next_tree_nodes(const Request& req, int32_t verified) const {
 
 namespace {
 
-// The levels of a step's drafts: k for a chain, the deepest node's depth for a tree.
-int32_t draft_levels(const ScheduledRequest& s) {
-  const std::vector<int32_t> depth = step::draft_depths(s.draft_parent_ids, s.draft_token_ids.size());
-  return depth.empty() ? 0 : *std::max_element(depth.begin(), depth.end());
+// The levels of the first k of `req`'s drafts: k for a chain, the deepest node's depth for a
+// tree.
+int32_t draft_levels(const Request& req, int32_t k) {
+  return step::draft_levels(std::span<const int32_t>(req.drafts.parent_ids).first(k));
 }
 
-// Drops a token tree's nodes deeper than max_depth (descendants of a dropped node are deeper
-// too), renumbering parents. In place; a chain (no parents) is cut to max_depth tokens.
-void limit_draft_depth(Request& req, int32_t max_depth) {
-  if (req.spec_parent_ids.empty()) {
-    if (static_cast<int32_t>(req.spec_token_ids.size()) > max_depth) {
-      req.spec_token_ids.resize(static_cast<size_t>(std::max(max_depth, 0)));
-    }
-    return;
-  }
-  const std::vector<int32_t> depth =
-      step::draft_depths(req.spec_parent_ids, req.spec_token_ids.size());
-  std::vector<int32_t> index(depth.size(), -1);
-  size_t kept = 0;
-  for (size_t i = 0; i < depth.size(); ++i) {
-    if (depth[i] > max_depth) continue;
-    const int32_t parent = req.spec_parent_ids[i];
-    index[i] = static_cast<int32_t>(kept);
-    req.spec_token_ids[kept] = req.spec_token_ids[i];
-    req.spec_parent_ids[kept] = parent < 0 ? step::kDraftRoot : index[static_cast<size_t>(parent)];
-    if (!req.spec_probs.empty()) req.spec_probs[kept] = req.spec_probs[i];
-    ++kept;
-  }
-  req.spec_token_ids.resize(kept);
-  req.spec_parent_ids.resize(kept);
-  if (!req.spec_probs.empty()) req.spec_probs.resize(kept);
+// The longest prefix of `req`'s drafts no deeper than max_depth (parents come first, so a prefix
+// is a tree; the executor proposes within the depth it was asked for, which only the tokens
+// accepted since can lower).
+int32_t prefix_within_depth(const Request& req, int32_t max_depth) {
+  const std::vector<int32_t> depth = step::draft_depths(req.drafts.parent_ids);
+  int32_t k = 0;
+  while (k < static_cast<int32_t>(depth.size()) && depth[static_cast<size_t>(k)] <= max_depth) ++k;
+  return k;
 }
 
 }  // namespace
@@ -275,15 +258,16 @@ void Scheduler::schedule_drafts(SchedulerOutput& out, Budget& budget) {
     if (!s.sample) continue;
     ++base_emitted;
     Request& req = *requests_.at(s.request_id);
-    if (req.spec_token_ids.empty() || s.num_scheduled_tokens != 1) continue;
-    limit_draft_depth(req, max_drafts(req, 0));
-    const auto max_k = static_cast<int32_t>(req.spec_token_ids.size());
+    if (req.drafts.empty() || s.num_scheduled_tokens != 1) continue;
+    const int32_t max_k = prefix_within_depth(req, max_drafts(req, 0));
     if (max_k <= 0) continue;
     index.push_back(i);
     const double a = spec_policy_.acceptance(req.acceptance_estimate);
-    gains.push_back(req.spec_parent_ids.empty()
-                        ? std::vector<double>{}
-                        : tree_node_gains(a, req.spec_parent_ids, req.spec_probs));
+    const auto parents = std::span<const int32_t>(req.drafts.parent_ids).first(max_k);
+    const auto probs = std::span<const float>(req.drafts.probs).first(
+        req.drafts.probs.empty() ? 0 : static_cast<size_t>(max_k));
+    gains.push_back(step::is_chain(parents) ? std::vector<double>{}
+                                            : tree_node_gains(a, parents, probs));
     candidates.push_back(SpecPolicy::Candidate{
         .acceptance = a, .max_k = max_k, .fixed = req.speculation.mode == SpecMode::kFixed});
   }
@@ -308,12 +292,9 @@ void Scheduler::schedule_drafts(SchedulerOutput& out, Budget& budget) {
         req.spec_backoff_steps = req.spec_backoff_next;
       }
     }
-    s.draft_token_ids.assign(req.spec_token_ids.begin(), req.spec_token_ids.begin() + kc);
-    if (!req.spec_parent_ids.empty() && kc > 0) {
-      s.draft_parent_ids.assign(req.spec_parent_ids.begin(), req.spec_parent_ids.begin() + kc);
-    }
+    s.num_drafts = kc;
     s.num_scheduled_tokens += kc;
-    s.max_next_draft_tokens = next_draft_request(req, draft_levels(s));
+    s.max_next_draft_tokens = next_draft_request(req, draft_levels(req, kc));
     budget.tokens -= kc;
     set_block_tables(req, s);
   }
@@ -501,9 +482,8 @@ void Scheduler::commit(Request& req, const ScheduledRequest& s, const RequestRes
                        RequestOutput& o) {
   const int32_t k = s.num_draft_tokens();
   req.num_computed_tokens += s.num_scheduled_tokens - k;
-  req.spec_token_ids.clear();
-  req.spec_parent_ids.clear();
-  req.spec_probs.clear();
+  const step::DraftShape verified = std::move(req.drafts);
+  req.drafts = {};
   if (r == nullptr) {
     if (req.stop.max_tokens == 0 && req.num_computed_tokens == req.num_tokens()) {
       o.stop_reason = StopReason{.kind = StopKind::kMaxTokens};
@@ -521,10 +501,11 @@ void Scheduler::commit(Request& req, const ScheduledRequest& s, const RequestRes
   req.num_computed_tokens += r->num_accepted;
   o.num_draft_tokens = k;
   o.num_accepted_tokens = r->num_accepted;
-  o.num_draft_levels = draft_levels(s);
-  o.draft_tree = s.is_tree();
+  const auto parents = std::span<const int32_t>(verified.parent_ids).first(static_cast<size_t>(k));
+  o.num_draft_levels = step::draft_levels(parents);
+  o.draft_tree = !step::is_chain(parents);
   if (k > 0) {
-    spec_policy_.observe(req.acceptance_estimate, draft_levels(s), r->num_accepted);
+    spec_policy_.observe(req.acceptance_estimate, o.num_draft_levels, r->num_accepted);
     ++req.spec_stats.num_verify_steps;
     req.spec_stats.num_draft_tokens += k;
     req.spec_stats.num_accepted_tokens += r->num_accepted;
@@ -535,9 +516,7 @@ void Scheduler::commit(Request& req, const ScheduledRequest& s, const RequestRes
     o.stop_reason = check_stop(req, t.token_id);
     if (o.stop_reason) return;
   }
-  req.spec_token_ids = r->next_draft_token_ids;
-  req.spec_parent_ids = r->next_draft_parent_ids;
-  req.spec_probs = r->next_draft_probs;
+  req.drafts = r->next_drafts;
 }
 
 Result<std::vector<RequestOutput>> Scheduler::update_from_output(const SchedulerOutput& output,
@@ -546,6 +525,18 @@ Result<std::vector<RequestOutput>> Scheduler::update_from_output(const Scheduler
   if (!valid.ok()) return valid;
   std::unordered_map<RequestId, const RequestResult*> results;
   for (const RequestResult& r : result.requests) results.emplace(r.request_id, &r);
+  for (const ScheduledRequest& s : output.requests) {
+    const auto r = results.find(s.request_id);
+    const auto it = requests_.find(s.request_id);
+    if (r == results.end() || it == requests_.end() || !r->second->error.ok()) continue;
+    const std::span<const int32_t> parents(it->second->drafts.parent_ids);
+    if (parents.size() < static_cast<size_t>(s.num_drafts)) {
+      return internal_error("request ", s.request_id, " verified ", s.num_drafts,
+                            " drafts, the scheduler knows of ", parents.size());
+    }
+    ARBOR_RETURN_IF_ERROR(
+        step::check_accepted_path(parents.first(static_cast<size_t>(s.num_drafts)), *r->second));
+  }
   std::unordered_map<RequestId, const step::PromptLogprobsResult*> prompt_logprobs;
   for (const step::PromptLogprobsResult& p : result.prompt_logprobs) {
     prompt_logprobs.emplace(p.request_id, &p);

@@ -67,7 +67,7 @@ NgramProposer::NgramProposer(NgramProposerOptions options) : options_(options) {
   ARBOR_CHECK_GE(options_.num_speculative_tokens, 0);
 }
 
-NgramIndex& NgramProposer::sync(const ProposalRequest& request) {
+NgramIndex& NgramProposer::sync(const DraftRequest& request) {
   auto it = indexes_.try_emplace(request.request_id, options_.min_n, options_.max_n).first;
   NgramIndex& index = it->second;
   const auto seen = static_cast<size_t>(index.num_tokens());
@@ -79,22 +79,10 @@ NgramIndex& NgramProposer::sync(const ProposalRequest& request) {
   return index;
 }
 
-void NgramProposer::propose(std::span<const ProposalRequest> requests,
-                            std::vector<std::vector<int32_t>>& out) {
-  out.resize(requests.size());
-  for (size_t i = 0; i < requests.size(); ++i) {
-    out[i].clear();
-    const int32_t max_tokens =
-        std::min(options_.num_speculative_tokens, requests[i].max_num_tokens);
-    if (max_tokens <= 0) continue;
-    sync(requests[i]).propose(max_tokens, out[i]);
-  }
-}
-
-void NgramProposer::propose_candidates(const ProposalRequest& request, int32_t max_branches,
-                                       std::vector<DraftCandidate>& out) {
+void NgramProposer::candidates(const DraftRequest& request, int32_t max_branches,
+                               std::vector<DraftCandidate>& out) {
   out.clear();
-  const int32_t max_tokens = std::min(options_.num_speculative_tokens, request.max_num_tokens);
+  const int32_t max_tokens = std::min(options_.num_speculative_tokens, request.max_depth);
   if (max_branches <= 0 || max_tokens <= 0) return;
   const NgramIndex& index = sync(request);
   std::vector<int32_t> draft;

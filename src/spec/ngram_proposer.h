@@ -32,7 +32,7 @@ struct NgramProposerOptions {
   // prompt_lookup_min / prompt_lookup_max).
   int32_t min_n = 2;
   int32_t max_n = 4;
-  // Most draft tokens per request per step (also capped by ProposalRequest::max_num_tokens).
+  // Most draft tokens per request per step (also capped by DraftRequest::max_depth).
   // >= 0.
   int32_t num_speculative_tokens = 4;
 };
@@ -74,27 +74,25 @@ class NgramIndex {
   FlatMap latest_end_;           // key(n-gram) -> end of its latest occurrence, end < num_tokens
 };
 
-class NgramProposer final : public Proposer {
+class NgramProposer final : public CandidateProposer {
  public:
   // Checks the options (a broken option is a programming error).
   explicit NgramProposer(NgramProposerOptions options = {});
 
   std::string_view name() const override { return "ngram"; }
-  void propose(std::span<const ProposalRequest> requests,
-               std::vector<std::vector<int32_t>>& out) override;
   void forget(RequestId id, std::span<const int32_t> token_ids, int32_t num_prompt_tokens) override;
-  // Token trees: one candidate per match length n (max_n down to min_n) whose continuation
-  // differs from the longer matches' ones, scored by n (a longer match predicts better); the
-  // first is propose()'s draft.
-  void propose_candidates(const ProposalRequest& request, int32_t max_branches,
-                          std::vector<DraftCandidate>& out) override;
+  // One candidate per match length n (max_n down to min_n) whose continuation differs from the
+  // longer matches' ones, scored by n (a longer match predicts better); the first is the chain
+  // draft (NgramIndex::propose). O(max_n * (max_n + max_depth)).
+  void candidates(const DraftRequest& request, int32_t max_branches,
+                  std::vector<DraftCandidate>& out) override;
 
   const NgramProposerOptions& options() const { return options_; }
   int32_t num_requests() const { return static_cast<int32_t>(indexes_.size()); }
 
  private:
   // The request's index, brought up to date with its token_ids.
-  NgramIndex& sync(const ProposalRequest& request);
+  NgramIndex& sync(const DraftRequest& request);
 
   NgramProposerOptions options_;
   std::unordered_map<RequestId, NgramIndex> indexes_;

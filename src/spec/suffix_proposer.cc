@@ -24,7 +24,7 @@ const SuffixTrie* SuffixProposer::request_trie(RequestId id) const {
   return it == requests_.end() ? nullptr : it->second.get();
 }
 
-SuffixTrie& SuffixProposer::sync(const ProposalRequest& request) {
+SuffixTrie& SuffixProposer::sync(const DraftRequest& request) {
   std::unique_ptr<SuffixTrie>& trie = requests_[request.request_id];
   if (trie == nullptr) {
     trie = std::make_unique<SuffixTrie>(options_.max_depth);
@@ -65,9 +65,9 @@ void SuffixProposer::for_each_match(const SuffixTrie& own, std::span<const int32
   }
 }
 
-double SuffixProposer::best_draft(const SuffixTrie& own, const ProposalRequest& request,
+double SuffixProposer::best_draft(const SuffixTrie& own, const DraftRequest& request,
                                   std::vector<int32_t>& out) {
-  const int32_t max_tokens = std::min(options_.num_speculative_tokens, request.max_num_tokens);
+  const int32_t max_tokens = std::min(options_.num_speculative_tokens, request.max_depth);
   double best = 0.0;
   out.clear();
   for_each_match(
@@ -85,23 +85,18 @@ double SuffixProposer::best_draft(const SuffixTrie& own, const ProposalRequest& 
   return best;
 }
 
-void SuffixProposer::propose(std::span<const ProposalRequest> requests,
-                             std::vector<std::vector<int32_t>>& out) {
-  out.resize(requests.size());
-  for (size_t i = 0; i < requests.size(); ++i) {
-    out[i].clear();
-    const ProposalRequest& r = requests[i];
-    if (std::min(options_.num_speculative_tokens, r.max_num_tokens) <= 0) continue;
-    best_draft(sync(r), r, out[i]);
-  }
-}
-
-void SuffixProposer::propose_candidates(const ProposalRequest& request, int32_t max_branches,
-                                        std::vector<DraftCandidate>& out) {
+void SuffixProposer::candidates(const DraftRequest& request, int32_t max_branches,
+                                std::vector<DraftCandidate>& out) {
   out.clear();
-  const int32_t max_tokens = std::min(options_.num_speculative_tokens, request.max_num_tokens);
+  const int32_t max_tokens = std::min(options_.num_speculative_tokens, request.max_depth);
   if (max_branches <= 0 || max_tokens <= 0) return;
   const SuffixTrie& own = sync(request);
+  if (max_branches == 1) {
+    DraftCandidate best;
+    best.score = best_draft(own, request, best.token_ids);
+    if (!best.token_ids.empty()) out.push_back(std::move(best));
+    return;
+  }
   std::vector<DraftCandidate> all;
   for_each_match(
       own, request.token_ids, [&](const SuffixTrie& trie, SuffixTrie::Position p, int32_t m) {

@@ -33,7 +33,7 @@ struct SuffixProposerOptions {
   // Longest indexed string (trie depth) and so longest match plus continuation. >= 1.
   // SuffixDecoding's max_tree_depth (vLLM's default 24, Arctic Inference's 64).
   int32_t max_depth = 32;
-  // Most draft tokens per request per step (also capped by ProposalRequest::max_num_tokens).
+  // Most draft tokens per request per step (also capped by DraftRequest::max_depth).
   // >= 0.
   int32_t num_speculative_tokens = 8;
   // A match of m tokens proposes at most floor(max_spec_factor * m + max_spec_offset) tokens.
@@ -52,21 +52,20 @@ struct SuffixProposerOptions {
   bool global_index_prompts = false;
 };
 
-class SuffixProposer final : public Proposer {
+class SuffixProposer final : public CandidateProposer {
  public:
   // Checks the options (a broken option is a programming error).
   explicit SuffixProposer(SuffixProposerOptions options = {});
 
   std::string_view name() const override { return "suffix"; }
-  // O(new tokens * max_depth) to update the request trie, O(max_depth^2) to match the global
-  // trie, O(max_depth * num_speculative_tokens) for the candidates (pruned: a match whose
-  // length cap cannot beat the best score so far is skipped).
-  void propose(std::span<const ProposalRequest> requests,
-               std::vector<std::vector<int32_t>>& out) override;
   // Every non-empty candidate (each trie, each match length), best first (stable: ties keep
-  // the chain's order), identical drafts once; the first is propose()'s draft.
-  void propose_candidates(const ProposalRequest& request, int32_t max_branches,
-                          std::vector<DraftCandidate>& out) override;
+  // the chain's order), identical drafts once. max_branches 1: the chain draft alone (the same
+  // first candidate, found by a pruned search: a match whose length cap cannot beat the best
+  // score so far is skipped). O(new tokens * max_depth) to update the request trie,
+  // O(max_depth^2) to match the global trie, O(max_depth * num_speculative_tokens) per
+  // candidate.
+  void candidates(const DraftRequest& request, int32_t max_branches,
+                  std::vector<DraftCandidate>& out) override;
   // Drops the request trie; adds token_ids[num_prompt_tokens:] (or all of token_ids with
   // global_index_prompts) to the global trie as one sequence, evicting the oldest sequences
   // until it fits the budget (a sequence longer than the budget keeps its last
@@ -76,19 +75,19 @@ class SuffixProposer final : public Proposer {
   const SuffixProposerOptions& options() const { return options_; }
   const SuffixTrie& global_trie() const { return global_; }
   int32_t num_requests() const { return static_cast<int32_t>(requests_.size()); }
-  // The request's trie, or nullptr before its first proposal with max_num_tokens > 0.
+  // The request's trie, or nullptr before its first proposal with max_depth > 0.
   const SuffixTrie* request_trie(RequestId id) const;
 
  private:
   // The request's trie, brought up to date with its token_ids.
-  SuffixTrie& sync(const ProposalRequest& request);
+  SuffixTrie& sync(const DraftRequest& request);
   // Calls visit(trie, position, m) for each candidate match in the chain's tie order: the
   // request trie then the global one, longer matches first.
   template <typename Visit>
   void for_each_match(const SuffixTrie& own, std::span<const int32_t> context, Visit&& visit);
   int32_t max_tokens_for_match(int32_t m, int32_t max_tokens) const;
   // The chain draft and its score for one request (empty, 0 when none).
-  double best_draft(const SuffixTrie& own, const ProposalRequest& request,
+  double best_draft(const SuffixTrie& own, const DraftRequest& request,
                     std::vector<int32_t>& out);
 
   SuffixProposerOptions options_;

@@ -5,11 +5,7 @@
 
 namespace arbor::step {
 
-Status check_draft_parents(std::span<const int32_t> parents, size_t num_drafts) {
-  if (parents.empty()) return ok_status();
-  if (parents.size() != num_drafts) {
-    return internal_error(parents.size(), " draft parents for ", num_drafts, " drafts");
-  }
+Status check_draft_parents(std::span<const int32_t> parents) {
   for (size_t i = 0; i < parents.size(); ++i) {
     if (parents[i] != kDraftRoot && (parents[i] < 0 || static_cast<size_t>(parents[i]) >= i)) {
       return internal_error("draft ", i, " has parent ", parents[i],
@@ -19,70 +15,66 @@ Status check_draft_parents(std::span<const int32_t> parents, size_t num_drafts) 
   return ok_status();
 }
 
-std::vector<int32_t> draft_depths(std::span<const int32_t> parents, size_t num_drafts) {
-  std::vector<int32_t> depth(num_drafts);
-  for (size_t i = 0; i < num_drafts; ++i) {
-    depth[i] = parents.empty() ? static_cast<int32_t>(i) + 1
-               : parents[i] == kDraftRoot ? 1
-                                          : depth[static_cast<size_t>(parents[i])] + 1;
+std::vector<int32_t> draft_depths(std::span<const int32_t> parents) {
+  std::vector<int32_t> depth(parents.size());
+  for (size_t i = 0; i < parents.size(); ++i) {
+    depth[i] = parents[i] == kDraftRoot ? 1 : depth[static_cast<size_t>(parents[i])] + 1;
   }
   return depth;
 }
 
-namespace {
+int32_t draft_levels(std::span<const int32_t> parents) {
+  const std::vector<int32_t> depth = draft_depths(parents);
+  return depth.empty() ? 0 : *std::max_element(depth.begin(), depth.end());
+}
 
-// The draft index of accepted token i: the tree's path, or i for a chain.
-Status check_accepted_path(const ScheduledRequest& s, const RequestResult& r) {
-  if (!s.is_tree()) {
-    if (!r.accepted_draft_indices.empty()) {
-      return internal_error("request ", s.request_id, ": a chain's result names a tree path");
-    }
-    return ok_status();
+bool is_chain(std::span<const int32_t> parents) {
+  for (size_t i = 0; i < parents.size(); ++i) {
+    if (parents[i] != static_cast<int32_t>(i) - 1) return false;
   }
-  if (r.accepted_draft_indices.size() != static_cast<size_t>(r.num_accepted)) {
-    return internal_error("request ", s.request_id, ": ", r.accepted_draft_indices.size(),
-                          " accepted tree nodes named, ", r.num_accepted, " accepted");
-  }
+  return true;
+}
+
+Status check_accepted_path(std::span<const int32_t> parents, const RequestResult& r) {
   int32_t parent = kDraftRoot;
   for (int32_t node : r.accepted_draft_indices) {
-    if (node < 0 || node >= s.num_draft_tokens() || s.draft_parent_ids[node] != parent) {
-      return internal_error("request ", s.request_id, ": accepted tree node ", node,
-                            " does not continue the accepted path at node ", parent);
+    if (node < 0 || static_cast<size_t>(node) >= parents.size() ||
+        parents[static_cast<size_t>(node)] != parent) {
+      return internal_error("request ", r.request_id, ": accepted draft ", node,
+                            " does not continue the accepted path at draft ", parent);
     }
     parent = node;
   }
   return ok_status();
 }
 
-Status check_next_drafts(const ScheduledRequest& s, const RequestResult& r, int32_t vocab_size) {
+namespace {
+
+Status check_next_drafts(const ScheduledRequest& s, const RequestResult& r) {
   const RequestId id = s.request_id;
-  const size_t n = r.next_draft_token_ids.size();
-  Status st = check_draft_parents(r.next_draft_parent_ids, n);
+  const DraftShape& next = r.next_drafts;
+  const auto n = static_cast<size_t>(next.size());
+  Status st = check_draft_parents(next.parent_ids);
   if (!st.ok()) return st.with_context(str_cat("request ", id, "'s next drafts"));
-  if (!r.next_draft_probs.empty() && r.next_draft_probs.size() != n) {
-    return internal_error("request ", id, ": ", r.next_draft_probs.size(),
-                          " draft probabilities for ", n, " next drafts");
+  if (!next.probs.empty() && next.probs.size() != n) {
+    return internal_error("request ", id, ": ", next.probs.size(), " draft probabilities for ",
+                          n, " next drafts");
   }
-  for (float p : r.next_draft_probs) {
+  for (float p : next.probs) {
     if (!(p >= 0.0f && p <= 1.0f)) {
       return internal_error("request ", id, ": draft probability ", p, " outside [0, 1]");
     }
   }
-  if (!r.next_draft_parent_ids.empty() && n > static_cast<size_t>(s.max_next_draft_nodes)) {
-    return internal_error("request ", id, ": a tree of ", n, " next drafts, at most ",
-                          s.max_next_draft_nodes, " nodes were asked for");
+  if (s.max_next_draft_nodes > 0 ? n > static_cast<size_t>(s.max_next_draft_nodes)
+                                 : !is_chain(next.parent_ids)) {
+    return internal_error("request ", id, ": ", n, " next drafts",
+                          is_chain(next.parent_ids) ? "" : " in a tree", ", at most ",
+                          s.max_next_draft_nodes, " tree nodes were asked for");
   }
-  const std::vector<int32_t> depth = draft_depths(r.next_draft_parent_ids, n);
-  const int32_t levels = n == 0 ? 0 : *std::max_element(depth.begin(), depth.end());
+  const int32_t levels = draft_levels(next.parent_ids);
   if (levels > s.max_next_draft_tokens) {
     return internal_error("request ", id, ": next drafts ", levels, " deep, at most ",
                           s.max_next_draft_tokens, " were asked for");
-  }
-  for (int32_t t : r.next_draft_token_ids) {
-    if (t < 0 || t >= vocab_size) {
-      return internal_error("request ", id, ": draft token ", t, ", vocabulary size is ",
-                            vocab_size);
-    }
   }
   return ok_status();
 }
@@ -97,7 +89,16 @@ Status check_result(const ScheduledRequest& s, const RequestResult& r, int32_t v
     return internal_error("request ", id, ": ", r.num_accepted, " drafts accepted of ",
                           r.num_draft_tokens);
   }
-  ARBOR_RETURN_IF_ERROR(check_accepted_path(s, r));
+  if (r.accepted_draft_indices.size() != static_cast<size_t>(r.num_accepted)) {
+    return internal_error("request ", id, ": ", r.accepted_draft_indices.size(),
+                          " accepted drafts named, ", r.num_accepted, " accepted");
+  }
+  for (int32_t node : r.accepted_draft_indices) {
+    if (node < 0 || node >= s.num_draft_tokens()) {
+      return internal_error("request ", id, ": accepted draft ", node, " of ",
+                            s.num_draft_tokens(), " verified");
+    }
+  }
   if (r.tokens.size() != static_cast<size_t>(r.num_accepted) + 1) {
     return internal_error("request ", id, ": ", r.tokens.size(), " tokens returned, ",
                           r.num_accepted, " accepted drafts need ", r.num_accepted + 1);
@@ -108,15 +109,8 @@ Status check_result(const ScheduledRequest& s, const RequestResult& r, int32_t v
       return internal_error("request ", id, ": token ", i, " is ", t, ", vocabulary size is ",
                             vocab_size);
     }
-    if (static_cast<int32_t>(i) < r.num_accepted) {
-      const int32_t node = s.is_tree() ? r.accepted_draft_indices[i] : static_cast<int32_t>(i);
-      if (t != s.draft_token_ids[node]) {
-        return internal_error("request ", id, ": accepted token ", i, " is ", t,
-                              ", the draft was ", s.draft_token_ids[node]);
-      }
-    }
   }
-  return check_next_drafts(s, r, vocab_size);
+  return check_next_drafts(s, r);
 }
 
 Status check_prompt_logprobs(const ScheduledRequest& s, const PromptLogprobsResult& r,
@@ -194,7 +188,7 @@ Status validate_step_result(const SchedulerOutput& output, const StepResult& res
       return internal_error("the executor returned two results for request ", r.request_id);
     }
     if (!r.error.ok()) {
-      if (!r.tokens.empty() || r.num_accepted != 0 || !r.next_draft_token_ids.empty()) {
+      if (!r.tokens.empty() || r.num_accepted != 0 || !r.next_drafts.empty()) {
         return internal_error("the executor failed request ", r.request_id,
                               " but returned tokens for it");
       }

@@ -38,24 +38,26 @@ struct NewRequestData {
   uint64_t seed = 0;                // draws come from Rng::at(seed, position, stream)
 };
 
-// One request's work in a step. With c = num_computed_tokens and k = draft_token_ids.size(), the
-// step runs the committed tokens [c, c + num_scheduled_tokens - k) followed by the k drafts in
-// the slots after them, writing K/V for all of them into the slots of block_ids.
+// One request's work in a step. With c = num_computed_tokens and k = num_drafts, the step runs
+// the committed tokens [c, c + num_scheduled_tokens - k) followed by k drafts in the slots after
+// them, writing K/V for all of them into the slots of block_tables.
 //
-// Drafts form a chain (draft_parent_ids empty: draft i follows draft i - 1) or a token tree
-// (draft_parent_ids[i] = kDraftRoot when draft i follows the last committed token, else the
-// index j < i of the draft it follows; docs/speculation.md, "Token trees"). A tree draft at
-// depth d (d = 1 for the root's children) has position c' + d, where c' is the last committed
-// token's position, and sees exactly the committed tokens and its ancestors. Slots are by index
-// (draft i in slot c' + 1 + i) until verification; then the executor moves the accepted path's
-// K/V to slots c' + 1, c' + 2, ... (KV compaction), so the cache holds what a plain run would.
+// Drafts stay with the executor: it proposed a TokenTree for the request after its previous
+// step (parents first; a chain is the width-1 tree; docs/speculation.md, "Token trees") and
+// reported only its shape (RequestResult::next_drafts); the scheduler answers with k, and the
+// executor verifies the tree's first k nodes (a prefix in node order is a tree). A draft at depth
+// d (d = 1 for the root's children) has position c' + d, where c' is the last committed token's
+// position, and sees exactly the committed tokens and its ancestors. Slots are by index (draft i
+// in slot c' + 1 + i) until verification; then the executor moves the accepted path's K/V to
+// slots c' + 1, c' + 2, ... (KV compaction), so the cache holds what a plain run would.
 struct ScheduledRequest {
   RequestId request_id = 0;
   int64_t num_computed_tokens = 0;     // committed tokens whose K/V are cached before this step
   int32_t num_scheduled_tokens = 0;    // committed tokens run this step + k
   std::vector<int32_t> new_token_ids;  // committed since the executor last heard of it
-  std::vector<int32_t> draft_token_ids;  // [k] proposals verified after the last committed token
-  std::vector<int32_t> draft_parent_ids;  // [k] a token tree's parents, or empty: a chain
+  // k: verify the first k nodes of the drafts the executor proposed for this request last step
+  // (0 <= k <= their number; 0 when it proposed none). Drafts follow one committed token.
+  int32_t num_drafts = 0;
   // [num_kv_groups][num_blocks] the whole block table of every KV cache group (one group unless
   // the model has sliding-window layers; ModelExecutor::kv_group_windows). All tables have one
   // length; a sliding group's entries before its window are 0 (released: never read).
@@ -63,9 +65,10 @@ struct ScheduledRequest {
   // The step reaches the last committed token: the executor samples (or, with drafts, verifies)
   // and returns a RequestResult. Logits rows: 1 + k when set, none otherwise.
   bool sample = false;
-  int32_t max_next_draft_tokens = 0;   // propose up to this many drafts for the next step
-  // > 0: propose a token tree of at most this many nodes (and max_next_draft_tokens levels)
-  // instead of a chain; 0: a chain.
+  // What to propose after this step (sampling requests only): drafts of at most
+  // max_next_draft_tokens levels; a token tree of at most max_next_draft_nodes nodes when that is
+  // > 0, else a chain. 0 levels: propose nothing (and forget any drafts kept).
+  int32_t max_next_draft_tokens = 0;
   int32_t max_next_draft_nodes = 0;
   // Prompt logprobs (the request's sampling.prompt_logprobs is set): score the prompt tokens at
   // positions [prompt_logprobs_begin, prompt_logprobs_end), each from the logits row of the
@@ -78,26 +81,42 @@ struct ScheduledRequest {
   bool is_prompt_chunk = false;        // informational: the step includes prompt tokens
   bool is_new = false;                 // informational: admitted (or resumed) this step
 
-  int32_t num_draft_tokens() const { return static_cast<int32_t>(draft_token_ids.size()); }
+  int32_t num_draft_tokens() const { return num_drafts; }
   int32_t num_logits() const { return sample ? 1 + num_draft_tokens() : 0; }
   int32_t num_prompt_logprobs() const {
     return static_cast<int32_t>(prompt_logprobs_end - prompt_logprobs_begin);
   }
-  bool is_tree() const { return !draft_parent_ids.empty(); }
   // Entries of each block table (every group's has this many).
   int64_t num_table_blocks() const {
     return block_tables.empty() ? 0 : static_cast<int64_t>(block_tables[0].size());
   }
 };
 
-// draft_parent_ids' name for the last committed token.
+// A draft parent's name for the last committed token (sampling::TokenTree::kRoot).
 inline constexpr int32_t kDraftRoot = -1;
 
-// ok when `parents` ([k]; empty = a chain) describes a token tree over k drafts: each entry
-// kDraftRoot or an earlier index. Otherwise kInternal naming the draft.
-Status check_draft_parents(std::span<const int32_t> parents, size_t num_drafts);
-// Depth of every draft (1 for the root's children): [k]. parents: empty (a chain: 1..k) or valid.
-std::vector<int32_t> draft_depths(std::span<const int32_t> parents, size_t num_drafts);
+// ok when `parents` ([k]) describes a token tree over k drafts: each entry kDraftRoot or an
+// earlier index. Otherwise kInternal naming the draft.
+Status check_draft_parents(std::span<const int32_t> parents);
+// Depth of every draft (1 for the root's children): [k]. parents: valid.
+std::vector<int32_t> draft_depths(std::span<const int32_t> parents);
+// The deepest draft's depth (0 for none). parents: valid.
+int32_t draft_levels(std::span<const int32_t> parents);
+// Whether the drafts form a chain: parents[i] == i - 1 for every i (true for none).
+bool is_chain(std::span<const int32_t> parents);
+
+// The shape of the drafts an executor proposed and keeps for the next step: what the scheduler
+// needs to plan with (never the tokens).
+struct DraftShape {
+  std::vector<int32_t> parent_ids;  // [n] kDraftRoot or an earlier index; parents first
+  // [n] or empty: the proposer's probability of each draft given its parent (the draft model's,
+  // or a model-free proposer's relative confidence); the SpecPolicy ranks tree nodes by it.
+  // Empty for drafts drawn from q: a prefix chosen by their drawn values would no longer be
+  // draws from q.
+  std::vector<float> probs;
+  int32_t size() const { return static_cast<int32_t>(parent_ids.size()); }
+  bool empty() const { return parent_ids.empty(); }
+};
 
 struct SchedulerOutput {
   int64_t step = 0;
@@ -117,9 +136,10 @@ struct SampledToken {
 };
 
 // One sampling request's outcome: the accepted drafts, then one token sampled from the target
-// (recovered after a rejection, or the bonus token when every draft was accepted).
-// With a tree, the accepted drafts are a root-to-node path (accepted_draft_indices) and their
-// K/V has been compacted into the slots after the last committed token before execute() returns.
+// (recovered after a rejection, or the bonus token when every draft was accepted). The accepted
+// drafts are a root-to-node path of the verified tree (accepted_draft_indices; 0, 1, ... for a
+// chain) and their K/V has been compacted into the slots after the last committed token before
+// execute() returns.
 struct RequestResult {
   RequestId request_id = 0;
   // Not ok: the model failed for this request alone (its logits were not finite); tokens,
@@ -129,17 +149,11 @@ struct RequestResult {
   std::vector<SampledToken> tokens;  // [num_accepted + 1]
   int32_t num_draft_tokens = 0;      // drafts verified (the ScheduledRequest's k)
   int32_t num_accepted = 0;          // drafts accepted, <= num_draft_tokens
-  // [num_accepted] a tree's accepted path (draft indices, the root's child first); empty for a
-  // chain (drafts 0 .. num_accepted - 1).
+  // [num_accepted] the accepted path (draft indices, the root's child first).
   std::vector<int32_t> accepted_draft_indices;
-  // For the next step: a chain of at most max_next_draft_tokens drafts, or (when
-  // max_next_draft_nodes > 0) a tree (next_draft_parent_ids non-empty, as draft_parent_ids) of
-  // at most max_next_draft_tokens levels and max_next_draft_nodes nodes, parents first.
-  std::vector<int32_t> next_draft_token_ids;
-  std::vector<int32_t> next_draft_parent_ids;  // [n] or empty
-  // [n] or empty: the proposer's probability of each draft given its parent (the draft model's
-  // q, or a model-free proposer's relative confidence); the SpecPolicy ranks tree nodes by it.
-  std::vector<float> next_draft_probs;
+  // The drafts proposed for the next step, kept by the executor: at most max_next_draft_tokens
+  // levels and, when max_next_draft_nodes > 0, that many nodes (else a chain).
+  DraftShape next_drafts;
 };
 
 // One request's prompt logprobs of a step: entries[i] scores the prompt token at position
@@ -160,13 +174,16 @@ struct StepResult {
 
 // ok when `result` answers `output`: exactly one result per sampling request and none for
 // others; num_draft_tokens equal to the request's k; 0 <= num_accepted <= k; tokens.size() ==
-// num_accepted + 1; accepted tokens equal the drafts (for a tree: along a root-to-node path);
-// token ids in [0, vocab_size); next drafts within max_next_draft_tokens (levels, for a tree)
-// and the vocabulary, with valid parents and probabilities; prompt logprobs exactly for the
+// num_accepted + 1; accepted_draft_indices naming num_accepted drafts below k; token ids in
+// [0, vocab_size); next drafts within max_next_draft_tokens levels and max_next_draft_nodes
+// nodes (a chain when that is 0), with valid parents and probabilities; prompt logprobs exactly for the
 // requests with a range, covering it (first_position, one entry per position), with token ids and
 // top ids in the vocabulary, ranks in [1, vocab_size] and at most kMaxLogprobs alternatives.
 // Otherwise kInternal naming the request and the broken rule.
 Status validate_step_result(const SchedulerOutput& output, const StepResult& result,
                             int32_t vocab_size);
+// ok when r's accepted drafts are a root-to-node path of the verified drafts (`parents`: the
+// first k of the shape the executor reported); otherwise kInternal naming the request.
+Status check_accepted_path(std::span<const int32_t> parents, const RequestResult& r);
 
 }  // namespace arbor::step

@@ -447,16 +447,16 @@ TEST(DraftModelProposer, ArgmaxDraftsAreTheSamplersPicks) {
           .request_id = static_cast<step::RequestId>(10 * keep + i),
           .token_ids = prompts[i],
           .num_prompt_tokens = static_cast<int32_t>(prompts[i].size()),
-          .block_ids = blocks[i],
-          .num_drafts = 6 - static_cast<int32_t>(i),  // ragged rounds
+          .max_depth = 6 - static_cast<int32_t>(i),  // ragged rounds
           .max_nodes = 0,
-          .draw_tree = std::nullopt,
           .sampling = &greedy,
           .seed = 0,
-          .keep_distributions = keep == 1});
+          .block_ids = blocks[i],
+          .draw = keep == 1 ? std::optional(sampling::SiblingDraws::kWithReplacement)
+                            : std::nullopt});
       EXPECT_EQ(executor::DraftModelProposer::argmax_drafts(inputs.back()), keep == 0);
     }
-    auto outs = (*draft)->propose(inputs);
+    auto outs = (*draft)->propose_chains(inputs);
     ASSERT_TRUE(outs.ok()) << outs.status().to_string();
     for (const executor::DraftOutput& o : *outs) proposed[keep].push_back(o.tokens);
   }

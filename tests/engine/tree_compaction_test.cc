@@ -28,19 +28,36 @@ std::unique_ptr<LocalExecutor> load(int32_t block_size) {
   return exec.ok() ? std::move(exec).value() : nullptr;
 }
 
+// Proposes one given tree for every request (the executor keeps it for the next step).
+class ScriptedProposer final : public spec::Proposer {
+ public:
+  explicit ScriptedProposer(sampling::TokenTree tree) : tree_(std::move(tree)) {}
+  std::string_view name() const override { return "scripted"; }
+  Status propose(std::span<const spec::DraftRequest> requests,
+                 std::vector<sampling::TokenTree>& out) override {
+    out.assign(requests.size(), tree_);
+    return ok_status();
+  }
+  void forget(spec::RequestId, std::span<const int32_t>, int32_t) override {}
+
+ private:
+  sampling::TokenTree tree_;
+};
+
 // One step of request kId: num_computed cached, `fresh` committed tokens new to the executor
-// (the first step sends them as the prompt), the last num_run committed tokens run, then drafts
-// with parents.
+// (the first step sends them as the prompt), the last num_run committed tokens run, then the
+// first num_drafts of the drafts the executor keeps; ask_nodes > 0 asks for a tree of that many
+// nodes after it.
 step::SchedulerOutput make_step(int64_t step, int64_t num_computed, std::vector<int32_t> fresh,
-                                int32_t num_run, std::vector<int32_t> drafts,
-                                std::vector<int32_t> parents, int32_t block_size, bool first) {
+                                int32_t num_run, int32_t num_drafts, int32_t ask_nodes,
+                                int32_t block_size, bool first) {
   const std::vector<int32_t>& run = fresh;
   step::SchedulerOutput out;
   out.step = step;
   step::ScheduledRequest s;
   s.request_id = kId;
   s.num_computed_tokens = num_computed;
-  s.num_scheduled_tokens = num_run + static_cast<int32_t>(drafts.size());
+  s.num_scheduled_tokens = num_run + num_drafts;
   if (first) {
     step::NewRequestData d;
     d.request_id = kId;
@@ -51,8 +68,9 @@ step::SchedulerOutput make_step(int64_t step, int64_t num_computed, std::vector<
   } else {
     s.new_token_ids = run;
   }
-  s.draft_token_ids = std::move(drafts);
-  s.draft_parent_ids = std::move(parents);
+  s.num_drafts = num_drafts;
+  s.max_next_draft_tokens = ask_nodes > 0 ? 3 : 0;
+  s.max_next_draft_nodes = ask_nodes;
   const int32_t blocks = 64 / block_size;
   s.block_tables.resize(1);
   for (int32_t b = 0; b < blocks; ++b) s.block_tables[0].push_back(b + 1);
@@ -89,11 +107,11 @@ TEST(TreeCompaction, CacheEqualsARunThatOnlySawTheAcceptedPath) {
     std::unique_ptr<LocalExecutor> plain = load(bs);
     ASSERT_NE(plain, nullptr);
     std::vector<int32_t> greedy;  // t0, t1, ...
-    auto r = plain->execute(make_step(0, 0, prompt, 10, {}, {}, bs, true));
+    auto r = plain->execute(make_step(0, 0, prompt, 10, 0, 0, bs, true));
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     greedy.push_back(r->requests[0].tokens[0].token_id);
     for (int i = 0; i < 5; ++i) {
-      r = plain->execute(make_step(i + 1, 10 + i, {greedy.back()}, 1, {}, {}, bs, false));
+      r = plain->execute(make_step(i + 1, 10 + i, {greedy.back()}, 1, 0, 0, bs, false));
       ASSERT_TRUE(r.ok());
       greedy.push_back(r->requests[0].tokens[0].token_id);
     }
@@ -101,13 +119,18 @@ TEST(TreeCompaction, CacheEqualsARunThatOnlySawTheAcceptedPath) {
     // each level's second child: nodes w1, t1, w2, t2, t3 with parents -1, -1, 1, 1, 3.
     std::unique_ptr<LocalExecutor> tree = load(bs);
     ASSERT_NE(tree, nullptr);
-    r = tree->execute(make_step(0, 0, prompt, 10, {}, {}, bs, true));
-    ASSERT_TRUE(r.ok());
-    ASSERT_EQ(r->requests[0].tokens[0].token_id, greedy[0]);
     const auto wrong = [&](int32_t t) { return t == 5 ? 6 : 5; };
     const std::vector<int32_t> drafts{wrong(greedy[1]), greedy[1], wrong(greedy[2]), greedy[2],
                                       greedy[3]};
-    r = tree->execute(make_step(1, 10, {greedy[0]}, 1, drafts, {-1, -1, 1, 1, 3}, bs, false));
+    const std::vector<int32_t> parents{-1, -1, 1, 1, 3};
+    tree->set_drafter(std::make_unique<Drafter>(
+        std::make_unique<ScriptedProposer>(sampling::TokenTree::from_parents(drafts, parents)),
+        DrafterOptions{.tree_budget = 8}));
+    r = tree->execute(make_step(0, 0, prompt, 10, 0, 5, bs, true));
+    ASSERT_TRUE(r.ok());
+    ASSERT_EQ(r->requests[0].tokens[0].token_id, greedy[0]);
+    ASSERT_EQ(r->requests[0].next_drafts.parent_ids, parents) << "the tree the executor keeps";
+    r = tree->execute(make_step(1, 10, {greedy[0]}, 1, 5, 0, bs, false));
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     const step::RequestResult& v = r->requests[0];
     ASSERT_EQ(v.accepted_draft_indices, (std::vector<int32_t>{1, 3, 4}));
@@ -116,7 +139,7 @@ TEST(TreeCompaction, CacheEqualsARunThatOnlySawTheAcceptedPath) {
     // The next step decodes t4 after the compacted path (positions 11..13): the plain run's
     // next token, and the cache over positions 0..14 (prompt, t0, the path, t4) equals the
     // plain run's.
-    r = tree->execute(make_step(2, 14, {greedy[1], greedy[2], greedy[3], greedy[4]}, 1, {}, {},
+    r = tree->execute(make_step(2, 14, {greedy[1], greedy[2], greedy[3], greedy[4]}, 1, 0, 0,
                                 bs, false));
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     EXPECT_EQ(r->requests[0].tokens[0].token_id, greedy[5]);

@@ -263,13 +263,13 @@ TEST(RejectionExactTest, EveryRuleReproducesTheTargetByEnumeration) {
 
 // ---- Deliberately broken samplers: the enumeration check must reject each. ----
 
-ChainVerdict bonus(const DraftChain& chain, TargetDistributions& target, DrawSource& draws) {
+ChainVerdict bonus(const DraftChain& chain, ChainDistributions& target, DrawSource& draws) {
   const auto k = static_cast<int32_t>(chain.token_ids.size());
   return {k, draws.categorical(target.at(k), chain.position + k, RngStream::kSample), true};
 }
 
 // Recovers from p_i instead of the residual max(0, p_i - q_i).
-ChainVerdict recover_from_p(const DraftChain& chain, TargetDistributions& target,
+ChainVerdict recover_from_p(const DraftChain& chain, ChainDistributions& target,
                             DrawSource& draws) {
   for (int32_t i = 0; i < static_cast<int32_t>(chain.token_ids.size()); ++i) {
     const std::span<const Candidate> p = target.at(i);
@@ -281,7 +281,7 @@ ChainVerdict recover_from_p(const DraftChain& chain, TargetDistributions& target
 }
 
 // Accepts a model draft with probability p(d) (the one-hot rule) instead of min(1, p/q).
-ChainVerdict accept_with_p(const DraftChain& chain, TargetDistributions& target,
+ChainVerdict accept_with_p(const DraftChain& chain, ChainDistributions& target,
                            DrawSource& draws) {
   std::vector<Candidate> r;
   for (int32_t i = 0; i < static_cast<int32_t>(chain.token_ids.size()); ++i) {
@@ -297,7 +297,7 @@ ChainVerdict accept_with_p(const DraftChain& chain, TargetDistributions& target,
 }
 
 // Sample-and-compare that, after a mismatch, emits a fresh draw from p_i.
-ChainVerdict resample_after_mismatch(const DraftChain& chain, TargetDistributions& target,
+ChainVerdict resample_after_mismatch(const DraftChain& chain, ChainDistributions& target,
                                      DrawSource& draws) {
   for (int32_t i = 0; i < static_cast<int32_t>(chain.token_ids.size()); ++i) {
     const std::span<const Candidate> p = target.at(i);
@@ -313,7 +313,7 @@ TEST(RejectionExactTest, BrokenSamplersFailTheEnumerationCheck) {
   struct Case {
     const char* name;
     Rule rule;  // the proposer it runs with
-    ChainVerdict (*verify)(const DraftChain&, TargetDistributions&, DrawSource&);
+    ChainVerdict (*verify)(const DraftChain&, ChainDistributions&, DrawSource&);
   };
   const Case cases[] = {
       {"recover from p (model draft)", Rule::kModel, recover_from_p},
@@ -325,7 +325,7 @@ TEST(RejectionExactTest, BrokenSamplersFailTheEnumerationCheck) {
     Verifier verify = c.verify;
     if (c.rule == Rule::kOneHot) {
       // One-hot chains carry no q: give the broken rule q_i = one-hot(d_i) explicitly.
-      verify = [f = c.verify](const DraftChain& chain, TargetDistributions& target,
+      verify = [f = c.verify](const DraftChain& chain, ChainDistributions& target,
                               DrawSource& draws) {
         std::vector<std::vector<Candidate>> qs;
         for (int32_t d : chain.token_ids) qs.push_back({{d, 1.0}});
@@ -503,8 +503,10 @@ TEST(RejectionExactTest, LogitsTargetOverRawRowsGivesTheSameVerdicts) {
               w.target_logits(std::span<const int32_t>(drafts).first(i));
           logits.insert(logits.end(), row.begin(), row.end());
         }
-        LogitsTarget target(row_sampler, {logits, setup.vocab, &setup.params,
-                                          {setup.prompt, setup.outputs}, drafts});
+        const TokenTree tree = TokenTree::from_chain(drafts);
+        LogitsTarget rows(row_sampler, {logits, setup.vocab, &setup.params,
+                                        {setup.prompt, setup.outputs}, &tree});
+        NodesAsChain target(rows);
         std::vector<std::vector<Candidate>> qs;
         if (rule == Rule::kModel) {
           for (size_t i = 0; i < drafts.size(); ++i) {

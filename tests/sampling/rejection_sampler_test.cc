@@ -46,11 +46,13 @@ class ScriptedDraws final : public DrawSource {
   }
 };
 
-// p_i listed in full; records which rows were asked for.
+// p_i listed in full, row i after drafts d_0..d_{i-1} (node i - 1 of the chain's tree);
+// records which rows were asked for.
 class FixedTarget final : public TargetDistributions {
  public:
   explicit FixedTarget(std::vector<std::vector<Candidate>> rows) : rows_(std::move(rows)) {}
-  std::span<const Candidate> at(int32_t i) override {
+  std::span<const Candidate> at(int32_t node) override {
+    const int32_t i = node + 1;
     asked.push_back(i);
     return rows_.at(static_cast<size_t>(i));
   }
@@ -58,6 +60,49 @@ class FixedTarget final : public TargetDistributions {
 
  private:
   std::vector<std::vector<Candidate>> rows_;
+};
+
+// A chain of k drafts as these tables name it; verified as the width-1 TokenTree.
+struct DraftChain {
+  int64_t position = 0;
+  std::span<const int32_t> token_ids;                   // [k]
+  std::span<const std::vector<Candidate>> draft_probs;  // [k] q_i, model drafts only
+};
+struct ChainVerdict {
+  int32_t num_accepted = 0;
+  int32_t next_token = 0;
+  bool is_bonus = false;
+};
+
+// The chain rules through the one RejectionSampler: model drafts are nodes with their own q
+// group, one-hot drafts one-hot nodes (the stochastic rule); sample-and-compare as is.
+class ChainSampler {
+ public:
+  ChainVerdict verify_model_drafts(const DraftChain& c, TargetDistributions& target,
+                                   DrawSource& draws) {
+    return chain_verdict(sampler_.verify(TokenTree::from_chain(c.token_ids, c.draft_probs),
+                                         c.position, target, draws,
+                                         SiblingDraws::kWithReplacement));
+  }
+  ChainVerdict verify_one_hot(const DraftChain& c, TargetDistributions& target,
+                              DrawSource& draws) {
+    return chain_verdict(sampler_.verify(TokenTree::from_chain(c.token_ids), c.position, target,
+                                         draws, SiblingDraws::kWithReplacement));
+  }
+  ChainVerdict verify_sample_and_compare(const DraftChain& c, TargetDistributions& target,
+                                         DrawSource& draws) {
+    return chain_verdict(sampler_.verify_sample_and_compare(TokenTree::from_chain(c.token_ids),
+                                                            c.position, target, draws));
+  }
+
+ private:
+  static ChainVerdict chain_verdict(const Verdict& v) {
+    for (size_t i = 0; i < v.accepted_nodes.size(); ++i) {
+      EXPECT_EQ(v.accepted_nodes[i], static_cast<int32_t>(i)) << "a chain's path";
+    }
+    return {v.num_accepted(), v.next_token, v.is_bonus};
+  }
+  RejectionSampler sampler_;
 };
 
 void expect_call(const ScriptedDraws::Call& call, bool is_bernoulli, int64_t position,
@@ -108,7 +153,7 @@ TEST(RejectionSamplerTest, ResidualAndAcceptanceProbabilityTables) {
 }
 
 TEST(RejectionSamplerTest, ModelDraftRejectedAtFirstRecoversFromResidual) {
-  RejectionSampler sampler;
+  ChainSampler sampler;
   FixedTarget target({kP0, kP1, kP2});
   ScriptedDraws draws;
   draws.coins = {false};
@@ -128,7 +173,7 @@ TEST(RejectionSamplerTest, ModelDraftRejectedAtFirstRecoversFromResidual) {
 }
 
 TEST(RejectionSamplerTest, ModelDraftsAllAcceptedGiveBonusFromLastRow) {
-  RejectionSampler sampler;
+  ChainSampler sampler;
   FixedTarget target({kP0, kP1, kP2});
   ScriptedDraws draws;
   draws.coins = {true, true};
@@ -149,7 +194,7 @@ TEST(RejectionSamplerTest, ModelDraftsAllAcceptedGiveBonusFromLastRow) {
 }
 
 TEST(RejectionSamplerTest, ModelDraftDegenerateCases) {
-  RejectionSampler sampler;
+  ChainSampler sampler;
   // The draft is outside q's support: acceptance probability 0, recovered from the residual.
   {
     FixedTarget target({kP0, kP2});
@@ -192,7 +237,7 @@ TEST(RejectionSamplerTest, ModelDraftDegenerateCases) {
 }
 
 TEST(RejectionSamplerTest, OneHotStandardRuleAcceptsWithPAndRecoversWithoutTheDraft) {
-  RejectionSampler sampler;
+  ChainSampler sampler;
   FixedTarget target({kP0, kP1, kP2});
   ScriptedDraws draws;
   draws.coins = {true, false};
@@ -212,7 +257,7 @@ TEST(RejectionSamplerTest, OneHotStandardRuleAcceptsWithPAndRecoversWithoutTheDr
 }
 
 TEST(RejectionSamplerTest, SampleAndCompareDrawsAtSampleSitesUntilAMismatch) {
-  RejectionSampler sampler;
+  ChainSampler sampler;
   const std::vector<int32_t> drafts = {0, 3};
   {
     FixedTarget target({kP0, kP1, kP2});

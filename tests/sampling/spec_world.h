@@ -174,8 +174,58 @@ class World {
   std::unordered_map<uint64_t, std::vector<Candidate>> p_, q_;
 };
 
-// TargetDistributions over a World for one draft chain; checks the laziness contract.
-class ChainTarget final : public TargetDistributions {
+// The chain view of verification these tests enumerate: a chain of k drafts is the width-1
+// TokenTree, verified by the one RejectionSampler; the types below only name its parts as the
+// chain tests do (draft i = node i; row i of the target = the node before draft i).
+struct DraftChain {
+  int64_t position = 0;                 // absolute position of the token d_0 proposes
+  std::span<const int32_t> token_ids;   // [k] d_0..d_{k-1}
+  std::span<const std::vector<Candidate>> draft_probs;  // [k] q_i (model drafts only)
+};
+
+struct ChainVerdict {
+  int32_t num_accepted = 0;  // d_0..d_{num_accepted-1} are emitted; in [0, k]
+  int32_t next_token = 0;    // emitted after them
+  bool is_bonus = false;     // num_accepted == k: next_token drawn from p_k at kSample
+};
+
+// A chain's verdict from the tree verifier's (whose path is 0, 1, ...; -1 accepted otherwise).
+inline ChainVerdict as_chain_verdict(const Verdict& v) {
+  for (size_t i = 0; i < v.accepted_nodes.size(); ++i) {
+    if (v.accepted_nodes[i] != static_cast<int32_t>(i)) return ChainVerdict{-1, 0, false};
+  }
+  return ChainVerdict{v.num_accepted(), v.next_token, v.is_bonus};
+}
+
+// The target's distributions along a chain, row i after d_0..d_{i-1}, asked lazily.
+class ChainDistributions {
+ public:
+  virtual ~ChainDistributions() = default;
+  virtual std::span<const Candidate> at(int32_t i) = 0;
+};
+
+// ChainDistributions as the verifier asks for them: node n's distribution is row n + 1.
+class ChainAsTree final : public TargetDistributions {
+ public:
+  explicit ChainAsTree(ChainDistributions& chain) : chain_(chain) {}
+  std::span<const Candidate> at(int32_t node) override { return chain_.at(node + 1); }
+
+ private:
+  ChainDistributions& chain_;
+};
+
+// A tree target's distributions along a chain (row i = node i - 1).
+class NodesAsChain final : public ChainDistributions {
+ public:
+  explicit NodesAsChain(TargetDistributions& nodes) : nodes_(nodes) {}
+  std::span<const Candidate> at(int32_t i) override { return nodes_.at(i - 1); }
+
+ private:
+  TargetDistributions& nodes_;
+};
+
+// ChainDistributions over a World for one draft chain; checks the laziness contract.
+class ChainTarget final : public ChainDistributions {
  public:
   ChainTarget(World& world, std::span<const int32_t> drafts) : world_(world), drafts_(drafts) {}
   std::span<const Candidate> at(int32_t i) override {
@@ -195,22 +245,24 @@ class ChainTarget final : public TargetDistributions {
 };
 
 // The sampler under test, as a parameter so tests can also run deliberately broken ones.
-using Verifier = std::function<ChainVerdict(const DraftChain&, TargetDistributions&,
+using Verifier = std::function<ChainVerdict(const DraftChain&, ChainDistributions&,
                                             DrawSource&)>;
 
+// The chain as the executor verifies it: a TokenTree (model drafts: each node its own q group;
+// one-hot drafts: one-hot nodes), the stochastic rule or sample-and-compare.
 inline Verifier real_verifier(Rule rule) {
   auto sampler = std::make_shared<RejectionSampler>();
-  return [sampler, rule](const DraftChain& chain, TargetDistributions& target,
+  return [sampler, rule](const DraftChain& chain, ChainDistributions& target,
                          DrawSource& draws) {
-    switch (rule) {
-      case Rule::kModel:
-        return sampler->verify_model_drafts(chain, target, draws);
-      case Rule::kOneHot:
-        return sampler->verify_one_hot(chain, target, draws);
-      case Rule::kSampleAndCompare:
-        return sampler->verify_sample_and_compare(chain, target, draws);
-    }
-    return ChainVerdict{};
+    const TokenTree tree = rule == Rule::kModel
+                               ? TokenTree::from_chain(chain.token_ids, chain.draft_probs)
+                               : TokenTree::from_chain(chain.token_ids);
+    ChainAsTree nodes(target);
+    const Verdict v = rule == Rule::kSampleAndCompare
+                          ? sampler->verify_sample_and_compare(tree, chain.position, nodes, draws)
+                          : sampler->verify(tree, chain.position, nodes, draws,
+                                            SiblingDraws::kWithReplacement);
+    return as_chain_verdict(v);
   };
 }
 

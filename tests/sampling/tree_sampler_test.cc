@@ -1,4 +1,4 @@
-// Tree verification is lossless (tree_sampler.h, docs/sampling.md "Tree verification").
+// Tree verification is lossless (rejection_sampler.h, docs/sampling.md "Tree verification").
 //
 // Exact: for small vocabularies and trees (V <= 8, depth <= 3, width <= 3), every outcome of
 // every random choice — the proposer's draws of the sampled nodes (with or without replacement)
@@ -24,7 +24,6 @@
 
 #include "sampling/rejection_sampler.h"
 #include "sampling/token_tree.h"
-#include "sampling/tree_sampler.h"
 #include "spec_world.h"
 
 namespace arbor::sampling::spec_test {
@@ -85,9 +84,9 @@ TokenTree draft_tree(World& w, const TreeSetup& ts, SiblingDraws sibling_draws,
   return first;
 }
 
-// TreeTargetDistributions over a World; checks the laziness contract (each node at most once,
+// TargetDistributions over a World; checks the laziness contract (each node at most once,
 // the root first, then children of the previous node; greedy: children of any earlier node).
-class WorldTreeTarget final : public TreeTargetDistributions {
+class WorldTreeTarget final : public TargetDistributions {
  public:
   WorldTreeTarget(World& w, const TokenTree& tree, bool one_path)
       : w_(w), tree_(tree), one_path_(one_path) {}
@@ -118,7 +117,7 @@ class WorldTreeTarget final : public TreeTargetDistributions {
 };
 
 // A verdict is a path from a child of the root; is_bonus iff its end has no children.
-bool verdict_ok(const TokenTree& tree, const TreeVerdict& v) {
+bool verdict_ok(const TokenTree& tree, const Verdict& v) {
   int32_t parent = TokenTree::kRoot;
   for (int32_t n : v.accepted_nodes) {
     if (n < 0 || n >= tree.num_nodes() || tree.node(n).parent != parent) return false;
@@ -127,7 +126,7 @@ bool verdict_ok(const TokenTree& tree, const TreeVerdict& v) {
   return v.is_bonus == tree.children(parent).empty();
 }
 
-std::vector<int32_t> emitted_tokens(const TokenTree& tree, const TreeVerdict& v) {
+std::vector<int32_t> emitted_tokens(const TokenTree& tree, const Verdict& v) {
   std::vector<int32_t> out;
   for (int32_t n : v.accepted_nodes) out.push_back(tree.node(n).token_id);
   out.push_back(v.next_token);
@@ -184,7 +183,7 @@ struct TreeEnumerated {
 // `sample_and_compare` the verifier uses that rule instead (which needs no q).
 TreeEnumerated enumerate_tree(World& w, const TreeSetup& ts, SiblingDraws draft_as,
                               SiblingDraws verify_as, bool sample_and_compare = false) {
-  TreeRejectionSampler sampler;
+  RejectionSampler sampler;
   EnumeratingDraws draws;
   std::map<std::vector<int32_t>, double> emitted;
   TreeEnumerated e;
@@ -192,7 +191,7 @@ TreeEnumerated enumerate_tree(World& w, const TreeSetup& ts, SiblingDraws draft_
     draws.begin_path();
     const TokenTree tree = draft_tree(w, ts, draft_as, draws);
     WorldTreeTarget target(w, tree, /*one_path=*/true);
-    const TreeVerdict v =
+    const Verdict v =
         sample_and_compare
             ? sampler.verify_sample_and_compare(tree, w.setup().position(), target, draws)
             : sampler.verify(tree, w.setup().position(), target, draws, verify_as);
@@ -334,7 +333,7 @@ TEST(TreeExactTest, TheWrongRuleFailsTheEnumerationCheck) {
   EXPECT_GT(swapped_b, 1e-3);
 
   // The top-2 tokens of q as children labelled "drawn from q": no randomness in the draft.
-  TreeRejectionSampler sampler;
+  RejectionSampler sampler;
   for (SiblingDraws sd : {SiblingDraws::kWithReplacement, SiblingDraws::kWithoutReplacement}) {
     TokenTree tree;
     std::vector<Candidate> q = w.q({});
@@ -348,7 +347,7 @@ TEST(TreeExactTest, TheWrongRuleFailsTheEnumerationCheck) {
     do {
       draws.begin_path();
       WorldTreeTarget target(w, tree, true);
-      const TreeVerdict v = sampler.verify(tree, w.setup().position(), target, draws, sd);
+      const Verdict v = sampler.verify(tree, w.setup().position(), target, draws, sd);
       first[static_cast<size_t>(emitted_tokens(tree, v)[0])] += draws.path_prob();
     } while (draws.next_path());
     const std::vector<double> p = [&] {
@@ -368,7 +367,7 @@ TEST(TreeExactTest, TheWrongRuleFailsTheEnumerationCheck) {
     do {
       draws.begin_path();
       WorldTreeTarget target(w, onehot, true);
-      const TreeVerdict v = sampler.verify(onehot, w.setup().position(), target, draws, sd);
+      const Verdict v = sampler.verify(onehot, w.setup().position(), target, draws, sd);
       first[static_cast<size_t>(emitted_tokens(onehot, v)[0])] += draws.path_prob();
     } while (draws.next_path());
     EXPECT_LT(max_abs_diff(first, p), 1e-12);
@@ -383,14 +382,14 @@ void statistical_tree_check(const TreeSetup& setup, SiblingDraws sd, int trials,
   const size_t length = static_cast<size_t>(setup.depth() + 1);
   const std::vector<double> expected = target_joint(w, length);
   std::vector<double> counts(expected.size(), 0.0);
-  TreeRejectionSampler sampler;
+  RejectionSampler sampler;
   double accepted = 0.0;
   for (int t = 0; t < trials; ++t) {
     const uint64_t seed = seed_base + static_cast<uint64_t>(t);
     CounterDrawSource draws(seed);
     const TokenTree tree = draft_tree(w, setup, sd, draws);
     WorldTreeTarget target(w, tree, true);
-    const TreeVerdict v = sampler.verify(tree, setup.world.position(), target, draws, sd);
+    const Verdict v = sampler.verify(tree, setup.world.position(), target, draws, sd);
     ASSERT_TRUE(verdict_ok(tree, v) && !target.contract_broken()) << "seed " << seed;
     std::vector<int32_t> seq = emitted_tokens(tree, v);
     ASSERT_LE(seq.size(), length) << "seed " << seed;
@@ -435,8 +434,7 @@ TEST(TreeChainTest, AWidthOneTreeGetsTheChainVerdictSeedForSeed) {
   setup.params = with_penalties(params(0.9f, 4));
   setup.draft_params = params(1.2f);
   World w(setup);
-  RejectionSampler chain_sampler;
-  TreeRejectionSampler tree_sampler;
+  RejectionSampler tree_sampler;
   int accepted = 0;
   for (uint64_t seed = 0; seed < 2000; ++seed) {
     for (Rule rule : {Rule::kModel, Rule::kOneHot}) {
@@ -451,7 +449,7 @@ TEST(TreeChainTest, AWidthOneTreeGetsTheChainVerdictSeedForSeed) {
       for (SiblingDraws sd :
            {SiblingDraws::kWithReplacement, SiblingDraws::kWithoutReplacement}) {
         WorldTreeTarget target(w, tree, true);
-        const TreeVerdict v = tree_sampler.verify(tree, setup.position(), target, draws, sd);
+        const Verdict v = tree_sampler.verify(tree, setup.position(), target, draws, sd);
         ASSERT_EQ(v.num_accepted(), chain.verdict.num_accepted) << "seed " << seed;
         ASSERT_EQ(v.next_token, chain.verdict.next_token) << "seed " << seed;
         ASSERT_EQ(v.is_bonus, chain.verdict.is_bonus) << "seed " << seed;
@@ -464,30 +462,30 @@ TEST(TreeChainTest, AWidthOneTreeGetsTheChainVerdictSeedForSeed) {
 
 // ---- The executor's path: rows by slot, penalties along each path. ----
 
-TEST(TreeLogitsTargetTest, RowsBySlotGiveTheSameVerdicts) {
+TEST(LogitsTargetTest, RowsBySlotGiveTheSameVerdicts) {
   const TreeSetup setup = exact_tree_setups()[7];  // merged, penalties-free T=0.8
   TreeSetup penalised = setup;
   penalised.world.params = with_penalties(params(0.8f, 4));
   World w(penalised.world);
-  TreeRejectionSampler sampler;
+  RejectionSampler sampler;
   Sampler row_sampler;
   for (uint64_t seed = 0; seed < 300; ++seed) {
     for (SiblingDraws sd : {SiblingDraws::kWithReplacement, SiblingDraws::kWithoutReplacement}) {
       CounterDrawSource draws(seed);
       const TokenTree tree = draft_tree(w, penalised, sd, draws);
       WorldTreeTarget reference_target(w, tree, true);
-      const TreeVerdict reference =
+      const Verdict reference =
           sampler.verify(tree, penalised.world.position(), reference_target, draws, sd);
       std::vector<float> logits;
       for (int32_t node = TokenTree::kRoot; node < tree.num_nodes(); ++node) {
         const std::vector<float> row = w.target_logits(tree.path_tokens(node));
         logits.insert(logits.end(), row.begin(), row.end());
       }
-      TreeLogitsTarget target(row_sampler, {logits, penalised.world.vocab,
+      LogitsTarget target(row_sampler, {logits, penalised.world.vocab,
                                             &penalised.world.params,
                                             {penalised.world.prompt, penalised.world.outputs},
                                             &tree});
-      const TreeVerdict v = sampler.verify(tree, penalised.world.position(), target, draws, sd);
+      const Verdict v = sampler.verify(tree, penalised.world.position(), target, draws, sd);
       EXPECT_EQ(v.accepted_nodes, reference.accepted_nodes) << "seed " << seed;
       EXPECT_EQ(v.next_token, reference.next_token) << "seed " << seed;
       EXPECT_EQ(v.is_bonus, reference.is_bonus) << "seed " << seed;
@@ -519,7 +517,7 @@ TEST(ArgmaxTargetTest, GreedyVerdictsEqualTheLogitsTargetsOnChainsAndTrees) {
   greedy.temperature = 0.0f;
   Sampler row_sampler;
   RejectionSampler chains;
-  TreeRejectionSampler trees;
+  RejectionSampler trees;
   std::mt19937 rng(20261125);
   std::uniform_int_distribution<int32_t> token(0, kVocab - 1);
   int accepted = 0;
@@ -535,11 +533,13 @@ TEST(ArgmaxTargetTest, GreedyVerdictsEqualTheLogitsTargetsOnChainsAndTrees) {
     }
     const std::vector<int32_t> none;
     CounterDrawSource draws(static_cast<uint64_t>(trial));
-    const DraftChain chain{.position = 5, .token_ids = drafts, .draft_probs = {}};
-    LogitsTarget by_logits(row_sampler, {rows, kVocab, &greedy, {none, none}, drafts});
+    const TokenTree chain = TokenTree::from_chain(drafts);
+    LogitsTarget by_logits(row_sampler, {rows, kVocab, &greedy, {none, none}, &chain});
     ArgmaxTarget by_argmax(argmax);
-    const ChainVerdict want = chains.verify_sample_and_compare(chain, by_logits, draws);
-    const ChainVerdict got = chains.verify_sample_and_compare(chain, by_argmax, draws);
+    const ChainVerdict want =
+        as_chain_verdict(chains.verify_sample_and_compare(chain, 5, by_logits, draws));
+    const ChainVerdict got =
+        as_chain_verdict(chains.verify_sample_and_compare(chain, 5, by_argmax, draws));
     ASSERT_EQ(got.num_accepted, want.num_accepted) << "trial " << trial;
     ASSERT_EQ(got.next_token, want.next_token) << "trial " << trial;
     ASSERT_EQ(got.is_bonus, want.is_bonus) << "trial " << trial;
@@ -556,10 +556,10 @@ TEST(ArgmaxTargetTest, GreedyVerdictsEqualTheLogitsTargetsOnChainsAndTrees) {
       while (taken(tree_tokens[i])) tree_tokens[i] = (tree_tokens[i] + 1) % kVocab;
     }
     const TokenTree tree = TokenTree::from_parents(tree_tokens, parents);
-    TreeLogitsTarget tree_logits(row_sampler, {rows, kVocab, &greedy, {none, none}, &tree});
-    TreeArgmaxTarget tree_argmax(argmax);
-    const TreeVerdict tw = trees.verify_sample_and_compare(tree, 5, tree_logits, draws);
-    const TreeVerdict tg = trees.verify_sample_and_compare(tree, 5, tree_argmax, draws);
+    LogitsTarget tree_logits(row_sampler, {rows, kVocab, &greedy, {none, none}, &tree});
+    ArgmaxTarget tree_argmax(argmax);
+    const Verdict tw = trees.verify_sample_and_compare(tree, 5, tree_logits, draws);
+    const Verdict tg = trees.verify_sample_and_compare(tree, 5, tree_argmax, draws);
     ASSERT_EQ(tg.accepted_nodes, tw.accepted_nodes) << "trial " << trial;
     ASSERT_EQ(tg.next_token, tw.next_token) << "trial " << trial;
     ASSERT_EQ(tg.is_bonus, tw.is_bonus) << "trial " << trial;
@@ -613,7 +613,7 @@ TEST(TreeGreedyTest, LongestArgmaxPathOnEveryAssignmentOfSmallShapes) {
     s.params = params(temperature);
     s.target_model.seed = 99;
     World w(s);
-    TreeRejectionSampler sampler;
+    RejectionSampler sampler;
     int checked = 0, long_paths = 0;
     for (const std::vector<int32_t>& parents : shapes) {
       const size_t n = parents.size();
@@ -626,7 +626,7 @@ TEST(TreeGreedyTest, LongestArgmaxPathOnEveryAssignmentOfSmallShapes) {
           tree.add_node(parents[i], static_cast<int32_t>(code % 3));
         }
         WorldTreeTarget target(w, tree, /*one_path=*/false);
-        const TreeVerdict v = sampler.verify_greedy(tree, target);
+        const Verdict v = sampler.verify_greedy(tree, target);
         const GreedyReference ref = naive_greedy(w, tree);
         ASSERT_FALSE(target.contract_broken());
         ASSERT_EQ(v.accepted_nodes, ref.path) << "shape " << checked << " assignment " << a;
@@ -644,7 +644,7 @@ TEST(TreeGreedyTest, LongestArgmaxPathOnEveryAssignmentOfSmallShapes) {
              {SiblingDraws::kWithReplacement, SiblingDraws::kWithoutReplacement}) {
           CounterDrawSource draws(a);
           WorldTreeTarget t2(w, tree, true);
-          const TreeVerdict sv = sampler.verify(tree, 10, t2, draws, sd);
+          const Verdict sv = sampler.verify(tree, 10, t2, draws, sd);
           ASSERT_EQ(sv.accepted_nodes, ref.path);
           ASSERT_EQ(sv.next_token, ref.next);
         }

@@ -45,8 +45,9 @@ class FakeModel {
   int64_t kv_reads_checked = 0;     // positions checked so far
 
   StepResult execute(const SchedulerOutput& out) {
-    for (RequestId id : out.finished_ids) tokens_.erase(id);
-    for (RequestId id : out.preempted_ids) tokens_.erase(id);
+    for (RequestId id : out.finished_ids) forget(id);
+    for (RequestId id : out.preempted_ids) forget(id);
+    current_drafts_.clear();
     for (const NewRequestData& d : out.new_requests) {
       EXPECT_FALSE(tokens_.contains(d.request_id)) << d.request_id;
       tokens_[d.request_id] = d.token_ids;
@@ -77,65 +78,79 @@ class FakeModel {
       rr.request_id = s.request_id;
       rr.num_draft_tokens = s.num_draft_tokens();
       std::vector<int32_t> upto = toks;
-      if (s.is_tree()) {
-        int32_t node = step::kDraftRoot;
-        while (true) {
-          const int32_t t = fake_next_token(upto);
-          rr.tokens.push_back(SampledToken{.token_id = t});
-          int32_t next = -1;
-          for (int32_t i = 0; i < s.num_draft_tokens() && next < 0; ++i) {
-            if (s.draft_parent_ids[i] == node && s.draft_token_ids[i] == t) next = i;
-          }
-          if (next < 0) break;
-          if (!kv_windows.empty()) {
-            compact(s, next, static_cast<int32_t>(rr.accepted_draft_indices.size()));
-          }
-          rr.accepted_draft_indices.push_back(next);
-          ++rr.num_accepted;
-          upto.push_back(t);
-          node = next;
+      // The drafts proposed last step (a chain's parents are -1, 0, 1, ...): the first k.
+      const Drafts drafts = std::move(drafts_[s.request_id]);
+      drafts_.erase(s.request_id);
+      EXPECT_LE(s.num_draft_tokens(), static_cast<int32_t>(drafts.tokens.size()));
+      int32_t node = step::kDraftRoot;
+      while (true) {
+        const int32_t t = fake_next_token(upto);
+        rr.tokens.push_back(SampledToken{.token_id = t});
+        int32_t next = -1;
+        for (int32_t i = 0; i < s.num_draft_tokens() && next < 0; ++i) {
+          if (drafts.parents[i] == node && drafts.tokens[i] == t) next = i;
         }
-      } else {
-        for (int32_t i = 0; i <= s.num_draft_tokens(); ++i) {
-          const int32_t t = fake_next_token(upto);
-          rr.tokens.push_back(SampledToken{.token_id = t});
-          if (i == s.num_draft_tokens() || t != s.draft_token_ids[i]) break;
-          ++rr.num_accepted;
-          upto.push_back(t);
+        if (next < 0) break;
+        if (!kv_windows.empty()) {
+          compact(s, next, static_cast<int32_t>(rr.accepted_draft_indices.size()));
         }
+        rr.accepted_draft_indices.push_back(next);
+        ++rr.num_accepted;
+        upto.push_back(t);
+        node = next;
       }
+      Drafts& next = drafts_[s.request_id];
       if (draft_correct >= 0 && trees && s.max_next_draft_nodes > 0) {
         upto.push_back(rr.tokens.back().token_id);
         int32_t parent = step::kDraftRoot;
         for (int32_t d = 0; d < s.max_next_draft_tokens; ++d) {
           const int32_t t = fake_next_token(upto);
-          const auto n = static_cast<int32_t>(rr.next_draft_token_ids.size());
+          const auto n = static_cast<int32_t>(next.tokens.size());
           if (n >= s.max_next_draft_nodes) break;
-          rr.next_draft_token_ids.push_back(t == 3 ? 4 : 3);
-          rr.next_draft_parent_ids.push_back(parent);
-          rr.next_draft_probs.push_back(0.6f);
+          next.add(t == 3 ? 4 : 3, parent, 0.6f);
           if (d >= draft_correct || n + 1 >= s.max_next_draft_nodes) break;
-          rr.next_draft_token_ids.push_back(t);
-          rr.next_draft_parent_ids.push_back(parent);
-          rr.next_draft_probs.push_back(0.4f);
+          next.add(t, parent, 0.4f);
           parent = n + 1;
           upto.push_back(t);
         }
+        rr.next_drafts = {next.parents, next.probs};
       } else if (draft_correct >= 0) {
         upto.push_back(rr.tokens.back().token_id);
         for (int32_t i = 0; i < s.max_next_draft_tokens; ++i) {
           const int32_t t = fake_next_token(upto);
           upto.push_back(t);
-          rr.next_draft_token_ids.push_back(i >= draft_correct ? (t == 3 ? 4 : 3) : t);
+          next.add(i >= draft_correct ? (t == 3 ? 4 : 3) : t, i - 1, 1.0f);
         }
+        rr.next_drafts = {next.parents, {}};
       }
+      current_drafts_[s.request_id] = drafts;
       r.requests.push_back(std::move(rr));
     }
     return r;
   }
   size_t num_known() const { return tokens_.size(); }
+  // The draft tokens request `id` verified in the last step: the first ScheduledRequest::
+  // num_drafts of these (empty when it had none).
+  std::vector<int32_t> verified_drafts(RequestId id) const {
+    const auto it = current_drafts_.find(id);
+    return it == current_drafts_.end() ? std::vector<int32_t>{} : it->second.tokens;
+  }
 
  private:
+  // A request's drafts as this fake keeps them between steps (the executor's TokenTree).
+  struct Drafts {
+    std::vector<int32_t> tokens, parents;
+    std::vector<float> probs;
+    void add(int32_t token, int32_t parent, float prob) {
+      tokens.push_back(token);
+      parents.push_back(parent);
+      probs.push_back(prob);
+    }
+  };
+  void forget(RequestId id) {
+    tokens_.erase(id);
+    drafts_.erase(id);
+  }
   int32_t* slot(const ScheduledRequest& s, size_t g, int64_t pos) {
     const auto b = static_cast<size_t>(pos / kv_block_size);
     EXPECT_LT(b, s.block_tables[g].size()) << "request " << s.request_id << " position " << pos;
@@ -176,7 +191,7 @@ class FakeModel {
         int32_t* at = slot(s, g, c + i);
         ASSERT_NE(at, nullptr);
         *at = i < committed ? toks[static_cast<size_t>(c + i)]
-                            : s.draft_token_ids[static_cast<size_t>(i - committed)];
+                            : drafts_[s.request_id].tokens[static_cast<size_t>(i - committed)];
       }
     }
   }
@@ -190,6 +205,8 @@ class FakeModel {
   }
 
   std::map<RequestId, std::vector<int32_t>> tokens_;
+  std::map<RequestId, Drafts> drafts_;          // proposed last step, kept for the next
+  std::map<RequestId, Drafts> current_drafts_;  // verified this step (for tests to read)
   std::vector<std::vector<int32_t>> shadow_;  // [groups][slots] token written, -1 never
 };
 

@@ -239,7 +239,7 @@ TEST(SchedulerSpec, ObservedStepTimesSetTheSpeculationOverhead) {
     ScheduledRequest s;
     s.request_id = 1;
     s.num_scheduled_tokens = tokens;
-    s.draft_token_ids.assign(static_cast<size_t>(drafts), 7);
+    s.num_drafts = drafts;
     s.max_next_draft_tokens = proposals;
     out.requests.push_back(s);
     out.total_num_scheduled_tokens = tokens;
@@ -288,8 +288,8 @@ TEST(SchedulerSpec, MalformedResultsAreErrorsThatChangeNothing) {
   bad.requests[0].tokens.pop_back();
   expect_error(bad, "too few tokens");
   bad = good;
-  bad.requests[0].tokens[0].token_id += 1;
-  expect_error(bad, "an accepted token that is not the draft");
+  bad.requests[0].accepted_draft_indices[0] = 9;
+  expect_error(bad, "an accepted draft that was not verified");
   bad = good;
   bad.requests.clear();
   expect_error(bad, "no result");
@@ -297,7 +297,7 @@ TEST(SchedulerSpec, MalformedResultsAreErrorsThatChangeNothing) {
   bad.requests.push_back(good.requests[0]);
   expect_error(bad, "two results");
   bad = good;
-  bad.requests[0].next_draft_token_ids.assign(9, 3);
+  bad.requests[0].next_drafts.parent_ids = {-1, 0, 1, 2, 3, 4, 5, 6, 7};
   expect_error(bad, "more next drafts than asked for");
   bad = good;
   bad.requests[0].tokens.back().token_id = -1;
@@ -306,16 +306,14 @@ TEST(SchedulerSpec, MalformedResultsAreErrorsThatChangeNothing) {
   bad.requests[0].accepted_draft_indices.assign(static_cast<size_t>(good.requests[0].num_accepted), 0);
   expect_error(bad, "a tree path for a chain");
   bad = good;
-  bad.requests[0].next_draft_token_ids.assign(3, 5);
-  bad.requests[0].next_draft_parent_ids = {-1, 1, 0};
+  bad.requests[0].next_drafts.parent_ids = {-1, 1, 0};
   expect_error(bad, "a next draft whose parent comes after it");
   bad = good;
-  bad.requests[0].next_draft_token_ids.assign(3, 5);
-  bad.requests[0].next_draft_parent_ids = {-1, -1, -1};
+  bad.requests[0].next_drafts.parent_ids = {-1, -1, -1};
   expect_error(bad, "a tree when a chain was asked for");
   bad = good;
-  bad.requests[0].next_draft_token_ids.assign(2, 5);
-  bad.requests[0].next_draft_probs = {0.5f, 1.5f};
+  bad.requests[0].next_drafts.parent_ids = {-1, 0};
+  bad.requests[0].next_drafts.probs = {0.5f, 1.5f};
   expect_error(bad, "a draft probability above 1");
   EXPECT_TRUE(h.sched.update_from_output(out, good).ok());
 }
@@ -330,7 +328,7 @@ TEST(SchedulerSpecTree, MalformedTreeResultsAreErrors) {
   h.step();
   SchedulerOutput out = h.sched.schedule();
   ASSERT_EQ(out.requests.size(), 1u);
-  ASSERT_TRUE(out.requests[0].is_tree());
+  ASSERT_FALSE(step::is_chain(h.sched.find(h.id("A"))->drafts.parent_ids));
   ASSERT_EQ(out.requests[0].num_draft_tokens(), 6);
   const StepResult good = h.model.execute(out);
   ASSERT_EQ(good.requests[0].accepted_draft_indices, (std::vector<int32_t>{1, 3, 5}));
@@ -349,9 +347,8 @@ TEST(SchedulerSpecTree, MalformedTreeResultsAreErrors) {
   bad.requests[0].accepted_draft_indices = {0, 3, 5};
   expect_error(bad, "a path through another child");
   bad = good;
-  bad.requests[0].next_draft_token_ids.assign(7, 5);
-  bad.requests[0].next_draft_parent_ids = {-1, -1, 0, 0, 1, 1, 2};
-  bad.requests[0].next_draft_probs.clear();
+  bad.requests[0].next_drafts.parent_ids = {-1, -1, 0, 0, 1, 1, 2};
+  bad.requests[0].next_drafts.probs.clear();
   expect_error(bad, "more tree nodes than asked for");
   EXPECT_TRUE(h.sched.update_from_output(out, good).ok());
 }

@@ -1,3 +1,4 @@
+#include "chain_drafts.h"
 #include "spec/ngram_proposer.h"
 
 #include <gtest/gtest.h>
@@ -13,9 +14,9 @@ namespace {
 using Tokens = std::vector<int32_t>;
 
 Tokens propose_one(Proposer& p, RequestId id, const Tokens& tokens, int32_t max_num_tokens) {
-  const ProposalRequest r{id, tokens, 0, max_num_tokens};
+  const DraftRequest r{id, tokens, 0, max_num_tokens};
   std::vector<Tokens> out;
-  p.propose(std::span<const ProposalRequest>(&r, 1), out);
+  propose_chains(p, std::span<const DraftRequest>(&r, 1), out);
   EXPECT_EQ(out.size(), 1u);
   return out[0];
 }
@@ -87,9 +88,9 @@ TEST(NgramProposer, BatchKeepsRequestsApartAndForgetResets) {
   NgramProposer p({.min_n = 2, .max_n = 2, .num_speculative_tokens = 2});
   const Tokens a{1, 2, 3, 1, 2};
   const Tokens b{7, 8, 9, 7, 8};
-  const ProposalRequest reqs[] = {{1, a, 2, 5}, {2, b, 2, 5}};
+  const DraftRequest reqs[] = {{1, a, 2, 5}, {2, b, 2, 5}};
   std::vector<Tokens> out;
-  p.propose(reqs, out);
+  propose_chains(p, reqs, out);
   ASSERT_EQ(out.size(), 2u);
   EXPECT_EQ(out[0], (Tokens{3, 1}));
   EXPECT_EQ(out[1], (Tokens{9, 7}));
@@ -104,7 +105,7 @@ TEST(NgramProposer, ProposeCandidatesWrapsTheChain) {
   NgramProposer p({.min_n = 2, .max_n = 2, .num_speculative_tokens = 2});
   const Tokens t{1, 2, 3, 1, 2};
   std::vector<DraftCandidate> c;
-  p.propose_candidates({1, t, 0, 5}, 4, c);
+  p.candidates({1, t, 0, 5}, 4, c);
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0].token_ids, (Tokens{3, 1}));
   EXPECT_EQ(c[0].score, 2.0);
@@ -116,16 +117,16 @@ TEST(NgramProposer, CandidatesOnePerMatchLengthLongestFirst) {
   const Tokens t{5, 1, 2, 9, 3, 1, 2, 8, 5, 1, 2};
   NgramProposer p({.min_n = 1, .max_n = 3, .num_speculative_tokens = 2});
   std::vector<DraftCandidate> c;
-  p.propose_candidates({1, t, 0, 5}, 4, c);
+  p.candidates({1, t, 0, 5}, 4, c);
   ASSERT_EQ(c.size(), 2u);
   EXPECT_EQ(c[0].token_ids, (Tokens{9, 3}));
   EXPECT_EQ(c[0].score, 3.0);
   EXPECT_EQ(c[1].token_ids, (Tokens{8, 5}));
   EXPECT_EQ(c[1].score, 2.0);
   EXPECT_EQ(c[0].token_ids, propose_one(p, 1, t, 5)) << "the first candidate is the chain";
-  p.propose_candidates({1, t, 0, 5}, 1, c);
+  p.candidates({1, t, 0, 5}, 1, c);
   EXPECT_EQ(c.size(), 1u) << "max_branches caps the candidates";
-  p.propose_candidates({1, t, 0, 0}, 4, c);
+  p.candidates({1, t, 0, 0}, 4, c);
   EXPECT_TRUE(c.empty()) << "max_num_tokens 0 proposes nothing";
 }
 

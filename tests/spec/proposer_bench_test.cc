@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "chain_drafts.h"
 #include "spec/ngram_proposer.h"
 #include "spec/suffix_proposer.h"
 
@@ -49,8 +50,8 @@ struct Figures {
 Figures measure(Proposer& p, const Tokens& all, size_t context, int num_steps) {
   std::vector<Tokens> out;
   auto call = [&](size_t n) {
-    const ProposalRequest r{1, std::span<const int32_t>(all.data(), n), 0, 8};
-    p.propose(std::span<const ProposalRequest>(&r, 1), out);
+    const DraftRequest r{1, std::span<const int32_t>(all.data(), n), 0, 8};
+    propose_chains(p, std::span<const DraftRequest>(&r, 1), out);
   };
   const auto t0 = Clock::now();
   call(context);

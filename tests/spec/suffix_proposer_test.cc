@@ -1,3 +1,4 @@
+#include "chain_drafts.h"
 #include "spec/suffix_proposer.h"
 
 #include <gtest/gtest.h>
@@ -14,9 +15,9 @@ using Tokens = std::vector<int32_t>;
 
 Tokens propose_one(Proposer& p, RequestId id, const Tokens& tokens, int32_t max_num_tokens,
                    int32_t num_prompt_tokens = 0) {
-  const ProposalRequest r{id, tokens, num_prompt_tokens, max_num_tokens};
+  const DraftRequest r{id, tokens, num_prompt_tokens, max_num_tokens};
   std::vector<Tokens> out;
-  p.propose(std::span<const ProposalRequest>(&r, 1), out);
+  propose_chains(p, std::span<const DraftRequest>(&r, 1), out);
   EXPECT_EQ(out.size(), 1u);
   return out[0];
 }
@@ -38,14 +39,14 @@ TEST(SuffixProposer, ContinuesARepeatInTheRequestItself) {
   const Tokens t{1, 2, 3, 4, 5, 9, 1, 2, 3};
   EXPECT_EQ(propose_one(p, 1, t, 8), (Tokens{4, 5, 9}));
   std::vector<DraftCandidate> c;
-  p.propose_candidates({1, t, 0, 8}, 8, c);
+  p.candidates({1, t, 0, 8}, 8, c);
   ASSERT_EQ(c.size(), 3u);
   EXPECT_EQ(c[0].token_ids, (Tokens{4, 5, 9}));
   EXPECT_DOUBLE_EQ(c[0].score, 1.5);
   EXPECT_EQ(c[1].token_ids, (Tokens{4, 5}));
   EXPECT_DOUBLE_EQ(c[1].score, 1.0);
   EXPECT_EQ(c[2].token_ids, (Tokens{4}));
-  p.propose_candidates({1, t, 0, 8}, 1, c);
+  p.candidates({1, t, 0, 8}, 1, c);
   ASSERT_EQ(c.size(), 1u);
 }
 
@@ -82,7 +83,7 @@ TEST(SuffixProposer, NothingForMaxNumTokensZeroOrNoMatch) {
   EXPECT_TRUE(propose_one(p, 2, {1, 2, 3, 4}, 8).empty());
   EXPECT_TRUE(propose_one(p, 3, {}, 8).empty());
   std::vector<DraftCandidate> c;
-  p.propose_candidates({2, Tokens{1, 2, 3, 4}, 0, 8}, 4, c);
+  p.candidates({2, Tokens{1, 2, 3, 4}, 0, 8}, 4, c);
   EXPECT_TRUE(c.empty());
 }
 
@@ -123,7 +124,7 @@ TEST(SuffixProposer, HigherScoreWinsAndTiesGoToTheRequestTrie) {
   global_wins.forget(1, Tokens{4, 5, 6, 8}, 0);
   EXPECT_EQ(propose_one(global_wins, 2, context, 8), (Tokens{6, 8}));
   std::vector<DraftCandidate> c;
-  global_wins.propose_candidates({2, context, 0, 8}, 8, c);
+  global_wins.candidates({2, context, 0, 8}, 8, c);
   ASSERT_EQ(c.size(), 4u);  // global m=2, own m=2, global m=1 (6), own m=1 (7)
   EXPECT_EQ(c[0].token_ids, (Tokens{6, 8}));
   EXPECT_EQ(c[1].token_ids, (Tokens{7, 4}));
