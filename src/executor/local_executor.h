@@ -154,7 +154,7 @@ class LocalExecutor : public step::ModelExecutor {
   // Drawn trees proposed last step (with their q groups), for requests that verify by SpecInfer's
   // or Sequoia's rule.
   std::unordered_map<step::RequestId, sampling::TokenTree> drawn_trees_;
-  std::vector<uint8_t> mask_;     // scratch: one tree's mask, [(1 + k)^2] bytes
+  std::vector<uint8_t> mask_;     // scratch: one tree's packed mask, [ceil((1 + k)^2 / 8)]
   std::vector<int32_t> positions_;  // scratch: one tree's positions, [1 + k]
   // The draft model's distributions q of the drafts it proposed last step, for requests that
   // verify by the model rule (unseeded sampling). [num_drafts][candidates]
