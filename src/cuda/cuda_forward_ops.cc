@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -106,7 +107,12 @@ class CudaForwardOps final : public model::ForwardOps {
   void matmul_multi(std::span<const kernels::WeightView* const> ws, const float* x,
                     std::span<float* const> ys, int32_t num_tokens) override;
   void qkv_epilogue(const model::QkvEpilogue& p) override;
-  void attention(const kernels::PagedAttentionParams& p) override;
+  std::unique_ptr<model::AttentionPlan> new_attention_plan() override;
+  void plan_attention(const kernels::PagedAttentionParams& p,
+                      model::AttentionPlan& plan) override;
+  void attention(const kernels::PagedAttentionParams& p,
+                 const model::AttentionPlan& plan) override;
+  using model::ForwardOps::attention;
   void add(float* y, const float* x, int64_t n) override;
   void silu_mul(float* gate, const float* up, int64_t n) override;
   // Refused at load (check_cuda_supports): never called.
@@ -326,6 +332,16 @@ void CudaForwardOps::qkv_epilogue(const model::QkvEpilogue& p) {
   launch_qkv_epilogue(p, stream_);
 }
 
+// A step's attention plan on this device: the launch's plan, the geometry it was made from and
+// what it was made for (checked against each call).
+struct CudaAttentionPlan final : model::AttentionPlan {
+  cuda::AttentionPlan launch;  // qualified: the base class name hides it here
+  AttentionGeometry geometry;
+  int num_seqs = -1, num_q_heads = 0, num_kv_heads = 0, head_dim = 0, block_size = 0;
+  const int32_t* qo_indptr = nullptr;
+  const int32_t* kv_len = nullptr;
+};
+
 // The launch needs the token count and the longest kv_len: from the last stage() when p points
 // at its arrays, else read back from the device (a synchronisation; tests and odd callers only).
 AttentionGeometry CudaForwardOps::attention_geometry(const kernels::PagedAttentionParams& p) {
@@ -342,16 +358,45 @@ AttentionGeometry CudaForwardOps::attention_geometry(const kernels::PagedAttenti
   return g;
 }
 
-void CudaForwardOps::attention(const kernels::PagedAttentionParams& p) {
+std::unique_ptr<model::AttentionPlan> CudaForwardOps::new_attention_plan() {
+  return std::make_unique<CudaAttentionPlan>();
+}
+
+void CudaForwardOps::plan_attention(const kernels::PagedAttentionParams& p,
+                                    model::AttentionPlan& plan) {
   ARBOR_CHECK(p.window == 0 && p.softcap == 0.0f) << "sliding windows and soft-caps on CUDA: "
                                                      "refused at load";
+  auto* c = dynamic_cast<CudaAttentionPlan*>(&plan);
+  ARBOR_CHECK(c != nullptr) << "an attention plan of another device";
+  c->num_seqs = p.num_seqs;
+  c->num_q_heads = p.num_q_heads;
+  c->num_kv_heads = p.num_kv_heads;
+  c->head_dim = p.head_dim;
+  c->block_size = p.block_size;
+  c->qo_indptr = p.qo_indptr;
+  c->kv_len = p.kv_len;
   if (p.num_seqs == 0) return;
   use_device();
-  const AttentionGeometry g = attention_geometry(p);
-  const AttentionPlan plan = plan_paged_attention(p, g, num_sms_);
-  void* workspace = plan.workspace_bytes > 0 ? attn_ws_.reserve(plan.workspace_bytes, stream_)
-                                             : nullptr;
-  launch_paged_attention(p, g, plan, workspace, stream_);
+  c->geometry = attention_geometry(p);
+  c->launch = plan_paged_attention(p, c->geometry, num_sms_);
+}
+
+void CudaForwardOps::attention(const kernels::PagedAttentionParams& p,
+                               const model::AttentionPlan& plan) {
+  const auto* c = dynamic_cast<const CudaAttentionPlan*>(&plan);
+  ARBOR_CHECK(c != nullptr) << "an attention plan of another device";
+  // The grid, shared memory and workspace were sized for this layout.
+  ARBOR_CHECK(c->num_seqs == p.num_seqs && c->num_q_heads == p.num_q_heads &&
+              c->num_kv_heads == p.num_kv_heads && c->head_dim == p.head_dim &&
+              c->block_size == p.block_size && c->qo_indptr == p.qo_indptr &&
+              c->kv_len == p.kv_len && p.window == 0 && p.softcap == 0.0f)
+      << "an attention plan made for another layout";
+  if (p.num_seqs == 0) return;
+  use_device();
+  void* workspace = c->launch.workspace_bytes > 0
+                        ? attn_ws_.reserve(c->launch.workspace_bytes, stream_)
+                        : nullptr;
+  launch_paged_attention(p, c->geometry, c->launch, workspace, stream_);
 }
 
 void CudaForwardOps::add(float* y, const float* x, int64_t n) {

@@ -349,21 +349,21 @@ Result<std::vector<sampling::TokenTree>> DraftModelProposer::propose_tree(
       positions.clear();
       const auto n = t.run.size();
       const auto committed = static_cast<int32_t>(inputs[i].token_ids.size());
-      mask.assign(n * n, 0);
+      mask.assign((n * n + 7) / 8, 0);
       for (size_t a = 0; a < n; ++a) {
         const TreeBuild::Cand& c = t.cands[t.run[a]];
         chunks_[i].push_back(c.token);
         positions.push_back(committed - 1 + c.depth);
         for (int32_t x = t.run[a]; x >= 0; x = t.cands[x].parent) {
           const auto j = static_cast<size_t>(std::find(t.run.begin(), t.run.end(), x) - t.run.begin());
-          mask[a * n + j] = 1;
+          mask[(a * n + j) >> 3] |= static_cast<uint8_t>(1u << ((a * n + j) & 7));
         }
       }
       rows[i] = builder_.add(model::SequenceInput{.block_table = inputs[i].block_ids,
                                                   .num_committed = committed,
                                                   .tokens = chunks_[i],
                                                   .positions = positions,
-                                                  .mask = mask,
+                                                  .mask_bits = mask,
                                                   .logits = model::LogitsMode::kAll});
       any = true;
     }

@@ -139,12 +139,10 @@ Status LocalExecutor::add_sequence(const step::ScheduledRequest& s,
   if (k > 0) {
     for (const sampling::TreeNode& n : tree.nodes()) tokens_.push_back(n.token_id);
     positions_ = tree.positions(static_cast<int32_t>(s.num_computed_tokens));
-    const std::vector<uint8_t> bits = tree.packed_mask();
-    const auto n = static_cast<size_t>(tree.num_slots());
-    mask_.resize(n * n);
-    for (size_t b = 0; b < n * n; ++b) mask_[b] = (bits[b >> 3] >> (b & 7)) & 1;
+    mask_.assign(static_cast<size_t>((tree.num_mask_bits() + 7) / 8), 0);
+    tree.write_mask(mask_, 0);
     in.positions = positions_;
-    in.mask = mask_;
+    in.mask_bits = mask_;
   }
   in.tokens = tokens_;
   in.logits = !s.sample ? model::LogitsMode::kNone

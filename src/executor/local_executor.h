@@ -109,7 +109,7 @@ class LocalExecutor : public step::ModelExecutor {
   Verifier verifier_;
   std::vector<int32_t> tokens_;     // scratch: one request's tokens run this step
   std::vector<int32_t> positions_;  // scratch: one tree's positions, [1 + k]
-  std::vector<uint8_t> mask_;       // scratch: one tree's mask, [(1 + k)^2] bytes
+  std::vector<uint8_t> mask_;       // scratch: one tree's packed mask, [ceil((1 + k)^2 / 8)]
 };
 
 }  // namespace arbor::executor

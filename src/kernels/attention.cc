@@ -179,27 +179,17 @@ int32_t split_chunk_keys(int block_size) {
 
 // ---- Work decomposition. ----
 
-// One unit of work: query rows [i0, i1) of sequence b against kv heads [g0, g1), keys [k0, k1).
-// partial < 0: the item covers all keys its rows can see and writes p.out directly; otherwise
-// it covers exactly one key chunk and writes (m, l, acc) per row at partial * stride floats of
-// the shared partial buffer (only single-head items are split). Decode items of a large batch
-// take every kv head: a block's K (and V) rows of all heads are one contiguous run, so the item
-// reads it front to back instead of jumping between 2 KiB pieces of many blocks.
-struct WorkItem {
-  int32_t b, g0, g1, i0, i1, k0, k1;
-  int32_t partial;
-};
-
+// One unit of work (PagedAttentionPlan::Item): query rows [i0, i1) of sequence b against kv
+// heads [g0, g1), keys [k0, k1). partial < 0: the item covers all keys its rows can see and
+// writes p.out directly; otherwise it covers exactly one key chunk and writes (m, l, acc) per row
+// at partial * stride floats of the shared partial buffer (only single-head items are split).
+// Decode items of a large batch take every kv head: a block's K (and V) rows of all heads are
+// one contiguous run, so the item reads it front to back instead of jumping between 2 KiB pieces
+// of many blocks.
+using WorkItem = PagedAttentionPlan::Item;
 // A query tile split over several KV ranges: items [first_item, first_item + num_splits).
-struct SplitGroup {
-  int32_t first_item, num_splits;
-};
-
-struct Plan {
-  std::vector<WorkItem> items;
-  std::vector<SplitGroup> groups;
-  int32_t num_partials = 0;
-};
+using SplitGroup = PagedAttentionPlan::SplitGroup;
+using Plan = PagedAttentionPlan;
 
 int32_t seq_len_q(const PagedAttentionParams& p, int b) {
   return p.qo_indptr[b + 1] - p.qo_indptr[b];
@@ -851,43 +841,69 @@ void check_paged_attention_params(const PagedAttentionParams& p) {
   }
 }
 
-void paged_attention(const PagedAttentionParams& p, ThreadPool& pool) {
+void plan_paged_attention(const PagedAttentionParams& p, int num_threads,
+                          PagedAttentionPlan& plan) {
   ARBOR_DCHECK((check_paged_attention_params(p), true));
+  ARBOR_CHECK_GE(num_threads, 1);
+  build_plan(p, num_threads, plan);
+  plan.num_threads = num_threads;
+  plan.num_seqs = p.num_seqs;
+  plan.num_kv_heads = p.num_kv_heads;
+  plan.block_size = p.block_size;
+  plan.window = p.window;
+  plan.qo_indptr = p.qo_indptr;
+  plan.kv_len = p.kv_len;
+  plan.mask_indptr = p.mask_indptr;
+}
+
+void paged_attention(const PagedAttentionParams& p, const PagedAttentionPlan& plan,
+                     ThreadPool& pool) {
+  // The items index sequences, kv heads and rows of the layout they were made for.
+  ARBOR_CHECK(plan.num_threads == pool.num_threads() && plan.num_seqs == p.num_seqs &&
+              plan.num_kv_heads == p.num_kv_heads && plan.block_size == p.block_size &&
+              plan.window == p.window && plan.qo_indptr == p.qo_indptr &&
+              plan.kv_len == p.kv_len && plan.mask_indptr == p.mask_indptr)
+      << "an attention plan made for another layout (" << plan.num_seqs << " sequences, window "
+      << plan.window << ", " << plan.num_threads << " threads) used for " << p.num_seqs
+      << " sequences, window " << p.window << ", " << pool.num_threads() << " threads";
   if (p.num_seqs == 0) return;
-  // Grow-only plan and partials of the calling thread. Workers see them through these pointers
-  // (naming a thread_local inside the lambda would name the worker's own instance).
-  thread_local Plan tl_plan;
+  // Grow-only partials of the calling thread. Workers see them through this pointer (naming a
+  // thread_local inside the lambda would name the worker's own instance).
   thread_local std::vector<float> tl_partials;
-  build_plan(p, pool.num_threads(), tl_plan);
-  const Plan* plan = &tl_plan;
   const int r = p.num_q_heads / p.num_kv_heads;
-  const size_t partial_floats = (size_t)plan->num_partials * kQueryTile * r * (p.head_dim + 2);
+  const size_t partial_floats = (size_t)plan.num_partials * kQueryTile * r * (p.head_dim + 2);
   if (tl_partials.size() < partial_floats) tl_partials.resize(partial_floats);
   float* partials = tl_partials.data();
   const AttnBlockOps ops = block_ops(p.head_dim);
   const bool lanes = uses_lanes(p);
   const size_t scratch_bytes = scratch_floats(p) * sizeof(float);
   pool.parallel_for(
-      (int64_t)plan->items.size(),
+      (int64_t)plan.items.size(),
       [&](int64_t begin, int64_t end, int thread) {
         float* base = static_cast<float*>(pool.workspace(1 + thread, scratch_bytes));
         const Scratch sc = carve_scratch(base, p);
         for (int64_t it = begin; it < end; ++it) {
           if (lanes) {
-            run_item_lanes(p, plan->items[it], sc, partials);
+            run_item_lanes(p, plan.items[it], sc, partials);
           } else {
-            run_item(p, plan->items[it], sc, partials, ops);
+            run_item(p, plan.items[it], sc, partials, ops);
           }
         }
       },
       1);
-  if (plan->groups.empty()) return;
+  if (plan.groups.empty()) return;
   pool.parallel_for(
-      (int64_t)plan->groups.size(),
+      (int64_t)plan.groups.size(),
       [&](int64_t begin, int64_t end, int) {
-        for (int64_t gi = begin; gi < end; ++gi) merge_group(p, *plan, plan->groups[gi], partials);
+        for (int64_t gi = begin; gi < end; ++gi) merge_group(p, plan, plan.groups[gi], partials);
       },
       1);
+}
+
+void paged_attention(const PagedAttentionParams& p, ThreadPool& pool) {
+  thread_local PagedAttentionPlan tl_plan;
+  plan_paged_attention(p, pool.num_threads(), tl_plan);
+  paged_attention(p, tl_plan, pool);
 }
 
 void attention_ref(const RefAttentionParams& p) {

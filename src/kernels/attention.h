@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/thread_pool.h"
 
@@ -74,8 +75,55 @@ struct PagedAttentionParams {
 // long enough for kv_len, mask segment sizes. O(B).
 void check_paged_attention_params(const PagedAttentionParams& p);
 
-// Computes p.out. Thread-safe for distinct outputs; uses `pool` for parallelism. Allocates only
-// when a call needs more scratch than any earlier call on this thread.
+// The work decomposition of paged_attention for one batch layout: work items over (sequence,
+// kv head or all kv heads, tile of query rows, key range), the tiles split over key chunks and
+// the partial results they need. It depends only on the layout — num_seqs, num_kv_heads,
+// block_size, window, the contents of qo_indptr, kv_len and mask_indptr — and the thread count:
+// not on q, out, the K/V pools, the block tables, head_dim, num_q_heads or the mask bits. So one
+// plan serves every layer whose attention has that layout (all layers with the same window, of
+// any KV cache group), and a call with it computes exactly what planning inside the call would
+// (the plan is the same; batch invariance is unaffected).
+struct PagedAttentionPlan {
+  // Query rows [i0, i1) of sequence b against kv heads [g0, g1), keys [k0, k1). partial < 0:
+  // the item covers every key its rows see and writes out directly; otherwise it covers one
+  // key chunk and writes its partial result `partial`, folded by its split group.
+  struct Item {
+    int32_t b, g0, g1, i0, i1, k0, k1;
+    int32_t partial;
+  };
+  // A query tile split over key chunks: items [first_item, first_item + num_splits).
+  struct SplitGroup {
+    int32_t first_item, num_splits;
+  };
+  std::vector<Item> items;
+  std::vector<SplitGroup> groups;
+  int32_t num_partials = 0;
+  // What it was made for; paged_attention CHECKs a call against these (O(1)).
+  int num_threads = 0;
+  int num_seqs = -1;
+  int num_kv_heads = 0;
+  int block_size = 0;
+  int32_t window = 0;
+  const int32_t* qo_indptr = nullptr;
+  const int32_t* kv_len = nullptr;
+  const int32_t* mask_indptr = nullptr;
+};
+
+// Fills `plan` for p's layout and `num_threads` threads. Reusing a plan allocates only when a
+// layout needs more items than any before it. Debug builds validate the geometry here
+// (check_paged_attention_params), once per plan rather than once per layer. O(B + items).
+void plan_paged_attention(const PagedAttentionParams& p, int num_threads,
+                          PagedAttentionPlan& plan);
+
+// Computes p.out with `plan`, made for p's layout with pool.num_threads() threads (CHECKed:
+// the scalars above and the addresses of qo_indptr, kv_len and mask_indptr, which must be the
+// arrays the plan was made from, unchanged since). Thread-safe for distinct outputs; uses
+// `pool` for parallelism. Allocates only when a call needs more scratch than any earlier call
+// on this thread.
+void paged_attention(const PagedAttentionParams& p, const PagedAttentionPlan& plan,
+                     ThreadPool& pool);
+
+// Plans (into a plan of the calling thread) and runs: for one-off callers and tests.
 void paged_attention(const PagedAttentionParams& p, ThreadPool& pool);
 
 // Naive reference for one sequence with contiguous K/V and an explicit mask. Two-pass softmax in

@@ -28,18 +28,29 @@ void BatchBuilder::clear() {
   mask_bits_.clear();
 }
 
+// The segment goes at bit `start` of mask_bits_: a byte copy when start is byte-aligned, else
+// each byte shifted across two. The padding bits of the input's last byte are cleared first,
+// since the next segment's bits share that byte.
 void BatchBuilder::append_mask(const SequenceInput& seq) {
   const int64_t n = (int64_t)seq.tokens.size();
   const int64_t start = mask_indptr_.back();
-  if (!seq.mask.empty()) {
-    ARBOR_CHECK_EQ((int64_t)seq.mask.size(), n * n);
+  const int64_t bits = seq.mask_bits.empty() ? 0 : n * n;
+  if (bits > 0) {
+    const int64_t bytes = (bits + 7) / 8;
+    ARBOR_CHECK_EQ((int64_t)seq.mask_bits.size(), bytes)
+        << "mask bytes for " << n << " new tokens (" << bits << " bits)";
     any_mask_ = true;
-    mask_bits_.resize((start + n * n + 7) / 8, 0);
-    for (int64_t k = 0; k < n * n; ++k) {
-      if (seq.mask[k]) mask_bits_[(start + k) >> 3] |= (uint8_t)(1u << ((start + k) & 7));
+    mask_bits_.resize((start + bits + 7) / 8, 0);
+    uint8_t* dst = mask_bits_.data() + (start >> 3);
+    const int shift = (int)(start & 7);
+    for (int64_t k = 0; k < bytes; ++k) {
+      uint8_t v = seq.mask_bits[k];
+      if (k == bytes - 1 && bits % 8 != 0) v &= (uint8_t)((1u << (bits % 8)) - 1u);
+      dst[k] |= (uint8_t)(v << shift);
+      if (shift != 0 && (v >> (8 - shift)) != 0) dst[k + 1] |= (uint8_t)(v >> (8 - shift));
     }
   }
-  mask_indptr_.push_back((int32_t)(start + (int64_t)seq.mask.size()));
+  mask_indptr_.push_back((int32_t)(start + bits));
 }
 
 int32_t BatchBuilder::add(const SequenceInput& seq) {

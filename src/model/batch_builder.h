@@ -1,7 +1,7 @@
 // BatchBuilder: assembles the flat arrays of a ForwardBatch from per-sequence descriptions.
 //
-// For tests, benchmarks and simple callers (SingleSequence, `arbor generate`); the engine's
-// executor builds the same arrays from the scheduler's output. The builder owns the arrays and
+// The engine's executor, the draft model, SingleSequence, benchmarks and tests all build their
+// batches with it. The builder owns the arrays and
 // keeps their capacity across clear(), so a steady-state step does not allocate.
 #pragma once
 
@@ -25,8 +25,11 @@ struct SequenceInput {
   std::span<const int32_t> tokens;   // [n] new tokens
   // [n] RoPE positions; empty = num_committed + i (a plain chain).
   std::span<const int32_t> positions;
-  // [n * n] row-major, nonzero = new token i sees new token j; empty = causal.
-  std::span<const uint8_t> mask;
+  // The sequence's custom mask segment, packed as in the batch (docs/batch_layout.md): n * n
+  // bits from bit 0, row-major, bit (i, j) = new token i sees new token j, bit k in byte k / 8
+  // at bit k % 8 — sampling::TokenTree::packed_mask()'s format. [ceil(n * n / 8)] bytes; the
+  // padding bits of the last byte are ignored. Empty = causal.
+  std::span<const uint8_t> mask_bits;
   LogitsMode logits = LogitsMode::kLast;  // which of this sequence's rows get logits
   int32_t logits_begin = 0;  // kRange: 0 <= logits_begin <= logits_end <= n (CHECKed)
   int32_t logits_end = 0;
@@ -41,9 +44,11 @@ class BatchBuilder {
   explicit BatchBuilder(int32_t block_size, int32_t num_kv_groups = 1);
 
   void clear();
-  // Appends one sequence. CHECKs that block_table covers the tokens and that a non-empty mask
-  // (or positions) has the right size. Returns the sequence's first logits row (its row index
-  // in the forward's logits output).
+  // Appends one sequence, copying its mask bits into the batch's bit array once. CHECKs only
+  // what its own reads need (block tables long enough, positions and mask of the right size, the
+  // logits range); the batch as a whole is validated once, where it enters the model
+  // (ModelRunner::forward: validate_batch). Returns the sequence's first logits row (its row
+  // index in the forward's logits output).
   int32_t add(const SequenceInput& seq);
 
   // Views into this builder: valid until the next add() or clear().

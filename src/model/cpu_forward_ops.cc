@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "base/check.h"
 #include "kernels/ops.h"
 #include "model/kv_cache.h"
 
@@ -128,8 +129,30 @@ void CpuForwardOps::qkv_epilogue(const QkvEpilogue &p) {
   });
 }
 
-void CpuForwardOps::attention(const kernels::PagedAttentionParams &p) {
-  kernels::paged_attention(p, pool_);
+namespace {
+
+struct CpuAttentionPlan final : AttentionPlan {
+  kernels::PagedAttentionPlan plan;
+};
+
+} // namespace
+
+std::unique_ptr<AttentionPlan> CpuForwardOps::new_attention_plan() {
+  return std::make_unique<CpuAttentionPlan>();
+}
+
+void CpuForwardOps::plan_attention(const kernels::PagedAttentionParams &p,
+                                   AttentionPlan &plan) {
+  auto *cpu = dynamic_cast<CpuAttentionPlan *>(&plan);
+  ARBOR_CHECK(cpu != nullptr) << "an attention plan of another device";
+  kernels::plan_paged_attention(p, pool_.num_threads(), cpu->plan);
+}
+
+void CpuForwardOps::attention(const kernels::PagedAttentionParams &p,
+                              const AttentionPlan &plan) {
+  const auto *cpu = dynamic_cast<const CpuAttentionPlan *>(&plan);
+  ARBOR_CHECK(cpu != nullptr) << "an attention plan of another device";
+  kernels::paged_attention(p, cpu->plan, pool_);
 }
 
 void CpuForwardOps::add(float *y, const float *x, int64_t n) {

@@ -47,7 +47,13 @@ public:
                     const float *x, std::span<float *const> ys,
                     int32_t num_tokens) override;
   void qkv_epilogue(const QkvEpilogue &p) override;
-  void attention(const kernels::PagedAttentionParams &p) override;
+  // A kernels::PagedAttentionPlan.
+  std::unique_ptr<AttentionPlan> new_attention_plan() override;
+  void plan_attention(const kernels::PagedAttentionParams &p,
+                      AttentionPlan &plan) override;
+  void attention(const kernels::PagedAttentionParams &p,
+                 const AttentionPlan &plan) override;
+  using ForwardOps::attention;
   void add(float *y, const float *x, int64_t n) override;
   void silu_mul(float *gate, const float *up, int64_t n) override;
   void gelu_mul(float *gate, const float *up, int64_t n) override;

@@ -5,11 +5,13 @@
 // executor's ops (src/cuda) launch GPU kernels on a stream. Nothing else differs between devices
 // (CTranslate2's split: one front end, an implementation per op and device).
 //
+//   stage -> plan_attention (once per distinct attention layout of the step: one per window) ->
 //   embed -> rope_tables -> per layer: rms_norm -> matmul_multi(q, k, v) -> qkv_epilogue (bias,
-//   QK-norm, RoPE, K/V into their cache slots) -> attention -> matmul(wo) -> add -> rms_norm ->
-//   matmul_multi(gate, up) -> silu_mul | gelu_mul -> matmul(down) -> add;  then rms_norm_rows
-//   over the logits rows -> matmul(output); with scale_bias, softcap and rms_norm_rows where an
-//   architecture's row (arch.h) asks for biases, scales, post-norms and soft-caps.
+//   QK-norm, RoPE, K/V into their cache slots) -> attention (with its layout's plan) ->
+//   matmul(wo) -> add -> rms_norm -> matmul_multi(gate, up) -> silu_mul | gelu_mul ->
+//   matmul(down) -> add;  then rms_norm_rows over the logits rows -> matmul(output); with
+//   scale_bias, softcap and rms_norm_rows where an architecture's row (arch.h) asks for biases,
+//   scales, post-norms and soft-caps.
 //
 // Memory: every pointer an op takes or returns lives in the device's memory ("device pointers"),
 // including the model's weights as weights() returns them and the batch arrays as stage()
@@ -24,6 +26,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string_view>
 
@@ -110,6 +113,15 @@ struct QkvEpilogue {
   }
 };
 
+// A device's attention plan for one batch layout (ForwardOps::plan_attention): how the work of
+// an attention call is split (the CPU's work items and key-chunk splits, the GPU's grid and
+// workspace). Opaque; made by the ForwardOps that runs it (new_attention_plan) and used only
+// with that one.
+class AttentionPlan {
+ public:
+  virtual ~AttentionPlan() = default;
+};
+
 class ForwardOps : public DeviceMemory {
  public:
   // The model's weights in this device's memory: the same structure as model.weights(), with
@@ -138,8 +150,30 @@ class ForwardOps : public DeviceMemory {
     matmul_multi(ws, x, ys, num_tokens);
   }
   virtual void qkv_epilogue(const QkvEpilogue& p) = 0;
-  // kernels::paged_attention's contract, every pointer a device pointer.
-  virtual void attention(const kernels::PagedAttentionParams& p) = 0;
+
+  // Attention is planned once per step and layout, then run by every layer of that layout.
+  // An empty plan of this device for plan_attention to fill. The caller keeps it and refills it
+  // every step; refilling allocates only when a layout needs more room than any before.
+  virtual std::unique_ptr<AttentionPlan> new_attention_plan() = 0;
+  // Plans attention for p's layout into `plan` (from this device's new_attention_plan): exactly
+  // the split a call planning for itself would make, so running with it gives the same output,
+  // bit for bit. The plan serves every attention() call whose params differ from p only in q,
+  // out, k_cache, v_cache, kv_indptr and kv_page_indices (the layers of one window, in any KV
+  // cache group): every other scalar the same, and qo_indptr, kv_len, mask_indptr and mask_bits
+  // the same arrays (device pointers), unchanged, while the plan is used. Debug builds check the
+  // geometry here, once per plan. Every pointer a device pointer.
+  virtual void plan_attention(const kernels::PagedAttentionParams& p, AttentionPlan& plan) = 0;
+  // kernels::paged_attention's contract, every pointer a device pointer, run with `plan`, made by
+  // plan_attention for p's layout (above). A plan of another device or layout is CHECKed where
+  // the device can tell in O(1) (the scalars and the layout arrays' addresses).
+  virtual void attention(const kernels::PagedAttentionParams& p, const AttentionPlan& plan) = 0;
+  // Plans and runs one call (tests and one-off callers; allocates a plan).
+  void attention(const kernels::PagedAttentionParams& p) {
+    const std::unique_ptr<AttentionPlan> plan = new_attention_plan();
+    plan_attention(p, *plan);
+    attention(p, *plan);
+  }
+
   // y += x; [n].
   virtual void add(float* y, const float* x, int64_t n) = 0;
   // gate = silu(gate) * up; [n].

@@ -26,6 +26,18 @@ LlamaForward::LlamaForward(const LlamaModel& model, ForwardOps& ops, int32_t res
     ensure(ropes_[r].inv_freq, std::max<size_t>(1, inv_freq.size()) * sizeof(float));
     ops_.to_device(ropes_[r].inv_freq.p, inv_freq.data(), inv_freq.size() * sizeof(float));
   }
+  // The layers' attention layouts: a plan depends on the window, not on the KV cache group.
+  std::vector<int32_t> windows;
+  for (int layer = 0; layer < cfg_.num_layers; ++layer) {
+    const int32_t w = cfg_.layers[layer].window;
+    auto it = std::find(windows.begin(), windows.end(), w);
+    if (it == windows.end()) {
+      plans_.push_back(ops_.new_attention_plan());
+      layout_first_layer_.push_back(layer);
+      it = windows.insert(windows.end(), w);
+    }
+    layer_layout_.push_back(static_cast<int>(it - windows.begin()));
+  }
   if (reserve_tokens > 0) reserve(reserve_tokens, reserve_tokens);
 }
 
@@ -118,6 +130,43 @@ const float* LlamaForward::block_input(const float* norm, int32_t nt) {
   return xb_.f();
 }
 
+kernels::PagedAttentionParams LlamaForward::attention_params(int layer, const ForwardBatch& batch,
+                                                             PagedKvCache& cache) const {
+  // The layer's KV cache group: its block tables (docs/batch_layout.md).
+  const KvGroupArrays kv = batch.kv_group(cache.shape().group_of(layer));
+  kernels::PagedAttentionParams p;
+  p.num_seqs = batch.num_seqs();
+  p.num_q_heads = cfg_.num_heads;
+  p.num_kv_heads = cfg_.num_kv_heads;
+  p.head_dim = cfg_.head_dim;
+  p.block_size = cache.block_size();
+  p.scale = cfg_.attn_scale;
+  p.window = cfg_.layers[layer].window;
+  p.softcap = cfg_.attn_softcap;
+  p.q = q_.f();
+  p.out = att_.f();
+  p.kv_dtype = cache.shape().dtype;
+  p.k_cache = cache.k_pool(layer);
+  p.v_cache = cache.v_pool(layer);
+  p.qo_indptr = batch.qo_indptr.data();
+  p.kv_indptr = kv.kv_indptr.data();
+  p.kv_page_indices = kv.kv_page_indices.data();
+  p.kv_len = batch.kv_len.data();
+  if (!batch.mask_indptr.empty()) {
+    p.mask_indptr = batch.mask_indptr.data();
+    p.mask_bits = batch.mask_bits.data();
+  }
+  return p;
+}
+
+// Every layer of a layout shares its plan, so it is made once per step, from the layout's first
+// layer (any layer of it gives the same plan: what differs between them is not planned on).
+void LlamaForward::plan_attention(const ForwardBatch& batch, PagedKvCache& cache) {
+  for (size_t i = 0; i < plans_.size(); ++i) {
+    ops_.plan_attention(attention_params(layout_first_layer_[i], batch, cache), *plans_[i]);
+  }
+}
+
 void LlamaForward::attention_block(int layer, const ForwardBatch& batch, PagedKvCache& cache) {
   const LayerWeights& w = w_.layers[layer];
   const LayerSpec& spec = cfg_.layers[layer];
@@ -162,30 +211,8 @@ void LlamaForward::attention_block(int layer, const ForwardBatch& batch, PagedKv
   e.kv_dtype = cache.shape().dtype;
   e.block_size = cache.block_size();
   ops_.qkv_epilogue(e);
-
-  kernels::PagedAttentionParams p;
-  p.num_seqs = batch.num_seqs();
-  p.num_q_heads = cfg_.num_heads;
-  p.num_kv_heads = cfg_.num_kv_heads;
-  p.head_dim = cfg_.head_dim;
-  p.block_size = cache.block_size();
-  p.scale = cfg_.attn_scale;
-  p.window = spec.window;
-  p.softcap = cfg_.attn_softcap;
-  p.q = q_.f();
-  p.out = att_.f();
-  p.kv_dtype = cache.shape().dtype;
-  p.k_cache = cache.k_pool(layer);
-  p.v_cache = cache.v_pool(layer);
-  p.qo_indptr = batch.qo_indptr.data();
-  p.kv_indptr = kv.kv_indptr.data();
-  p.kv_page_indices = kv.kv_page_indices.data();
-  p.kv_len = batch.kv_len.data();
-  if (!batch.mask_indptr.empty()) {
-    p.mask_indptr = batch.mask_indptr.data();
-    p.mask_bits = batch.mask_bits.data();
-  }
-  ops_.attention(p);
+  const int layout = layer_layout_[layer];
+  ops_.attention(attention_params(layer, batch, cache), *plans_[layout]);
 
   ops_.matmul(w.o.w, att_.f(), xb_.f(), nt);
   finish_linear(w.o, xb_.f(), nt);
@@ -312,6 +339,7 @@ void LlamaForward::run(const ForwardBatch& host_batch, PagedKvCache& cache,
       << out.want.size() << " row kinds for " << nl << " logits rows";
   reserve(nt, nl);
   const ForwardBatch batch = ops_.stage(host_batch);
+  plan_attention(batch, cache);
   flags_host_.assign((size_t)nl * num_checkpoints(cfg_), 0);
   if (!flags_host_.empty()) ops_.to_device(flags_.p, flags_host_.data(), flags_host_.size());
   embed(batch);

@@ -9,12 +9,19 @@
 //   rows. The bracketed and optional steps are the architecture row's (arch.h); a Llama model
 //   runs exactly the ops it always did.
 //
+// Attention is planned once per step: after staging the batch, one ForwardOps::plan_attention
+// per distinct attention layout among the layers (layouts differ only by window: layers of
+// different KV cache groups but one window share a plan, the block tables not being part of
+// it), then each layer runs ForwardOps::attention with its window's plan. The batch is
+// validated before run() (ModelRunner::forward: validate_batch), not again per layer.
+//
 // Owns the activation scratch in the device's memory, sized for the largest batch seen so far
 // (grows when a batch has more tokens; a steady-state step allocates nothing). Not thread-safe:
 // one caller at a time.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -99,6 +106,11 @@ class LlamaForward {
   void finish_linear(const Linear& l, float* y, int32_t nt);
   void residual(const float* post_norm, int32_t nt);
   const float* block_input(const float* norm, int32_t nt);
+  // Layer `layer`'s attention call over the staged batch.
+  kernels::PagedAttentionParams attention_params(int layer, const ForwardBatch& batch,
+                                                 PagedKvCache& cache) const;
+  // Fills plans_ for the staged batch: one plan_attention per layout.
+  void plan_attention(const ForwardBatch& batch, PagedKvCache& cache);
   void attention_block(int layer, const ForwardBatch& batch, PagedKvCache& cache);
   void ffn_block(int layer, int32_t num_tokens);
   void compute_logits(const ForwardBatch& batch, const LogitsOut& out);
@@ -113,6 +125,10 @@ class LlamaForward {
   ForwardOps& ops_;
   const ModelConfig& cfg_;
   const LlamaWeights& w_;          // the model's weights in the device's memory
+  // Attention layouts: one per distinct layer window, in order of first appearance.
+  std::vector<std::unique_ptr<AttentionPlan>> plans_;  // [num_layouts], refilled every step
+  std::vector<int> layout_first_layer_;                // [num_layouts] a layer planning it
+  std::vector<int> layer_layout_;                      // [num_layers] index into plans_
   int32_t cap_tokens_ = 0;
   int32_t cap_logits_ = 0;
   std::vector<std::string> nonfinite_origin_;  // [num_logits], see nonfinite_origin()

@@ -26,6 +26,7 @@
 #include "gguf/quantize_model.h"
 #include "model/batch_builder.h"
 #include "model/runner.h"
+#include "support/mask_bits.h"
 #include "support/shared_data.h"
 #include "support/test_device.h"
 
@@ -132,14 +133,14 @@ std::vector<float> mixed_steps(ModelRunner &r) {
   r.kv_cache().copy_block(1, 9);
   const std::vector<int32_t> tree = {315, 421, 317, 395},
                              positions = {20, 21, 21, 22};
-  const std::vector<uint8_t> mask = {1, 0, 0, 0, 1, 1, 0, 0,
-                                     1, 0, 1, 0, 1, 1, 0, 1};
+  const std::vector<uint8_t> mask = test::pack_mask_bits(
+      {1, 0, 0, 0, 1, 1, 0, 0, 1, 0, 1, 0, 1, 1, 0, 1});
   const std::vector<int32_t> chain = {29, 261, 44};
   const std::vector<float> more = forward(r, {{.block_table = b,
                                                .num_committed = 20,
                                                .tokens = tree,
                                                .positions = positions,
-                                               .mask = mask,
+                                               .mask_bits = mask,
                                                .logits = LogitsMode::kAll},
                                               {.block_table = c,
                                                .num_committed = 20,
@@ -263,7 +264,7 @@ TEST_F(GpuModelTest, ChainMaskEqualsCausalBitForBit) {
   const auto masked = forward(*gpu, {{.block_table = b,
                                       .num_committed = 5,
                                       .tokens = tokens,
-                                      .mask = chain,
+                                      .mask_bits = test::pack_mask_bits(chain),
                                       .logits = LogitsMode::kAll}});
   ASSERT_EQ(causal.size(), masked.size());
   EXPECT_EQ(0, std::memcmp(causal.data(), masked.data(),

@@ -632,5 +632,81 @@ TEST(AttentionTest, WindowedRowsEqualTheirDecodesBitForBit) {
   EXPECT_EQ(checked, 3 * 2 * 3 * (24 + 6));
 }
 
+// The forward plans once per step and layout (plan_paged_attention) and every layer runs with
+// that plan: a second "layer" with other q, K/V pools and block tables (another KV cache group)
+// but the same layout arrays gets, bit for bit, what planning inside its own call gives. Split
+// key chunks (4 threads, long contexts), all-heads decode items (a large decode batch), tree
+// masks, windows and every thread count the plan is made for.
+TEST(AttentionTest, OnePlanServesEveryLayerOfItsLayout) {
+  const std::vector<int> parent = {-1, 0, 0, 1, 2, 4};
+  std::vector<SeqSpec> batch = {{1500, 1}, {60, 9}, {50, 6, tree_mask(parent)}};
+  for (int c : {0, 17, 40, 100, 300, 33, 64, 90}) batch.push_back({c, 1});
+  const std::vector<SeqSpec> lone = {{1500, 1}};  // few items: split over key chunks
+  const std::vector<SeqSpec>* layouts[] = {&batch, &lone};
+  int split_plans = 0, all_heads_plans = 0;
+  for (const std::vector<SeqSpec>* seqs : layouts) {
+    for (int window : {0, 16}) {
+      for (int threads : {1, 2, 4}) {
+        Geometry g{.num_q_heads = 8, .num_kv_heads = 2, .head_dim = 32, .block_size = 16,
+                   .dtype = KvDtype::kF16};
+        PagedFixture layer0(g, *seqs, 71), layer1(g, *seqs, 72);
+        layer0.set_window(window, 0.0f);
+        layer1.set_window(window, 0.0f);
+        ThreadPool pool(threads);
+        std::vector<float> planned[2], alone[2];
+        PagedAttentionParams p[2];
+        for (int l = 0; l < 2; ++l) {
+          planned[l].assign(layer0.out_size(), std::nanf(""));
+          alone[l].assign(layer0.out_size(), std::nanf(""));
+          p[l] = (l == 0 ? layer0 : layer1).params(planned[l].data());
+        }
+        // Layer 1 reads layer 0's layout arrays (equal contents), as the forward's layers do.
+        p[1].qo_indptr = p[0].qo_indptr;
+        p[1].kv_len = p[0].kv_len;
+        p[1].mask_indptr = p[0].mask_indptr;
+        p[1].mask_bits = p[0].mask_bits;
+        ASSERT_NE(p[0].kv_page_indices, p[1].kv_page_indices);
+        PagedAttentionPlan plan;
+        plan_paged_attention(p[0], threads, plan);
+        split_plans += !plan.groups.empty();
+        all_heads_plans += std::any_of(plan.items.begin(), plan.items.end(),
+                                       [](const PagedAttentionPlan::Item& w) { return w.g1 - w.g0 > 1; });
+        for (int l = 0; l < 2; ++l) {
+          paged_attention(p[l], plan, pool);
+          PagedAttentionParams q = p[l];
+          q.out = alone[l].data();
+          paged_attention(q, pool);
+          EXPECT_EQ(0, std::memcmp(planned[l].data(), alone[l].data(),
+                                   planned[l].size() * sizeof(float)))
+              << "layer " << l << " window " << window << " threads " << threads;
+          EXPECT_LT(max_abs_diff(planned[l], (l == 0 ? layer0 : layer1).reference()), kTol);
+        }
+        EXPECT_GT(max_abs_diff(planned[0], planned[1]), 1e-2f) << "the layers differ";
+      }
+    }
+  }
+  EXPECT_GT(split_plans, 0);
+  EXPECT_GT(all_heads_plans, 0);
+}
+
+TEST(AttentionDeathTest, APlanOfAnotherLayoutIsRefused) {
+  Geometry g{.num_q_heads = 4, .num_kv_heads = 2, .head_dim = 16, .block_size = 4};
+  PagedFixture f(g, {{10, 3}, {5, 1}}, 3);
+  std::vector<float> out(f.out_size());
+  const PagedAttentionParams p = f.params(out.data());
+  ThreadPool pool(2);
+  PagedAttentionPlan plan;
+  plan_paged_attention(p, 2, plan);
+  PagedAttentionParams windowed = p;
+  windowed.window = 4;
+  EXPECT_DEATH(paged_attention(windowed, plan, pool), "another layout");
+  ThreadPool three(3);
+  EXPECT_DEATH(paged_attention(p, plan, three), "another layout");
+  std::vector<int32_t> kv_len(p.kv_len, p.kv_len + 2);
+  PagedAttentionParams copied = p;
+  copied.kv_len = kv_len.data();
+  EXPECT_DEATH(paged_attention(copied, plan, pool), "another layout");
+}
+
 }  // namespace
 }  // namespace arbor::kernels

@@ -19,6 +19,7 @@
 #include "model/cpu_forward_ops.h"
 #include "model/kv_cache.h"
 #include "sampling/sampler.h"
+#include "support/mask_bits.h"
 
 namespace arbor::model::testing {
 namespace {
@@ -141,17 +142,20 @@ public:
       expect_device(p.positions, p.num_tokens * sizeof(int32_t), "positions");
     cpu_.qkv_epilogue(p);
   }
-  void attention(const kernels::PagedAttentionParams &p) override {
-    for (const void *ptr :
-         {(const void *)p.q, (const void *)p.out, p.k_cache, p.v_cache,
-          (const void *)p.qo_indptr, (const void *)p.kv_indptr,
-          (const void *)p.kv_page_indices, (const void *)p.kv_len}) {
-      expect_device(ptr, 1, "attention array");
-    }
-    if (p.mask_indptr != nullptr)
-      expect_device(p.mask_indptr, 1, "mask_indptr");
-    cpu_.attention(p);
+  std::unique_ptr<AttentionPlan> new_attention_plan() override {
+    return cpu_.new_attention_plan();
   }
+  void plan_attention(const kernels::PagedAttentionParams &p,
+                      AttentionPlan &plan) override {
+    expect_attention_arrays(p);
+    cpu_.plan_attention(p, plan);
+  }
+  void attention(const kernels::PagedAttentionParams &p,
+                 const AttentionPlan &plan) override {
+    expect_attention_arrays(p);
+    cpu_.attention(p, plan);
+  }
+  using ForwardOps::attention;
   void add(float *y, const float *x, int64_t n) override {
     expect_device(y, n * sizeof(float), "add y");
     expect_device(x, n * sizeof(float), "add x");
@@ -211,6 +215,16 @@ private:
     size_t bytes = 0;
   };
 
+  void expect_attention_arrays(const kernels::PagedAttentionParams &p) const {
+    for (const void *ptr :
+         {(const void *)p.q, (const void *)p.out, p.k_cache, p.v_cache,
+          (const void *)p.qo_indptr, (const void *)p.kv_indptr,
+          (const void *)p.kv_page_indices, (const void *)p.kv_len}) {
+      expect_device(ptr, 1, "attention array");
+    }
+    if (p.mask_indptr != nullptr)
+      expect_device(p.mask_indptr, 1, "mask_indptr");
+  }
   // [p, p + bytes) must lie inside one region this device owns.
   void expect_device(const void *p, size_t bytes, const char *what) const {
     const auto *b = static_cast<const uint8_t *>(p);
@@ -323,8 +337,8 @@ TEST(ForwardOpsTest, ShadowDeviceLogitsEqualTheCpusBitForBit) {
                                        383, 286, 261, 376, 298};
   const std::vector<int32_t> tree = {315, 421, 317, 395};
   const std::vector<int32_t> positions = {11, 12, 12, 13};
-  const std::vector<uint8_t> mask = {1, 0, 0, 0, 1, 1, 0, 0,
-                                     1, 0, 1, 0, 1, 1, 0, 1};
+  const std::vector<uint8_t> mask = test::pack_mask_bits(
+      {1, 0, 0, 0, 1, 1, 0, 0, 1, 0, 1, 0, 1, 1, 0, 1});
   const std::vector<int32_t> blocks_a = SingleSequence::contiguous_blocks(0, 8);
   const std::vector<int32_t> blocks_b = {0, 1, 9, 10, 11, 12, 13, 14};
   const std::vector<int32_t> more = {298, 315, 421, 13, 29};
@@ -340,7 +354,7 @@ TEST(ForwardOpsTest, ShadowDeviceLogitsEqualTheCpusBitForBit) {
            .num_committed = 11,
            .tokens = tree,
            .positions = positions,
-           .mask = mask,
+           .mask_bits = mask,
            .logits = LogitsMode::kAll});
     b.add({.block_table = blocks_b,
            .num_committed = 11,

@@ -6,12 +6,15 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <random>
 
 #include "golden_util.h"
+#include "kernels/attention.h"
 #include "model/batch_builder.h"
 #include "model/forward_batch.h"
 #include "model/kv_cache.h"
 #include "model/model_config.h"
+#include "support/mask_bits.h"
 
 namespace arbor::model::testing {
 namespace {
@@ -199,11 +202,12 @@ TEST(BatchBuilderTest, DocExample) {
   const std::vector<int32_t> t0 = {10, 11, 12}, t1 = {20}, t2 = {30, 31, 32, 33};
   const std::vector<int32_t> bt0 = {7, 3}, bt1 = {4, 0, 9}, bt2 = {2, 5};
   const std::vector<int32_t> pos2 = {2, 3, 3, 4};
-  const std::vector<uint8_t> tree = {1, 0, 0, 0, 1, 1, 0, 0, 1, 0, 1, 0, 1, 1, 0, 1};
+  const std::vector<uint8_t> tree =
+      test::pack_mask_bits({1, 0, 0, 0, 1, 1, 0, 0, 1, 0, 1, 0, 1, 1, 0, 1});
   EXPECT_EQ(b.add({.block_table = bt0, .num_committed = 5, .tokens = t0}), 0);
   EXPECT_EQ(b.add({.block_table = bt1, .num_committed = 9, .tokens = t1}), 1);
   EXPECT_EQ(b.add({.block_table = bt2, .num_committed = 2, .tokens = t2, .positions = pos2,
-                   .mask = tree, .logits = LogitsMode::kAll}),
+                   .mask_bits = tree, .logits = LogitsMode::kAll}),
             2);
   const ForwardBatch fb = b.batch();
   using V = std::vector<int32_t>;
@@ -223,11 +227,51 @@ TEST(BatchBuilderTest, DocExample) {
   EXPECT_TRUE(validate_batch(fb, {.vocab_size = 64, .block_size = 4, .num_blocks = 10}).ok());
 }
 
+// Mask segments land at any bit offset: each sequence's packed bits are copied once into the
+// batch's array, shifted across bytes, and the padding bits of an input's last byte (set here)
+// never reach the next segment.
+TEST(BatchBuilderTest, MaskSegmentsAtUnalignedBitOffsets) {
+  BatchBuilder b(4);
+  const std::vector<int32_t> table = {1, 2, 3, 4};
+  std::mt19937 rng(7);
+  const int32_t sizes[] = {3, 2, 2, 5, 1, 4};  // the 2-token one at index 1 is causal
+  std::vector<std::vector<uint8_t>> visible, packed;
+  std::vector<std::vector<int32_t>> tokens;
+  for (int32_t n : sizes) {
+    std::vector<uint8_t> v((size_t)n * n);
+    for (uint8_t& x : v) x = (uint8_t)(rng() & 1);
+    visible.push_back(v);
+    packed.push_back(test::pack_mask_bits(v));
+    if (v.size() % 8 != 0) packed.back().back() |= (uint8_t)(0xFF << (v.size() % 8));
+    tokens.emplace_back((size_t)n, 5);
+  }
+  for (size_t s = 0; s < tokens.size(); ++s) {
+    b.add({.block_table = table, .num_committed = 3, .tokens = tokens[s],
+           .mask_bits = s == 1 ? std::span<const uint8_t>() : std::span<const uint8_t>(packed[s])});
+  }
+  const ForwardBatch fb = b.batch();
+  using V = std::vector<int32_t>;
+  EXPECT_EQ(V(fb.mask_indptr.begin(), fb.mask_indptr.end()), (V{0, 9, 9, 13, 38, 39, 55}));
+  ASSERT_EQ(fb.mask_bits.size(), 7u);  // ceil(55 / 8)
+  for (size_t s = 0; s < tokens.size(); ++s) {
+    if (s == 1) continue;
+    const int n = sizes[s];
+    for (int i = 0; i < n; ++i) {
+      for (int j = 0; j < n; ++j) {
+        EXPECT_EQ(kernels::mask_bit(fb.mask_bits.data(), fb.mask_indptr[s], n, i, j),
+                  visible[s][(size_t)i * n + j] != 0)
+            << "sequence " << s << " bit (" << i << ", " << j << ")";
+      }
+    }
+  }
+  EXPECT_EQ(fb.mask_bits[6] >> 7, 0) << "bit 55, after the last segment";
+}
+
 TEST(ForwardBatchTest, ValidateRejectsBadGeometry) {
   BatchBuilder b(4);
   const std::vector<int32_t> toks = {1, 2, 3}, table = {3, 1};
-  const std::vector<uint8_t> mask = {1, 0, 0, 1, 1, 0, 1, 0, 1};
-  b.add({.block_table = table, .num_committed = 2, .tokens = toks, .mask = mask});
+  const std::vector<uint8_t> mask = test::pack_mask_bits({1, 0, 0, 1, 1, 0, 1, 0, 1});
+  b.add({.block_table = table, .num_committed = 2, .tokens = toks, .mask_bits = mask});
   const BatchLimits lim{.vocab_size = 16, .block_size = 4, .num_blocks = 4};
   ForwardBatch ok = b.batch();
   ASSERT_TRUE(validate_batch(ok, lim).ok());
@@ -293,13 +337,14 @@ TEST(ForwardTest, TokenTreeEqualsLinearBranches) {
   //   a(315) -> b(421) -> d(395);  a -> c(317)       parent: -1, 0, 0, 1
   const std::vector<int32_t> tree = {315, 421, 317, 395};
   const std::vector<int32_t> positions = {11, 12, 12, 13};
-  const std::vector<uint8_t> mask = {1, 0, 0, 0, 1, 1, 0, 0, 1, 0, 1, 0, 1, 1, 0, 1};
+  const std::vector<uint8_t> mask =
+      test::pack_mask_bits({1, 0, 0, 0, 1, 1, 0, 0, 1, 0, 1, 0, 1, 1, 0, 1});
   const std::vector<int32_t> blocks = SingleSequence::contiguous_blocks(0, 8);
   SingleSequence seq(*runner, blocks);
   ASSERT_TRUE(seq.append(prefix).ok());
   BatchBuilder b(4);
   b.add({.block_table = blocks, .num_committed = 11, .tokens = tree, .positions = positions,
-         .mask = mask, .logits = LogitsMode::kAll});
+         .mask_bits = mask, .logits = LogitsMode::kAll});
   std::vector<float> tree_logits(4 * vocab);
   ASSERT_TRUE(runner->forward(b.batch(), tree_logits.data()).ok());
 
