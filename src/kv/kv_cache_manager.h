@@ -131,6 +131,9 @@ class KvCacheManager {
  public:
   // CHECK-fails on bad options (num_blocks < 2, block_size < 1, a negative window). O(num_blocks).
   explicit KvCacheManager(const KvCacheManagerOptions& options);
+  // Virtual for tests that count allocations (the scheduler calls allocate_slots at most once
+  // per request per step; tests/sched wraps it to show that).
+  virtual ~KvCacheManager() = default;
   KvCacheManager(const KvCacheManager&) = delete;
   KvCacheManager& operator=(const KvCacheManager&) = delete;
 
@@ -171,7 +174,7 @@ class KvCacheManager {
   // Preconditions: counts >= 0; new_computed_blocks non-empty only for a request without blocks
   // and with request.num_computed_tokens == 0, and still cached as returned.
   // O(blocks appended + blocks cached).
-  std::optional<std::span<const BlockId>> allocate_slots(
+  virtual std::optional<std::span<const BlockId>> allocate_slots(
       const KvRequest& request, int64_t num_new_tokens,
       const ComputedBlocks& new_computed_blocks = ComputedBlocks{},
       int64_t num_lookahead_tokens = 0);

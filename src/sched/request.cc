@@ -155,7 +155,7 @@ Request make_request(RequestSpec spec) {
   r.priority = spec.priority;
   r.arrival_time = spec.arrival_time;
   r.cache_salt = std::move(spec.cache_salt);
-  r.speculation = spec.speculation;
+  r.spec.params = spec.speculation;
   return r;
 }
 

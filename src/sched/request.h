@@ -11,7 +11,7 @@
 // its own seed derived from (seed, sample index). Child ids are child_request_id(parent, index).
 //
 // Speculative decoding: the executor keeps the drafts it proposed after the last step and
-// reports their shape (Request::drafts). The scheduler runs [last committed token + the first k
+// reports their shape (Request::spec.drafts). The scheduler runs [last committed token + the first k
 // of them] (k chosen per step by the SpecPolicy); the executor verifies them and returns the
 // accepted ones plus one token.
 //
@@ -121,6 +121,23 @@ struct SpecStats {
   int64_t num_verify_steps = 0;     // steps that verified at least one draft
 };
 
+// A request's speculation state (DraftPlanner): what the API asked for, the shape of the drafts
+// the executor keeps for it, and what the planner learned of it.
+struct SpecState {
+  SpecRequest params{};
+  // The drafts the executor proposed after the last step and keeps for the next one
+  // (step::RequestResult::next_drafts). Never committed: the step runs a prefix of them after
+  // the committed tokens in slots allocated for them, and rejected ones are simply overwritten
+  // later (num_computed_tokens only counts committed tokens).
+  step::DraftShape drafts;
+  SpecStats stats{};
+  double acceptance = -1.0;     // the SpecPolicy's per-request estimate; < 0: none yet
+  int32_t backoff_steps = 0;    // > 0: ask for no drafts for this many more steps
+  int32_t backoff_next = 0;     // the next backoff (doubles per decline; 0 = the first)
+  bool draft_in_sync = false;   // a draft model proposed for it last step (no catch-up)
+  int64_t draft_synced_tokens = 0;  // tokens the draft model had seen when it last proposed
+};
+
 struct Request {
   RequestId request_id = 0;
   RequestId parent_id = 0;             // 0 for a user request; the parent for a fork child
@@ -128,11 +145,6 @@ struct Request {
   RequestStatus status = RequestStatus::kWaiting;
   std::vector<int32_t> token_ids;      // [num_tokens] committed: prompt, then generated tokens
   int64_t num_prompt = 0;              // leading prompt tokens of token_ids
-  // The shape of the drafts the executor proposed after the last step and keeps for the next
-  // one (step::RequestResult::next_drafts). Never committed: the step runs a prefix of them
-  // after the committed tokens in slots allocated for them, and rejected ones are simply
-  // overwritten later (num_computed_tokens only counts committed tokens).
-  step::DraftShape drafts;
   int64_t num_computed_tokens = 0;
   int64_t num_cached_tokens = 0;       // prefix-cache hit of the first admission
   sampling::SamplingParams sampling{};
@@ -143,18 +155,11 @@ struct Request {
   int32_t priority = 0;
   double arrival_time = 0.0;
   std::string cache_salt;
-  SpecRequest speculation{};
-  SpecStats spec_stats{};
-  double acceptance_estimate = -1.0;   // the SpecPolicy's per-request estimate; < 0: none yet
-  int32_t spec_backoff_steps = 0;      // > 0: ask for no drafts for this many more steps
-  int32_t spec_backoff_next = 0;       // the next backoff (doubles per decline; 0 = the first)
-  bool draft_in_sync = false;          // a draft model proposed for it last step (no catch-up)
-  int64_t draft_synced_tokens = 0;     // tokens the draft model had seen when it last proposed
+  SpecState spec{};
   int64_t admit_seq = 0;               // order of (re)admission; FCFS victims are the latest
   int32_t num_preemptions = 0;
-  // The executor holds this request's state (NewRequestData sent since the last admission) and
-  // has been sent token_ids[0, num_tokens_sent).
-  bool known_to_executor = false;
+  // The executor has been sent token_ids[0, num_tokens_sent) since the last admission (0: it
+  // does not know the request: NewRequestData goes with its next ScheduledRequest).
   int64_t num_tokens_sent = 0;
   // Prompt logprobs (sampling.prompt_logprobs set): the first prompt position not yet scored
   // (1 at first, num_prompt when every position is). Never goes back: a recompute after
@@ -162,6 +167,7 @@ struct Request {
   int64_t next_prompt_logprob = 1;
   std::optional<StopReason> stop_reason;
 
+  bool known_to_executor() const { return num_tokens_sent > 0; }
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
   int64_t num_prompt_tokens() const { return num_prompt; }
   int64_t num_output_tokens() const { return num_tokens() - num_prompt; }

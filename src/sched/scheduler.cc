@@ -39,7 +39,7 @@ std::unique_ptr<Request> make_child(const Request& parent, int32_t index) {
   if (parent.best_of > parent.n && !c->sampling.logprobs) c->sampling.logprobs = 0;
   c->seed = derive_sample_seed(parent.seed, index);
   c->stop = parent.stop;
-  c->speculation = parent.speculation;
+  c->spec.params = parent.spec.params;
   c->priority = parent.priority;
   c->arrival_time = parent.arrival_time;
   c->cache_salt = parent.cache_salt;
@@ -50,7 +50,14 @@ std::unique_ptr<Request> make_child(const Request& parent, int32_t index) {
 }  // namespace
 
 Scheduler::Scheduler(const SchedulerOptions& options, kv::KvCacheManager& kv)
-    : options_(options), kv_(kv), spec_policy_(options.spec_cost, options.spec_policy) {
+    : options_(options),
+      kv_(kv),
+      drafts_(DraftPlannerOptions{.max_spec_tokens = options.max_spec_tokens,
+                                  .max_tree_nodes = options.max_tree_nodes,
+                                  .max_model_len = options.max_model_len,
+                                  .reserve_draft_slots = options.reserve_draft_slots,
+                                  .cost = options.spec_cost,
+                                  .policy = options.spec_policy}) {
   ARBOR_CHECK_GE(options_.max_num_seqs, 1);
   ARBOR_CHECK_GE(options_.max_num_batched_tokens, 1);
   ARBOR_CHECK_GE(options_.long_prefill_token_threshold, 0);
@@ -81,7 +88,8 @@ Status Scheduler::check_admission(const Request& request) const {
   if (requests_.contains(id)) return invalid_argument("request id ", id, " is already queued");
   ARBOR_RETURN_IF_ERROR(check_prompt_length(request.num_prompt_tokens(), options_.max_model_len));
   const int64_t len = max_sequence_len(request);
-  // Drafts never need slots past `len` (max_drafts() keeps k within what can be emitted), and
+  // Drafts never need slots past `len` (DraftPlanner::max_drafts() keeps k within what can be
+  // emitted), and
   // neither they nor a draft model's lookahead ever preempt. A sliding-window group holds at
   // most the blocks of its window and one step's chunk at once.
   const int64_t blocks = kv_.max_blocks_per_request(len, max_step_tokens());
@@ -159,11 +167,10 @@ void Scheduler::insert_running(Request* req) {
 void Scheduler::preempt(Request& req) {
   kv_.free(req.request_id);
   req.num_computed_tokens = 0;
-  req.drafts = {};
-  req.known_to_executor = false;
+  req.spec.drafts = {};
   req.num_tokens_sent = 0;
-  req.draft_in_sync = false;
-  req.draft_synced_tokens = 0;
+  req.spec.draft_in_sync = false;
+  req.spec.draft_synced_tokens = 0;
   req.status = RequestStatus::kPreempted;
   ++req.num_preemptions;
   ++num_preemptions_;
@@ -180,7 +187,7 @@ void Scheduler::finish(Request& req, const StopReason& reason) {
   kv_.free(req.request_id);
   std::erase(running_, &req);
   std::erase(waiting_, &req);
-  if (req.known_to_executor) finished_since_schedule_.push_back(req.request_id);
+  if (req.known_to_executor()) finished_since_schedule_.push_back(req.request_id);
 }
 
 std::vector<RequestId> Scheduler::finish_request(RequestId request_id, const StopReason& reason) {
@@ -219,7 +226,7 @@ void Scheduler::fork_parent(Request& parent) {
     }
   }
   kv_.free(parent.request_id);
-  if (parent.known_to_executor) finished_since_schedule_.push_back(parent.request_id);
+  if (parent.known_to_executor()) finished_since_schedule_.push_back(parent.request_id);
   std::erase(running_, &parent);
   parent.status = RequestStatus::kForked;
 }
@@ -235,9 +242,9 @@ SchedulerStats Scheduler::stats() const {
       .num_waiting = num_waiting(),
       .num_preemptions = num_preemptions_,
       .num_priority_preemptions = num_priority_preemptions_,
-      .num_spec_candidates = num_spec_candidates_,
-      .num_spec_declined = num_spec_declined_,
-      .spec_acceptance = spec_policy_.acceptance(-1.0),
+      .num_spec_candidates = drafts_.num_candidates(),
+      .num_spec_declined = drafts_.num_declined(),
+      .spec_acceptance = drafts_.acceptance(),
       .num_steps = num_steps_,
       .kv = kv_.stats(),
   };

@@ -51,24 +51,15 @@
 #include "base/status.h"
 #include "kv/kv_cache_manager.h"
 #include "sampling/sampler.h"
+#include "sched/draft_planner.h"
 #include "sched/request.h"
+#include "sched/request_plan.h"
 #include "sched/spec_policy.h"
 #include "step/step.h"
 
 namespace arbor::sched {
 
 enum class SchedulingPolicy : uint8_t { kFcfs, kPriority };
-
-// Steps a request asks for no drafts after the SpecPolicy declined its drafts (draft model only:
-// proposing costs forwards, and probing again costs a catch-up over the tokens missed); doubled
-// on every further decline up to kSpecMaxBackoffSteps, reset when a verification accepts a draft.
-inline constexpr int32_t kSpecBackoffSteps = 16;
-// Under load (more than two sampling requests) a request whose draft model is behind starts
-// proposing only if its catch-up — the tokens the draft model has not seen, at the draft cost
-// per token (an upper bound: the catch-up runs them as one prefill) — costs at most this much
-// of a 1-token target step.
-inline constexpr double kMaxDraftCatchUpCost = 0.25;
-inline constexpr int32_t kSpecMaxBackoffSteps = 1024;
 
 struct SchedulerOptions {
   int32_t max_num_seqs = 64;               // running requests (fork children count), >= 1
@@ -161,7 +152,7 @@ class Scheduler {
   // So whatever speculation costs beyond the curve (proposing, catch-ups, bookkeeping) makes
   // drafts pay less, and speculation turns itself down where it does not pay.
   void observe_step(const SchedulerOutput& out, double seconds);
-  double spec_overhead() const { return spec_policy_.overhead(); }
+  double spec_overhead() const { return drafts_.overhead(); }
   // Checks `result` against `output` (step::validate_step_result: a malformed result is an error
   // and changes nothing); then appends each request's tokens in order, stopping at the first
   // that ends it (EOS, a stop id, max_tokens, max_model_len: nothing after it is committed),
@@ -185,31 +176,31 @@ class Scheduler {
   const SchedulerOptions& options() const { return options_; }
 
  private:
-  struct Budget;
   Status check_admission(const Request& request) const;
-  void schedule_running(SchedulerOutput& out, Budget& budget);
-  void schedule_waiting(SchedulerOutput& out, Budget& budget);
-  void schedule_drafts(SchedulerOutput& out, Budget& budget);
-  void reserve_draft_slots(SchedulerOutput& out);
-  bool drafts_may_pay(const SchedulerOutput& out, int64_t budget) const;
-  void limit_draft_model_proposals(SchedulerOutput& out, int64_t budget);
-  int32_t next_draft_request(const Request& req, int32_t levels) const;
-  int32_t next_tree_nodes(const Request& req, int32_t verified) const;
-  bool try_allocate_running(Request& req, int64_t num_new, int32_t num_drafts,
-                            std::vector<RequestId>& preempted);
+  static bool samples(const Request& req, int64_t num_new);
+  int64_t free_blocks() const;
+  bool reserve(RequestPlan& p, int32_t lookahead);
+  bool fits_new(const Request& req, int64_t num_new, const kv::ComputedBlocks& hit,
+                int32_t lookahead) const;
+  void plan_running(std::vector<RequestPlan>& plans, int64_t& budget,
+                    std::vector<RequestId>& preempted);
+  bool make_room(RequestPlan& p, std::vector<RequestId>& preempted);
+  void admit_waiting(std::vector<RequestPlan>& plans, int64_t& budget,
+                     std::vector<RequestId>& preempted);
+  RequestPlan admit(Request& req, const kv::ComputedBlocks& hit, int64_t num_new);
   bool preempt_for_waiting(const Request& req, const kv::ComputedBlocks& hit, int64_t num_new,
-                           SchedulerOutput& out, Budget& budget);
+                           std::vector<RequestPlan>& plans, int64_t& budget,
+                           std::vector<RequestId>& preempted);
   std::optional<size_t> num_victims_needed(const Request& req, const kv::ComputedBlocks& hit,
-                                           int64_t num_new) const;
-  void admit(Request& req, const kv::ComputedBlocks& hit, int64_t num_new, SchedulerOutput& out);
+                                           int64_t num_new,
+                                           std::span<const RequestPlan> plans) const;
+  void allocate(RequestPlan& p);
+  void emit(const RequestPlan& p, SchedulerOutput& out);
   kv::ComputedBlocks computed_blocks(const Request& req) const;
   void preempt(Request& req);
   void enqueue_waiting(Request* req, bool front);
   void insert_running(Request* req);
   int64_t chunk_size(const Request& req, int64_t num_new, int64_t budget) const;
-  void schedule(Request& req, int64_t num_new, int32_t num_drafts, bool is_new,
-                SchedulerOutput& out);
-  int32_t max_drafts(const Request& req, int64_t extra_tokens) const;
   void fork_parent(Request& parent);
   std::optional<StopReason> check_stop(const Request& req, int32_t token_id) const;
   void commit(Request& req, const ScheduledRequest& s, const RequestResult* r, RequestOutput& o);
@@ -227,16 +218,12 @@ class Scheduler {
   std::deque<Request*> waiting_;    // FCFS order, or (priority, arrival) with kPriority
   std::vector<step::BlockCopy> pending_copies_;
   std::vector<RequestId> finished_since_schedule_;
-  int64_t num_spec_candidates_ = 0;
-  int64_t num_spec_declined_ = 0;
   int64_t next_admit_seq_ = 0;
   int64_t num_preemptions_ = 0;
   int64_t num_priority_preemptions_ = 0;
   int64_t num_steps_ = 0;
-  SpecPolicy spec_policy_;
-  // Exponential means of seconds / predicted relative cost (observe_step); < 0: none yet.
-  double plain_step_scale_ = -1.0;
-  double spec_step_scale_ = -1.0;
+  DraftPlanner drafts_;
+  int64_t reserved_blocks_ = 0;  // blocks the plans of the step being scheduled hold
 };
 
 }  // namespace arbor::sched

@@ -10,118 +10,137 @@
 
 namespace arbor::sched {
 
-struct Scheduler::Budget {
-  int64_t tokens = 0;
-};
-
 int64_t Scheduler::chunk_size(const Request& req, int64_t num_new, int64_t budget) const {
   int64_t cap = options_.long_prefill_token_threshold > 0 ? options_.long_prefill_token_threshold
                                                           : std::numeric_limits<int64_t>::max();
   return std::min({num_new, cap, budget});
 }
 
-// The most drafts `req` may verify (or be asked to propose) when `extra_tokens` more committed
-// tokens precede them: within max_spec_tokens and the request's own cap, and leaving room for
-// the token sampled after them under max_tokens and max_model_len.
-int32_t Scheduler::max_drafts(const Request& req, int64_t extra_tokens) const {
-  if (options_.max_spec_tokens == 0 || req.speculation.mode == SpecMode::kOff ||
-      req.is_fork_parent()) {
-    return 0;
-  }
-  int64_t k = options_.max_spec_tokens;
-  if (req.speculation.k > 0) k = std::min<int64_t>(k, req.speculation.k);
-  k = std::min(k, req.stop.max_tokens - req.num_output_tokens() - extra_tokens - 1);
-  if (options_.max_model_len > 0) {
-    k = std::min(k, options_.max_model_len - req.num_tokens() - extra_tokens - 1);
-  }
-  return static_cast<int32_t>(std::max<int64_t>(k, 0));
+// Whether a step that runs num_new committed tokens of `req` samples: it reaches the last
+// committed token (max_tokens 0 — echo, prompt scoring — runs the prompt and samples nothing).
+bool Scheduler::samples(const Request& req, int64_t num_new) {
+  return !req.is_fork_parent() && req.stop.max_tokens > 0 &&
+         req.num_computed_tokens + num_new == req.num_tokens();
 }
 
-// Adds `req` to the step: num_new committed tokens and the first num_drafts of its drafts (the
-// KV slots are allocated already). Sends the executor what it does not know of the request.
-void Scheduler::schedule(Request& req, int64_t num_new, int32_t num_drafts, bool is_new,
-                         SchedulerOutput& out) {
-  if (!req.known_to_executor) {
-    out.new_requests.push_back(NewRequestData{
-        .request_id = req.request_id,
-        .token_ids = req.token_ids,
-        .num_prompt_tokens = static_cast<int32_t>(req.num_prompt),
-        .sampling = req.sampling,
-        .seed = req.seed,
-    });
-    req.known_to_executor = true;
-    req.num_tokens_sent = req.num_tokens();
+// ---- The step's block ledger: plans reserve blocks before anything is allocated. ----
+
+int64_t Scheduler::free_blocks() const { return kv_.num_free_blocks() - reserved_blocks_; }
+
+bool Scheduler::reserve(RequestPlan& p, int32_t lookahead) {
+  if (p.allocated) return lookahead <= p.lookahead;
+  // Exact for a running request: cache_full_blocks() after its last step released what
+  // allocate_slots() would release first, and it revives no cached block.
+  const int64_t need =
+      kv_.num_blocks_to_allocate(p.req->kv_view(), p.num_new, {}, lookahead);
+  if (need - p.reserved_blocks > free_blocks()) return false;
+  reserved_blocks_ += need - p.reserved_blocks;
+  p.reserved_blocks = need;
+  p.lookahead = lookahead;
+  return true;
+}
+
+bool Scheduler::fits_new(const Request& req, int64_t num_new, const kv::ComputedBlocks& hit,
+                         int32_t lookahead) const {
+  return kv_.num_blocks_to_allocate(req.kv_view(), num_new, hit, lookahead) <= free_blocks();
+}
+
+// ---- schedule() ----
+
+SchedulerOutput Scheduler::schedule() {
+  SchedulerOutput out;
+  out.step = num_steps_++;
+  out.block_copies = std::move(pending_copies_);
+  pending_copies_.clear();
+  out.finished_ids = std::move(finished_since_schedule_);
+  finished_since_schedule_.clear();
+  int64_t budget = options_.max_num_batched_tokens;
+  std::vector<RequestPlan> plans;
+  reserved_blocks_ = 0;
+  const FitsFn fits = [this](RequestPlan& p, int32_t lookahead) { return reserve(p, lookahead); };
+  plan_running(plans, budget, out.preempted_ids);
+  drafts_.choose_drafts(plans, budget, fits);
+  if (out.preempted_ids.empty()) admit_waiting(plans, budget, out.preempted_ids);
+  drafts_.plan_next(plans, budget, fits);
+  for (RequestPlan& p : plans) {
+    allocate(p);
+    emit(p, out);
   }
-  ScheduledRequest s;
-  s.request_id = req.request_id;
-  s.num_computed_tokens = req.num_computed_tokens;
-  s.num_scheduled_tokens = static_cast<int32_t>(num_new) + num_drafts;
-  s.new_token_ids.assign(req.token_ids.begin() + req.num_tokens_sent, req.token_ids.end());
-  req.num_tokens_sent = req.num_tokens();
-  s.num_drafts = num_drafts;
-  set_block_tables(req, s);
-  // max_tokens 0 (echo, prompt scoring): the prompt runs, nothing is sampled.
-  s.sample = !req.is_fork_parent() && req.stop.max_tokens > 0 &&
-             req.num_computed_tokens + num_new == req.num_tokens();
-  if (req.sampling.prompt_logprobs) {
-    // Row q scores position q + 1: this step's rows score [c + 1, c + num_new + 1), capped at the
-    // prompt's end and started where the last step left off (a recompute scores nothing twice).
-    s.prompt_logprobs_begin = std::max(req.num_computed_tokens + 1, req.next_prompt_logprob);
-    s.prompt_logprobs_end = std::min(req.num_computed_tokens + num_new + 1, req.num_prompt_tokens());
-    if (s.prompt_logprobs_end <= s.prompt_logprobs_begin) {
-      s.prompt_logprobs_begin = s.prompt_logprobs_end = 0;
+  ARBOR_CHECK_EQ(reserved_blocks_, 0);
+  return out;
+}
+
+// Running requests first, in list order: each plans min(missing, chunk cap, budget) committed
+// tokens; when their blocks do not fit, the back of the running list is preempted until they do
+// or the request itself was the victim.
+void Scheduler::plan_running(std::vector<RequestPlan>& plans, int64_t& budget,
+                             std::vector<RequestId>& preempted) {
+  size_t i = 0;
+  while (i < running_.size() && budget > 0) {
+    Request& req = *running_[i];
+    const int64_t num_new =
+        chunk_size(req, req.target_tokens() - req.num_computed_tokens, budget);
+    if (num_new <= 0) {
+      ++i;
+      continue;
     }
-  }
-  s.max_next_draft_tokens = s.sample ? next_draft_request(req, num_drafts) : 0;
-  s.is_prompt_chunk = req.num_computed_tokens < req.num_prompt_tokens();
-  s.is_new = is_new;
-  out.requests.push_back(std::move(s));
-}
-
-void Scheduler::set_block_tables(const Request& req, ScheduledRequest& s) const {
-  s.block_tables.resize(static_cast<size_t>(kv_.num_groups()));
-  for (int32_t g = 0; g < kv_.num_groups(); ++g) {
-    const std::span<const kv::BlockId> table = kv_.block_ids(req.request_id, g);
-    s.block_tables[static_cast<size_t>(g)].assign(table.begin(), table.end());
+    RequestPlan p{.req = &req, .num_new = num_new, .sample = samples(req, num_new)};
+    if (!make_room(p, preempted)) break;
+    plans.push_back(p);
+    budget -= num_new;
+    ++i;
   }
 }
 
-// Returns false (after preempting `req` itself) when even preempting every later request
-// leaves no room for it. Victims are appended to `preempted` in the order they were taken.
-bool Scheduler::try_allocate_running(Request& req, int64_t num_new, int32_t num_drafts,
-                                     std::vector<RequestId>& preempted) {
-  while (true) {
-    if (kv_.allocate_slots(req.kv_view(), num_new, {}, num_drafts)) {
-      return true;
-    }
+// Reserves p's committed slots, preempting from the back of the running list (never a request
+// planned before p: they precede it in the list) until they fit. False when p itself was the
+// victim. Victims are appended to `preempted` in the order they were taken.
+bool Scheduler::make_room(RequestPlan& p, std::vector<RequestId>& preempted) {
+  while (!reserve(p, 0)) {
     // running_ is sorted, so the back is the lowest-priority, most recently admitted request.
     Request* victim = running_.back();
     running_.pop_back();
     preempt(*victim);
     preempted.push_back(victim->request_id);
-    if (victim == &req) return false;
+    if (victim == p.req) return false;
   }
+  return true;
 }
 
-void Scheduler::schedule_running(SchedulerOutput& out, Budget& budget) {
-  size_t i = 0;
-  while (i < running_.size() && budget.tokens > 0) {
-    Request& req = *running_[i];
+// Waiting requests, FCFS (or by priority), while the budget lasts; head-of-line: nobody behind
+// a request that does not fit is admitted before it (priority preemption may make room).
+void Scheduler::admit_waiting(std::vector<RequestPlan>& plans, int64_t& budget,
+                              std::vector<RequestId>& preempted) {
+  while (!waiting_.empty() && budget > 0) {
+    Request& req = *waiting_.front();
+    // A request preempted in this step waits for the next one (no thrashing within a step).
+    if (std::find(preempted.begin(), preempted.end(), req.request_id) != preempted.end()) break;
+    const int32_t seqs = req.is_fork_parent() ? req.best_of : 1;
+    const kv::ComputedBlocks hit = computed_blocks(req);
     const int64_t num_new =
-        chunk_size(req, req.target_tokens() - req.num_computed_tokens, budget.tokens);
-    if (num_new <= 0) {
-      ++i;
-      continue;
+        chunk_size(req, req.target_tokens() - hit.num_computed_tokens, budget);
+    if (num_running() + seqs > options_.max_num_seqs || !fits_new(req, num_new, hit, 0)) {
+      if (!preempt_for_waiting(req, hit, num_new, plans, budget, preempted)) break;
+      // Preemption frees blocks but caches none, so `hit` is still valid.
+      ARBOR_CHECK(fits_new(req, num_new, hit, 0))
+          << "request " << req.request_id << " does not fit after preempting for it";
     }
-    if (!try_allocate_running(req, num_new, 0, out.preempted_ids)) break;
-    schedule(req, num_new, 0, /*is_new=*/false, out);
-    budget.tokens -= num_new;
-    ++i;
+    plans.push_back(admit(req, hit, num_new));
+    budget -= num_new;
   }
 }
 
-void Scheduler::admit(Request& req, const kv::ComputedBlocks& hit, int64_t num_new,
-                      SchedulerOutput& out) {
+// Moves `req` to the running list and allocates its slots (its one allocation of the step: a
+// prefix-cache hit is valid only until the next allocation), with the lookahead a draft model's
+// first proposals need when it fits.
+RequestPlan Scheduler::admit(Request& req, const kv::ComputedBlocks& hit, int64_t num_new) {
+  const bool sample =
+      !req.is_fork_parent() && req.stop.max_tokens > 0 &&
+      hit.num_computed_tokens + num_new == req.num_tokens();
+  int32_t lookahead = drafts_.admission_lookahead(req, sample);
+  if (lookahead > 0 && !fits_new(req, num_new, hit, lookahead)) lookahead = 0;
+  const bool allocated = kv_.allocate_slots(req.kv_view(), num_new, hit, lookahead).has_value();
+  ARBOR_CHECK(allocated) << "request " << req.request_id << " was admitted without room";
   waiting_.erase(std::find(waiting_.begin(), waiting_.end(), &req));
   kv_.record_prefix_query(req.kv_view(), hit);  // once per admission, not per blocked step
   if (req.status == RequestStatus::kWaiting) req.num_cached_tokens = hit.num_computed_tokens;
@@ -129,17 +148,24 @@ void Scheduler::admit(Request& req, const kv::ComputedBlocks& hit, int64_t num_n
   req.status = RequestStatus::kRunning;
   req.admit_seq = next_admit_seq_++;
   insert_running(&req);
-  schedule(req, num_new, /*num_drafts=*/0, /*is_new=*/true, out);
+  return RequestPlan{.req = &req,
+                     .num_new = num_new,
+                     .sample = sample,
+                     .is_new = true,
+                     .lookahead = lookahead,
+                     .allocated = true};
 }
 
 // How many requests from the back of the running list must be preempted so that `req` (waiting,
 // no blocks) fits: max_num_seqs and the KV blocks allocate_slots(req, num_new, hit) takes from
-// the free queue. Only requests with a larger priority value count; nullopt when they do not
-// suffice. Exact: a victim's block is freed when the victims hold all its references; blocks of
-// `hit` are left out (freeing then reviving them nets zero). O(victims' table entries).
+// the free queue, counting what the step's plans reserved. Only requests with a larger priority
+// value count; nullopt when they do not suffice. Exact: a victim's block is freed when the
+// victims hold all its references; blocks of `hit` are left out (freeing then reviving them nets
+// zero); a victim's plan gives back what it reserved. O(victims' table entries).
 std::optional<size_t> Scheduler::num_victims_needed(const Request& req,
                                                     const kv::ComputedBlocks& hit,
-                                                    int64_t num_new) const {
+                                                    int64_t num_new,
+                                                    std::span<const RequestPlan> plans) const {
   const kv::BlockPool& pool = kv_.block_pool();
   const int32_t seqs = req.is_fork_parent() ? req.best_of : 1;
   const int64_t need = kv_.num_blocks_to_allocate(req.kv_view(), num_new, hit);
@@ -147,7 +173,7 @@ std::optional<size_t> Scheduler::num_victims_needed(const Request& req,
   for (const std::vector<kv::BlockId>& ids : hit.group_block_ids) {
     hit_blocks.insert(hit_blocks.end(), ids.begin(), ids.end());
   }
-  int64_t available = kv_.num_free_blocks();
+  int64_t available = free_blocks();
   std::unordered_map<kv::BlockId, int32_t> victim_refs;
   for (size_t k = 0;; ++k) {
     if (available >= need &&
@@ -157,6 +183,9 @@ std::optional<size_t> Scheduler::num_victims_needed(const Request& req,
     if (k == running_.size()) return std::nullopt;
     const Request& victim = *running_[running_.size() - 1 - k];
     if (victim.priority <= req.priority) return std::nullopt;
+    for (const RequestPlan& p : plans) {
+      if (p.req == &victim) available += p.reserved_blocks;
+    }
     for (int32_t g = 0; g < kv_.num_groups(); ++g) {
       for (kv::BlockId b : kv_.block_ids(victim.request_id, g)) {
         if (b == kv::kNullBlockId) continue;  // released from a sliding window
@@ -169,192 +198,88 @@ std::optional<size_t> Scheduler::num_victims_needed(const Request& req,
 }
 
 // Priority policy: preempts the fewest lowest-priority running requests that make room for
-// `req` (see num_victims_needed), taking them out of this step's output and giving their tokens
-// back to the budget. Returns false, changing nothing, when there is no such set.
+// `req` (see num_victims_needed), dropping their plans and giving their tokens back to the
+// budget. Returns false, changing nothing, when there is no such set.
 bool Scheduler::preempt_for_waiting(const Request& req, const kv::ComputedBlocks& hit,
-                                    int64_t num_new, SchedulerOutput& out, Budget& budget) {
+                                    int64_t num_new, std::vector<RequestPlan>& plans,
+                                    int64_t& budget, std::vector<RequestId>& preempted) {
   if (options_.policy != SchedulingPolicy::kPriority) return false;
-  const std::optional<size_t> num_victims = num_victims_needed(req, hit, num_new);
+  const std::optional<size_t> num_victims = num_victims_needed(req, hit, num_new, plans);
   if (!num_victims || *num_victims == 0) return false;
   for (size_t i = 0; i < *num_victims; ++i) {
     Request* victim = running_.back();
     running_.pop_back();
-    auto it = std::find_if(out.requests.begin(), out.requests.end(),
-                           [&](const ScheduledRequest& s) {
-                             return s.request_id == victim->request_id;
-                           });
-    if (it != out.requests.end()) {
-      budget.tokens += it->num_scheduled_tokens;
-      out.requests.erase(it);
+    auto it = std::find_if(plans.begin(), plans.end(),
+                           [&](const RequestPlan& p) { return p.req == victim; });
+    if (it != plans.end()) {
+      budget += it->num_new + it->num_drafts;
+      reserved_blocks_ -= it->reserved_blocks;
+      plans.erase(it);
     }
-    // A fork child first sent this step: the executor never needs to hear of it.
-    std::erase_if(out.new_requests, [&](const NewRequestData& d) {
-      return d.request_id == victim->request_id;
-    });
     preempt(*victim);
     ++num_priority_preemptions_;
-    out.preempted_ids.push_back(victim->request_id);
+    preempted.push_back(victim->request_id);
   }
   return true;
 }
 
-// How many drafts (tree levels) to ask the executor to propose after a step in which `req`
-// verifies `levels` of them: all that may be used when proposing is free (model-free
-// proposers); with a draft model, one more than this step's, none for a while after the policy
-// declined them (then it probes again).
-int32_t Scheduler::next_draft_request(const Request& req, int32_t levels) const {
-  const int32_t cap = max_drafts(req, 1);  // after this step at least one more token is committed
-  if (spec_policy_.cost_model().draft_cost <= 0 || req.speculation.mode == SpecMode::kFixed) {
-    return cap;
+// The plan's one allocation (admitted requests allocated at admission).
+void Scheduler::allocate(RequestPlan& p) {
+  if (p.allocated) return;
+  const bool ok =
+      kv_.allocate_slots(p.req->kv_view(), p.num_new, {}, p.lookahead).has_value();
+  ARBOR_CHECK(ok) << "request " << p.req->request_id << ": " << p.reserved_blocks
+                  << " blocks were reserved and do not fit";
+  reserved_blocks_ -= p.reserved_blocks;
+  p.reserved_blocks = 0;
+  p.allocated = true;
+}
+
+// The plan's ScheduledRequest; sends the executor what it does not know of the request.
+void Scheduler::emit(const RequestPlan& p, SchedulerOutput& out) {
+  Request& req = *p.req;
+  if (!req.known_to_executor()) {
+    out.new_requests.push_back(NewRequestData{
+        .request_id = req.request_id,
+        .token_ids = req.token_ids,
+        .num_prompt_tokens = static_cast<int32_t>(req.num_prompt),
+        .sampling = req.sampling,
+        .seed = req.seed,
+    });
+    req.num_tokens_sent = req.num_tokens();
   }
-  if (req.spec_backoff_steps > 0) return 0;
-  return std::min(cap, levels + 1);
-}
-
-// The most tree nodes to ask the executor to propose after a step in which `req` verifies
-// `verified` drafts: the request's cap within the engine's budget (0: chains); with a draft
-// model, whose tree costs forwards, at most twice what the policy took this step (at least 4),
-// so trees shrink under load and grow back when they pay.
-int32_t Scheduler::next_tree_nodes(const Request& req, int32_t verified) const {
-  int32_t cap = options_.max_tree_nodes;
-  if (req.speculation.tree_nodes >= 0) cap = std::min(cap, req.speculation.tree_nodes);
-  if (cap > 0 && spec_policy_.cost_model().draft_cost > 0 &&
-      req.speculation.mode != SpecMode::kFixed) {
-    cap = std::min(cap, std::max(4, 2 * verified));
-  }
-  return cap;
-}
-
-namespace {
-
-// The levels of the first k of `req`'s drafts: k for a chain, the deepest node's depth for a
-// tree.
-int32_t draft_levels(const Request& req, int32_t k) {
-  return step::draft_levels(std::span<const int32_t>(req.drafts.parent_ids).first(k));
-}
-
-// The longest prefix of `req`'s drafts no deeper than max_depth (parents come first, so a prefix
-// is a tree; the executor proposes within the depth it was asked for, which only the tokens
-// accepted since can lower).
-int32_t prefix_within_depth(const Request& req, int32_t max_depth) {
-  const std::vector<int32_t> depth = step::draft_depths(req.drafts.parent_ids);
-  int32_t k = 0;
-  while (k < static_cast<int32_t>(depth.size()) && depth[static_cast<size_t>(k)] <= max_depth) ++k;
-  return k;
-}
-
-}  // namespace
-
-// Gives decoding requests their drafts: the SpecPolicy chooses k for each over the whole step;
-// the drafts take budget tokens and KV slots beyond the committed ones (never preempting: a
-// request whose slots do not fit verifies none).
-void Scheduler::schedule_drafts(SchedulerOutput& out, Budget& budget) {
-  std::vector<size_t> index;
-  std::vector<SpecPolicy::Candidate> candidates;
-  std::vector<std::vector<double>> gains;  // [candidates] a tree's node gains; empty: a chain
-  int64_t base_emitted = 0;
-  for (size_t i = 0; i < out.requests.size(); ++i) {
-    const ScheduledRequest& s = out.requests[i];
-    if (!s.sample) continue;
-    ++base_emitted;
-    Request& req = *requests_.at(s.request_id);
-    if (req.drafts.empty() || s.num_scheduled_tokens != 1) continue;
-    const int32_t max_k = prefix_within_depth(req, max_drafts(req, 0));
-    if (max_k <= 0) continue;
-    index.push_back(i);
-    const double a = spec_policy_.acceptance(req.acceptance_estimate);
-    const auto parents = std::span<const int32_t>(req.drafts.parent_ids).first(max_k);
-    const auto probs = std::span<const float>(req.drafts.probs).first(
-        req.drafts.probs.empty() ? 0 : static_cast<size_t>(max_k));
-    gains.push_back(step::is_chain(parents) ? std::vector<double>{}
-                                            : tree_node_gains(a, parents, probs));
-    candidates.push_back(SpecPolicy::Candidate{
-        .acceptance = a, .max_k = max_k, .fixed = req.speculation.mode == SpecMode::kFixed});
-  }
-  if (candidates.empty()) return;
-  for (size_t c = 0; c < candidates.size(); ++c) candidates[c].gains = gains[c];
-  int64_t base_tokens = 0;
-  for (const ScheduledRequest& s : out.requests) base_tokens += s.num_scheduled_tokens;
-  const std::vector<int32_t> k =
-      spec_policy_.choose(base_tokens, base_emitted, budget.tokens, candidates);
-  for (size_t c = 0; c < candidates.size(); ++c) {
-    ScheduledRequest& s = out.requests[index[c]];
-    Request& req = *requests_.at(s.request_id);
-    ++num_spec_candidates_;
-    int32_t kc = k[c];
-    if (kc > 0 && !kv_.allocate_slots(req.kv_view(), 1, {}, kc)) kc = 0;
-    if (kc == 0) {
-      ++num_spec_declined_;
-      if (!candidates[c].fixed) {
-        req.spec_backoff_next = req.spec_backoff_next == 0
-                                    ? kSpecBackoffSteps
-                                    : std::min(2 * req.spec_backoff_next, kSpecMaxBackoffSteps);
-        req.spec_backoff_steps = req.spec_backoff_next;
-      }
+  ScheduledRequest s;
+  s.request_id = req.request_id;
+  s.num_computed_tokens = req.num_computed_tokens;
+  s.num_scheduled_tokens = static_cast<int32_t>(p.num_new) + p.num_drafts;
+  s.new_token_ids.assign(req.token_ids.begin() + req.num_tokens_sent, req.token_ids.end());
+  req.num_tokens_sent = req.num_tokens();
+  s.num_drafts = p.num_drafts;
+  set_block_tables(req, s);
+  s.sample = p.sample;
+  if (req.sampling.prompt_logprobs) {
+    // Row q scores position q + 1: this step's rows score [c + 1, c + num_new + 1), capped at the
+    // prompt's end and started where the last step left off (a recompute scores nothing twice).
+    s.prompt_logprobs_begin = std::max(req.num_computed_tokens + 1, req.next_prompt_logprob);
+    s.prompt_logprobs_end =
+        std::min(req.num_computed_tokens + p.num_new + 1, req.num_prompt_tokens());
+    if (s.prompt_logprobs_end <= s.prompt_logprobs_begin) {
+      s.prompt_logprobs_begin = s.prompt_logprobs_end = 0;
     }
-    s.num_drafts = kc;
-    s.num_scheduled_tokens += kc;
-    s.max_next_draft_tokens = next_draft_request(req, draft_levels(req, kc));
-    budget.tokens -= kc;
-    set_block_tables(req, s);
   }
+  s.max_next_draft_tokens = p.ask_depth;
+  s.max_next_draft_nodes = p.ask_nodes;
+  s.is_prompt_chunk = req.num_computed_tokens < req.num_prompt_tokens();
+  s.is_new = p.is_new;
+  out.total_num_scheduled_tokens += s.num_scheduled_tokens;
+  out.requests.push_back(std::move(s));
 }
 
-// Whether a draft could pay in this step at all: the policy would give one draft to a request
-// with the engine-wide acceptance estimate. When not (a loaded step, or a costly draft model
-// whose drafts are rarely accepted), nobody proposes for the next step, so the draft model costs
-// nothing: no proposals and no catch-up over the tokens it skipped.
-bool Scheduler::drafts_may_pay(const SchedulerOutput& out, int64_t budget) const {
-  int64_t tokens = 0, emitted = 0;
-  for (const ScheduledRequest& s : out.requests) {
-    tokens += s.num_scheduled_tokens;
-    emitted += s.sample ? 1 : 0;
-  }
-  const SpecPolicy::Candidate best{.acceptance = spec_policy_.acceptance(-1.0), .max_k = 1};
-  return spec_policy_.choose(tokens, emitted, std::max<int64_t>(budget, 1), {&best, 1})[0] > 0;
-}
-
-// A draft model's proposals cost forwards, and a request whose draft model is behind (it asked
-// for no drafts last step) first costs a catch-up over the tokens it skipped — its whole prompt
-// at first. So: nobody proposes in a step where no draft could pay, and in a step with more than
-// two sampling requests a request whose draft model is behind starts only when its catch-up is
-// cheap (kMaxDraftCatchUpCost; early in a request's life with a small draft model).
-void Scheduler::limit_draft_model_proposals(SchedulerOutput& out, int64_t budget) {
-  const bool may_pay = drafts_may_pay(out, budget);
-  const double draft_cost = spec_policy_.cost_model().draft_cost;
-  int64_t num_sampling = 0;
-  for (const ScheduledRequest& s : out.requests) num_sampling += s.sample ? 1 : 0;
-  for (ScheduledRequest& s : out.requests) {
-    Request& req = *requests_.at(s.request_id);
-    const double catch_up =
-        static_cast<double>(req.num_tokens() - req.draft_synced_tokens) * draft_cost;
-    const bool costly_catch_up =
-        !req.draft_in_sync && num_sampling > 2 && catch_up > kMaxDraftCatchUpCost;
-    if (req.speculation.mode != SpecMode::kFixed && (!may_pay || costly_catch_up)) {
-      s.max_next_draft_tokens = 0;
-    }
-    if (!s.sample) continue;
-    req.draft_in_sync = s.max_next_draft_tokens > 0;
-    // The draft model will have seen everything up to this step's sampled token.
-    if (req.draft_in_sync) req.draft_synced_tokens = req.num_tokens() + 1;
-  }
-}
-
-// Slots for the K/V a draft model writes while proposing max_next_draft_tokens after this step.
-void Scheduler::reserve_draft_slots(SchedulerOutput& out) {
-  for (ScheduledRequest& s : out.requests) {
-    if (!s.sample || s.max_next_draft_tokens == 0) continue;
-    const Request& req = *requests_.at(s.request_id);
-    const int64_t committed_run = s.num_scheduled_tokens - s.num_draft_tokens();
-    // A draft model's tree forwards write up to max_next_draft_nodes tokens after the tokens
-    // committed by this step (up to k + 1 of them).
-    const int32_t lookahead =
-        std::max(s.max_next_draft_tokens, s.max_next_draft_nodes > 0 ? s.max_next_draft_nodes + 1 : 0);
-    if (!kv_.allocate_slots(req.kv_view(), committed_run, {}, s.num_draft_tokens() + lookahead)) {
-      s.max_next_draft_tokens = 0;
-      continue;
-    }
-    set_block_tables(req, s);
+void Scheduler::set_block_tables(const Request& req, ScheduledRequest& s) const {
+  s.block_tables.resize(static_cast<size_t>(kv_.num_groups()));
+  for (int32_t g = 0; g < kv_.num_groups(); ++g) {
+    const std::span<const kv::BlockId> table = kv_.block_ids(req.request_id, g);
+    s.block_tables[static_cast<size_t>(g)].assign(table.begin(), table.end());
   }
 }
 
@@ -368,96 +293,11 @@ kv::ComputedBlocks Scheduler::computed_blocks(const Request& req) const {
   return kv_.get_computed_blocks(req.kv_view(), req.next_prompt_logprob - 1);
 }
 
-void Scheduler::schedule_waiting(SchedulerOutput& out, Budget& budget) {
-  while (!waiting_.empty() && budget.tokens > 0) {
-    Request& req = *waiting_.front();
-    // A request preempted in this step waits for the next one (no thrashing within a step).
-    if (std::find(out.preempted_ids.begin(), out.preempted_ids.end(), req.request_id) !=
-        out.preempted_ids.end()) {
-      break;
-    }
-    const int32_t seqs = req.is_fork_parent() ? req.best_of : 1;
-    const kv::ComputedBlocks hit = computed_blocks(req);
-    const int64_t num_new =
-        chunk_size(req, req.target_tokens() - hit.num_computed_tokens, budget.tokens);
-    const bool fits =
-        num_running() + seqs <= options_.max_num_seqs &&
-        kv_.allocate_slots(req.kv_view(), num_new, hit).has_value();
-    if (!fits) {
-      // Head-of-line: nobody behind `req` is admitted before it.
-      if (!preempt_for_waiting(req, hit, num_new, out, budget)) break;
-      // Preemption frees blocks but caches none, so `hit` is still valid.
-      const bool allocated = kv_.allocate_slots(req.kv_view(), num_new, hit).has_value();
-      ARBOR_CHECK(allocated) << "request " << req.request_id
-                             << " does not fit after preempting for it";
-    }
-    admit(req, hit, num_new, out);
-    budget.tokens -= num_new;
-  }
-}
-
 void Scheduler::observe_step(const SchedulerOutput& out, double seconds) {
-  constexpr double kWeight = 0.05;  // about the last 20 steps of each kind
-  int64_t drafts = 0, proposals = 0;
-  for (const ScheduledRequest& s : out.requests) {
-    if (s.num_scheduled_tokens != 1 + s.num_draft_tokens()) return;  // a prefill chunk
-    drafts += s.num_draft_tokens();
-    proposals += s.max_next_draft_tokens;
-  }
-  if (out.requests.empty() || seconds <= 0) return;
-  const SpecCostModel& cost = spec_policy_.cost_model();
-  const double predicted =
-      cost.cost(out.total_num_scheduled_tokens) + cost.draft_cost * static_cast<double>(proposals);
-  const double scale = seconds / predicted;
-  double& mean = drafts + proposals > 0 ? spec_step_scale_ : plain_step_scale_;
-  mean = mean < 0 ? scale : (1 - kWeight) * mean + kWeight * scale;
-  // The plain reference: plain decode steps once seen, else the startup measurement (a loaded
-  // engine may speculate in every step).
-  const double reference = plain_step_scale_ > 0 ? plain_step_scale_ : cost.one_token_seconds;
-  if (reference > 0 && spec_step_scale_ > 0) {
-    const double before = spec_policy_.overhead();
-    spec_policy_.set_overhead(spec_step_scale_ / reference);
-    const double after = spec_policy_.overhead();
-    if ((before < 1.2) != (after < 1.2)) {
-      ARBOR_LOG(kInfo) << "speculation: a speculative step costs " << after
-                       << "x the measured curve" << (after >= 1.2 ? " (drafts pay less)" : "");
-    }
-  }
+  drafts_.observe_step(out, seconds);
 }
 
-SchedulerOutput Scheduler::schedule() {
-  SchedulerOutput out;
-  out.step = num_steps_++;
-  out.block_copies = std::move(pending_copies_);
-  pending_copies_.clear();
-  out.finished_ids = std::move(finished_since_schedule_);
-  finished_since_schedule_.clear();
-  Budget budget{options_.max_num_batched_tokens};
-  schedule_running(out, budget);
-  schedule_drafts(out, budget);
-  if (out.preempted_ids.empty()) schedule_waiting(out, budget);
-  if (spec_policy_.cost_model().draft_cost > 0) {
-    limit_draft_model_proposals(out, budget.tokens);
-  } else if (options_.max_spec_tokens > 0 && !drafts_may_pay(out, budget.tokens)) {
-    // Model-free proposers cost no forward, but proposing still costs the engine thread time
-    // (suffix tries); in a step where no draft could pay, nobody proposes.
-    for (ScheduledRequest& s : out.requests) {
-      if (requests_.at(s.request_id)->speculation.mode != SpecMode::kFixed) {
-        s.max_next_draft_tokens = 0;
-      }
-    }
-  }
-  for (ScheduledRequest& s : out.requests) {
-    if (s.max_next_draft_tokens > 0) {
-      s.max_next_draft_nodes = next_tree_nodes(*requests_.at(s.request_id), s.num_draft_tokens());
-    }
-  }
-  if (options_.reserve_draft_slots) reserve_draft_slots(out);
-  for (const ScheduledRequest& s : out.requests) {
-    out.total_num_scheduled_tokens += s.num_scheduled_tokens;
-  }
-  return out;
-}
+// ---- update_from_output() ----
 
 std::optional<StopReason> Scheduler::check_stop(const Request& req, int32_t token_id) const {
   const StopConditions& stop = req.stop;
@@ -482,8 +322,8 @@ void Scheduler::commit(Request& req, const ScheduledRequest& s, const RequestRes
                        RequestOutput& o) {
   const int32_t k = s.num_draft_tokens();
   req.num_computed_tokens += s.num_scheduled_tokens - k;
-  const step::DraftShape verified = std::move(req.drafts);
-  req.drafts = {};
+  const step::DraftShape verified = std::move(req.spec.drafts);
+  req.spec.drafts = {};
   if (r == nullptr) {
     if (req.stop.max_tokens == 0 && req.num_computed_tokens == req.num_tokens()) {
       o.stop_reason = StopReason{.kind = StopKind::kMaxTokens};
@@ -495,28 +335,22 @@ void Scheduler::commit(Request& req, const ScheduledRequest& s, const RequestRes
     o.stop_reason = StopReason{.kind = StopKind::kAbort};
     return;
   }
-  if (req.spec_backoff_steps > 0) --req.spec_backoff_steps;
-  if (k > 0 && r->num_accepted > 0) req.spec_backoff_next = 0;
+  const auto parents =
+      std::span<const int32_t>(verified.parent_ids).first(static_cast<size_t>(k));
+  drafts_.observe_verification(req, parents, r->num_accepted);
   // The accepted drafts' K/V was computed in the context of committed tokens: it stays valid.
   req.num_computed_tokens += r->num_accepted;
   o.num_draft_tokens = k;
   o.num_accepted_tokens = r->num_accepted;
-  const auto parents = std::span<const int32_t>(verified.parent_ids).first(static_cast<size_t>(k));
   o.num_draft_levels = step::draft_levels(parents);
   o.draft_tree = !step::is_chain(parents);
-  if (k > 0) {
-    spec_policy_.observe(req.acceptance_estimate, o.num_draft_levels, r->num_accepted);
-    ++req.spec_stats.num_verify_steps;
-    req.spec_stats.num_draft_tokens += k;
-    req.spec_stats.num_accepted_tokens += r->num_accepted;
-  }
   for (const SampledToken& t : r->tokens) {
     req.append_output(t.token_id);
     o.new_tokens.push_back(t);
     o.stop_reason = check_stop(req, t.token_id);
     if (o.stop_reason) return;
   }
-  req.drafts = r->next_drafts;
+  req.spec.drafts = r->next_drafts;
 }
 
 Result<std::vector<RequestOutput>> Scheduler::update_from_output(const SchedulerOutput& output,
@@ -529,7 +363,7 @@ Result<std::vector<RequestOutput>> Scheduler::update_from_output(const Scheduler
     const auto r = results.find(s.request_id);
     const auto it = requests_.find(s.request_id);
     if (r == results.end() || it == requests_.end() || !r->second->error.ok()) continue;
-    const std::span<const int32_t> parents(it->second->drafts.parent_ids);
+    const std::span<const int32_t> parents(it->second->spec.drafts.parent_ids);
     if (parents.size() < static_cast<size_t>(s.num_drafts)) {
       return internal_error("request ", s.request_id, " verified ", s.num_drafts,
                             " drafts, the scheduler knows of ", parents.size());

@@ -225,6 +225,24 @@ class Harness {
   Harness(const SchedulerOptions& sopt, const kv::KvCacheManagerOptions& kopt)
       : kv(kopt), sched(sopt, kv) {}
 
+  // The KV manager with every allocate_slots call counted per request, for the rule that a
+  // step allocates each request's slots at most once (plans first, then one allocation).
+  class CountingKv final : public kv::KvCacheManager {
+   public:
+    using kv::KvCacheManager::KvCacheManager;
+    std::optional<std::span<const kv::BlockId>> allocate_slots(
+        const kv::KvRequest& request, int64_t num_new_tokens,
+        const kv::ComputedBlocks& new_computed_blocks = kv::ComputedBlocks{},
+        int64_t num_lookahead_tokens = 0) override {
+      ++calls[request.request_id];
+      max_calls = std::max(max_calls, calls[request.request_id]);
+      return kv::KvCacheManager::allocate_slots(request, num_new_tokens, new_computed_blocks,
+                                                num_lookahead_tokens);
+    }
+    std::map<kv::KvRequestId, int32_t> calls;  // this step's, by request
+    int32_t max_calls = 0;                     // the most one request got in any step
+  };
+
   // Adds a request named `name` (ids 1, 2, ... in order of addition).
   Status add(const std::string& name, std::vector<int32_t> prompt, int32_t max_tokens,
              int32_t priority = 0, int32_t best_of = 1, SpecRequest speculation = {}) {
@@ -261,6 +279,11 @@ class Harness {
   // the outputs in last_outputs.
   std::string step() {
     SchedulerOutput out = sched.schedule();
+    for (const auto& [id, n] : kv.calls) {
+      EXPECT_LE(n, 1) << "request " << name(id) << " allocated " << n << " times in step "
+                      << out.step;
+    }
+    kv.calls.clear();
     std::string row;
     for (const step::BlockCopy& c : out.block_copies) {
       row += "copy:" + std::to_string(c.src_block) + ">" + std::to_string(c.dst_block) + " ";
@@ -308,7 +331,7 @@ class Harness {
     return table;
   }
 
-  kv::KvCacheManager kv;
+  CountingKv kv;
   Scheduler sched;
   FakeModel model;
   std::vector<RequestOutput> last_outputs;

@@ -48,6 +48,10 @@ void run_seed(uint64_t seed, Counts& counts, Groups groups = Groups::kFull) {
     ko.num_blocks *= static_cast<int32_t>(ko.group_windows.size());
     so.max_tree_nodes = uniform(0, 1) ? 0 : uniform(2, 6);
   }
+  // Half the seeds plan as for a draft model (lookahead slots, backoff, catch-up gates), from the
+  // seed alone so that the random workload stays the same.
+  so.reserve_draft_slots = so.max_spec_tokens > 0 && seed % 2 == 0;
+  so.spec_cost.draft_cost = so.reserve_draft_slots ? 0.05 : 0.0;
   testing::Harness h(so, ko);
   h.model.draft_correct = uniform(-1, 4);
   if (groups != Groups::kFull) {
@@ -75,6 +79,7 @@ void run_seed(uint64_t seed, Counts& counts, Groups groups = Groups::kFull) {
     if (uniform(0, 9) == 0) h.sched.finish_request(h.id(name), StopReason{.kind = StopKind::kAbort});
   }
   h.run(100000);
+  EXPECT_EQ(h.kv.max_calls, 1) << "one allocate_slots per request per step (Harness::step)";
   counts.drafts += h.num_draft_tokens;
   counts.accepted += h.num_accepted_tokens;
   counts.preemptions += h.sched.stats().num_preemptions;

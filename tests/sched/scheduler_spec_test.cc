@@ -328,7 +328,7 @@ TEST(SchedulerSpecTree, MalformedTreeResultsAreErrors) {
   h.step();
   SchedulerOutput out = h.sched.schedule();
   ASSERT_EQ(out.requests.size(), 1u);
-  ASSERT_FALSE(step::is_chain(h.sched.find(h.id("A"))->drafts.parent_ids));
+  ASSERT_FALSE(step::is_chain(h.sched.find(h.id("A"))->spec.drafts.parent_ids));
   ASSERT_EQ(out.requests[0].num_draft_tokens(), 6);
   const StepResult good = h.model.execute(out);
   ASSERT_EQ(good.requests[0].accepted_draft_indices, (std::vector<int32_t>{1, 3, 5}));

@@ -1,0 +1,230 @@
+#include "sched/draft_planner.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "base/log.h"
+
+namespace arbor::sched {
+
+namespace {
+
+// The longest prefix of `req`'s drafts no deeper than max_depth (parents come first, so a prefix
+// is a tree; the executor proposes within the depth it was asked for, which only the tokens
+// accepted since can lower).
+int32_t prefix_within_depth(const Request& req, int32_t max_depth) {
+  const std::vector<int32_t> depth = step::draft_depths(req.spec.drafts.parent_ids);
+  int32_t k = 0;
+  while (k < static_cast<int32_t>(depth.size()) && depth[static_cast<size_t>(k)] <= max_depth) ++k;
+  return k;
+}
+
+int32_t levels_of(const Request& req, int32_t k) {
+  return step::draft_levels(std::span<const int32_t>(req.spec.drafts.parent_ids).first(
+      static_cast<size_t>(k)));
+}
+
+bool is_fixed(const Request& req) { return req.spec.params.mode == SpecMode::kFixed; }
+
+}  // namespace
+
+DraftPlanner::DraftPlanner(DraftPlannerOptions options)
+    : options_(std::move(options)), policy_(options_.cost, options_.policy) {}
+
+int32_t DraftPlanner::max_drafts(const Request& req, int64_t extra_tokens) const {
+  if (options_.max_spec_tokens == 0 || req.spec.params.mode == SpecMode::kOff ||
+      req.is_fork_parent()) {
+    return 0;
+  }
+  int64_t k = options_.max_spec_tokens;
+  if (req.spec.params.k > 0) k = std::min<int64_t>(k, req.spec.params.k);
+  k = std::min(k, req.stop.max_tokens - req.num_output_tokens() - extra_tokens - 1);
+  if (options_.max_model_len > 0) {
+    k = std::min(k, options_.max_model_len - req.num_tokens() - extra_tokens - 1);
+  }
+  return static_cast<int32_t>(std::max<int64_t>(k, 0));
+}
+
+void DraftPlanner::choose_drafts(std::span<RequestPlan> plans, int64_t& budget,
+                                 const FitsFn& fits) {
+  std::vector<RequestPlan*> index;
+  std::vector<SpecPolicy::Candidate> candidates;
+  std::vector<std::vector<double>> gains;  // [candidates] a tree's node gains; empty: a chain
+  int64_t base_emitted = 0, base_tokens = 0;
+  for (RequestPlan& p : plans) {
+    base_tokens += p.num_new;
+    if (!p.sample) continue;
+    ++base_emitted;
+    const Request& req = *p.req;
+    if (req.spec.drafts.empty() || p.num_new != 1) continue;
+    const int32_t max_k = prefix_within_depth(req, max_drafts(req, 0));
+    if (max_k <= 0) continue;
+    index.push_back(&p);
+    const double a = policy_.acceptance(req.spec.acceptance);
+    const auto parents = std::span<const int32_t>(req.spec.drafts.parent_ids).first(max_k);
+    const auto probs = std::span<const float>(req.spec.drafts.probs)
+                           .first(req.spec.drafts.probs.empty() ? 0 : static_cast<size_t>(max_k));
+    gains.push_back(step::is_chain(parents) ? std::vector<double>{}
+                                            : tree_node_gains(a, parents, probs));
+    candidates.push_back(
+        SpecPolicy::Candidate{.acceptance = a, .max_k = max_k, .fixed = is_fixed(req)});
+  }
+  if (candidates.empty()) return;
+  for (size_t c = 0; c < candidates.size(); ++c) candidates[c].gains = gains[c];
+  const std::vector<int32_t> k = policy_.choose(base_tokens, base_emitted, budget, candidates);
+  for (size_t c = 0; c < candidates.size(); ++c) {
+    RequestPlan& p = *index[c];
+    ++num_candidates_;
+    int32_t kc = k[c];
+    if (kc > 0 && !fits(p, kc)) kc = 0;
+    if (kc == 0) decline(*p.req, candidates[c].fixed);
+    p.num_drafts = kc;
+    budget -= kc;
+  }
+}
+
+void DraftPlanner::decline(Request& req, bool fixed) {
+  ++num_declined_;
+  if (fixed) return;
+  SpecState& s = req.spec;
+  s.backoff_next = s.backoff_next == 0 ? kSpecBackoffSteps
+                                       : std::min(2 * s.backoff_next, kSpecMaxBackoffSteps);
+  s.backoff_steps = s.backoff_next;
+}
+
+// How many levels to ask the executor to propose after a step in which `req` verifies `levels`
+// of them: all that may be used when proposing is free (model-free proposers); with a draft
+// model, one more than this step's, none for a while after the policy declined them (then it
+// probes again).
+int32_t DraftPlanner::next_depth(const Request& req, int32_t levels) const {
+  const int32_t cap = max_drafts(req, 1);  // after this step at least one more token is committed
+  if (options_.cost.draft_cost <= 0 || is_fixed(req)) return cap;
+  if (req.spec.backoff_steps > 0) return 0;
+  return std::min(cap, levels + 1);
+}
+
+// The most tree nodes to ask for after a step in which `req` verifies `verified` drafts: the
+// request's cap within the engine's budget (0: chains); with a draft model, whose tree costs
+// forwards, at most twice what the policy took this step (at least 4), so trees shrink under
+// load and grow back when they pay.
+int32_t DraftPlanner::next_nodes(const Request& req, int32_t verified) const {
+  int32_t cap = options_.max_tree_nodes;
+  if (req.spec.params.tree_nodes >= 0) cap = std::min(cap, req.spec.params.tree_nodes);
+  if (cap > 0 && options_.cost.draft_cost > 0 && !is_fixed(req)) {
+    cap = std::min(cap, std::max(4, 2 * verified));
+  }
+  return cap;
+}
+
+int32_t DraftPlanner::admission_lookahead(const Request& req, bool sample) const {
+  if (!options_.reserve_draft_slots || !sample) return 0;
+  const int32_t depth = next_depth(req, 0);
+  if (depth == 0) return 0;
+  const int32_t nodes = next_nodes(req, 0);
+  return std::max(depth, nodes > 0 ? nodes + 1 : 0);
+}
+
+// Whether a draft could pay in this step at all: the policy would give one draft to a request
+// with the engine-wide acceptance estimate. When not (a loaded step, or a costly draft model
+// whose drafts are rarely accepted), nobody proposes for the next step, so the draft model costs
+// nothing: no proposals and no catch-up over the tokens it skipped.
+bool DraftPlanner::drafts_may_pay(std::span<const RequestPlan> plans, int64_t budget) const {
+  int64_t tokens = 0, emitted = 0;
+  for (const RequestPlan& p : plans) {
+    tokens += p.num_new + p.num_drafts;
+    emitted += p.sample ? 1 : 0;
+  }
+  const SpecPolicy::Candidate best{.acceptance = policy_.acceptance(-1.0), .max_k = 1};
+  return policy_.choose(tokens, emitted, std::max<int64_t>(budget, 1), {&best, 1})[0] > 0;
+}
+
+// A draft model's proposals cost forwards, and a request whose draft model is behind (it asked
+// for no drafts last step) first costs a catch-up over the tokens it skipped — its whole prompt
+// at first. So: nobody proposes in a step where no draft could pay, and in a step with more than
+// two sampling requests a request whose draft model is behind starts only when its catch-up is
+// cheap (kMaxDraftCatchUpCost; early in a request's life with a small draft model).
+void DraftPlanner::limit_draft_model_asks(std::span<RequestPlan> plans, int64_t budget) {
+  const bool may_pay = drafts_may_pay(plans, budget);
+  int64_t num_sampling = 0;
+  for (const RequestPlan& p : plans) num_sampling += p.sample ? 1 : 0;
+  for (RequestPlan& p : plans) {
+    Request& req = *p.req;
+    const double catch_up = static_cast<double>(req.num_tokens() - req.spec.draft_synced_tokens) *
+                            options_.cost.draft_cost;
+    const bool costly_catch_up =
+        !req.spec.draft_in_sync && num_sampling > 2 && catch_up > kMaxDraftCatchUpCost;
+    if (!is_fixed(req) && (!may_pay || costly_catch_up)) p.ask_depth = 0;
+    if (!p.sample) continue;
+    req.spec.draft_in_sync = p.ask_depth > 0;
+    // The draft model will have seen everything up to this step's sampled token.
+    if (req.spec.draft_in_sync) req.spec.draft_synced_tokens = req.num_tokens() + 1;
+  }
+}
+
+void DraftPlanner::plan_next(std::span<RequestPlan> plans, int64_t budget_left,
+                             const FitsFn& fits) {
+  for (RequestPlan& p : plans) {
+    p.ask_depth = p.sample ? next_depth(*p.req, levels_of(*p.req, p.num_drafts)) : 0;
+  }
+  if (options_.cost.draft_cost > 0) {
+    limit_draft_model_asks(plans, budget_left);
+  } else if (options_.max_spec_tokens > 0 && !drafts_may_pay(plans, budget_left)) {
+    // Model-free proposers cost no forward, but proposing still costs the engine thread time
+    // (suffix tries); in a step where no draft could pay, nobody proposes.
+    for (RequestPlan& p : plans) {
+      if (!is_fixed(*p.req)) p.ask_depth = 0;
+    }
+  }
+  for (RequestPlan& p : plans) {
+    p.ask_nodes = p.ask_depth > 0 ? next_nodes(*p.req, p.num_drafts) : 0;
+    if (!options_.reserve_draft_slots || p.ask_depth == 0) continue;
+    // A draft model's tree forwards write up to ask_nodes tokens after the tokens committed by
+    // this step (up to k + 1 of them).
+    const int32_t lookahead = std::max(p.ask_depth, p.ask_nodes > 0 ? p.ask_nodes + 1 : 0);
+    if (!fits(p, p.num_drafts + lookahead)) p.ask_depth = p.ask_nodes = 0;
+  }
+}
+
+void DraftPlanner::observe_verification(Request& req, std::span<const int32_t> parents,
+                                        int32_t accepted) {
+  SpecState& s = req.spec;
+  if (s.backoff_steps > 0) --s.backoff_steps;
+  if (parents.empty()) return;
+  if (accepted > 0) s.backoff_next = 0;
+  policy_.observe(s.acceptance, step::draft_levels(parents), accepted);
+  ++s.stats.num_verify_steps;
+  s.stats.num_draft_tokens += static_cast<int64_t>(parents.size());
+  s.stats.num_accepted_tokens += accepted;
+}
+
+void DraftPlanner::observe_step(const step::SchedulerOutput& out, double seconds) {
+  constexpr double kWeight = 0.05;  // about the last 20 steps of each kind
+  int64_t drafts = 0, proposals = 0;
+  for (const step::ScheduledRequest& s : out.requests) {
+    if (s.num_scheduled_tokens != 1 + s.num_draft_tokens()) return;  // a prefill chunk
+    drafts += s.num_draft_tokens();
+    proposals += s.max_next_draft_tokens;
+  }
+  if (out.requests.empty() || seconds <= 0) return;
+  const SpecCostModel& cost = policy_.cost_model();
+  const double predicted =
+      cost.cost(out.total_num_scheduled_tokens) + cost.draft_cost * static_cast<double>(proposals);
+  const double scale = seconds / predicted;
+  double& mean = drafts + proposals > 0 ? spec_step_scale_ : plain_step_scale_;
+  mean = mean < 0 ? scale : (1 - kWeight) * mean + kWeight * scale;
+  // The plain reference: plain decode steps once seen, else the startup measurement (a loaded
+  // engine may speculate in every step).
+  const double reference = plain_step_scale_ > 0 ? plain_step_scale_ : cost.one_token_seconds;
+  if (reference > 0 && spec_step_scale_ > 0) {
+    const double before = policy_.overhead();
+    policy_.set_overhead(spec_step_scale_ / reference);
+    const double after = policy_.overhead();
+    if ((before < 1.2) != (after < 1.2)) {
+      ARBOR_LOG(kInfo) << "speculation: a speculative step costs " << after
+                       << "x the measured curve" << (after >= 1.2 ? " (drafts pay less)" : "");
+    }
+  }
+}
+
+}  // namespace arbor::sched

@@ -1,0 +1,106 @@
+// DraftPlanner: every speculation decision of the scheduler, in one place (docs/speculation.md,
+// "Policy"). For the step being scheduled it chooses how many of each decoding request's drafts
+// to verify (the SpecPolicy over the whole step), what each sampling request asks the executor
+// to propose next (levels and tree nodes, with a draft model's backoff, catch-up and may-pay
+// gates), and the lookahead slots a draft model writes into; after the step it learns from the
+// verifications (acceptance) and from the measured step time (the policy's overhead).
+//
+// It works on the scheduler's RequestPlans (request_plan.h) before anything is allocated; KV
+// slots for drafts and lookahead are asked of the scheduler through a Fits callback, which
+// reserves them when they fit (drafts and lookahead never preempt).
+//
+// Threading: the engine thread (inside Scheduler::schedule() and update_from_output()).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+
+#include "sched/request.h"
+#include "sched/request_plan.h"
+#include "sched/spec_policy.h"
+#include "step/step.h"
+
+namespace arbor::sched {
+
+// Steps a request asks for no drafts after the SpecPolicy declined its drafts (draft model only:
+// proposing costs forwards, and probing again costs a catch-up over the tokens missed); doubled
+// on every further decline up to kSpecMaxBackoffSteps, reset when a verification accepts a draft.
+inline constexpr int32_t kSpecBackoffSteps = 16;
+inline constexpr int32_t kSpecMaxBackoffSteps = 1024;
+// Under load (more than two sampling requests) a request whose draft model is behind starts
+// proposing only if its catch-up — the tokens the draft model has not seen, at the draft cost
+// per token (an upper bound: the catch-up runs them as one prefill) — costs at most this much
+// of a 1-token target step.
+inline constexpr double kMaxDraftCatchUpCost = 0.25;
+
+struct DraftPlannerOptions {
+  int32_t max_spec_tokens = 0;  // levels verified per request per step; 0 = no speculation
+  int32_t max_tree_nodes = 0;   // the executor's tree budget; 0 = chains
+  int64_t max_model_len = 0;    // 0 = unbounded
+  // The proposer writes K/V for its drafts (a draft model): reserve lookahead slots for them.
+  bool reserve_draft_slots = false;
+  SpecCostModel cost{};
+  SpecPolicyOptions policy{};
+};
+
+// Reserves `lookahead` slots past plan's committed tokens (drafts verified now plus a draft
+// model's next proposals) when they fit; false (nothing reserved) otherwise.
+using FitsFn = std::function<bool(RequestPlan& plan, int32_t lookahead)>;
+
+class DraftPlanner {
+ public:
+  explicit DraftPlanner(DraftPlannerOptions options);
+
+  // The most drafts (levels) `req` may verify, or be asked to propose, when `extra_tokens` more
+  // committed tokens precede them: within max_spec_tokens and the request's own cap, and
+  // leaving room for the token sampled after them under max_tokens and max_model_len.
+  int32_t max_drafts(const Request& req, int64_t extra_tokens) const;
+
+  // Sets num_drafts of every decoding plan (one committed token, sampling, with drafts kept):
+  // the policy's k over the whole step (`plans`: the step so far), a prefix of its drafts within
+  // max_drafts(). Drafts take `budget` tokens (reduced) and fits() slots; a request whose slots
+  // do not fit verifies none. A decline starts a draft model's backoff.
+  void choose_drafts(std::span<RequestPlan> plans, int64_t& budget, const FitsFn& fits);
+
+  // Sets every sampling plan's ask (ask_depth, ask_nodes) once the step is known: one level
+  // more than it verifies (draft model; all allowed when proposing is free), none while backing
+  // off or where no draft could pay (drafts_may_pay), none for a draft model that is behind
+  // when catching up is costly; then a draft model's lookahead through fits() (the ask is
+  // dropped when it does not fit). Plans allocated already (admitted this step) keep the asks
+  // their admission reserved for (admission_lookahead()).
+  void plan_next(std::span<RequestPlan> plans, int64_t budget_left, const FitsFn& fits);
+
+  // The lookahead a request admitted this step reserves with its one allocation: the most its
+  // ask can be (plan_next() only lowers it), 0 without a draft model.
+  int32_t admission_lookahead(const Request& req, bool sample) const;
+
+  // A sampling step of `req` verified drafts with these parents (the verified prefix; empty:
+  // none) and accepted `accepted`: one backoff step passes; with drafts, the acceptance
+  // estimates and the request's counters learn from it.
+  void observe_verification(Request& req, std::span<const int32_t> parents, int32_t accepted);
+  // The measured wall time of executing `out` (Scheduler::observe_step).
+  void observe_step(const step::SchedulerOutput& out, double seconds);
+
+  double overhead() const { return policy_.overhead(); }
+  double acceptance() const { return policy_.acceptance(-1.0); }
+  int64_t num_candidates() const { return num_candidates_; }
+  int64_t num_declined() const { return num_declined_; }
+
+ private:
+  int32_t next_depth(const Request& req, int32_t levels) const;
+  int32_t next_nodes(const Request& req, int32_t verified) const;
+  bool drafts_may_pay(std::span<const RequestPlan> plans, int64_t budget) const;
+  void limit_draft_model_asks(std::span<RequestPlan> plans, int64_t budget);
+  void decline(Request& req, bool fixed);
+
+  DraftPlannerOptions options_;
+  SpecPolicy policy_;
+  int64_t num_candidates_ = 0;
+  int64_t num_declined_ = 0;
+  // Exponential means of seconds / predicted relative cost (observe_step); < 0: none yet.
+  double plain_step_scale_ = -1.0;
+  double spec_step_scale_ = -1.0;
+};
+
+}  // namespace arbor::sched
