@@ -77,7 +77,8 @@ Status LocalExecutor::apply_bookkeeping(const step::SchedulerOutput& output) {
 // verified, and the accepted path's K/V moved into place.
 step::RequestResult LocalExecutor::sample(const step::ScheduledRequest& s,
                                           const sampling::TokenTree& tree, int32_t row) {
-  Result<RequestRows> rows = readback_.rows(s, row, *runner_);
+  Result<RequestRows> rows = readback_.rows(
+      s, row, [this](int32_t r) { return runner_->nonfinite_origin(r); });
   if (!rows.ok()) {
     step::RequestResult failed;
     failed.request_id = s.request_id;

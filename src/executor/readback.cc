@@ -13,16 +13,16 @@ int64_t position_of_row(const step::ScheduledRequest& s, int64_t row) {
   return s.num_computed_tokens + s.num_scheduled_tokens - s.num_draft_tokens() - 1 + row;
 }
 
-std::string origin_of(const model::ModelRunner& runner, int32_t row) {
-  const std::string& origin = runner.nonfinite_origin(row);
-  return origin.empty() ? std::string("an unknown place") : origin;
+std::string origin_of(const LogitsReadback::OriginFn& origin, int32_t row) {
+  const std::string o = origin ? origin(row) : std::string();
+  return o.empty() ? std::string("an unknown place") : o;
 }
 
 // kInternal naming the first non-finite logit of `rows` ([n, vocab]): a NaN or Inf weight, or
 // an activation that overflowed, reached the classifier. The sampler must never see one.
-// `first_row`: the request's first row among the step's logits (for the runner's diagnosis).
+// `first_row`: the request's first row among the step's logits (for the diagnosis).
 Status check_finite_logits(const step::ScheduledRequest& s, std::span<const float> rows,
-                           int32_t vocab, const model::ModelRunner& runner, int32_t first_row) {
+                           int32_t vocab, const LogitsReadback::OriginFn& origin, int32_t first_row) {
   for (size_t i = 0; i < rows.size(); ++i) {
     if (std::isfinite(rows[i])) continue;
     const int64_t row = static_cast<int64_t>(i) / vocab;
@@ -30,7 +30,7 @@ Status check_finite_logits(const step::ScheduledRequest& s, std::span<const floa
         "the model produced a non-finite logit (", rows[i], ") for request ", s.request_id,
         " at position ", position_of_row(s, row), ", token id ", static_cast<int64_t>(i) % vocab,
         "; the hidden state first became non-finite in ",
-        origin_of(runner, first_row + static_cast<int32_t>(row)),
+        origin_of(origin, first_row + static_cast<int32_t>(row)),
         " (`arbor serve --check-weights` scans the weights)");
   }
   return ok_status();
@@ -39,13 +39,13 @@ Status check_finite_logits(const step::ScheduledRequest& s, std::span<const floa
 // The same check for rows that came back as their argmax or top-k candidates only: row i's
 // flag is ids[i * stride], -1 when the row has an Inf or NaN. ids: [num_rows, stride].
 Status check_finite_ids(const step::ScheduledRequest& s, std::span<const int32_t> ids,
-                        size_t stride, const model::ModelRunner& runner, int32_t first_row) {
+                        size_t stride, const LogitsReadback::OriginFn& origin, int32_t first_row) {
   for (size_t row = 0; row * stride < ids.size(); ++row) {
     if (ids[row * stride] >= 0) continue;
     return internal_error("the model produced a non-finite logit for request ", s.request_id,
                           " at position ", position_of_row(s, static_cast<int64_t>(row)),
                           "; the hidden state first became non-finite in ",
-                          origin_of(runner, first_row + static_cast<int32_t>(row)),
+                          origin_of(origin, first_row + static_cast<int32_t>(row)),
                           " (`arbor serve --check-weights` scans the weights)");
   }
   return ok_status();
@@ -113,7 +113,7 @@ model::LogitsOut LogitsReadback::out() {
 }
 
 Result<RequestRows> LogitsReadback::rows(const step::ScheduledRequest& s, int32_t row,
-                                         const model::ModelRunner& runner) {
+                                         const OriginFn& origin) {
   const auto first = static_cast<size_t>(row);
   const auto vocab = static_cast<size_t>(vocab_);
   // One logits row per draft plus the bonus row.
@@ -122,14 +122,14 @@ Result<RequestRows> LogitsReadback::rows(const step::ScheduledRequest& s, int32_
   switch (want_[first]) {
     case model::RowOut::kArgmax: {
       const auto ids = std::span<const int32_t>(argmax_).subspan(first, num_rows);
-      ARBOR_RETURN_IF_ERROR(check_finite_ids(s, ids, 1, runner, row));
+      ARBOR_RETURN_IF_ERROR(check_finite_ids(s, ids, 1, origin, row));
       return RequestRows{.logits = nullptr, .argmax = ids};
     }
     case model::RowOut::kTopK: {
       const auto k = static_cast<size_t>(top_k_);
       const auto ids = std::span<const int32_t>(top_ids_).subspan(first * k, num_rows * k);
       const auto values = std::span<const float>(top_logits_).subspan(first * k, num_rows * k);
-      ARBOR_RETURN_IF_ERROR(check_finite_ids(s, ids, k, runner, row));
+      ARBOR_RETURN_IF_ERROR(check_finite_ids(s, ids, k, origin, row));
       // The rows Sampler sees: -inf but for the candidates (sampling::fill_sparse_row's
       // argument: its tokens are those the whole rows give).
       for (size_t r = 0; r < num_rows; ++r) {
@@ -142,7 +142,7 @@ Result<RequestRows> LogitsReadback::rows(const step::ScheduledRequest& s, int32_
       break;
   }
   ARBOR_RETURN_IF_ERROR(check_finite_logits(
-      s, std::span<const float>(logits, num_rows * vocab), vocab_, runner, row));
+      s, std::span<const float>(logits, num_rows * vocab), vocab_, origin, row));
   return RequestRows{.logits = logits, .argmax = {}};
 }
 

@@ -12,13 +12,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "base/status.h"
 #include "executor/request_states.h"
 #include "model/llama_forward.h"
-#include "model/runner.h"
 #include "step/step.h"
 
 namespace arbor::executor {
@@ -60,10 +61,12 @@ class LogitsReadback {
   model::LogitsOut out();
   // The whole rows from `row` on ([n, vocab]), for prompt logprobs.
   const float* row(int32_t row) const { return logits_.data() + static_cast<size_t>(row) * vocab_; }
+  // Where the hidden state of a logits row first became non-finite ("" unknown): the runner's
+  // diagnosis (model::ModelRunner::nonfinite_origin).
+  using OriginFn = std::function<std::string(int32_t row)>;
   // Request `s`'s rows from `row` (its first sampling row), checked finite; kInternal naming the
-  // position and where the hidden state first became non-finite (the runner's diagnosis).
-  Result<RequestRows> rows(const step::ScheduledRequest& s, int32_t row,
-                           const model::ModelRunner& runner);
+  // position and, from `origin`, where the hidden state first became non-finite.
+  Result<RequestRows> rows(const step::ScheduledRequest& s, int32_t row, const OriginFn& origin);
 
  private:
   model::RowOut row_out(const RequestState& st) const;

@@ -1,0 +1,101 @@
+// validate_step_result and the draft-shape helpers: every rule a result can break is a kInternal
+// naming the request.
+#include "step/step.h"
+
+#include <gtest/gtest.h>
+
+namespace arbor::step {
+namespace {
+
+TEST(DraftShape, DepthsLevelsAndChains) {
+  EXPECT_EQ(draft_depths(std::vector<int32_t>{-1, 0, 1}), (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(draft_depths(std::vector<int32_t>{-1, -1, 0, 2}), (std::vector<int32_t>{1, 1, 2, 3}));
+  EXPECT_EQ(draft_levels(std::vector<int32_t>{-1, -1, 0, 2}), 3);
+  EXPECT_EQ(draft_levels(std::vector<int32_t>{}), 0);
+  EXPECT_TRUE(is_chain(std::vector<int32_t>{}));
+  EXPECT_TRUE(is_chain(std::vector<int32_t>{-1, 0, 1}));
+  EXPECT_FALSE(is_chain(std::vector<int32_t>{-1, -1}));
+  EXPECT_TRUE(check_draft_parents(std::vector<int32_t>{-1, 0, 0, 2}).ok());
+  EXPECT_FALSE(check_draft_parents(std::vector<int32_t>{-1, 1}).ok()) << "a parent after it";
+  EXPECT_FALSE(check_draft_parents(std::vector<int32_t>{-2}).ok());
+}
+
+TEST(DraftShape, AcceptedPathsMustContinueFromTheRoot) {
+  const std::vector<int32_t> parents{-1, -1, 1, 1, 3};
+  RequestResult r;
+  r.accepted_draft_indices = {1, 3, 4};
+  EXPECT_TRUE(check_accepted_path(parents, r).ok());
+  r.accepted_draft_indices = {1, 2, 4};
+  EXPECT_FALSE(check_accepted_path(parents, r).ok());
+  r.accepted_draft_indices = {3};
+  EXPECT_FALSE(check_accepted_path(parents, r).ok()) << "not a child of the root";
+  r.accepted_draft_indices = {5};
+  EXPECT_FALSE(check_accepted_path(parents, r).ok()) << "beyond the verified drafts";
+}
+
+SchedulerOutput one_request(int32_t k, int32_t depth, int32_t nodes) {
+  SchedulerOutput out;
+  ScheduledRequest s;
+  s.request_id = 9;
+  s.num_scheduled_tokens = 1 + k;
+  s.num_drafts = k;
+  s.sample = true;
+  s.max_next_draft_tokens = depth;
+  s.max_next_draft_nodes = nodes;
+  out.requests.push_back(s);
+  return out;
+}
+
+RequestResult result(int32_t k, int32_t accepted) {
+  RequestResult r;
+  r.request_id = 9;
+  r.num_draft_tokens = k;
+  r.num_accepted = accepted;
+  for (int32_t i = 0; i < accepted; ++i) r.accepted_draft_indices.push_back(i);
+  for (int32_t i = 0; i <= accepted; ++i) r.tokens.push_back({.token_id = 3});
+  return r;
+}
+
+TEST(ValidateStepResult, EachBrokenRuleIsAnInternalError) {
+  const auto check = [](const SchedulerOutput& out, RequestResult r) {
+    StepResult res;
+    res.requests.push_back(std::move(r));
+    return validate_step_result(out, res, 10);
+  };
+  EXPECT_TRUE(check(one_request(2, 3, 0), result(2, 1)).ok());
+  RequestResult r = result(2, 1);
+  r.num_draft_tokens = 1;
+  EXPECT_EQ(check(one_request(2, 3, 0), r).code(), StatusCode::kInternal) << "k differs";
+  r = result(2, 1);
+  r.accepted_draft_indices = {};
+  EXPECT_FALSE(check(one_request(2, 3, 0), r).ok()) << "path shorter than accepted";
+  r = result(2, 1);
+  r.accepted_draft_indices = {2};
+  EXPECT_FALSE(check(one_request(2, 3, 0), r).ok()) << "a draft that was not verified";
+  r = result(2, 1);
+  r.tokens[0].token_id = 10;
+  EXPECT_FALSE(check(one_request(2, 3, 0), r).ok()) << "outside the vocabulary";
+  r = result(0, 0);
+  r.next_drafts.parent_ids = {-1, 0, 1, 2};
+  EXPECT_FALSE(check(one_request(0, 3, 0), r).ok()) << "deeper than asked";
+  r.next_drafts.parent_ids = {-1, 0, 1};
+  EXPECT_TRUE(check(one_request(0, 3, 0), r).ok());
+  r.next_drafts.parent_ids = {-1, -1};
+  EXPECT_FALSE(check(one_request(0, 3, 0), r).ok()) << "a tree when a chain was asked for";
+  EXPECT_TRUE(check(one_request(0, 3, 2), r).ok());
+  r.next_drafts.parent_ids = {-1, -1, 0};
+  EXPECT_FALSE(check(one_request(0, 3, 2), r).ok()) << "more nodes than asked for";
+  r.next_drafts = {{-1, 0}, {0.5f}};
+  EXPECT_FALSE(check(one_request(0, 3, 0), r).ok()) << "probabilities of another length";
+  r.next_drafts = {{-1, 0}, {0.5f, -0.1f}};
+  EXPECT_FALSE(check(one_request(0, 3, 0), r).ok()) << "a probability below 0";
+  r = result(0, 0);
+  r.tokens.clear();
+  r.error = internal_error("the model failed");
+  EXPECT_TRUE(check(one_request(0, 3, 0), r).ok()) << "a failed request, nothing returned";
+  r.next_drafts.parent_ids = {-1};
+  EXPECT_FALSE(check(one_request(0, 3, 0), r).ok()) << "a failed request with drafts";
+}
+
+}  // namespace
+}  // namespace arbor::step
