@@ -19,16 +19,6 @@ namespace {
 
 using gguf::GgmlType;
 
-// acc + the dword dots of z's unsigned bytes with the four int8 at p, broadcast. An inline
-// vpdpbusd with an embedded {1to16} broadcast: GCC emits a separate vpbroadcastd load for the
-// intrinsic, one more uop per dot, and the front end is a bottleneck of the multi-token tiles.
-ARBOR_AVX512_INLINE __m512i dpbusd_bcast(__m512i acc, __m512i z, const int8_t* p) {
-  asm("vpdpbusd %2%{1to16%}, %1, %0"
-      : "+v"(acc)
-      : "v"(z), "m"(*reinterpret_cast<const int32_t*>(p)));
-  return acc;
-}
-
 ARBOR_AVX512_INLINE __mmask64 load_mask(const uint8_t* p) {
   uint64_t v;
   std::memcpy(&v, p, sizeof(v));
@@ -168,18 +158,10 @@ struct AffineKernel {
     store_tile(w, y, g0, t0, acc);
   }
 
-  // Tokens per chunk of a record's dots: 2 chains each, so a chunk keeps up to 10 vpdpbusd
-  // chains in flight (latency 5, two per cycle) and z, the chunk's dots and T accumulators
-  // still fit in the 32 zmm at T = 9.
-  static constexpr int kChunk = 5;
-
-  // The integer dots of the record z with tokens ab[0 .. C): lo[t] over elements 0..15, hi[t]
-  // over 16..31, each starting at the token's initial dot (-zero * sum; 0 with mins). Element
-  // dword j outer, tokens inner, so the 2C chains interleave instead of one token's 8
-  // dependent vpdpbusd filling the scheduler. Integer sums: the order changes no bit.
+  // The initial dots of tokens ab[0 .. C): -zero * sum per half (0 with mins); the non-split
+  // types sum both halves into lo.
   template <int C>
-  ARBOR_AVX512_INLINE static void dots(const Act* ab, const __m512i (&z)[8], __m512i (&lo)[C],
-                                       __m512i (&hi)[C]) {
+  ARBOR_AVX512_INLINE static void init_dots(const Act* ab, __m512i (&lo)[C], __m512i (&hi)[C]) {
 #pragma GCC unroll 16
     for (int t = 0; t < C; ++t) {
       if constexpr (kF.has_min) {
@@ -190,14 +172,6 @@ struct AffineKernel {
       } else {
         lo[t] = _mm512_set1_epi32(ab[t].init[0] + ab[t].init[1]);
         hi[t] = _mm512_setzero_si512();
-      }
-    }
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) {
-#pragma GCC unroll 16
-      for (int t = 0; t < C; ++t) {
-        lo[t] = dpbusd_bcast(lo[t], z[j], ab[t].qs + 4 * j);
-        hi[t] = dpbusd_bcast(hi[t], z[4 + j], ab[t].qs + 16 + 4 * j);
       }
     }
   }
@@ -226,16 +200,15 @@ struct AffineKernel {
   }
 
   // One record (z, s, m) into the accumulators of tokens ab[kFrom .. T), in balanced chunks of
-  // at most kChunk tokens.
+  // at most kDotChunk tokens.
   template <int T, int kFrom = 0>
   ARBOR_AVX512_INLINE static void record_tokens(const Act* ab, const __m512i (&z)[8],
                                                 const __m512 (&s)[2], const __m512 (&m)[2],
                                                 __m512 (&acc)[T]) {
-    constexpr int kLeft = T - kFrom;
-    constexpr int kChunks = (kLeft + kChunk - 1) / kChunk;
-    constexpr int C = (kLeft + kChunks - 1) / kChunks;
+    constexpr int C = kNextChunk<T, kFrom>;
     __m512i lo[C], hi[C];
-    dots<C>(ab + kFrom, z, lo, hi);
+    init_dots<C>(ab + kFrom, lo, hi);
+    dot_chains<C>(ab + kFrom, z, lo, hi);
 #pragma GCC unroll 16
     for (int t = 0; t < C; ++t) {
       acc[kFrom + t] = finish<T>(ab[kFrom + t], lo[t], hi[t], s, m, acc[kFrom + t]);
