@@ -226,6 +226,8 @@ void run_layer_stack(benchmark::State& state, GgmlType type) {
 void BM_StepQ8_0(benchmark::State& s) { run_layer_stack(s, GgmlType::kQ8_0); }
 void BM_StepQ4_0(benchmark::State& s) { run_layer_stack(s, GgmlType::kQ4_0); }
 void BM_StepF16(benchmark::State& s) { run_layer_stack(s, GgmlType::kF16); }
+void BM_StepQ4_K(benchmark::State& s) { run_layer_stack(s, GgmlType::kQ4_K); }
+void BM_StepQ6_K(benchmark::State& s) { run_layer_stack(s, GgmlType::kQ6_K); }
 void step_tokens(benchmark::internal::Benchmark* b) {
   for (int64_t t : {1, 2, 3, 4, 5, 6, 8, 9, 12, 16, 17}) b->Arg(t);
   b->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
@@ -233,6 +235,8 @@ void step_tokens(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_StepQ8_0)->Apply(step_tokens);
 BENCHMARK(BM_StepQ4_0)->Apply(step_tokens);
 BENCHMARK(BM_StepF16)->Apply(step_tokens);
+BENCHMARK(BM_StepQ4_K)->Apply(step_tokens);
+BENCHMARK(BM_StepQ6_K)->Apply(step_tokens);
 
 void BM_ReadBandwidth(benchmark::State& state) {
   ThreadPool& pool = bench_pool();
