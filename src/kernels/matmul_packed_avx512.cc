@@ -3,8 +3,9 @@
 // against broadcast activation dwords leave the 16 rows' integer block dots in the 16 lanes,
 // then one convert and one FMA (scale = d_w[16 lanes] * d_a) — 12 instructions for 512
 // multiply-adds, no horizontal sums. The 8 vpdpbusd run as two chains per token, interleaved
-// across up to 5 tokens (dot_chains, packed_tiles.h). Each output is accumulated block by block in the same order
-// whatever the tile shape, so a token's result does not depend on the batch around it.
+// across up to 5 tokens (dot_chains, packed_tiles.h). Each output is accumulated block by
+// block in the same order whatever the tile shape, so a token's result does not depend on the
+// batch around it.
 #include <immintrin.h>
 
 #include <algorithm>

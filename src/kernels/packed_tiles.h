@@ -43,7 +43,9 @@ constexpr int kNextChunk = [] {
 // vpdpbusd with an embedded {1to16} broadcast: for the intrinsic GCC emits a separate
 // vpbroadcastd, one more uop per dot, and the front end limits the multi-token tiles.
 ARBOR_AVX512_INLINE __m512i dpbusd_bcast(__m512i acc, __m512i z, const int8_t* p) {
-  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(z), "m"(*reinterpret_cast<const int32_t*>(p)));
+  asm("vpdpbusd %2%{1to16%}, %1, %0"
+      : "+v"(acc)
+      : "v"(z), "m"(*reinterpret_cast<const int32_t*>(p)));
   return acc;
 }
 
