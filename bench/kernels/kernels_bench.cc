@@ -122,6 +122,28 @@ BENCHMARK(BM_MatmulPacked)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 
+// The verification-step token counts (1 = decode, 5 = four drafts, 9 = eight) for the types of
+// the Q8_0 and Q4_K_M files (a Q4_K_M file mixes Q4_K and Q6_K), same shape.
+BENCHMARK(BM_MatmulPacked)
+    ->Name("BM_VerifyPacked")
+    ->ArgsProduct({{5632},
+                   {2048},
+                   {int64_t(GgmlType::kQ8_0), int64_t(GgmlType::kQ4_K), int64_t(GgmlType::kQ6_K)},
+                   {1, 2, 5, 9}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// The same from L2 (256 x 2048: 0.3-0.5 MB), where the kernels are bound by their arithmetic:
+// run with ARBOR_BENCH_THREADS=1 and read the CPU time on a loaded machine.
+BENCHMARK(BM_MatmulPacked)
+    ->Name("BM_VerifyPackedL2")
+    ->ArgsProduct({{256},
+                   {2048},
+                   {int64_t(GgmlType::kQ8_0), int64_t(GgmlType::kQ4_K), int64_t(GgmlType::kQ6_K)},
+                   {1, 2, 5, 9}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
 void tinyllama_shapes(benchmark::internal::Benchmark* b) {
   b->Args({2048, 2048})->Args({5632, 2048})->Args({2048, 5632})->Args({32000, 2048});
   b->UseRealTime()->Unit(benchmark::kMicrosecond);
@@ -204,6 +226,8 @@ void run_layer_stack(benchmark::State& state, GgmlType type) {
 void BM_StepQ8_0(benchmark::State& s) { run_layer_stack(s, GgmlType::kQ8_0); }
 void BM_StepQ4_0(benchmark::State& s) { run_layer_stack(s, GgmlType::kQ4_0); }
 void BM_StepF16(benchmark::State& s) { run_layer_stack(s, GgmlType::kF16); }
+void BM_StepQ4_K(benchmark::State& s) { run_layer_stack(s, GgmlType::kQ4_K); }
+void BM_StepQ6_K(benchmark::State& s) { run_layer_stack(s, GgmlType::kQ6_K); }
 void step_tokens(benchmark::internal::Benchmark* b) {
   for (int64_t t : {1, 2, 3, 4, 5, 6, 8, 9, 12, 16, 17}) b->Arg(t);
   b->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
@@ -211,6 +235,8 @@ void step_tokens(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_StepQ8_0)->Apply(step_tokens);
 BENCHMARK(BM_StepQ4_0)->Apply(step_tokens);
 BENCHMARK(BM_StepF16)->Apply(step_tokens);
+BENCHMARK(BM_StepQ4_K)->Apply(step_tokens);
+BENCHMARK(BM_StepQ6_K)->Apply(step_tokens);
 
 void BM_ReadBandwidth(benchmark::State& state) {
   ThreadPool& pool = bench_pool();

@@ -2,12 +2,13 @@
 // 32 columns, a group of 16 rows is 8 zmm of unsigned weight bytes; for each token, 8 vpdpbusd
 // against broadcast activation dwords leave the 16 rows' integer block dots in the 16 lanes,
 // then one convert and one FMA (scale = d_w[16 lanes] * d_a) — 12 instructions for 512
-// multiply-adds, no horizontal sums. Each output is accumulated block by block in the same order
-// whatever the tile shape, so a token's result does not depend on the batch around it.
+// multiply-adds, no horizontal sums. The 8 vpdpbusd run as two chains per token, interleaved
+// across up to 5 tokens (dot_chains, packed_tiles.h). Each output is accumulated block by
+// block in the same order whatever the tile shape, so a token's result does not depend on the
+// batch around it.
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "kernels/avx512_target.h"
 #include "kernels/matmul_internal.h"
@@ -38,12 +39,6 @@ ARBOR_AVX512_INLINE void load_record(const uint8_t* rec, __m512i (&z)[8]) {
   }
 }
 
-ARBOR_AVX512_INLINE int32_t load_i32(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-
 template <GgmlType kType>
 ARBOR_AVX512_INLINE void prefetch_record(const uint8_t* rec) {
   constexpr size_t kRec = kRecordBytes<kType>;
@@ -61,6 +56,28 @@ struct Q0Kernel {
   template <int G, int T>
   ARBOR_AVX512 static void tile(const WeightView& w, const ActBlockVnni* acts,
                                 int64_t num_tokens, float* y, int64_t g0, int64_t t0);
+
+  // One record (z, its 16 rows' scales wd) into the accumulators of tokens ab[kFrom .. T), in
+  // balanced chunks of at most kDotChunk tokens (dot_chains, packed_tiles.h).
+  template <int T, int kFrom = 0>
+  ARBOR_AVX512_INLINE static void record_tokens(const ActBlockVnni* ab, const __m512i (&z)[8],
+                                                __m512 wd, __m512 (&acc)[T]) {
+    constexpr int C = kNextChunk<T, kFrom>;
+    __m512i lo[C], hi[C];
+#pragma GCC unroll 16
+    for (int t = 0; t < C; ++t) {
+      lo[t] = _mm512_set1_epi32(ab[kFrom + t].neg_sum);
+      hi[t] = _mm512_setzero_si512();
+    }
+    dot_chains<C>(ab + kFrom, z, lo, hi);
+#pragma GCC unroll 16
+    for (int t = 0; t < C; ++t) {
+      const __m512 dot = _mm512_cvtepi32_ps(_mm512_add_epi32(lo[t], hi[t]));
+      acc[kFrom + t] = _mm512_fmadd_ps(dot, _mm512_mul_ps(wd, _mm512_set1_ps(ab[kFrom + t].d)),
+                                       acc[kFrom + t]);
+    }
+    if constexpr (kFrom + C < T) record_tokens<T, kFrom + C>(ab, z, wd, acc);
+  }
 };
 
 template <GgmlType kType>
@@ -90,34 +107,10 @@ ARBOR_AVX512 void Q0Kernel<kType>::tile(const WeightView& w, const ActBlockVnni*
           _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec)));
       __m512i z[8];
       load_record<kType>(rec, z);
-#pragma GCC unroll 16
-      for (int t = 0; t < T; ++t) {
-        const ActBlockVnni& at = ab[t];
-        __m512i dot;
-        if constexpr (T <= 3) {
-          // Few tokens: two dependency chains of four keep the dot units busy.
-          __m512i s0 = _mm512_set1_epi32(at.neg_sum), s1 = _mm512_setzero_si512();
-#pragma GCC unroll 4
-          for (int j = 0; j < 4; ++j) {
-            s0 = _mm512_dpbusd_epi32(s0, z[j], _mm512_set1_epi32(load_i32(at.qs + 4 * j)));
-            s1 = _mm512_dpbusd_epi32(s1, z[4 + j],
-                                     _mm512_set1_epi32(load_i32(at.qs + 16 + 4 * j)));
-          }
-          dot = _mm512_add_epi32(s0, s1);
-        } else {
-          // Many tokens: their chains interleave, one chain each saves registers and an add.
-          dot = _mm512_set1_epi32(at.neg_sum);
-#pragma GCC unroll 8
-          for (int j = 0; j < 8; ++j) {
-            dot = _mm512_dpbusd_epi32(dot, z[j], _mm512_set1_epi32(load_i32(at.qs + 4 * j)));
-          }
-        }
-        acc[g][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(wd, _mm512_set1_ps(at.d)),
-                                    acc[g][t]);
-      }
+      record_tokens<T>(ab, z, wd, acc[g]);
     }
   }
-store_tile(w, y, g0, t0, acc);
+  store_tile(w, y, g0, t0, acc);
 }
 
 }  // namespace

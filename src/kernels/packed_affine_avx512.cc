@@ -2,7 +2,8 @@
 // columns and group of 16 rows, a record unpacks to 8 zmm of unsigned u bytes (nibble plane:
 // two ops per pair; each bit plane: one masked byte add per zmm from a 64-bit mask), the
 // scales S (and offsets M) of the 16 rows come from the int8 sub-block scales times the unit's
-// fp16 d; then per token 8 vpdpbusd against broadcast activation dwords and one or two FMAs.
+// fp16 d; then per token 8 vpdpbusd against broadcast activation dwords (two chains of 4,
+// interleaved across up to 5 tokens so 10 chains are in flight) and one or two FMAs.
 // Unpacking is shared by every token of a tile, so multi-token steps pay it once per weight.
 // The f32 operations per (row, token, block) are affine_block_step's, in its order.
 #include <immintrin.h>
@@ -17,12 +18,6 @@ namespace arbor::kernels::internal {
 namespace {
 
 using gguf::GgmlType;
-
-ARBOR_AVX512_INLINE int32_t load_i32(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
 
 ARBOR_AVX512_INLINE __mmask64 load_mask(const uint8_t* p) {
   uint64_t v;
@@ -156,28 +151,37 @@ struct AffineKernel {
           scales(d[g], dm[g], rec, s, m);
           __m512i z[8];
           unpack<kHighInPlace<T>>(rec, z);
-#pragma GCC unroll 16
-          for (int t = 0; t < T; ++t) acc[g][t] = step<T>(ab[t], z, s, m, acc[g][t]);
+          record_tokens<T>(ab, z, s, m, acc[g]);
         }
       }
     }
-store_tile(w, y, g0, t0, acc);
+    store_tile(w, y, g0, t0, acc);
   }
 
-  // affine_block_step for 16 rows and one token.
-  template <int T>
-  ARBOR_AVX512_INLINE static __m512 step(const Act& at, const __m512i (&z)[8],
-                                         const __m512 (&s)[2], const __m512 (&m)[2],
-                                         __m512 acc) {
-    if constexpr (kF.split) {
-      // The initial dots are the activations' -zero * sum (0 for a type with mins).
-      __m512i lo = kF.has_min ? _mm512_setzero_si512() : _mm512_set1_epi32(at.init[0]);
-      __m512i hi = kF.has_min ? _mm512_setzero_si512() : _mm512_set1_epi32(at.init[1]);
-#pragma GCC unroll 4
-      for (int j = 0; j < 4; ++j) {
-        lo = _mm512_dpbusd_epi32(lo, z[j], _mm512_set1_epi32(load_i32(at.qs + 4 * j)));
-        hi = _mm512_dpbusd_epi32(hi, z[4 + j], _mm512_set1_epi32(load_i32(at.qs + 16 + 4 * j)));
+  // The initial dots of tokens ab[0 .. C): -zero * sum per half (0 with mins); the non-split
+  // types sum both halves into lo.
+  template <int C>
+  ARBOR_AVX512_INLINE static void init_dots(const Act* ab, __m512i (&lo)[C], __m512i (&hi)[C]) {
+#pragma GCC unroll 16
+    for (int t = 0; t < C; ++t) {
+      if constexpr (kF.has_min) {
+        lo[t] = hi[t] = _mm512_setzero_si512();
+      } else if constexpr (kF.split) {
+        lo[t] = _mm512_set1_epi32(ab[t].init[0]);
+        hi[t] = _mm512_set1_epi32(ab[t].init[1]);
+      } else {
+        lo[t] = _mm512_set1_epi32(ab[t].init[0] + ab[t].init[1]);
+        hi[t] = _mm512_setzero_si512();
       }
+    }
+  }
+
+  // affine_block_step's f32 operations for 16 rows and one token, from its two dots.
+  template <int T>
+  ARBOR_AVX512_INLINE static __m512 finish(const Act& at, __m512i lo, __m512i hi,
+                                           const __m512 (&s)[2], const __m512 (&m)[2],
+                                           __m512 acc) {
+    if constexpr (kF.split) {
       const __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), s[0],
                                        _mm512_mul_ps(_mm512_cvtepi32_ps(hi), s[1]));
       acc = _mm512_fmadd_ps(t, _mm512_set1_ps(at.d), acc);
@@ -187,30 +191,29 @@ store_tile(w, y, g0, t0, acc);
       }
       return acc;
     } else {
-      const __m512 da = _mm512_set1_ps(at.d);
-      const int32_t init = kF.has_min ? 0 : at.init[0] + at.init[1];
-      __m512i dot;
-      if constexpr (T <= 3) {
-        // Few tokens: two dependency chains of four keep the dot units busy.
-        __m512i s0 = _mm512_set1_epi32(init), s1 = _mm512_setzero_si512();
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; ++j) {
-          s0 = _mm512_dpbusd_epi32(s0, z[j], _mm512_set1_epi32(load_i32(at.qs + 4 * j)));
-          s1 = _mm512_dpbusd_epi32(s1, z[4 + j], _mm512_set1_epi32(load_i32(at.qs + 16 + 4 * j)));
-        }
-        if constexpr (kHighInPlace<T>) s1 = _mm512_srai_epi32(s1, 4);
-        dot = _mm512_add_epi32(s0, s1);
-      } else {
-        dot = _mm512_set1_epi32(init);
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; ++j) {
-          dot = _mm512_dpbusd_epi32(dot, z[j], _mm512_set1_epi32(load_i32(at.qs + 4 * j)));
-        }
-      }
-      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(s[0], da), acc);
+      if constexpr (kHighInPlace<T>) hi = _mm512_srai_epi32(hi, 4);
+      const __m512 dot = _mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi));
+      acc = _mm512_fmadd_ps(dot, _mm512_mul_ps(s[0], _mm512_set1_ps(at.d)), acc);
       if constexpr (kF.has_min) acc = _mm512_fmadd_ps(m[0], _mm512_set1_ps(at.dsum), acc);
       return acc;
     }
+  }
+
+  // One record (z, s, m) into the accumulators of tokens ab[kFrom .. T), in balanced chunks of
+  // at most kDotChunk tokens.
+  template <int T, int kFrom = 0>
+  ARBOR_AVX512_INLINE static void record_tokens(const Act* ab, const __m512i (&z)[8],
+                                                const __m512 (&s)[2], const __m512 (&m)[2],
+                                                __m512 (&acc)[T]) {
+    constexpr int C = kNextChunk<T, kFrom>;
+    __m512i lo[C], hi[C];
+    init_dots<C>(ab + kFrom, lo, hi);
+    dot_chains<C>(ab + kFrom, z, lo, hi);
+#pragma GCC unroll 16
+    for (int t = 0; t < C; ++t) {
+      acc[kFrom + t] = finish<T>(ab[kFrom + t], lo[t], hi[t], s, m, acc[kFrom + t]);
+    }
+    if constexpr (kFrom + C < T) record_tokens<T, kFrom + C>(ab, z, s, m, acc);
   }
 };
 

@@ -27,6 +27,46 @@ namespace arbor::kernels::internal {
 // "One stream per thread").
 constexpr int64_t kPrefetchRecords = 16;
 
+// Tokens per chunk of a record's dot products (dot_chains): two chains each, so a chunk keeps
+// up to 10 vpdpbusd chains in flight (latency 5, two per cycle), and the 8 weight registers,
+// the chunk's 10 dots and 9 accumulators still fit in the 32 zmm.
+constexpr int kDotChunk = 5;
+
+// The size of the next chunk for tokens kFrom .. T - 1: balanced chunks of <= kDotChunk.
+template <int T, int kFrom>
+constexpr int kNextChunk = [] {
+  constexpr int left = T - kFrom, chunks = (left + kDotChunk - 1) / kDotChunk;
+  return (left + chunks - 1) / chunks;
+}();
+
+// acc + the dword dots of z's unsigned bytes with the four int8 at p, broadcast. An inline
+// vpdpbusd with an embedded {1to16} broadcast: for the intrinsic GCC emits a separate
+// vpbroadcastd, one more uop per dot, and the front end limits the multi-token tiles.
+ARBOR_AVX512_INLINE __m512i dpbusd_bcast(__m512i acc, __m512i z, const int8_t* p) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0"
+      : "+v"(acc)
+      : "v"(z), "m"(*reinterpret_cast<const int32_t*>(p)));
+  return acc;
+}
+
+// Adds to lo[t] the dots of z[0..3] with elements 0..15 of token t's block (ab[t].qs) and to
+// hi[t] those of z[4..7] with elements 16..31 (z[j] lane i: row i's 4 bytes for elements
+// 4j..4j+3), for t < C. Element dword j outer, tokens inner: the 2C chains interleave, where
+// one token's 8 dependent vpdpbusd after another kept the scheduler on one chain at a time.
+// Integer sums: the order changes no bit.
+template <int C, class Act>
+ARBOR_AVX512_INLINE void dot_chains(const Act* ab, const __m512i (&z)[8], __m512i (&lo)[C],
+                                    __m512i (&hi)[C]) {
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+#pragma GCC unroll 16
+    for (int t = 0; t < C; ++t) {
+      lo[t] = dpbusd_bcast(lo[t], z[j], ab[t].qs + 4 * j);
+      hi[t] = dpbusd_bcast(hi[t], z[4 + j], ab[t].qs + 16 + 4 * j);
+    }
+  }
+}
+
 // A tile's accumulators: acc[g][t] lane i = row 16 (g0 + g) + i, token t0 + t.
 template <int G, int T>
 ARBOR_AVX512_INLINE void zero_tile(__m512 (&acc)[G][T]) {
