@@ -1,8 +1,10 @@
 # The module table: every library under src/ and the modules it may use. It is the one place
 # this is decided: CMakeLists.txt links each arbor_<module> against exactly these, and the
-# include check (cmake/check_includes.cmake, run by `make test`) fails when a source file of a
-# module includes a header of a module outside the transitive closure of its list. The list is
-# in dependency order: a module names only modules before it.
+# include check (cmake/check_includes.cmake, the ctest IncludeCheck.*) fails when a source file of
+# a module includes a header of a module its list does not name, when a listed module is not used
+# (no source includes its headers or names its namespace), or when a module names one that does
+# not come before it in ARBOR_MODULES (dependency order). docs/architecture.md's module map is
+# generated from this file (cmake/module_graph.cmake; the ctest ModuleMap.* fails when it is stale).
 set(ARBOR_MODULES
   base grammar gguf tokenizer convert kv kernels model cuda sampling step spec sched executor engine http
   chat server loadgen)
@@ -12,7 +14,7 @@ set(ARBOR_DEPS_base "")
 set(ARBOR_DEPS_grammar base)
 set(ARBOR_DEPS_gguf base)
 set(ARBOR_DEPS_tokenizer base gguf)
-set(ARBOR_DEPS_convert base gguf tokenizer)
+set(ARBOR_DEPS_convert base gguf)
 set(ARBOR_DEPS_kv base)
 set(ARBOR_DEPS_kernels base gguf)
 set(ARBOR_DEPS_model base gguf kernels)
@@ -27,14 +29,15 @@ set(ARBOR_DEPS_spec base sampling)
 # Pure scheduling logic: never tensors or kernels.
 set(ARBOR_DEPS_sched base kv sampling step)
 # Executors run the model behind the step protocol; the engine never sees them.
-set(ARBOR_DEPS_executor base gguf tokenizer kernels model cuda sampling step spec)
+set(ARBOR_DEPS_executor base grammar tokenizer kernels model cuda sampling step spec)
 set(ARBOR_DEPS_engine base kv sampling step sched tokenizer)
 set(ARBOR_DEPS_http base)
 set(ARBOR_DEPS_chat base grammar)
-set(ARBOR_DEPS_server base tokenizer sampling step sched engine http chat)
+set(ARBOR_DEPS_server base grammar tokenizer sampling sched engine http chat)
 set(ARBOR_DEPS_loadgen base http)
 
-# ARBOR_CLOSURE_<module>: the module itself and every module it may use, transitively.
+# ARBOR_CLOSURE_<module>: the module itself and every module it uses, transitively (the module map
+# draws an arrow only where no longer path implies it: cmake/module_graph.cmake).
 foreach(m IN LISTS ARBOR_MODULES)
   set(closure ${m})
   foreach(d IN LISTS ARBOR_DEPS_${m})

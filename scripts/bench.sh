@@ -5,7 +5,8 @@
 #
 # Synthesises the benchmark models it needs (deterministic, cached in $BENCH_MODELS), runs the
 # Google Benchmark microbenchmarks and `arbor bench` on them, prints everything, and appends a
-# section with the commit, the machine and the raw results to docs/benchmarks.md.
+# section with the commit, the machine and the raw results to docs/benchmarks-history.md (the
+# dated journal; docs/benchmarks.md quotes the latest figures of each area from it).
 # The serving section starts `arbor serve` on the stories15M-shape model on a free loopback
 # port and drives it with `arbor bench serve` at several request rates, then measures the load
 # generator's own overhead against `arbor bench null-server`; its Markdown tables go into the
@@ -228,6 +229,6 @@ if [ "${BENCH_NO_SERVE:-0}" != 1 ]; then
 fi
 
 if [ "${BENCH_NO_DOC:-0}" != 1 ]; then
-  { echo; cat "$log"; } >> "$root/docs/benchmarks.md"
-  echo "appended to docs/benchmarks.md" >&2
+  { echo; cat "$log"; } >> "$root/docs/benchmarks-history.md"
+  echo "appended to docs/benchmarks-history.md; update the tables of docs/benchmarks.md it changes" >&2
 fi

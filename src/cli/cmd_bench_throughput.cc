@@ -68,7 +68,7 @@ std::vector<std::vector<int32_t>> make_prompts(const Options& o, int32_t vocab) 
 Result<RunResult> run_once(const Options& o, int32_t max_num_seqs) {
   engine::EngineOptions eo = engine_options(o.serving);
   eo.max_num_seqs = max_num_seqs;
-  ARBOR_ASSIGN_OR_RETURN(auto exec, executor::LocalExecutor::load(o.model, cpu_options(o.serving)));
+  ARBOR_ASSIGN_OR_RETURN(auto exec, executor::LocalExecutor::load(o.model, executor_options(o.serving)));
   const int32_t vocab = exec->vocab_size();
   engine::EngineCoreConfig cfg;
   cfg.options = eo;

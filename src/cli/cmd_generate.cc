@@ -104,7 +104,7 @@ void log_configuration(executor::LocalExecutor& exec, const Options& o, int64_t 
                    << ", cpu " << kernels::cpu_summary() << ": " << kernels::isa_summary();
   ARBOR_LOG(kInfo) << "kv cache: " << cache.num_blocks() << " blocks x " << cache.block_size()
                    << " tokens (" << num_tokens << " needed), "
-                   << (o.serving.cpu.kv_dtype == kernels::KvDtype::kF16 ? "f16" : "f32") << ", "
+                   << (o.serving.executor.kv_dtype == kernels::KvDtype::kF16 ? "f16" : "f32") << ", "
                    << cache.total_bytes() / 1024 << " KiB";
 }
 
@@ -112,17 +112,16 @@ void log_configuration(executor::LocalExecutor& exec, const Options& o, int64_t 
 // line sized the pool, the blocks it needs (as many as the context can use) in each of the
 // model's `num_kv_groups` KV cache groups (a sliding group may need them all while the prompt
 // runs in one step) plus the null block; scratch for the prompt's prefill.
-executor::ExecutorOptions executor_options(const Options& o, int64_t num_tokens,
-                                              int64_t context_length, int64_t num_prompt_tokens,
-                                              int num_kv_groups) {
-  executor::ExecutorOptions cpu = cpu_options(o.serving);
+executor::ExecutorOptions sequence_executor_options(const Options& o, int64_t num_tokens,
+                                                    int64_t context_length,
+                                                    int64_t num_prompt_tokens, int num_kv_groups) {
+  executor::ExecutorOptions e = executor_options(o.serving);
   if (!o.pool_size_given) {
     const int64_t tokens = std::min(num_tokens, context_length);
-    cpu.num_kv_blocks = (tokens + cpu.block_size - 1) / cpu.block_size * num_kv_groups + 1;
+    e.num_kv_blocks = (tokens + e.block_size - 1) / e.block_size * num_kv_groups + 1;
   }
-  cpu.reserve_tokens =
-      static_cast<int32_t>(std::min<int64_t>(cpu.reserve_tokens, num_prompt_tokens));
-  return cpu;
+  e.reserve_tokens = static_cast<int32_t>(std::min<int64_t>(e.reserve_tokens, num_prompt_tokens));
+  return e;
 }
 
 void emit(const Options& o, const std::string& text) {
@@ -209,7 +208,7 @@ Status run(const Options& o) {
     std::vector<int32_t> windows;
     for (int l = 0; l < cfg.num_layers; ++l) windows.push_back(cfg.layer_window(l));
     ARBOR_ASSIGN_OR_RETURN(model::KvCacheLayout layout,
-                           model::plan_kv_cache_layout(windows, o.serving.cpu.kv_reclaim));
+                           model::plan_kv_cache_layout(windows, o.serving.executor.kv_reclaim));
     num_kv_groups = layout.num_groups();
     ARBOR_RETURN_IF_ERROR(sampling_params(o).validate(cfg.vocab_size));
   }
@@ -219,10 +218,10 @@ Status run(const Options& o) {
   if (g.prompt_ids.empty()) return invalid_argument("the prompt is empty (and --no-bos is set)");
   const auto num_prompt = static_cast<int64_t>(g.prompt_ids.size());
   const int64_t total = num_prompt + o.n;
-  ARBOR_ASSIGN_OR_RETURN(auto exec,
-                         executor::LocalExecutor::load(
-                             o.model, executor_options(o, total, context_length, num_prompt,
-                                                       num_kv_groups)));
+  ARBOR_ASSIGN_OR_RETURN(
+      auto exec, executor::LocalExecutor::load(o.model, sequence_executor_options(
+                                                            o, total, context_length, num_prompt,
+                                                            num_kv_groups)));
   executor::LocalExecutor& exec_ref = *exec;
   log_configuration(exec_ref, o, total);
   engine::EngineCoreConfig cfg;

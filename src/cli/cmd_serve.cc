@@ -172,7 +172,7 @@ void return_big_buffers_to_the_system() { mallopt(M_MMAP_THRESHOLD, 1 << 20); }
 Status run(const Options& o) {
   return_big_buffers_to_the_system();
   const engine::EngineOptions eo = engine_options(o.serving);
-  ARBOR_ASSIGN_OR_RETURN(auto exec, executor::LocalExecutor::load(o.model, cpu_options(o.serving)));
+  ARBOR_ASSIGN_OR_RETURN(auto exec, executor::LocalExecutor::load(o.model, executor_options(o.serving)));
   if (o.check_weights) {
     ARBOR_RETURN_IF_ERROR(model::check_all_weights(exec->runner().model().file()));
     ARBOR_LOG(kInfo) << "every weight is finite";

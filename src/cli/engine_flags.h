@@ -8,8 +8,10 @@
 //   --max-model-len N                 longest sequence, prompt + generated tokens (default 0 =
 //                                     the model's context length, capped by the KV pool; more
 //                                     than that is a startup error)
-//   --device auto|cpu|cuda            where the model runs (default auto: a CUDA GPU when this
-//                                     build has CUDA and one is present, else the CPU)
+//   --device auto|cpu|cuda            where the model runs (default auto: the CPU until the CUDA
+//                                     executor has passed its GPU tests on a device, then a CUDA
+//                                     GPU when one is present; cuda opts in, with a warning while
+//                                     unverified: executor/device.h, docs/cuda.md)
 //   --cuda-device N                   which GPU (default 0)
 //   --block-size N                    tokens per KV block (default 16)
 //   --kv-cache-gib X                  KV memory budget in GiB (default 1.0)
@@ -45,11 +47,12 @@
 
 namespace arbor::cli {
 
-// What the flags below fill: the engine's scheduling knobs and the CPU executor's.
+// What the flags below fill: the engine's scheduling knobs and the executor's (device, KV pool,
+// threads, speculation).
 struct ServingOptions {
-  ServingOptions() { cpu.device = executor::Device::kAuto; }
+  ServingOptions() { executor.device = executor::Device::kAuto; }
   engine::EngineOptions engine;
-  executor::ExecutorOptions cpu;
+  executor::ExecutorOptions executor;
   int32_t spec_k = 4;  // --spec-k; the engine's max_spec_tokens when --spec is not off
 };
 
@@ -60,12 +63,14 @@ inline void add_device_flags(CLI::App& app, executor::Device* device, int* cuda_
       {"cpu", executor::Device::kCpu},
       {"cuda", executor::Device::kCuda}};
   app.add_option("--device", *device,
-                 "Where the model runs: auto (a CUDA GPU when this build has CUDA and one is "
-                 "present, else the CPU), cpu or cuda")
+                 "Where the model runs: cpu; cuda (opts in to the CUDA executor, which has not "
+                 "passed its GPU tests on a device yet: a warning says so); auto (the CPU until "
+                 "those tests have passed, then a CUDA GPU when one is present; docs/cuda.md, "
+                 "\"Device choice\")")
       ->transform(CLI::CheckedTransformer(kDevices, CLI::ignore_case).description(""))
       ->type_name("auto|cpu|cuda")
       ->default_str(std::string(executor::device_name(*device)));
-  app.add_option("--cuda-device", *cuda_device, "Which CUDA GPU (--device cuda or auto)")
+  app.add_option("--cuda-device", *cuda_device, "Which CUDA GPU, when the model runs on one")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
 }
@@ -74,7 +79,7 @@ inline void add_device_flags(CLI::App& app, executor::Device* device, int* cuda_
 // defaults shown in --help are the values *serving holds when this is called.
 inline void add_engine_flags(CLI::App& app, ServingOptions* serving) {
   engine::EngineOptions* options = &serving->engine;
-  executor::ExecutorOptions* cpu = &serving->cpu;
+  executor::ExecutorOptions* exec = &serving->executor;
   app.add_option("--max-num-seqs", options->max_num_seqs, "Running sequences per step")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -95,24 +100,24 @@ inline void add_engine_flags(CLI::App& app, ServingOptions* serving) {
                  "(capped by the KV pool)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  add_device_flags(app, &cpu->device, &cpu->cuda_device);
-  app.add_option("--block-size", cpu->block_size, "Tokens per KV block")
+  add_device_flags(app, &exec->device, &exec->cuda_device);
+  app.add_option("--block-size", exec->block_size, "Tokens per KV block")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
-  app.add_option("--kv-cache-gib", cpu->kv_cache_gib, "KV cache memory budget (GiB)")
+  app.add_option("--kv-cache-gib", exec->kv_cache_gib, "KV cache memory budget (GiB)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app.add_option("--num-kv-blocks", cpu->num_kv_blocks,
+  app.add_option("--num-kv-blocks", exec->num_kv_blocks,
                  "KV pool size in blocks (incl. the null block); overrides --kv-cache-gib")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   static const std::map<std::string, kernels::KvDtype> kDtypes{{"f16", kernels::KvDtype::kF16},
                                                                {"f32", kernels::KvDtype::kF32}};
-  app.add_option("--kv-dtype", cpu->kv_dtype, "KV element type: f16 or f32")
+  app.add_option("--kv-dtype", exec->kv_dtype, "KV element type: f16 or f32")
       ->transform(CLI::CheckedTransformer(kDtypes, CLI::ignore_case).description(""))
       ->type_name("f16|f32")
       ->default_str("f16");
-  app.add_flag("!--no-kv-reclaim", cpu->kv_reclaim,
+  app.add_flag("!--no-kv-reclaim", exec->kv_reclaim,
                "Keep every KV block of sliding-window layers (default: blocks that left every "
                "query's window are released; docs/kv_layout.md)");
   static const std::map<std::string, sched::SchedulingPolicy> kPolicies{
@@ -123,7 +128,7 @@ inline void add_engine_flags(CLI::App& app, ServingOptions* serving) {
       ->default_str("fcfs");
   app.add_flag("!--no-prefix-caching", options->enable_prefix_caching,
                "Disable automatic prefix caching");
-  app.add_option("-t,--threads", cpu->num_threads, "Forward threads; 0 = all cores")
+  app.add_option("-t,--threads", exec->num_threads, "Forward threads; 0 = all cores")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   static const std::map<std::string, executor::SpecProposer> kProposers{
@@ -131,7 +136,7 @@ inline void add_engine_flags(CLI::App& app, ServingOptions* serving) {
       {"ngram", executor::SpecProposer::kNgram},
       {"suffix", executor::SpecProposer::kSuffix},
       {"draft", executor::SpecProposer::kDraft}};
-  app.add_option("--spec", cpu->proposer,
+  app.add_option("--spec", exec->proposer,
                  "Speculative decoding proposer: off, ngram (prompt lookup), suffix (suffix "
                  "trees over this and recent requests), draft (--draft-model)")
       ->transform(CLI::CheckedTransformer(kProposers, CLI::ignore_case).description(""))
@@ -141,20 +146,20 @@ inline void add_engine_flags(CLI::App& app, ServingOptions* serving) {
                  "Drafts verified per request per step, at most (the policy chooses 0..k)")
       ->check(CLI::Range(1, sched::kMaxSpecTokens))
       ->capture_default_str();
-  app.add_option("--draft-model", cpu->draft_model,
+  app.add_option("--draft-model", exec->draft_model,
                  "Draft model GGUF for --spec draft (must share the target's vocabulary)");
-  app.add_option("--spec-ngram-min", cpu->ngram_min, "Smallest n-gram the ngram proposer matches")
+  app.add_option("--spec-ngram-min", exec->ngram_min, "Smallest n-gram the ngram proposer matches")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
-  app.add_option("--spec-ngram-max", cpu->ngram_max, "Largest n-gram the ngram proposer matches")
+  app.add_option("--spec-ngram-max", exec->ngram_max, "Largest n-gram the ngram proposer matches")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
-  app.add_option("--spec-tree-budget", cpu->tree_budget,
+  app.add_option("--spec-tree-budget", exec->tree_budget,
                  "Token-tree speculation: at most N draft nodes per request and step, up to "
                  "--spec-k levels deep (0 = chains)")
       ->check(CLI::Range(0, executor::kMaxTreeBudget))
       ->capture_default_str();
-  app.add_option("--spec-tree-width", cpu->tree_width,
+  app.add_option("--spec-tree-width", exec->tree_width,
                  "Token-tree speculation: children per node, at most")
       ->check(CLI::Range(1, executor::kMaxTreeWidth))
       ->capture_default_str();
@@ -162,14 +167,14 @@ inline void add_engine_flags(CLI::App& app, ServingOptions* serving) {
       {"topk", executor::TreeSampling::kTopK},
       {"specinfer", executor::TreeSampling::kSpecInfer},
       {"sequoia", executor::TreeSampling::kSequoia}};
-  app.add_option("--spec-tree-sampling", cpu->tree_sampling,
+  app.add_option("--spec-tree-sampling", exec->tree_sampling,
                  "Draft-model trees for unseeded sampling requests: topk (most probable "
                  "children), specinfer (drawn with replacement), sequoia (drawn without "
                  "replacement); greedy and seeded requests always use topk")
       ->transform(CLI::CheckedTransformer(kTreeSampling, CLI::ignore_case).description(""))
       ->type_name("topk|specinfer|sequoia")
       ->default_str("topk");
-  app.add_option("--spec-tree-shape", cpu->tree_static_widths,
+  app.add_option("--spec-tree-shape", exec->tree_static_widths,
                  "Static draft-model trees: children per node at each depth, e.g. 4,2,2,1 "
                  "(default: dynamic trees, the most probable branches within the budget)")
       ->delimiter(',')
@@ -181,15 +186,15 @@ inline void add_engine_flags(CLI::App& app, ServingOptions* serving) {
 // The engine's options: --spec-k applies when a proposer is chosen.
 inline engine::EngineOptions engine_options(const ServingOptions& s) {
   engine::EngineOptions e = s.engine;
-  e.max_spec_tokens = s.cpu.proposer == executor::SpecProposer::kNone ? 0 : s.spec_k;
+  e.max_spec_tokens = s.executor.proposer == executor::SpecProposer::kNone ? 0 : s.spec_k;
   return e;
 }
 
 // The executor's activation scratch follows the engine's token budget.
-inline executor::ExecutorOptions cpu_options(const ServingOptions& s) {
-  executor::ExecutorOptions cpu = s.cpu;
-  cpu.reserve_tokens = s.engine.max_num_batched_tokens;
-  return cpu;
+inline executor::ExecutorOptions executor_options(const ServingOptions& s) {
+  executor::ExecutorOptions e = s.executor;
+  e.reserve_tokens = s.engine.max_num_batched_tokens;
+  return e;
 }
 
 }  // namespace arbor::cli

@@ -23,7 +23,7 @@ namespace arbor::kernels::internal {
 // How far ahead of the record it is reading a tile prefetches its weight stream, in records
 // (Q4_0: 4.3 KB, Q4_K: 4.6 KB). Every tile does some work per record (unpacking, scales, one
 // dot chain per token), which leaves the hardware prefetcher alone too far behind DRAM; 16
-// read 3-15 % faster than 8 at 1..16 tokens and as fast as 24 or 32 (docs/benchmarks.md,
+// read 3-15 % faster than 8 at 1..16 tokens and as fast as 24 or 32 (docs/benchmarks-history.md,
 // "One stream per thread").
 constexpr int64_t kPrefetchRecords = 16;
 
@@ -116,7 +116,7 @@ ARBOR_AVX512 void group_tiles(const WeightView& w, const typename K::Act* acts,
 // thread reads its rows as a single sequential stream (a group's records are contiguous and the
 // next group's follow them). Four groups per tile (four streams 4.6 KB apart, 8 dot chains) read
 // DRAM-resident weights 11-16 % slower on Zen 5 at two threads, and was no faster from L3
-// (docs/benchmarks.md, "One stream per thread"). Up to kMaxStationaryTokens (a step that
+// (docs/benchmarks-history.md, "One stream per thread"). Up to kMaxStationaryTokens (a step that
 // verifies drafts): one group x every token, so each weight record is read from memory once
 // and used for all of them (T accumulators + 8 weight registers, no spills). More tokens
 // (prefill): 1 group x 8 tokens per tile over token blocks whose activations stay in L2 while

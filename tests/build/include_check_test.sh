@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The include check must fail on a forbidden include and name it. Plants one (the engine
-# including the model, which it must never see) in a copy of src/, and one that is allowed (the
-# executor including the model), and checks both verdicts.
+# The include check must fail on each kind of violation of cmake/modules.cmake and name it. In a
+# copy of src/ (and of modules.cmake) it plants an allowed include (the executor including the
+# model), forbidden ones (the engine including the model, which it must never see; a CUDA source
+# including the executor; the scheduler including grammar/, reachable only through sampling), a
+# declaration no source uses, and one of a later module, and checks every verdict.
 #   include_check_test.sh <source dir> <cmake>
 set -euo pipefail
 root=$1
@@ -9,8 +11,20 @@ cmake_bin=${2:-cmake}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cp -r "$root/src" "$tmp/src"
-check() { "$cmake_bin" -DSRC_DIR="$tmp/src" -DMODULES_FILE="$root/cmake/modules.cmake" \
+cp "$root/cmake/modules.cmake" "$tmp/modules.cmake"
+check() { "$cmake_bin" -DSRC_DIR="$tmp/src" -DMODULES_FILE="$tmp/modules.cmake" \
             -P "$root/cmake/check_includes.cmake" 2>&1; }
+# expect_violation LABEL EXPECTED: the check fails and prints EXPECTED.
+expect_violation() {
+  local out
+  if out=$(check); then
+    echo "FAIL: the check passed with $1"; exit 1
+  fi
+  if ! grep -qF "$2" <<< "$out"; then
+    echo "FAIL: $1 is not reported as expected. Wanted: $2"; echo "Got:"; echo "$out"; exit 1
+  fi
+  echo "PASS: $2"
+}
 
 out=$(check) || { echo "FAIL: the unmodified copy does not pass:"; echo "$out"; exit 1; }
 
@@ -44,3 +58,26 @@ if ! grep -qF "$expected" <<< "$out"; then
   exit 1
 fi
 echo "PASS: $expected"
+
+# Declared directly, not through another module: the scheduler reaches grammar only through
+# sampling, so it may not include a grammar header.
+cp -r "$root/src/." "$tmp/src/"
+out=$(check) || { echo "FAIL: the restored copy does not pass:"; echo "$out"; exit 1; }
+printf '\n#include "grammar/grammar_spec.h"\n' >> "$tmp/src/sched/scheduler.cc"
+lines=$(wc -l < "$tmp/src/sched/scheduler.cc")
+expect_violation "sched/scheduler.cc including grammar/grammar_spec.h" \
+  "src/sched/scheduler.cc:$lines: module 'sched' must not include #include \"grammar/grammar_spec.h\""
+cp "$root/src/sched/scheduler.cc" "$tmp/src/sched/scheduler.cc"
+
+# A declaration that no source uses: spec declaring kv.
+sed -i 's/^set(ARBOR_DEPS_spec base)$/set(ARBOR_DEPS_spec base kv)/' "$tmp/modules.cmake"
+grep -q '^set(ARBOR_DEPS_spec base kv)$' "$tmp/modules.cmake" || { echo "FAIL: could not edit"; exit 1; }
+expect_violation "spec declaring kv, which it does not use" \
+  "cmake/modules.cmake: module 'spec' declares 'kv' but no source of src/spec includes a kv/ header"
+
+# A module may name only modules before it (no cycles): base declaring http.
+cp "$root/cmake/modules.cmake" "$tmp/modules.cmake"
+sed -i 's/^set(ARBOR_DEPS_base "")$/set(ARBOR_DEPS_base http)/' "$tmp/modules.cmake"
+grep -q '^set(ARBOR_DEPS_base http)$' "$tmp/modules.cmake" || { echo "FAIL: could not edit"; exit 1; }
+expect_violation "base declaring http" \
+  "cmake/modules.cmake: module 'base' declares 'http', which is not a module listed before it"
