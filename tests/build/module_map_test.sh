@@ -18,12 +18,12 @@ fail() { echo "FAIL: $1"; echo "$out"; exit 1; }
 out=$(run) || fail "the unmodified copy is not current:"
 
 # A new declaration (spec uses kv) makes the map stale: the diff shows the new arrow and row.
-sed -i 's/^set(ARBOR_DEPS_spec base)$/set(ARBOR_DEPS_spec base kv)/' "$tmp/modules.cmake"
-grep -q '^set(ARBOR_DEPS_spec base kv)$' "$tmp/modules.cmake" || { out=""; fail "could not edit the copy"; }
+sed -i 's/^set(ARBOR_DEPS_spec base sampling)$/set(ARBOR_DEPS_spec base sampling kv)/' "$tmp/modules.cmake"
+grep -q '^set(ARBOR_DEPS_spec base sampling kv)$' "$tmp/modules.cmake" || { out=""; fail "could not edit the copy"; }
 if out=$(run); then fail "the check passed with a declaration the map does not show:"; fi
 grep -qF '+  spec --> kv' <<< "$out" || fail "the diff does not show the new arrow:"
-grep -qF '+| `src/spec` | `arbor_spec` | base, kv |' <<< "$out" || fail "the diff does not show the new row:"
-grep -qF -- '-| `src/spec` | `arbor_spec` | base |' <<< "$out" || fail "the diff does not show the old row:"
+grep -qF '+| `src/spec` | `arbor_spec` | base, sampling, kv |' <<< "$out" || fail "the diff does not show the new row:"
+grep -qF -- '-| `src/spec` | `arbor_spec` | base, sampling |' <<< "$out" || fail "the diff does not show the old row:"
 grep -qF 'cmake -DMODE=update -P cmake/module_graph.cmake' <<< "$out" || fail "the regeneration command is not printed:"
 echo "PASS: a stale map fails with its diff and the regeneration command"
 
