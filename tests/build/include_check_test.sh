@@ -70,8 +70,8 @@ expect_violation "sched/scheduler.cc including grammar/grammar_spec.h" \
 cp "$root/src/sched/scheduler.cc" "$tmp/src/sched/scheduler.cc"
 
 # A declaration that no source uses: spec declaring kv.
-sed -i 's/^set(ARBOR_DEPS_spec base)$/set(ARBOR_DEPS_spec base kv)/' "$tmp/modules.cmake"
-grep -q '^set(ARBOR_DEPS_spec base kv)$' "$tmp/modules.cmake" || { echo "FAIL: could not edit"; exit 1; }
+sed -i 's/^set(ARBOR_DEPS_spec base sampling)$/set(ARBOR_DEPS_spec base sampling kv)/' "$tmp/modules.cmake"
+grep -q '^set(ARBOR_DEPS_spec base sampling kv)$' "$tmp/modules.cmake" || { echo "FAIL: could not edit"; exit 1; }
 expect_violation "spec declaring kv, which it does not use" \
   "cmake/modules.cmake: module 'spec' declares 'kv' but no source of src/spec includes a kv/ header"
 
