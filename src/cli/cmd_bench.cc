@@ -395,7 +395,7 @@ Result<std::unique_ptr<model::ModelRunner>> load_runner(const Options& o,
 Status run(const Options& o) {
   ARBOR_RETURN_IF_ERROR(validate(o));
   ARBOR_ASSIGN_OR_RETURN(executor::DeviceChoice device,
-                         executor::choose_device(o.device, o.cuda_device));
+                         executor::choose_device(o.device, o.cuda_device, o.model));
   ARBOR_LOG(kInfo) << "device: " << executor::device_name(device.device) << " (" << device.reason
                    << ")";
   const bool gpu = device.device == executor::Device::kCuda;

@@ -428,6 +428,11 @@ void CudaForwardOps::top_k_rows(const float* x, int32_t n, int32_t cols, int32_t
 
 }  // namespace
 
+Status check_cuda_runs(const model::LlamaModel& model) {
+  ARBOR_RETURN_IF_ERROR(check_cuda_supports(model.config(), model.weights()));
+  return plan_weight_upload(model, &matmul_supported).status();
+}
+
 Result<std::unique_ptr<model::ForwardOps>> make_cuda_forward_ops(const model::LlamaModel& model,
                                                                  int device) {
   const int count = device_count();

@@ -29,4 +29,10 @@ namespace arbor::cuda {
 Result<std::unique_ptr<model::ForwardOps>> make_cuda_forward_ops(const model::LlamaModel& model,
                                                                  int device);
 
+// Whether the CUDA forward runs `model` at all: its architecture and block variants
+// (check_cuda_supports in host_plan.h) and every matrix type (matmul_supported). The error
+// (unimplemented) says what the GPU path lacks and names --device cpu. --device auto asks this
+// before it chooses a GPU (executor/device.h). Host code only: no device is touched.
+Status check_cuda_runs(const model::LlamaModel& model);
+
 }  // namespace arbor::cuda

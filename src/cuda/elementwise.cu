@@ -30,34 +30,45 @@ __global__ void rope_tables_kernel(const int32_t* positions, int32_t n, const fl
   sin_out[o] = (float)sin(angle);
 }
 
+// Threads per row of the row kernels (rms_norm_rows, flag_nonfinite, argmax_rows). A decode
+// step has one row per kernel: its time is the latency of each thread's serial loads, so many
+// threads, few loads each.
+constexpr int kRowThreads = 1024;
+
 // Sum of v over the block's threads, in a fixed order: a xor butterfly in each warp, then warp 0
-// adds the warps' sums in warp order. Every thread gets the result. blockDim.x == kThreads.
-__device__ float block_sum(float v, float* shared /* [kThreads / 32 + 1] */) {
+// adds the warps' sums in warp order. Every thread gets the result. blockDim.x == kN.
+template <int kN>
+__device__ float block_sum(float v, float* shared /* [kN / 32 + 1] */) {
   for (int off = 16; off > 0; off /= 2) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, off));
   const int warp = threadIdx.x / 32;
   if (threadIdx.x % 32 == 0) shared[warp] = v;
   __syncthreads();
   if (threadIdx.x == 0) {
     float s = shared[0];
-    for (int w = 1; w < kThreads / 32; ++w) s = __fadd_rn(s, shared[w]);
-    shared[kThreads / 32] = s;
+    for (int w = 1; w < kN / 32; ++w) s = __fadd_rn(s, shared[w]);
+    shared[kN / 32] = s;
   }
   __syncthreads();
-  return shared[kThreads / 32];
+  return shared[kN / 32];
 }
 
-// Launch: one block of kThreads per output row r; thread j handles elements j, j + kThreads, ...
-__global__ void rms_norm_rows_kernel(const float* x, const int32_t* rows, const float* weight,
-                                     float* y, int dim, float eps) {
-  __shared__ float partial[kThreads / 32 + 1];
+// Launch: one block of kRowThreads per output row r; thread j handles elements j, j +
+// kRowThreads, ...
+__global__ void __launch_bounds__(kRowThreads) rms_norm_rows_kernel(const float* x,
+                                                                   const int32_t* rows,
+                                                                   const float* weight, float* y,
+                                                                   int dim, float eps) {
+  __shared__ float partial[kRowThreads / 32 + 1];
   const int64_t r = blockIdx.x;
   const float* xr = x + (rows != nullptr ? (int64_t)rows[r] : r) * dim;
   float ss = 0.0f;
-  for (int i = threadIdx.x; i < dim; i += kThreads) ss = __fmaf_rn(xr[i], xr[i], ss);
-  ss = block_sum(ss, partial);
+#pragma unroll 4
+  for (int i = threadIdx.x; i < dim; i += kRowThreads) ss = __fmaf_rn(xr[i], xr[i], ss);
+  ss = block_sum<kRowThreads>(ss, partial);
   const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)dim), eps)));
   float* yr = y + r * dim;
-  for (int i = threadIdx.x; i < dim; i += kThreads) {
+#pragma unroll 4
+  for (int i = threadIdx.x; i < dim; i += kRowThreads) {
     yr[i] = __fmul_rn(__fmul_rn(xr[i], inv), weight[i]);
   }
 }
@@ -78,7 +89,8 @@ __device__ __forceinline__ void store_kv(void* cache, int64_t idx, float v, kern
   }
 }
 
-// Launch: one block of 128 threads per token t. Work item w covers one pair of dimensions of
+// Launch: grid (tokens, item blocks) of 128 threads: block (t, y) takes token t's items y * 128 +
+// threadIdx.x, + 128 * gridDim.y, ... Work item w covers one pair of dimensions of
 // one head: items [0, Hq * D/2) are q's, then k's, then v's. For q and k, pair x < rope_dim / 2
 // is the rotated pair (2x, 2x+1) (or (x, x + rope_dim/2) for NeoX); the other pairs are the
 // dimensions past rope_dim, two at a time. Disjoint pairs: no synchronisation.
@@ -87,7 +99,8 @@ __global__ void qkv_epilogue_kernel(model::QkvEpilogue p) {
   const int pairs = p.head_dim / 2, half = p.rope_dim / 2;
   const int q_items = p.num_q_heads * pairs, kv_items = p.num_kv_heads * pairs;
   const int64_t slot = p.slot_mapping[t];
-  for (int w = threadIdx.x; w < q_items + 2 * kv_items; w += blockDim.x) {
+  for (int w = blockIdx.y * blockDim.x + threadIdx.x; w < q_items + 2 * kv_items;
+       w += gridDim.y * blockDim.x) {
     const int which = w < q_items ? 0 : (w < q_items + kv_items ? 1 : 2);  // q, k, v
     const int local = which == 0 ? w : w - q_items - (which == 2 ? kv_items : 0);
     const int head = local / pairs, x = local % pairs;
@@ -142,25 +155,28 @@ __global__ void silu_mul_kernel(float* gate, const float* up, int64_t n) {
   gate[i] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), up[i]);
 }
 
-// Launch: one block of 256 threads per listed row.
-__global__ void flag_nonfinite_kernel(const float* x, const int32_t* rows, int dim,
+// Launch: one block of kRowThreads threads per listed row.
+__global__ void __launch_bounds__(kRowThreads) flag_nonfinite_kernel(const float* x, const int32_t* rows, int dim,
                                       uint8_t* flags) {
   const float* xr = x + (int64_t)rows[blockIdx.x] * dim;
   int bad = 0;
+#pragma unroll 4
   for (int i = threadIdx.x; i < dim; i += blockDim.x) bad |= !isfinite(xr[i]);
   if (__syncthreads_or(bad) && threadIdx.x == 0) flags[blockIdx.x] = 1;
 }
 
-// Launch: one block of kThreads threads per row. Each thread keeps the first maximum of its strided
-// columns (so the lowest index among its equal maxima), then a fixed tree halves the pairs,
-// preferring the larger value and, between equal ones, the lower index.
-__global__ void argmax_rows_kernel(const float* x, int cols, int32_t* ids) {
-  __shared__ float best_value[kThreads];
-  __shared__ int32_t best_index[kThreads];
+// Launch: one block of kRowThreads threads per row. Each thread keeps the first maximum of its
+// strided columns (so the lowest index among its equal maxima), then a fixed tree halves the
+// pairs, preferring the larger value and, between equal ones, the lower index.
+__global__ void __launch_bounds__(kRowThreads) argmax_rows_kernel(const float* x, int cols,
+                                                                  int32_t* ids) {
+  __shared__ float best_value[kRowThreads];
+  __shared__ int32_t best_index[kRowThreads];
   const float* xr = x + (int64_t)blockIdx.x * cols;
   float v = -INFINITY;
   int32_t idx = INT32_MAX;
   int bad = 0;
+#pragma unroll 8
   for (int c = threadIdx.x; c < cols; c += blockDim.x) {
     const float e = xr[c];
     bad |= !isfinite(e);
@@ -224,7 +240,7 @@ void launch_rope_tables(const int32_t* positions, int32_t n, const float* inv_fr
 void launch_rms_norm_rows(const float* x, const int32_t* rows, int32_t n, const float* weight,
                           float* y, int dim, float eps, cudaStream_t stream) {
   if (n <= 0) return;
-  rms_norm_rows_kernel<<<(unsigned)n, kThreads, 0, stream>>>(x, rows, weight, y, dim, eps);
+  rms_norm_rows_kernel<<<(unsigned)n, kRowThreads, 0, stream>>>(x, rows, weight, y, dim, eps);
   ARBOR_CUDA_CHECK_LAUNCH();
 }
 
@@ -233,7 +249,10 @@ void launch_qkv_epilogue(const model::QkvEpilogue& p, cudaStream_t stream) {
   ARBOR_CHECK(p.head_dim % 2 == 0 && p.rope_dim % 2 == 0 && p.rope_dim <= p.head_dim)
       << "head_dim " << p.head_dim << ", rope_dim " << p.rope_dim;
   ARBOR_CHECK(p.num_q_heads > 0 && p.num_kv_heads > 0 && p.block_size > 0);
-  qkv_epilogue_kernel<<<(unsigned)p.num_tokens, 128, 0, stream>>>(p);
+  // Enough blocks per token that a decode step's one token spreads over SMs (8B: 48 of them).
+  const int items = (p.num_q_heads + 2 * p.num_kv_heads) * (p.head_dim / 2);
+  const unsigned per_token = (unsigned)std::clamp((items + 127) / 128, 1, 64);
+  qkv_epilogue_kernel<<<dim3((unsigned)p.num_tokens, per_token), 128, 0, stream>>>(p);
   ARBOR_CUDA_CHECK_LAUNCH();
 }
 
@@ -252,7 +271,7 @@ void launch_silu_mul(float* gate, const float* up, int64_t n, cudaStream_t strea
 void launch_flag_nonfinite(const float* x, const int32_t* rows, int32_t n, int dim,
                            uint8_t* flags, cudaStream_t stream) {
   if (n <= 0) return;
-  flag_nonfinite_kernel<<<(unsigned)n, kThreads, 0, stream>>>(x, rows, dim, flags);
+  flag_nonfinite_kernel<<<(unsigned)n, kRowThreads, 0, stream>>>(x, rows, dim, flags);
   ARBOR_CUDA_CHECK_LAUNCH();
 }
 
@@ -260,7 +279,7 @@ void launch_argmax_rows(const float* x, int32_t n, int32_t cols, int32_t* ids,
                         cudaStream_t stream) {
   if (n <= 0) return;
   ARBOR_CHECK_GT(cols, 0);
-  argmax_rows_kernel<<<(unsigned)n, kThreads, 0, stream>>>(x, cols, ids);
+  argmax_rows_kernel<<<(unsigned)n, kRowThreads, 0, stream>>>(x, cols, ids);
   ARBOR_CUDA_CHECK_LAUNCH();
 }
 

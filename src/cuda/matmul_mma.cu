@@ -129,9 +129,81 @@ __device__ __forceinline__ QuantFrag load_quant_frag(const uint8_t* blk, bool ok
   return f;
 }
 
-// Q8_0 / Q4_0. Chunk b is ggml block b: one m16n8k32 int8 MMA gives the exact integer dot of
-// each (row, token) block pair, then acc = fma(dot, d_w * d_x, acc) in block order.
-template <bool kQ4, int NT>
+// The same fragment from a block staged in shared memory (2-byte aligned).
+template <bool kQ4>
+__device__ __forceinline__ QuantFrag shared_quant_frag(const uint8_t* blk, bool ok, int q) {
+  QuantFrag f;
+  if (!ok) return f;
+  const auto* h = reinterpret_cast<const uint16_t*>(blk);
+  f.d = f16_bits_to_float(h[0]);
+  if constexpr (kQ4) {
+    const uint32_t v = static_cast<uint32_t>(h[1 + 2 * q]) | (static_cast<uint32_t>(h[2 + 2 * q]) << 16);
+    f.lo = __vsub4(v & 0x0F0F0F0Fu, 0x08080808u);
+    f.hi = __vsub4((v >> 4) & 0x0F0F0F0Fu, 0x08080808u);
+  } else {
+    f.lo = static_cast<uint32_t>(h[1 + 2 * q]) | (static_cast<uint32_t>(h[2 + 2 * q]) << 16);
+    f.hi = static_cast<uint32_t>(h[9 + 2 * q]) | (static_cast<uint32_t>(h[10 + 2 * q]) << 16);
+  }
+  return f;
+}
+
+// Copies 4 bytes global -> shared without passing through registers (cp.async, L1-allocating:
+// the only form for 4 bytes).
+__device__ __forceinline__ void cp_async4(void* dst_shared, const void* src) {
+  const auto d = static_cast<uint32_t>(__cvta_generic_to_shared(dst_shared));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src));
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+// Chunks of a slice staged per phase by the staged decode kernel: 16 rows of them per warp in
+// shared memory (Q4_0: 16 x 8 x 18 B; Q8_0: 16 x 4 x 34 B), so 16 warps stay under 48 KB with
+// reduce_and_store's partial sums. Multiples of kUnroll.
+template <bool kQ4>
+inline constexpr int kStagePhase = kQ4 ? 8 : 4;
+static_assert(kStagePhase<true> % kUnroll == 0 && kStagePhase<false> % kUnroll == 0);
+
+// The arithmetic of kUnroll consecutive blocks c, c + 1, ... (those below c_end) of rows g and
+// g + 8 (fragments fa, fb) for the NT token tiles: one m16n8k32 int8 MMA per (block, tile) gives
+// the exact integer dots, then acc = fma(dot, d_w * d_x, acc) in block order.
+template <int NT>
+__device__ __forceinline__ void quant_mma_group(float (&acc)[NT][4], const QuantFrag (&fa)[kUnroll],
+                                                const QuantFrag (&fb)[kUnroll], int c, int c_end,
+                                                const MmaArgs& a, const int8_t* xrow0,
+                                                const float* xd, int nb, int q, int tok_tiles_g,
+                                                int tok_left) {
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int b = c + u;
+    if (b >= c_end) break;
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const int8_t* xb = xrow0 + j * kTokTile * a.cols + b * kChunk + 4 * q;
+      const bool tok_ok = j < tok_tiles_g;
+      const uint32_t b0 = tok_ok ? __ldg(reinterpret_cast<const uint32_t*>(xb)) : 0u;
+      const uint32_t b1 = tok_ok ? __ldg(reinterpret_cast<const uint32_t*>(xb + 16)) : 0u;
+      int32_t dot[4];
+      mma_16832_s8(dot, fa[u].lo, fb[u].lo, fa[u].hi, fb[u].hi, b0, b1);
+      const float* xdj = xd + j * kTokTile * nb + b;
+      const float dx0 = j * kTokTile < tok_left ? __ldg(xdj) : 0.0f;
+      const float dx1 = j * kTokTile + 1 < tok_left ? __ldg(xdj + nb) : 0.0f;
+      // |dot| <= 32 * 127 * 127 < 2^24: exact in f32.
+      acc[j][0] = __fmaf_rn(static_cast<float>(dot[0]), __fmul_rn(fa[u].d, dx0), acc[j][0]);
+      acc[j][1] = __fmaf_rn(static_cast<float>(dot[1]), __fmul_rn(fa[u].d, dx1), acc[j][1]);
+      acc[j][2] = __fmaf_rn(static_cast<float>(dot[2]), __fmul_rn(fb[u].d, dx0), acc[j][2]);
+      acc[j][3] = __fmaf_rn(static_cast<float>(dot[3]), __fmul_rn(fb[u].d, dx1), acc[j][3]);
+    }
+  }
+}
+
+// Q8_0 / Q4_0. Chunk b is ggml block b (quant_mma_group).
+//
+// kStaged (one token tile, decode and short verification steps; rows 4-byte aligned): each warp
+// first copies its slice of the tile's 16 rows to shared memory, kStagePhase chunks at a time,
+// with coalesced 4-byte cp.async (consecutive lanes, consecutive words of a row), and forms the
+// fragments from there. The direct form reads each 18- or 34-byte block with 2-byte loads from
+// 8 rows per instruction, several times per sector. Staging changes where the bytes come from,
+// not the arithmetic: the same dots, the same FMAs in the same block order, so the same bits.
+template <bool kQ4, int NT, bool kStaged = false>
 __global__ void __launch_bounds__(kMaxThreads, NT == 1 ? 2 : 1) mma_quant_kernel(MmaArgs a) {
   constexpr int kBlockBytes = kQ4 ? kQ4Bytes : kQ8Bytes;
   const int lane = static_cast<int>(threadIdx.x) & 31, slice = static_cast<int>(threadIdx.x) / 32;
@@ -157,36 +229,49 @@ __global__ void __launch_bounds__(kMaxThreads, NT == 1 ? 2 : 1) mma_quant_kernel
 
   const int c_begin = slice * a.plan.chunks_per_slice;
   const int c_end = min(c_begin + a.plan.chunks_per_slice, a.plan.chunks);
-  for (int c = c_begin; c < c_end; c += kUnroll) {
-    QuantFrag fa[kUnroll], fb[kUnroll];
+  if constexpr (!kStaged) {
+    for (int c = c_begin; c < c_end; c += kUnroll) {
+      QuantFrag fa[kUnroll], fb[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const bool in = c + u < c_end;
-      const int64_t off = static_cast<int64_t>(c + u) * kBlockBytes;
-      fa[u] = load_quant_frag<kQ4>(w0 + off, ok0 && in, q);
-      fb[u] = load_quant_frag<kQ4>(w1 + off, ok1 && in, q);
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int b = c + u;
-      if (b >= c_end) break;
-#pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        const int8_t* xb = xrow0 + j * kTokTile * a.cols + b * kChunk + 4 * q;
-        const bool tok_ok = j < tok_tiles_g;
-        const uint32_t b0 = tok_ok ? __ldg(reinterpret_cast<const uint32_t*>(xb)) : 0u;
-        const uint32_t b1 = tok_ok ? __ldg(reinterpret_cast<const uint32_t*>(xb + 16)) : 0u;
-        int32_t dot[4];
-        mma_16832_s8(dot, fa[u].lo, fb[u].lo, fa[u].hi, fb[u].hi, b0, b1);
-        const float* xdj = xd + j * kTokTile * nb + b;
-        const float dx0 = j * kTokTile < tok_left ? __ldg(xdj) : 0.0f;
-        const float dx1 = j * kTokTile + 1 < tok_left ? __ldg(xdj + nb) : 0.0f;
-        // |dot| <= 32 * 127 * 127 < 2^24: exact in f32.
-        acc[j][0] = __fmaf_rn(static_cast<float>(dot[0]), __fmul_rn(fa[u].d, dx0), acc[j][0]);
-        acc[j][1] = __fmaf_rn(static_cast<float>(dot[1]), __fmul_rn(fa[u].d, dx1), acc[j][1]);
-        acc[j][2] = __fmaf_rn(static_cast<float>(dot[2]), __fmul_rn(fb[u].d, dx0), acc[j][2]);
-        acc[j][3] = __fmaf_rn(static_cast<float>(dot[3]), __fmul_rn(fb[u].d, dx1), acc[j][3]);
+      for (int u = 0; u < kUnroll; ++u) {
+        const bool in = c + u < c_end;
+        const int64_t off = static_cast<int64_t>(c + u) * kBlockBytes;
+        fa[u] = load_quant_frag<kQ4>(w0 + off, ok0 && in, q);
+        fb[u] = load_quant_frag<kQ4>(w1 + off, ok1 && in, q);
       }
+      quant_mma_group<NT>(acc, fa, fb, c, c_end, a, xrow0, xd, nb, q, tok_tiles_g, tok_left);
+    }
+  } else {
+    constexpr int kPhase = kStagePhase<kQ4>, kRowBytes = kPhase * kBlockBytes;
+    __shared__ __align__(16) uint8_t stage[kMaxSlices][kRowTile * kRowBytes];
+    uint8_t* st = stage[slice];
+    const int valid_rows = static_cast<int>(min64(kRowTile, a.rows - tile_row0));
+    for (int p0 = c_begin; p0 < c_end; p0 += kPhase) {
+      const int p1 = min(p0 + kPhase, c_end);
+      const int len = (p1 - p0) * kBlockBytes, words = len / 4;
+      const uint8_t* src0 = a.w + tile_row0 * a.row_stride + static_cast<int64_t>(p0) * kBlockBytes;
+      for (int i = lane; i < valid_rows * words; i += 32) {
+        const int r = i / words, wd = i - r * words;
+        cp_async4(st + r * kRowBytes + 4 * wd, src0 + r * a.row_stride + 4 * wd);
+      }
+      if (len % 4 != 0 && lane < valid_rows) {  // an odd chunk count of 18-byte blocks
+        *reinterpret_cast<uint16_t*>(st + lane * kRowBytes + len - 2) =
+            load_u16(src0 + lane * a.row_stride + len - 2);
+      }
+      cp_async_wait_all();
+      __syncwarp();
+      for (int c = p0; c < p1; c += kUnroll) {
+        QuantFrag fa[kUnroll], fb[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const bool in = c + u < p1;
+          const uint8_t* blk = st + (c + u - p0) * kBlockBytes;
+          fa[u] = shared_quant_frag<kQ4>(blk + g * kRowBytes, ok0 && in, q);
+          fb[u] = shared_quant_frag<kQ4>(blk + (g + 8) * kRowBytes, ok1 && in, q);
+        }
+        quant_mma_group<NT>(acc, fa, fb, c, p1, a, xrow0, xd, nb, q, tok_tiles_g, tok_left);
+      }
+      __syncwarp();  // every lane has read the phase before the next one overwrites it
     }
   }
   reduce_and_store<NT>(acc, a, tile_row0, tok0);
@@ -243,6 +328,8 @@ void launch_tiles(gguf::GgmlType type, const MmaArgs& a, cudaStream_t stream) {
   const bool vec = a.cols % kChunk == 0 && a.row_stride % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(a.w) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(a.acts) % 16 == 0;
+  // The staged decode kernel copies rows in 4-byte words.
+  const bool staged = NT == 1 && a.row_stride % 4 == 0 && reinterpret_cast<uintptr_t>(a.w) % 4 == 0;
   switch (type) {
     case gguf::GgmlType::kF16:
       if (vec) mma_float_kernel<false, NT, true><<<grid, block, 0, stream>>>(a);
@@ -253,10 +340,12 @@ void launch_tiles(gguf::GgmlType type, const MmaArgs& a, cudaStream_t stream) {
       else mma_float_kernel<true, NT, false><<<grid, block, 0, stream>>>(a);
       break;
     case gguf::GgmlType::kQ8_0:
-      mma_quant_kernel<false, NT><<<grid, block, 0, stream>>>(a);
+      if (staged) mma_quant_kernel<false, 1, true><<<grid, block, 0, stream>>>(a);
+      else mma_quant_kernel<false, NT><<<grid, block, 0, stream>>>(a);
       break;
     case gguf::GgmlType::kQ4_0:
-      mma_quant_kernel<true, NT><<<grid, block, 0, stream>>>(a);
+      if (staged) mma_quant_kernel<true, 1, true><<<grid, block, 0, stream>>>(a);
+      else mma_quant_kernel<true, NT><<<grid, block, 0, stream>>>(a);
       break;
     default:
       ARBOR_CHECK(false) << "no tensor-core kernel for " << gguf::ggml_type_name(type);

@@ -23,4 +23,6 @@ Result<std::unique_ptr<model::ForwardOps>> make_cuda_forward_ops(const model::Ll
   return failed_precondition(kNoCuda);
 }
 
+Status check_cuda_runs(const model::LlamaModel&) { return failed_precondition(kNoCuda); }
+
 }  // namespace arbor::cuda

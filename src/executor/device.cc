@@ -41,6 +41,10 @@ Result<DeviceChoice> decide_device(Device requested, int cuda_device, const Devi
                                 "; --device cuda opts in (", facts.devices, ")"));
     }
     if (count == 0) return cpu_choice(str_cat("--device auto: ", facts.devices));
+    if (!facts.model_refusal.empty()) {
+      return cpu_choice(str_cat("--device auto: the CPU, because ", facts.model_refusal, " (",
+                                facts.devices, ")"));
+    }
   }
   if (count == 0) return failed_precondition("--device cuda: ", facts.devices);
   if (cuda_device < 0 || cuda_device >= count) {
@@ -64,11 +68,22 @@ Result<DeviceChoice> decide_device(Device requested, int cuda_device, const Devi
   return c;
 }
 
-Result<DeviceChoice> choose_device(Device requested, int cuda_device) {
+Result<DeviceChoice> choose_device(Device requested, int cuda_device,
+                                   const std::string& model_path) {
   DeviceFacts facts;
   if (requested != Device::kCpu) {
     facts.num_cuda_devices = cuda::device_count();
     facts.devices = cuda::describe_devices();
+  }
+  if (requested == Device::kAuto && facts.cuda_verified && facts.num_cuda_devices > 0 &&
+      !model_path.empty()) {
+    // Mapped, not packed: the load that follows reports a file it cannot read.
+    Result<std::unique_ptr<model::LlamaModel>> m =
+        model::LlamaModel::load(model_path, {.pack_for_cpu = false});
+    if (m.ok()) {
+      const Status runs = cuda::check_cuda_runs(**m);
+      if (!runs.ok()) facts.model_refusal = runs.message();
+    }
   }
   Result<DeviceChoice> c = decide_device(requested, cuda_device, facts);
   if (c.ok() && !c->warning.empty()) ARBOR_LOG(kWarn) << c->warning;

@@ -5,7 +5,9 @@
 //         build has no CUDA or no GPU is present (the message says which); while the CUDA
 //         executor is unverified (kCudaVerified below), a warning says so
 //   auto  the CPU until the CUDA executor has passed its GPU tests on a device (kCudaVerified);
-//         after that, cuda when this build has CUDA and a GPU is present, else the CPU
+//         after that, cuda when this build has CUDA, a GPU is present and the GPU path runs the
+//         model (cuda::check_cuda_runs: its architecture, variants and weight types), else the
+//         CPU, the startup log saying why
 //
 // docs/cuda.md, "Device choice", states the same record and how it flips.
 #pragma once
@@ -39,14 +41,20 @@ struct DeviceFacts {
   std::string devices;              // cuda::describe_devices()
   bool cuda_verified = kCudaVerified;
   std::string_view cuda_verified_on = kCudaVerifiedOn;
+  // Why the GPU path does not run the model (cuda::check_cuda_runs); empty when it does or when
+  // no model was named. auto then stays on the CPU; cuda fails later, at load, with the same.
+  std::string model_refusal;
 };
 
 // The decision alone (pure; logs nothing): `requested` resolved against `facts`. Errors: --device
 // cuda without a device; `cuda_device` out of range when CUDA is chosen.
 Result<DeviceChoice> decide_device(Device requested, int cuda_device, const DeviceFacts& facts);
 
-// decide_device() on this machine and kCudaVerified. Logs `warning`, when there is one, at
-// warning level; the caller logs `reason` at info level.
-Result<DeviceChoice> choose_device(Device requested, int cuda_device);
+// decide_device() on this machine and kCudaVerified, for the model at `model_path` (when auto
+// could choose a GPU, its weights are mapped, not read, to ask cuda::check_cuda_runs; empty: no
+// model check). Logs `warning`, when there is one, at warning level; the caller logs `reason` at
+// info level.
+Result<DeviceChoice> choose_device(Device requested, int cuda_device,
+                                   const std::string& model_path = "");
 
 }  // namespace arbor::executor

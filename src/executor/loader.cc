@@ -100,7 +100,7 @@ Result<std::unique_ptr<Drafter>> make_drafter(const std::string& path,
 Result<std::unique_ptr<LocalExecutor>> LocalExecutor::load(const std::string& path,
                                                                  const ExecutorOptions& options) {
   ARBOR_ASSIGN_OR_RETURN(DeviceChoice device,
-                         choose_device(options.device, options.cuda_device));
+                         choose_device(options.device, options.cuda_device, path));
   ARBOR_LOG(kInfo) << "device: " << device_name(device.device) << " (" << device.reason << ")";
   model::RunnerOptions ro;
   ro.make_ops = device.make_ops;

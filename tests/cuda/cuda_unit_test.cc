@@ -21,6 +21,8 @@
 #include "gguf/quants.h"
 #include "kernels/packed_affine.h"
 #include "model/llama_model.h"
+#include "model/synth_model.h"
+#include "support/temp_dir.h"
 #include "support/shared_data.h"
 
 namespace arbor::cuda {
@@ -62,6 +64,51 @@ TEST(CudaForwardOps, RefusesADeviceThatIsNotThere) {
 #endif
   auto negative = make_cuda_forward_ops(**model, -1);
   EXPECT_FALSE(negative.ok());
+}
+
+// check_cuda_runs (what --device auto asks before it picks a GPU): the llama rows run; every other
+// architecture and the llama variants the GPU path lacks are refused, naming what and
+// --device cpu. Built without CUDA, it says so.
+TEST(CudaForwardOps, CheckCudaRunsNamesWhatTheGpuPathLacks) {
+  ASSERT_TRUE(test::require_shared_file(test::kStories260K));
+  auto stories = gguf::GgufFile::open(test::shared_path(test::kStories260K));
+  ASSERT_TRUE(stories.ok()) << stories.status().to_string();
+  std::vector<gguf::KeyValue> tokenizer_keys;
+  for (const gguf::KeyValue& kv : stories->metadata()) {
+    if (kv.key.starts_with("tokenizer.")) tokenizer_keys.push_back(kv);
+  }
+  const test::TempDir dir;
+  auto check = [&](const model::SynthShape& shape) {
+    kernels::ThreadPool pool(1);
+    auto w = model::synth_model(shape, gguf::GgmlType::kQ8_0, 7, 512, tokenizer_keys, pool);
+    EXPECT_TRUE(w.ok()) << w.status().to_string();
+    const std::string path = dir.path() + "/" + shape.name + ".gguf";
+    EXPECT_TRUE(w.ok() && w->write(path).ok());
+    auto m = model::LlamaModel::load(path, {.pack_for_cpu = false});
+    EXPECT_TRUE(m.ok()) << m.status().to_string();
+    return m.ok() ? check_cuda_runs(**m) : m.status();
+  };
+  const model::SynthShape llama{.name = "llama", .dim = 64, .ffn = 128, .layers = 2, .heads = 4,
+                                .kv_heads = 2, .context = 256};
+  model::SynthShape biased = llama;
+  biased.name = "biased";
+  biased.out_bias = true;
+  const model::SynthShape qwen3 = model::with_arch({.name = "qwen3", .dim = 64, .ffn = 128,
+                                                    .layers = 2, .heads = 4, .kv_heads = 2,
+                                                    .context = 256},
+                                                   "qwen3");
+#ifdef ARBOR_HAVE_CUDA
+  EXPECT_TRUE(check(llama).ok()) << check(llama).to_string();
+  for (const auto& [shape, lacks] : {std::pair{biased, "attention-output or feed-forward biases"},
+                                     std::pair{qwen3, "the qwen3 architecture"}}) {
+    const Status st = check(shape);
+    EXPECT_EQ(st.code(), StatusCode::kUnimplemented) << shape.name << ": " << st.to_string();
+    EXPECT_NE(st.message().find(lacks), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("--device cpu"), std::string::npos) << st.message();
+  }
+#else
+  EXPECT_EQ(check(llama).code(), StatusCode::kFailedPrecondition);
+#endif
 }
 
 // ---- Weight upload plan. ----

@@ -46,6 +46,24 @@ TEST(DeviceChoice, AutoStaysOnTheCpuWithoutTheRecordEvenWithGpus) {
   EXPECT_TRUE(contains(c->reason, "cuda:1: NVIDIA H200")) << c->reason;
 }
 
+TEST(DeviceChoice, AutoStaysOnTheCpuForAModelTheGpuPathRefuses) {
+  DeviceFacts f = facts(2, true);
+  f.model_refusal = "the CUDA executor has not run the qwen3 architecture on a GPU yet (qwen3); "
+                    "serve this model with --device cpu";
+  Result<DeviceChoice> c = decide_device(Device::kAuto, 0, f);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->device, Device::kCpu);
+  EXPECT_FALSE(c->make_ops);
+  EXPECT_TRUE(contains(c->reason, "--device auto: the CPU, because the CUDA executor has not run "
+                                  "the qwen3 architecture"))
+      << c->reason;
+  EXPECT_TRUE(contains(c->reason, "cuda:1: NVIDIA H200")) << c->reason;
+  // Explicit cuda still builds the GPU ops (whose load then fails with the same refusal).
+  Result<DeviceChoice> cuda = decide_device(Device::kCuda, 0, f);
+  ASSERT_TRUE(cuda.ok()) << cuda.status().to_string();
+  EXPECT_EQ(cuda->device, Device::kCuda);
+}
+
 TEST(DeviceChoice, AutoOnThisMachineFollowsTheRecord) {
   Result<DeviceChoice> c = choose_device(Device::kAuto, 0);
   ASSERT_TRUE(c.ok()) << c.status().to_string();

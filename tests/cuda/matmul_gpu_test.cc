@@ -38,6 +38,7 @@
 #include "cuda/matmul.h"
 #include "gguf/quants.h"
 #include "kernels/matmul.h"
+#include "activation_ref.h"
 
 namespace arbor::cuda {
 namespace {
@@ -150,21 +151,7 @@ std::vector<float> gpu_matmul_ref(const kernels::WeightView& w, const std::vecto
   return download(yd.as<float>(), static_cast<size_t>(nt * w.rows));
 }
 
-// The types whose activations the GPU quantises to int8 blocks of 32.
-bool quantised(GgmlType t) {
-  return t == GgmlType::kQ8_0 || t == GgmlType::kQ4_0 || ggml::is_affine(t);
-}
-
-// The activations the GPU kernels multiply with f32-exact weights (for float types).
-std::vector<float> rounded_acts(GgmlType type, const std::vector<float>& x) {
-  std::vector<float> out = x;
-  if (type == GgmlType::kF16) {
-    for (float& v : out) v = fp16_to_fp32(fp32_to_fp16(v));
-  } else if (type == GgmlType::kBF16) {
-    for (float& v : out) v = bf16_to_fp32(fp32_to_bf16(v));
-  }
-  return out;
-}
+using testing::quantised_activations;
 
 // The tolerances of the header comment for one case, all [nt, rows].
 struct Tolerances {
@@ -175,7 +162,7 @@ Tolerances tolerances(const TestMatrix& m, const std::vector<float>& x, int32_t 
   const kernels::WeightView& w = m.host_view;
   const GgmlType type = w.type;
   const double same = type == GgmlType::kF32  ? 2e-5
-                      : quantised(type)       ? 1e-5
+                      : quantised_activations(type)       ? 1e-5
                                               : 5e-5;
   const double act_rel = type == GgmlType::kF16    ? std::ldexp(1.0, -11)
                          : type == GgmlType::kBF16 ? std::ldexp(1.0, -8)
@@ -193,7 +180,7 @@ Tolerances tolerances(const TestMatrix& m, const std::vector<float>& x, int32_t 
         s += std::fabs(double{wr[c]}) * std::fabs(double{xt[c]});
         s_m += std::fabs(double{mr[c]}) * std::fabs(double{xt[c]});
       }
-      if (quantised(type)) {
+      if (quantised_activations(type)) {
         for (int64_t b = 0; b < w.cols / 32; ++b) {
           float amax = 0.0f;
           for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xt[b * 32 + j]));
@@ -237,12 +224,7 @@ void check_matrix(GgmlType type, const Shape& shape, uint32_t seed) {
   // References for all kMaxTokens tokens; a call on the first nt tokens must match their rows.
   std::vector<float> cpu_same(static_cast<size_t>(kMaxTokens * rows)), cpu_ref(cpu_same.size());
   kernels::matmul_ref(m.host_view, x.data(), cpu_ref.data(), kMaxTokens);
-  if (quantised(type)) {
-    kernels::matmul_ref_quantized_act(m.host_view, x.data(), cpu_same.data(), kMaxTokens);
-  } else {
-    const std::vector<float> xr = rounded_acts(type, x);
-    kernels::matmul_ref(m.host_view, xr.data(), cpu_same.data(), kMaxTokens);
-  }
+  cpu_same = testing::matmul_same_activations(m.host_view, x, kMaxTokens);
   const std::vector<float> gpu_ref = gpu_matmul_ref(m.device_view, x, kMaxTokens);
   for (size_t i = 0; i < cpu_ref.size(); ++i) {
     ASSERT_TRUE(same_bits(gpu_ref[i], cpu_ref[i]))
@@ -320,9 +302,9 @@ TEST(CudaMatmul, OddStridesAndColumns) {
   SKIP_WITHOUT_GPU();
   uint32_t seed = 2000;
   for (const GgmlType type : kTypes) {
-    const int64_t cols = fit_cols(type, quantised(type) ? 96 : 200);
+    const int64_t cols = fit_cols(type, quantised_activations(type) ? 96 : 200);
     check_matrix(type, {37, cols, type == GgmlType::kF32 ? 4u : 2u}, seed++);
-    check_matrix(type, {21, quantised(type) ? 4096 : 4100, 32}, seed++);  // many slices
+    check_matrix(type, {21, quantised_activations(type) ? 4096 : 4100, 32}, seed++);  // many slices
     if (HasFatalFailure()) return;
   }
 }
@@ -360,9 +342,11 @@ TEST(CudaGetRows, EqualsDequantizeRow) {
   SKIP_WITHOUT_GPU();
   uint32_t seed = 4000;
   for (const GgmlType type : kTypes) {
-    SCOPED_TRACE(describe(type, {50, 256, 2}, seed));
+    // Padded rows: 2 bytes (F32 rows 4: the device reads F32 weights as floats).
+    const size_t pad = type == GgmlType::kF32 ? 4 : 2;
+    SCOPED_TRACE(describe(type, {50, 256, pad}, seed));
     std::mt19937 rng(seed++);
-    const TestMatrix m(type, 50, 256, 2, rng);
+    const TestMatrix m(type, 50, 256, pad, rng);
     const std::vector<int32_t> ids = {0, 49, 7, 7, 23, 1};
     DeviceBuffer idd(ids.size() * sizeof(int32_t)), out(ids.size() * 256 * sizeof(float));
     idd.upload(ids.data(), ids.size() * sizeof(int32_t));
