@@ -30,7 +30,7 @@
 //         stored order: q_i = q_g with the tokens of the earlier children of group g removed,
 //         renormalised.
 // Exactness needs exactly that: conditional on the path and on every earlier try at u, child
-// i's token has law q_i. Top-k / best-first trees (build_tree) choose rather than draw, so they
+// i's token has law q_i. Top-k trees choose rather than draw, so they
 // are one-hot trees. Degenerate tries (q_i(c_i) = 0, impossible for a drawn token) reject; a
 // rejection whose residual has no mass (only reachable that way, or by rounding) leaves r
 // unchanged.

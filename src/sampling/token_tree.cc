@@ -1,7 +1,6 @@
 #include "sampling/token_tree.h"
 
 #include <algorithm>
-#include <queue>
 
 #include "base/check.h"
 #include "sampling/rejection_sampler.h"
@@ -141,29 +140,9 @@ double TokenTree::path_prob(int32_t node) const {
   return prob;
 }
 
-std::vector<int32_t> TokenTree::leaves() const {
-  std::vector<int32_t> out;
-  for (int32_t i = 0; i < num_nodes(); ++i) {
-    if (children(i).empty()) out.push_back(i);
-  }
-  return out;
-}
-
-std::vector<std::vector<int32_t>> TokenTree::root_to_leaf_paths() const {
-  std::vector<std::vector<int32_t>> out;
-  for (int32_t leaf : leaves()) out.push_back(path_to(leaf));
-  return out;
-}
-
 std::vector<int32_t> TokenTree::positions(int32_t root_position) const {
   std::vector<int32_t> out(static_cast<size_t>(num_slots()), root_position);
   for (size_t i = 0; i < nodes_.size(); ++i) out[i + 1] = root_position + nodes_[i].depth;
-  return out;
-}
-
-std::vector<int32_t> TokenTree::slot_tokens(int32_t root_token) const {
-  std::vector<int32_t> out(static_cast<size_t>(num_slots()), root_token);
-  for (size_t i = 0; i < nodes_.size(); ++i) out[i + 1] = nodes_[i].token_id;
   return out;
 }
 
@@ -234,58 +213,6 @@ bool operator==(const TokenTree& a, const TokenTree& b) {
                     same_node) &&
          std::equal(a.draft_dists_.begin(), a.draft_dists_.end(), b.draft_dists_.begin(),
                     b.draft_dists_.end(), same_dist);
-}
-
-namespace {
-
-struct Frontier {
-  double score;   // path probability if added
-  int64_t order;  // offer order, for ties
-  int32_t parent;
-  Candidate candidate;
-};
-
-struct Worse {
-  bool operator()(const Frontier& a, const Frontier& b) const {
-    if (a.score != b.score) return a.score < b.score;
-    return a.order > b.order;
-  }
-};
-
-// The max_width most probable of `offered` (ties to the lower id), probs > 0 only.
-std::vector<Candidate> best_children(std::vector<Candidate> offered, int32_t max_width) {
-  std::erase_if(offered, [](const Candidate& c) { return !(c.prob > 0.0); });
-  std::sort(offered.begin(), offered.end(), [](const Candidate& a, const Candidate& b) {
-    return a.prob != b.prob ? a.prob > b.prob : a.token_id < b.token_id;
-  });
-  if (offered.size() > static_cast<size_t>(max_width)) offered.resize(static_cast<size_t>(max_width));
-  return offered;
-}
-
-}  // namespace
-
-TokenTree build_tree(const TreeBuildOptions& options, const TopCandidatesFn& top) {
-  ARBOR_CHECK(options.budget >= 0 && options.max_width >= 1 && options.max_depth >= 1)
-      << "budget " << options.budget << ", max_width " << options.max_width << ", max_depth "
-      << options.max_depth;
-  TokenTree tree;
-  if (options.budget == 0) return tree;
-  std::priority_queue<Frontier, std::vector<Frontier>, Worse> frontier;
-  int64_t order = 0;
-  auto expand = [&](int32_t node) {
-    const double base = tree.path_prob(node);
-    for (const Candidate& c : best_children(top(tree, node), options.max_width)) {
-      frontier.push({base * c.prob, order++, node, c});
-    }
-  };
-  expand(TokenTree::kRoot);
-  while (!frontier.empty() && tree.num_nodes() < options.budget) {
-    const Frontier best = frontier.top();
-    frontier.pop();
-    const int32_t node = tree.add_node(best.parent, best.candidate.token_id, best.candidate.prob);
-    if (tree.num_nodes() < options.budget && tree.depth(node) < options.max_depth) expand(node);
-  }
-  return tree;
 }
 
 }  // namespace arbor::sampling

@@ -22,7 +22,7 @@
 // Draft distributions. A node whose token was *drawn* from a distribution q (a sampled tree)
 // names q through draft_dist, an index into the tree's list of distributions; siblings drawn
 // from the same q share the index (a "group"). A node whose token is a fixed function of its
-// path (model-free proposers, top-k / best-first trees such as build_tree()) has draft_dist ==
+// path (model-free proposers, top-k trees) has draft_dist ==
 // kOneHot and is verified with q = one-hot(token). Which rule is exact for which tree is
 // explained in rejection_sampler.h.
 //
@@ -31,7 +31,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <optional>
 #include <span>
 #include <vector>
@@ -104,15 +103,9 @@ class TokenTree {
   std::vector<int32_t> path_tokens(int32_t node) const;
   // Product of draft_prob along path_to(node); 1 for kRoot. O(depth).
   double path_prob(int32_t node) const;
-  // Nodes without children, in index order.
-  std::vector<int32_t> leaves() const;
-  // path_to(leaf) for every leaf, in index order of the leaves.
-  std::vector<std::vector<int32_t>> root_to_leaf_paths() const;
 
   // [num_slots]: root_position, then root_position + depth(i) for node i.
   std::vector<int32_t> positions(int32_t root_position) const;
-  // [num_slots]: root_token, then the nodes' tokens.
-  std::vector<int32_t> slot_tokens(int32_t root_token) const;
 
   // num_slots^2: the size of the request's mask segment.
   int64_t num_mask_bits() const;
@@ -139,28 +132,5 @@ class TokenTree {
   std::vector<std::vector<int32_t>> children_;  // [num_slots] children of slot s
   std::vector<std::vector<Candidate>> draft_dists_;
 };
-
-// Budget-limited best-first tree construction (EAGLE-2's dynamic tree, Sequoia's budget): the
-// tree grows by the frontier candidate of highest path probability (path_prob of its parent
-// times its own probability) until it holds `budget` nodes or nothing is left to add.
-struct TreeBuildOptions {
-  int32_t budget = 16;    // max nodes (not counting the root), >= 0
-  int32_t max_width = 4;  // max children per node, >= 1
-  int32_t max_depth = 8;  // max node depth, >= 1
-};
-
-// Candidates for the children of `node` (kRoot or a node of `tree`, the tree built so far):
-// distinct token ids with the draft's probability at that node, any order, any number (the
-// builder keeps the max_width most probable, ties to the lower id; probs <= 0 are dropped).
-using TopCandidatesFn = std::function<std::vector<Candidate>(const TokenTree& tree, int32_t node)>;
-
-// The tree of the `budget` candidates of highest path probability (ties: the one offered
-// first), each node's children limited to the max_width best its expansion offered. Nodes are
-// stored in the order they were added (non-increasing path probability, so parents first);
-// every node is one-hot (a chosen, not drawn, token) with draft_prob = its candidate prob.
-// `top` is called for the root and for every added node with depth < max_depth, except the
-// last one added when the budget is spent; lazily, in the order the nodes are added.
-// O(budget * (max_width + log(budget * max_width))) plus the calls.
-TokenTree build_tree(const TreeBuildOptions& options, const TopCandidatesFn& top);
 
 }  // namespace arbor::sampling
