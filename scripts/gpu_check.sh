@@ -20,7 +20,8 @@
 #     4. `arbor synth` of the benchmark shapes (TinyLlama-1.1B and an 8B llama-3 shape, Q4_0),
 #     5. `arbor bench --device cuda` on each, 6. llama-bench on the same files when bundled.
 #     7. (phase "profile", not by default) per-kernel device time of a few decode steps (ncu).
-#   Writes $OUT/summary.txt (printed last) and $OUT/logs.tar.gz (every log and JSON).
+#   Writes $OUT/summary-TAG.txt (printed last) and $OUT/logs-TAG.tar.gz (every log and JSON), TAG
+#   = GPU_CHECK_TAG (default "run").
 #   Knobs: GPU_CHECK_BUDGET (seconds the whole may take, default 480), GPU_CHECK_PHASES (default "tests sanitize bench llama"), GPU_CHECK_TESTS (a ctest -R
 #   regex to run a subset), GPU_BENCH_SHAPES (default "tinyllama 8b").
 set -uo pipefail
@@ -77,9 +78,10 @@ limit() { local l; l=$(( $(left) - 15 )); (( l < $1 )) && echo $(( l > 1 ? l : 1
 phase_on() { [[ " ${GPU_CHECK_PHASES:-tests sanitize bench llama} " == *" $1 "* ]]; }
 
 finish() {
-  cp "$logs/summary.txt" "$out/summary.txt" 2>/dev/null
-  tar -C "$logs" -czf "$out/logs.tar.gz" . 2>/dev/null
-  echo "===== summary ====="; cat "$out/summary.txt"
+  local tag=${GPU_CHECK_TAG:-run}  # distinct tags keep the files of several runs in one command
+  cp "$logs/summary.txt" "$out/summary-$tag.txt" 2>/dev/null
+  tar -C "$logs" -czf "$out/logs-$tag.tar.gz" . 2>/dev/null
+  echo "===== summary ====="; cat "$out/summary-$tag.txt"
 }
 
 unpack() {

@@ -8,10 +8,9 @@
 //   --max-model-len N                 longest sequence, prompt + generated tokens (default 0 =
 //                                     the model's context length, capped by the KV pool; more
 //                                     than that is a startup error)
-//   --device auto|cpu|cuda            where the model runs (default auto: the CPU until the CUDA
-//                                     executor has passed its GPU tests on a device, then a CUDA
-//                                     GPU when one is present; cuda opts in, with a warning while
-//                                     unverified: executor/device.h, docs/cuda.md)
+//   --device auto|cpu|cuda            where the model runs (default auto: a CUDA GPU when one is
+//                                     present and the GPU path runs the model, else the CPU;
+//                                     executor/device.h, docs/cuda.md)
 //   --cuda-device N                   which GPU (default 0)
 //   --block-size N                    tokens per KV block (default 16)
 //   --kv-cache-gib X                  KV memory budget in GiB (default 1.0)
@@ -63,10 +62,10 @@ inline void add_device_flags(CLI::App& app, executor::Device* device, int* cuda_
       {"cpu", executor::Device::kCpu},
       {"cuda", executor::Device::kCuda}};
   app.add_option("--device", *device,
-                 "Where the model runs: cpu; cuda (opts in to the CUDA executor, which has not "
-                 "passed its GPU tests on a device yet: a warning says so); auto (the CPU until "
-                 "those tests have passed, then a CUDA GPU when one is present; docs/cuda.md, "
-                 "\"Device choice\")")
+                 "Where the model runs: cpu; cuda (an error without a GPU, or for a model the "
+                 "GPU path does not run); auto (a CUDA GPU when one is present and the GPU path "
+                 "runs the model, else the CPU; the startup log says which and why; "
+                 "docs/cuda.md, \"Device choice\")")
       ->transform(CLI::CheckedTransformer(kDevices, CLI::ignore_case).description(""))
       ->type_name("auto|cpu|cuda")
       ->default_str(std::string(executor::device_name(*device)));

@@ -25,8 +25,8 @@ namespace arbor::executor {
 // gpu: cuda_ops_test, cuda_matmul_gpu_test, cuda_model_gpu_test and the GPU twins of the golden
 // suites) has passed on a device. When it flips to true, kCudaVerifiedOn names the commit and
 // the card ("a1b2c3d on an NVIDIA H200"), and docs/cuda.md "Device choice" says the same.
-inline constexpr bool kCudaVerified = false;
-inline constexpr std::string_view kCudaVerifiedOn = "";
+inline constexpr bool kCudaVerified = true;
+inline constexpr std::string_view kCudaVerifiedOn = "43ff484 on an NVIDIA H200";
 
 struct DeviceChoice {
   Device device = Device::kCpu;               // kCpu or kCuda, never kAuto
