@@ -76,7 +76,7 @@ const std::set<std::string> kArborExtensions = {"speculation", "model", "message
                                                 "do_sample"};
 
 void walk(const ServerProcess& server, const std::string& path, const json& base,
-          const std::vector<Field>& fields, OpenAiRoute route) {
+          const std::vector<Field>& fields, RequestRoute route) {
   std::set<std::string> read;
   for (std::string_view f : read_fields(route)) read.insert(std::string(f));
   std::set<std::string> walked;
@@ -116,9 +116,9 @@ TEST(ServerFields, EveryOpenAiAndVllmFieldIsReadOrRefused) {
   ASSERT_TRUE(server.ok());
   walk(server, "/v1/chat/completions",
        {{"messages", json::array({{{"role", "user"}, {"content", "Hi"}}})}, {"max_tokens", 4}},
-       kChatFields, OpenAiRoute::kChat);
+       kChatFields, RequestRoute::kChat);
   walk(server, "/v1/completions", {{"prompt", "Once"}, {"max_tokens", 4}}, kCompletionFields,
-       OpenAiRoute::kCompletions);
+       RequestRoute::kCompletions);
   EXPECT_TRUE(server.wait_no_blocks_used());
 }
 
