@@ -50,7 +50,7 @@ class MessagesBuilder : public ResponseBuilder, private OutputPartListener {
 
  private:
   void begin() {
-    if (begun_) return;
+    if (begun_ || !o_.stream) return;
     begun_ = true;
     json m = message_json();
     m["usage"] = {{"input_tokens", o_.input_tokens},
@@ -136,11 +136,11 @@ class MessagesBuilder : public ResponseBuilder, private OutputPartListener {
     json delta;
     switch (part) {
       case OutputPart::kReasoning:
-        block["thinking"] = block["thinking"].get<std::string>() + std::string(text);
+        block["thinking"].get_ref<std::string&>() += text;
         delta = {{"type", "thinking_delta"}, {"thinking", text}};
         break;
       case OutputPart::kText:
-        block["text"] = block["text"].get<std::string>() + std::string(text);
+        block["text"].get_ref<std::string&>() += text;
         delta = {{"type", "text_delta"}, {"text", text}};
         break;
       case OutputPart::kToolCall:

@@ -92,7 +92,7 @@ class ResponsesBuilder : public ResponseBuilder, private OutputPartListener {
  private:
   // The stream's first events (once).
   void begin() {
-    if (begun_) return;
+    if (begun_ || !o_.stream) return;
     begun_ = true;
     emit("response.created", {{"response", response_json("in_progress")}});
     emit("response.in_progress", {{"response", response_json("in_progress")}});
@@ -173,18 +173,18 @@ class ResponsesBuilder : public ResponseBuilder, private OutputPartListener {
     json event{{"item_id", item["id"]}, {"output_index", open_index()}, {"delta", text}};
     switch (part) {
       case OutputPart::kReasoning:
-        item["content"][0]["text"] = item["content"][0]["text"].get<std::string>() + std::string(text);
+        item["content"][0]["text"].get_ref<std::string&>() += text;
         event["content_index"] = 0;
         emit("response.reasoning_text.delta", std::move(event));
         break;
       case OutputPart::kText:
-        item["content"][0]["text"] = item["content"][0]["text"].get<std::string>() + std::string(text);
+        item["content"][0]["text"].get_ref<std::string&>() += text;
         event["content_index"] = 0;
         event["logprobs"] = json::array();
         emit("response.output_text.delta", std::move(event));
         break;
       case OutputPart::kToolCall:
-        item["arguments"] = item["arguments"].get<std::string>() + std::string(text);
+        item["arguments"].get_ref<std::string&>() += text;
         emit("response.function_call_arguments.delta", std::move(event));
         break;
     }
