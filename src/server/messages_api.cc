@@ -146,6 +146,13 @@ std::optional<ApiError> read_messages(const ojson& body, ojson* out) {
     MessageReader reader(out);
     ARBOR_API_TRY(reader.read(messages[i], i));
   }
+  // Anthropic continues a final assistant message; the chat template would close it and open a
+  // new turn instead, so the request is refused rather than answered differently.
+  if (messages.back().value("role", ojson()) == "assistant") {
+    return bad(str_cat("messages[", messages.size() - 1, "].role"),
+               "is assistant: prefilling the reply (continuing a final assistant message) is "
+               "not supported");
+  }
   return std::nullopt;
 }
 

@@ -13,7 +13,8 @@
 //               text, tool_result {"tool_use_id", "content": string | text blocks,
 //               "is_error"?} (user), thinking {"thinking", "signature"} and tool_use {"id",
 //               "name", "input"} (assistant); images, documents, redacted thinking and server
-//               tool blocks are 400s naming the block. cache_control and citations pass.
+//               tool blocks are 400s naming the block. cache_control and citations pass. A final
+//               assistant message (prefilling the reply) is a 400.
 //   tools       [{"name", "description"?, "input_schema", "type"?: "custom"}]; Anthropic's
 //               server tools (bash, text_editor, web_search, computer, code_execution, ...)
 //               are 400s;

@@ -304,6 +304,9 @@ TEST(AgentsRequest, MessagesRefusalsNameTheField) {
        "enabled"}, {"budget_tokens", 2000}}}}), 400, "thinking.budget_tokens"},
       {"stop_sequences number", with({{"stop_sequences", 3}}), 400, "stop_sequences"},
       {"container", with({{"container", "c"}}), 400, "container"},
+      {"prefill", with({{"messages", {{{"role", "user"}, {"content", "Hi"}},
+                                      {{"role", "assistant"}, {"content", "Once"}}}}}), 400,
+       "messages[1].role"},
       {"unknown field", with({{"max_token", 3}}), 400, "max_token"},
   };
   for (const BadCase& k : cases) expect_refused(prepare_raw(prepare_messages, k.body.dump(), m.info), k);
