@@ -1,4 +1,4 @@
-// arbor serve: the OpenAI- and TGI-compatible HTTP server (docs/server.md).
+// arbor serve: the OpenAI-, Anthropic- and TGI-compatible HTTP server (docs/server.md).
 //
 //   arbor serve -m MODEL [--host 127.0.0.1] [--port 8080] [engine flags]
 //
@@ -60,6 +60,8 @@ struct Options {
   bool api_key_all_routes = false;
   std::vector<std::string> allowed_origins;
   std::vector<std::string> allowed_hosts;
+  server::ResponseStoreOptions responses;
+  double responses_max_mib = static_cast<double>(server::ResponseStoreOptions{}.max_bytes >> 20);
 };
 
 std::string joined(const std::vector<std::string>& items) {
@@ -220,6 +222,8 @@ Status run(const Options& o) {
   so.tokenizer_threads = o.tokenizer_threads;
   so.log_stats_interval_s = o.log_stats_interval_s;
   so.access = access_policy(o);
+  so.responses = o.responses;
+  so.responses.max_bytes = static_cast<int64_t>(o.responses_max_mib * (1 << 20));
   ARBOR_ASSIGN_OR_RETURN(auto server, server::ApiServer::create(core, info, so));
   log_configuration(o, exec_ref, core, info, server->port());
   if (!o.port_file.empty()) {
@@ -231,7 +235,9 @@ Status run(const Options& o) {
 }
 
 void setup(CLI::App& app) {
-  auto* sub = app.add_subcommand("serve", "Serve a model over HTTP (OpenAI and TGI APIs)");
+  auto* sub = app.add_subcommand(
+      "serve", "Serve a model over HTTP (OpenAI chat, completions and responses, Anthropic "
+               "messages, TGI)");
   auto o = std::make_shared<Options>();
   sub->add_option("-m,--model", o->model, "GGUF model file")->required();
   sub->add_option("--host", o->host, "Address to bind")->capture_default_str();
@@ -289,7 +295,8 @@ void setup(CLI::App& app) {
                 "Scan every weight for NaN/Inf before serving (norms and the classifier are "
                 "always checked)");
   sub->add_option("--api-key", o->api_key,
-                  "Require 'Authorization: Bearer <key>' on the API routes (env ARBOR_API_KEY)")
+                  "Require 'Authorization: Bearer <key>' or 'x-api-key: <key>' on the API "
+                  "routes (env ARBOR_API_KEY)")
       ->envname("ARBOR_API_KEY");
   sub->add_flag("--api-key-all-routes", o->api_key_all_routes,
                 "Require the API key on /health and /metrics too");
@@ -322,6 +329,19 @@ void setup(CLI::App& app) {
                   "Seconds between the engine's info lines (throughput, running and waiting "
                   "requests, KV cache use, speculation acceptance) while it is busy; 0 = never")
       ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  sub->add_option("--responses-max", o->responses.max_responses,
+                  "/v1/responses kept for previous_response_id, at most this many (the oldest "
+                  "go first); 0 = none are kept")
+      ->check(CLI::Range(int64_t{0}, int64_t{1'000'000}))
+      ->capture_default_str();
+  sub->add_option("--responses-ttl", o->responses.ttl_s,
+                  "Seconds a stored /v1/responses response is kept; later its id is a 404")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sub->add_option("--responses-max-mib", o->responses_max_mib,
+                  "Stored /v1/responses conversations' total size (MiB); the oldest go first")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   add_engine_flags(*sub, &o->serving);
   sub->callback([o] { exit_on_error(run(*o)); });

@@ -72,14 +72,19 @@ std::optional<ApiError> check_key(const AccessPolicy& p, const http::HttpRequest
   ApiError e;
   e.http_status = 401;
   e.code = "invalid_api_key";
+  // OpenAI clients send "Authorization: Bearer <key>", Anthropic's "x-api-key: <key>".
   const std::string_view auth = req.header("Authorization");
-  if (auth.empty()) {
-    e.message = "missing API key: send it as 'Authorization: Bearer <key>'";
+  const std::string_view x_api_key = req.header("x-api-key");
+  if (auth.empty() && x_api_key.empty()) {
+    e.message = "missing API key: send it as 'Authorization: Bearer <key>' or 'x-api-key: <key>'";
     return e;
   }
   constexpr std::string_view kBearer = "bearer ";
-  if (auth.size() <= kBearer.size() || !equal_ignore_case(auth.substr(0, kBearer.size()), kBearer) ||
-      !equal_in_constant_time(auth.substr(kBearer.size()), p.api_key)) {
+  const bool bearer_ok = auth.size() > kBearer.size() &&
+                         equal_ignore_case(auth.substr(0, kBearer.size()), kBearer) &&
+                         equal_in_constant_time(auth.substr(kBearer.size()), p.api_key);
+  const bool x_api_key_ok = !x_api_key.empty() && equal_in_constant_time(x_api_key, p.api_key);
+  if (!bearer_ok && !x_api_key_ok) {
     e.message = "incorrect API key provided";
     return e;
   }
@@ -122,7 +127,7 @@ AccessDecision check_access(const AccessPolicy& policy, const http::HttpRequest&
     const std::string_view asked = req.header("Access-Control-Request-Headers");
     d.headers.emplace_back(
         "Access-Control-Allow-Headers",
-        asked.empty() ? std::string("Authorization, Content-Type") : std::string(asked));
+        asked.empty() ? std::string("Authorization, Content-Type, X-Api-Key") : std::string(asked));
     d.headers.emplace_back("Access-Control-Max-Age", "600");
     d.headers.emplace_back("Allow", "GET, POST, OPTIONS");
     return d;

@@ -10,8 +10,9 @@
 //            Allowed origins get Access-Control-Allow-Origin on the answer; a preflight
 //            (OPTIONS) is answered 204 with the methods and headers a client may use.
 //   API key  with --api-key, every route but /health and /metrics (those too with
-//            --api-key-all-routes) needs "Authorization: Bearer <key>": else 401, as vLLM and
-//            llama-server answer. Compared in constant time.
+//            --api-key-all-routes) needs "Authorization: Bearer <key>" (OpenAI's clients) or
+//            "x-api-key: <key>" (Anthropic's): else 401, as vLLM and llama-server answer.
+//            Compared in constant time.
 // Thread-safety: pure functions.
 #pragma once
 

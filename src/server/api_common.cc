@@ -1,7 +1,13 @@
 #include "server/api_common.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <random>
 
 #include "base/log.h"
 #include "server/models_api.h"
@@ -85,6 +91,17 @@ std::optional<ApiError> parse_json_object(std::string_view body, json* out) {
   }
   *out = std::move(j);
   return std::nullopt;
+}
+
+bool present(const nlohmann::ordered_json& o, const char* key) {
+  return o.contains(key) && !o[key].is_null();
+}
+
+std::optional<ApiError> require_string(const nlohmann::ordered_json& o, const char* key,
+                                       std::string_view where) {
+  if (o.contains(key) && o[key].is_string()) return std::nullopt;
+  const std::string field = str_cat(where, ".", key);
+  return invalid_param(field, str_cat("'", field, "' must be a string"));
 }
 
 std::optional<ApiError> read_bool(const json& o, const char* name, bool* out) {
@@ -293,6 +310,90 @@ std::optional<ApiError> read_token_ids(const json& array, const char* name,
     out->push_back(static_cast<int32_t>(id));
   }
   return std::nullopt;
+}
+
+namespace {
+
+std::optional<ApiError> read_logit_bias(const json& b, const ModelInfo& m,
+                                        sampling::SamplingParams* s) {
+  auto it = b.find("logit_bias");
+  if (it == b.end() || it->is_null()) return std::nullopt;
+  if (!it->is_object()) {
+    return invalid_param("logit_bias", "'logit_bias' must be an object of token id -> bias");
+  }
+  for (const auto& [key, value] : it->items()) {
+    char* end = nullptr;
+    errno = 0;
+    const long long id = std::strtoll(key.c_str(), &end, 10);
+    if (key.empty() || *end != '\0' || errno != 0 || id < 0 || id >= m.vocab_size) {
+      return invalid_param("logit_bias", str_cat("'logit_bias' key '", key, "' is not a token id in [0, ",
+                                                 m.vocab_size, ")"));
+    }
+    if (!value.is_number() || !(std::abs(value.get<double>()) <= sampling::kMaxAbsLogitBias)) {
+      return invalid_param("logit_bias", str_cat("'logit_bias' value for token ", key,
+                                                 " must be a number in [-",
+                                                 sampling::kMaxAbsLogitBias, ", ",
+                                                 sampling::kMaxAbsLogitBias, "]"));
+    }
+    s->logit_bias.emplace_back(static_cast<int32_t>(id), value.get<float>());
+  }
+  return std::nullopt;
+}
+
+constexpr int64_t kMaxPriority = 1'000'000;
+
+}  // namespace
+
+std::optional<ApiError> read_sampling(const json& b, const ModelInfo& m,
+                                      sampling::SamplingParams* out) {
+  sampling::SamplingParams& s = *out;
+  ARBOR_API_TRY(read_float(b, "temperature", 0.0, sampling::kMaxTemperature, false, &s.temperature));
+  ARBOR_API_TRY(read_float(b, "top_p", 0.0, 1.0, true, &s.top_p));
+  ARBOR_API_TRY(read_int32(b, "top_k", -1, m.vocab_size, &s.top_k));
+  ARBOR_API_TRY(read_float(b, "min_p", 0.0, 1.0, false, &s.min_p));
+  ARBOR_API_TRY(read_float(b, "repetition_penalty", 0.0, sampling::kMaxRepetitionPenalty, true,
+                           &s.repetition_penalty));
+  ARBOR_API_TRY(read_float(b, "presence_penalty", -sampling::kMaxAbsPenalty,
+                           sampling::kMaxAbsPenalty, false, &s.presence_penalty));
+  ARBOR_API_TRY(read_float(b, "frequency_penalty", -sampling::kMaxAbsPenalty,
+                           sampling::kMaxAbsPenalty, false, &s.frequency_penalty));
+  if (b.contains("seed") && !b["seed"].is_null()) {
+    int64_t seed = 0;
+    ARBOR_API_TRY(read_int(b, "seed", std::numeric_limits<int64_t>::min(),
+                           std::numeric_limits<int64_t>::max(), &seed));
+    s.seed = static_cast<uint64_t>(seed);
+  }
+  ARBOR_API_TRY(read_logit_bias(b, m, &s));
+  // TGI's do_sample, which @huggingface/inference's textGeneration sends here: false is greedy
+  // unless temperature, top_p or top_k ask for sampling (TGI's rule); true is OpenAI's default.
+  bool do_sample = true;
+  ARBOR_API_TRY(read_bool(b, "do_sample", &do_sample));
+  const auto given = [&](const char* f) { return b.contains(f) && !b[f].is_null(); };
+  if (!do_sample && !given("temperature") && !given("top_p") && !given("top_k")) {
+    s.temperature = 0.0f;
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> read_scheduling(const json& b, const ModelInfo& m,
+                                        engine::GenerateRequest* r) {
+  ARBOR_API_TRY(read_speculation(b, m, &r->speculation));
+  // vLLM's field: lower values are served (and kept from preemption) first. Without the
+  // priority policy it would change nothing, so anything but 0 is refused, as vLLM does.
+  ARBOR_API_TRY(read_int32(b, "priority", -kMaxPriority, kMaxPriority, &r->priority));
+  if (r->priority != 0 && !m.priority_scheduling) {
+    return invalid_param("priority", "'priority' needs a server started with "
+                                     "--scheduling-policy priority (lower values go first)");
+  }
+  return std::nullopt;
+}
+
+std::string random_id(std::string_view prefix) {
+  static std::atomic<uint64_t> counter{std::random_device{}()};
+  char buf[24];
+  std::snprintf(buf, sizeof(buf), "%016llx",
+                static_cast<unsigned long long>(counter.fetch_add(1) * 0x9e3779b97f4a7c15ull));
+  return str_cat(prefix, buf);
 }
 
 std::string finish_reason_string(const std::optional<sched::FinishReason>& reason) {

@@ -21,6 +21,7 @@
 namespace arbor::server {
 
 class ChatRenderer;
+class ResponseStore;
 
 // Facts about the served model. Immutable after startup; any thread.
 struct ModelInfo {
@@ -45,6 +46,9 @@ struct ModelInfo {
   // --allow-special-in-content: control-token text in chat message content becomes control
   // tokens (by default it stays text: a user cannot close their turn and speak as another role).
   bool allow_special_in_content = false;
+  // The responses kept for /v1/responses' previous_response_id (response_store.h; thread-safe,
+  // owned by the ApiServer); nullptr: none are kept.
+  ResponseStore* responses = nullptr;
 };
 
 // Turns one request's engine events into response bytes. I/O thread only.
@@ -81,10 +85,26 @@ struct PreparedRequest {
 // Parses a body that must be a JSON object; errors are malformed_body (400).
 std::optional<ApiError> parse_json_object(std::string_view body, nlohmann::json* out);
 
+// A field that is there and not null.
+bool present(const nlohmann::ordered_json& o, const char* key);
+// nullopt when o[key] is a string; else a 400 naming "<where>.<key>".
+std::optional<ApiError> require_string(const nlohmann::ordered_json& o, const char* key,
+                                       std::string_view where);
+
 // Typed field readers. Absent or null fields leave *out unchanged and return nullopt.
 std::optional<ApiError> read_bool(const nlohmann::json& o, const char* name, bool* out);
 // Usage's "speculation": {"draft_tokens", "accepted_tokens", "acceptance_rate"}.
 nlohmann::json speculation_usage_json(const engine::Usage& u);
+// The sampling fields every generation route reads by the same names: temperature, top_p,
+// top_k, min_p, repetition_penalty, presence_penalty, frequency_penalty, seed, logit_bias and
+// TGI's do_sample (false: greedy unless temperature, top_p or top_k is given). A route whose
+// field list (request_fields.h) refuses some of them never reaches this with them.
+std::optional<ApiError> read_sampling(const nlohmann::json& o, const ModelInfo& m,
+                                      sampling::SamplingParams* out);
+// `speculation` (read_speculation) and vLLM's `priority` (|p| <= 10^6; anything but 0 needs
+// --scheduling-policy priority).
+std::optional<ApiError> read_scheduling(const nlohmann::json& o, const ModelInfo& m,
+                                        engine::GenerateRequest* out);
 // The request's `speculation` object (both APIs): {"mode": "off"|"auto"|"fixed", "k": K}.
 // Absent or null: auto. Errors name the field: "speculation.k is 40, must be in [1, 8] (the
 // server's --spec-k)"; "fixed" on a server without speculation; unknown fields.
@@ -98,6 +118,8 @@ std::optional<ApiError> read_int32(const nlohmann::json& o, const char* name, in
 std::optional<ApiError> read_float(const nlohmann::json& o, const char* name, double lo,
                                    double hi, bool lo_open, float* out);
 std::optional<ApiError> read_string(const nlohmann::json& o, const char* name, std::string* out);
+// Stop strings a request may give (OpenAI's `stop`, Anthropic's `stop_sequences`).
+inline constexpr size_t kMaxStopStrings = 16;
 // A string or an array of non-empty strings (at most `max` of them).
 std::optional<ApiError> read_stop(const nlohmann::json& o, const char* name, size_t max,
                                   std::vector<std::string>* out);
@@ -117,6 +139,8 @@ std::optional<ApiError> check_lengths(const ModelInfo& model, size_t num_prompt_
 std::optional<ApiError> read_token_ids(const nlohmann::json& array, const char* name,
                                        const ModelInfo& model, std::vector<int32_t>* out);
 
+// `prefix` + 16 hex digits, unique in the process ("call_3f9a...").
+std::string random_id(std::string_view prefix);
 // "stop" | "length" | "abort" in OpenAI's words ("abort" stays "abort", as vLLM).
 std::string finish_reason_string(const std::optional<sched::FinishReason>& reason);
 // JSON dump that replaces invalid UTF-8 rather than throwing.

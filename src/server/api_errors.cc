@@ -116,13 +116,35 @@ int error_http_status(const ApiError& error, ApiFlavor flavor) {
   return error.http_status;
 }
 
-std::string error_body(const ApiError& error, ApiFlavor flavor) {
+namespace {
+
+std::string_view anthropic_type(int http_status) {
+  switch (http_status) {
+    case 400: return "invalid_request_error";
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 413: return "request_too_large";
+    case 429: return "rate_limit_error";
+    case 503: return "overloaded_error";
+    default: return "api_error";
+  }
+}
+
+}  // namespace
+
+nlohmann::json error_json(const ApiError& error, ApiFlavor flavor) {
   nlohmann::json j;
-  if (flavor == ApiFlavor::kTgi) {
-    const bool validation = error.http_status == 400;
-    j["error"] = error.message;
-    j["error_type"] = validation ? "validation" : error.type;
-    return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  switch (flavor) {
+    case ApiFlavor::kTgi:
+      j["error"] = error.message;
+      j["error_type"] = error.http_status == 400 ? "validation" : error.type;
+      return j;
+    case ApiFlavor::kAnthropic:
+      j["type"] = "error";
+      j["error"] = {{"type", anthropic_type(error.http_status)}, {"message", error.message}};
+      return j;
+    case ApiFlavor::kOpenAi: break;
   }
   nlohmann::json body;
   body["message"] = error.message;
@@ -130,7 +152,11 @@ std::string error_body(const ApiError& error, ApiFlavor flavor) {
   body["param"] = error.param.empty() ? nlohmann::json(nullptr) : nlohmann::json(error.param);
   body["code"] = error.code.empty() ? nlohmann::json(nullptr) : nlohmann::json(error.code);
   j["error"] = std::move(body);
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return j;
+}
+
+std::string error_body(const ApiError& error, ApiFlavor flavor) {
+  return error_json(error, flavor).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace arbor::server

@@ -4,7 +4,14 @@
 //   {"error": {"message": "...", "type": "invalid_request_error", "param": "max_tokens",
 //              "code": null}}
 //
-// or, on TGI routes, in TGI's shape ({"error": "...", "error_type": "validation"}).
+// or, on TGI routes, in TGI's shape ({"error": "...", "error_type": "validation"}), or, on
+// Anthropic's routes (/v1/messages), in Anthropic's:
+//
+//   {"type": "error", "error": {"type": "invalid_request_error", "message": "..."}}
+//
+// with Anthropic's error type for the status (400 invalid_request_error, 401
+// authentication_error, 403 permission_error, 404 not_found_error, 413 request_too_large, 429
+// rate_limit_error, 503 overloaded_error, others api_error).
 //
 // Status codes: 400 malformed JSON, wrong types and out-of-range values (OpenAI and vLLM use 400
 // for every validation error; TGI routes use 422 as TGI does), 404 unknown route or model, 405
@@ -12,6 +19,7 @@
 // Thread-safety: pure functions.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 
@@ -19,7 +27,7 @@
 
 namespace arbor::server {
 
-enum class ApiFlavor { kOpenAi, kTgi };
+enum class ApiFlavor { kOpenAi, kTgi, kAnthropic };
 
 struct ApiError {
   int http_status = 400;
@@ -44,6 +52,8 @@ ApiError error_from_status(const Status& status, std::string_view param = "");
 
 // The JSON body of `error` in the flavor's shape.
 std::string error_body(const ApiError& error, ApiFlavor flavor);
+// The same as a JSON value (an error event in a stream).
+nlohmann::json error_json(const ApiError& error, ApiFlavor flavor);
 // The HTTP status of `error` on a route of `flavor` (TGI answers validation errors with 422).
 int error_http_status(const ApiError& error, ApiFlavor flavor);
 

@@ -1,4 +1,5 @@
 #include "server/openai_api.h"
+#include "server/chat_prompt.h"
 #include "server/prompt_logprobs_api.h"
 #include "server/request_fields.h"
 #include "server/structured_output_api.h"
@@ -21,72 +22,11 @@ using nlohmann::json;
 
 namespace {
 
-constexpr size_t kMaxStopStrings = 16;
-
-std::string new_id(std::string_view prefix) {
-  static std::atomic<uint64_t> counter{std::random_device{}()};
-  char buf[24];
-  std::snprintf(buf, sizeof(buf), "%016llx",
-                static_cast<unsigned long long>(counter.fetch_add(1) * 0x9e3779b97f4a7c15ull));
-  return str_cat(prefix, buf);
-}
-
-std::optional<ApiError> read_logit_bias(const json& b, const ModelInfo& m,
-                                        sampling::SamplingParams* s) {
-  auto it = b.find("logit_bias");
-  if (it == b.end() || it->is_null()) return std::nullopt;
-  if (!it->is_object()) {
-    return invalid_param("logit_bias", "'logit_bias' must be an object of token id -> bias");
-  }
-  for (const auto& [key, value] : it->items()) {
-    char* end = nullptr;
-    errno = 0;
-    const long long id = std::strtoll(key.c_str(), &end, 10);
-    if (key.empty() || *end != '\0' || errno != 0 || id < 0 || id >= m.vocab_size) {
-      return invalid_param("logit_bias", str_cat("'logit_bias' key '", key, "' is not a token id in [0, ",
-                                                 m.vocab_size, ")"));
-    }
-    if (!value.is_number() || !(std::abs(value.get<double>()) <= sampling::kMaxAbsLogitBias)) {
-      return invalid_param("logit_bias", str_cat("'logit_bias' value for token ", key,
-                                                 " must be a number in [-",
-                                                 sampling::kMaxAbsLogitBias, ", ",
-                                                 sampling::kMaxAbsLogitBias, "]"));
-    }
-    s->logit_bias.emplace_back(static_cast<int32_t>(id), value.get<float>());
-  }
-  return std::nullopt;
-}
-
-// Sampling, n/best_of, stop and ignore_eos: the fields both endpoints share.
-constexpr int64_t kMaxPriority = 1'000'000;
-
+// n/best_of, stop, min_tokens and ignore_eos besides the shared sampling and scheduling
+// fields: what both endpoints read.
 std::optional<ApiError> read_common(const json& b, const ModelInfo& m, engine::GenerateRequest* r) {
   sampling::SamplingParams& s = r->sampling;
-  ARBOR_API_TRY(read_float(b, "temperature", 0.0, sampling::kMaxTemperature, false, &s.temperature));
-  ARBOR_API_TRY(read_float(b, "top_p", 0.0, 1.0, true, &s.top_p));
-  ARBOR_API_TRY(read_int32(b, "top_k", -1, m.vocab_size, &s.top_k));
-  ARBOR_API_TRY(read_float(b, "min_p", 0.0, 1.0, false, &s.min_p));
-  ARBOR_API_TRY(read_float(b, "repetition_penalty", 0.0, sampling::kMaxRepetitionPenalty, true,
-                           &s.repetition_penalty));
-  ARBOR_API_TRY(read_float(b, "presence_penalty", -sampling::kMaxAbsPenalty,
-                           sampling::kMaxAbsPenalty, false, &s.presence_penalty));
-  ARBOR_API_TRY(read_float(b, "frequency_penalty", -sampling::kMaxAbsPenalty,
-                           sampling::kMaxAbsPenalty, false, &s.frequency_penalty));
-  if (b.contains("seed") && !b["seed"].is_null()) {
-    int64_t seed = 0;
-    ARBOR_API_TRY(read_int(b, "seed", std::numeric_limits<int64_t>::min(),
-                           std::numeric_limits<int64_t>::max(), &seed));
-    s.seed = static_cast<uint64_t>(seed);
-  }
-  ARBOR_API_TRY(read_logit_bias(b, m, &s));
-  // TGI's do_sample, which @huggingface/inference's textGeneration sends here: false is greedy
-  // unless temperature, top_p or top_k ask for sampling (TGI's rule); true is OpenAI's default.
-  bool do_sample = true;
-  ARBOR_API_TRY(read_bool(b, "do_sample", &do_sample));
-  const auto given = [&](const char* f) { return b.contains(f) && !b[f].is_null(); };
-  if (!do_sample && !given("temperature") && !given("top_p") && !given("top_k")) {
-    s.temperature = 0.0f;
-  }
+  ARBOR_API_TRY(read_sampling(b, m, &s));
   ARBOR_API_TRY(read_int32(b, "n", 1, m.max_n, &r->n));
   ARBOR_API_TRY(read_int32(b, "best_of", 1, m.max_n, &r->best_of));
   if (r->best_of != 0 && r->best_of < r->n) {
@@ -98,14 +38,7 @@ std::optional<ApiError> read_common(const json& b, const ModelInfo& m, engine::G
                                                r->best_of, ": a request that generates nothing "
                                                "has one choice"));
   }
-  ARBOR_API_TRY(read_speculation(b, m, &r->speculation));
-  // vLLM's field: lower values are served (and kept from preemption) first. Without the
-  // priority policy it would change nothing, so anything but 0 is refused, as vLLM does.
-  ARBOR_API_TRY(read_int32(b, "priority", -kMaxPriority, kMaxPriority, &r->priority));
-  if (r->priority != 0 && !m.priority_scheduling) {
-    return invalid_param("priority", "'priority' needs a server started with "
-                                     "--scheduling-policy priority (lower values go first)");
-  }
+  ARBOR_API_TRY(read_scheduling(b, m, r));
   ARBOR_API_TRY(read_stop(b, "stop", kMaxStopStrings, &r->stop));
   // vLLM's min_tokens: EOS and stop ids are held back until this many tokens are generated.
   // read_max_tokens() has run: r->max_tokens is final.
@@ -210,20 +143,9 @@ struct BuilderOptions {
   int32_t n = 1;
   int32_t num_prompts = 1;          // choices: num_prompts * n
   std::vector<std::string> echo;    // completions: per prompt, text put before its choices
-  // Chat with tools (tool_choice other than none): each choice's text is read for calls.
-  struct ToolParsing {
-    chat::ToolCallFormat format = chat::ToolCallFormat::kHermes;
-    std::vector<std::string> names;
-    bool single = false;  // parallel_tool_calls false: calls after the first are dropped
-  };
-  std::optional<ToolParsing> tools;
-  // Chat with a thinking model: each choice's text is split into reasoning_content and content
-  // (tool calls are read from the content only).
-  struct ReasoningParsing {
-    const chat::ReasoningSyntax* syntax = nullptr;  // the renderer's; outlives the request
-    grammar::ThinkingStart start = grammar::ThinkingStart::kMaybe;
-  };
-  std::optional<ReasoningParsing> reasoning;
+  // Chat with tools (tool_choice other than none) or a thinking model: each choice's text is
+  // read for reasoning_content and tool calls (chat_output.h).
+  ChatOutputOptions output;
   // completions echo + logprobs: per prompt, its token ids (their logprobs lead the choice's)
   std::vector<std::vector<int32_t>> echo_ids;
   int32_t logprobs_n = 0;           // completions: alternatives per token
@@ -236,7 +158,7 @@ struct BuilderOptions {
 class OpenAiBuilder : public ResponseBuilder {
  public:
   explicit OpenAiBuilder(BuilderOptions o)
-      : o_(std::move(o)), id_(new_id(o_.chat ? "chatcmpl-" : "cmpl-")),
+      : o_(std::move(o)), id_(random_id(o_.chat ? "chatcmpl-" : "cmpl-")),
         created_(std::chrono::duration_cast<std::chrono::seconds>(
                      std::chrono::system_clock::now().time_since_epoch())
                      .count()),
@@ -265,7 +187,7 @@ class OpenAiBuilder : public ResponseBuilder {
       out += sse_data(chunk(ev.index, {{"role", "assistant"}, {"content", ""}}, nullptr,
                             nullptr));
     }
-    if (o_.chat && (o_.tools || o_.reasoning)) {
+    if (o_.chat && o_.output.active()) {
       const bool first = !c.started;
       c.started = true;
       return out + split_event(ev, c, first);
@@ -302,18 +224,12 @@ class OpenAiBuilder : public ResponseBuilder {
     for (size_t i = 0; i < choices_.size(); ++i) {
       Choice& c = choices_[i];
       json choice{{"index", i}, {"finish_reason", finish_reason_string(c.finish)}};
-      if (o_.chat && (o_.tools || o_.reasoning)) {
-        chat::SplitText split{.reasoning = "", .content = c.text};
-        if (o_.reasoning) {
-          split = chat::split_reasoning(*o_.reasoning->syntax, o_.reasoning->start, c.text);
-        }
-        chat::ParsedToolOutput parsed{.content = std::move(split.content), .calls = {}};
-        if (o_.tools) {
-          parsed = chat::parse_tool_calls(o_.tools->format, parsed.content, true, o_.tools->names);
-          if (o_.tools->single && parsed.calls.size() > 1) parsed.calls.resize(1);
-        }
+      if (o_.chat && o_.output.active()) {
+        ChatOutput read = read_chat_output(o_.output, c.text);
+        chat::ParsedToolOutput parsed{.content = std::move(read.content),
+                                      .calls = std::move(read.calls)};
         choice["message"] = tool_message(parsed);
-        if (!split.reasoning.empty()) choice["message"]["reasoning_content"] = split.reasoning;
+        if (!read.reasoning.empty()) choice["message"]["reasoning_content"] = read.reasoning;
         choice["finish_reason"] = tool_finish_reason(c.finish, parsed.calls.size());
       } else if (o_.chat) {
         choice["message"] = {{"role", "assistant"}, {"content", c.text}};
@@ -340,9 +256,7 @@ class OpenAiBuilder : public ResponseBuilder {
  private:
   struct Choice {
     std::string text;
-    std::optional<chat::ToolCallStreamer> tool_streamer;  // streamed chat with tools
-    std::unique_ptr<chat::ReasoningSplitter> splitter;     // streamed chat with reasoning
-    std::string content;  // streamed chat with tools: the content so far (after the reasoning)
+    std::unique_ptr<ChatOutputStreamer> reader;           // streamed chat with tools/reasoning
     int32_t num_calls = 0;                                // tool calls streamed
     std::vector<engine::TokenLogprobs> logprobs;
     std::optional<sched::FinishReason> finish;
@@ -391,7 +305,7 @@ class OpenAiBuilder : public ResponseBuilder {
     if (parsed.content.empty()) m["content"] = nullptr;
     m["tool_calls"] = json::array();
     for (const chat::ParsedToolCall& call : parsed.calls) {
-      m["tool_calls"].push_back({{"id", new_id("call_")},
+      m["tool_calls"].push_back({{"id", random_id("call_")},
                                  {"type", "function"},
                                  {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
     }
@@ -404,21 +318,12 @@ class OpenAiBuilder : public ResponseBuilder {
   // message. `first`: the choice's first event, whose chunk carries vLLM's prompt_logprobs.
   std::string split_event(const engine::StreamEvent& ev, Choice& c, bool first) {
     const bool done = ev.finish_reason().has_value();
-    chat::SplitText split{.reasoning = "", .content = ev.text};
-    if (o_.reasoning) {
-      if (!c.splitter) {
-        c.splitter = std::make_unique<chat::ReasoningSplitter>(*o_.reasoning->syntax,
-                                                               o_.reasoning->start);
-      }
-      split = c.splitter->feed(ev.text, done);
-    }
+    if (!c.reader) c.reader = std::make_unique<ChatOutputStreamer>(o_.output);
+    ChatOutputStreamer::Step step = c.reader->feed(ev.text, done);
     json delta = json::object();
-    if (!split.reasoning.empty()) delta["reasoning_content"] = std::move(split.reasoning);
-    if (o_.tools) {
-      add_tool_deltas(split.content, done, c, delta);
-    } else if (!split.content.empty()) {
-      delta["content"] = std::move(split.content);
-    }
+    if (!step.reasoning.empty()) delta["reasoning_content"] = std::move(step.reasoning);
+    if (!step.content.empty()) delta["content"] = std::move(step.content);
+    add_tool_deltas(step.calls, c, delta);
     const bool has_logprobs = o_.logprobs && !ev.logprobs.empty();
     const bool with_prompt = first && o_.prompt_logprobs;
     if (delta.empty() && !has_logprobs && !done && !with_prompt) return "";
@@ -429,18 +334,13 @@ class OpenAiBuilder : public ResponseBuilder {
     return sse_data(j);
   }
 
-  void add_tool_deltas(std::string_view content, bool done, Choice& c, json& delta) {
-    if (!c.tool_streamer) c.tool_streamer.emplace(o_.tools->format, o_.tools->names);
-    c.content += content;
-    const chat::ToolCallStreamer::Step step = c.tool_streamer->update(c.content, done);
-    if (!step.content.empty()) delta["content"] = step.content;
+  void add_tool_deltas(const std::vector<chat::ToolCallDelta>& deltas, Choice& c, json& delta) {
     json calls = json::array();
-    for (const chat::ToolCallDelta& d : step.calls) {
-      if (o_.tools->single && d.index > 0) continue;
+    for (const chat::ToolCallDelta& d : deltas) {
       json e{{"index", d.index}};
       if (d.first) {
         ++c.num_calls;
-        e["id"] = new_id("call_");
+        e["id"] = random_id("call_");
         e["type"] = "function";
         e["function"] = {{"name", d.name}, {"arguments", d.arguments}};
       } else {
@@ -532,7 +432,7 @@ class OpenAiBuilder : public ResponseBuilder {
 std::optional<ApiError> prepare_completion(const json& body, const ModelInfo& model,
                                            PreparedRequest* out) {
   ARBOR_API_TRY(check_model(body, model));
-  ARBOR_API_TRY(check_request_fields(body, OpenAiRoute::kCompletions));
+  ARBOR_API_TRY(check_request_fields(body, RequestRoute::kCompletions));
   engine::GenerateRequest& r = out->request;
   std::vector<std::vector<int32_t>> prompts;
   ARBOR_API_TRY(read_prompts(body, model, &prompts));
@@ -646,231 +546,34 @@ std::optional<ApiError> check_messages(const json& body) {
   return std::nullopt;
 }
 
-using ojson = nlohmann::ordered_json;
-
-// The texts a user wrote in `messages` (string contents and text parts), in order.
-std::vector<ojson*> content_texts(ojson& messages) {
-  std::vector<ojson*> out;
-  for (ojson& m : messages) {
-    if (!m.is_object() || !m.contains("content")) continue;
-    ojson& c = m["content"];
-    if (c.is_string()) {
-      out.push_back(&c);
-    } else if (c.is_array()) {
-      for (ojson& part : c) {
-        if (part.is_object() && part.contains("text") && part["text"].is_string()) {
-          out.push_back(&part["text"]);
-        }
-      }
-    }
-  }
-  return out;
-}
-
-std::string_view trim_space(std::string_view v, bool left, bool right) {
-  const auto space = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
-  while (left && !v.empty() && space(v.front())) v.remove_prefix(1);
-  while (right && !v.empty() && space(v.back())) v.remove_suffix(1);
-  return v;
-}
-
-// Where the rendered `prompt` holds message content, so that control-token text typed there
-// stays text (EncodeOptions::literal_ranges). The template is rendered again with a sentinel
-// in place of each content; between the template's own pieces, the prompt must hold the content
-// as written or trimmed (templates often strip it). Anything else (a template that rewrites
-// content) cannot be matched safely, and a content with control-token text is then a 400.
-std::optional<ApiError> literal_content_ranges(const ojson& body, const ChatPromptExtras& extras,
-                                               const ModelInfo& model, const std::string& prompt,
-                                               std::vector<std::pair<size_t, size_t>>* out) {
-  ojson messages = body["messages"];
-  std::vector<ojson*> texts = content_texts(messages);
-  const bool needed = std::any_of(texts.begin(), texts.end(), [&](const ojson* t) {
-    return model.tokenizer->contains_control_text(t->get_ref<const std::string&>());
-  });
-  if (!needed) return std::nullopt;
-  std::vector<std::string> contents;
-  for (size_t i = 0; i < texts.size(); ++i) {
-    contents.push_back(texts[i]->get<std::string>());
-    *texts[i] = str_cat("\x02", i, "\x03");  // not whitespace: strip() keeps them
-  }
-  const ApiError refused = invalid_param(
-      "messages", "a message contains the text of a control token (such as '<|im_end|>'), which "
-                  "this chat template does not let arbor keep as plain text; start the server "
-                  "with --allow-special-in-content to accept it as control tokens");
-  Result<std::string> marked = model.chat->render(messages, extras);
-  if (!marked.ok()) return refused;
-  // marked = T0 S(i0) T1 S(i1) ... Tn: match each T exactly, each S as its content, trimmed or not.
-  const std::string& m = *marked;
-  size_t at = 0, pos = 0;
-  for (;;) {
-    const size_t open = m.find('\x02', at);
-    const size_t close = open == std::string::npos ? open : m.find('\x03', open + 1);
-    const size_t piece_end = close == std::string::npos ? m.size() : open;
-    const std::string_view piece(m.data() + at, piece_end - at);
-    if (prompt.compare(pos, piece.size(), piece) != 0) return refused;
-    pos += piece.size();
-    if (close == std::string::npos) break;
-    const size_t i = static_cast<size_t>(std::atoll(m.c_str() + open + 1));
-    if (i >= contents.size()) return refused;
-    // The template's next piece, which must follow the content.
-    const size_t next_open = m.find('\x02', close + 1);
-    const std::string_view next(m.data() + close + 1,
-                                (next_open == std::string::npos ? m.size() : next_open) -
-                                    (close + 1));
-    bool matched = false;
-    for (const auto& [left, right] : {std::pair{false, false}, {true, true}, {true, false},
-                                     {false, true}}) {
-      const std::string_view c = trim_space(contents[i], left, right);
-      if (prompt.compare(pos, c.size(), c) != 0) continue;
-      if (prompt.compare(pos + c.size(), next.size(), next) != 0) continue;
-      if (next_open == std::string::npos && pos + c.size() + next.size() != prompt.size()) continue;
-      out->emplace_back(pos, pos + c.size());
-      pos += c.size();
-      matched = true;
-      break;
-    }
-    if (!matched) return refused;
-    at = close + 1;
-  }
-  if (pos != prompt.size()) return refused;
-  return std::nullopt;
-}
-
-// The body with the client's key order: tools and tool-call arguments reach the template as
-// written (transformers renders them in that order too).
-ojson ordered_body(const json& body, std::string_view raw_body) {
-  if (!raw_body.empty()) {
-    ojson o = ojson::parse(raw_body, nullptr, false);
-    if (o.is_object()) return o;
-  }
-  return ojson(body);
-}
-
-// vLLM's chat_template_kwargs: more template variables (e.g. {"enable_thinking": false}).
-std::optional<ApiError> read_template_kwargs(const ojson& body, ojson* out) {
-  auto it = body.find("chat_template_kwargs");
-  if (it == body.end() || it->is_null()) return std::nullopt;
-  if (!it->is_object()) {
-    return invalid_param("chat_template_kwargs", "'chat_template_kwargs' must be an object");
-  }
-  for (const char* key : {"messages", "tools", "add_generation_prompt"}) {
-    if (it->contains(key)) {
-      return invalid_param("chat_template_kwargs",
-                           str_cat("'chat_template_kwargs' may not set '", key,
-                                   "'; use the request field"));
-    }
-  }
-  *out = *it;
-  return std::nullopt;
-}
-
-// tool_choice required or named: the grammar that makes the output calls.
-std::optional<ApiError> force_tool_calls(const ToolRequest& tools, const ModelInfo& model,
-                                         sampling::SamplingParams* s) {
-  if (s->grammar) {
-    return invalid_param("tool_choice", "'tool_choice' \"required\" or a named function "
-                                        "cannot be combined with another output constraint "
-                                        "(response_format, structured_outputs, guided_*, "
-                                        "grammar, json_schema)");
-  }
-  Result<std::string> gbnf = tool_call_grammar(tools, model.chat->tool_support().format);
-  if (!gbnf.ok()) return invalid_param("tools", gbnf.status().message());
-  grammar::GrammarSpec spec{grammar::GrammarKind::kGbnf, std::move(gbnf).value()};
-  Result<grammar::Automaton> compiled = grammar::compile_spec(spec);
-  if (!compiled.ok()) {
-    return invalid_param("tools", str_cat("the tools cannot be enforced: ",
-                                          compiled.status().message()));
-  }
-  s->grammar = std::move(spec);
-  return std::nullopt;
-}
-
-// Where the rendered prompt leaves the model's thinking (nullopt: no reasoning to read).
-std::optional<grammar::ThinkingStart> thinking_start(const ModelInfo& model,
-                                                     const std::string& prompt) {
-  const std::optional<chat::ReasoningSyntax>& syntax = model.chat->reasoning();
-  if (!syntax) return std::nullopt;
-  switch (chat::prompt_thinking(*syntax, prompt)) {
-    case chat::PromptThinking::kClosed: return std::nullopt;
-    case chat::PromptThinking::kMaybe: return grammar::ThinkingStart::kMaybe;
-    case chat::PromptThinking::kOpen: return grammar::ThinkingStart::kOpen;
-  }
-  return std::nullopt;
-}
-
-// A thinking model's markers that are control tokens ([THINK]): the events must carry their
-// text, and the grammar gate reads them as it.
-std::vector<grammar::ThinkingSpec::ControlText> control_markers(const ModelInfo& model,
-                                                                const chat::ReasoningSyntax& s) {
-  std::vector<grammar::ThinkingSpec::ControlText> out;
-  for (const std::string* text : {&s.markers.start, &s.markers.end, &s.markers.content_open}) {
-    if (text->empty()) continue;
-    const int32_t id = model.tokenizer->token_id(*text);
-    if (id >= 0 && model.tokenizer->is_special(id)) out.push_back({.id = id, .text = *text});
-  }
-  return out;
-}
-
-// The request reads the model's reasoning: the text is split for the response, and a grammar
-// (response_format, forced tool calls) applies after the thinking block.
-void read_reasoning(const ModelInfo& model, grammar::ThinkingStart start,
-                    engine::GenerateRequest& r, BuilderOptions& o) {
-  const chat::ReasoningSyntax& syntax = *model.chat->reasoning();
-  o.reasoning = BuilderOptions::ReasoningParsing{.syntax = &syntax, .start = start};
-  std::vector<grammar::ThinkingSpec::ControlText> controls = control_markers(model, syntax);
-  for (const auto& c : controls) r.keep_special_ids.push_back(c.id);
-  if (r.sampling.grammar) {
-    r.sampling.grammar->thinking = grammar::ThinkingSpec{
-        .markers = syntax.markers, .start = start, .control_texts = std::move(controls)};
-  }
-}
-
 }  // namespace
 
 std::optional<ApiError> prepare_chat(const json& body, const ModelInfo& model,
                                      PreparedRequest* out) {
   ARBOR_API_TRY(check_model(body, model));
   ARBOR_API_TRY(check_messages(body));
-  ARBOR_API_TRY(check_request_fields(body, OpenAiRoute::kChat));
-  if (model.chat == nullptr) {
-    return invalid_param("messages", "the model has no chat template; start the server with "
-                                     "--chat-template NAME");
-  }
-  const ojson ordered = ordered_body(body, out->raw_body);
+  ARBOR_API_TRY(check_request_fields(body, RequestRoute::kChat));
+  const nlohmann::ordered_json ordered = ordered_body(body, out->raw_body);
   ToolRequest tools;
   ARBOR_API_TRY(read_tools(body, ordered, &tools));
   ChatPromptExtras extras;
   ARBOR_API_TRY(read_bool(body, "add_generation_prompt", &extras.add_generation_prompt));
   ARBOR_API_TRY(read_template_kwargs(ordered, &extras.template_kwargs));
   extras.tools = tools.tools;
-  Result<std::string> prompt = model.chat->render(ordered["messages"], extras);
-  if (!prompt.ok()) return error_from_status(prompt.status(), "messages");
+  ChatPrompt prompt;
+  ARBOR_API_TRY(render_chat_prompt(model, ordered["messages"], extras, "messages", &prompt));
   engine::GenerateRequest& r = out->request;
-  tokenizer::EncodeOptions enc;
-  enc.add_bos = false;  // the template writes BOS itself (as vLLM: no special tokens added)
-  enc.parse_special = true;
-  if (!model.allow_special_in_content) {
-    ARBOR_API_TRY(literal_content_ranges(ordered, extras, model, *prompt, &enc.literal_ranges));
-  }
-  r.prompt_token_ids = model.tokenizer->encode(*prompt, enc);
-  if (r.prompt_token_ids.empty()) return invalid_param("messages", "the rendered chat prompt is empty");
+  r.prompt_token_ids = std::move(prompt.token_ids);
   ARBOR_API_TRY(truncate_prompt(body, model, &r.prompt_token_ids));
   ARBOR_API_TRY(read_max_tokens(body, model, r.prompt_token_ids.size(), &r));
   ARBOR_API_TRY(read_common(body, model, &r));
   ARBOR_API_TRY(read_structured_output(body, out->raw_body, &r.sampling.grammar));
-  if (tools.forces_calls()) ARBOR_API_TRY(force_tool_calls(tools, model, &r.sampling));
   BuilderOptions o;
   o.chat = true;
   o.model = model.name;
   o.tokenizer = model.tokenizer;
   o.n = r.n;
-  if (const auto start = thinking_start(model, *prompt)) read_reasoning(model, *start, r, o);
-  if (tools.parses_calls()) {
-    o.tools.emplace();
-    o.tools->format = model.chat->tool_support().format;
-    o.tools->names = tools.names;
-    o.tools->single = !tools.parallel;
-  }
+  ARBOR_API_TRY(constrain_chat_output(model, tools, prompt.text, &r, &o.output));
   ARBOR_API_TRY(read_bool(body, "logprobs", &o.logprobs));
   int32_t top = 0;
   ARBOR_API_TRY(read_int32(body, "top_logprobs", 0, sampling::kMaxLogprobs, &top));

@@ -13,10 +13,13 @@
 #include <variant>
 
 #include "base/log.h"
+#include "server/messages_api.h"
 #include "server/models_api.h"
 #include "server/openai_api.h"
 #include "server/prometheus.h"
 #include "server/request_log.h"
+#include "server/response_store.h"
+#include "server/responses_api.h"
 #include "server/tgi_api.h"
 #include "server/worker_pool.h"
 
@@ -77,6 +80,22 @@ WorkResult completion_work(std::string_view body, const ModelInfo& model) {
 
 WorkResult chat_work(std::string_view body, const ModelInfo& model) {
   return prepare_with(prepare_chat, body, model);
+}
+
+WorkResult responses_work(std::string_view body, const ModelInfo& model) {
+  return prepare_with(prepare_responses, body, model);
+}
+
+WorkResult messages_work(std::string_view body, const ModelInfo& model) {
+  return prepare_with(prepare_messages, body, model);
+}
+
+WorkResult count_tokens_work(std::string_view body, const ModelInfo& model) {
+  WorkResult w;
+  json j;
+  w.error = parse_json_object(body, &j);
+  if (!w.error) w.error = count_message_tokens(j, body, model, &w.body);
+  return w;
 }
 
 WorkResult tgi_work(std::string_view body, const ModelInfo& model) {
@@ -236,6 +255,8 @@ struct ApiServer::State {
   std::unordered_map<uint64_t, Preparing> preparing;
   std::unordered_map<uint64_t, std::shared_ptr<Generation>> active;
   std::map<int, int64_t> responses_by_status;
+  // /v1/responses kept for previous_response_id (model.responses points here).
+  std::unique_ptr<ResponseStore> responses;
   uint64_t next_id = 1;
   bool draining = false;
   Clock::time_point drain_deadline;
@@ -432,6 +453,10 @@ using S = ApiServer::State;
 const Route kRoutes[] = {
     {"POST", "/v1/completions", ApiFlavor::kOpenAi, nullptr, completion_work, true},
     {"POST", "/v1/chat/completions", ApiFlavor::kOpenAi, nullptr, chat_work, true},
+    {"POST", "/v1/responses", ApiFlavor::kOpenAi, nullptr, responses_work, true},
+    {"POST", "/v1/messages", ApiFlavor::kAnthropic, nullptr, messages_work, true},
+    {"POST", "/v1/messages/count_tokens", ApiFlavor::kAnthropic, nullptr, count_tokens_work,
+     false},
     {"POST", "/generate", ApiFlavor::kTgi, nullptr, tgi_work, true},
     {"POST", "/generate_stream", ApiFlavor::kTgi, nullptr, tgi_stream_work, true},
     {"POST", "/", ApiFlavor::kTgi, nullptr, tgi_root_work, true},
@@ -493,7 +518,7 @@ void ApiServer::State::handle(http::HttpRequest req,
   try {
     std::variant<const Route*, ApiError> found = find_route(req.method, path);
     if (const ApiError* e = std::get_if<ApiError>(&found)) {
-      send_error(*ex, *e, ApiFlavor::kOpenAi);
+      send_error(*ex, *e, flavor_of_path(path));
       return;
     }
     const Route& route = *std::get<const Route*>(found);
@@ -703,6 +728,8 @@ Result<std::unique_ptr<ApiServer>> ApiServer::create(engine::EngineCore& engine,
   state->model.context_length = static_cast<int32_t>(engine.max_model_len());
   state->model.max_spec_tokens = engine.max_spec_tokens();
   state->model.max_tree_nodes = engine.max_tree_nodes();
+  state->responses = std::make_unique<ResponseStore>(options.responses);
+  state->model.responses = state->responses.get();
   state->options = options;
   State* counted = state.get();
   state->options.http.on_status = [counted](int status) { ++counted->responses_by_status[status]; };

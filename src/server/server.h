@@ -1,6 +1,8 @@
 // ApiServer: the HTTP routes of `arbor serve` over one EngineCore.
 //
 //   POST /v1/completions, /v1/chat/completions   OpenAI (openai_api.h)
+//   POST /v1/responses                           OpenAI Responses (responses_api.h)
+//   POST /v1/messages, /v1/messages/count_tokens Anthropic Messages (messages_api.h)
 //   GET  /v1/models, /v1/models/{id}             the served names (models_api.h)
 //   POST /generate, /generate_stream, /          TGI (tgi_api.h; / is either, by "stream")
 //   GET  /info, /health, /
@@ -28,6 +30,7 @@
 #include "engine/engine_core.h"
 #include "server/access.h"
 #include "server/api_common.h"
+#include "server/response_store.h"
 #include "http/http_server.h"
 
 namespace arbor::server {
@@ -40,6 +43,8 @@ struct ApiServerOptions {
   // --tokenizer-threads: worker threads that parse, template and tokenise request bodies (>= 1).
   int32_t tokenizer_threads = 2;
   AccessPolicy access;  // Host guard, CORS, API key (access.h)
+  // /v1/responses kept for previous_response_id: how many, how long, how much (response_store.h).
+  ResponseStoreOptions responses{};
   // --log-stats-interval: the engine's line (engine::stats_line) every this many seconds, at
   // info while the engine is busy; 0 = never.
   double log_stats_interval_s = 10.0;

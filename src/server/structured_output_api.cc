@@ -202,6 +202,55 @@ std::optional<ApiError> read_structured_output(const json& b, std::string_view r
   return one_spec(found, raw_body, out);
 }
 
+std::optional<ApiError> read_text_format(const json& b, std::string_view raw_body,
+                                         std::optional<GrammarSpec>* out) {
+  if (!present(b, "text")) return std::nullopt;
+  const json& text = b["text"];
+  if (!text.is_object()) return invalid_param("text", "'text' must be an object");
+  for (const auto& [key, value] : text.items()) {
+    if (value.is_null() || key == "format") continue;
+    if (key == "verbosity") {
+      return invalid_param("text.verbosity", "'text.verbosity' is not supported (reasoning "
+                                             "models' verbosity)");
+    }
+    return invalid_param(str_cat("text.", key), str_cat("unknown field 'text.", key,
+                                                         "' (fields: format)"));
+  }
+  if (!present(text, "format")) return std::nullopt;
+  const json& f = text["format"];
+  if (!f.is_object() || !f.contains("type") || !f["type"].is_string()) {
+    return invalid_param("text.format", "'text.format' must be an object with a string 'type'");
+  }
+  const std::string type = f["type"].get<std::string>();
+  std::vector<Found> found;
+  if (type == "text") return std::nullopt;
+  if (type == "json_object") {
+    found.push_back(Found{"text.format", GrammarSpec{GrammarKind::kJsonObject, ""}, ""});
+  } else if (type == "json_schema") {
+    for (const char* key : {"name", "description"}) {
+      if (present(f, key) && !f[key].is_string()) {
+        return invalid_param(str_cat("text.format.", key),
+                             str_cat("'text.format.", key, "' must be a string"));
+      }
+    }
+    if (present(f, "strict") && !f["strict"].is_boolean()) {
+      return invalid_param("text.format.strict", "'text.format.strict' must be a boolean");
+    }
+    if (!present(f, "schema")) {
+      return invalid_param("text.format.schema",
+                           "'text.format.schema' is required for type 'json_schema'");
+    }
+    Found schema;
+    ARBOR_API_TRY(schema_spec(f["schema"], "text.format.schema", "/text/format/schema", &schema));
+    found.push_back(std::move(schema));
+  } else {
+    return invalid_param("text.format.type",
+                         str_cat("'text.format.type' is '", type,
+                                 "'; supported: text, json_object, json_schema"));
+  }
+  return one_spec(found, raw_body, out);
+}
+
 std::optional<ApiError> read_tgi_grammar(const json& p, std::string_view raw_body,
                                          std::optional<GrammarSpec>* out) {
   if (!present(p, "grammar")) return std::nullopt;

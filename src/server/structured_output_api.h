@@ -2,6 +2,8 @@
 // grammar::GrammarSpec (docs/structured_output.md, "API"):
 //   OpenAI      response_format: {"type": "text" | "json_object" | "json_schema",
 //                                 "json_schema": {"name", "schema", "strict"}}
+//   Responses   text.format: {"type": "text" | "json_object" | "json_schema", "name",
+//                             "schema", "strict", "description"} (/v1/responses)
 //   vLLM        structured_outputs: {"json" | "regex" | "choice" | "grammar" | "json_object"}
 //               and the older guided_json, guided_regex, guided_choice, guided_grammar
 //   llama.cpp   grammar (GBNF text), json_schema (an object)
@@ -26,6 +28,10 @@ namespace arbor::server {
 std::optional<ApiError> read_structured_output(const nlohmann::json& body,
                                                std::string_view raw_body,
                                                std::optional<grammar::GrammarSpec>* out);
+// /v1/responses: `text` ({"format": ..., "verbosity": null}). A verbosity other than null is a
+// 400 naming text.verbosity.
+std::optional<ApiError> read_text_format(const nlohmann::json& body, std::string_view raw_body,
+                                         std::optional<grammar::GrammarSpec>* out);
 // TGI routes: `parameters.grammar`.
 std::optional<ApiError> read_tgi_grammar(const nlohmann::json& parameters,
                                          std::string_view raw_body,

@@ -12,13 +12,6 @@ namespace {
 using nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
-bool valid_function_name(const std::string& name) {
-  if (name.empty() || name.size() > 64) return false;
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '-';
-  });
-}
-
 std::optional<ApiError> read_tool(const ojson& tool, size_t i, std::string* name) {
   const std::string where = str_cat("tools[", i, "]");
   if (!tool.is_object()) return invalid_param("tools", str_cat(where, " must be an object"));
@@ -99,6 +92,13 @@ ojson call_schema(const ojson& tool, std::string_view args_key) {
 }
 
 }  // namespace
+
+bool valid_function_name(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '-';
+  });
+}
 
 std::optional<ApiError> read_tools(const json& body, const ojson& ordered, ToolRequest* out) {
   auto it = ordered.find("tools");

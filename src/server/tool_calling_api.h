@@ -43,6 +43,9 @@ struct ToolRequest {
   bool forces_calls() const { return choice == ToolChoice::kRequired || choice == ToolChoice::kNamed; }
 };
 
+// A function name as OpenAI and Anthropic allow them: 1-64 characters of a-z, A-Z, 0-9, _ and -.
+bool valid_function_name(const std::string& name);
+
 // Reads tools, tool_choice and parallel_tool_calls. body: the request; ordered: the same request
 // with the client's key order (the tools' JSON reaches the template as written).
 std::optional<ApiError> read_tools(const nlohmann::json& body,

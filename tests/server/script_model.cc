@@ -1,8 +1,12 @@
 #include "script_model.h"
 
+#include <gtest/gtest.h>
+
 #include <cstring>
 
 #include "gguf/gguf.h"
+#include "support/shared_data.h"
+#include "support/temp_dir.h"
 #include "tokenizer/tokenizer.h"
 
 namespace arbor::server::testing {
@@ -97,6 +101,27 @@ Status write_script_model(const ScriptModelSpec& spec, const std::string& path) 
   w.add_tensor_owned("output_norm.weight", GgmlType::kF32, {kDim}, as_bytes(ones));
   w.add_tensor_owned("output.weight", GgmlType::kF32, {kDim, vocab}, as_bytes(out));
   return w.write(path);
+}
+
+const std::string& thinking_script_model() {
+  static test::TempDir dir("script_model");
+  static const std::string path = [] {
+    const std::string out = dir.path() + "/script_qwen3.gguf";
+    EXPECT_TRUE(test::expect_shared_file("tokenizers/hf/qwen3/tokenizer.json"));
+    ScriptModelSpec spec;
+    spec.vocab_path = test::shared_path("tokenizers/hf/qwen3");
+    spec.next = {{"\n", {"<think>"}},   {"<think>", {"\n\n"}}, {"\n\n", {"Let"}},
+                 {"Let", {" me"}},      {" me", {" think"}},   {" think", {"."}},
+                 {".", {"</think>"}},   {"</think>", {" Sure", "{\""}},
+                 {" Sure", {"!"}},      {"!", {"<|im_end|>"}}, {"{\"", {"answer"}},
+                 {"answer", {"\":"}},   {"\":", {" \""}},      {" \"", {"yes"}},
+                 {"yes", {"\"}"}},      {"\"}", {"<|im_end|>"}}};
+    spec.otherwise = "<|im_end|>";
+    const Status s = write_script_model(spec, out);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+    return out;
+  }();
+  return path;
 }
 
 }  // namespace arbor::server::testing

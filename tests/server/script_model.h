@@ -33,4 +33,10 @@ struct ScriptModelSpec {
 // Writes the model (F32, dim 64, about 80 MB for Qwen 3's 151,669 tokens).
 Status write_script_model(const ScriptModelSpec& spec, const std::string& path);
 
+// The thinking model the reasoning, Responses and Messages tests serve: Qwen 3's vocabulary
+// and chat template; greedy output "<think>\n\nLet me think.</think> Sure!" after the
+// generation prompt, and '{"answer": "yes"}' after "</think>" where a grammar refuses " Sure".
+// Written once per test process (a missing tokenizer fails the test); its path.
+const std::string& thinking_script_model();
+
 }  // namespace arbor::server::testing

@@ -1,7 +1,8 @@
 // No silent no-ops (issue 18): every field of the OpenAI and vLLM request schemas, sent to the
 // real server, is either read (200, and the field is in arbor's table of fields it reads),
 // metadata that asks nothing of the output, or a 400 naming the field — never a 200 that
-// ignores it. TGI's parameters likewise (422 naming it).
+// ignores it. OpenAI's Responses and Anthropic's Messages requests likewise; TGI's parameters
+// too (422 naming it).
 #include <gtest/gtest.h>
 
 #include <set>
@@ -76,7 +77,7 @@ const std::set<std::string> kArborExtensions = {"speculation", "model", "message
                                                 "do_sample"};
 
 void walk(const ServerProcess& server, const std::string& path, const json& base,
-          const std::vector<Field>& fields, OpenAiRoute route) {
+          const std::vector<Field>& fields, RequestRoute route) {
   std::set<std::string> read;
   for (std::string_view f : read_fields(route)) read.insert(std::string(f));
   std::set<std::string> walked;
@@ -116,9 +117,95 @@ TEST(ServerFields, EveryOpenAiAndVllmFieldIsReadOrRefused) {
   ASSERT_TRUE(server.ok());
   walk(server, "/v1/chat/completions",
        {{"messages", json::array({{{"role", "user"}, {"content", "Hi"}}})}, {"max_tokens", 4}},
-       kChatFields, OpenAiRoute::kChat);
+       kChatFields, RequestRoute::kChat);
   walk(server, "/v1/completions", {{"prompt", "Once"}, {"max_tokens", 4}}, kCompletionFields,
-       OpenAiRoute::kCompletions);
+       RequestRoute::kCompletions);
+  EXPECT_TRUE(server.wait_no_blocks_used());
+}
+
+// OpenAI's Responses request (2025 schema) and Anthropic's Messages request, with a value each;
+// arbor's extensions follow.
+const std::vector<Field> kResponsesFields = {
+    {"background", true}, {"conversation", "conv_1"}, {"include", {"reasoning.encrypted_content"}},
+    {"instructions", "Be brief."}, {"max_output_tokens", 4}, {"max_tool_calls", 2},
+    {"metadata", {{"k", "v"}}}, {"parallel_tool_calls", false}, {"prompt", {{"id", "pmpt_1"}}},
+    {"prompt_cache_key", "k"}, {"reasoning", {{"effort", "low"}}}, {"safety_identifier", "s"},
+    {"service_tier", "flex"}, {"store", false}, {"stream", false},
+    {"stream_options", {{"include_obfuscation", true}}}, {"temperature", 0.5},
+    {"text", {{"format", {{"type", "json_object"}}}}}, {"tool_choice", "none"},
+    {"tools", json::array({{{"type", "function"}, {"name", "f"}}})}, {"top_logprobs", 2},
+    {"top_p", 0.9}, {"truncation", "auto"}, {"user", "u"}, {"context_management", {{"k", 1}}},
+    // arbor's (the chat route's sampling extensions)
+    {"seed", 3}, {"top_k", 5}, {"min_p", 0.1}, {"repetition_penalty", 1.1},
+    {"presence_penalty", 0.5}, {"frequency_penalty", 0.5}, {"priority", 0},
+    {"speculation", {{"mode", "off"}}}, {"chat_template_kwargs", json::object()},
+    {"frobnicate", 1},
+};
+const std::vector<Field> kMessagesFields = {
+    {"container", "c"}, {"context_management", {{"edits", json::array()}}},
+    {"mcp_servers", json::array({{{"type", "url"}, {"url", "http://x"}, {"name", "x"}}})},
+    {"metadata", {{"user_id", "u"}}}, {"service_tier", "standard_only"},
+    {"stop_sequences", {"x"}}, {"stream", false}, {"system", "Be brief."},
+    {"temperature", 0.5}, {"thinking", {{"type", "disabled"}}},
+    {"tool_choice", {{"type", "auto"}}},
+    {"tools", json::array({{{"name", "f"}, {"input_schema", {{"type", "object"}}}}})},
+    {"top_k", 5}, {"top_p", 0.9},
+    // arbor's
+    {"seed", 3}, {"min_p", 0.1}, {"repetition_penalty", 1.1}, {"presence_penalty", 0.5},
+    {"frequency_penalty", 0.5}, {"priority", 0}, {"speculation", {{"mode", "off"}}},
+    {"output_format", {{"type", "json_schema"}}}, {"frobnicate", 1},
+};
+
+// As walk(), for the routes of the agents' APIs: a 200 is a field read or metadata, a 400
+// names the field (OpenAI: error.param; Anthropic: in the message, its body having no param).
+void walk_agents(const ServerProcess& server, const std::string& path, const json& base,
+                 const std::vector<Field>& fields, RequestRoute route,
+                 const std::set<std::string>& metadata) {
+  std::set<std::string> read;
+  for (std::string_view f : read_fields(route)) read.insert(std::string(f));
+  std::set<std::string> walked;
+  const bool anthropic = route == RequestRoute::kMessages;
+  for (const Field& f : fields) {
+    walked.insert(f.name);
+    json body = base;
+    body[f.name] = f.value;
+    const HttpResult r = server.post(path, body);
+    if (r.status == 200) {
+      EXPECT_TRUE(read.contains(f.name) || metadata.contains(f.name))
+          << path << ": '" << f.name << "' passed but arbor does not read it";
+      continue;
+    }
+    EXPECT_EQ(r.status, 400) << path << " " << f.name << ": " << r.body;
+    const json j = r.json();
+    ASSERT_FALSE(j.is_discarded()) << r.body;
+    const std::string message = j["error"].value("message", "");
+    if (anthropic) {
+      EXPECT_EQ(j["error"]["type"], "invalid_request_error") << r.body;
+      EXPECT_NE(message.find("'" + f.name), std::string::npos) << path << ": " << r.body;
+    } else {
+      EXPECT_EQ(j["error"]["param"], f.name) << path << ": " << r.body;
+    }
+    if (read.contains(f.name)) {
+      EXPECT_EQ(message.find("not supported ("), std::string::npos) << r.body;
+    }
+  }
+  for (const std::string& f : read) {
+    EXPECT_TRUE(walked.contains(f) || kArborExtensions.contains(f) || f == "input" ||
+                f == "max_tokens" || f == "previous_response_id")
+        << path << ": arbor reads '" << f << "', which no schema above lists";
+  }
+}
+
+TEST(ServerFields, EveryResponsesAndMessagesFieldIsReadOrRefused) {
+  ServerProcess server({"--spec", "ngram"});
+  ASSERT_TRUE(server.ok());
+  walk_agents(server, "/v1/responses", {{"input", "Hi"}, {"max_output_tokens", 4}},
+              kResponsesFields, RequestRoute::kResponses,
+              {"user", "metadata", "safety_identifier", "prompt_cache_key"});
+  walk_agents(server, "/v1/messages",
+              {{"messages", json::array({{{"role", "user"}, {"content", "Hi"}}})},
+               {"max_tokens", 4}},
+              kMessagesFields, RequestRoute::kMessages, {"metadata", "service_tier"});
   EXPECT_TRUE(server.wait_no_blocks_used());
 }
 

@@ -1,5 +1,5 @@
-// Runs tests/server/js (node:test + the official openai npm client and LangChain) against a live
-// server.
+// Runs tests/server/js (node:test + the official openai and @anthropic-ai/sdk npm clients,
+// LangChain and @huggingface/inference) against a live server.
 // node/npm and tests/server/js/node_modules are installed by `make deps` (make test runs it:
 // scripts/install_deps.sh --tests, scripts/install_js_deps.sh), so their absence fails the test
 // with the command that installs them: a skip would count as a pass.
@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <string>
 
+#include "script_model.h"
 #include "server_test_util.h"
 #include "support/subprocess.h"
 
@@ -75,6 +76,41 @@ TEST(ServerJs, HuggingFaceInferenceClient) {
       test::run_shell("cd '" + js + "' && ARBOR_ROOT_URL='" + server.url("") +
                       "' node --test --test-reporter=spec hf_inference.test.mjs 2>&1");
   EXPECT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_EQ(server.terminate(), 0);
+}
+
+// OpenAI's Responses API with the openai client's responses.create and responses.stream
+// (responses.test.mjs) on the thinking script model (script_model.h), with n-gram speculation.
+TEST(ServerJs, ResponsesWithOpenAiClient) {
+  const std::string js = std::string(ARBOR_SOURCE_DIR) + "/tests/server/js";
+  ASSERT_TRUE(std::filesystem::exists(js + "/node_modules/openai/package.json"))
+      << js << "/node_modules is absent: run scripts/install_js_deps.sh (or `make deps`)";
+  ServerProcess server({"--spec", "ngram", "--served-model-name", "script"}, 0,
+                       thinking_script_model());
+  ASSERT_TRUE(server.ok());
+  const test::CommandResult r = test::run_shell(
+      "cd '" + js + "' && ARBOR_MODEL=script ARBOR_BASE_URL='" + server.url("/v1") +
+      "' node --test --test-reporter=spec responses.test.mjs 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_TRUE(server.wait_no_blocks_used());
+  EXPECT_EQ(server.terminate(), 0);
+}
+
+// Anthropic's Messages API with @anthropic-ai/sdk's messages.create, messages.stream and
+// messages.countTokens (anthropic.test.mjs) on the thinking script model, behind --api-key: the
+// client authenticates with x-api-key.
+TEST(ServerJs, MessagesWithAnthropicClient) {
+  const std::string js = std::string(ARBOR_SOURCE_DIR) + "/tests/server/js";
+  ASSERT_TRUE(std::filesystem::exists(js + "/node_modules/@anthropic-ai/sdk/package.json"))
+      << js << "/node_modules is absent: run scripts/install_js_deps.sh (or `make deps`)";
+  ServerProcess server({"--api-key", "sk-arbor-test", "--served-model-name", "script"}, 0,
+                       thinking_script_model());
+  ASSERT_TRUE(server.ok());
+  const test::CommandResult r = test::run_shell(
+      "cd '" + js + "' && ARBOR_MODEL=script ARBOR_API_KEY=sk-arbor-test ARBOR_ROOT_URL='" +
+      server.url("") + "' node --test --test-reporter=spec anthropic.test.mjs 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_TRUE(server.wait_no_blocks_used());
   EXPECT_EQ(server.terminate(), 0);
 }
 

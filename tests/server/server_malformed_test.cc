@@ -37,6 +37,12 @@ std::vector<Case> cases() {
   std::string seventeen = "[";
   for (int i = 0; i < 17; ++i) seventeen += (i ? ",\"s" : "\"s") + std::to_string(i) + "\"";
   seventeen += "]";
+  const std::string r = "/v1/responses";
+  const std::string a = "/v1/messages";
+  auto msg = [](const std::string& extra) {
+    return std::string(R"({"max_tokens":2,"messages":[{"role":"user","content":"Hi"}])") + extra +
+           "}";
+  };
   std::string sixty_five;
   for (int i = 0; i < 65; ++i) sixty_five += i ? ",\"x\"" : "\"x\"";
   return {
@@ -134,6 +140,106 @@ std::vector<Case> cases() {
        422, ""},
       {"tokenize prompt number", "POST", "/tokenize", "{\"prompt\":5}", 400, "prompt"},
       {"detokenize bad id", "POST", "/detokenize", "{\"tokens\":[99999]}", 400, "tokens"},
+      // OpenAI's Responses API: the OpenAI shape, the param naming the field (or the item).
+      {"responses empty body", "POST", r, "", 400, ""},
+      {"responses not json", "POST", r, "{\"input\":", 400, ""},
+      {"responses deeply nested", "POST", r,
+       "{\"input\":" + std::string(1000, '[') + std::string(1000, ']') + "}", 400, ""},
+      {"responses missing input", "POST", r, "{}", 400, "input"},
+      {"responses input number", "POST", r, "{\"input\":5}", 400, "input"},
+      {"responses input empty list", "POST", r, "{\"input\":[]}", 400, "input"},
+      {"responses item not an object", "POST", r, "{\"input\":[5]}", 400, "input[0]"},
+      {"responses image part", "POST", r,
+       "{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\","
+       "\"image_url\":\"x\"}]}]}", 400, "input[0].content[0].type"},
+      {"responses call without call_id", "POST", r,
+       "{\"input\":[{\"type\":\"function_call\",\"name\":\"f\",\"arguments\":\"{}\"}]}",
+       400, "input[0].call_id"},
+      {"responses output without output", "POST", r,
+       "{\"input\":[{\"type\":\"function_call_output\",\"call_id\":\"c\"}]}", 400,
+       "input[0].output"},
+      {"responses encrypted reasoning", "POST", r,
+       "{\"input\":[{\"type\":\"reasoning\",\"encrypted_content\":\"x\"}]}", 400,
+       "input[0].encrypted_content"},
+      {"responses built-in tool", "POST", r, R"({"input":"Hi","tools":[{"type":"web_search_preview"}]})",
+       400, "tools[0].type"},
+      {"responses tools object", "POST", r, R"({"input":"Hi","tools":{}})", 400, "tools"},
+      {"responses tool_choice mcp", "POST", r, R"({"input":"Hi","tool_choice":{"type":"mcp"}})",
+       400, "tool_choice.type"},
+      {"responses background", "POST", r, R"({"input":"Hi","background":true})", 400,
+       "background"},
+      {"responses max_output_tokens negative", "POST", r,
+       R"({"input":"Hi","max_output_tokens":-1})", 400, "max_output_tokens"},
+      {"responses max_output_tokens string", "POST", r,
+       R"({"input":"Hi","max_output_tokens":"5"})", 400, "max_output_tokens"},
+      {"responses schema not an object", "POST", r,
+       R"({"input":"Hi","text":{"format":{"type":"json_schema","schema":5}}})", 400,
+       "text.format.schema"},
+      {"responses unknown previous response", "POST", r,
+       R"({"input":"Hi","previous_response_id":"resp_gone"})", 404, "previous_response_id"},
+      {"responses previous_response_id number", "POST", r,
+       R"({"input":"Hi","previous_response_id":5})", 400, "previous_response_id"},
+      {"responses temperature negative", "POST", r, R"({"input":"Hi","temperature":-1})", 400,
+       "temperature"},
+      {"responses stream string", "POST", r, R"({"input":"Hi","stream":"yes"})", 400, "stream"},
+      {"responses store string", "POST", r, R"({"input":"Hi","store":"no"})", 400, "store"},
+      {"responses instructions number", "POST", r, R"({"input":"Hi","instructions":5})", 400,
+       "instructions"},
+      {"responses reasoning effort", "POST", r, R"({"input":"Hi","reasoning":{"effort":"high"}})",
+       400, "reasoning"},
+      {"responses unknown field", "POST", r, R"({"input":"Hi","frobnicate":1})", 400,
+       "frobnicate"},
+      {"responses unknown model", "POST", r, R"({"input":"Hi","model":"gpt-9"})", 404, "model"},
+      {"responses a valid request", "POST", r, R"({"input":"Once","max_output_tokens":2})", 200,
+       ""},
+      // Anthropic's Messages API: Anthropic's shape, the message naming the field.
+      {"messages empty body", "POST", a, "", 400, ""},
+      {"messages missing messages", "POST", a, "{}", 400, "messages"},
+      {"messages missing max_tokens", "POST", a, R"({"messages":[{"role":"user","content":"Hi"}]})",
+       400, "max_tokens"},
+      {"messages max_tokens zero", "POST", a, msg(R"(,"max_tokens":0)"), 400, "max_tokens"},
+      {"messages max_tokens string", "POST", a, msg(R"(,"max_tokens":"8")"), 400, "max_tokens"},
+      {"messages messages number", "POST", a, R"({"max_tokens":8,"messages":5})", 400,
+       "messages"},
+      {"messages messages empty", "POST", a, R"({"max_tokens":8,"messages":[]})", 400,
+       "messages"},
+      {"messages system role", "POST", a,
+       R"({"max_tokens":8,"messages":[{"role":"system","content":"x"}]})", 400,
+       "messages[0].role"},
+      {"messages content number", "POST", a,
+       R"({"max_tokens":8,"messages":[{"role":"user","content":5}]})", 400,
+       "messages[0].content"},
+      {"messages image block", "POST", a,
+       R"({"max_tokens":8,"messages":[{"role":"user","content":[{"type":"image"}]}]})", 400,
+       "messages[0].content[0].type"},
+      {"messages tool_result without id", "POST", a,
+       R"({"max_tokens":8,"messages":[{"role":"user","content":[{"type":"tool_result"}]}]})",
+       400, "messages[0].content[0].tool_use_id"},
+      {"messages tool without schema", "POST", a, msg(R"(,"tools":[{"name":"f"}])"), 400,
+       "tools[0].input_schema"},
+      {"messages server tool", "POST", a,
+       msg(R"(,"tools":[{"type":"web_search_20250305","name":"web_search"}])"), 400,
+       "tools[0].type"},
+      {"messages tool_choice unknown tool", "POST", a,
+       msg(R"(,"tools":[{"name":"f","input_schema":{"type":"object"}}],)"
+           R"("tool_choice":{"type":"tool","name":"nope"})"), 400, "tool_choice"},
+      {"messages thinking without budget", "POST", a, msg(R"(,"thinking":{"type":"enabled"})"),
+       400, "thinking.budget_tokens"},
+      {"messages thinking string", "POST", a, msg(R"(,"thinking":"on")"), 400, "thinking"},
+      {"messages empty stop sequence", "POST", a, msg(R"(,"stop_sequences":[""])"), 400,
+       "stop_sequences"},
+      {"messages temperature string", "POST", a, msg(R"(,"temperature":"x")"), 400,
+       "temperature"},
+      {"messages system number", "POST", a, msg(R"(,"system":5)"), 400, "system"},
+      {"messages stream string", "POST", a, msg(R"(,"stream":"yes")"), 400, "stream"},
+      {"messages unknown field", "POST", a, msg(R"(,"frobnicate":1)"), 400, "frobnicate"},
+      {"messages unknown model", "POST", a, msg(R"(,"model":"claude-9")"), 404, "claude-9"},
+      {"count_tokens max_tokens", "POST", a + "/count_tokens",
+       R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":8})", 400, "max_tokens"},
+      {"count_tokens missing messages", "POST", a + "/count_tokens", "{}", 400, "messages"},
+      {"count_tokens not json", "POST", a + "/count_tokens", "[1]", 400, ""},
+      {"messages wrong method", "GET", a, "", 405, ""},
+      {"messages a valid request", "POST", a, msg(""), 200, ""},
       {"wrong method on completions", "GET", c, "", 405, ""},
       {"wrong method on models", "POST", "/v1/models", "{}", 405, ""},
       {"unknown route", "GET", "/v2/nothing", "", 404, ""},
@@ -143,6 +249,22 @@ std::vector<Case> cases() {
 void expect_error_shape(const Case& k, const HttpResult& r) {
   const json j = r.json();
   ASSERT_TRUE(j.is_object()) << "error body is not JSON: " << r.body;
+  if (k.path.starts_with("/v1/messages")) {
+    // Anthropic's: {"type": "error", "error": {"type", "message"}}, the field in the message.
+    EXPECT_EQ(j["type"], "error") << r.body;
+    ASSERT_TRUE(j["error"].is_object()) << r.body;
+    EXPECT_TRUE(j["error"]["type"].is_string()) << r.body;
+    EXPECT_EQ(j["error"]["type"], k.status == 404 ? "not_found_error"
+                                  : k.status == 405 ? "api_error"
+                                                    : "invalid_request_error")
+        << r.body;
+    const std::string message = j["error"].value("message", "");
+    EXPECT_FALSE(message.empty()) << r.body;
+    if (!k.param.empty()) {
+      EXPECT_NE(message.find(k.param), std::string::npos) << r.body;
+    }
+    return;
+  }
   if (k.status == 422) {
     EXPECT_TRUE(j["error"].is_string()) << r.body;
     EXPECT_EQ(j["error_type"], "validation") << r.body;
@@ -162,7 +284,7 @@ TEST(ServerMalformed, EveryCaseGetsItsStatusAndAJsonError) {
   ServerProcess server;
   ASSERT_TRUE(server.ok());
   const std::vector<Case> all = cases();
-  ASSERT_GE(all.size(), 40u);
+  ASSERT_GE(all.size(), 130u);
   for (const Case& k : all) {
     SCOPED_TRACE(k.name);
     const HttpResult r = server.request(k.method, k.path, k.body);
@@ -226,8 +348,9 @@ TEST(ServerMalformed, QueueFullIs429) {
 namespace arbor::server::testing {
 namespace {
 
-// Seeded mutations of valid bodies (byte flips, cuts, inserted JSON punctuation and numbers):
-// the server answers every one with 200 or a 4xx JSON error and never goes down.
+// Seeded mutations of valid bodies (byte flips, cuts, inserted JSON punctuation and numbers),
+// /v1/responses and /v1/messages among them: the server answers every one with 200 or a 4xx
+// JSON error and never goes down.
 TEST(ServerMalformed, MutatedBodiesNeverCrashTheServer) {
   ServerProcess server;
   ASSERT_TRUE(server.ok());
@@ -237,12 +360,22 @@ TEST(ServerMalformed, MutatedBodiesNeverCrashTheServer) {
        "\"logit_bias\":{\"5\":1},\"logprobs\":2,\"temperature\":0.5}"},
       {"/v1/completions", "{\"prompt\":[1,2,3],\"max_tokens\":2,\"stream\":true}"},
       {"/generate", "{\"inputs\":\"Once\",\"parameters\":{\"max_new_tokens\":2,\"details\":true}}"},
-      {"/tokenize", "{\"prompt\":\"hello\"}"}};
+      {"/tokenize", "{\"prompt\":\"hello\"}"},
+      {"/v1/responses",
+       R"({"input":[{"role":"user","content":[{"type":"input_text","text":"Once"}]},)"
+       R"({"type":"function_call","call_id":"c1","name":"f","arguments":"{}"},)"
+       R"({"type":"function_call_output","call_id":"c1","output":"ok"}],)"
+       R"("tools":[{"type":"function","name":"f"}],"max_output_tokens":3,"stream":true})"},
+      {"/v1/messages",
+       R"({"max_tokens":3,"system":"Be brief.","messages":[{"role":"user","content":"Once"},)"
+       R"({"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"f","input":{}}]},)"
+       R"({"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"ok"}]}],)"
+       R"("tools":[{"name":"f","input_schema":{"type":"object"}}],"stop_sequences":["x"]})"}};
   const char* inserts[] = {"[", "]", "{", "}", "\"", ",", ":", "-1", "1e999", "null", "\\u0000",
                            "\xff", "99999999999999999999"};
   const unsigned seed = 12345;
   std::srand(seed);
-  for (int i = 0; i < 150; ++i) {
+  for (int i = 0; i < 210; ++i) {
     const auto& [path, base] = seeds[i % seeds.size()];
     std::string body = base;
     for (int m = 0; m < 1 + std::rand() % 3; ++m) {

@@ -41,19 +41,7 @@ struct Files {
 const Files& files() {
   static test::TempDir dir("server_reasoning");
   static const Files f = [] {
-    Files out{dir.path() + "/script_qwen3.gguf", dir.path() + "/opening.jinja"};
-    EXPECT_TRUE(test::expect_shared_file("tokenizers/hf/qwen3/tokenizer.json"));
-    ScriptModelSpec spec;
-    spec.vocab_path = test::shared_path("tokenizers/hf/qwen3");
-    spec.next = {{"\n", {"<think>"}},   {"<think>", {"\n\n"}}, {"\n\n", {"Let"}},
-                 {"Let", {" me"}},      {" me", {" think"}},   {" think", {"."}},
-                 {".", {"</think>"}},   {"</think>", {" Sure", "{\""}},
-                 {" Sure", {"!"}},      {"!", {"<|im_end|>"}}, {"{\"", {"answer"}},
-                 {"answer", {"\":"}},   {"\":", {" \""}},      {" \"", {"yes"}},
-                 {"yes", {"\"}"}},      {"\"}", {"<|im_end|>"}}};
-    spec.otherwise = "<|im_end|>";
-    const Status s = write_script_model(spec, out.model);
-    EXPECT_TRUE(s.ok()) << s.to_string();
+    Files out{thinking_script_model(), dir.path() + "/opening.jinja"};
     std::ofstream(out.opening_template) << kOpeningTemplate;
     return out;
   }();
