@@ -165,8 +165,14 @@ EOF
 )"
     tail -3 "$logs/bench_$shape.err" | sed 's/^/  /' | tee -a "$logs/summary.txt"
     if phase_on llama && [ -x "$work/bundle/bin/llama-bench" ]; then
-      local libs; libs=$(dirname "$(find / -name 'libcublas.so.13*' -not -path '/proc/*' 2>/dev/null | head -1)")
-      LD_LIBRARY_PATH="$libs:${LD_LIBRARY_PATH:-}" timeout "$(limit 120)" "$work/bundle/bin/llama-bench" \
+      # llama.cpp links the CUDA runtime and cuBLAS dynamically: the machine's own CUDA 13.
+      local found libs="" lib
+      found=$(find /usr/local /usr/lib /opt -name 'libcu*.so.13*' 2>/dev/null)
+      for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13; do
+        libs+=$(dirname "$(grep -m1 "/$lib" <<<"$found")"):
+      done
+      say "llama-bench libraries: $libs"
+      LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:-}" timeout "$(limit 120)" "$work/bundle/bin/llama-bench" \
         -m "$model" -ngl 99 -p 512 -n 128 -r 3 -o md >"$logs/llama_$shape.md" 2>"$logs/llama_$shape.err"
       say "llama-bench $shape (rc $?):"; grep -E '^\|' "$logs/llama_$shape.md" | tee -a "$logs/summary.txt"
       tail -2 "$logs/llama_$shape.err" | sed 's/^/  /' | tee -a "$logs/summary.txt"
@@ -211,6 +217,18 @@ for r in rows[1:]:
 for name, (cnt, tot) in sorted(agg.items(), key=lambda x: -x[1][1]):
     print("  %-60s %6d %10.0f %9.3f" % (name, cnt, tot / cnt, tot / 1e6))
 EOF2
+    # The decode matmul in detail: throughput, memory, occupancy and stall sections for a few
+    # launches of the Q4_0 kernel after warm-up.
+    if (( $(left) > 60 )); then
+      timeout "$(limit 90)" ncu --clock-control none -k regex:mma_quant_kernel --launch-skip 200 \
+        --launch-count 3 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+        --section Occupancy --section WarpStateStats --section LaunchStats "$arbor" generate \
+        --device cuda -m "$model" -p "Once upon a time" -n 8 --temp 0 --ignore-eos \
+        >"$logs/profile_${shape}_matmul.txt" 2>&1
+      say "matmul detail $shape (rc $?):"
+      grep -E 'mma_quant_kernel|Duration|DRAM Throughput|Memory Throughput|L1/TEX Hit|L2 Hit|Achieved Occupancy|Registers Per|Grid Size|Block Size|Stall' \
+        "$logs/profile_${shape}_matmul.txt" | head -40 | sed 's/^/  /' | tee -a "$logs/summary.txt"
+    fi
     rm -f "$model"
   done
 }
