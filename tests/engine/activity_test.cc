@@ -195,6 +195,10 @@ TEST(ActivityEngine, ScriptedRunPublishesEveryStep) {
   f.block_size = 4;
   f.num_kv_blocks = 64;
   auto engine = fake_engine(o, f);
+  // Before any step: the idle pool.
+  EXPECT_EQ(engine->activity().kv.usable_blocks, 63);
+  EXPECT_EQ(engine->metrics().kv_usable_blocks, 63);
+  EXPECT_TRUE(engine->activity().steps.empty());
   auto stream = engine->submit(greedy("solo", 20, 4));
   ASSERT_TRUE(stream.ok());
   testing::drain(**stream);
