@@ -60,6 +60,7 @@ struct Options {
   bool api_key_all_routes = false;
   std::vector<std::string> allowed_origins;
   std::vector<std::string> allowed_hosts;
+  bool no_webui = false;
 };
 
 std::string joined(const std::vector<std::string>& items) {
@@ -161,7 +162,8 @@ void log_configuration(const Options& o, executor::LocalExecutor& exec,
                    << "; max_model_len " << core.max_model_len()
                    << ", chat template " << (info.chat != nullptr ? "yes" : "none")
                    << ", tokenizer threads " << o.tokenizer_threads;
-  ARBOR_LOG(kInfo) << "listening on http://" << o.host << ":" << port;
+  ARBOR_LOG(kInfo) << "listening on http://" << o.host << ":" << port
+                   << (o.no_webui ? "" : " (open it in a browser for the chat page and engine view)");
 }
 
 // Large buffers (request bodies, tokenised prompts, responses) come from mmap and go back to
@@ -220,6 +222,7 @@ Status run(const Options& o) {
   so.tokenizer_threads = o.tokenizer_threads;
   so.log_stats_interval_s = o.log_stats_interval_s;
   so.access = access_policy(o);
+  so.web_ui = !o.no_webui;
   ARBOR_ASSIGN_OR_RETURN(auto server, server::ApiServer::create(core, info, so));
   log_configuration(o, exec_ref, core, info, server->port());
   if (!o.port_file.empty()) {
@@ -323,6 +326,9 @@ void setup(CLI::App& app) {
                   "requests, KV cache use, speculation acceptance) while it is busy; 0 = never")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  sub->add_flag("--no-webui", o->no_webui,
+                "Do not serve the web page (a chat playground and a live engine view) at / to "
+                "browsers; GET /v1/engine/events stays on");
   add_engine_flags(*sub, &o->serving);
   sub->callback([o] { exit_on_error(run(*o)); });
 }
