@@ -86,7 +86,8 @@ function requestBody(history) {
     if (m.tool_call_id) out.tool_call_id = m.tool_call_id;
     messages.push(out);
   }
-  const body = { model: state.model, messages, stream: true, stream_options: { include_usage: true } };
+  // No model name yet (/v1/models refused): the server's default applies.
+  const body = { model: state.model || undefined, messages, stream: true, stream_options: { include_usage: true } };
   const fields = { temperature: 'temperature', top_p: 'top-p', top_k: 'top-k', max_tokens: 'max-tokens', seed: 'seed' };
   for (const [name, id] of Object.entries(fields)) {
     const v = numberField(id);
