@@ -160,6 +160,7 @@ function offerToolResults(view, toolCalls) {
   send.type = 'button';
   send.addEventListener('click', () => {
     send.disabled = true;
+    for (const input of inputs) input.readOnly = true;
     toolCalls.forEach((call, i) => {
       state.history.push({ role: 'tool', tool_call_id: call.id, content: inputs[i].value });
       addMessageView('tool', inputs[i].value);
