@@ -3,7 +3,7 @@
 # Usage: scripts/install_deps.sh [--tests]
 #   (none)    what building and serving need (`make serve`)
 #   --tests   also what the tests and benchmarks need (`make test`, `make bench`): GoogleTest,
-#             Google Benchmark, curl, numpy, jinja2, gnuplot, node and npm
+#             Google Benchmark, curl, numpy, jinja2, gnuplot, chromium, node and npm
 set -euo pipefail
 
 with_tests=0
@@ -28,6 +28,9 @@ if [ "$with_tests" = 1 ]; then
     # tests/chat/template_reference_test.cc renders the chat templates of shared/templates with
     # Python's jinja2 (tests/chat/render_chat_reference.py) as the reference for arbor's engine.
     python3-jinja2
+    # tests/server/server_web_browser_test.cc drives the web page in headless Chromium through
+    # the DevTools protocol (tests/server/web/browser_test.mjs).
+    chromium
   )
   # node and npm run the official `openai` client in the end-to-end tests. Debian's packages are
   # installed only when the commands are absent (a NodeSource nodejs already bundles npm).

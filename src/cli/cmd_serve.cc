@@ -62,6 +62,7 @@ struct Options {
   std::vector<std::string> allowed_hosts;
   server::ResponseStoreOptions responses;
   double responses_max_mib = static_cast<double>(server::ResponseStoreOptions{}.max_bytes >> 20);
+  bool no_webui = false;
 };
 
 std::string joined(const std::vector<std::string>& items) {
@@ -163,7 +164,8 @@ void log_configuration(const Options& o, executor::LocalExecutor& exec,
                    << "; max_model_len " << core.max_model_len()
                    << ", chat template " << (info.chat != nullptr ? "yes" : "none")
                    << ", tokenizer threads " << o.tokenizer_threads;
-  ARBOR_LOG(kInfo) << "listening on http://" << o.host << ":" << port;
+  ARBOR_LOG(kInfo) << "listening on http://" << o.host << ":" << port
+                   << (o.no_webui ? "" : " (open it in a browser for the chat page and engine view)");
 }
 
 // Large buffers (request bodies, tokenised prompts, responses) come from mmap and go back to
@@ -224,6 +226,7 @@ Status run(const Options& o) {
   so.access = access_policy(o);
   so.responses = o.responses;
   so.responses.max_bytes = static_cast<int64_t>(o.responses_max_mib * (1 << 20));
+  so.web_ui = !o.no_webui;
   ARBOR_ASSIGN_OR_RETURN(auto server, server::ApiServer::create(core, info, so));
   log_configuration(o, exec_ref, core, info, server->port());
   if (!o.port_file.empty()) {
@@ -343,6 +346,9 @@ void setup(CLI::App& app) {
                   "Stored /v1/responses conversations' total size (MiB); the oldest go first")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  sub->add_flag("--no-webui", o->no_webui,
+                "Do not serve the web page (a chat playground and a live engine view) at / to "
+                "browsers; GET /v1/engine/events stays on");
   add_engine_flags(*sub, &o->serving);
   sub->callback([o] { exit_on_error(run(*o)); });
 }

@@ -182,6 +182,7 @@ EngineCore::EngineCore(std::unique_ptr<step::ModelExecutor> executor, const Engi
   scheduler_ = std::make_unique<sched::Scheduler>(so, *kv_);
   outputs_ = std::make_unique<OutputProcessor>(
       config_.tokenizer, metrics_, [this](const std::string& name) { release_name(name); });
+  publish_metrics();  // readers see the idle engine's pool before its first step
   thread_ = std::thread([this] { run(); });
 }
 

@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "engine/activity.h"
 #include "engine/engine_options.h"
 #include "engine/metrics.h"
 #include "engine/output_processor.h"
@@ -95,6 +97,8 @@ class EngineCore {
 
   // Any thread: the snapshot published after the last step.
   EngineMetricsSnapshot metrics() const { return board_.read(); }
+  // Any thread: the latest steps and the live requests, as of the last step (activity.h).
+  EngineActivity activity() const { return activity_.read(); }
   int32_t vocab_size() const { return vocab_size_; }
   // Any thread: the longest sequence (prompt + generated tokens) the engine runs:
   // options.max_model_len, or the executor's max_model_len() when that is 0. Fixed at
@@ -130,6 +134,9 @@ class EngineCore {
   void fail_all(const Status& error);
   void release_name(const std::string& name);
   void publish_metrics();
+  void record_step(const sched::SchedulerOutput& out, std::span<const sched::RequestOutput> outs,
+                   double exec_s);
+  void publish_activity(const kv::KvCacheStats& kv);
 
   std::unique_ptr<step::ModelExecutor> executor_;
   EngineCoreConfig config_;
@@ -142,6 +149,8 @@ class EngineCore {
   // Engine thread only.
   EngineMetricsSnapshot metrics_;
   std::unique_ptr<OutputProcessor> outputs_;
+  std::optional<StepSummary> last_step_;  // the step of this loop iteration, until published
+  std::unordered_map<sched::RequestId, int32_t> step_drafts_;  // ... drafts verified per request
 
   // Shared with other threads.
   std::mutex mu_;
@@ -154,6 +163,7 @@ class EngineCore {
   sched::RequestId next_id_ = 1;
   std::atomic<int32_t> num_free_blocks_{0};
   MetricsBoard board_;
+  ActivityBoard activity_;
   std::thread thread_;
 };
 

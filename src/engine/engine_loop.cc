@@ -121,6 +121,34 @@ void EngineCore::step() {
   ++metrics_.num_steps;
   metrics_.batch_size.observe(static_cast<double>(out.requests.size()));
   metrics_.tokens_per_step.observe(out.total_num_scheduled_tokens);
+  record_step(out, *outs, exec_s);
+}
+
+// The step's summary and the drafts each request verified in it, for the next publish.
+void EngineCore::record_step(const sched::SchedulerOutput& out,
+                             std::span<const sched::RequestOutput> outs, double exec_s) {
+  last_step_ = summarize_step(metrics_.num_steps, out, outs, exec_s);
+  last_step_->end_time_s = engine_now();
+  step_drafts_.clear();
+  for (const sched::RequestOutput& o : outs) {
+    if (o.num_draft_tokens > 0) step_drafts_[o.request_id] += o.num_draft_tokens;
+  }
+}
+
+void EngineCore::publish_activity(const kv::KvCacheStats& kv) {
+  if (last_step_) {
+    last_step_->kv_used_blocks = kv.num_used_blocks;
+    last_step_->kv_shared_blocks = kv.num_shared_blocks;
+  }
+  const KvSummary kv_summary{.usable_blocks = kv.num_usable_blocks,
+                             .used_blocks = kv.num_used_blocks,
+                             .shared_blocks = kv.num_shared_blocks,
+                             .cached_blocks = kv.num_cached_blocks};
+  activity_.publish(last_step_ ? &*last_step_ : nullptr,
+                    summarize_requests(*scheduler_, *outputs_, step_drafts_, engine_now()),
+                    kv_summary);
+  last_step_.reset();
+  step_drafts_.clear();
 }
 
 void EngineCore::observe_speculation(const sched::RequestOutput& o) {
@@ -180,6 +208,7 @@ void EngineCore::publish_metrics() {
   metrics_.num_prefix_cache_hit_tokens = st.kv.num_hit_tokens;
   num_free_blocks_ = kv_->num_free_blocks();
   board_.publish(metrics_);
+  publish_activity(st.kv);
   std::lock_guard<std::mutex> lock(mu_);
   if (num_live_ == 0 && !idle_published_) {
     idle_published_ = true;

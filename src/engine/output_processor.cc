@@ -37,6 +37,11 @@ std::vector<sched::RequestId> OutputProcessor::ids() const {
   return ids;
 }
 
+std::string_view OutputProcessor::name(sched::RequestId id) const {
+  auto it = groups_.find(id);
+  return it == groups_.end() ? std::string_view() : std::string_view(it->second.spec.name);
+}
+
 void OutputProcessor::fail(sched::RequestId id, Status error) {
   finish_group(id, std::move(error));
 }

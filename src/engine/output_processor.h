@@ -27,6 +27,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -77,6 +78,8 @@ class OutputProcessor {
   bool contains(sched::RequestId id) const { return groups_.contains(id); }
   std::optional<sched::RequestId> find(const std::string& name) const;
   std::vector<sched::RequestId> ids() const;
+  // The caller's name of group `id` (OutputGroupSpec::name); "" when unknown.
+  std::string_view name(sched::RequestId id) const;
   bool empty() const { return groups_.empty(); }
 
  private:

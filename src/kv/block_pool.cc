@@ -50,7 +50,7 @@ bool BlockPool::touch(BlockId id) {
     ++num_used_;
     if (b.is_cached) --num_cached_free_;
   }
-  ++b.ref_cnt;
+  if (++b.ref_cnt == 2) ++num_shared_;
   return revived;
 }
 
@@ -58,6 +58,7 @@ bool BlockPool::free_block(BlockId id) {
   ARBOR_CHECK(id > kNullBlockId && id < num_blocks()) << "free of block " << id;
   KvCacheBlock& b = blocks_[id];
   ARBOR_CHECK_GT(b.ref_cnt, 0) << "block " << id << " freed more often than referenced";
+  if (b.ref_cnt == 2) --num_shared_;
   if (--b.ref_cnt > 0) return false;
   --num_used_;
   if (b.is_cached) {
@@ -115,12 +116,13 @@ void BlockPool::check_invariants() const {
   ARBOR_CHECK_EQ(prev, free_queue_.back());
   ARBOR_CHECK_EQ(queued, free_queue_.size());
   ARBOR_CHECK_EQ(queued_cached, num_cached_free_);
-  int32_t used = 0, cached = 0;
+  int32_t used = 0, cached = 0, shared = 0;
   for (BlockId id = 1; id < num_blocks(); ++id) {
     const KvCacheBlock& b = blocks_[id];
     ARBOR_CHECK_GE(b.ref_cnt, 0);
     ARBOR_CHECK_EQ(b.in_free_queue, b.ref_cnt == 0) << "block " << id;
     used += b.ref_cnt > 0 ? 1 : 0;
+    shared += b.ref_cnt > 1 ? 1 : 0;
     if (b.is_cached) {
       ++cached;
       ARBOR_CHECK(cached_.find(b.block_hash) == std::optional<BlockId>(id))
@@ -128,6 +130,7 @@ void BlockPool::check_invariants() const {
     }
   }
   ARBOR_CHECK_EQ(used, num_used_);
+  ARBOR_CHECK_EQ(shared, num_shared_);
   ARBOR_CHECK_EQ(cached, num_cached_blocks()) << "hash map names blocks that are not cached";
   ARBOR_CHECK_EQ(num_used_ + num_free_blocks(), num_usable_blocks());
 }

@@ -44,6 +44,9 @@ class BlockPool {
   int32_t num_cached_free_blocks() const { return num_cached_free_; }
   int32_t num_free_uncached_blocks() const { return free_queue_.size() - num_cached_free_; }
   int32_t num_cached_blocks() const { return cached_.size(); }
+  // Blocks held by more than one block-table entry (ref_cnt > 1): prefix-cache hits and the
+  // prompt blocks of forked samples. O(1): kept up to date by touch() and free_block().
+  int32_t num_shared_blocks() const { return num_shared_; }
   int64_t num_evictions() const { return num_evictions_; }
   // num_used / num_usable, in [0, 1].
   double usage() const { return static_cast<double>(num_used_) / num_usable_blocks(); }
@@ -81,6 +84,7 @@ class BlockPool {
   BlockHashMap cached_;  // hash -> cached block
   int32_t num_used_ = 0;
   int32_t num_cached_free_ = 0;
+  int32_t num_shared_ = 0;  // ref_cnt > 1
   int64_t num_evictions_ = 0;
 };
 

@@ -457,6 +457,7 @@ KvCacheStats KvCacheManager::stats() const {
   s.num_cached_free_blocks = pool_.num_cached_free_blocks();
   s.num_free_uncached_blocks = pool_.num_free_uncached_blocks();
   s.num_cached_blocks = pool_.num_cached_blocks();
+  s.num_shared_blocks = pool_.num_shared_blocks();
   s.usage = pool_.usage();
   s.num_queries = num_queries_;
   s.num_hits = num_hits_;

@@ -103,6 +103,7 @@ struct KvCacheStats {
   int32_t num_cached_free_blocks = 0;    // ref_cnt == 0, cached (evictable, reusable)
   int32_t num_free_uncached_blocks = 0;  // ref_cnt == 0, not cached
   int32_t num_cached_blocks = 0;         // in the hash map, used or free
+  int32_t num_shared_blocks = 0;         // ref_cnt > 1: in several block tables (prefix hits, forks)
   double usage = 0.0;                    // num_used_blocks / num_usable_blocks
   int64_t num_queries = 0;               // record_prefix_query() calls (admissions)
   int64_t num_hits = 0;                  // ... whose hit had at least one block

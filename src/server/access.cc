@@ -66,9 +66,11 @@ std::optional<ApiError> check_host(const AccessPolicy& p, const http::HttpReques
 }
 
 std::optional<ApiError> check_key(const AccessPolicy& p, const http::HttpRequest& req,
-                                  std::string_view path) {
+                                  std::string_view path, bool public_file) {
   if (p.api_key.empty()) return std::nullopt;
-  if (!p.api_key_all_routes && (path == "/health" || path == "/metrics")) return std::nullopt;
+  if (!p.api_key_all_routes && (path == "/health" || path == "/metrics" || public_file)) {
+    return std::nullopt;
+  }
   ApiError e;
   e.http_status = 401;
   e.code = "invalid_api_key";
@@ -103,7 +105,7 @@ bool is_loopback_host(std::string_view host) {
 }
 
 AccessDecision check_access(const AccessPolicy& policy, const http::HttpRequest& req,
-                            std::string_view path) {
+                            std::string_view path, bool public_file) {
   AccessDecision d;
   d.error = check_host(policy, req);
   if (d.error) return d;
@@ -132,7 +134,7 @@ AccessDecision check_access(const AccessPolicy& policy, const http::HttpRequest&
     d.headers.emplace_back("Allow", "GET, POST, OPTIONS");
     return d;
   }
-  d.error = check_key(policy, req, path);
+  d.error = check_key(policy, req, path, public_file);
   return d;
 }
 

@@ -9,10 +9,10 @@
 //            Others get 403, so no web page the operator visits can make the server generate.
 //            Allowed origins get Access-Control-Allow-Origin on the answer; a preflight
 //            (OPTIONS) is answered 204 with the methods and headers a client may use.
-//   API key  with --api-key, every route but /health and /metrics (those too with
-//            --api-key-all-routes) needs "Authorization: Bearer <key>" (OpenAI's clients) or
-//            "x-api-key: <key>" (Anthropic's): else 401, as vLLM and llama-server answer.
-//            Compared in constant time.
+//   API key  with --api-key, every route but /health, /metrics and the web page's files (those
+//            too with --api-key-all-routes) needs "Authorization: Bearer <key>" (OpenAI's
+//            clients) or "x-api-key: <key>" (Anthropic's): else 401, as vLLM and llama-server
+//            answer. Compared in constant time.
 // Thread-safety: pure functions.
 #pragma once
 
@@ -40,9 +40,10 @@ struct AccessDecision {
   http::HttpHeaders headers;      // to add to the answer (CORS)
 };
 
-// The decision for `req` on `path` (the target without its query).
+// The decision for `req` on `path` (the target without its query). `public_file`: a static file
+// of the web page (web_ui.h), which needs no API key unless api_key_all_routes.
 AccessDecision check_access(const AccessPolicy& policy, const http::HttpRequest& req,
-                            std::string_view path);
+                            std::string_view path, bool public_file = false);
 
 // True for IPv4 literals in 127.0.0.0/8, ::1, "localhost" and names under ".localhost".
 bool is_loopback_host(std::string_view host);

@@ -21,6 +21,7 @@
 #include "server/response_store.h"
 #include "server/responses_api.h"
 #include "server/tgi_api.h"
+#include "server/web_ui.h"
 #include "server/worker_pool.h"
 
 namespace arbor::server {
@@ -262,6 +263,7 @@ struct ApiServer::State {
   Clock::time_point drain_deadline;
   bool aborted_all = false;
   bool forced = false;  // a second signal stopped the server before the drain completed
+  std::unique_ptr<EngineEvents> events;  // GET /v1/engine/events
   // Last member: destroyed (joined) first, while everything its tasks read still exists.
   std::unique_ptr<WorkerPool> pool;
 
@@ -275,6 +277,8 @@ struct ApiServer::State {
   void models(Exchange& ex, std::string_view param);
   void model_card(Exchange& ex, std::string_view id);
   void info(Exchange& ex, std::string_view param);
+  // Stream routes: answered on the I/O thread, the exchange kept open.
+  void engine_events(const std::shared_ptr<Exchange>& ex);
   void start_work(const Route& route, std::string body, const std::shared_ptr<Exchange>& ex);
   void cancel_work(uint64_t id);
   void on_prepared(uint64_t id, WorkResult result);
@@ -445,6 +449,8 @@ struct Route {
   bool generates = false;  // submits to the engine: refused (503) while draining
   bool prefix = false;     // `path` is followed by a non-empty parameter
   bool probe = false;      // polled by probes and scrapers: successes logged at debug
+  // A long-lived stream answered on the I/O thread (instead of `answer`); refused while draining.
+  void (ApiServer::State::*stream)(const std::shared_ptr<Exchange>&) = nullptr;
 };
 
 namespace {
@@ -468,6 +474,7 @@ const Route kRoutes[] = {
     {"GET", "/health", ApiFlavor::kOpenAi, &S::health, nullptr, false, false, true},
     {"GET", "/", ApiFlavor::kTgi, &S::health, nullptr, false, false, true},  // TGI's health
     {"GET", "/metrics", ApiFlavor::kOpenAi, &S::metrics, nullptr, false, false, true},
+    {.method = "GET", .path = "/v1/engine/events", .stream = &S::engine_events},
 };
 
 bool matches(const Route& r, std::string_view path) {
@@ -504,7 +511,10 @@ void ApiServer::State::handle(http::HttpRequest req,
   auto ex = std::make_shared<Exchange>(std::move(http_ex), req.method, path, request_id_for(req));
   ARBOR_LOG(kDebug) << req.method << " " << req.target << " " << ex->request_id() << " ("
                     << req.body.size() << " bytes)";
-  AccessDecision access = check_access(options.access, req, path);
+  // The web page's files need no API key (web_ui.h); Host and Origin rules still apply.
+  const WebAsset* asset =
+      options.web_ui ? find_web_asset(req.method, path, req.header("Accept")) : nullptr;
+  AccessDecision access = check_access(options.access, req, path, asset != nullptr);
   for (auto& [name, value] : access.headers) ex->add_header(std::move(name), std::move(value));
   if (access.error) {
     if (access.error->http_status == 401) ex->add_header("WWW-Authenticate", "Bearer");
@@ -513,6 +523,10 @@ void ApiServer::State::handle(http::HttpRequest req,
   }
   if (access.preflight) {
     send(*ex, 200, "", "text/plain");
+    return;
+  }
+  if (asset != nullptr) {
+    ex->respond(web_asset_response(*asset));
     return;
   }
   try {
@@ -526,8 +540,10 @@ void ApiServer::State::handle(http::HttpRequest req,
     if (route.answer != nullptr) {
       const std::string param = route.prefix ? percent_decode(path.substr(route.path.size())) : "";
       (this->*route.answer)(*ex, param);
-    } else if (route.generates && draining) {
+    } else if ((route.generates || route.stream != nullptr) && draining) {
       send_error(*ex, server_unavailable("the server is shutting down"), route.flavor);
+    } else if (route.stream != nullptr) {
+      (this->*route.stream)(ex);
     } else {
       start_work(route, std::move(req.body), ex);
     }
@@ -555,6 +571,10 @@ void ApiServer::State::metrics(Exchange& ex, std::string_view) {
   for (const auto& [id, p] : preparing) sm.active_requests += p.route->generates ? 1 : 0;
   sm.responses_by_status = responses_by_status;
   send(ex, 200, prometheus_text(engine->metrics(), sm), "text/plain; version=0.0.4");
+}
+
+void ApiServer::State::engine_events(const std::shared_ptr<Exchange>& ex) {
+  if (std::optional<ApiError> e = events->subscribe(ex)) send_error(*ex, *e, ApiFlavor::kOpenAi);
 }
 
 void ApiServer::State::models(Exchange& ex, std::string_view) {
@@ -657,6 +677,7 @@ void ApiServer::State::begin_drain(int signal) {
     ARBOR_LOG(kWarn) << "second signal " << signal << ": stopping now";
     aborted_all = true;
     forced = true;
+    events->close_all();
     for (auto& [id, g] : active) g->abort();
     poster->close();
     http->stop();
@@ -668,6 +689,7 @@ void ApiServer::State::begin_drain(int signal) {
   ARBOR_LOG(kInfo) << "signal " << signal << ": draining " << active.size() + preparing.size()
                    << " requests (deadline " << options.shutdown_timeout_s << "s)";
   http->stop_accepting();
+  events->close_all();  // an engine view must not hold the drain open
   check_drain();
 }
 
@@ -751,6 +773,8 @@ Result<std::unique_ptr<ApiServer>> ApiServer::create(engine::EngineCore& engine,
   state->poster = std::make_shared<Poster>(state->http.get());
   state->http->on_signal([s](int sig) { s->begin_drain(sig); });
   state->pool = std::make_unique<WorkerPool>(options.tokenizer_threads);
+  state->events = std::make_unique<EngineEvents>(*state->http, engine, state->model.name,
+                                                 options.engine_events);
   if (options.log_stats_interval_s > 0) {
     state->http->post([s] { s->log_stats_after(s->engine->metrics(), Clock::now()); });
   }

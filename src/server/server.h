@@ -8,6 +8,8 @@
 //   GET  /info, /health, /
 //   GET  /metrics                                Prometheus (prometheus.h)
 //   POST /tokenize, /detokenize
+//   GET  /v1/engine/events                       the engine view's SSE stream (engine_events.h)
+//   GET  / (browsers), /ui/*                     the web page (web_ui.h)
 //
 // One routing table (server.cc) decides everything per route: the handler, 404/405, the API
 // flavor of its errors and whether it runs on the I/O thread or a worker.
@@ -31,6 +33,7 @@
 #include "server/access.h"
 #include "server/api_common.h"
 #include "server/response_store.h"
+#include "server/engine_events.h"
 #include "http/http_server.h"
 
 namespace arbor::server {
@@ -48,6 +51,10 @@ struct ApiServerOptions {
   // --log-stats-interval: the engine's line (engine::stats_line) every this many seconds, at
   // info while the engine is busy; 0 = never.
   double log_stats_interval_s = 10.0;
+  // The web page at / (web_ui.h); --no-webui turns it off (GET / is then TGI's health for every
+  // client). GET /v1/engine/events is served either way.
+  bool web_ui = true;
+  EngineEventsOptions engine_events{};
 };
 
 class ApiServer {

@@ -13,7 +13,7 @@ printf '#!/bin/sh\necho "$@" >> "%s/apt.log"\n' "$tmp" > "$tmp/bin/apt-get"
 printf '#!/bin/sh\nexec "$@"\n' > "$tmp/bin/sudo"
 chmod +x "$tmp/bin/"*
 fail() { echo "FAIL: $*"; exit 1; }
-test_only=(libgtest-dev libgmock-dev libbenchmark-dev python3-numpy gnuplot-nox curl)
+test_only=(libgtest-dev libgmock-dev libbenchmark-dev python3-numpy gnuplot-nox curl chromium)
 
 PATH="$tmp/bin:$PATH" bash "$root/scripts/install_deps.sh" > /dev/null
 install=$(grep '^install ' "$tmp/apt.log") || fail "install_deps.sh installed nothing"

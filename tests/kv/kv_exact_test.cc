@@ -207,6 +207,31 @@ TEST(BlockPoolTest, HandsOutBlocksInOrderAndNeverTheNullBlock) {
   EXPECT_DEATH(pool.touch(kNullBlockId), "touch of block 0");
 }
 
+// Shared = held by more than one table entry: counted when a reference makes it 2, uncounted
+// when one takes it back to 1, whatever the count climbs to in between.
+TEST(BlockPoolTest, CountsSharedBlocks) {
+  BlockPool pool(6);
+  Ids got;
+  pool.get_new_blocks(3, &got);  // 1, 2, 3 at ref 1
+  EXPECT_EQ(pool.num_shared_blocks(), 0);
+  pool.touch(2);
+  EXPECT_EQ(pool.num_shared_blocks(), 1);
+  pool.touch(2);  // ref 3: still one shared block
+  pool.touch(3);
+  EXPECT_EQ(pool.num_shared_blocks(), 2);
+  pool.check_invariants();
+  pool.free_block(2);  // ref 2
+  EXPECT_EQ(pool.num_shared_blocks(), 2);
+  pool.free_block(2);  // ref 1
+  EXPECT_EQ(pool.num_shared_blocks(), 1);
+  pool.free_block(3);
+  pool.free_block(3);  // ref 0: free
+  EXPECT_EQ(pool.num_shared_blocks(), 0);
+  pool.touch(3);  // revived at ref 1: not shared
+  EXPECT_EQ(pool.num_shared_blocks(), 0);
+  pool.check_invariants();
+}
+
 TEST(BlockPoolTest, CachedFreeBlocksAreLruAndRevivedFromTheMiddle) {
   BlockPool pool(6);
   Ids got;
@@ -336,6 +361,7 @@ TEST_F(KvCacheManagerTest, PrefixHitsAcrossRequests) {
   EXPECT_DOUBLE_EQ(s.prefix_hit_rate, 12.0 / 38.0);
   EXPECT_EQ(s.num_used_blocks, 4);
   EXPECT_EQ(s.num_cached_blocks, 2);
+  EXPECT_EQ(s.num_shared_blocks, 2);  // 1 and 2: A's and B's tables
   EXPECT_EQ(s.num_free_uncached_blocks, 5);
   EXPECT_EQ(s.num_cached_free_blocks, 0);
 }
