@@ -65,6 +65,10 @@ struct LlamaWeights {
   // [rope_dim / 2] or null: the divisors of the full-attention layers' RoPE frequencies
   // (rope_freqs.weight, or Phi-3's rope_factors_long/short chosen for the serving context).
   const float* rope_freqs = nullptr;
+  // [classes, dim] (cls.output.weight; classes = classifier.output_labels' count, 1 without
+  // them, as llama.cpp) or data null: the rank head (ArchSpec::rank_head). Read on the host by
+  // the executor's pooler, so for_each_weight leaves it out (never packed or uploaded).
+  kernels::WeightView cls_out;
 };
 
 // Every matrix and F32 vector of a LlamaWeights, named, in a fixed order (token_embd, per layer
