@@ -7,6 +7,7 @@
 #include "base/mapped_file.h"
 #include "base/progress.h"
 #include "base/status.h"
+#include "gguf/quants.h"
 #include "model/weight_check.h"
 
 namespace arbor::model {
@@ -237,6 +238,20 @@ void for_each_weight(LlamaWeights& w, const ModelConfig& c,
   vec("output_norm.weight", w.output_norm, c.dim);
   if (!w.tied_output) mat("output.weight", w.output.w);
   vec("rope_freqs.weight", w.rope_freqs, c.rope_dim / 2);
+}
+
+Result<std::vector<float>> dequantize_rows(const kernels::WeightView& w,
+                                           std::span<const int64_t> rows) {
+  const auto cols = static_cast<size_t>(w.cols);
+  std::vector<float> out(rows.size() * cols);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i] < 0 || rows[i] >= w.rows) {
+      return invalid_argument("row ", rows[i], " of a matrix of ", w.rows, " rows");
+    }
+    const auto* src = static_cast<const uint8_t*>(w.data) + rows[i] * w.row_stride;
+    ARBOR_RETURN_IF_ERROR(gguf::dequantize_row(w.type, src, out.data() + i * cols, w.cols));
+  }
+  return out;
 }
 
 Result<std::unique_ptr<LlamaModel>> LlamaModel::load(const std::string& path,

@@ -23,6 +23,7 @@
 
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,13 @@ struct VectorRef {
 void for_each_weight(LlamaWeights& w, const ModelConfig& c,
                      const std::function<void(const MatrixRef&)>& matrix,
                      const std::function<void(const VectorRef&)>& vector);
+
+// Rows `rows` of `w` as floats, row-major [rows.size(), w.cols], decoded from the file's
+// encoding (never the packed copy; a released page is read back from the file). Errors: a type
+// the reference codecs cannot decode, a row outside [0, w.rows). For small host-side heads (the
+// rank head, the yes/no rows of a reranker's classifier).
+Result<std::vector<float>> dequantize_rows(const kernels::WeightView& w,
+                                           std::span<const int64_t> rows);
 
 struct ModelLoadOptions {
   // Repack matrices for the CPU's packed kernels (see above). A model that runs on a GPU skips
