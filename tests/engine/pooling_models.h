@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,10 +42,12 @@ struct PoolingEngineOptions {
   bool prefix_caching = true;
 };
 
-// An engine over `path` on the CPU (F32 KV, two threads); *exec_out (optional) sees the executor.
-inline std::unique_ptr<EngineCore> make_pooling_engine(const std::string& path,
-                                                       const PoolingEngineOptions& o,
-                                                       executor::LocalExecutor** exec_out = nullptr) {
+// An engine over `path` on the CPU (F32 KV, two threads); *exec_out (optional) sees the executor;
+// `setup` (optional) runs on it before the engine starts.
+inline std::unique_ptr<EngineCore> make_pooling_engine(
+    const std::string& path, const PoolingEngineOptions& o,
+    executor::LocalExecutor** exec_out = nullptr,
+    const std::function<void(executor::LocalExecutor&)>& setup = nullptr) {
   executor::ExecutorOptions eo;
   eo.block_size = o.block_size;
   eo.num_kv_blocks = o.num_kv_blocks;
@@ -55,6 +58,7 @@ inline std::unique_ptr<EngineCore> make_pooling_engine(const std::string& path,
   EXPECT_TRUE(exec.ok()) << exec.status().to_string();
   if (!exec.ok()) return nullptr;
   if (exec_out != nullptr) *exec_out = exec->get();
+  if (setup) setup(**exec);
   EngineCoreConfig cfg;
   cfg.options.max_num_batched_tokens = o.budget;
   cfg.options.enable_prefix_caching = o.prefix_caching;

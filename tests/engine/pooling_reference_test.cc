@@ -129,5 +129,55 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"last_q8_0", 3, gguf::GgmlType::kQ8_0, 0.1f, 0.999}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
+// The Qwen3-Reranker convention for a file converted without a rank head: the LM head's rows of
+// the "yes" and "no" tokens (here ids 300 and 301 of a tied qwen3 file), softmaxed, is what
+// llama.cpp computes once its converter has written those rows as cls.output.weight; and that
+// file's own head gives arbor the same floats bit for bit.
+TEST(PoolingReference, YesNoRowsEqualTheConvertedRankHead) {
+  ASSERT_EQ(access(reference_bin().c_str(), X_OK), 0)
+      << reference_bin() << " is missing: run scripts/install_reference.sh (make test does)";
+  test::TempDir dir("pooling_ref");
+  const std::string plain = dir / "plain.gguf", converted = dir / "converted.gguf";
+  testing::write_pooling_model(plain, -1, 0);
+  const int32_t ids[] = {300, 301};
+  const std::string names[] = {"yes", "no"};
+  {
+    auto f = gguf::GgufFile::open(plain);
+    ASSERT_TRUE(f.ok());
+    const gguf::TensorInfo* embd = f->find_tensor("token_embd.weight");
+    ASSERT_NE(embd, nullptr);
+    ASSERT_EQ(embd->type, gguf::GgmlType::kF32);
+    const size_t row = static_cast<size_t>(embd->dims[0]) * sizeof(float);
+    std::vector<uint8_t> head;
+    for (int32_t id : ids) head.insert(head.end(), embd->data + id * row, embd->data + (id + 1) * row);
+    gguf::GgufWriter w = gguf::GgufWriter::from_file(*f);
+    w.set("qwen3.pooling_type", gguf::Value::u32(4));
+    w.set("qwen3.classifier.output_labels", gguf::Value::string_array({"yes", "no"}));
+    w.add_tensor_owned("cls.output.weight", gguf::GgmlType::kF32, {embd->dims[0], 2},
+                       std::move(head));
+    ASSERT_TRUE(w.write(converted).ok());
+  }
+  const auto ps = prompts();
+  const auto want = reference(converted, ps, 2, dir);
+  auto by_rows = testing::make_pooling_engine(
+      plain, {.budget = 16}, nullptr, [&](executor::LocalExecutor& exec) {
+        auto head = executor::rank_head_from_tokens(exec.runner().model(), ids, names);
+        ASSERT_TRUE(head.ok()) << head.status().to_string();
+        EXPECT_EQ(head->source, "the LM head's rows of 'yes' (300) and 'no' (301)");
+        exec.set_rank_head(std::move(head).value());
+      });
+  auto by_file = testing::make_pooling_engine(converted, {.budget = 16});
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const auto a = testing::drain_pooled(*testing::submit_pooling(*by_rows, ps[i], step::PoolingType::kRank));
+    const auto b = testing::drain_pooled(*testing::submit_pooling(*by_file, ps[i], step::PoolingType::kRank));
+    ASSERT_EQ(a.size(), 2u);
+    EXPECT_EQ(a, b) << "prompt " << i;
+    EXPECT_NEAR(a[0], want[i][0], 1e-5f) << "prompt " << i;
+    EXPECT_NEAR(a[1], want[i][1], 1e-5f) << "prompt " << i;
+    std::printf("yes/no rows prompt of %2zu tokens: P(yes) arbor %.7f, llama.cpp %.7f\n",
+                ps[i].size(), a[0], want[i][0]);
+  }
+}
+
 }  // namespace
 }  // namespace arbor::engine
