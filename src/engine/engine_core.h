@@ -59,7 +59,7 @@ struct GenerateRequest {
   int32_t priority = 0;                  // lower first, with SchedulingPolicy::kPriority
   std::string cache_salt;
   sched::SpecRequest speculation{};      // per-request speculative decoding (mode, k)
-  // An embedding or rerank request (docs/embeddings.md): the prompt is computed, nothing is
+  // An embedding or rerank request (docs/engine.md, "Pooling requests"): the prompt is computed, nothing is
   // generated, and the sample's one event carries the pooled vector (StreamEvent::pooled).
   // max_tokens, n and best_of are ignored (0, 1, 1); the prompt may fill max_model_len.
   std::optional<step::PoolingType> pooling;

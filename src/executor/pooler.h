@@ -1,4 +1,4 @@
-// Pooler: the executor's side of pooling requests (step::PoolingType; docs/embeddings.md). For
+// Pooler: the executor's side of pooling requests (step::PoolingType; docs/engine.md, "Pooling requests"). For
 // each step it says which rows of a request's chunk return their final hidden state (after the
 // output norm: what llama.cpp's embeddings read), keeps what a request has pooled so far across
 // chunks, and makes the vector on the step that runs the last prompt token:

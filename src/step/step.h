@@ -31,7 +31,7 @@ struct BlockCopy {
   int32_t num_tokens = 0;
 };
 
-// Pooling requests (embeddings, reranking; docs/embeddings.md): instead of sampling, the step
+// Pooling requests (embeddings, reranking; docs/engine.md, "Pooling requests"): instead of sampling, the step
 // that runs a request's last prompt token returns one vector pooled from the final hidden states
 // (after the output norm) of its prompt. Numbered as llama.cpp's llama_pooling_type.
 enum class PoolingType : uint8_t {
