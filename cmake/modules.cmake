@@ -33,7 +33,7 @@ set(ARBOR_DEPS_executor base grammar tokenizer kernels model cuda sampling step 
 set(ARBOR_DEPS_engine base kv sampling step sched tokenizer)
 set(ARBOR_DEPS_http base)
 set(ARBOR_DEPS_chat base grammar)
-set(ARBOR_DEPS_server base grammar tokenizer sampling sched engine http chat)
+set(ARBOR_DEPS_server base grammar tokenizer sampling step sched engine http chat)
 set(ARBOR_DEPS_loadgen base http)
 
 # ARBOR_CLOSURE_<module>: the module itself and every module it uses, transitively (the module map

@@ -23,6 +23,7 @@
 #include "chat/tool_calls.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
+#include "cli/serve_task.h"
 #include "executor/local_executor.h"
 #include "engine/engine_core.h"
 #include "kernels/cpu_features.h"
@@ -63,6 +64,7 @@ struct Options {
   server::ResponseStoreOptions responses;
   double responses_max_mib = static_cast<double>(server::ResponseStoreOptions{}.max_bytes >> 20);
   bool no_webui = false;
+  TaskOptions task;  // --task, --pooling (serve_task.h)
 };
 
 std::string joined(const std::vector<std::string>& items) {
@@ -161,7 +163,8 @@ void log_configuration(const Options& o, executor::LocalExecutor& exec,
                    << ", prefix caching " << (o.serving.engine.enable_prefix_caching ? "on" : "off");
   ARBOR_LOG(kInfo) << "threads " << runner.pool().num_threads() << ", cpu "
                    << kernels::cpu_summary() << ": " << kernels::isa_summary()
-                   << "; max_model_len " << core.max_model_len()
+                   << "; task " << server::serve_task_name(info.task)
+                   << ", max_model_len " << core.max_model_len()
                    << ", chat template " << (info.chat != nullptr ? "yes" : "none")
                    << ", tokenizer threads " << o.tokenizer_threads;
   ARBOR_LOG(kInfo) << "listening on http://" << o.host << ":" << port
@@ -183,11 +186,17 @@ Status run(const Options& o) {
   }
   ARBOR_ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::from_file(o.model));
   executor::LocalExecutor& exec_ref = *exec;
-  ARBOR_ASSIGN_OR_RETURN(
-      auto chat, server::make_chat_renderer(*tok, o.chat_template,
-                                            chat::parse_tool_call_format(o.tool_call_parser),
-                                            o.reasoning_format));
   server::ModelInfo info;
+  ARBOR_RETURN_IF_ERROR(setup_task(o.task, *exec, *tok, &info));
+  info.max_pooling_inputs = std::min(2048, eo.max_waiting_requests);
+  // Embedding and rerank servers have no chat route.
+  std::unique_ptr<server::ChatRenderer> chat;
+  if (info.task == server::ServeTask::kGenerate) {
+    ARBOR_ASSIGN_OR_RETURN(
+        chat, server::make_chat_renderer(*tok, o.chat_template,
+                                         chat::parse_tool_call_format(o.tool_call_parser),
+                                         o.reasoning_format));
+  }
   ARBOR_RETURN_IF_ERROR(set_model_names(o, &info));
   info.path = o.model;
   info.tokenizer = tok.get();
@@ -240,7 +249,7 @@ Status run(const Options& o) {
 void setup(CLI::App& app) {
   auto* sub = app.add_subcommand(
       "serve", "Serve a model over HTTP (OpenAI chat, completions and responses, Anthropic "
-               "messages, TGI)");
+               "messages, TGI; embeddings and rerank with --task)");
   auto o = std::make_shared<Options>();
   sub->add_option("-m,--model", o->model, "GGUF model file")->required();
   sub->add_option("--host", o->host, "Address to bind")->capture_default_str();
@@ -349,6 +358,7 @@ void setup(CLI::App& app) {
   sub->add_flag("--no-webui", o->no_webui,
                 "Do not serve the web page (a chat playground and a live engine view) at / to "
                 "browsers; GET /v1/engine/events stays on");
+  add_task_flags(*sub, &o->task);
   add_engine_flags(*sub, &o->serving);
   sub->callback([o] { exit_on_error(run(*o)); });
 }

@@ -11,6 +11,7 @@
 // --inflate SMALL.gguf instead writes a trained model's exact next-token function at the cost of
 // a larger shape (convert/inflate.h, docs/inflate.md); this file only parses its flags.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -44,6 +45,8 @@ struct Options {
   std::string arch;
   bool qkv_bias = false;
   bool tied = false;
+  std::string pooling_type;  // --pooling-type: none, mean, cls, last, rank ("" = not written)
+  int64_t rank_classes = 0;  // --rank-classes
   int threads = 0;
   std::string inflate;   // --inflate: the source model
   int64_t kv_ratio = 0;  // --kv-ratio (inflate only)
@@ -74,6 +77,11 @@ Result<model::SynthShape> resolve_shape(const Options& o, GgmlType type) {
   if (s.kv_heads == 0) s.kv_heads = s.heads;
   s.tied = s.tied || o.tied;
   s.qkv_bias = s.qkv_bias || o.qkv_bias || s.arch == "qwen2";
+  if (!o.pooling_type.empty()) {
+    const std::vector<std::string> names = {"none", "mean", "cls", "last", "rank"};
+    s.pooling_type = std::find(names.begin(), names.end(), o.pooling_type) - names.begin();
+  }
+  s.rank_classes = o.rank_classes;
   ARBOR_RETURN_IF_ERROR(model::validate_synth_shape(s, type));
   return s;
 }
@@ -256,7 +264,15 @@ void setup(CLI::App& app) {
       sub->add_option("--head-dim", o->head_dim, "Override: head size (default dim / heads)"),
       sub->add_option("--window", o->window, "Override: sliding window of the sliding layers"),
       sub->add_flag("--qkv-bias", o->qkv_bias, "Add q/k/v biases (always on for qwen2)"),
-      sub->add_flag("--tied", o->tied, "No output.weight: the classifier is token_embd")};
+      sub->add_flag("--tied", o->tied, "No output.weight: the classifier is token_embd"),
+      sub->add_option("--pooling-type", o->pooling_type,
+                      "Write <arch>.pooling_type (an embedding or rerank file, as llama.cpp's "
+                      "converter writes Qwen3-Embedding: last, Qwen3-Reranker: rank)")
+          ->check(CLI::IsMember({"none", "mean", "cls", "last", "rank"})),
+      sub->add_option("--rank-classes", o->rank_classes,
+                      "Add a rank head cls.output.weight of this many classes with "
+                      "classifier.output_labels (2: \"yes\", \"no\", a Qwen3-Reranker's; qwen3 only)")
+          ->check(CLI::Range(0, 64))};
   sub->add_option("--threads", o->threads, "Generator threads (0: all cores)")
       ->capture_default_str();
   CLI::Option* inflate = sub->add_option(

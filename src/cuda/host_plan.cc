@@ -125,11 +125,12 @@ struct ArrayBytes {
   const void* data;
   size_t bytes;
 };
-std::array<ArrayBytes, 10> arrays_of(const model::ForwardBatch& b) {
+std::array<ArrayBytes, 11> arrays_of(const model::ForwardBatch& b) {
   auto i32 = [](std::span<const int32_t> s) { return ArrayBytes{s.data(), s.size_bytes()}; };
   return {i32(b.tokens),       i32(b.positions),      i32(b.qo_indptr),  i32(b.kv_indptr),
           i32(b.kv_page_indices), i32(b.kv_len),     i32(b.slot_mapping), i32(b.logits_indices),
-          i32(b.mask_indptr),  ArrayBytes{b.mask_bits.data(), b.mask_bits.size_bytes()}};
+          i32(b.mask_indptr),  ArrayBytes{b.mask_bits.data(), b.mask_bits.size_bytes()},
+          i32(b.hidden_indices)};
 }
 
 // Each further KV cache group's kv_indptr, kv_page_indices and slot_mapping, in order.
@@ -193,6 +194,7 @@ model::ForwardBatch staged_batch(const model::ForwardBatch& batch, const Staging
   if (!batch.mask_bits.empty()) {
     d.mask_bits = std::span<const uint8_t>(base + lay.offsets[9], batch.mask_bits.size());
   }
+  d.hidden_indices = i32(batch.hidden_indices, 10);
   if (!batch.more_kv_groups.empty()) {
     ARBOR_CHECK(groups != nullptr) << "staging a batch of " << batch.num_kv_groups()
                                    << " KV cache groups needs storage for their views";

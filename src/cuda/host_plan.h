@@ -51,8 +51,9 @@ Status check_cuda_supports(const model::ModelConfig& c, const model::LlamaWeight
 // A batch's ten arrays packed back to back, each at a multiple of 256 bytes, then the three
 // arrays of each further KV cache group (batch.more_kv_groups).
 struct StagingLayout {
-  size_t offsets[10] = {};  // tokens, positions, qo_indptr, kv_indptr, kv_page_indices, kv_len,
-                            // slot_mapping, logits_indices, mask_indptr, mask_bits
+  size_t offsets[11] = {};  // tokens, positions, qo_indptr, kv_indptr, kv_page_indices, kv_len,
+                            // slot_mapping, logits_indices, mask_indptr, mask_bits,
+                            // hidden_indices
   // [3 * (num_kv_groups - 1)]: each further group's kv_indptr, kv_page_indices, slot_mapping
   std::vector<size_t> group_offsets;
   size_t total_bytes = 0;

@@ -196,7 +196,13 @@ EngineCore::~EngineCore() {
 }
 
 Result<std::shared_ptr<RequestStream>> EngineCore::submit(GenerateRequest request) {
+  if (request.pooling) {
+    request.max_tokens = 0;
+    request.n = 1;
+    request.best_of = 0;
+  }
   sched::RequestSpec spec;
+  spec.pooling = request.pooling;
   spec.prompt_token_ids = std::move(request.prompt_token_ids);
   spec.sampling = request.sampling;
   spec.stop.max_tokens = request.max_tokens;
@@ -225,7 +231,9 @@ Result<std::shared_ptr<RequestStream>> EngineCore::submit(GenerateRequest reques
     return invalid_argument("stop strings need a tokenizer; the engine has none");
   }
   const auto num_prompt_tokens = static_cast<int64_t>(spec.prompt_token_ids.size());
-  ARBOR_RETURN_IF_ERROR(sched::check_prompt_length(num_prompt_tokens, max_model_len_));
+  ARBOR_RETURN_IF_ERROR(request.pooling
+                            ? sched::check_input_length(num_prompt_tokens, max_model_len_)
+                            : sched::check_prompt_length(num_prompt_tokens, max_model_len_));
   std::lock_guard<std::mutex> lock(mu_);
   spec.request_id = next_id_;
   const Status valid = sched::validate_request_spec(spec, vocab_size_);

@@ -61,6 +61,10 @@ struct GenerateRequest {
   int32_t priority = 0;                  // lower first, with SchedulingPolicy::kPriority
   std::string cache_salt;
   sched::SpecRequest speculation{};      // per-request speculative decoding (mode, k)
+  // An embedding or rerank request (docs/engine.md, "Pooling requests"): the prompt is computed, nothing is
+  // generated, and the sample's one event carries the pooled vector (StreamEvent::pooled).
+  // max_tokens, n and best_of are ignored (0, 1, 1); the prompt may fill max_model_len.
+  std::optional<step::PoolingType> pooling;
 };
 
 struct EngineCoreConfig {
@@ -86,7 +90,8 @@ class EngineCore {
   EngineCore& operator=(const EngineCore&) = delete;
 
   // Any thread. Validates the request (errors: kInvalidArgument with the field and numbers,
-  // among them a prompt of max_model_len() tokens or more; a duplicate live id) and queues it
+  // among them a prompt of max_model_len() tokens or more, more than max_model_len() for a
+  // pooling request; a duplicate live id) and queues it
   // for the engine thread. Admission control happens there: a full waiting queue ends the
   // stream with a final kResourceExhausted event. A sample stops with kLength when prompt +
   // generated tokens reach max_model_len(), even if max_tokens allows more.

@@ -77,6 +77,7 @@ std::optional<sched::StopReason> OutputProcessor::process(const sched::RequestOu
   Sample& s = g.samples[static_cast<size_t>(o.sample_index)];
   StreamEvent ev;
   ev.index = o.sample_index;
+  ev.pooled = o.pooled;
   attach_prompt_logprobs(g, s, ev);
   // As vLLM: the text of the token that ends the sample (EOS, a stop id) is not output.
   const bool last_is_stop_token =

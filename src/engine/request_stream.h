@@ -44,6 +44,9 @@ struct StreamEvent {
   // Set (sampling.prompt_logprobs asked) on each sample's first event, which comes after the
   // whole prompt has been scored: num_prompt_tokens - 1 entries. Shared by the samples.
   std::shared_ptr<const PromptLogprobs> prompt_logprobs;
+  // A pooling request's vector (GenerateRequest::pooling; step::PoolingResult::values: not
+  // normalised), on its one sample event, which ends it with kMaxTokens.
+  std::vector<float> pooled;
   std::optional<sched::StopReason> stop_reason;  // the sample ended with this event, for this
                                                  // reason (decided once; see sched::StopReason)
   bool final = false;                    // the request's last event: usage set, nothing follows

@@ -122,6 +122,17 @@ Result<std::vector<double>> FakeExecutor::measure_step_costs(std::span<const int
   return costs;
 }
 
+std::vector<float> fake_pooled_vector(std::span<const int32_t> prompt, step::PoolingType type) {
+  std::vector<float> v;
+  for (int32_t d = 0; d < kFakeEmbeddingDim; ++d) {
+    uint64_t h = 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(d + 1);
+    for (int32_t t : prompt) h = (h ^ static_cast<uint64_t>(t)) * 0x100000001B3ull;
+    v.push_back(static_cast<float>(h % 1000) / 1000.0f - 0.5f);
+  }
+  if (type != step::PoolingType::kRank) return v;
+  return {v[0] + 0.5f, 0.5f - v[0]};
+}
+
 Result<step::StepResult> FakeExecutor::execute(const step::SchedulerOutput& output) {
   ++num_steps_;
   ARBOR_ASSIGN_OR_RETURN(const auto forgotten, states_.apply(output));
@@ -137,6 +148,14 @@ Result<step::StepResult> FakeExecutor::execute(const step::SchedulerOutput& outp
     if (s.sample) {
       ARBOR_ASSIGN_OR_RETURN(step::RequestResult r, run(s, states_.at(s.request_id)));
       result.requests.push_back(std::move(r));
+    }
+    if (s.pool) {
+      const RequestState& st = states_.at(s.request_id);
+      if (!st.pooling) return internal_error("request ", s.request_id, " pools without pooling");
+      result.pooled.push_back(step::PoolingResult{
+          .request_id = s.request_id,
+          .error = {},
+          .values = fake_pooled_vector(st.prompt_ids(), *st.pooling)});
     }
   }
   return result;

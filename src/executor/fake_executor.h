@@ -13,7 +13,9 @@
 // drafts: token i is what a plain step at that position would produce; continue while it equals
 // draft i), so output never depends on the drafts. With draft_correct_prefix >= 0 the fake
 // proposes, after each sampling step, a chain of the greedy continuation with every token from
-// index draft_correct_prefix on replaced by a wrong one, and keeps it for the next step. Thread-safety: engine thread only.
+// index draft_correct_prefix on replaced by a wrong one, and keeps it for the next step.
+// Pooling requests get fake_pooled_vector() of their prompt on the step that runs its last
+// token. Thread-safety: engine thread only.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +47,12 @@ struct FakeExecutorOptions {
 
 // The token the fake produces after `tokens` for a greedy request.
 int32_t fake_greedy_token(std::span<const int32_t> tokens, const FakeExecutorOptions& options);
+
+// The fake's pooled vector of a prompt: kFakeEmbeddingDim values in [-0.5, 0.5) hashed from the
+// prompt (mean, cls, last: the same function of the whole prompt); rank: {p, 1 - p} with p the
+// first of them + 0.5.
+inline constexpr int32_t kFakeEmbeddingDim = 8;
+std::vector<float> fake_pooled_vector(std::span<const int32_t> prompt, step::PoolingType type);
 
 class FakeExecutor : public step::ModelExecutor {
  public:

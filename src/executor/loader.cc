@@ -129,8 +129,11 @@ Result<std::unique_ptr<LocalExecutor>> LocalExecutor::load(const std::string& pa
                             " blocks: need at least 2 (the null block and one more)");
   }
   const bool top_k_candidates = !runner->on_host() || options.top_k_candidates_on_host;
+  ARBOR_ASSIGN_OR_RETURN(std::optional<RankHead> rank_head,
+                         rank_head_from_file(runner->model()));
   auto exec = std::make_unique<LocalExecutor>(std::move(runner), nullptr);
   exec->set_top_k_candidates(top_k_candidates);
+  if (rank_head) exec->set_rank_head(std::move(*rank_head));
   ARBOR_ASSIGN_OR_RETURN(std::unique_ptr<tokenizer::Tokenizer> tok,
                          tokenizer::Tokenizer::from_file(path));
   exec->set_grammar_vocabulary(grammar_vocabulary(*tok));

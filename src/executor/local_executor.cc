@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <tuple>
 #include <utility>
 
 #include "executor/prompt_scorer.h"
@@ -32,7 +33,8 @@ LocalExecutor::LocalExecutor(std::unique_ptr<model::ModelRunner> runner,
     : runner_(std::move(runner)),
       drafter_(std::move(drafter)),
       builder_(runner_->kv_cache().block_size(), runner_->kv_layout().num_groups()),
-      verifier_(runner_->config().vocab_size) {}
+      verifier_(runner_->config().vocab_size),
+      pooler_(runner_->config().dim) {}
 
 Result<step::StepResult> LocalExecutor::execute(const step::SchedulerOutput& output) {
   ARBOR_RETURN_IF_ERROR(apply_bookkeeping(output));
@@ -41,7 +43,11 @@ Result<step::StepResult> LocalExecutor::execute(const step::SchedulerOutput& out
   std::vector<sampling::TokenTree> trees;  // [requests] the drafts each verifies
   ARBOR_ASSIGN_OR_RETURN(const BatchRows rows, build_batch(output, trees));
   readback_.plan(output, rows.sample, rows.prompt, states_, builder_.num_logits(), vocab_size());
-  ARBOR_RETURN_IF_ERROR(runner_->forward(builder_.batch(), readback_.out()));
+  model::LogitsOut out = readback_.out();
+  hidden_.resize(static_cast<size_t>(builder_.num_hidden()) * runner_->config().dim);
+  out.hidden = hidden_.data();
+  ARBOR_RETURN_IF_ERROR(runner_->forward(builder_.batch(), out));
+  result.pooled = pool(output, rows);
   // Prompt logprobs first: sampling masks its rows in place (grammar, min_tokens).
   for (size_t i = 0; i < output.requests.size(); ++i) {
     if (rows.prompt[i] < 0) continue;
@@ -64,6 +70,7 @@ Status LocalExecutor::apply_bookkeeping(const step::SchedulerOutput& output) {
   ARBOR_ASSIGN_OR_RETURN(const auto forgotten, states_.apply(output));
   for (const auto& [id, st] : forgotten) {
     grammars_.forget(id);
+    pooler_.forget(id);
     if (drafter_ != nullptr) drafter_->forget(id, st);
   }
   for (const step::BlockCopy& c : output.block_copies) {
@@ -99,7 +106,8 @@ Result<LocalExecutor::BatchRows> LocalExecutor::build_batch(
     const step::SchedulerOutput& output, std::vector<sampling::TokenTree>& trees) {
   builder_.clear();
   BatchRows rows{std::vector<int32_t>(output.requests.size(), -1),
-                 std::vector<int32_t>(output.requests.size(), -1)};
+                 std::vector<int32_t>(output.requests.size(), -1),
+                 std::vector<HiddenRows>(output.requests.size())};
   trees.assign(output.requests.size(), sampling::TokenTree());
   for (size_t i = 0; i < output.requests.size(); ++i) {
     const step::ScheduledRequest& s = output.requests[i];
@@ -110,16 +118,35 @@ Result<LocalExecutor::BatchRows> LocalExecutor::build_batch(
       }
       ARBOR_ASSIGN_OR_RETURN(trees[i], drafter_->drafts_to_verify(s));
     }
-    ARBOR_RETURN_IF_ERROR(add_sequence(s, trees[i], rows.sample[i], rows.prompt[i]));
+    ARBOR_RETURN_IF_ERROR(
+        add_sequence(s, trees[i], rows.sample[i], rows.prompt[i], rows.hidden[i]));
   }
   return rows;
+}
+
+std::vector<step::PoolingResult> LocalExecutor::pool(const step::SchedulerOutput& output,
+                                                     const BatchRows& rows) {
+  std::vector<step::PoolingResult> pooled;
+  const auto dim = static_cast<size_t>(runner_->config().dim);
+  for (size_t i = 0; i < output.requests.size(); ++i) {
+    const step::ScheduledRequest& s = output.requests[i];
+    const RequestState& st = states_.at(s.request_id);
+    if (!st.pooling) continue;
+    const HiddenRows& h = rows.hidden[i];
+    if (h.count > 0) {
+      pooler_.add(s.request_id, *st.pooling, h.first_position,
+                  std::span<const float>(hidden_).subspan(h.row * dim, h.count * dim));
+    }
+    if (s.pool) pooled.push_back(pooler_.finish(s.request_id, *st.pooling));
+  }
+  return pooled;
 }
 
 // One request's sequence: committed tokens run, then its drafts under the tree mask.
 // sample_row / prompt_row: its first sampling / prompt logprobs row, -1 when none.
 Status LocalExecutor::add_sequence(const step::ScheduledRequest& s,
                                    const sampling::TokenTree& tree, int32_t& sample_row,
-                                   int32_t& prompt_row) {
+                                   int32_t& prompt_row, HiddenRows& hidden) {
   const RequestState& st = states_.at(s.request_id);
   const int32_t k = s.num_draft_tokens();
   const int32_t num_committed_run = s.num_scheduled_tokens - k;
@@ -151,6 +178,13 @@ Status LocalExecutor::add_sequence(const step::ScheduledRequest& s,
                         : model::LogitsMode::kLast;
   if (s.num_prompt_logprobs() > 0) {
     ARBOR_RETURN_IF_ERROR(set_prompt_logprobs_rows(s, st, num_committed_run, in));
+  }
+  if (st.pooling) {
+    std::tie(in.hidden_begin, in.hidden_end) = Pooler::hidden_rows(
+        *st.pooling, s.num_computed_tokens, num_committed_run, st.num_prompt_tokens);
+    hidden = HiddenRows{.row = builder_.num_hidden(),
+                        .count = in.hidden_end - in.hidden_begin,
+                        .first_position = s.num_computed_tokens + in.hidden_begin};
   }
   const int32_t row = builder_.add(in);
   if (s.sample) {

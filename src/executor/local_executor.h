@@ -8,6 +8,8 @@
 //                   and positions, which logits rows come back (build_batch, below)
 //   LogitsReadback  what comes back of each row and its finite check (executor/readback.h)
 //   prompt scorer   prompt logprobs rows and scores (executor/prompt_scorer.h)
+//   Pooler          pooling requests: hidden-state rows, their pooled state, the vector
+//                   (executor/pooler.h)
 //   Verifier        masks, verification, emitted tokens' logprobs (executor/verifier.h)
 //   KV compaction   the accepted path's K/V moved into place (compact_kv, below)
 //   Drafter         the next step's drafts, kept here; only their shape is returned
@@ -25,6 +27,7 @@
 #include "executor/drafter.h"
 #include "executor/executor_options.h"
 #include "executor/grammar_states.h"
+#include "executor/pooler.h"
 #include "executor/readback.h"
 #include "executor/request_states.h"
 #include "executor/verifier.h"
@@ -82,18 +85,37 @@ class LocalExecutor : public step::ModelExecutor {
   model::ModelRunner& runner() { return *runner_; }
   // Proposes with `drafter` from now on (null: no speculation); load() sets the flags' one.
   void set_drafter(std::unique_ptr<Drafter> drafter) { drafter_ = std::move(drafter); }
+  // The head rank pooling applies (load() sets the file's cls.output.weight when it has one;
+  // a server with the Qwen3-Reranker convention sets the LM head's yes/no rows).
+  void set_rank_head(RankHead head) { pooler_.set_rank_head(std::move(head)); }
+  const std::optional<RankHead>& rank_head() const { return pooler_.rank_head(); }
+  // Pooling requests whose pooled state the executor keeps (for tests: 0 when idle).
+  size_t num_pooling_states() const { return pooler_.num_states(); }
 
  private:
-  // The requests' sampling and prompt logprobs rows of the step's batch (-1: none), [requests].
+  // A request's hidden-state rows in the step: rows [row, row + count) of the hidden output,
+  // the first at prompt position first_position.
+  struct HiddenRows {
+    int32_t row = 0;
+    int32_t count = 0;
+    int64_t first_position = 0;
+  };
+  // The requests' sampling and prompt logprobs rows of the step's batch (-1: none) and hidden
+  // rows, [requests].
   struct BatchRows {
     std::vector<int32_t> sample, prompt;
+    std::vector<HiddenRows> hidden;
   };
   // Forgets what the step's finished and preempted ids name; copies forked blocks.
   Status apply_bookkeeping(const step::SchedulerOutput& output);
   Result<BatchRows> build_batch(const step::SchedulerOutput& output,
                                 std::vector<sampling::TokenTree>& trees);
   Status add_sequence(const step::ScheduledRequest& s, const sampling::TokenTree& tree,
-                      int32_t& sample_row, int32_t& prompt_row);
+                      int32_t& sample_row, int32_t& prompt_row, HiddenRows& hidden);
+  // Feeds the step's hidden rows to the Pooler and returns the vectors of the requests whose
+  // last prompt token ran.
+  std::vector<step::PoolingResult> pool(const step::SchedulerOutput& output,
+                                        const BatchRows& rows);
   step::RequestResult sample(const step::ScheduledRequest& s, const sampling::TokenTree& tree,
                              int32_t row);
   void compact_kv(const step::ScheduledRequest& s, std::span<const int32_t> accepted_nodes);
@@ -107,6 +129,8 @@ class LocalExecutor : public step::ModelExecutor {
   model::BatchBuilder builder_;
   LogitsReadback readback_;
   Verifier verifier_;
+  Pooler pooler_;
+  std::vector<float> hidden_;       // [hidden rows, dim] the step's hidden-state rows
   std::vector<int32_t> tokens_;     // scratch: one request's tokens run this step
   std::vector<int32_t> positions_;  // scratch: one tree's positions, [1 + k]
   std::vector<uint8_t> mask_;       // scratch: one tree's packed mask, [ceil((1 + k)^2 / 8)]

@@ -23,7 +23,8 @@ Result<std::vector<std::pair<step::RequestId, RequestState>>> RequestStates::app
     states_.emplace(d.request_id, RequestState{.token_ids = d.token_ids,
                                                .num_prompt_tokens = d.num_prompt_tokens,
                                                .sampling = d.sampling,
-                                               .seed = d.seed});
+                                               .seed = d.seed,
+                                               .pooling = d.pooling});
   }
   for (const step::ScheduledRequest& s : output.requests) {
     auto it = states_.find(s.request_id);

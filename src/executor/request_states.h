@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <utility>
@@ -20,6 +21,7 @@ struct RequestState {
   int32_t num_prompt_tokens = 0;
   sampling::SamplingParams sampling{};
   uint64_t seed = 0;
+  std::optional<step::PoolingType> pooling;  // a pooling request (NewRequestData::pooling)
 
   std::span<const int32_t> prompt_ids() const {
     return std::span<const int32_t>(token_ids).first(static_cast<size_t>(num_prompt_tokens));

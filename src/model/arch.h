@@ -102,6 +102,10 @@ struct ArchSpec {
   bool mistral_keys = false;
   // RoPE must rotate whole heads (rope.dimension_count == head_dim).
   bool rope_whole_head = false;
+  // cls.output.weight ([classes, dim]) may be present: the rank head of llama.cpp's rank pooling
+  // (Qwen3-Reranker files: the "yes" and "no" rows of the LM head), applied to the last token's
+  // normed hidden state and softmaxed (executor/pooler.h).
+  bool rank_head = false;
 };
 
 // The row for `name`, or null.

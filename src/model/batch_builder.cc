@@ -19,7 +19,7 @@ void BatchBuilder::clear() {
   }
   any_mask_ = false;
   for (auto* v : {&tokens_, &positions_, &kv_page_indices_, &kv_len_, &slot_mapping_,
-                  &logits_indices_}) {
+                  &logits_indices_, &hidden_indices_}) {
     v->clear();
   }
   qo_indptr_.assign(1, 0);
@@ -64,6 +64,9 @@ int32_t BatchBuilder::add(const SequenceInput& seq) {
   ARBOR_CHECK(seq.logits != LogitsMode::kRange ||
               (0 <= seq.logits_begin && seq.logits_begin <= seq.logits_end && seq.logits_end <= n))
       << "logits rows [" << seq.logits_begin << ", " << seq.logits_end << ") of " << n;
+  ARBOR_CHECK(0 <= seq.hidden_begin && seq.hidden_begin <= seq.hidden_end &&
+              seq.hidden_end <= n)
+      << "hidden rows [" << seq.hidden_begin << ", " << seq.hidden_end << ") of " << n;
   ARBOR_CHECK_EQ(seq.more_block_tables.size(), more_.size()) << "KV cache group tables";
   for (int32_t i = 0; i < n; ++i) {
     const int32_t k = seq.num_committed + i;
@@ -73,6 +76,7 @@ int32_t BatchBuilder::add(const SequenceInput& seq) {
         (seq.logits == LogitsMode::kRange && i >= seq.logits_begin && i < seq.logits_end)) {
       logits_indices_.push_back(row0 + i);
     }
+    if (i >= seq.hidden_begin && i < seq.hidden_end) hidden_indices_.push_back(row0 + i);
   }
   qo_indptr_.push_back(row0 + n);
   append_table(seq.block_table, seq, block_size_, kv_indptr_, kv_page_indices_, slot_mapping_);
@@ -112,6 +116,7 @@ ForwardBatch BatchBuilder::batch() const {
   b.kv_len = kv_len_;
   b.slot_mapping = slot_mapping_;
   b.logits_indices = logits_indices_;
+  b.hidden_indices = hidden_indices_;
   if (any_mask_) {
     b.mask_indptr = mask_indptr_;
     b.mask_bits = mask_bits_;

@@ -33,6 +33,10 @@ struct SequenceInput {
   LogitsMode logits = LogitsMode::kLast;  // which of this sequence's rows get logits
   int32_t logits_begin = 0;  // kRange: 0 <= logits_begin <= logits_end <= n (CHECKed)
   int32_t logits_end = 0;
+  // Rows [hidden_begin, hidden_end) of this sequence's new tokens return their final hidden
+  // state (ForwardBatch::hidden_indices: pooling); 0 <= begin <= end <= n (CHECKed).
+  int32_t hidden_begin = 0;
+  int32_t hidden_end = 0;
   // [num_groups - 1] the tables of KV cache groups 1 .. G-1 (as long as block_table each);
   // empty with one group. The builder's group count must match.
   std::span<const std::vector<int32_t>> more_block_tables;
@@ -54,6 +58,8 @@ class BatchBuilder {
   // Views into this builder: valid until the next add() or clear().
   ForwardBatch batch() const;
   int32_t num_logits() const { return (int32_t)logits_indices_.size(); }
+  // Hidden-state rows so far: the next sequence's first hidden row.
+  int32_t num_hidden() const { return (int32_t)hidden_indices_.size(); }
   int32_t block_size() const { return block_size_; }
   int32_t num_kv_groups() const { return 1 + (int32_t)more_.size(); }
 
@@ -72,7 +78,7 @@ class BatchBuilder {
   mutable std::vector<KvGroupArrays> more_views_;  // batch()'s views of more_
   bool any_mask_ = false;
   std::vector<int32_t> tokens_, positions_, qo_indptr_{0}, kv_indptr_{0}, kv_page_indices_;
-  std::vector<int32_t> kv_len_, slot_mapping_, logits_indices_, mask_indptr_{0};
+  std::vector<int32_t> kv_len_, slot_mapping_, logits_indices_, hidden_indices_, mask_indptr_{0};
   std::vector<uint8_t> mask_bits_;
 };
 

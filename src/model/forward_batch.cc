@@ -115,6 +115,12 @@ Status check_tokens(const ForwardBatch& bt, const BatchLimits& lim) {
                               t, " tokens");
     }
   }
+  for (size_t i = 0; i < bt.hidden_indices.size(); ++i) {
+    if (bt.hidden_indices[i] < 0 || (size_t)bt.hidden_indices[i] >= t) {
+      return invalid_argument("hidden_indices[", i, "] = ", bt.hidden_indices[i], ", batch has ",
+                              t, " tokens");
+    }
+  }
   return ok_status();
 }
 

@@ -15,6 +15,8 @@
 //                            new token i of b it must be the slot of logical index
 //                            kv_len[b] - n_b + i in b's block table
 //   logits_indices  [L]      rows of `tokens` whose logits are wanted
+//   hidden_indices  [H]      rows of `tokens` whose final hidden state (after the output norm,
+//                            before the classifier) is wanted: embeddings (pooling)
 //   mask_indptr     [B+1]    optional (empty = causal everywhere): bit offsets into mask_bits;
 //                            an empty segment = causal for that sequence, else n_b * n_b bits
 //   mask_bits       [bytes]  row-major bit (i, j) = new token i sees new token j, bit k of the
@@ -24,7 +26,7 @@
 //                            with the meaning above; the fields above are group 0's. Empty: one
 //                            group. A layer reads the arrays of its group (KvCacheShape::
 //                            group_of); kv_len, qo_indptr and the mask are shared.
-// Output of a forward: logits [L, vocab_size] f32.
+// Output of a forward: logits [L, vocab_size] f32 and hidden states [H, dim] f32.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +52,7 @@ struct ForwardBatch {
   std::span<const int32_t> kv_len;
   std::span<const int32_t> slot_mapping;
   std::span<const int32_t> logits_indices;
+  std::span<const int32_t> hidden_indices;
   std::span<const int32_t> mask_indptr;
   std::span<const uint8_t> mask_bits;
   std::span<const KvGroupArrays> more_kv_groups;
@@ -63,6 +66,7 @@ struct ForwardBatch {
   int32_t num_seqs() const { return qo_indptr.empty() ? 0 : (int32_t)qo_indptr.size() - 1; }
   int32_t num_tokens() const { return (int32_t)tokens.size(); }
   int32_t num_logits() const { return (int32_t)logits_indices.size(); }
+  int32_t num_hidden() const { return (int32_t)hidden_indices.size(); }
 };
 
 // What validate_batch checks against.

@@ -42,8 +42,8 @@ LlamaForward::LlamaForward(const LlamaModel& model, ForwardOps& ops, int32_t res
 }
 
 LlamaForward::~LlamaForward() {
-  for (Scratch* s : {&x_, &xb_, &q_, &k_, &v_, &att_, &hb_, &hb2_, &xl_, &logits_, &argmax_,
-                     &top_scale_, &top_ids_, &top_logits_, &flags_}) {
+  for (Scratch* s : {&x_, &xb_, &q_, &k_, &v_, &att_, &hb_, &hb2_, &xl_, &xh_, &logits_,
+                     &argmax_, &top_scale_, &top_ids_, &top_logits_, &flags_}) {
     ops_.release(s->p);
   }
   for (Rope& r : ropes_) {
@@ -298,6 +298,26 @@ void LlamaForward::compute_logits(const ForwardBatch& batch, const LogitsOut& ou
   }
 }
 
+// The hidden_indices rows through the output norm, into out.hidden (host [H, dim]).
+void LlamaForward::compute_hidden(const ForwardBatch& batch, const LogitsOut& out) {
+  const int32_t nh = batch.num_hidden();
+  if (nh == 0) return;
+  ARBOR_CHECK(out.hidden != nullptr) << nh << " hidden rows without a hidden array";
+  const size_t bytes = static_cast<size_t>(nh) * cfg_.dim * sizeof(float);
+  if (ops_.is_host()) {
+    ops_.rms_norm_rows(x_.f(), batch.hidden_indices.data(), nh, w_.output_norm, out.hidden,
+                       cfg_.dim, cfg_.rms_eps);
+    return;
+  }
+  if (nh > cap_hidden_) {
+    cap_hidden_ = std::max(nh, cap_hidden_ * 2);
+    ensure(xh_, static_cast<size_t>(cap_hidden_) * cfg_.dim * sizeof(float));
+  }
+  ops_.rms_norm_rows(x_.f(), batch.hidden_indices.data(), nh, w_.output_norm, xh_.f(), cfg_.dim,
+                     cfg_.rms_eps);
+  ops_.to_host(out.hidden, xh_.p, bytes);
+}
+
 // Issues top_k_rows for each run of kTopK rows of `logits` (device [nl, vocab]); on the host
 // straight into `out`, elsewhere into the scratch (the scales uploaded first). Returns whether
 // any row is kTopK.
@@ -351,6 +371,7 @@ void LlamaForward::run(const ForwardBatch& host_batch, PagedKvCache& cache,
     flag_nonfinite(batch, 2 + 2 * layer);
   }
   compute_logits(batch, out);
+  compute_hidden(batch, out);
   name_nonfinite(nl, out);
 }
 

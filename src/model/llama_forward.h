@@ -6,7 +6,7 @@
 //   paged attention (the layer's window, soft-cap) -> wo (scale, bias) -> [post-norm] ->
 //   residual -> [rms_norm] -> gate, up -> silu_mul | gelu_mul -> down -> [post-norm] ->
 //   residual;  final rms_norm and the output matmul (scale, soft-cap) only for logits_indices
-//   rows. The bracketed and optional steps are the architecture row's (arch.h); a Llama model
+//   rows; the final rms_norm alone for hidden_indices rows (embeddings). The bracketed and optional steps are the architecture row's (arch.h); a Llama model
 //   runs exactly the ops it always did.
 //
 // Attention is planned once per step: after staging the batch, one ForwardOps::plan_attention
@@ -62,6 +62,9 @@ struct LogitsOut {
   std::span<const float> top_k_scale;  // [num_logits]
   int32_t* top_ids = nullptr;          // [num_logits, top_k]
   float* top_logits = nullptr;         // [num_logits, top_k]
+  // [num_hidden, dim]: the final hidden state (after the output norm) of each row of
+  // ForwardBatch::hidden_indices. Needed when the batch has hidden rows.
+  float* hidden = nullptr;
 };
 
 class LlamaForward {
@@ -114,6 +117,7 @@ class LlamaForward {
   void attention_block(int layer, const ForwardBatch& batch, PagedKvCache& cache);
   void ffn_block(int layer, int32_t num_tokens);
   void compute_logits(const ForwardBatch& batch, const LogitsOut& out);
+  void compute_hidden(const ForwardBatch& batch, const LogitsOut& out);
   bool compute_top_k(const LogitsOut& out, const float* logits, int32_t num_logits);
   // Flags the logits rows whose hidden state is no longer finite at checkpoint `c`
   // (0: after the embedding; 1 + 2 * layer: after its attention block; 2 + 2 * layer: after its
@@ -131,6 +135,7 @@ class LlamaForward {
   std::vector<int> layer_layout_;                      // [num_layers] index into plans_
   int32_t cap_tokens_ = 0;
   int32_t cap_logits_ = 0;
+  int32_t cap_hidden_ = 0;
   std::vector<std::string> nonfinite_origin_;  // [num_logits], see nonfinite_origin()
   std::vector<uint8_t> flags_host_;            // [checkpoints, num_logits]
   Scratch x_;         // [T, dim] residual stream
@@ -150,6 +155,7 @@ class LlamaForward {
   };
   Rope ropes_[kMaxRopes];
   Scratch xl_;        // [L, dim] normed rows for the output matmul
+  Scratch xh_;        // [H, dim] normed hidden rows, when the device is not the host
   Scratch logits_;    // [L, vocab] when the device is not the host
   Scratch argmax_;    // [L] int32 when the device is not the host
   Scratch top_scale_;   // [L] kTopK rows' scales, when the device is not the host

@@ -1,11 +1,13 @@
 #include "model/llama_model.h"
 
+#include <algorithm>
 #include <unordered_set>
 
 #include "base/log.h"
 #include "base/mapped_file.h"
 #include "base/progress.h"
 #include "base/status.h"
+#include "gguf/quants.h"
 #include "model/weight_check.h"
 
 namespace arbor::model {
@@ -238,6 +240,20 @@ void for_each_weight(LlamaWeights& w, const ModelConfig& c,
   vec("rope_freqs.weight", w.rope_freqs, c.rope_dim / 2);
 }
 
+Result<std::vector<float>> dequantize_rows(const kernels::WeightView& w,
+                                           std::span<const int64_t> rows) {
+  const auto cols = static_cast<size_t>(w.cols);
+  std::vector<float> out(rows.size() * cols);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i] < 0 || rows[i] >= w.rows) {
+      return invalid_argument("row ", rows[i], " of a matrix of ", w.rows, " rows");
+    }
+    const auto* src = static_cast<const uint8_t*>(w.data) + rows[i] * w.row_stride;
+    ARBOR_RETURN_IF_ERROR(gguf::dequantize_row(w.type, src, out.data() + i * cols, w.cols));
+  }
+  return out;
+}
+
 Result<std::unique_ptr<LlamaModel>> LlamaModel::load(const std::string& path,
                                                      const ModelLoadOptions& options) {
   ARBOR_ASSIGN_OR_RETURN(gguf::GgufFile file, gguf::GgufFile::open(path));
@@ -285,12 +301,13 @@ void LlamaModel::pack_matrices() {
 }
 
 // The weights every load checks (weight_check.h): the 1-D F32 tensors (norms, biases, scales)
-// and the classifier (token_embd when tied), which every logit reads.
+// and the classifier (token_embd when tied), which every logit reads, and the rank head.
 Status LlamaModel::check_cheap_weights() const {
   for (const gguf::TensorInfo& t : file_.tensors()) {
     const bool vector = t.dims.size() == 1 && t.type == gguf::GgmlType::kF32;
     const bool classifier =
-        t.name == (weights_.tied_output ? "token_embd.weight" : "output.weight");
+        t.name == (weights_.tied_output ? "token_embd.weight" : "output.weight") ||
+        t.name == "cls.output.weight";
     if (vector || classifier) ARBOR_RETURN_IF_ERROR(check_finite_tensor(file_, t));
   }
   return ok_status();
@@ -313,6 +330,10 @@ Status LlamaModel::bind_weights(const ModelLoadOptions& options) {
     ARBOR_ASSIGN_OR_RETURN(weights_.output.w, b.matrix("output.weight", c.vocab_size, c.dim));
   }
   ARBOR_ASSIGN_OR_RETURN(weights_.output.scale, b.scale("output", true));
+  if (c.spec->rank_head && b.has("cls.output.weight")) {
+    const auto classes = static_cast<int64_t>(std::max<size_t>(1, c.classifier_labels.size()));
+    ARBOR_ASSIGN_OR_RETURN(weights_.cls_out, b.matrix("cls.output.weight", classes, c.dim));
+  }
   const int64_t serving = options.serving_context > 0 ? options.serving_context : c.context_length;
   ARBOR_ASSIGN_OR_RETURN(weights_.rope_freqs, bind_rope_factors(b, c, serving));
   weights_.layers.resize(c.num_layers);

@@ -23,6 +23,7 @@
 
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,10 @@ struct LlamaWeights {
   // [rope_dim / 2] or null: the divisors of the full-attention layers' RoPE frequencies
   // (rope_freqs.weight, or Phi-3's rope_factors_long/short chosen for the serving context).
   const float* rope_freqs = nullptr;
+  // [classes, dim] (cls.output.weight; classes = classifier.output_labels' count, 1 without
+  // them, as llama.cpp) or data null: the rank head (ArchSpec::rank_head). Read on the host by
+  // the executor's pooler, so for_each_weight leaves it out (never packed or uploaded).
+  kernels::WeightView cls_out;
 };
 
 // Every matrix and F32 vector of a LlamaWeights, named, in a fixed order (token_embd, per layer
@@ -82,6 +87,13 @@ struct VectorRef {
 void for_each_weight(LlamaWeights& w, const ModelConfig& c,
                      const std::function<void(const MatrixRef&)>& matrix,
                      const std::function<void(const VectorRef&)>& vector);
+
+// Rows `rows` of `w` as floats, row-major [rows.size(), w.cols], decoded from the file's
+// encoding (never the packed copy; a released page is read back from the file). Errors: a type
+// the reference codecs cannot decode, a row outside [0, w.rows). For small host-side heads (the
+// rank head, the yes/no rows of a reranker's classifier).
+Result<std::vector<float>> dequantize_rows(const kernels::WeightView& w,
+                                           std::span<const int64_t> rows);
 
 struct ModelLoadOptions {
   // Repack matrices for the CPU's packed kernels (see above). A model that runs on a GPU skips

@@ -328,6 +328,24 @@ Status read_arch_keys(const gguf::GgufFile& f, const std::string& a, ModelConfig
   return ok_status();
 }
 
+// <a>.pooling_type (llama.cpp reads it for every architecture) and the rank head's labels.
+Status read_pooling(const gguf::GgufFile& f, const std::string& a, ModelConfig& c) {
+  if (f.find(a + ".pooling_type") != nullptr) {
+    ARBOR_ASSIGN_OR_RETURN(const int64_t v, f.get_i64(a + ".pooling_type"));
+    if (v < -1 || v > 4) {
+      return invalid_argument(f.name(), ": ", a, ".pooling_type = ", v,
+                              " (llama.cpp's values: -1 unspecified, 0 none, 1 mean, 2 cls, "
+                              "3 last, 4 rank)");
+    }
+    c.pooling_type = static_cast<int>(v);
+  }
+  if (f.find(a + ".classifier.output_labels") != nullptr) {
+    ARBOR_ASSIGN_OR_RETURN(c.classifier_labels,
+                           f.get_string_array(a + ".classifier.output_labels"));
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 bool ModelConfig::has_sliding_layers() const {
@@ -352,6 +370,7 @@ Result<ModelConfig> ModelConfig::from_gguf(const gguf::GgufFile& f) {
   ARBOR_RETURN_IF_ERROR(refuse_unsupported_keys(f, a, c.head_dim, c.rope_dim));
   ARBOR_RETURN_IF_ERROR(read_sliding(f, a, c));
   ARBOR_RETURN_IF_ERROR(read_arch_keys(f, a, c));
+  ARBOR_RETURN_IF_ERROR(read_pooling(f, a, c));
   const gguf::TensorInfo* embd = f.find_tensor("token_embd.weight");
   if (embd == nullptr) return not_found(f.name(), ": tensor token_embd.weight is missing");
   if (embd->dims.size() != 2 || embd->dims[1] < 1 || embd->dims[1] > (1 << 30)) {

@@ -11,7 +11,8 @@
 //             <a>.rope.scaling.{type (none | linear | yarn | longrope | llama3), factor,
 //             attn_factor, original_context_length, low_freq_factor, high_freq_factor},
 //             <a>.attention.sliding_window[_pattern], <a>.rope.freq_base_swa, and the row's own
-//             keys (soft-caps, Granite's multipliers, Mistral 3's temperature and YaRN betas).
+//             keys (soft-caps, Granite's multipliers, Mistral 3's temperature and YaRN betas),
+//             <a>.pooling_type and <a>.classifier.output_labels (embedding and rank files).
 // A key arbor cannot honour (per-layer head counts, expert counts, a different head size or
 // rotary size for sliding layers, ...) is refused by name: nothing that changes the function is
 // ignored. A missing required key or an unsupported value is an error that names the key.
@@ -94,6 +95,13 @@ struct ModelConfig {
   // Mistral 3 (Llama 4 scaling): q *= 1 + temp_scale * log(1 + floor(pos / temp_floor)).
   float attn_temp_scale = 0.0f;
   int attn_temp_floor = 0;
+
+  // Embedding and reranking files: <a>.pooling_type as llama.cpp numbers it (-1 unspecified,
+  // 0 none, 1 mean, 2 cls, 3 last, 4 rank; step::PoolingType), and
+  // <a>.classifier.output_labels, the rank head's classes (one row of cls.output.weight each;
+  // Qwen3-Reranker files: "yes", "no").
+  int pooling_type = -1;
+  std::vector<std::string> classifier_labels;
 
   int q_dim() const { return num_heads * head_dim; }
   int kv_dim() const { return num_kv_heads * head_dim; }

@@ -86,6 +86,10 @@ Status ModelRunner::forward(const ForwardBatch& batch, const LogitsOut& out) {
     return invalid_argument("LogitsOut has ", out.want.size(), " row kinds for ",
                             batch.num_logits(), " logits rows");
   }
+  if (batch.num_hidden() > 0 && out.hidden == nullptr) {
+    return invalid_argument("the batch has ", batch.num_hidden(),
+                            " hidden-state rows but LogitsOut has no hidden array");
+  }
   if (std::find(out.want.begin(), out.want.end(), RowOut::kTopK) != out.want.end()) {
     const int32_t max_k = std::min(kMaxDeviceTopK, config().vocab_size);
     if (out.top_k < 1 || out.top_k > max_k) {

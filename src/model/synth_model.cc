@@ -189,6 +189,14 @@ void set_arch_keys(gguf::GgufWriter& w, const SynthShape& s) {
   f32(".residual_scale", s.residual_scale);
   f32(".attention.scale", s.attention_scale);
   if (s.arch == "granite") w.set(a + ".logit_scale", Value::f32(s.logit_scale > 0 ? s.logit_scale : 1.0f));
+  if (s.pooling_type >= 0) w.set(a + ".pooling_type", Value::u32(uint32_t(s.pooling_type)));
+  if (s.rank_classes > 0) {
+    std::vector<std::string> labels;
+    for (int64_t i = 0; i < s.rank_classes; ++i) {
+      labels.push_back(s.rank_classes == 2 ? (i == 0 ? "yes" : "no") : "label_" + std::to_string(i));
+    }
+    w.set(a + ".classifier.output_labels", Value::string_array(labels));
+  }
 }
 
 }  // namespace
@@ -260,6 +268,13 @@ Status validate_synth_shape(const SynthShape& s, GgmlType type) {
       (s.rope_freqs && !a->rope_freqs)) {
     return invalid_argument(s.arch, " has no attention-output / FFN biases or rope_freqs");
   }
+  if (s.rank_classes < 0 || (s.rank_classes > 0 && !a->rank_head)) {
+    return invalid_argument(s.arch, " has no rank head (cls.output.weight); rank_classes is ",
+                            s.rank_classes);
+  }
+  if (s.pooling_type < -1 || s.pooling_type > 4) {
+    return invalid_argument("pooling_type is ", s.pooling_type, ", must be in [-1, 4]");
+  }
   if (a->output == OutputTensor::kRequired && s.tied) {
     return invalid_argument(s.arch, " cannot tie its classifier to the embedding");
   }
@@ -290,6 +305,10 @@ std::vector<SynthTensor> plan_synth_tensors(const SynthShape& s, GgmlType type, 
   t.push_back({"output_norm.weight", {s.dim}, GgmlType::kF32, norm});
   if (!s.tied && a.output != OutputTensor::kTied) {
     t.push_back({"output.weight", {s.dim, vocab}, type, Init::kUniform, fan_in(s.dim)});
+  }
+  if (s.rank_classes > 0) {
+    t.push_back({"cls.output.weight", {s.dim, s.rank_classes}, type, Init::kUniform,
+                 fan_in(s.dim)});
   }
   return t;
 }

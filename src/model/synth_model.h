@@ -53,6 +53,12 @@ struct SynthShape {
   float attn_softcap = 0.0f, final_softcap = 0.0f;  // 0: not written
   // granite: 0: not written (logit_scale is required: 1 when 0).
   float embedding_scale = 0.0f, residual_scale = 0.0f, logit_scale = 0.0f, attention_scale = 0.0f;
+  // Embedding and reranking files: <arch>.pooling_type (llama.cpp's numbers; -1: not written)
+  // and a rank head of this many classes (rows with ArchSpec::rank_head): cls.output.weight
+  // [classes, dim] with classifier.output_labels ("yes", "no" for 2, as the Qwen3-Reranker
+  // converter writes; "label_i" otherwise). 0: none.
+  int64_t pooling_type = -1;
+  int64_t rank_classes = 0;
 };
 
 // Real shapes: tinyllama-1.1b, stories110m, stories15m, qwen2.5-0.5b, qwen3-0.6b, gemma3-270m,

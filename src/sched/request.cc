@@ -119,6 +119,13 @@ Status validate_request_spec(const RequestSpec& spec, int32_t vocab_size) {
     return invalid_argument("speculation.k is ", spec.speculation.k, ", must be in [0, ",
                             kMaxSpecTokens, "]");
   }
+  if (spec.pooling &&
+      (spec.stop.max_tokens != 0 || best_of != 1 || spec.sampling.prompt_logprobs.has_value())) {
+    return invalid_argument("a pooling request (", step::pooling_type_name(*spec.pooling),
+                            ") generates nothing: max_tokens is ", spec.stop.max_tokens,
+                            " and best_of is ", best_of, ", must be 0 and 1, without "
+                            "prompt_logprobs");
+  }
   if (spec.speculation.mode == SpecMode::kFixed && spec.speculation.k < 1) {
     return invalid_argument("speculation.k is ", spec.speculation.k,
                             ", must be >= 1 with mode \"fixed\"");
@@ -130,6 +137,14 @@ Status check_prompt_length(int64_t num_prompt_tokens, int64_t max_model_len) {
   if (max_model_len > 0 && num_prompt_tokens >= max_model_len) {
     return invalid_argument("prompt has ", num_prompt_tokens, " tokens, max_model_len is ",
                             max_model_len, " (at least one token must be generated)");
+  }
+  return ok_status();
+}
+
+Status check_input_length(int64_t num_prompt_tokens, int64_t max_model_len) {
+  if (max_model_len > 0 && num_prompt_tokens > max_model_len) {
+    return invalid_argument("input has ", num_prompt_tokens, " tokens, max_model_len is ",
+                            max_model_len);
   }
   return ok_status();
 }
@@ -156,6 +171,7 @@ Request make_request(RequestSpec spec) {
   r.arrival_time = spec.arrival_time;
   r.cache_salt = std::move(spec.cache_salt);
   r.spec.params = spec.speculation;
+  r.pooling = spec.pooling;
   return r;
 }
 

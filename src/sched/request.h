@@ -112,6 +112,10 @@ struct RequestSpec {
   double arrival_time = 0.0;           // seconds, any monotonic clock; orders FCFS ties
   std::string cache_salt;              // requests share cached blocks only with equal salts
   SpecRequest speculation{};
+  // A pooling request (embeddings, reranking): computes its prompt, samples nothing and ends
+  // with kMaxTokens carrying the pooled vector (RequestOutput::pooled). Needs max_tokens 0,
+  // n = best_of = 1 and no prompt logprobs; its prompt may have max_model_len tokens.
+  std::optional<step::PoolingType> pooling;
 };
 
 // Speculation counters of one request (reported in the response's usage).
@@ -165,6 +169,7 @@ struct Request {
   // (1 at first, num_prompt when every position is). Never goes back: a recompute after
   // preemption scores only the positions from here on, and prefix-cache hits stop before it.
   int64_t next_prompt_logprob = 1;
+  std::optional<step::PoolingType> pooling;  // see RequestSpec::pooling
   std::optional<StopReason> stop_reason;
 
   bool known_to_executor() const { return num_tokens_sent > 0; }
@@ -187,8 +192,8 @@ struct Request {
 };
 
 // Checks a spec (non-empty prompt, ids in [0, vocab), max_tokens >= 0 (0 only with n = best_of
-// = 1), n/best_of, id range,
-// sampling params). The message names the field and the numbers.
+// = 1), n/best_of, id range, sampling params, a pooling request's restrictions). The message
+// names the field and the numbers.
 Status validate_request_spec(const RequestSpec& spec, int32_t vocab_size);
 
 // The one rule for a prompt against the context limit: ok when max_model_len is 0 (unbounded)
@@ -197,6 +202,10 @@ Status validate_request_spec(const RequestSpec& spec, int32_t vocab_size);
 // the scheduler's admission, EngineCore::submit (synchronously) and, through the same number,
 // the server's context_length_exceeded check.
 Status check_prompt_length(int64_t num_prompt_tokens, int64_t max_model_len);
+// The same rule for a pooling request, which generates nothing: ok when max_model_len is 0 or
+// the input has at most max_model_len tokens; otherwise kInvalidArgument "input has N tokens,
+// max_model_len is M".
+Status check_input_length(int64_t num_prompt_tokens, int64_t max_model_len);
 
 // A Request built from a validated spec: the seed is sampling.seed or a fresh random one.
 Request make_request(RequestSpec spec);

@@ -86,7 +86,9 @@ Status Scheduler::check_admission(const Request& request) const {
     return invalid_argument("request id ", id, " is outside [1, 2^48)");
   }
   if (requests_.contains(id)) return invalid_argument("request id ", id, " is already queued");
-  ARBOR_RETURN_IF_ERROR(check_prompt_length(request.num_prompt_tokens(), options_.max_model_len));
+  ARBOR_RETURN_IF_ERROR(
+      request.pooling ? check_input_length(request.num_prompt_tokens(), options_.max_model_len)
+                      : check_prompt_length(request.num_prompt_tokens(), options_.max_model_len));
   const int64_t len = max_sequence_len(request);
   // Drafts never need slots past `len` (DraftPlanner::max_drafts() keeps k within what can be
   // emitted), and

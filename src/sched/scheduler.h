@@ -23,8 +23,13 @@
 //     vLLM's priority scheduler does. If even all of them would not make room, nobody is
 //     preempted. A request preempted in a step is not readmitted in that step.
 //
+// Pooling requests (RequestSpec::pooling) run their prompt like any other, in chunks, and end
+// with the step that runs its last token (ScheduledRequest::pool); mean and cls pooling read
+// every row from the first, so they take no prefix-cache hit. Their blocks are freed at once.
+//
 // max_model_len bounds every sequence (prompt + generated tokens): a prompt of max_model_len
-// tokens or more is rejected by add_request(); a request finishes with kLength when it reaches
+// tokens or more is rejected by add_request() (a pooling request's input may have
+// max_model_len tokens); a request finishes with kLength when it reaches
 // max_model_len tokens, so K/V is written for at most max_model_len - 1 positions.
 //
 // Speculative decoding: the executor keeps the drafts it proposed after a step and reports their
@@ -107,6 +112,8 @@ struct RequestOutput {
   int64_t first_prompt_logprob = 0;
   std::vector<sampling::PromptLogprob> prompt_logprobs;
   std::optional<StopReason> stop_reason;  // the sample ended (set once, here or by finish_request)
+  // A pooling request's vector (step::PoolingResult::values), with its kMaxTokens stop.
+  std::vector<float> pooled;
   int32_t num_draft_tokens = 0;           // drafts verified this step
   int32_t num_accepted_tokens = 0;        // ... of which accepted (and emitted, unless stopped)
   // Levels of the drafts verified: num_draft_tokens for a chain, a token tree's depth.
@@ -204,6 +211,7 @@ class Scheduler {
   void fork_parent(Request& parent);
   std::optional<StopReason> check_stop(const Request& req, int32_t token_id) const;
   void commit(Request& req, const ScheduledRequest& s, const RequestResult* r, RequestOutput& o);
+  void commit_pooled(Request& req, const step::PoolingResult* r, RequestOutput& o);
   void finish(Request& req, const StopReason& reason);
   // The most tokens one request runs in a step (its chunk cap).
   int64_t max_step_tokens() const;

@@ -245,6 +245,7 @@ void Scheduler::emit(const RequestPlan& p, SchedulerOutput& out) {
         .num_prompt_tokens = static_cast<int32_t>(req.num_prompt),
         .sampling = req.sampling,
         .seed = req.seed,
+        .pooling = req.pooling,
     });
     req.num_tokens_sent = req.num_tokens();
   }
@@ -257,6 +258,7 @@ void Scheduler::emit(const RequestPlan& p, SchedulerOutput& out) {
   s.num_drafts = p.num_drafts;
   set_block_tables(req, s);
   s.sample = p.sample;
+  s.pool = req.pooling.has_value() && req.num_computed_tokens + p.num_new == req.num_prompt_tokens();
   if (req.sampling.prompt_logprobs) {
     // Row q scores position q + 1: this step's rows score [c + 1, c + num_new + 1), capped at the
     // prompt's end and started where the last step left off (a recompute scores nothing twice).
@@ -286,6 +288,10 @@ void Scheduler::set_block_tables(const Request& req, ScheduledRequest& s) const 
 // The prefix-cache hit `req` may use: a request still owed prompt logprobs uses none past the
 // row that scores its next position (cached tokens run no rows), as vLLM skips the cache for it.
 kv::ComputedBlocks Scheduler::computed_blocks(const Request& req) const {
+  // Mean and cls pooling read the hidden state of every prompt row from the first.
+  if (req.pooling && step::pools_early_rows(*req.pooling)) {
+    return kv_.get_computed_blocks(req.kv_view(), 0);
+  }
   if (!req.sampling.prompt_logprobs || req.next_prompt_logprob >= req.num_prompt_tokens()) {
     return kv_.get_computed_blocks(req.kv_view());
   }
@@ -314,6 +320,18 @@ std::optional<StopReason> Scheduler::check_stop(const Request& req, int32_t toke
     return StopReason{.kind = StopKind::kMaxModelLen};
   }
   return std::nullopt;
+}
+
+// A pooling request whose last prompt token ran: its vector (or its error) ends it.
+void Scheduler::commit_pooled(Request& req, const step::PoolingResult* r, RequestOutput& o) {
+  if (!r->error.ok()) {
+    o.error = r->error;
+    o.stop_reason = StopReason{.kind = StopKind::kAbort};
+    return;
+  }
+  o.pooled = r->values;
+  o.stop_reason = StopReason{.kind = StopKind::kMaxTokens};
+  ARBOR_CHECK_EQ(req.num_computed_tokens, req.num_tokens());
 }
 
 // Applies one request's step: its computed tokens, then (when it sampled) the accepted drafts and
@@ -375,6 +393,8 @@ Result<std::vector<RequestOutput>> Scheduler::update_from_output(const Scheduler
   for (const step::PromptLogprobsResult& p : result.prompt_logprobs) {
     prompt_logprobs.emplace(p.request_id, &p);
   }
+  std::unordered_map<RequestId, const step::PoolingResult*> pooled;
+  for (const step::PoolingResult& p : result.pooled) pooled.emplace(p.request_id, &p);
   std::vector<RequestOutput> outs;
   std::vector<RequestId> done;
   for (const ScheduledRequest& s : output.requests) {
@@ -394,6 +414,7 @@ Result<std::vector<RequestOutput>> Scheduler::update_from_output(const Scheduler
       req.next_prompt_logprob = s.prompt_logprobs_end;
     }
     commit(req, s, s.sample ? results.at(s.request_id) : nullptr, o);
+    if (s.pool) commit_pooled(req, pooled.at(s.request_id), o);
     kv_.cache_full_blocks(req.kv_view());
     if (o.stop_reason) {
       finish(req, *o.stop_reason);

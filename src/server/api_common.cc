@@ -401,6 +401,15 @@ std::string finish_reason_string(const std::optional<sched::FinishReason>& reaso
   return std::string(sched::finish_reason_name(*reason));
 }
 
+std::string_view serve_task_name(ServeTask task) {
+  switch (task) {
+    case ServeTask::kGenerate: return "generate";
+    case ServeTask::kEmbed: return "embed";
+    case ServeTask::kRerank: return "rerank";
+  }
+  return "?";
+}
+
 std::string dump_json(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }

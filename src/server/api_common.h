@@ -16,12 +16,19 @@
 
 #include "engine/engine_core.h"
 #include "server/api_errors.h"
+#include "step/step.h"
 #include "tokenizer/tokenizer.h"
 
 namespace arbor::server {
 
 class ChatRenderer;
 class ResponseStore;
+
+// What a server serves (`arbor serve --task`; docs/server.md, "Embeddings and rerank"): text
+// generation (the completions, chat and TGI routes), embeddings (/v1/embeddings) or reranking
+// (/v1/rerank). A route of another task is refused (404 naming both).
+enum class ServeTask : uint8_t { kGenerate, kEmbed, kRerank };
+std::string_view serve_task_name(ServeTask task);  // "generate", "embed", "rerank"
 
 // Facts about the served model. Immutable after startup; any thread.
 struct ModelInfo {
@@ -49,6 +56,19 @@ struct ModelInfo {
   // The responses kept for /v1/responses' previous_response_id (response_store.h; thread-safe,
   // owned by the ApiServer); nullptr: none are kept.
   ResponseStore* responses = nullptr;
+  // --task and what it needs (embeddings_api.h).
+  ServeTask task = ServeTask::kGenerate;
+  // kEmbed: mean, cls or last; kRerank: rank.
+  std::optional<step::PoolingType> pooling;
+  int32_t embedding_dim = 0;  // kEmbed: the pooled vector's length (the model's hidden size)
+  // kRerank: the prompt of a (query, document) pair with "{query}" and "{document}" in it, parsed
+  // with control tokens (the file's tokenizer.chat_template.rerank, or the Qwen3-Reranker
+  // prompt); "" = llama.cpp's fallback (BOS, query, EOS, document, EOS as the vocabulary adds
+  // them).
+  std::string rerank_template;
+  // Inputs of one /v1/embeddings request or documents of one /v1/rerank request, at most: each
+  // is an engine request, so min(2048, --max-waiting-requests).
+  int32_t max_pooling_inputs = 2048;
 };
 
 // Turns one request's engine events into response bytes. I/O thread only.

@@ -63,6 +63,15 @@ ApiError server_unavailable(std::string message) {
   return e;
 }
 
+ApiError task_not_served(std::string message) {
+  ApiError e;
+  e.http_status = 404;
+  e.message = std::move(message);
+  e.type = "not_found_error";
+  e.code = "task_not_served";
+  return e;
+}
+
 namespace {
 
 int http_status_of(StatusCode code) {

@@ -46,6 +46,9 @@ ApiError method_not_allowed(std::string_view method, std::string_view target);
 ApiError model_not_found(std::string_view model);
 ApiError body_too_large(size_t limit_bytes);
 ApiError server_unavailable(std::string message);
+// A route of a task this server does not run (`arbor serve --task`): 404, code task_not_served
+// (as vLLM answers a route its model cannot serve).
+ApiError task_not_served(std::string message);
 // An engine or tokenizer Status: kInvalidArgument/kOutOfRange/kNotFound -> 400,
 // kResourceExhausted -> 429, kFailedPrecondition -> 503, kUnimplemented -> 501, others -> 500.
 ApiError error_from_status(const Status& status, std::string_view param = "");

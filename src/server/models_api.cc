@@ -11,12 +11,16 @@ namespace {
 
 json card(const ModelInfo& model, std::string_view id) {
   // "root" is the served name, never the file path (docs/server.md, "Deploying").
-  return {{"id", id},
-          {"object", "model"},
-          {"created", model.created},
-          {"owned_by", "arbor"},
-          {"root", model.name},
-          {"max_model_len", model.context_length}};
+  json c{{"id", id},
+         {"object", "model"},
+         {"created", model.created},
+         {"owned_by", "arbor"},
+         {"root", model.name},
+         {"max_model_len", model.context_length},
+         {"task", serve_task_name(model.task)}};
+  if (model.pooling) c["pooling"] = step::pooling_type_name(*model.pooling);
+  if (model.task == ServeTask::kEmbed) c["embedding_dim"] = model.embedding_dim;
+  return c;
 }
 
 }  // namespace

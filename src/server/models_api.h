@@ -25,7 +25,8 @@ ApiError unknown_model(const ModelInfo& model, std::string_view requested);
 // The body of GET /v1/models: {"object": "list", "data": [one card per served name]}.
 std::string models_json(const ModelInfo& model);
 // The body of GET /v1/models/{id} for a served `id`: {"id", "object": "model", "created",
-// "owned_by", "root", "max_model_len"}.
+// "owned_by", "root", "max_model_len", "task"} and, for embedding and rerank servers, "pooling"
+// (and "embedding_dim").
 std::string model_json(const ModelInfo& model, std::string_view id);
 
 }  // namespace arbor::server

@@ -14,6 +14,7 @@
 
 #include "base/log.h"
 #include "server/messages_api.h"
+#include "server/embeddings_api.h"
 #include "server/models_api.h"
 #include "server/openai_api.h"
 #include "server/prometheus.h"
@@ -97,6 +98,12 @@ WorkResult count_tokens_work(std::string_view body, const ModelInfo& model) {
   w.error = parse_json_object(body, &j);
   if (!w.error) w.error = count_message_tokens(j, body, model, &w.body);
   return w;
+WorkResult embeddings_work(std::string_view body, const ModelInfo& model) {
+  return prepare_with(prepare_embeddings, body, model);
+}
+
+WorkResult rerank_work(std::string_view body, const ModelInfo& model) {
+  return prepare_with(prepare_rerank, body, model);
 }
 
 WorkResult tgi_work(std::string_view body, const ModelInfo& model) {
@@ -451,6 +458,9 @@ struct Route {
   bool probe = false;      // polled by probes and scrapers: successes logged at debug
   // A long-lived stream answered on the I/O thread (instead of `answer`); refused while draining.
   void (ApiServer::State::*stream)(const std::shared_ptr<Exchange>&) = nullptr;
+  // The task the route serves (--task; embeddings_api.h): refused with 404 on a server of
+  // another task. Unset: kGenerate for routes that submit to the engine, any task otherwise.
+  std::optional<ServeTask> task;
 };
 
 namespace {
@@ -466,6 +476,12 @@ const Route kRoutes[] = {
     {"POST", "/generate", ApiFlavor::kTgi, nullptr, tgi_work, true},
     {"POST", "/generate_stream", ApiFlavor::kTgi, nullptr, tgi_stream_work, true},
     {"POST", "/", ApiFlavor::kTgi, nullptr, tgi_root_work, true},
+    {"POST", "/v1/embeddings", ApiFlavor::kOpenAi, nullptr, embeddings_work, true, false, false,
+     nullptr, ServeTask::kEmbed},
+    {"POST", "/v1/rerank", ApiFlavor::kOpenAi, nullptr, rerank_work, true, false, false,
+     nullptr, ServeTask::kRerank},
+    {"POST", "/rerank", ApiFlavor::kOpenAi, nullptr, rerank_work, true, false, false,
+     nullptr, ServeTask::kRerank},
     {"POST", "/tokenize", ApiFlavor::kOpenAi, nullptr, tokenize_work, false},
     {"POST", "/detokenize", ApiFlavor::kOpenAi, nullptr, detokenize_work, false},
     {"GET", "/v1/models", ApiFlavor::kOpenAi, &S::models, nullptr, false},
@@ -476,6 +492,11 @@ const Route kRoutes[] = {
     {"GET", "/metrics", ApiFlavor::kOpenAi, &S::metrics, nullptr, false, false, true},
     {.method = "GET", .path = "/v1/engine/events", .stream = &S::engine_events},
 };
+
+std::optional<ServeTask> task_of(const Route& r) {
+  if (r.task) return r.task;
+  return r.generates ? std::optional<ServeTask>(ServeTask::kGenerate) : std::nullopt;
+}
 
 bool matches(const Route& r, std::string_view path) {
   return r.prefix ? path.size() > r.path.size() && path.starts_with(r.path) : path == r.path;
@@ -537,6 +558,10 @@ void ApiServer::State::handle(http::HttpRequest req,
     }
     const Route& route = *std::get<const Route*>(found);
     ex->set_quiet_success(route.probe);
+    if (const std::optional<ServeTask> needs = task_of(route); needs && *needs != model.task) {
+      send_error(*ex, route_of_other_task(model, *needs, path), route.flavor);
+      return;
+    }
     if (route.answer != nullptr) {
       const std::string param = route.prefix ? percent_decode(path.substr(route.path.size())) : "";
       (this->*route.answer)(*ex, param);

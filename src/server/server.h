@@ -5,6 +5,7 @@
 //   POST /v1/messages, /v1/messages/count_tokens Anthropic Messages (messages_api.h)
 //   GET  /v1/models, /v1/models/{id}             the served names (models_api.h)
 //   POST /generate, /generate_stream, /          TGI (tgi_api.h; / is either, by "stream")
+//   POST /v1/embeddings, /v1/rerank (/rerank)    pooling (embeddings_api.h; --task embed|rerank)
 //   GET  /info, /health, /
 //   GET  /metrics                                Prometheus (prometheus.h)
 //   POST /tokenize, /detokenize

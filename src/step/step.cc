@@ -1,9 +1,40 @@
 #include "step/step.h"
 
 #include <algorithm>
+#include <cmath>
 #include <unordered_map>
 
 namespace arbor::step {
+
+std::string_view pooling_type_name(PoolingType type) {
+  switch (type) {
+    case PoolingType::kMean: return "mean";
+    case PoolingType::kCls: return "cls";
+    case PoolingType::kLast: return "last";
+    case PoolingType::kRank: return "rank";
+  }
+  return "?";
+}
+
+std::optional<PoolingType> parse_pooling_type(std::string_view name) {
+  for (PoolingType t : {PoolingType::kMean, PoolingType::kCls, PoolingType::kLast,
+                        PoolingType::kRank}) {
+    if (name == pooling_type_name(t) || name == std::to_string(static_cast<int>(t))) return t;
+  }
+  return std::nullopt;
+}
+
+bool pools_early_rows(PoolingType type) {
+  switch (type) {
+    case PoolingType::kMean:
+    case PoolingType::kCls:
+      return true;
+    case PoolingType::kLast:
+    case PoolingType::kRank:
+      return false;
+  }
+  return true;
+}
 
 Status check_draft_parents(std::span<const int32_t> parents) {
   for (size_t i = 0; i < parents.size(); ++i) {
@@ -169,6 +200,45 @@ Status validate_prompt_logprobs(const SchedulerOutput& output, const StepResult&
   return ok_status();
 }
 
+Status validate_pooled(const SchedulerOutput& output, const StepResult& result) {
+  std::unordered_map<RequestId, bool> asked;
+  for (const ScheduledRequest& s : output.requests) {
+    if (s.pool) asked.emplace(s.request_id, false);
+  }
+  for (const PoolingResult& r : result.pooled) {
+    auto it = asked.find(r.request_id);
+    if (it == asked.end()) {
+      return internal_error("the executor returned a pooled vector for request ", r.request_id,
+                            ", which did not pool this step");
+    }
+    if (it->second) {
+      return internal_error("the executor returned two pooled vectors for request ",
+                            r.request_id);
+    }
+    it->second = true;
+    if (!r.error.ok()) {
+      if (!r.values.empty()) {
+        return internal_error("the executor failed request ", r.request_id,
+                              " but returned a pooled vector for it");
+      }
+      continue;
+    }
+    if (r.values.empty()) {
+      return internal_error("the executor returned an empty pooled vector for request ",
+                            r.request_id);
+    }
+    for (float v : r.values) {
+      if (!std::isfinite(v)) {
+        return internal_error("the pooled vector of request ", r.request_id, " holds ", v);
+      }
+    }
+  }
+  for (const auto& [id, seen] : asked) {
+    if (!seen) return internal_error("the executor returned no pooled vector for request ", id);
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 Status validate_step_result(const SchedulerOutput& output, const StepResult& result,
@@ -202,7 +272,8 @@ Status validate_step_result(const SchedulerOutput& output, const StepResult& res
       if (!seen.contains(id)) return internal_error("the executor returned no result for request ", id);
     }
   }
-  return validate_prompt_logprobs(output, result, vocab_size);
+  ARBOR_RETURN_IF_ERROR(validate_prompt_logprobs(output, result, vocab_size));
+  return validate_pooled(output, result);
 }
 
 }  // namespace arbor::step

@@ -9,7 +9,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -29,6 +31,22 @@ struct BlockCopy {
   int32_t num_tokens = 0;
 };
 
+// Pooling requests (embeddings, reranking; docs/engine.md, "Pooling requests"): instead of sampling, the step
+// that runs a request's last prompt token returns one vector pooled from the final hidden states
+// (after the output norm) of its prompt. Numbered as llama.cpp's llama_pooling_type.
+enum class PoolingType : uint8_t {
+  kMean = 1,  // the mean of every prompt token's state: [dim]
+  kCls = 2,   // the first prompt token's state: [dim]
+  kLast = 3,  // the last prompt token's state: [dim]
+  kRank = 4,  // the rank head over the last token's state, softmaxed: [classes]
+};
+std::string_view pooling_type_name(PoolingType type);  // "mean", "cls", "last", "rank"
+// "mean", "cls", "last", "rank" (or llama.cpp's numbers "1".."4"); nullopt otherwise.
+std::optional<PoolingType> parse_pooling_type(std::string_view name);
+// Whether the pooled vector reads every prompt row (mean) or the first (cls): such a request
+// runs every prompt token (no prefix-cache hit), where last / rank need only the last row.
+bool pools_early_rows(PoolingType type);
+
 // A request the executor has not seen (admitted, resumed after preemption, or a fork child).
 struct NewRequestData {
   RequestId request_id = 0;
@@ -36,6 +54,8 @@ struct NewRequestData {
   int32_t num_prompt_tokens = 0;
   sampling::SamplingParams sampling{};
   uint64_t seed = 0;                // draws come from Rng::at(seed, position, stream)
+  // A pooling request: it never samples; its prompt's hidden states are pooled (see `pool`).
+  std::optional<PoolingType> pooling;
 };
 
 // One request's work in a step. With c = num_computed_tokens and k = num_drafts, the step runs
@@ -78,6 +98,10 @@ struct ScheduledRequest {
   // cache hits stop before the first position not yet scored). Empty (begin == end): none.
   int64_t prompt_logprobs_begin = 0;
   int64_t prompt_logprobs_end = 0;
+  // A pooling request's step that runs its last prompt token: the executor returns its
+  // PoolingResult. Earlier chunks of a mean (or cls) request feed the pooled state the executor
+  // keeps for it; a preempted request starts that state over with its recompute.
+  bool pool = false;
   bool is_prompt_chunk = false;        // informational: the step includes prompt tokens
   bool is_new = false;                 // informational: admitted (or resumed) this step
 
@@ -165,11 +189,22 @@ struct PromptLogprobsResult {
   std::vector<sampling::PromptLogprob> entries;   // [end - begin]
 };
 
+// A pooling request's vector: [dim] (mean, cls, last; not normalised) or [classes] (rank,
+// softmaxed over the classes).
+struct PoolingResult {
+  RequestId request_id = 0;
+  // Not ok: the model failed for this request alone (a non-finite hidden state); values empty.
+  Status error;
+  std::vector<float> values;
+};
+
 // One RequestResult per ScheduledRequest with sample == true, in any order; one
-// PromptLogprobsResult per ScheduledRequest with a prompt logprobs range, in any order.
+// PromptLogprobsResult per ScheduledRequest with a prompt logprobs range, in any order; one
+// PoolingResult per ScheduledRequest with pool == true, in any order.
 struct StepResult {
   std::vector<RequestResult> requests;
   std::vector<PromptLogprobsResult> prompt_logprobs;
+  std::vector<PoolingResult> pooled;
 };
 
 // ok when `result` answers `output`: exactly one result per sampling request and none for
@@ -178,7 +213,8 @@ struct StepResult {
 // [0, vocab_size); next drafts within max_next_draft_tokens levels and max_next_draft_nodes
 // nodes (a chain when that is 0), with valid parents and probabilities; prompt logprobs exactly for the
 // requests with a range, covering it (first_position, one entry per position), with token ids and
-// top ids in the vocabulary, ranks in [1, vocab_size] and at most kMaxLogprobs alternatives.
+// top ids in the vocabulary, ranks in [1, vocab_size] and at most kMaxLogprobs alternatives;
+// pooled vectors exactly for the requests with `pool`, non-empty and finite unless failed.
 // Otherwise kInternal naming the request and the broken rule.
 Status validate_step_result(const SchedulerOutput& output, const StepResult& result,
                             int32_t vocab_size);

@@ -208,7 +208,7 @@ TEST_F(UploadPlanTest, DeviceWeightsPointIntoTheAllocation) {
 TEST(Staging, PacksEveryArrayAndEmptyOnesStayEmpty) {
   const std::vector<int32_t> tokens = {5, 6, 7}, positions = {0, 1, 2}, qo = {0, 1, 3},
                              kvi = {0, 1, 2}, pages = {4, 9}, kv_len = {1, 2}, slots = {64, 144, 145},
-                             logits = {0, 2}, mask_indptr = {0, 0, 4};
+                             logits = {0, 2}, mask_indptr = {0, 0, 4}, hidden = {1};
   const std::vector<uint8_t> bits = {0x0b};
   model::ForwardBatch b;
   b.tokens = tokens;
@@ -221,9 +221,10 @@ TEST(Staging, PacksEveryArrayAndEmptyOnesStayEmpty) {
   b.logits_indices = logits;
   b.mask_indptr = mask_indptr;
   b.mask_bits = bits;
+  b.hidden_indices = hidden;
   const StagingLayout lay = staging_layout(b);
-  for (size_t i = 0; i < 10; ++i) EXPECT_EQ(lay.offsets[i], i * 256) << i;
-  EXPECT_EQ(lay.total_bytes, 10u * 256);
+  for (size_t i = 0; i < 11; ++i) EXPECT_EQ(lay.offsets[i], i * 256) << i;
+  EXPECT_EQ(lay.total_bytes, 11u * 256);
   std::vector<uint8_t> buf(lay.total_bytes, 0xee);
   write_staging(b, lay, buf.data());
   const model::ForwardBatch s = staged_batch(b, lay, buf.data());
@@ -240,13 +241,14 @@ TEST(Staging, PacksEveryArrayAndEmptyOnesStayEmpty) {
   EXPECT_TRUE(same(s.logits_indices, b.logits_indices));
   EXPECT_TRUE(same(s.mask_indptr, b.mask_indptr));
   EXPECT_TRUE(same(s.mask_bits, b.mask_bits));
+  EXPECT_TRUE(same(s.hidden_indices, b.hidden_indices));
   EXPECT_EQ((const uint8_t*)s.positions.data(), buf.data() + 256);
 
   model::ForwardBatch causal = b;
   causal.mask_indptr = {};
   causal.mask_bits = {};
   const StagingLayout lay2 = staging_layout(causal);
-  EXPECT_EQ(lay2.total_bytes, 8u * 256);
+  EXPECT_EQ(lay2.total_bytes, 9u * 256);
   const model::ForwardBatch s2 = staged_batch(causal, lay2, buf.data());
   EXPECT_TRUE(s2.mask_indptr.empty());
   EXPECT_EQ(s2.mask_indptr.data(), nullptr);
@@ -259,7 +261,7 @@ TEST(Staging, PacksEveryArrayAndEmptyOnesStayEmpty) {
   two.more_kv_groups = more;
   const StagingLayout lay3 = staging_layout(two);
   ASSERT_EQ(lay3.group_offsets.size(), 3u);
-  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(lay3.group_offsets[i], (10 + i) * 256) << i;
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(lay3.group_offsets[i], (11 + i) * 256) << i;
   std::vector<uint8_t> buf3(lay3.total_bytes, 0xee);
   write_staging(two, lay3, buf3.data());
   std::vector<model::KvGroupArrays> groups;
@@ -268,7 +270,7 @@ TEST(Staging, PacksEveryArrayAndEmptyOnesStayEmpty) {
   EXPECT_TRUE(same(s3.kv_group(1).kv_indptr, kvi1));
   EXPECT_TRUE(same(s3.kv_group(1).kv_page_indices, pages1));
   EXPECT_TRUE(same(s3.kv_group(1).slot_mapping, slots1));
-  EXPECT_EQ((const uint8_t*)s3.kv_group(1).slot_mapping.data(), buf3.data() + 12 * 256);
+  EXPECT_EQ((const uint8_t*)s3.kv_group(1).slot_mapping.data(), buf3.data() + 13 * 256);
   EXPECT_TRUE(same(s3.kv_group(0).kv_page_indices, pages));
 }
 

@@ -4,16 +4,19 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <random>
 
 #include "golden_util.h"
 #include "kernels/attention.h"
+#include "kernels/matmul.h"
 #include "model/batch_builder.h"
 #include "model/forward_batch.h"
 #include "model/kv_cache.h"
 #include "model/model_config.h"
+#include "model/synth_model.h"
 #include "support/mask_bits.h"
 
 namespace arbor::model::testing {
@@ -121,6 +124,55 @@ TEST(ModelConfigTest, RefusesWhatItWouldIgnore) {
                     "llama.attention.key_length_swa = 16 differs");
   expect_load_error(set_key("llama.rope.dimension_count", gguf::Value::u32(4)),
                     "must equal head_dim 8 for llama");
+  // A rank head where the architecture has none (llama.cpp reads cls.output for qwen3 only).
+  expect_load_error(
+      [](gguf::GgufWriter& w) {
+        w.add_tensor_owned("cls.output.weight", gguf::GgmlType::kF32, {64, 2},
+                           std::vector<uint8_t>(64 * 2 * sizeof(float), 0));
+      },
+      "tensor cls.output.weight is not used by architecture llama");
+  expect_load_error(set_key("llama.pooling_type", gguf::Value::u32(5)),
+                    "llama.pooling_type = 5 (llama.cpp's values: -1 unspecified, 0 none");
+}
+
+// An embedding or reranking file's keys and rank head: pooling_type, the labels, and
+// cls.output.weight bound with one row per label.
+TEST(ModelConfigTest, PoolingAndRankHead) {
+  SynthShape s{.name = "rank", .arch = "qwen3", .dim = 64, .ffn = 128, .layers = 1, .heads = 2,
+               .kv_heads = 1, .context = 256, .vocab = 128, .tied = true};
+  s.pooling_type = 4;
+  s.rank_classes = 2;
+  kernels::ThreadPool pool(1);
+  auto w = synth_model(s, gguf::GgmlType::kF32, 1, 128, {}, pool);
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  const std::string bytes = w->serialize();
+  auto parsed = gguf::GgufFile::parse(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
+      "rank.gguf");
+  ASSERT_TRUE(parsed.ok());
+  auto m = LlamaModel::from_file(std::move(parsed).value(), {.pack_for_cpu = false});
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_EQ((*m)->config().pooling_type, 4);
+  EXPECT_EQ((*m)->config().classifier_labels, (std::vector<std::string>{"yes", "no"}));
+  EXPECT_EQ((*m)->weights().cls_out.rows, 2);
+  EXPECT_EQ((*m)->weights().cls_out.cols, 64);
+  s.rank_classes = 0;
+  s.pooling_type = 3;
+  auto plain = synth_model(s, gguf::GgmlType::kF32, 1, 128, {}, pool);
+  ASSERT_TRUE(plain.ok());
+  const std::string plain_bytes = plain->serialize();
+  auto plain_file = gguf::GgufFile::parse(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(plain_bytes.data()),
+                               plain_bytes.size()),
+      "embed.gguf");
+  ASSERT_TRUE(plain_file.ok());
+  auto c = ModelConfig::from_gguf(*plain_file);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->pooling_type, 3);
+  EXPECT_TRUE(c->classifier_labels.empty());
+  s.arch = "llama";
+  s.rank_classes = 2;
+  EXPECT_FALSE(validate_synth_shape(s, gguf::GgmlType::kF32).ok());
 }
 
 // Per-layer arrays holding one value load like the scalar key.
@@ -385,6 +437,51 @@ TEST(ForwardTest, CopyOnWriteForkMatchesIndependentRuns) {
   const auto want_b = linear_logits(*runner, {12, 13, 14, 15}, prefix, next_b);
   EXPECT_LT(max_abs_diff(logits.data(), want_a.data(), 3 * vocab), 1e-4f);
   EXPECT_LT(max_abs_diff(logits.data() + 3 * vocab, want_b.data(), 2 * vocab), 1e-4f);
+}
+
+// Hidden-state rows (embeddings) are exactly what the classifier reads: the output matmul of a
+// returned row gives that row's logits bit for bit, in a batch mixing hidden-only, logits-only
+// and both kinds of rows. A batch with hidden rows and no array, or a row out of range, is an
+// error.
+TEST(ForwardTest, HiddenRowsAreTheStateTheClassifierReads) {
+  auto runner = stories_runner(4, 16);
+  const int32_t vocab = runner->config().vocab_size, dim = runner->config().dim;
+  const std::vector<int32_t> a = {1, 403, 407, 261, 378, 432}, b_tokens = {1, 298, 315};
+  BatchBuilder b(4);
+  const std::vector<int32_t> table_a = {0, 1};
+  b.add({.block_table = table_a, .num_committed = 0, .tokens = a, .logits = LogitsMode::kAll,
+         .hidden_begin = 0, .hidden_end = 6});
+  EXPECT_EQ(b.num_hidden(), 6);
+  const std::vector<int32_t> table_b = {2};
+  b.add({.block_table = table_b, .num_committed = 0, .tokens = b_tokens,
+         .logits = LogitsMode::kNone, .hidden_begin = 2, .hidden_end = 3});
+  ASSERT_EQ(b.batch().num_hidden(), 7);
+  EXPECT_EQ(b.batch().hidden_indices[6], 8);
+  std::vector<float> logits(6 * vocab), hidden(7 * dim, std::nanf(""));
+  LogitsOut out;
+  out.logits = logits.data();
+  ASSERT_EQ(runner->forward(b.batch(), out).code(), StatusCode::kInvalidArgument);
+  out.hidden = hidden.data();
+  ASSERT_TRUE(runner->forward(b.batch(), out).ok());
+  std::vector<float> again(6 * vocab);
+  kernels::matmul(runner->model().weights().output.w, hidden.data(), again.data(), 6,
+                  runner->pool());
+  EXPECT_EQ(0, std::memcmp(again.data(), logits.data(), again.size() * sizeof(float)));
+  // Sequence b's last row alone (a decode of b's third token after its first two).
+  SingleSequence seq(*runner, {3});
+  ASSERT_TRUE(seq.append({b_tokens.data(), 2}).ok());
+  auto last = seq.append({b_tokens.data() + 2, 1});
+  ASSERT_TRUE(last.ok());
+  std::vector<float> b_logits(vocab);
+  kernels::matmul(runner->model().weights().output.w, hidden.data() + 6 * dim, b_logits.data(), 1,
+                  runner->pool());
+  EXPECT_EQ(0, std::memcmp(b_logits.data(), last->data(), vocab * sizeof(float)));
+  const std::vector<int32_t> bad = {9};
+  ForwardBatch fb = b.batch();
+  fb.hidden_indices = bad;
+  const Status s = validate_batch(fb, {.vocab_size = vocab, .block_size = 4, .num_blocks = 16});
+  EXPECT_NE(s.message().find("hidden_indices[0] = 9, batch has 9 tokens"), std::string::npos)
+      << s.to_string();
 }
 
 TEST(ForwardTest, InvalidBatchIsAnErrorAndSequenceLimits) {

@@ -6,6 +6,11 @@
 //   llama_ref logits   MODEL.gguf TOKENS OUT.bin [--kv f32|f16] [--threads N]
 //       TOKENS: comma-separated ids, evaluated as one sequence from position 0 in one batch;
 //       OUT.bin: float32 [num_tokens, n_vocab], the logits at every position.
+//   llama_ref embed    MODEL.gguf TOKENS[;TOKENS...] OUT.bin [--pooling P] [--threads N]
+//       each TOKENS list one sequence (alone in its batch, in order), pooled by llama.cpp's
+//       embeddings API (llama_get_embeddings_seq) with the file's pooling_type, or P (mean, cls,
+//       last, rank); OUT.bin: float32, the sequences' pooled vectors back to back, not
+//       normalised ([n_embd] each, or [n_cls_out] for rank: the softmaxed classes).
 //   llama_ref tokenize MODEL.gguf TEXT_FILE [--no-special] [--parse-special]
 //       prints the ids of the file's text, comma-separated (add_special unless --no-special).
 //   llama_ref bench    MODEL.gguf [--pp N] [--tg N] [--threads N] [--reps N]
@@ -114,6 +119,73 @@ int run_logits(int argc, char** argv) {
   return 0;
 }
 
+enum llama_pooling_type pooling_flag(int argc, char** argv) {
+  const std::string p = flag_value(argc, argv, "--pooling", "");
+  if (p.empty()) return LLAMA_POOLING_TYPE_UNSPECIFIED;
+  if (p == "mean") return LLAMA_POOLING_TYPE_MEAN;
+  if (p == "cls") return LLAMA_POOLING_TYPE_CLS;
+  if (p == "last") return LLAMA_POOLING_TYPE_LAST;
+  if (p == "rank") return LLAMA_POOLING_TYPE_RANK;
+  die("--pooling " + p + ": mean, cls, last or rank");
+}
+
+int run_embed(int argc, char** argv) {
+  if (argc < 5) die("usage: llama_ref embed MODEL TOKENS[;TOKENS...] OUT.bin [--pooling P]");
+  std::vector<std::vector<llama_token>> seqs;
+  std::stringstream lists(argv[3]);
+  std::string list;
+  int total = 0;
+  while (std::getline(lists, list, ';')) {
+    seqs.push_back(parse_ids(list));
+    if (seqs.back().empty()) die("an empty token list");
+    total += static_cast<int>(seqs.back().size());
+  }
+  if (seqs.empty()) die("no tokens");
+  llama_model* model = load(argv[2], false);
+  size_t longest = 0;
+  for (const auto& seq : seqs) longest = std::max(longest, seq.size());
+  llama_context_params cp = llama_context_default_params();
+  cp.n_ctx = static_cast<uint32_t>(longest < 256 ? 256 : longest);
+  cp.n_batch = cp.n_ubatch = cp.n_ctx;
+  cp.n_seq_max = 1;
+  cp.n_threads = cp.n_threads_batch = std::atoi(flag_value(argc, argv, "--threads", "2"));
+  cp.type_k = cp.type_v = GGML_TYPE_F32;
+  cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+  cp.embeddings = true;
+  cp.pooling_type = pooling_flag(argc, argv);
+  cp.no_perf = true;
+  llama_context* ctx = llama_init_from_model(model, cp);
+  if (ctx == nullptr) die("cannot create a context");
+  const bool rank = llama_pooling_type(ctx) == LLAMA_POOLING_TYPE_RANK;
+  const int width = rank ? static_cast<int>(llama_model_n_cls_out(model))
+                         : llama_model_n_embd_out(model);
+  llama_batch batch = llama_batch_init(static_cast<int32_t>(longest), 0, 1);
+  std::ofstream out(argv[4], std::ios::binary);
+  // One sequence per batch, the memory cleared between: llama.cpp pools a sequence only when
+  // all of it is in one ubatch, which several sequences of different lengths would break.
+  for (const std::vector<llama_token>& seq : seqs) {
+    llama_memory_clear(llama_get_memory(ctx), true);
+    const int n = static_cast<int>(seq.size());
+    for (int i = 0; i < n; ++i) {
+      batch.token[i] = seq[i];
+      batch.pos[i] = i;
+      batch.n_seq_id[i] = 1;
+      batch.seq_id[i][0] = 0;
+      batch.logits[i] = 1;
+    }
+    batch.n_tokens = n;
+    if (llama_decode(ctx, batch) != 0) die("llama_decode failed");
+    const float* v = llama_get_embeddings_seq(ctx, 0);
+    if (v == nullptr) die("no pooled embedding");
+    out.write(reinterpret_cast<const char*>(v), sizeof(float) * width);
+  }
+  if (!out) die(std::string("cannot write ") + argv[4]);
+  llama_batch_free(batch);
+  llama_free(ctx);
+  llama_model_free(model);
+  return 0;
+}
+
 double seconds_since(const std::chrono::steady_clock::time_point& t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -193,7 +265,7 @@ int run_tokenize(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) die("usage: llama_ref logits|tokenize|bench ...");
+  if (argc < 2) die("usage: llama_ref logits|embed|tokenize|bench ...");
   llama_log_set(quiet_log, nullptr);
   // The package's CPU backends (one per ISA level) sit beside libllama; the best one loads.
   const char* libdir = std::getenv("LLAMA_REF_LIBDIR");
@@ -202,6 +274,7 @@ int main(int argc, char** argv) {
   llama_backend_init();
   const std::string mode = argv[1];
   if (mode == "logits") return run_logits(argc, argv);
+  if (mode == "embed") return run_embed(argc, argv);
   if (mode == "tokenize") return run_tokenize(argc, argv);
   if (mode == "bench") return run_bench(argc, argv);
   die("unknown mode " + mode);

@@ -71,6 +71,16 @@ class FakeModel {
         }
         r.prompt_logprobs.push_back(std::move(p));
       }
+      if (s.pool) {
+        // A pooling request's "vector": its length, first and last token (all of them known).
+        EXPECT_EQ(s.num_computed_tokens + s.num_scheduled_tokens,
+                  static_cast<int64_t>(toks.size()));
+        r.pooled.push_back(step::PoolingResult{
+            .request_id = s.request_id,
+            .error = {},
+            .values = {static_cast<float>(toks.size()), static_cast<float>(toks.front()),
+                       static_cast<float>(toks.back())}});
+      }
       if (!s.sample) continue;
       EXPECT_EQ(s.num_computed_tokens + s.num_scheduled_tokens - s.num_draft_tokens(),
                 static_cast<int64_t>(toks.size()));
@@ -259,6 +269,7 @@ class Harness {
     spec.best_of = best_of;
     spec.speculation = speculation;
     spec.sampling.prompt_logprobs = prompt_logprobs;
+    spec.pooling = pooling;
     return sched.add_request(make_request(std::move(spec)));
   }
   RequestId id(const std::string& name) const {
@@ -313,6 +324,7 @@ class Harness {
                        std::to_string(o.num_draft_tokens + 1).size(),
                    "(+" + std::to_string(o.num_accepted_tokens) + ")");
       }
+      if (!o.pooled.empty()) pooled[name(o.request_id)] = o.pooled;
       if (o.stop_reason) row += "done:" + name(o.request_id) + " ";
     }
     kv.check_invariants();
@@ -342,6 +354,9 @@ class Harness {
   std::map<std::string, std::vector<int64_t>> prompt_positions;
   // sampling.prompt_logprobs of the requests add() adds from now on.
   std::optional<int32_t> prompt_logprobs;
+  // RequestSpec::pooling of the requests add() adds from now on (give them max_tokens 0).
+  std::optional<step::PoolingType> pooling;
+  std::map<std::string, std::vector<float>> pooled;  // pooled vectors, by name
   int64_t num_draft_tokens = 0;     // over all steps
   int64_t num_accepted_tokens = 0;
 

@@ -31,6 +31,23 @@ TEST(ServerJs, OfficialOpenAiClient) {
   EXPECT_EQ(server.terminate(), 0);
 }
 
+// embeddings.create (embeddings.test.mjs) against `arbor serve --task embed` on a
+// Qwen3-Embedding-style file: shapes, the client's own base64 decoding, dimensions, token ids,
+// errors.
+TEST(ServerJs, EmbeddingsWithOpenAiClient) {
+  const std::string js = std::string(ARBOR_SOURCE_DIR) + "/tests/server/js";
+  ASSERT_TRUE(std::filesystem::exists(js + "/node_modules/openai/package.json"))
+      << js << "/node_modules is absent: run scripts/install_js_deps.sh (or `make deps`)";
+  ServerProcess server({"--task", "embed"}, 0, random_qwen3_embed_model());
+  ASSERT_TRUE(server.ok());
+  const test::CommandResult r = test::run_shell(
+      "cd '" + js + "' && ARBOR_MODEL=random_qwen3_embed ARBOR_BASE_URL='" + server.url("/v1") +
+      "' node --test --test-reporter=spec embeddings.test.mjs 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_TRUE(server.wait_no_blocks_used());
+  EXPECT_EQ(server.terminate(), 0);
+}
+
 // The same suite against a server with --api-key, the client holding the key.
 TEST(ServerJs, OfficialOpenAiClientWithApiKey) {
   const std::string js = std::string(ARBOR_SOURCE_DIR) + "/tests/server/js";

@@ -243,6 +243,97 @@ std::vector<Case> cases() {
       {"wrong method on completions", "GET", c, "", 405, ""},
       {"wrong method on models", "POST", "/v1/models", "{}", 405, ""},
       {"unknown route", "GET", "/v2/nothing", "", 404, ""},
+      {"embeddings on a generate server", "POST", "/v1/embeddings", "{\"input\":\"a\"}", 404,
+       ""},
+      {"rerank on a generate server", "POST", "/v1/rerank",
+       "{\"query\":\"a\",\"documents\":[\"b\"]}", 404, ""},
+  };
+}
+
+// /v1/embeddings bodies on an embed server (64-dimensional vectors, context 2048, at most 1024
+// inputs: --max-waiting-requests' default) and the routes it does not serve.
+std::vector<Case> embedding_cases() {
+  const std::string e = "/v1/embeddings";
+  std::string inputs_1025;
+  for (int i = 0; i < 1025; ++i) inputs_1025 += i ? ",\"x\"" : "\"x\"";
+  return {
+      {"embeddings empty body", "POST", e, "", 400, ""},
+      {"embeddings not json", "POST", e, "input", 400, ""},
+      {"embeddings missing input", "POST", e, "{}", 400, "input"},
+      {"embeddings null input", "POST", e, "{\"input\":null}", 400, "input"},
+      {"embeddings empty string", "POST", e, "{\"input\":\"\"}", 400, "input"},
+      {"embeddings empty list", "POST", e, "{\"input\":[]}", 400, "input"},
+      {"embeddings input number", "POST", e, "{\"input\":5}", 400, "input"},
+      {"embeddings input object", "POST", e, "{\"input\":{\"text\":\"a\"}}", 400, "input"},
+      {"embeddings input boolean", "POST", e, "{\"input\":true}", 400, "input"},
+      {"embeddings list with an empty string", "POST", e, "{\"input\":[\"a\",\"\"]}", 400,
+       "input"},
+      {"embeddings strings mixed with lists", "POST", e, "{\"input\":[\"a\",[1]]}", 400,
+       "input"},
+      {"embeddings token ids with a string", "POST", e, "{\"input\":[1,\"a\"]}", 400,
+       "input"},
+      {"embeddings token id out of range", "POST", e, "{\"input\":[1,99999999]}", 400,
+       "input"},
+      {"embeddings negative token id", "POST", e, "{\"input\":[[1],[-3]]}", 400, "input"},
+      {"embeddings empty token list", "POST", e, "{\"input\":[[1],[]]}", 400, "input"},
+      {"embeddings input longer than the context", "POST", e,
+       "{\"input\":" + many_ids(2049) + "}", 400, "input"},
+      {"embeddings 1025 inputs", "POST", e, "{\"input\":[" + inputs_1025 + "]}", 400, "input"},
+      {"embeddings dimensions zero", "POST", e, "{\"input\":\"a\",\"dimensions\":0}", 400,
+       "dimensions"},
+      {"embeddings dimensions over the model's", "POST", e,
+       "{\"input\":\"a\",\"dimensions\":65}", 400, "dimensions"},
+      {"embeddings dimensions string", "POST", e, "{\"input\":\"a\",\"dimensions\":\"8\"}",
+       400, "dimensions"},
+      {"embeddings dimensions float", "POST", e, "{\"input\":\"a\",\"dimensions\":8.5}", 400,
+       "dimensions"},
+      {"embeddings encoding_format int8", "POST", e,
+       "{\"input\":\"a\",\"encoding_format\":\"int8\"}", 400, "encoding_format"},
+      {"embeddings encoding_format number", "POST", e,
+       "{\"input\":\"a\",\"encoding_format\":5}", 400, "encoding_format"},
+      {"embeddings unknown field", "POST", e, "{\"input\":\"a\",\"truncate\":true}", 400,
+       "truncate"},
+      {"embeddings unknown model", "POST", e, "{\"input\":\"a\",\"model\":\"gpt-4\"}", 404,
+       "model"},
+      {"embeddings wrong method", "GET", e, "", 405, ""},
+      {"chat on an embed server", "POST", "/v1/chat/completions",
+       "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", 404, ""},
+      {"completions on an embed server", "POST", "/v1/completions", "{\"prompt\":\"a\"}", 404,
+       ""},
+      {"rerank on an embed server", "POST", "/v1/rerank",
+       "{\"query\":\"a\",\"documents\":[\"b\"]}", 404, ""},
+  };
+}
+
+// /v1/rerank bodies on a rerank server.
+std::vector<Case> rerank_cases() {
+  const std::string r = "/v1/rerank";
+  auto q = [](const std::string& rest) { return "{\"query\":\"what\"," + rest + "}"; };
+  std::string long_doc;
+  for (int i = 0; i < 2100; ++i) long_doc += " a";
+  return {
+      {"rerank empty body", "POST", r, "", 400, ""},
+      {"rerank without documents", "POST", r, "{\"query\":\"what\"}", 400, "documents"},
+      {"rerank empty documents", "POST", r, q("\"documents\":[]"), 400, "documents"},
+      {"rerank documents string", "POST", r, q("\"documents\":\"a\""), 400, "documents"},
+      {"rerank document number", "POST", r, q("\"documents\":[\"a\",5]"), 400, "documents"},
+      {"rerank document object without text", "POST", r, q("\"documents\":[{\"title\":\"a\"}]"),
+       400, "documents"},
+      {"rerank without query", "POST", r, "{\"documents\":[\"a\"]}", 400, "query"},
+      {"rerank empty query", "POST", r, "{\"query\":\"\",\"documents\":[\"a\"]}", 400,
+       "query"},
+      {"rerank query number", "POST", r, "{\"query\":5,\"documents\":[\"a\"]}", 400, "query"},
+      {"rerank top_n zero", "POST", r, q("\"documents\":[\"a\"],\"top_n\":0"), 400, "top_n"},
+      {"rerank top_n string", "POST", r, q("\"documents\":[\"a\"],\"top_n\":\"1\""), 400,
+       "top_n"},
+      {"rerank return_documents string", "POST", r,
+       q("\"documents\":[\"a\"],\"return_documents\":\"yes\""), 400, "return_documents"},
+      {"rerank document longer than the context", "POST", r,
+       q("\"documents\":[\"a\",\"" + long_doc + "\"]"), 400, "documents"},
+      {"rerank unknown field", "POST", r, q("\"documents\":[\"a\"],\"rank_fields\":[\"x\"]"),
+       400, "rank_fields"},
+      {"embeddings on a rerank server", "POST", "/v1/embeddings", "{\"input\":\"a\"}", 404, ""},
+      {"generate on a rerank server", "POST", "/v1/completions", "{\"prompt\":\"a\"}", 404, ""},
   };
 }
 
@@ -294,6 +385,39 @@ TEST(ServerMalformed, EveryCaseGetsItsStatusAndAJsonError) {
   EXPECT_EQ(server.get("/health").status, 200) << "the server must stay up";
   EXPECT_TRUE(server.wait_no_blocks_used()) << "KV blocks leaked";
   EXPECT_EQ(server.terminate(), 0);
+}
+
+// Embeddings and rerank bodies (and the routes of other tasks) on embed and rerank servers: the
+// same rules, and no KV block left in use.
+TEST(ServerMalformed, EmbeddingAndRerankBodies) {
+  const std::pair<std::vector<std::string>, const std::string*> servers[] = {
+      {{"--task", "embed"}, &random_qwen3_embed_model()},
+      {{"--task", "rerank"}, &random_qwen3_rank_model()}};
+  for (const auto& [args, model] : servers) {
+    ServerProcess server(args, 0, *model);
+    ASSERT_TRUE(server.ok());
+    const std::vector<Case> all = args[1] == "embed" ? embedding_cases() : rerank_cases();
+    for (const Case& k : all) {
+      SCOPED_TRACE(k.name);
+      const HttpResult r = server.request(k.method, k.path, k.body);
+      EXPECT_EQ(r.status, k.status) << r.body;
+      expect_error_shape(k, r);
+    }
+    EXPECT_EQ(server.get("/health").status, 200) << "the server must stay up";
+    EXPECT_TRUE(server.wait_no_blocks_used()) << "KV blocks leaked";
+    EXPECT_EQ(server.terminate(), 0);
+  }
+  // The limits are named: the input's length and the context, the model's dimensions.
+  ServerProcess embed({"--task", "embed"}, 0, random_qwen3_embed_model());
+  ASSERT_TRUE(embed.ok());
+  HttpResult r = embed.request("POST", "/v1/embeddings", "{\"input\":[[1]," + many_ids(2049) + "]}");
+  ASSERT_EQ(r.status, 400);
+  EXPECT_EQ(r.json()["error"]["message"],
+            "'input[1]' has 2049 tokens, the maximum is 2048 (max_model_len)");
+  EXPECT_EQ(r.json()["error"]["code"], "context_length_exceeded");
+  r = embed.request("POST", "/v1/embeddings", "{\"input\":\"a\",\"dimensions\":65}");
+  EXPECT_EQ(r.json()["error"]["message"], "'dimensions' is 65, must be in [1, 64]");
+  EXPECT_EQ(embed.terminate(), 0);
 }
 
 TEST(ServerMalformed, LimitsNameTheNumbers) {

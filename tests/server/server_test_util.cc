@@ -323,4 +323,36 @@ const std::string& random_qwen3_model() {
   return path;
 }
 
+namespace {
+
+std::string synth_qwen3(const std::string& name, const std::string& extra) {
+  static ::arbor::test::TempDir dir("server_pooling");
+  const std::string p = dir.path() + "/" + name + ".gguf";
+  EXPECT_TRUE(::arbor::test::expect_shared_file("tokenizers/hf/qwen3/tokenizer_config.json"));
+  const ::arbor::test::CommandResult r = ::arbor::test::run_arbor(
+      "synth --shape custom --arch qwen3 --dim 64 --ffn 128 --layers 2 --heads 4 --kv-heads 2 "
+      "--context 2048 --type f32 --seed 11 --vocab " +
+      ::arbor::test::shared_path("tokenizers/hf/qwen3") + " " + extra + " -o " + p);
+  EXPECT_EQ(r.exit_code, 0) << r.output();
+  return p;
+}
+
+}  // namespace
+
+const std::string& random_qwen3_embed_model() {
+  static const std::string path = synth_qwen3("random_qwen3_embed", "--pooling-type last");
+  return path;
+}
+
+const std::string& random_qwen3_plain_model() {
+  static const std::string path = synth_qwen3("random_qwen3_plain", "");
+  return path;
+}
+
+const std::string& random_qwen3_rank_model() {
+  static const std::string path =
+      synth_qwen3("random_qwen3_rank", "--pooling-type rank --rank-classes 2");
+  return path;
+}
+
 }  // namespace arbor::server::testing

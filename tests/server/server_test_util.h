@@ -77,6 +77,14 @@ class ServerProcess {
 // (151,669 tokens) whose GGUF carries Qwen 3's chat template, which renders tools: made once
 // per test process from shared/tokenizers/hf/qwen3. Its served name is "random_qwen3".
 const std::string& random_qwen3_model();
+// The same shape with Qwen3-Embedding's and Qwen3-Reranker's metadata (docs/server.md,
+// "Embeddings and rerank"): qwen3.pooling_type last ("random_qwen3_embed"), and pooling_type rank
+// with a two-class rank head, cls.output.weight, labelled "yes", "no" ("random_qwen3_rank").
+const std::string& random_qwen3_embed_model();
+const std::string& random_qwen3_rank_model();
+// The qwen3 architecture of that shape without pooling metadata or rank head (a Qwen3-Reranker
+// converted as a causal LM): "random_qwen3_plain".
+const std::string& random_qwen3_plain_model();
 
 // "data: {...}" payloads of an SSE body, in order ("[DONE]" included as a string).
 std::vector<std::string> sse_payloads(const std::string& body);

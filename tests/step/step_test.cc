@@ -99,3 +99,56 @@ TEST(ValidateStepResult, EachBrokenRuleIsAnInternalError) {
 
 }  // namespace
 }  // namespace arbor::step
+
+namespace arbor::step {
+namespace {
+
+// A pooling step's results: exactly one non-empty, finite vector per request with `pool`, or an
+// error without values; none for other requests.
+TEST(ValidateStepResult, PooledVectorsOnlyForPoolingStepsAndFinite) {
+  SchedulerOutput out;
+  ScheduledRequest s;
+  s.request_id = 4;
+  s.num_scheduled_tokens = 3;
+  s.pool = true;
+  out.requests.push_back(s);
+  s.request_id = 5;
+  s.pool = false;
+  out.requests.push_back(s);
+  StepResult r;
+  auto expect = [&](const std::string& message) {
+    const Status st = validate_step_result(out, r, 100);
+    if (message.empty()) {
+      EXPECT_TRUE(st.ok()) << st.to_string();
+    } else {
+      EXPECT_EQ(st.code(), StatusCode::kInternal);
+      EXPECT_NE(st.message().find(message), std::string::npos) << st.to_string();
+    }
+  };
+  expect("returned no pooled vector for request 4");
+  r.pooled.push_back({.request_id = 4, .error = {}, .values = {0.5f, -1.0f}});
+  expect("");
+  r.pooled.push_back({.request_id = 5, .error = {}, .values = {1.0f}});
+  expect("request 5, which did not pool this step");
+  r.pooled.pop_back();
+  r.pooled.push_back(r.pooled[0]);
+  expect("two pooled vectors for request 4");
+  r.pooled.pop_back();
+  r.pooled[0].values = {};
+  expect("empty pooled vector");
+  r.pooled[0].values = {1.0f, std::numeric_limits<float>::quiet_NaN()};
+  expect("holds nan");
+  r.pooled[0].error = internal_error("bad");
+  expect("failed request 4 but returned a pooled vector");
+  r.pooled[0].values.clear();
+  expect("");
+  EXPECT_EQ(parse_pooling_type("last"), PoolingType::kLast);
+  EXPECT_EQ(parse_pooling_type("4"), PoolingType::kRank);
+  EXPECT_FALSE(parse_pooling_type("none").has_value());
+  EXPECT_TRUE(pools_early_rows(PoolingType::kMean));
+  EXPECT_TRUE(pools_early_rows(PoolingType::kCls));
+  EXPECT_FALSE(pools_early_rows(PoolingType::kLast));
+}
+
+}  // namespace
+}  // namespace arbor::step
