@@ -307,10 +307,10 @@ void LlamaModel::pack_matrices() {
     views.push_back(&weights_.output.w);
   }
   if (views.empty()) return;
-  uint64_t total_mib = 0;
-  for (const kernels::WeightView* v : views) total_mib += v->rows * v->row_stride >> 20;
+  uint64_t total = 0, done = 0;  // bytes (an expert's slice is often under 1 MiB)
+  for (const kernels::WeightView* v : views) total += v->rows * v->row_stride;
   // Reads the whole file once (page faults on a cold cache dominate), so it shows progress.
-  ProgressBar bar("packing weights", total_mib, "MiB");
+  ProgressBar bar("packing weights", total >> 20, "MiB");
   for (kernels::WeightView* v : views) {
     packed_.push_back(kernels::pack_weights(*v));
     v->packed = packed_.back().data();
@@ -318,7 +318,8 @@ void LlamaModel::pack_matrices() {
     if (!(v == &weights_.output.w && weights_.tied_output)) {
       release_mapped_pages(v->data, static_cast<size_t>(v->rows) * v->row_stride);
     }
-    bar.add(v->rows * v->row_stride >> 20);
+    done += v->rows * v->row_stride;
+    bar.set(done >> 20);
   }
   bar.finish();
 }
