@@ -67,6 +67,13 @@ std::vector<SynthShape> make_presets() {
   add({.name = "mixtral-8x7b", .dim = 4096, .ffn = 14336, .layers = 32, .heads = 32,
        .kv_heads = 8, .context = 32768, .vocab = 32000, .rope_theta = 1e6f, .experts = 8,
        .experts_used = 2});
+  // Tiny mixtures of experts for tests (tests/model/arch_reference_test.cc): several experts,
+  // top-k >= 2, widths every quantisation type takes.
+  add({.name = "tiny-qwen3moe", .arch = "qwen3moe", .dim = 256, .ffn = 512, .layers = 4,
+       .heads = 4, .kv_heads = 2, .context = 4096, .head_dim = 128, .rope_theta = 1e6f,
+       .rms_eps = 1e-6f, .experts = 16, .experts_used = 4, .expert_ffn = 64});
+  add({.name = "tiny-mixtral", .dim = 256, .ffn = 512, .layers = 4, .heads = 4, .kv_heads = 2,
+       .context = 4096, .rope_theta = 1e6f, .experts = 8, .experts_used = 2});
   add({.name = "custom", .context = 2048});
   return p;
 }

@@ -62,7 +62,9 @@ struct SynthShape {
 
 // Real shapes: tinyllama-1.1b, stories110m, stories15m, qwen2.5-0.5b, qwen3-0.6b,
 // qwen3-30b-a3b (128 experts, 8 per token), gemma3-270m, gemma3-1b, gemma2-2b, ministral3-3b,
-// phi4-mini, smollm3-3b, olmo2-1b, granite3.3-2b, mixtral-8x7b, and "custom" (dims from flags).
+// phi4-mini, smollm3-3b, olmo2-1b, granite3.3-2b, mixtral-8x7b; the test shapes tiny-qwen3moe
+// (dim 256, 4 layers, 16 experts of 64, top-4) and tiny-mixtral (llama, 8 experts of 512, top-2);
+// and "custom" (dims from flags).
 const std::vector<SynthShape>& synth_presets();
 // The preset `name`, or null.
 const SynthShape* find_synth_preset(const std::string& name);
