@@ -181,7 +181,8 @@ Result<std::vector<double>> ModelBench::verify_round(const std::vector<int32_t>&
 }
 
 // Bytes a decode step streams: every weight matrix once (the embedding only one row per token,
-// unless it doubles as the classifier) plus K and V of `kv_tokens` cached positions.
+// unless it doubles as the classifier; of a mixture of experts' 3-D tensors, the k experts a
+// token uses: k / E of them) plus K and V of `kv_tokens` cached positions.
 struct ByteModel {
   double weight_bytes = 0;
   double kv_bytes_per_token = 0;
@@ -193,12 +194,16 @@ struct ByteModel {
 ByteModel byte_model(model::ModelRunner& runner) {
   ByteModel m;
   const auto& file = runner.model().file();
+  const model::ModelConfig& c = runner.config();
+  // A mixture of experts: a token goes through k of the E experts of each 3-D tensor.
+  const double active = c.is_moe() ? double(c.num_experts_used) / c.num_experts : 1.0;
   uint64_t largest = 0;
   for (const gguf::TensorInfo& t : file.tensors()) {
     if (t.name == "token_embd.weight" && !runner.model().weights().tied_output) continue;
-    m.weight_bytes += static_cast<double>(t.size_bytes);
-    if (t.dims.size() != 2) continue;
-    m.ops_per_token += 2.0 * static_cast<double>(t.num_elements());
+    const double share = t.dims.size() == 3 ? active : 1.0;
+    m.weight_bytes += share * static_cast<double>(t.size_bytes);
+    if (t.dims.size() != 2 && t.dims.size() != 3) continue;
+    m.ops_per_token += 2.0 * share * static_cast<double>(t.num_elements());
     if (t.size_bytes > largest) {
       largest = t.size_bytes;
       m.int8 = kernels::int8_kernels(t.type);

@@ -95,9 +95,13 @@ void log_configuration(executor::LocalExecutor& exec, const Options& o, int64_t 
   const model::LlamaModel& m = runner.model();
   const auto& w = m.weights();
   ARBOR_LOG(kInfo) << "model " << o.model << ": " << runner.config().summary();
+  const model::LayerWeights& l0 = w.layers[0];
+  const bool moe = !l0.down_exps.empty();
   ARBOR_LOG(kInfo) << "weights: token_embd " << gguf::ggml_type_name(w.token_embd.type)
-                   << ", attn_q " << gguf::ggml_type_name(w.layers[0].q.w.type) << ", ffn_down "
-                   << gguf::ggml_type_name(w.layers[0].down.w.type) << ", output "
+                   << ", attn_q " << gguf::ggml_type_name(l0.q.w.type)
+                   << (moe ? ", ffn_down_exps " : ", ffn_down ")
+                   << gguf::ggml_type_name(moe ? l0.down_exps[0].type : l0.down.w.type)
+                   << ", output "
                    << gguf::ggml_type_name(w.output.w.type) << (w.tied_output ? " (tied)" : "");
   const model::PagedKvCache& cache = runner.kv_cache();
   ARBOR_LOG(kInfo) << "threads " << runner.pool().num_threads()

@@ -4,9 +4,9 @@
 // Shapes, tensors and weights come from model/synth_model.h: a real shape for every architecture
 // of the table (`--arch gemma3` writes Gemma-3-1B's shape), llama.cpp's tensor names and keys,
 // fan-in uniform weights whose bytes depend only on the options, not on the thread count.
-// Matrices take --type; norms and biases stay F32 (as llama.cpp writes them). Tensors are
-// generated and quantised one at a time, rows in parallel, into buffers the writer owns: the
-// model is held once, in its final type.
+// Matrices take --type; norms, biases and MoE routers stay F32 (as llama.cpp writes them).
+// Tensors are generated and quantised one at a time, rows in parallel, as the file is written:
+// at most one tensor is in memory.
 //
 // --inflate SMALL.gguf instead writes a trained model's exact next-token function at the cost of
 // a larger shape (convert/inflate.h, docs/inflate.md); this file only parses its flags.
@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "base/log.h"
-#include "base/progress.h"
 #include "cli/command.h"
 #include "convert/inflate.h"
 #include "gguf/gguf.h"
@@ -42,6 +41,7 @@ struct Options {
   uint64_t seed = 0;
   int64_t dim = 0, ffn = 0, layers = 0, heads = 0, kv_heads = 0, vocab_size = 0, context = 0;
   int64_t head_dim = 0, window = 0;
+  int64_t experts = 0, experts_used = 0, expert_ffn = 0;
   std::string arch;
   bool qkv_bias = false;
   bool tied = false;
@@ -70,7 +70,8 @@ Result<model::SynthShape> resolve_shape(const Options& o, GgmlType type) {
   const std::pair<int64_t, int64_t*> overrides[] = {
       {o.dim, &s.dim}, {o.ffn, &s.ffn}, {o.layers, &s.layers}, {o.heads, &s.heads},
       {o.kv_heads, &s.kv_heads}, {o.context, &s.context}, {o.vocab_size, &s.vocab},
-      {o.head_dim, &s.head_dim}, {o.window, &s.window}};
+      {o.head_dim, &s.head_dim}, {o.window, &s.window}, {o.experts, &s.experts},
+      {o.experts_used, &s.experts_used}, {o.expert_ffn, &s.expert_ffn}};
   for (const auto& [flag, field] : overrides) {
     if (flag > 0) *field = flag;
   }
@@ -210,15 +211,14 @@ Status run(const Options& o) {
                    << gguf::ggml_type_name(type) << ", " << tensors.size() << " tensors, "
                    << total / 1000000 << " MB, seed " << o.seed;
   kernels::ThreadPool pool(o.threads);
-  ProgressBar bar("generating", total / 1000000, "MB");
-  uint64_t done = 0;
+  // Generated while the file is written, one tensor at a time: a model larger than memory
+  // (Qwen3-30B-A3B's shape) never is in memory whole.
   for (size_t i = 0; i < tensors.size(); ++i) {
     const model::SynthTensor& t = tensors[i];
-    writer.add_tensor_owned(t.name, t.type, t.dims, model::make_synth_tensor(t, o.seed, i, pool));
-    done += *gguf::ggml_nbytes(t.type, t.dims);
-    bar.set(done / 1000000);
+    writer.add_tensor_generated(t.name, t.type, t.dims, [&t, &o, &pool, i] {
+      return model::make_synth_tensor(t, o.seed, i, pool);
+    });
   }
-  bar.finish();
   ARBOR_RETURN_IF_ERROR(writer.write(o.out));
   ARBOR_LOG(kInfo) << "wrote " << o.out;
   return ok_status();
@@ -263,6 +263,11 @@ void setup(CLI::App& app) {
                           "with --shape, that shape's dims with this architecture's variants"),
       sub->add_option("--head-dim", o->head_dim, "Override: head size (default dim / heads)"),
       sub->add_option("--window", o->window, "Override: sliding window of the sliding layers"),
+      sub->add_option("--experts", o->experts,
+                      "Override: experts per layer (qwen3moe; llama: a Mixtral-style model)"),
+      sub->add_option("--experts-used", o->experts_used, "Override: experts routed per token"),
+      sub->add_option("--expert-ffn", o->expert_ffn,
+                      "Override: each expert's feed-forward length (qwen3moe; llama: --ffn)"),
       sub->add_flag("--qkv-bias", o->qkv_bias, "Add q/k/v biases (always on for qwen2)"),
       sub->add_flag("--tied", o->tied, "No output.weight: the classifier is token_embd"),
       sub->add_option("--pooling-type", o->pooling_type,

@@ -119,6 +119,15 @@ class CudaForwardOps final : public model::ForwardOps {
   void gelu_mul(float*, const float*, int64_t) override { refused("gelu_mul"); }
   void scale_bias(float*, int32_t, int, float, const float*) override { refused("scale_bias"); }
   void softcap(float*, int64_t, float) override { refused("softcap"); }
+  void route_experts(const model::ExpertRouting&) override { refused("route_experts"); }
+  void matmul_experts(std::span<const kernels::ExpertMatmul>, const float*,
+                      const kernels::ExpertRows&) override {
+    refused("matmul_experts");
+  }
+  void combine_experts(const float*, const int32_t*, const float*, int32_t, int, int,
+                       float*) override {
+    refused("combine_experts");
+  }
   void flag_nonfinite(const float* x, const int32_t* rows, int32_t n, int dim,
                       uint8_t* flags) override;
   void argmax_rows(const float* x, int32_t n, int32_t cols, int32_t* ids) override;

@@ -97,6 +97,10 @@ Status check_cuda_supports(const model::ModelConfig& c, const model::LlamaWeight
   if (c.arch != model::Arch::kLlama && c.arch != model::Arch::kQwen2) {
     return refuse(str_cat("the ", c.arch_name, " architecture"));
   }
+  if (c.is_moe()) {
+    return refuse(str_cat("mixture-of-experts feed-forward blocks (", c.num_experts,
+                          " experts: routing and grouped expert matmuls)"));
+  }
   const model::RopeVariant& r = c.ropes[0];
   if (c.ropes.size() != 1 || c.has_sliding_layers()) return refuse("sliding-window attention");
   if ((r.scaling != model::RopeScaling::kNone && r.scaling != model::RopeScaling::kLlama3) ||

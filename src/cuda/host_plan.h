@@ -44,7 +44,8 @@ model::LlamaWeights device_weights(const model::LlamaWeights& host, const model:
 
 // ok when the CUDA executor runs this model as it has been run on a GPU: the llama and qwen2
 // rows without the newer variants (sliding windows, QK-norm, post-norms, soft-caps, NoPE
-// layers, YaRN / LongRoPE / linear scaling, weight scales, output or FFN biases). Otherwise
+// layers, YaRN / LongRoPE / linear scaling, weight scales, output or FFN biases, mixtures of
+// experts). Otherwise
 // unimplemented naming the variant and suggesting --device cpu.
 Status check_cuda_supports(const model::ModelConfig& c, const model::LlamaWeights& w);
 

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -190,6 +191,11 @@ class GgufWriter {
                         std::vector<uint8_t> data);
   void add_tensor_ref(std::string name, GgmlType type, std::vector<int64_t> dims,
                       std::span<const uint8_t> data);
+  // A tensor whose bytes `generate` makes when the file is written (each write or serialize
+  // calls it once and drops the bytes after writing them): a large model is held one tensor at
+  // a time. The bytes must be ggml_nbytes(type, dims) long (CHECKed when written).
+  void add_tensor_generated(std::string name, GgmlType type, std::vector<int64_t> dims,
+                            std::function<std::vector<uint8_t>()> generate);
   size_t num_tensors() const { return tensors_.size(); }
 
   // The whole file as bytes (small files, tests), or streamed to `path` (written to
@@ -204,6 +210,8 @@ class GgufWriter {
     std::vector<int64_t> dims;
     std::vector<uint8_t> owned;
     std::span<const uint8_t> data;  // points at `owned` or at caller memory
+    std::function<std::vector<uint8_t>()> generate;  // instead of data (add_tensor_generated)
+    uint64_t nbytes = 0;
     uint64_t offset = 0;  // explicit offset (from_file) or computed when serialising
     bool fixed_offset = false;
   };
@@ -212,6 +220,8 @@ class GgufWriter {
   // Magic, header, metadata and tensor infos, without the padding after them.
   std::string encode_meta(const std::vector<uint64_t>& offsets) const;
   void add_tensor(std::unique_ptr<PendingTensor> t);
+  template <class Fn>
+  static bool with_bytes(const PendingTensor& t, const Fn& fn);
 
   uint32_t version_ = 3;
   uint64_t alignment_ = kDefaultAlignment;

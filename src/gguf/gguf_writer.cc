@@ -98,6 +98,7 @@ GgufWriter GgufWriter::from_file(const GgufFile& file) {
     p->type = t.type;
     p->dims = t.dims;
     p->data = t.bytes();
+    p->nbytes = t.size_bytes;
     p->offset = t.offset;
     p->fixed_offset = true;
     w.tensors_.push_back(std::move(p));
@@ -156,7 +157,8 @@ void GgufWriter::add_tensor(std::unique_ptr<PendingTensor> t) {
   const auto nbytes = ggml_nbytes(t->type, t->dims);
   ARBOR_CHECK(nbytes.has_value()) << "tensor '" << t->name << "' has invalid dims for "
                                   << ggml_type_name(t->type);
-  ARBOR_CHECK_EQ(t->data.size(), *nbytes) << "tensor '" << t->name << "'";
+  if (!t->generate) ARBOR_CHECK_EQ(t->data.size(), *nbytes) << "tensor '" << t->name << "'";
+  t->nbytes = *nbytes;
   for (const auto& other : tensors_) {
     ARBOR_CHECK(other->name != t->name) << "duplicate tensor name '" << t->name << "'";
   }
@@ -184,13 +186,23 @@ void GgufWriter::add_tensor_ref(std::string name, GgmlType type, std::vector<int
   add_tensor(std::move(t));
 }
 
+void GgufWriter::add_tensor_generated(std::string name, GgmlType type, std::vector<int64_t> dims,
+                                      std::function<std::vector<uint8_t>()> generate) {
+  auto t = std::make_unique<PendingTensor>();
+  t->name = std::move(name);
+  t->type = type;
+  t->dims = std::move(dims);
+  t->generate = std::move(generate);
+  add_tensor(std::move(t));
+}
+
 std::vector<uint64_t> GgufWriter::plan_offsets() const {
   // Tensors with fixed offsets (from_file) keep them; the rest follow the last fixed one.
   uint64_t next = 0;
   for (const auto& t : tensors_) {
     if (t->fixed_offset) {
       ARBOR_CHECK_EQ(t->offset % alignment_, 0u) << "tensor '" << t->name << "'";
-      next = std::max(next, align_up(t->offset + t->data.size(), alignment_));
+      next = std::max(next, align_up(t->offset + t->nbytes, alignment_));
     }
   }
   std::vector<uint64_t> offsets;
@@ -200,7 +212,7 @@ std::vector<uint64_t> GgufWriter::plan_offsets() const {
       offsets.push_back(t->offset);
     } else {
       offsets.push_back(next);
-      next = align_up(next + t->data.size(), alignment_);
+      next = align_up(next + t->nbytes, alignment_);
     }
   }
   return offsets;
@@ -240,6 +252,15 @@ std::vector<size_t> data_order(const std::vector<uint64_t>& offsets) {
 
 }  // namespace
 
+// fn(the tensor's bytes): its data, or what its generator makes (checked against its size).
+template <class Fn>
+bool GgufWriter::with_bytes(const PendingTensor& t, const Fn& fn) {
+  if (!t.generate) return fn(t.data);
+  const std::vector<uint8_t> bytes = t.generate();
+  ARBOR_CHECK_EQ(bytes.size(), t.nbytes) << "generated tensor '" << t.name << "'";
+  return fn(std::span<const uint8_t>(bytes));
+}
+
 std::string GgufWriter::serialize() const {
   const std::vector<uint64_t> offsets = plan_offsets();
   std::string out = encode_meta(offsets);
@@ -249,8 +270,10 @@ std::string GgufWriter::serialize() const {
     for (size_t i : data_order(offsets)) {
       ARBOR_CHECK_GE(data_start + offsets[i], out.size()) << "overlapping tensors";
       out.resize(data_start + offsets[i], '\0');
-      const auto data = tensors_[i]->data;
-      out.append(reinterpret_cast<const char*>(data.data()), data.size());
+      with_bytes(*tensors_[i], [&](std::span<const uint8_t> data) {
+        out.append(reinterpret_cast<const char*>(data.data()), data.size());
+        return true;
+      });
     }
   }
   if (pad_end_) out.resize(align_up(out.size(), alignment_), '\0');
@@ -310,8 +333,9 @@ Status GgufWriter::write(const std::string& path) const {
       for (size_t i : data_order(offsets)) {
         ARBOR_CHECK_GE(data_start + offsets[i], sink.size()) << "overlapping tensors";
         ok = ok && sink.zeros(data_start + offsets[i] - sink.size());
-        const auto data = tensors_[i]->data;
-        ok = ok && sink.write(data.data(), data.size());
+        ok = ok && with_bytes(*tensors_[i], [&](std::span<const uint8_t> data) {
+          return sink.write(data.data(), data.size());
+        });
         bar.add(1);
       }
       bar.finish();

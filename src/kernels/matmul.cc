@@ -277,15 +277,37 @@ RowKernel scalar_kernel(GgmlType type) {
 }  // namespace internal
 
 namespace {
+std::atomic<bool> g_affine_reference{false};
+}  // namespace
+
+void set_affine_reference_path(bool on) { g_affine_reference.store(on); }
+
+namespace internal {
+
+bool uses_packed(const WeightView& w, Isa isa) {
+  if (w.packed == nullptr) return false;
+  if (is_affine_type(w.type)) return isa >= Isa::kAvx2;
+  return is_quantized(w.type) && isa >= Isa::kAvx512;
+}
+
+bool takes_packed_path(const WeightView& w, Isa isa) {
+  return uses_packed(w, isa) &&
+         !(is_affine_type(w.type) && g_affine_reference.load(std::memory_order_relaxed));
+}
+
+}  // namespace internal
+
+using internal::uses_packed;
+
+namespace {
 
 struct MatmulJob {
   MatmulArgs args;
   internal::RowKernel kernel;
 };
 
-// Below this many multiply-adds a matmul runs on the calling thread: waking workers costs more.
-constexpr int64_t kMinParallelMacs = 1 << 15;
-constexpr int64_t kChunksPerThread = 4;
+using internal::kChunksPerThread;
+using internal::kMinParallelMacs;
 
 // Runs fn(t) for every token t, split over the pool when there is enough work.
 template <class Fn>
@@ -319,13 +341,6 @@ void prepare_quantized_acts(const WeightView& w, const float* x, int64_t num_tok
     if (sums != nullptr) internal::act_q4_sums_avx2(qs + t * cols, cols, sums + t * nb * 8);
   });
   job.args.q = QuantizedActs{qs, d, cols, sums};
-}
-
-// The packed kernels: Q8_0/Q4_0 on AVX-512, the affine types on AVX2 and AVX-512.
-bool uses_packed(const WeightView& w, Isa isa) {
-  if (w.packed == nullptr) return false;
-  if (internal::is_affine_type(w.type)) return isa >= Isa::kAvx2;
-  return is_quantized(w.type) && isa >= Isa::kAvx512;
 }
 
 // Runs rows(w, acts, num_tokens, y, group_begin, group_end) for every row group of every matrix
@@ -415,11 +430,6 @@ void matmul_affine_scalar(const WeightView& w, const float* x, float* y, int64_t
 
 }  // namespace
 
-namespace {
-std::atomic<bool> g_affine_reference{false};
-}  // namespace
-
-void set_affine_reference_path(bool on) { g_affine_reference.store(on); }
 
 void matmul(const WeightView& w, const float* x, float* y, int64_t num_tokens, ThreadPool& pool) {
   check_view(w);

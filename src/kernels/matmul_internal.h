@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
 
 namespace arbor::kernels::internal {
@@ -151,5 +152,18 @@ void pack_x_blocked(const float* x, int64_t num_tokens, int64_t cols, float* out
 
 // Rows per tile of the AVX2 kernels; matmul() splits rows across threads in multiples of it.
 inline constexpr int64_t kRowTile = 4;
+
+// Below this many multiply-adds a matmul runs on the calling thread: waking workers costs more.
+inline constexpr int64_t kMinParallelMacs = 1 << 15;
+// Work chunks per thread of a parallel matmul, claimed dynamically (a preempted thread's chunks
+// go to the others).
+inline constexpr int64_t kChunksPerThread = 4;
+
+// Whether `isa` has a packed kernel for w and w has its packed copy: Q8_0/Q4_0 on AVX-512, the
+// affine types on AVX2 and AVX-512.
+bool uses_packed(const WeightView& w, Isa isa);
+// uses_packed, and not diverted to the scalar twin by set_affine_reference_path: the packed
+// kernels are what matmul() runs for w.
+bool takes_packed_path(const WeightView& w, Isa isa);
 
 }  // namespace arbor::kernels::internal

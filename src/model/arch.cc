@@ -8,10 +8,13 @@ namespace {
 // Each row as llama.cpp de3ff81 builds the architecture (src/models/<name>.cpp there).
 constexpr std::array kArchs = {
     ArchSpec{.name = "llama", .arch = Arch::kLlama, .attn_out_bias = true, .ffn_bias = true,
-             .ffn_scales = true, .rope_freqs = true, .rope_whole_head = true},
+             .ffn_scales = true, .rope_freqs = true, .rope_whole_head = true,
+             .experts = Experts::kOptional},
     ArchSpec{.name = "qwen2", .arch = Arch::kQwen2, .rope_neox = true, .qkv_bias_required = true},
     ArchSpec{.name = "qwen3", .arch = Arch::kQwen3, .rope_neox = true,
              .qk_norm = QkNorm::kPerHead, .ffn_scales = true, .rank_head = true},
+    ArchSpec{.name = "qwen3moe", .arch = Arch::kQwen3Moe, .rope_neox = true,
+             .qk_norm = QkNorm::kPerHead, .experts = Experts::kRequired},
     ArchSpec{.name = "gemma2", .arch = Arch::kGemma2, .rope_neox = true, .post_norms = true,
              .activation = Activation::kGeluTanh, .output = OutputTensor::kTied,
              .embed_scale_sqrt_dim = true, .swa_pattern = 2, .swa_default_window = 4096,

@@ -16,7 +16,8 @@
 namespace arbor::model {
 
 enum class Arch : uint8_t {
-  kLlama, kQwen2, kQwen3, kGemma2, kGemma3, kMistral3, kPhi3, kSmolLM3, kOlmo2, kGranite,
+  kLlama, kQwen2, kQwen3, kQwen3Moe, kGemma2, kGemma3, kMistral3, kPhi3, kSmolLM3, kOlmo2,
+  kGranite,
 };
 
 // Per-head or whole-projection RMS norm of q and k before RoPE.
@@ -45,6 +46,15 @@ enum class AttnScale : uint8_t {
   kGemma,    // 1 / sqrt(head_dim), but 1 / sqrt(dim / heads) for the 27B shape (its layer count:
              // ArchSpec::gemma_large_layers), as gemma_pytorch's query_pre_attn_scalar
   kKey,      // <arch>.attention.scale when present, else 1 / sqrt(head_dim) (Granite)
+};
+
+// Whether the feed-forward blocks are mixtures of experts (ModelConfig::num_experts): a router
+// ffn_gate_inp [num_experts, dim] and the experts' 3-D ffn_{gate,up,down}_exps tensors instead
+// of ffn_gate / ffn_up / ffn_down.
+enum class Experts : uint8_t {
+  kNone,      // dense only; <a>.expert_count > 0 is refused
+  kOptional,  // experts when <a>.expert_count > 0, of feed_forward_length each (Mixtral on llama)
+  kRequired,  // always experts, of <a>.expert_feed_forward_length each (Qwen3-MoE)
 };
 
 struct ArchSpec {
@@ -106,6 +116,7 @@ struct ArchSpec {
   // (Qwen3-Reranker files: the "yes" and "no" rows of the LM head), applied to the last token's
   // normed hidden state and softmaxed (executor/pooler.h).
   bool rank_head = false;
+  Experts experts = Experts::kNone;
 };
 
 // The row for `name`, or null.

@@ -155,6 +155,54 @@ void CpuForwardOps::attention(const kernels::PagedAttentionParams &p,
   kernels::paged_attention(p, cpu->plan, pool_);
 }
 
+void CpuForwardOps::route_experts(const ExpertRouting &r) {
+  const int k = r.num_used;
+  auto route = [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) {
+      kernels::route_softmax_top_k(r.logits + t * r.num_experts, r.num_experts,
+                                   k, r.slot_expert + t * k,
+                                   r.slot_weight + t * k);
+    }
+  };
+  if (r.num_tokens < 2 * pool_.num_threads()) {
+    route(0, r.num_tokens, 0);
+  } else {
+    pool_.parallel_for(r.num_tokens, route);
+  }
+  kernels::sort_pairs_by_expert(r.slot_expert, r.num_tokens, k, r.num_experts,
+                                r.expert_indptr, r.pair_token, r.slot_pair);
+}
+
+void CpuForwardOps::matmul_experts(std::span<const kernels::ExpertMatmul> mats,
+                                   const float *x,
+                                   const kernels::ExpertRows &rows) {
+  kernels::matmul_experts(mats, x, rows, pool_);
+}
+
+void CpuForwardOps::combine_experts(const float *pairs,
+                                    const int32_t *slot_pair,
+                                    const float *slot_weight,
+                                    int32_t num_tokens, int k, int dim,
+                                    float *y) {
+  auto combine = [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) {
+      float *out = y + t * dim;
+      const int32_t *at = slot_pair + t * k;
+      const float *w = slot_weight + t * k;
+      std::memcpy(out, pairs + (int64_t)at[0] * dim, dim * sizeof(float));
+      kernels::scale(out, w[0], dim);
+      for (int j = 1; j < k; ++j) {
+        kernels::axpy(out, w[j], pairs + (int64_t)at[j] * dim, dim);
+      }
+    }
+  };
+  if (num_tokens < 2 * pool_.num_threads()) {
+    combine(0, num_tokens, 0);
+  } else {
+    pool_.parallel_for(num_tokens, combine);
+  }
+}
+
 void CpuForwardOps::add(float *y, const float *x, int64_t n) {
   kernels::add(y, x, n);
 }

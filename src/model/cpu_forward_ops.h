@@ -54,6 +54,12 @@ public:
   void attention(const kernels::PagedAttentionParams &p,
                  const AttentionPlan &plan) override;
   using ForwardOps::attention;
+  void route_experts(const ExpertRouting &r) override;
+  void matmul_experts(std::span<const kernels::ExpertMatmul> mats,
+                      const float *x, const kernels::ExpertRows &rows) override;
+  void combine_experts(const float *pairs, const int32_t *slot_pair,
+                       const float *slot_weight, int32_t num_tokens, int k,
+                       int dim, float *y) override;
   void add(float *y, const float *x, int64_t n) override;
   void silu_mul(float *gate, const float *up, int64_t n) override;
   void gelu_mul(float *gate, const float *up, int64_t n) override;

@@ -11,7 +11,9 @@
 //   matmul(wo) -> add -> rms_norm -> matmul_multi(gate, up) -> silu_mul | gelu_mul ->
 //   matmul(down) -> add;  then rms_norm_rows over the logits rows -> matmul(output); with
 //   scale_bias, softcap and rms_norm_rows where an architecture's row (arch.h) asks for biases,
-//   scales, post-norms and soft-caps.
+//   scales, post-norms and soft-caps. A mixture-of-experts FFN is matmul(router) ->
+//   route_experts -> matmul_experts(gate, up) -> silu_mul -> matmul_experts(down) ->
+//   combine_experts -> add.
 //
 // Memory: every pointer an op takes or returns lives in the device's memory ("device pointers"),
 // including the model's weights as weights() returns them and the batch arrays as stage()
@@ -32,6 +34,7 @@
 
 #include "base/status.h"
 #include "kernels/attention.h"
+#include "kernels/experts.h"
 #include "kernels/matmul.h"
 #include "model/forward_batch.h"
 #include "model/llama_model.h"
@@ -113,6 +116,22 @@ struct QkvEpilogue {
   }
 };
 
+// One mixture-of-experts layer's routing (ForwardOps::route_experts), every pointer a device
+// pointer: for each token t, the router's choice of num_used experts and their weights
+// (kernels::route_softmax_top_k), then the T * k (token, slot) pairs sorted by expert
+// (kernels::sort_pairs_by_expert), the layout kernels::matmul_experts runs.
+struct ExpertRouting {
+  int32_t num_tokens = 0;
+  int num_experts = 0;
+  int num_used = 0;                  // k, in [1, num_experts]
+  const float* logits = nullptr;     // [T, num_experts] the router's output
+  int32_t* slot_expert = nullptr;    // [T, k] out: token t's j-th choice (largest weight first)
+  float* slot_weight = nullptr;      // [T, k] out: its weight
+  int32_t* expert_indptr = nullptr;  // [num_experts + 1] out
+  int32_t* pair_token = nullptr;     // [T * k] out: the token of each pair, in expert order
+  int32_t* slot_pair = nullptr;      // [T, k] out: where token t's j-th choice sits among the pairs
+};
+
 // A device's attention plan for one batch layout (ForwardOps::plan_attention): how the work of
 // an attention call is split (the CPU's work items and key-chunk splits, the GPU's grid and
 // workspace). Opaque; made by the ForwardOps that runs it (new_attention_plan) and used only
@@ -173,6 +192,19 @@ class ForwardOps : public DeviceMemory {
     plan_attention(p, *plan);
     attention(p, *plan);
   }
+
+  // Mixture-of-experts FFN (ExpertRouting above; docs/kernels.md, "Mixture-of-experts FFN").
+  virtual void route_experts(const ExpertRouting& r) = 0;
+  // kernels::matmul_experts' contract; every pointer (views' data / packed, x, y, the rows'
+  // arrays) a device pointer.
+  virtual void matmul_experts(std::span<const kernels::ExpertMatmul> mats, const float* x,
+                              const kernels::ExpertRows& rows) = 0;
+  // y[t] = sum over j < k, in order, of slot_weight[t, j] * pairs[slot_pair[t, j]]: the first
+  // term a product, each further one added (k = 1 with weight 1 copies the row exactly).
+  // pairs: [T * k, dim]; slot_pair, slot_weight: [T, k]; y: [T, dim].
+  virtual void combine_experts(const float* pairs, const int32_t* slot_pair,
+                               const float* slot_weight, int32_t num_tokens, int k, int dim,
+                               float* y) = 0;
 
   // y += x; [n].
   virtual void add(float* y, const float* x, int64_t n) = 0;

@@ -42,8 +42,10 @@ LlamaForward::LlamaForward(const LlamaModel& model, ForwardOps& ops, int32_t res
 }
 
 LlamaForward::~LlamaForward() {
-  for (Scratch* s : {&x_, &xb_, &q_, &k_, &v_, &att_, &hb_, &hb2_, &xl_, &xh_, &logits_,
-                     &argmax_, &top_scale_, &top_ids_, &top_logits_, &flags_}) {
+  for (Scratch* s : {&x_, &xb_, &q_, &k_, &v_, &att_, &hb_, &hb2_, &router_, &slot_expert_,
+                     &slot_weight_, &slot_pair_, &pair_token_, &expert_indptr_, &pair_out_,
+                     &xl_, &xh_, &logits_, &argmax_, &top_scale_, &top_ids_, &top_logits_,
+                     &flags_}) {
     ops_.release(s->p);
   }
   for (Rope& r : ropes_) {
@@ -70,8 +72,20 @@ void LlamaForward::reserve(int32_t t, int32_t l) {
     ensure(k_, n * cfg_.kv_dim());
     ensure(v_, n * cfg_.kv_dim());
     ensure(att_, n * cfg_.q_dim());
-    ensure(hb_, n * cfg_.ffn_dim);
-    ensure(hb2_, n * cfg_.ffn_dim);
+    const int k = cfg_.num_experts_used;
+    const size_t ffn_cols = cfg_.is_moe() ? static_cast<size_t>(k) * cfg_.expert_ffn_dim
+                                          : static_cast<size_t>(cfg_.ffn_dim);
+    ensure(hb_, n * ffn_cols);
+    ensure(hb2_, n * ffn_cols);
+    if (cfg_.is_moe()) {
+      ensure(router_, n * cfg_.num_experts);
+      ensure(slot_expert_, n * k);  // int32 and float alike: 4 bytes per slot
+      ensure(slot_weight_, n * k);
+      ensure(slot_pair_, n * k);
+      ensure(pair_token_, n * k);
+      ensure(expert_indptr_, (cfg_.num_experts + 1) * sizeof(int32_t));
+      ensure(pair_out_, n * k * cfg_.dim);
+    }
     for (size_t r = 0; r < cfg_.ropes.size(); ++r) {
       ensure(ropes_[r].cos, n * std::max(1, cfg_.rope_dim / 2));
       ensure(ropes_[r].sin, n * std::max(1, cfg_.rope_dim / 2));
@@ -219,7 +233,44 @@ void LlamaForward::attention_block(int layer, const ForwardBatch& batch, PagedKv
   residual(w.post_attn_norm, nt);
 }
 
+// The mixture-of-experts FFN: every (token, slot) pair through its expert, then each token's
+// pairs weighted and summed into xb.
+void LlamaForward::moe_block(int layer, int32_t nt) {
+  const LayerWeights& w = w_.layers[layer];
+  const float* in = block_input(w.ffn_norm, nt);
+  const int k = cfg_.num_experts_used;
+  ops_.matmul(w.router, in, router_.f(), nt);
+  ExpertRouting r;
+  r.num_tokens = nt;
+  r.num_experts = cfg_.num_experts;
+  r.num_used = k;
+  r.logits = router_.f();
+  r.slot_expert = static_cast<int32_t*>(slot_expert_.p);
+  r.slot_weight = slot_weight_.f();
+  r.expert_indptr = static_cast<int32_t*>(expert_indptr_.p);
+  r.pair_token = static_cast<int32_t*>(pair_token_.p);
+  r.slot_pair = static_cast<int32_t*>(slot_pair_.p);
+  ops_.route_experts(r);
+  kernels::ExpertRows rows{cfg_.num_experts, r.expert_indptr, r.pair_token};
+  const kernels::ExpertMatmul gate_up[] = {{w.gate_exps, hb_.f()}, {w.up_exps, hb2_.f()}};
+  ops_.matmul_experts(gate_up, in, rows);
+  const int64_t n = static_cast<int64_t>(nt) * k * cfg_.expert_ffn_dim;
+  switch (cfg_.spec->activation) {
+    case Activation::kSilu: ops_.silu_mul(hb_.f(), hb2_.f(), n); break;
+    case Activation::kGeluTanh: ops_.gelu_mul(hb_.f(), hb2_.f(), n); break;
+  }
+  rows.src_rows = nullptr;  // the pairs' own rows of hb, already in expert order
+  const kernels::ExpertMatmul down[] = {{w.down_exps, pair_out_.f()}};
+  ops_.matmul_experts(down, hb_.f(), rows);
+  ops_.combine_experts(pair_out_.f(), r.slot_pair, r.slot_weight, nt, k, cfg_.dim, xb_.f());
+  residual(w.post_ffn_norm, nt);
+}
+
 void LlamaForward::ffn_block(int layer, int32_t nt) {
+  if (cfg_.is_moe()) {
+    moe_block(layer, nt);
+    return;
+  }
   const LayerWeights& w = w_.layers[layer];
   const float* in = block_input(w.ffn_norm, nt);
   const kernels::WeightView* gate_up[] = {&w.gate.w, &w.up.w};

@@ -6,8 +6,12 @@
 //   paged attention (the layer's window, soft-cap) -> wo (scale, bias) -> [post-norm] ->
 //   residual -> [rms_norm] -> gate, up -> silu_mul | gelu_mul -> down -> [post-norm] ->
 //   residual;  final rms_norm and the output matmul (scale, soft-cap) only for logits_indices
-//   rows; the final rms_norm alone for hidden_indices rows (embeddings). The bracketed and optional steps are the architecture row's (arch.h); a Llama model
-//   runs exactly the ops it always did.
+//   rows; the final rms_norm alone for hidden_indices rows (embeddings). The bracketed and
+//   optional steps are the architecture row's (arch.h); a Llama model runs exactly the ops it
+//   always did. A mixture-of-experts FFN (ModelConfig::is_moe) is
+//   router -> route_experts -> the (token, slot) pairs through their experts' gate and up
+//   (matmul_experts) -> silu_mul -> down (matmul_experts) -> combine_experts, the pairs' outputs
+//   weighted and summed per token (docs/kernels.md, "Mixture-of-experts FFN").
 //
 // Attention is planned once per step: after staging the batch, one ForwardOps::plan_attention
 // per distinct attention layout among the layers (layouts differ only by window: layers of
@@ -116,6 +120,7 @@ class LlamaForward {
   void plan_attention(const ForwardBatch& batch, PagedKvCache& cache);
   void attention_block(int layer, const ForwardBatch& batch, PagedKvCache& cache);
   void ffn_block(int layer, int32_t num_tokens);
+  void moe_block(int layer, int32_t num_tokens);
   void compute_logits(const ForwardBatch& batch, const LogitsOut& out);
   void compute_hidden(const ForwardBatch& batch, const LogitsOut& out);
   bool compute_top_k(const LogitsOut& out, const float* logits, int32_t num_logits);
@@ -144,8 +149,16 @@ class LlamaForward {
   Scratch k_;         // [T, kv_dim]
   Scratch v_;         // [T, kv_dim]
   Scratch att_;       // [T, q_dim]
-  Scratch hb_;        // [T, ffn_dim]
-  Scratch hb2_;       // [T, ffn_dim]
+  Scratch hb_;        // [T, ffn_dim], or [T * k, expert_ffn_dim] (MoE: per pair)
+  Scratch hb2_;       // likewise
+  // Mixture of experts (k = num_experts_used, E = num_experts): ExpertRouting's arrays.
+  Scratch router_;         // [T, E]
+  Scratch slot_expert_;    // [T, k] int32
+  Scratch slot_weight_;    // [T, k]
+  Scratch slot_pair_;      // [T, k] int32
+  Scratch pair_token_;     // [T * k] int32
+  Scratch expert_indptr_;  // [E + 1] int32
+  Scratch pair_out_;       // [T * k, dim] each pair's expert output
   // One per RoPE variant of the config (ModelConfig::ropes).
   static constexpr size_t kMaxRopes = 2;
   struct Rope {

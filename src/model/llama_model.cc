@@ -54,6 +54,25 @@ class Binder {
     return kernels::make_weight_view(t->type, t->data, rows, cols);
   }
 
+  // A 3-D tensor of `experts` matrices [rows, cols] (ggml dims [cols, rows, experts]) of a type
+  // matmul supports, as one view per expert.
+  Result<std::vector<kernels::WeightView>> experts(const std::string& name, int64_t experts,
+                                                   int64_t rows, int64_t cols) {
+    ARBOR_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, find(name, {cols, rows, experts}, true));
+    if (!kernels::matmul_supported(t->type)) {
+      return unimplemented(f_.name(), ": tensor ", name, " has type ",
+                           gguf::ggml_type_name(t->type),
+                           ", which the matmul kernels do not support");
+    }
+    std::vector<kernels::WeightView> views;
+    const size_t bytes = kernels::weight_row_bytes(t->type, cols) * rows;
+    for (int64_t e = 0; e < experts; ++e) {
+      views.push_back(kernels::make_weight_view(
+          t->type, static_cast<const uint8_t*>(t->data) + e * bytes, rows, cols));
+    }
+    return views;
+  }
+
   // An F32 vector [n]; null when absent and not required.
   Result<const float*> vector(const std::string& name, int64_t n, bool required) {
     ARBOR_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, find(name, {n}, required));
@@ -136,8 +155,20 @@ Status bind_qkv(Binder& b, const ModelConfig& c, const std::string& p, LayerWeig
   return ok_status();
 }
 
+// A mixture-of-experts FFN: the router and the experts' 3-D tensors (no biases or scales: a
+// file with per-expert .scale tensors is refused as holding unused tensors).
+Status bind_experts(Binder& b, const ModelConfig& c, const std::string& p, LayerWeights& w) {
+  const int64_t n = c.num_experts, ffn = c.expert_ffn_dim;
+  ARBOR_ASSIGN_OR_RETURN(w.router, b.matrix(p + "ffn_gate_inp.weight", n, c.dim));
+  ARBOR_ASSIGN_OR_RETURN(w.gate_exps, b.experts(p + "ffn_gate_exps.weight", n, ffn, c.dim));
+  ARBOR_ASSIGN_OR_RETURN(w.up_exps, b.experts(p + "ffn_up_exps.weight", n, ffn, c.dim));
+  ARBOR_ASSIGN_OR_RETURN(w.down_exps, b.experts(p + "ffn_down_exps.weight", n, c.dim, ffn));
+  return ok_status();
+}
+
 Status bind_ffn(Binder& b, const ModelConfig& c, const std::string& p, LayerWeights& w) {
   const ArchSpec& s = *c.spec;
+  if (c.is_moe()) return bind_experts(b, c, p, w);
   if (s.fused_gate_up) {  // Phi-3: ffn_up is [gate; up]; llama.cpp applies no scale or bias
     ARBOR_ASSIGN_OR_RETURN(Linear up, linear(b, p + "ffn_up", 2 * int64_t{c.ffn_dim}, c.dim,
                                              false, false));
@@ -234,6 +265,14 @@ void for_each_weight(LlamaWeights& w, const ModelConfig& c,
     vec(p + "ffn_up.bias", lw.up.bias, c.ffn_dim);
     vec(p + "ffn_down.bias", lw.down.bias, c.dim);
     vec(p + "post_ffw_norm.weight", lw.post_ffn_norm, c.dim);
+    mat(p + "ffn_gate_inp.weight", lw.router);
+    const std::pair<const char*, std::vector<kernels::WeightView>*> sets[] = {
+        {"ffn_gate_exps.weight", &lw.gate_exps},
+        {"ffn_up_exps.weight", &lw.up_exps},
+        {"ffn_down_exps.weight", &lw.down_exps}};
+    for (const auto& [name, views] : sets) {
+      for (size_t e = 0; e < views->size(); ++e) mat(str_cat(p, name, "[", e, "]"), (*views)[e]);
+    }
   }
   vec("output_norm.weight", w.output_norm, c.dim);
   if (!w.tied_output) mat("output.weight", w.output.w);
@@ -284,10 +323,10 @@ void LlamaModel::pack_matrices() {
     views.push_back(&weights_.output.w);
   }
   if (views.empty()) return;
-  uint64_t total_mib = 0;
-  for (const kernels::WeightView* v : views) total_mib += v->rows * v->row_stride >> 20;
+  uint64_t total = 0, done = 0;  // bytes (an expert's slice is often under 1 MiB)
+  for (const kernels::WeightView* v : views) total += v->rows * v->row_stride;
   // Reads the whole file once (page faults on a cold cache dominate), so it shows progress.
-  ProgressBar bar("packing weights", total_mib, "MiB");
+  ProgressBar bar("packing weights", total >> 20, "MiB");
   for (kernels::WeightView* v : views) {
     packed_.push_back(kernels::pack_weights(*v));
     v->packed = packed_.back().data();
@@ -295,7 +334,8 @@ void LlamaModel::pack_matrices() {
     if (!(v == &weights_.output.w && weights_.tied_output)) {
       release_mapped_pages(v->data, static_cast<size_t>(v->rows) * v->row_stride);
     }
-    bar.add(v->rows * v->row_stride >> 20);
+    done += v->rows * v->row_stride;
+    bar.set(done >> 20);
   }
   bar.finish();
 }

@@ -8,7 +8,9 @@
 //   blk.N.{attn_norm, attn_q, attn_k, attn_v | attn_qkv, attn_q_norm, attn_k_norm,
 //          attn_output, post_attention_norm, ffn_norm, ffn_gate, ffn_up, ffn_down,
 //          post_ffw_norm}.weight, the biases (.bias) and per-tensor scales (.scale, {1}) the row
-//   allows. Fused attn_qkv ([q; k; v] rows) and Phi-3's fused ffn_up ([gate; up] rows) are bound
+//   allows; in mixture-of-experts layers blk.N.ffn_gate_inp.weight (the router) and the 3-D
+//   blk.N.ffn_{gate,up,down}_exps.weight instead of ffn_gate / ffn_up / ffn_down, each bound as
+//   one 2-D matrix per expert (a slice of the tensor; packed per expert like any matrix). Fused attn_qkv ([q; k; v] rows) and Phi-3's fused ffn_up ([gate; up] rows) are bound
 //   as row slices of one tensor, so the kernels see separate matrices.
 // Matrices may be any type kernels::matmul_supported() accepts; norms, biases and scales must be
 // F32. load() checks every tensor's dims against the config and names the tensor on mismatch,
@@ -55,6 +57,11 @@ struct LayerWeights {
   Linear up;                              // [ffn_dim, dim]
   Linear down;                            // [dim, ffn_dim]
   const float* post_ffn_norm = nullptr;   // [dim] or null
+  // Mixture-of-experts layers (ModelConfig::num_experts > 0) instead of gate / up / down:
+  kernels::WeightView router;                  // ffn_gate_inp [num_experts, dim]
+  std::vector<kernels::WeightView> gate_exps;  // [num_experts] x [expert_ffn_dim, dim]
+  std::vector<kernels::WeightView> up_exps;    // [num_experts] x [expert_ffn_dim, dim]
+  std::vector<kernels::WeightView> down_exps;  // [num_experts] x [dim, expert_ffn_dim]
 };
 
 struct LlamaWeights {
@@ -76,7 +83,9 @@ struct LlamaWeights {
 // in LayerWeights order, output_norm, output, rope_freqs), absent ones skipped: the one walk that
 // packing, device uploads and tests share. Vector lengths are in floats.
 struct MatrixRef {
-  std::string name;  // GGUF name (a row slice of a fused tensor: the unfused tensor's name)
+  // GGUF name (a row slice of a fused tensor: the unfused tensor's name; expert e of a 3-D
+  // tensor: its name + "[e]")
+  std::string name;
   kernels::WeightView* w;
 };
 struct VectorRef {

@@ -60,16 +60,18 @@ Status check_finite_positive(const gguf::GgufFile& f, const std::string& key, fl
 // change the function, so they are refused by name.
 Status refuse_unsupported_keys(const gguf::GgufFile& f, const std::string& a, int head_dim,
                                int rope_dim) {
-  for (const char* k : {".expert_count", ".expert_used_count", ".attention.key_length_mla",
-                        ".attention.q_lora_rank", ".attention.kv_lora_rank",
-                        ".attention.clamp_kqv", ".attention.max_alibi_bias"}) {
+  for (const char* k : {".attention.key_length_mla", ".attention.q_lora_rank",
+                        ".attention.kv_lora_rank", ".attention.clamp_kqv",
+                        ".attention.max_alibi_bias", ".expert_group_count",
+                        ".expert_group_used_count"}) {
     const gguf::Value* v = f.find(a + k);
     if (v == nullptr) continue;
     auto zero = f.get_i64(a + k);
     if (zero.ok() && *zero == 0) continue;
+    const bool groups = std::string_view(k).starts_with(".expert_group");
+    if (groups && zero.ok() && *zero == 1) continue;  // one group: no group selection
     return unimplemented(f.name(), ": ", a, k, " is set; arbor does not run ",
-                         std::string_view(k) == ".expert_count" ? "mixtures of experts yet"
-                                                                : "this attention variant");
+                         groups ? "grouped expert selection" : "this attention variant");
   }
   const std::pair<const char*, int> same[] = {{".attention.key_length_swa", head_dim},
                                               {".attention.value_length_swa", head_dim},
@@ -276,6 +278,48 @@ Status read_sliding(const gguf::GgufFile& f, const std::string& a, ModelConfig& 
   return ok_status();
 }
 
+// The expert keys (ArchSpec::experts), as llama.cpp reads them for qwen3moe and llama.
+Status read_experts(const gguf::GgufFile& f, const std::string& a, ModelConfig& c) {
+  const Experts kind = c.spec->experts;
+  const std::string count_key = a + ".expert_count", used_key = a + ".expert_used_count";
+  int64_t count = 0;
+  if (f.find(count_key) != nullptr) {
+    ARBOR_ASSIGN_OR_RETURN(count, f.get_i64(count_key));
+  }
+  if (count < 0 || count > 512) {
+    return invalid_argument(f.name(), ": ", count_key, " = ", count, " (must be in [0, 512])");
+  }
+  if (count == 0) {
+    if (kind == Experts::kRequired) {
+      return invalid_argument(f.name(), ": ", count_key, " is ", f.find(count_key) ? "0" : "missing",
+                              "; ", a, " is a mixture of experts");
+    }
+    return ok_status();
+  }
+  if (kind == Experts::kNone) {
+    return unimplemented(f.name(), ": ", count_key, " = ", count, "; arbor runs mixtures of "
+                         "experts on the qwen3moe and llama rows, not on ", a);
+  }
+  c.num_experts = static_cast<int>(count);
+  if (f.find(used_key) == nullptr) {
+    return not_found(f.name(), ": ", used_key, " is missing (", count_key, " = ", count, ")");
+  }
+  ARBOR_ASSIGN_OR_RETURN(c.num_experts_used, get_uniform_int(f, used_key, c.num_layers));
+  if (c.num_experts_used > c.num_experts) {
+    return invalid_argument(f.name(), ": ", used_key, " = ", c.num_experts_used, " exceeds ",
+                            count_key, " = ", c.num_experts);
+  }
+  c.expert_ffn_dim = c.ffn_dim;
+  const std::string ffn_key = a + ".expert_feed_forward_length";
+  if (kind == Experts::kRequired && f.find(ffn_key) != nullptr) {
+    ARBOR_ASSIGN_OR_RETURN(c.expert_ffn_dim, get_uniform_int(f, ffn_key, c.num_layers));
+  } else if (kind == Experts::kRequired) {
+    c.expert_ffn_dim = c.ffn_dim / c.num_experts_used;  // llama.cpp's fallback
+  }
+  if (c.expert_ffn_dim < 1) return invalid_argument(f.name(), ": the expert FFN length is 0");
+  return ok_status();
+}
+
 // Soft-caps, scales and the other per-architecture keys of the row.
 Status read_arch_keys(const gguf::GgufFile& f, const std::string& a, ModelConfig& c) {
   const ArchSpec& s = *c.spec;
@@ -371,6 +415,7 @@ Result<ModelConfig> ModelConfig::from_gguf(const gguf::GgufFile& f) {
   ARBOR_RETURN_IF_ERROR(read_sliding(f, a, c));
   ARBOR_RETURN_IF_ERROR(read_arch_keys(f, a, c));
   ARBOR_RETURN_IF_ERROR(read_pooling(f, a, c));
+  ARBOR_RETURN_IF_ERROR(read_experts(f, a, c));
   const gguf::TensorInfo* embd = f.find_tensor("token_embd.weight");
   if (embd == nullptr) return not_found(f.name(), ": tensor token_embd.weight is missing");
   if (embd->dims.size() != 2 || embd->dims[1] < 1 || embd->dims[1] > (1 << 30)) {
@@ -400,6 +445,10 @@ std::string ModelConfig::summary() const {
     }
   }
   if (nope > 0) s += str_cat(", ", nope, " NoPE layers");
+  if (is_moe()) {
+    s += str_cat(", ", num_experts, " experts (", num_experts_used, " per token, ffn ",
+                 expert_ffn_dim, ")");
+  }
   if (attn_softcap > 0.0f) s += str_cat(", attention soft-cap ", attn_softcap);
   if (final_softcap > 0.0f) s += str_cat(", final soft-cap ", final_softcap);
   return s;

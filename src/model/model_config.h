@@ -13,7 +13,11 @@
 //             <a>.attention.sliding_window[_pattern], <a>.rope.freq_base_swa, and the row's own
 //             keys (soft-caps, Granite's multipliers, Mistral 3's temperature and YaRN betas),
 //             <a>.pooling_type and <a>.classifier.output_labels (embedding and rank files).
-// A key arbor cannot honour (per-layer head counts, expert counts, a different head size or
+//   experts (ArchSpec::experts): <a>.expert_count, <a>.expert_used_count (required with
+//             experts), <a>.expert_feed_forward_length (Qwen3-MoE; default
+//             feed_forward_length / expert_used_count; Mixtral's experts are
+//             feed_forward_length wide).
+// A key arbor cannot honour (per-layer head counts, expert groups, a different head size or
 // rotary size for sliding layers, ...) is refused by name: nothing that changes the function is
 // ignored. A missing required key or an unsupported value is an error that names the key.
 #pragma once
@@ -103,6 +107,15 @@ struct ModelConfig {
   int pooling_type = -1;
   std::vector<std::string> classifier_labels;
 
+  // Mixture of experts (num_experts > 0; 0: dense FFN blocks). Every layer's FFN is
+  // num_experts experts of expert_ffn_dim, num_experts_used of them per token, chosen and
+  // weighted by the router (kernels::route_softmax_top_k: softmax, top-k, renormalised, as
+  // llama.cpp runs qwen3moe and Mixtral).
+  int num_experts = 0;
+  int num_experts_used = 0;
+  int expert_ffn_dim = 0;
+
+  bool is_moe() const { return num_experts > 0; }
   int q_dim() const { return num_heads * head_dim; }
   int kv_dim() const { return num_kv_heads * head_dim; }
   // Layer l's sliding window (0: full attention).

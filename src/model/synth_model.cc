@@ -30,6 +30,10 @@ std::vector<SynthShape> make_presets() {
   add({.name = "qwen3-0.6b", .arch = "qwen3", .dim = 1024, .ffn = 3072, .layers = 28,
        .heads = 16, .kv_heads = 8, .context = 40960, .head_dim = 128, .vocab = 151936,
        .tied = true, .rope_theta = 1e6f, .rms_eps = 1e-6f});
+  add({.name = "qwen3-30b-a3b", .arch = "qwen3moe", .dim = 2048, .ffn = 6144, .layers = 48,
+       .heads = 32, .kv_heads = 4, .context = 40960, .head_dim = 128, .vocab = 151936,
+       .rope_theta = 1e6f, .rms_eps = 1e-6f, .experts = 128, .experts_used = 8,
+       .expert_ffn = 768});
   add({.name = "gemma3-1b", .arch = "gemma3", .dim = 1152, .ffn = 6912, .layers = 26, .heads = 4,
        .kv_heads = 1, .context = 32768, .head_dim = 256, .vocab = 262144, .tied = true,
        .rope_theta = 1e6f, .rms_eps = 1e-6f, .window = 512, .swa_pattern = 6,
@@ -60,6 +64,16 @@ std::vector<SynthShape> make_presets() {
        .heads = 32, .kv_heads = 8, .context = 131072, .vocab = 49159, .tied = true,
        .rope_theta = 1e7f, .rms_eps = 1e-5f, .embedding_scale = 12.0f, .residual_scale = 0.22f,
        .logit_scale = 8.0f, .attention_scale = 0.015625f});
+  add({.name = "mixtral-8x7b", .dim = 4096, .ffn = 14336, .layers = 32, .heads = 32,
+       .kv_heads = 8, .context = 32768, .vocab = 32000, .rope_theta = 1e6f, .experts = 8,
+       .experts_used = 2});
+  // Tiny mixtures of experts for tests (tests/model/arch_reference_test.cc): several experts,
+  // top-k >= 2, widths every quantisation type takes.
+  add({.name = "tiny-qwen3moe", .arch = "qwen3moe", .dim = 256, .ffn = 512, .layers = 4,
+       .heads = 4, .kv_heads = 2, .context = 4096, .head_dim = 128, .rope_theta = 1e6f,
+       .rms_eps = 1e-6f, .experts = 16, .experts_used = 4, .expert_ffn = 64});
+  add({.name = "tiny-mixtral", .dim = 256, .ffn = 512, .layers = 4, .heads = 4, .kv_heads = 2,
+       .context = 4096, .rope_theta = 1e6f, .experts = 8, .experts_used = 2});
   add({.name = "custom", .context = 2048});
   return p;
 }
@@ -137,6 +151,19 @@ void plan_layer(const SynthShape& s, const ArchSpec& a, GgmlType type, int64_t l
   if (s.out_bias) vec("attn_output.bias", s.dim, Init::kUniform, 0.02f);
   if (a.post_norms) vec("post_attention_norm.weight", s.dim, norm);
   if (a.pre_norms) vec("ffn_norm.weight", s.dim, norm);
+  if (s.experts > 0) {  // llama.cpp's order: router, gate, down, up
+    const int64_t eff = s.expert_ffn > 0 ? s.expert_ffn : s.ffn;
+    t.push_back({p + "ffn_gate_inp.weight", {s.dim, s.experts}, GgmlType::kF32, Init::kUniform,
+                 fan_in(s.dim)});
+    t.push_back({p + "ffn_gate_exps.weight", {s.dim, eff, s.experts}, type, Init::kUniform,
+                 fan_in(s.dim)});
+    t.push_back({p + "ffn_down_exps.weight", {eff, s.dim, s.experts}, type, Init::kUniform,
+                 fan_in(eff)});
+    t.push_back({p + "ffn_up_exps.weight", {s.dim, eff, s.experts}, type, Init::kUniform,
+                 fan_in(s.dim)});
+    if (a.post_norms) vec("post_ffw_norm.weight", s.dim, norm);
+    return;
+  }
   if (a.fused_gate_up) {
     mat("ffn_up.weight", s.dim, 2 * s.ffn);
   } else {
@@ -197,6 +224,11 @@ void set_arch_keys(gguf::GgufWriter& w, const SynthShape& s) {
     }
     w.set(a + ".classifier.output_labels", Value::string_array(labels));
   }
+  u32(".expert_count", s.experts);
+  u32(".expert_used_count", s.experts > 0 ? s.experts_used : 0);
+  if (s.experts > 0 && s.arch == "qwen3moe") {
+    u32(".expert_feed_forward_length", s.expert_ffn > 0 ? s.expert_ffn : s.ffn);
+  }
 }
 
 }  // namespace
@@ -237,8 +269,32 @@ SynthShape with_arch(const SynthShape& shape, const std::string& arch) {
   s.vocab = shape.vocab;
   s.tied = s.tied || shape.tied;
   s.qkv_bias = s.qkv_bias || shape.qkv_bias || arch == "qwen2";
+  if (shape.experts > 0) {  // the shape's experts, else the architecture preset's (qwen3moe)
+    s.experts = shape.experts;
+    s.experts_used = shape.experts_used;
+    s.expert_ffn = shape.expert_ffn;
+  }
   return s;
 }
+
+namespace {
+
+Status validate_experts(const SynthShape& s, const ArchSpec& a) {
+  if (s.experts == 0 && a.experts == Experts::kRequired) {
+    return invalid_argument(s.arch, " is a mixture of experts: give --experts and --experts-used");
+  }
+  if (s.experts > 0 && a.experts == Experts::kNone) {
+    return invalid_argument(s.arch, " has no experts (mixtures of experts: qwen3moe, llama)");
+  }
+  if (s.experts < 0 || s.experts > 512 || s.expert_ffn < 0 ||
+      (s.experts > 0 && (s.experts_used < 1 || s.experts_used > s.experts))) {
+    return invalid_argument("--experts ", s.experts, " must be in [0, 512] and --experts-used ",
+                            s.experts_used, " in [1, --experts]");
+  }
+  return ok_status();
+}
+
+}  // namespace
 
 Status validate_synth_shape(const SynthShape& s, GgmlType type) {
   const ArchSpec* a = find_arch(s.arch);
@@ -279,14 +335,14 @@ Status validate_synth_shape(const SynthShape& s, GgmlType type) {
     return invalid_argument(s.arch, " cannot tie its classifier to the embedding");
   }
   const int64_t block = gguf::ggml_traits(type).block_size;
-  for (const int64_t n : {s.dim, s.ffn, s.heads * hd}) {
+  for (const int64_t n : {s.dim, s.ffn, s.heads * hd, s.expert_ffn}) {
     if (n % block != 0) {
-      return invalid_argument("--dim ", s.dim, ", --ffn ", s.ffn, " and heads x head_dim ",
-                              s.heads * hd, " must be multiples of ", block, " for type ",
-                              gguf::ggml_type_name(type));
+      return invalid_argument("--dim ", s.dim, ", --ffn ", s.ffn, ", --expert-ffn ", s.expert_ffn,
+                              " and heads x head_dim ", s.heads * hd, " must be multiples of ",
+                              block, " for type ", gguf::ggml_type_name(type));
     }
   }
-  return ok_status();
+  return validate_experts(s, *a);
 }
 
 std::vector<SynthTensor> plan_synth_tensors(const SynthShape& s, GgmlType type, int64_t vocab) {

@@ -59,11 +59,18 @@ struct SynthShape {
   // converter writes; "label_i" otherwise). 0: none.
   int64_t pooling_type = -1;
   int64_t rank_classes = 0;
+  // Mixture of experts (qwen3moe always, llama optionally: Mixtral): expert_count,
+  // expert_used_count and (qwen3moe) expert_feed_forward_length; the router ffn_gate_inp stays
+  // F32 (llama.cpp's quantizer keeps it) and the experts' 3-D tensors take the matrix type.
+  // expert_ffn 0: ffn (Mixtral's experts are feed_forward_length wide).
+  int64_t experts = 0, experts_used = 0, expert_ffn = 0;
 };
 
-// Real shapes: tinyllama-1.1b, stories110m, stories15m, qwen2.5-0.5b, qwen3-0.6b, gemma3-270m,
-// gemma3-1b, gemma2-2b, ministral3-3b, phi4-mini, smollm3-3b, olmo2-1b, granite3.3-2b, and
-// "custom" (dims from flags).
+// Real shapes: tinyllama-1.1b, stories110m, stories15m, qwen2.5-0.5b, qwen3-0.6b,
+// qwen3-30b-a3b (128 experts, 8 per token), gemma3-270m, gemma3-1b, gemma2-2b, ministral3-3b,
+// phi4-mini, smollm3-3b, olmo2-1b, granite3.3-2b, mixtral-8x7b; the test shapes tiny-qwen3moe
+// (dim 256, 4 layers, 16 experts of 64, top-4) and tiny-mixtral (llama, 8 experts of 512, top-2);
+// and "custom" (dims from flags).
 const std::vector<SynthShape>& synth_presets();
 // The preset `name`, or null.
 const SynthShape* find_synth_preset(const std::string& name);

@@ -98,6 +98,8 @@ WorkResult count_tokens_work(std::string_view body, const ModelInfo& model) {
   w.error = parse_json_object(body, &j);
   if (!w.error) w.error = count_message_tokens(j, body, model, &w.body);
   return w;
+}
+
 WorkResult embeddings_work(std::string_view body, const ModelInfo& model) {
   return prepare_with(prepare_embeddings, body, model);
 }

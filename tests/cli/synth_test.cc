@@ -177,7 +177,53 @@ TEST_F(SynthTest, EveryArchitectureWritesAFileArborRuns) {
   }
   CommandResult r = run_arbor(kTiny + " --arch falcon -o " + dir_ + "/x.gguf");
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("must be one of llama, qwen2, qwen3, gemma2"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("must be one of llama, qwen2, qwen3, qwen3moe, gemma2"), std::string::npos)
+      << r.err;
+}
+
+// Mixtures of experts: qwen3moe and llama with --experts (Mixtral), their keys and 3-D tensors
+// (routers F32), a file arbor runs; and the flags' errors.
+TEST_F(SynthTest, MixturesOfExpertsWriteFilesArborRuns) {
+  for (const auto& [arch, flags] :
+       {std::pair{"qwen3moe", "--arch qwen3moe --head-dim 32 --experts 8 --experts-used 2 "
+                              "--expert-ffn 64"},
+        std::pair{"llama", "--experts 4 --experts-used 2"}}) {
+    SCOPED_TRACE(arch);
+    const std::string name = std::string(arch) + "-moe.gguf";
+    synth(std::string("--type q4_0 ") + flags, name);
+    auto file = gguf::GgufFile::open(dir_ + "/" + name);
+    ASSERT_TRUE(file.ok()) << file.status().to_string();
+    const std::string a = arch;
+    const uint32_t experts = a == "qwen3moe" ? 8 : 4, ffn = a == "qwen3moe" ? 64 : 128;
+    EXPECT_EQ(*file->get_u32(a + ".expert_count"), experts);
+    EXPECT_EQ(*file->get_u32(a + ".expert_used_count"), 2u);
+    const gguf::TensorInfo* up = file->find_tensor("blk.1.ffn_up_exps.weight");
+    ASSERT_NE(up, nullptr);
+    EXPECT_EQ(up->dims, (std::vector<int64_t>{64, ffn, experts}));
+    EXPECT_EQ(up->type, gguf::GgmlType::kQ4_0);
+    const gguf::TensorInfo* router = file->find_tensor("blk.1.ffn_gate_inp.weight");
+    ASSERT_NE(router, nullptr);
+    EXPECT_EQ(router->type, gguf::GgmlType::kF32);
+    EXPECT_EQ(file->find_tensor("blk.1.ffn_up.weight"), nullptr);
+    const CommandResult info = run_arbor("gguf-info " + dir_ + "/" + name);
+    EXPECT_EQ(info.exit_code, 0) << info.err;
+    EXPECT_NE(info.out.find(std::to_string(experts) + " experts (2 per token, ffn " +
+                            std::to_string(ffn) + ")"),
+              std::string::npos)
+        << info.out.substr(info.out.rfind("arbor"));
+    const CommandResult gen =
+        run_arbor("generate -m " + dir_ + "/" + name + " -p 'Once upon a time' -n 8 --temp 0");
+    EXPECT_EQ(gen.exit_code, 0) << gen.err;
+  }
+  for (const auto& [flags, says] :
+       {std::pair{"--arch qwen2 --experts 4 --experts-used 2", "qwen2 has no experts"},
+        std::pair{"--experts 4 --experts-used 5", "--experts-used 5 in [1, --experts]"},
+        std::pair{"--arch qwen3moe --head-dim 32 --experts 8 --experts-used 2 --expert-ffn 48",
+                  "must be multiples of 32"}}) {
+    CommandResult r = run_arbor(kTiny + " --type q8_0 " + flags + " -o " + dir_ + "/bad.gguf");
+    EXPECT_EQ(r.exit_code, 2) << flags;
+    EXPECT_NE(r.err.find(says), std::string::npos) << r.err;
+  }
 }
 
 TEST_F(SynthTest, GgufInfoNamesWhatArborLacks) {

@@ -67,8 +67,8 @@ TEST(CudaForwardOps, RefusesADeviceThatIsNotThere) {
 }
 
 // check_cuda_runs (what --device auto asks before it picks a GPU): the llama rows run; every other
-// architecture and the llama variants the GPU path lacks are refused, naming what and
-// --device cpu. Built without CUDA, it says so.
+// architecture and the llama variants the GPU path lacks (experts among them) are refused,
+// naming what and --device cpu. Built without CUDA, it says so.
 TEST(CudaForwardOps, CheckCudaRunsNamesWhatTheGpuPathLacks) {
   ASSERT_TRUE(test::require_shared_file(test::kStories260K));
   auto stories = gguf::GgufFile::open(test::shared_path(test::kStories260K));
@@ -97,10 +97,20 @@ TEST(CudaForwardOps, CheckCudaRunsNamesWhatTheGpuPathLacks) {
                                                     .layers = 2, .heads = 4, .kv_heads = 2,
                                                     .context = 256},
                                                    "qwen3");
+  model::SynthShape mixtral = llama;  // llama with experts: the row the GPU runs, plus experts
+  mixtral.name = "mixtral";
+  mixtral.experts = 4;
+  mixtral.experts_used = 2;
+  model::SynthShape qwen3moe = model::with_arch(qwen3, "qwen3moe");
+  qwen3moe.experts = 4;
+  qwen3moe.experts_used = 2;
+  qwen3moe.expert_ffn = 64;
 #ifdef ARBOR_HAVE_CUDA
   EXPECT_TRUE(check(llama).ok()) << check(llama).to_string();
   for (const auto& [shape, lacks] : {std::pair{biased, "attention-output or feed-forward biases"},
-                                     std::pair{qwen3, "the qwen3 architecture"}}) {
+                                     std::pair{qwen3, "the qwen3 architecture"},
+                                     std::pair{mixtral, "mixture-of-experts feed-forward blocks"},
+                                     std::pair{qwen3moe, "the qwen3moe architecture"}}) {
     const Status st = check(shape);
     EXPECT_EQ(st.code(), StatusCode::kUnimplemented) << shape.name << ": " << st.to_string();
     EXPECT_NE(st.message().find(lacks), std::string::npos) << st.message();

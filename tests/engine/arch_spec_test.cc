@@ -1,6 +1,7 @@
-// Every architecture of the table keeps arbor's guarantees: greedy output with n-gram and
-// draft-model speculation, token trees, prefix caching, chunked prefill and preemption equals
-// plain greedy output token for token, at block sizes 1 and 16, and for the sliding-window rows
+// Every architecture of the table (with the mixtures of experts: qwen3moe, and llama with
+// experts as Mixtral) keeps arbor's guarantees: greedy output with n-gram and draft-model
+// speculation, token trees, prefix caching, chunked prefill and preemption equals plain greedy
+// output token for token, at block sizes 1 and 16, and for the sliding-window rows
 // at contexts several times their window (16 here; prompts + outputs reach 90 tokens).
 //
 // Each row gets a tiny random-weight Q8_0 target (model/synth_model.h, the stories260K
@@ -36,6 +37,8 @@ struct Row {
   std::string arch;
   int64_t window = 0;
   int64_t head_dim = 0;
+  int64_t experts = 0, experts_used = 0;  // a mixture of experts (qwen3moe, llama as Mixtral)
+  std::string name{};                     // the test's name; empty: arch
 };
 
 std::string write_model(const Row& row, int64_t layers, uint64_t seed, const std::string& path) {
@@ -47,6 +50,9 @@ std::string write_model(const Row& row, int64_t layers, uint64_t seed, const std
   s.window = row.window;
   if (row.arch == "gemma3") s.swa_pattern = 2;  // a global layer among 4
   if (row.arch == "olmo2") s.tied = false;
+  s.experts = row.experts;
+  s.experts_used = row.experts_used;
+  s.expert_ffn = row.arch == "qwen3moe" ? 128 : 0;
   kernels::ThreadPool pool(2);
   auto w = model::synth_model(s, gguf::GgmlType::kQ8_0, seed, kVocab,
                               testing::stories260k_tokenizer_keys(), pool);
@@ -192,8 +198,11 @@ INSTANTIATE_TEST_SUITE_P(
     EveryArchitecture, ArchSpecTest,
     ::testing::Values(Row{"llama"}, Row{"qwen2"}, Row{"qwen3", 0, 128}, Row{"gemma2", 16, 128},
                       Row{"gemma3", 16, 128}, Row{"mistral3"}, Row{"phi3"}, Row{"smollm3"},
-                      Row{"olmo2", 16}, Row{"granite"}),
-    [](const ::testing::TestParamInfo<Row>& info) { return info.param.arch; });
+                      Row{"olmo2", 16}, Row{"granite"}, Row{"qwen3moe", 0, 128, 8, 2},
+                      Row{"llama", 0, 0, 4, 2, "mixtral"}),
+    [](const ::testing::TestParamInfo<Row>& info) {
+      return info.param.name.empty() ? info.param.arch : info.param.name;
+    });
 
 }  // namespace
 }  // namespace arbor::engine

@@ -188,6 +188,36 @@ TEST(GgufWriterReader, WriteToFileMatchesSerialize) {
   EXPECT_EQ(w.write("/nonexistent-dir/x.gguf").code(), StatusCode::kIoError);
 }
 
+// add_tensor_generated: the bytes come from the generator when the file is written (once per
+// write), and the file equals the one with the same bytes added up front.
+TEST(GgufWriter, GeneratedTensorsEqualOwnedOnes) {
+  const std::vector<uint8_t> a = test_files::pattern_bytes(34 * 3, 1);  // q8_0 [96]
+  const std::vector<uint8_t> b = test_files::pattern_bytes(4 * 5, 2);   // f32 [5]
+  GgufWriter owned, generated;
+  int calls = 0;
+  for (GgufWriter* w : {&owned, &generated}) w->set("k", Value::u32(7));
+  owned.add_tensor_owned("a", GgmlType::kQ8_0, {96}, a);
+  owned.add_tensor_owned("b", GgmlType::kF32, {5}, b);
+  generated.add_tensor_generated("a", GgmlType::kQ8_0, {96}, [&] { ++calls; return a; });
+  generated.add_tensor_generated("b", GgmlType::kF32, {5}, [&] { ++calls; return b; });
+  EXPECT_EQ(calls, 0);
+  EXPECT_EQ(generated.serialize(), owned.serialize());
+  EXPECT_EQ(calls, 2);
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("gguf_gen_" + std::to_string(getpid()) + ".gguf")).string();
+  ASSERT_TRUE(generated.write(path).ok());
+  EXPECT_EQ(calls, 4);
+  auto f = GgufFile::open(path);
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  const std::string bytes = owned.serialize();
+  EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(),
+                         reinterpret_cast<const char*>(f->file_bytes().data())));
+  std::filesystem::remove(path);
+  GgufWriter wrong;
+  wrong.add_tensor_generated("c", GgmlType::kF32, {5}, [] { return std::vector<uint8_t>(12); });
+  EXPECT_DEATH(wrong.serialize(), "generated tensor 'c'");
+}
+
 TEST(GgufWriter, SetReplacesInPlaceAndRemoveDeletes) {
   GgufWriter w;
   w.set("a", Value::u32(1));

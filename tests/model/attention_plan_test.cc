@@ -97,6 +97,15 @@ class CountingOps final : public ForwardOps {
     cpu_.matmul_multi(ws, x, ys, num_tokens);
   }
   void qkv_epilogue(const QkvEpilogue& p) override { cpu_.qkv_epilogue(p); }
+  void route_experts(const ExpertRouting& r) override { cpu_.route_experts(r); }
+  void matmul_experts(std::span<const kernels::ExpertMatmul> mats, const float* x,
+                      const kernels::ExpertRows& rows) override {
+    cpu_.matmul_experts(mats, x, rows);
+  }
+  void combine_experts(const float* pairs, const int32_t* slot_pair, const float* slot_weight,
+                       int32_t num_tokens, int k, int dim, float* y) override {
+    cpu_.combine_experts(pairs, slot_pair, slot_weight, num_tokens, k, dim, y);
+  }
   void add(float* y, const float* x, int64_t n) override { cpu_.add(y, x, n); }
   void silu_mul(float* gate, const float* up, int64_t n) override { cpu_.silu_mul(gate, up, n); }
   void gelu_mul(float* gate, const float* up, int64_t n) override { cpu_.gelu_mul(gate, up, n); }

@@ -18,8 +18,10 @@
 #include "model/batch_builder.h"
 #include "model/cpu_forward_ops.h"
 #include "model/kv_cache.h"
+#include "model/synth_model.h"
 #include "sampling/sampler.h"
 #include "support/mask_bits.h"
+#include "support/temp_dir.h"
 
 namespace arbor::model::testing {
 namespace {
@@ -156,6 +158,46 @@ public:
     cpu_.attention(p, plan);
   }
   using ForwardOps::attention;
+  void route_experts(const ExpertRouting &r) override {
+    const size_t slots = (size_t)r.num_tokens * r.num_used;
+    expect_device(r.logits, (size_t)r.num_tokens * r.num_experts * sizeof(float),
+                  "router logits");
+    expect_device(r.slot_expert, slots * sizeof(int32_t), "slot experts");
+    expect_device(r.slot_weight, slots * sizeof(float), "slot weights");
+    expect_device(r.expert_indptr, (r.num_experts + 1) * sizeof(int32_t),
+                  "expert_indptr");
+    expect_device(r.pair_token, slots * sizeof(int32_t), "pair tokens");
+    expect_device(r.slot_pair, slots * sizeof(int32_t), "slot pairs");
+    cpu_.route_experts(r);
+    ++route_calls_;
+  }
+  void matmul_experts(std::span<const kernels::ExpertMatmul> mats,
+                      const float *x, const kernels::ExpertRows &rows) override {
+    expect_device(rows.expert_indptr, (rows.num_experts + 1) * sizeof(int32_t),
+                  "expert_indptr");
+    const int32_t pairs = rows.num_pairs();
+    if (rows.src_rows != nullptr)
+      expect_device(rows.src_rows, pairs * sizeof(int32_t), "pair rows");
+    for (const kernels::ExpertMatmul &m : mats) {
+      for (const kernels::WeightView &w : m.experts)
+        expect_matrix(w);
+      expect_device(x, m.experts[0].cols * sizeof(float), "expert input");
+      expect_device(m.y, (size_t)pairs * m.experts[0].rows * sizeof(float),
+                    "expert output");
+    }
+    cpu_.matmul_experts(mats, x, rows);
+  }
+  void combine_experts(const float *pairs, const int32_t *slot_pair,
+                       const float *slot_weight, int32_t num_tokens, int k,
+                       int dim, float *y) override {
+    const size_t slots = (size_t)num_tokens * k;
+    expect_device(pairs, slots * dim * sizeof(float), "expert outputs");
+    expect_device(slot_pair, slots * sizeof(int32_t), "slot pairs");
+    expect_device(slot_weight, slots * sizeof(float), "slot weights");
+    expect_device(y, (size_t)num_tokens * dim * sizeof(float), "combined rows");
+    cpu_.combine_experts(pairs, slot_pair, slot_weight, num_tokens, k, dim, y);
+  }
+  int route_calls() const { return route_calls_; }
   void add(float *y, const float *x, int64_t n) override {
     expect_device(y, n * sizeof(float), "add y");
     expect_device(x, n * sizeof(float), "add x");
@@ -280,13 +322,17 @@ private:
   int stages_ = 0;
   int argmax_calls_ = 0;
   int top_k_calls_ = 0;
+  int route_calls_ = 0;
 };
 
 std::unique_ptr<ModelRunner>
 load(int32_t block_size, int64_t num_blocks, bool shadow,
      kernels::KvDtype dtype = kernels::KvDtype::kF32,
-     ShadowOps **shadow_ops = nullptr) {
-  EXPECT_TRUE(require_shared_file(kStories260K));
+     ShadowOps **shadow_ops = nullptr, std::string path = "") {
+  if (path.empty()) {
+    EXPECT_TRUE(require_shared_file(kStories260K));
+    path = shared_path(kStories260K);
+  }
   RunnerOptions opt;
   opt.block_size = block_size;
   opt.num_blocks = num_blocks;
@@ -302,7 +348,7 @@ load(int32_t block_size, int64_t num_blocks, bool shadow,
       return std::unique_ptr<ForwardOps>(ops);
     };
   }
-  auto r = ModelRunner::load(shared_path(kStories260K), opt);
+  auto r = ModelRunner::load(path, opt);
   EXPECT_TRUE(r.ok()) << r.status().to_string();
   return r.ok() ? std::move(r).value() : nullptr;
 }
@@ -364,6 +410,47 @@ TEST(ForwardOpsTest, ShadowDeviceLogitsEqualTheCpusBitForBit) {
     ASSERT_TRUE(r.forward(b.batch(), logits[d].data()).ok());
     EXPECT_TRUE(r.nonfinite_origin(0).empty());
   }
+  ASSERT_EQ(logits[0].size(), logits[1].size());
+  EXPECT_EQ(0, std::memcmp(logits[0].data(), logits[1].data(),
+                           logits[0].size() * sizeof(float)));
+}
+
+// A mixture of experts through the shadow device: the routing arrays, the
+// experts' views and the pairs' rows all in device memory (each expert's matrix
+// copied through for_each_weight's walk), and the logits the CPU's, bit for bit.
+TEST(ForwardOpsTest, ShadowDeviceRunsAMixtureOfExpertsLikeTheCpu) {
+  test::TempDir dir("shadow_moe");
+  SynthShape s = with_arch({.name = "shadow-moe", .dim = 128, .ffn = 256,
+                            .layers = 2, .heads = 4, .kv_heads = 2,
+                            .context = 256},
+                           "qwen3moe");
+  s.vocab = 0;
+  s.experts = 8;
+  s.experts_used = 2;
+  s.expert_ffn = 64;
+  kernels::ThreadPool pool(1);
+  // F32: the shadow device multiplies the GGUF encoding, the CPU a packed Q8_0
+  // copy (other bits), so only float weights compare bit for bit.
+  auto w = synth_model(s, gguf::GgmlType::kF32, 3, 512, {}, pool);
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  const std::string path = dir / "moe.gguf";
+  ASSERT_TRUE(w->write(path).ok());
+  ShadowOps *shadow = nullptr;
+  auto cpu = load(4, 32, false, kernels::KvDtype::kF32, nullptr, path);
+  auto dev = load(4, 32, true, kernels::KvDtype::kF32, &shadow, path);
+  ASSERT_TRUE(cpu && dev && shadow);
+  const std::vector<int32_t> prompt = {1, 403, 407, 261, 378, 432, 383, 286, 261};
+  std::vector<float> logits[2];
+  for (int d = 0; d < 2; ++d) {
+    SingleSequence seq(d == 0 ? *cpu : *dev, SingleSequence::contiguous_blocks(0, 8));
+    auto l = seq.append_all_logits(prompt);
+    ASSERT_TRUE(l.ok()) << l.status().to_string();
+    logits[d].assign(l->begin(), l->end());
+    auto next = seq.append_all_logits(std::vector<int32_t>{298});
+    ASSERT_TRUE(next.ok());
+    logits[d].insert(logits[d].end(), next->begin(), next->end());
+  }
+  EXPECT_EQ(shadow->route_calls(), 2 * 2);  // two steps, two layers
   ASSERT_EQ(logits[0].size(), logits[1].size());
   EXPECT_EQ(0, std::memcmp(logits[0].data(), logits[1].data(),
                            logits[0].size() * sizeof(float)));

@@ -113,10 +113,10 @@ TEST(ModelConfigTest, RefusesWhatItWouldIgnore) {
       },
       "tensor blk.2.attn_q_norm.weight is not used by architecture llama");
   expect_load_error(set_key("llama.expert_count", gguf::Value::u32(8)),
-                    "llama.expert_count is set; arbor does not run mixtures of experts");
+                    "llama.expert_used_count is missing (llama.expert_count = 8)");
   expect_load_error(set_key("general.architecture", gguf::Value::str("deepseek2")),
-                    "(supported: llama, qwen2, qwen3, gemma2, gemma3, mistral3, phi3, smollm3, "
-                    "olmo2, granite)");
+                    "(supported: llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, mistral3, phi3, "
+                    "smollm3, olmo2, granite)");
   expect_load_error(set_key("llama.attention.head_count",
                             gguf::Value::i32_array({8, 8, 4, 8, 8})),
                     "llama.attention.head_count differs between layers (8 and 4)");
