@@ -9,11 +9,14 @@
 //      growing and the server frees the request (running 0, no KV block, one more abort);
 //   5. with tools and every sampling field set, the request the page sends is checked field by
 //      field, and a tool-call stream (served by the DevTools Fetch domain) shows the call and
-//      sends the result back as a "tool" message.
+//      sends the result back as a "tool" message;
+//   6. on a second server with --api-key, the page loads without the key, says the API needs it,
+//      and once it is typed in names the model, connects the engine view and chats.
 //
 // The protocol runs over a pipe (--remote-debugging-pipe: the browser reads fd 3 and writes fd 4,
 // NUL-separated JSON), so Node's standard library is all it needs: no WebSocket, no npm package.
 // Environment: ARBOR_ROOT_URL (http://127.0.0.1:PORT), ARBOR_MODEL (the served name),
+// ARBOR_KEYED_URL and ARBOR_KEYED_MODEL (the --api-key server and its model), ARBOR_API_KEY,
 // ARBOR_SCREENSHOT_DIR (where the PNGs go), ARBOR_CHROMIUM (default: chromium).
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -24,8 +27,12 @@ import assert from 'node:assert/strict';
 const ROOT = process.env.ARBOR_ROOT_URL;
 const MODEL = process.env.ARBOR_MODEL;
 const OUT = process.env.ARBOR_SCREENSHOT_DIR;
+const KEYED = process.env.ARBOR_KEYED_URL;
+const KEYED_MODEL = process.env.ARBOR_KEYED_MODEL;
+const KEY = process.env.ARBOR_API_KEY;
 const CHROME = process.env.ARBOR_CHROMIUM || 'chromium';
-assert.ok(ROOT && MODEL && OUT, 'set ARBOR_ROOT_URL, ARBOR_MODEL and ARBOR_SCREENSHOT_DIR');
+assert.ok(ROOT && MODEL && OUT && KEYED && KEYED_MODEL && KEY,
+  'set ARBOR_ROOT_URL, ARBOR_MODEL, ARBOR_KEYED_URL, ARBOR_KEYED_MODEL, ARBOR_API_KEY and ARBOR_SCREENSHOT_DIR');
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -309,6 +316,25 @@ async function toolsAndSettings(page) {
   await fulfill(page, request.requestId, sse([chunk({ content: 'Sunny, ' }), chunk({ content: '18 C.' }, 'stop'), '[DONE]']));
   await page.waitFor(`${LAST}?.dataset.done === 'done' && ${lastContent} === 'Sunny, 18 C.'`, 'the answer after the tool result');
   await page.send('Fetch.disable');
+  await page.screenshot('web_ui_tools.png');
+}
+
+async function apiKey(page) {
+  const loaded = page.waitEvent('Page.loadEventFired');
+  await page.send('Page.navigate', { url: KEYED + '/' });
+  await loaded;
+  await page.waitFor(`document.getElementById('server-status').textContent.includes('401')`, 'the page to say the API needs a key');
+  assert.match(await page.eval(`document.getElementById('server-status').textContent`), /enter the API key/);
+  assert.equal(await page.eval(`document.querySelector('details.key').open`), true);
+  await page.waitFor(`document.getElementById('engine-status').textContent.includes('401')`, 'the engine view to be refused');
+  await page.setValue('api-key', KEY);  // 'change': the page retries with the key
+  await page.waitFor(`document.getElementById('model-name').textContent === ${JSON.stringify(KEYED_MODEL)}`, 'the model name with the key');
+  await page.waitFor(`document.getElementById('engine-status').textContent === 'Live'`, 'the engine view with the key');
+  await page.setValue('max-tokens', 8);
+  await sendMessage(page, 'Hello');
+  await page.waitFor(`${LAST}?.dataset.done === 'done'`, 'an answer with the key');
+  assert.ok((await page.eval(lastContent)).length > 0);
+  assert.equal(await page.eval(`sessionStorage.getItem('arbor.apiKey')`), KEY);
 }
 
 async function main() {
@@ -317,12 +343,11 @@ async function main() {
   try {
     for (const [name, fn] of [['loads', () => loads(page, problems)], ['reasoning apart', () => reasoningApart(page)],
       ['structured output', () => structuredOutput(page)], ['stream then stop', () => streamThenStop(page)],
-      ['tools and settings', () => toolsAndSettings(page)]]) {
+      ['tools and settings', () => toolsAndSettings(page)], ['api key', () => apiKey(page)]]) {
       const t0 = Date.now();
       await fn();
       console.log('ok - ' + name + ' (' + (Date.now() - t0) + ' ms)');
     }
-    await page.screenshot('web_ui_tools.png');
     assert.deepEqual(problems, [], 'the page raised errors');
   } finally {
     await close();
