@@ -73,7 +73,7 @@ TEST(ServerWebBrowser, ChatStopToolsAndEngineView) {
       "cd '" + std::string(ARBOR_SOURCE_DIR) + "/tests/server/web' && ARBOR_ROOT_URL='" +
       server.url("") + "' ARBOR_MODEL=script ARBOR_KEYED_URL='" + keyed.url("") +
       "' ARBOR_KEYED_MODEL=stories260K ARBOR_API_KEY=sk-page ARBOR_SCREENSHOT_DIR='" + out +
-      "' timeout 120 node browser_test.mjs 2>&1");
+      "' timeout 240 node browser_test.mjs 2>&1");
   EXPECT_EQ(r.exit_code, 0) << r.output();
   std::printf("%s", r.output().c_str());  // the steps and their times, for the test log
   // The screenshot is a PNG of the page (a blank one would be a few hundred bytes).

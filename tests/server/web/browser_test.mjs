@@ -35,6 +35,8 @@ assert.ok(ROOT && MODEL && OUT && KEYED && KEYED_MODEL && KEY,
   'set ARBOR_ROOT_URL, ARBOR_MODEL, ARBOR_KEYED_URL, ARBOR_KEYED_MODEL, ARBOR_API_KEY and ARBOR_SCREENSHOT_DIR');
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+// Waits are long because a loaded 2-core machine (make test runs two tests at once) can make a
+// headless browser slow; a broken page fails on an assertion, not on time.
 
 // One DevTools connection over the pipe; commands for a page carry its sessionId.
 class Cdp {
@@ -70,7 +72,7 @@ class Cdp {
     return new Promise((resolve, reject) => this.pending.set(id, { resolve, reject, method }));
   }
   // The next event named `method` (of `sessionId`) for which `accept(params)` holds.
-  waitEvent(method, sessionId, accept = () => true, timeoutMs = 10000) {
+  waitEvent(method, sessionId, accept = () => true, timeoutMs = 30000) {
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
         this.listeners.delete(listener);
@@ -108,7 +110,7 @@ class Page {
     return r.result.value;
   }
   // Polls `expression` until it is truthy; the error names `what` and the page's status lines.
-  async waitFor(expression, what, timeoutMs = 15000) {
+  async waitFor(expression, what, timeoutMs = 30000) {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
       const v = await this.eval(expression);
@@ -150,7 +152,7 @@ async function launch() {
   const version = await Promise.race([
     cdp.send('Browser.getVersion'),
     exited.then((code) => { throw new Error(CHROME + ' exited with ' + code + ': ' + stderr.slice(-2000)); }),
-    sleep(30000).then(() => { throw new Error(CHROME + ' did not answer within 30 s: ' + stderr.slice(-2000)); }),
+    sleep(60000).then(() => { throw new Error(CHROME + ' did not answer within 60 s: ' + stderr.slice(-2000)); }),
   ]);
   console.log('browser: ' + version.product);
   const { targetId } = await cdp.send('Target.createTarget', { url: 'about:blank' });
@@ -226,7 +228,7 @@ async function streamThenStop(page) {
   await sendMessage(page, 'Go on');
   // Streamed: the text is seen growing, several times, before it ends.
   const lengths = [];
-  const deadline = Date.now() + 15000;
+  const deadline = Date.now() + 30000;
   while (lengths.length < 4 && Date.now() < deadline) {
     const n = await page.eval(`${LAST}?.dataset.done ? -1 : ${lastContent}.length`);
     assert.notEqual(n, -1, 'the long generation ended before it was seen streaming');
