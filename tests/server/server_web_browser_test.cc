@@ -7,11 +7,13 @@
 //   any other prompt        ->  " la la la ..." until max_tokens (a long generation to stop)
 //
 // The chat template renders only the messages' contents, so the prompt's last token is the
-// user's. Screenshots (web_ui.png while a request runs, web_ui_tools.png at the end) go to the
+// user's. A second server (stories260K, --api-key) checks the page asks for the key and uses
+// it. Screenshots (web_ui.png while a request runs, web_ui_tools.png at the end) go to the
 // test's build folder. Chromium and node come from scripts/install_deps.sh --tests; their absence
 // fails the test naming the command.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -65,11 +67,15 @@ TEST(ServerWebBrowser, ChatStopToolsAndEngineView) {
                         "--served-model-name", "script"},
                        0, files().model);
   ASSERT_TRUE(server.ok());
+  ServerProcess keyed({"--api-key", "sk-page", "--chat-template", "llama2"});  // stories260K
+  ASSERT_TRUE(keyed.ok());
   const test::CommandResult r = test::run_shell(
       "cd '" + std::string(ARBOR_SOURCE_DIR) + "/tests/server/web' && ARBOR_ROOT_URL='" +
-      server.url("") + "' ARBOR_MODEL=script ARBOR_SCREENSHOT_DIR='" + out +
-      "' timeout 120 node browser_test.mjs 2>&1");
+      server.url("") + "' ARBOR_MODEL=script ARBOR_KEYED_URL='" + keyed.url("") +
+      "' ARBOR_KEYED_MODEL=stories260K ARBOR_API_KEY=sk-page ARBOR_SCREENSHOT_DIR='" + out +
+      "' timeout 240 node browser_test.mjs 2>&1");
   EXPECT_EQ(r.exit_code, 0) << r.output();
+  std::printf("%s", r.output().c_str());  // the steps and their times, for the test log
   // The screenshot is a PNG of the page (a blank one would be a few hundred bytes).
   std::ifstream png(shot, std::ios::binary);
   std::string magic(8, '\0');
@@ -78,6 +84,7 @@ TEST(ServerWebBrowser, ChatStopToolsAndEngineView) {
   EXPECT_GT(std::filesystem::exists(shot) ? std::filesystem::file_size(shot) : 0, 20000u);
   EXPECT_TRUE(server.wait_no_blocks_used());
   EXPECT_EQ(server.terminate(), 0);
+  EXPECT_EQ(keyed.terminate(), 0);
 }
 
 }  // namespace

@@ -9,11 +9,14 @@
 //      growing and the server frees the request (running 0, no KV block, one more abort);
 //   5. with tools and every sampling field set, the request the page sends is checked field by
 //      field, and a tool-call stream (served by the DevTools Fetch domain) shows the call and
-//      sends the result back as a "tool" message.
+//      sends the result back as a "tool" message;
+//   6. on a second server with --api-key, the page loads without the key, says the API needs it,
+//      and once it is typed in names the model, connects the engine view and chats.
 //
 // The protocol runs over a pipe (--remote-debugging-pipe: the browser reads fd 3 and writes fd 4,
 // NUL-separated JSON), so Node's standard library is all it needs: no WebSocket, no npm package.
 // Environment: ARBOR_ROOT_URL (http://127.0.0.1:PORT), ARBOR_MODEL (the served name),
+// ARBOR_KEYED_URL and ARBOR_KEYED_MODEL (the --api-key server and its model), ARBOR_API_KEY,
 // ARBOR_SCREENSHOT_DIR (where the PNGs go), ARBOR_CHROMIUM (default: chromium).
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -24,10 +27,16 @@ import assert from 'node:assert/strict';
 const ROOT = process.env.ARBOR_ROOT_URL;
 const MODEL = process.env.ARBOR_MODEL;
 const OUT = process.env.ARBOR_SCREENSHOT_DIR;
+const KEYED = process.env.ARBOR_KEYED_URL;
+const KEYED_MODEL = process.env.ARBOR_KEYED_MODEL;
+const KEY = process.env.ARBOR_API_KEY;
 const CHROME = process.env.ARBOR_CHROMIUM || 'chromium';
-assert.ok(ROOT && MODEL && OUT, 'set ARBOR_ROOT_URL, ARBOR_MODEL and ARBOR_SCREENSHOT_DIR');
+assert.ok(ROOT && MODEL && OUT && KEYED && KEYED_MODEL && KEY,
+  'set ARBOR_ROOT_URL, ARBOR_MODEL, ARBOR_KEYED_URL, ARBOR_KEYED_MODEL, ARBOR_API_KEY and ARBOR_SCREENSHOT_DIR');
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+// Waits are long because a loaded 2-core machine (make test runs two tests at once) can make a
+// headless browser slow; a broken page fails on an assertion, not on time.
 
 // One DevTools connection over the pipe; commands for a page carry its sessionId.
 class Cdp {
@@ -63,7 +72,7 @@ class Cdp {
     return new Promise((resolve, reject) => this.pending.set(id, { resolve, reject, method }));
   }
   // The next event named `method` (of `sessionId`) for which `accept(params)` holds.
-  waitEvent(method, sessionId, accept = () => true, timeoutMs = 10000) {
+  waitEvent(method, sessionId, accept = () => true, timeoutMs = 30000) {
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
         this.listeners.delete(listener);
@@ -101,7 +110,7 @@ class Page {
     return r.result.value;
   }
   // Polls `expression` until it is truthy; the error names `what` and the page's status lines.
-  async waitFor(expression, what, timeoutMs = 15000) {
+  async waitFor(expression, what, timeoutMs = 30000) {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
       const v = await this.eval(expression);
@@ -143,7 +152,7 @@ async function launch() {
   const version = await Promise.race([
     cdp.send('Browser.getVersion'),
     exited.then((code) => { throw new Error(CHROME + ' exited with ' + code + ': ' + stderr.slice(-2000)); }),
-    sleep(30000).then(() => { throw new Error(CHROME + ' did not answer within 30 s: ' + stderr.slice(-2000)); }),
+    sleep(60000).then(() => { throw new Error(CHROME + ' did not answer within 60 s: ' + stderr.slice(-2000)); }),
   ]);
   console.log('browser: ' + version.product);
   const { targetId } = await cdp.send('Target.createTarget', { url: 'about:blank' });
@@ -219,7 +228,7 @@ async function streamThenStop(page) {
   await sendMessage(page, 'Go on');
   // Streamed: the text is seen growing, several times, before it ends.
   const lengths = [];
-  const deadline = Date.now() + 15000;
+  const deadline = Date.now() + 30000;
   while (lengths.length < 4 && Date.now() < deadline) {
     const n = await page.eval(`${LAST}?.dataset.done ? -1 : ${lastContent}.length`);
     assert.notEqual(n, -1, 'the long generation ended before it was seen streaming');
@@ -309,6 +318,25 @@ async function toolsAndSettings(page) {
   await fulfill(page, request.requestId, sse([chunk({ content: 'Sunny, ' }), chunk({ content: '18 C.' }, 'stop'), '[DONE]']));
   await page.waitFor(`${LAST}?.dataset.done === 'done' && ${lastContent} === 'Sunny, 18 C.'`, 'the answer after the tool result');
   await page.send('Fetch.disable');
+  await page.screenshot('web_ui_tools.png');
+}
+
+async function apiKey(page) {
+  const loaded = page.waitEvent('Page.loadEventFired');
+  await page.send('Page.navigate', { url: KEYED + '/' });
+  await loaded;
+  await page.waitFor(`document.getElementById('server-status').textContent.includes('401')`, 'the page to say the API needs a key');
+  assert.match(await page.eval(`document.getElementById('server-status').textContent`), /enter the API key/);
+  assert.equal(await page.eval(`document.querySelector('details.key').open`), true);
+  await page.waitFor(`document.getElementById('engine-status').textContent.includes('401')`, 'the engine view to be refused');
+  await page.setValue('api-key', KEY);  // 'change': the page retries with the key
+  await page.waitFor(`document.getElementById('model-name').textContent === ${JSON.stringify(KEYED_MODEL)}`, 'the model name with the key');
+  await page.waitFor(`document.getElementById('engine-status').textContent === 'Live'`, 'the engine view with the key');
+  await page.setValue('max-tokens', 8);
+  await sendMessage(page, 'Hello');
+  await page.waitFor(`${LAST}?.dataset.done === 'done'`, 'an answer with the key');
+  assert.ok((await page.eval(lastContent)).length > 0);
+  assert.equal(await page.eval(`sessionStorage.getItem('arbor.apiKey')`), KEY);
 }
 
 async function main() {
@@ -317,12 +345,11 @@ async function main() {
   try {
     for (const [name, fn] of [['loads', () => loads(page, problems)], ['reasoning apart', () => reasoningApart(page)],
       ['structured output', () => structuredOutput(page)], ['stream then stop', () => streamThenStop(page)],
-      ['tools and settings', () => toolsAndSettings(page)]]) {
+      ['tools and settings', () => toolsAndSettings(page)], ['api key', () => apiKey(page)]]) {
       const t0 = Date.now();
       await fn();
       console.log('ok - ' + name + ' (' + (Date.now() - t0) + ' ms)');
     }
-    await page.screenshot('web_ui_tools.png');
     assert.deepEqual(problems, [], 'the page raised errors');
   } finally {
     await close();
