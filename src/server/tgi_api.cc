@@ -209,7 +209,10 @@ std::optional<ApiError> prepare_tgi(const json& body, const ModelInfo& model, bo
 std::string tgi_info_json(const ModelInfo& model, int32_t max_concurrent_requests) {
   json j{{"model_id", model.name},
          {"model_sha", nullptr},
-         {"model_pipeline_tag", "text-generation"},
+         // The Hugging Face pipeline of the task (TEI answers the latter two).
+         {"model_pipeline_tag", model.task == ServeTask::kEmbed    ? "feature-extraction"
+                                : model.task == ServeTask::kRerank ? "text-classification"
+                                                                   : "text-generation"},
          {"model_device_type", "cpu"},
          {"max_concurrent_requests", max_concurrent_requests},
          {"max_best_of", model.max_n},

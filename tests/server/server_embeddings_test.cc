@@ -152,6 +152,7 @@ TEST(ServerEmbeddings, RoutesOfAnotherTaskAre404NamingBoth) {
   EXPECT_EQ(card["task"], "embed");
   EXPECT_EQ(card["pooling"], "last");
   EXPECT_EQ(card["embedding_dim"], 64);
+  EXPECT_EQ(embed.get("/info").json()["model_pipeline_tag"], "feature-extraction");
   ServerProcess generate;
   ASSERT_TRUE(generate.ok());
   expect_404_naming(generate.post("/v1/embeddings", {{"input", "hi"}}),
