@@ -1,9 +1,12 @@
-# arbor_add_test(NAME SOURCES a.cc b.cc LIBS arbor_x LABELS unit [TIMEOUT s] [PREFIX p.])
+# arbor_add_test(NAME SOURCES a.cc b.cc LIBS arbor_x LABELS unit [TIMEOUT s] [PREFIX p.]
+#                [SLOW gtest-filter])
 #
 # One GoogleTest executable, each test registered with CTest and labelled:
 #   unit  fast, runs in Release and under ASan/UBSan
 #   e2e   runs the real binary / server; Release only
-#   slow  kept out of `make test`
+#   slow  kept out of `make test`; `make test-slow` runs them. SLOW names, as a GoogleTest
+#         filter ("Suite.Name:Suite2.*"), the tests of an executable labelled `slow` instead of
+#         LABELS: exhaustive sweeps whose covering subset runs in the regular pass.
 #   gpu   needs a CUDA device (`make test-gpu`; `make test` runs them too). Each such test
 #         GTEST_SKIP()s with the reason when there is none, and CTest reports it as Skipped
 #         (SKIP_REGULAR_EXPRESSION on GoogleTest's "[  SKIPPED ]" line, or on the skip of a
@@ -51,7 +54,7 @@ function(arbor_test_code target)
 endfunction()
 
 function(arbor_add_test name)
-  cmake_parse_arguments(T "" "TIMEOUT;PREFIX" "SOURCES;LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(T "" "TIMEOUT;PREFIX;SLOW" "SOURCES;LIBS;LABELS" ${ARGN})
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 600)
   endif()
@@ -70,7 +73,17 @@ function(arbor_add_test name)
   if("gpu" IN_LIST T_LABELS)
     set(skip_args SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]|test_device.h:[0-9]+: Skipped")
   endif()
-  gtest_discover_tests(${name} ${prefix_args}
+  if(NOT T_SLOW)
+    gtest_discover_tests(${name} ${prefix_args}
+      PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT} ${skip_args}
+      DISCOVERY_TIMEOUT 120)
+    return()
+  endif()
+  gtest_discover_tests(${name} ${prefix_args} TEST_FILTER "-${T_SLOW}"
     PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT} ${skip_args}
+    DISCOVERY_TIMEOUT 120)
+  # Label `slow` alone: CMake 3.25's gtest_discover_tests cannot pass a list-valued property.
+  gtest_discover_tests(${name} ${prefix_args} TEST_FILTER "${T_SLOW}"
+    PROPERTIES LABELS slow TIMEOUT ${T_TIMEOUT} ${skip_args}
     DISCOVERY_TIMEOUT 120)
 endfunction()

@@ -177,14 +177,31 @@ TEST(SpecGolden, ModelFreeProposersEveryKBothBlockSizes) {
 
 // Token trees: width 1 (a chain sent as a tree's prefix), widths 2-4, budgets 4-32; the draft
 // model's dynamic trees and the model-free proposers' merged candidates.
-TEST(SpecGoldenTree, DraftModelTreesEveryShapeBothBlockSizes) {
+void expect_draft_model_tree(int layers, int32_t width, int32_t budget) {
+  const int32_t k = width == 1 ? budget / 2 : 6;
+  expect_goldens({.draft_layers = layers, .k = std::min(k, 8), .tree_budget = budget,
+                  .tree_width = width});
+}
+
+// Every (width, budget) pair once, the draft model alternating between 3 and 4 layers so that
+// each layer count meets every width and every budget; block size 1 with both drafts.
+TEST(SpecGoldenTree, DraftModelTreesEveryWidthAndBudget) {
+  const int32_t budgets[] = {4, 8, 16, 32};
+  for (int32_t width : {1, 2, 3, 4}) {
+    for (int b = 0; b < 4; ++b) expect_draft_model_tree(3 + (width + b) % 2, width, budgets[b]);
+  }
+  expect_goldens({.draft_layers = 3, .k = 5, .block_size = 1, .tree_budget = 16,
+                  .tree_width = 3});
+  expect_goldens({.draft_layers = 4, .k = 3, .block_size = 1, .tree_budget = 4,
+                  .tree_width = 2});
+}
+
+// The whole product (label `slow`, `make test-slow`): both draft models at every width, budget
+// and block size.
+TEST(SpecGoldenTreeExhaustive, DraftModelTreesEveryShapeBothBlockSizes) {
   for (int layers : {3, 4}) {
     for (int32_t width : {1, 2, 3, 4}) {
-      for (int32_t budget : {4, 8, 16, 32}) {
-        const int32_t k = width == 1 ? budget / 2 : 6;
-        expect_goldens({.draft_layers = layers, .k = std::min(k, 8), .tree_budget = budget,
-                        .tree_width = width});
-      }
+      for (int32_t budget : {4, 8, 16, 32}) expect_draft_model_tree(layers, width, budget);
     }
     expect_goldens({.draft_layers = layers, .k = 5, .block_size = 1, .tree_budget = 16,
                     .tree_width = 3});
