@@ -42,7 +42,8 @@ build-serve: deps-serve
 # recommends) for -O2 and -g1 (line tables: reports keep every frame, inlined ones included, with
 # file and line) for -g (build times: docs/build.md). The tests' own sources at -O0, still
 # instrumented: under ASan, -O1 doubles their compile time, and they only drive the code under
-# test. No CUDA.
+# test; the directories whose tests compute references keep -O1 (ARBOR_TEST_OPTIMIZE_NUMERIC,
+# cmake/ArborTest.cmake). No CUDA.
 ASAN_FLAGS = -O1 -g1 -DNDEBUG
 $(ASAN_BUILD)/build.ninja:
 	cmake -S . -B $(ASAN_BUILD) $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DARBOR_SANITIZE=ON \

@@ -21,34 +21,60 @@
 # The test code's own compile settings, for every test executable and test library (tests/):
 #  * ARBOR_TEST_OPTIMIZE (-O1; empty in a Debug build): the optimisation level of the test
 #    sources. The code under test, the arbor_* libraries of src/, is compiled as the build type
-#    says (-O3 in Release); the tests' own sources only drive it and compare results.
+#    says (-O3 in Release); the tests' own sources only drive it and compare results. The
+#    sanitizer build (Makefile) sets -O0: there -O1 doubles a test source's compile time.
+#  * ARBOR_TEST_OPTIMIZE_NUMERIC (-O1): the level of the directories whose tests compute their
+#    own references (matmuls, attention, whole forwards, enumerations), whatever
+#    ARBOR_TEST_OPTIMIZE says: a directory sets ARBOR_TEST_NUMERIC before adding its tests
+#    (tests/kernels, model, sampling, spec, cuda). At -O0 their references would run 3-10x
+#    slower. (The drivers' own loops slow down too at -O0: ToolCallParse, GgufFuzz, Export and
+#    OutputGrammar ran 3-4x slower in a Release build, which is why Release keeps -O1.)
 #  * with ARBOR_PCH, a precompiled header of GoogleTest and the standard headers the tests use
-#    most, built by arbor_test_support (tests/support) and reused by every test target. GCC uses
-#    it only in a compilation that defines every macro the header was built with, so
+#    most, built by arbor_test_support (tests/support) and reused by every test target;
+#    arbor_test_pch_numeric builds it a second time at the numeric level when the two differ
+#    (GCC refuses a header built at another -O level: `__OPTIMIZE__` differs). GCC uses it only
+#    in a compilation that defines every macro the header was built with, so
 #    arbor_test_support keeps its own definitions on the sources that read them, never on the
 #    target (GCC warns "not used because 'X' not defined" otherwise). Only what nearly every test
 #    includes is in it: a larger header costs each source more to load than it saves the few that
 #    parse it (nlohmann/json: 17 of ~115 test sources).
 if(CMAKE_BUILD_TYPE STREQUAL "Debug")
   set(arbor_test_optimize_default "")
+  set(arbor_test_optimize_numeric_default "")
 else()
   set(arbor_test_optimize_default "-O1")
+  set(arbor_test_optimize_numeric_default "-O1")
 endif()
 set(ARBOR_TEST_OPTIMIZE "${arbor_test_optimize_default}" CACHE STRING
     "Optimisation flag of the test sources (tests/); empty: the build type's")
+set(ARBOR_TEST_OPTIMIZE_NUMERIC "${arbor_test_optimize_numeric_default}" CACHE STRING
+    "Optimisation flag of the test sources that compute references (ARBOR_TEST_NUMERIC)")
 set(ARBOR_TEST_PCH_HEADERS
   <gtest/gtest.h> <algorithm> <cstdint> <map> <memory> <optional> <random> <string> <vector>)
+if(ARBOR_TEST_OPTIMIZE STREQUAL ARBOR_TEST_OPTIMIZE_NUMERIC)
+  set(arbor_test_numeric_pch arbor_test_support)
+else()
+  set(arbor_test_numeric_pch arbor_test_pch_numeric)
+endif()
 
 # arbor_test_code(TARGET): TARGET is test code (the settings above).
 function(arbor_test_code target)
-  if(ARBOR_TEST_OPTIMIZE)
-    target_compile_options(${target} PRIVATE ${ARBOR_TEST_OPTIMIZE})
+  set(level "${ARBOR_TEST_OPTIMIZE}")
+  set(pch arbor_test_support)
+  if(ARBOR_TEST_NUMERIC)
+    set(level "${ARBOR_TEST_OPTIMIZE_NUMERIC}")
+    set(pch ${arbor_test_numeric_pch})
+  endif()
+  if(level)
+    target_compile_options(${target} PRIVATE ${level})
   endif()
   if(ARBOR_PCH)
     # A header GCC cannot use is an error, not a warning that silently costs the build its PCH.
     target_compile_options(${target} PRIVATE -Werror=invalid-pch)
-    if(NOT target STREQUAL "arbor_test_support")
-      target_precompile_headers(${target} REUSE_FROM arbor_test_support)
+    if(target STREQUAL pch)
+      target_precompile_headers(${target} PRIVATE ${ARBOR_TEST_PCH_HEADERS})
+    else()
+      target_precompile_headers(${target} REUSE_FROM ${pch})
     endif()
   endif()
 endfunction()

@@ -127,12 +127,15 @@ TEST(ServerFaults, ImpossibleMetadataIsRefusedAtLoad) {
 }
 
 // A request whose chat template rendering exceeds the renderer's limits can never succeed:
-// 400 invalid_request_error, not 429 (which clients retry).
+// 400 invalid_request_error, not 429 (which clients retry). The template doubles a string 4
+// times per message: 6 messages build 2^25 bytes, over the 16 MiB limit on a string; one builds
+// 32 bytes. (The step limit's 10^7 steps took 10-37 s to reach here; Jinja.RunawayRendersAreBounded
+// checks every limit on the renderer itself.)
 TEST(ServerFaults, TemplateResourceLimitsAre400) {
   test::TempDir dir("heavy_template");
   const std::string tpl = dir / "heavy.jinja";
-  std::ofstream(tpl) << "{% for m in messages %}{% for j in range(20) %}"
-                        "{% for i in range(100000) %}{% endfor %}{% endfor %}"
+  std::ofstream(tpl) << "{% set s = namespace(v='xx') %}{% for m in messages %}"
+                        "{% for j in range(4) %}{% set s.v = s.v ~ s.v %}{% endfor %}"
                         "{{ m['content'] }}{% endfor %}";
   ServerProcess server({"--chat-template", tpl});
   ASSERT_TRUE(server.ok());
