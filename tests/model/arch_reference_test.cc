@@ -12,7 +12,9 @@
 // partial rotary dims, SmolLM3's NoPE layers, OLMo 2's whole-projection QK-norm without
 // pre-norms, Granite's multipliers, the llama row's optional biases, fused QKV and rope_freqs
 // (what llama.cpp's own fixture of the llama architecture carries), and mixtures of experts
-// (qwen3moe with 16 experts, top-4; llama with 8 experts, top-2, as Mixtral) — F32 routers,
+// (qwen3moe with 16 experts, top-4; llama with 8 experts, top-2, as Mixtral; gpt-oss with 8
+// experts, top-4, attention sinks, biased router and experts, the clamped SwiGLU with a few per
+// cent of its inputs beyond the clamps, windows on even layers and YaRN on all) — F32 routers,
 // experts in the file's type.
 //
 // Tolerance (max |arbor - llama.cpp| over all positions and tokens, logits of unit scale): F32
@@ -117,6 +119,9 @@ std::vector<SynthShape> test_shapes() {
   v.push_back(qwen3moe);
   SynthShape mixtral = preset("tiny-mixtral", "mixtral");  // llama with 8 experts, top-2
   v.push_back(mixtral);
+  // gpt-oss: 8 experts, top-4, sinks, windows of 16 on even layers, YaRN x4 over 16 positions.
+  SynthShape gpt_oss = preset("tiny-gpt-oss", "gpt-oss");
+  v.push_back(gpt_oss);
   // Every expert routed (k = E): the weights vary smoothly with the hidden state, so the
   // quantised files compare across engines (see kRoutingFlips).
   SynthShape qwen3moe_all = qwen3moe;
