@@ -26,6 +26,9 @@ const Row kRows[] = {
     {"gemma4", "<|channel>thought", "<channel|>", "", ""},
     {"apriel", "Here are my reasoning steps:", "[BEGIN FINAL RESPONSE]", "", "[END FINAL RESPONSE]"},
     {"granite", "<think>", "</think>", "<response>", "</response>"},
+    // Markers for the record (logs, --reasoning-format harmony): the output is read whole as
+    // harmony messages (harmony.h), never by ReasoningSplitter.
+    {"harmony", "<|channel|>analysis<|message|>", "<|end|>", "", ""},
 };
 
 ReasoningSyntax from_row(const Row& r) {
@@ -73,8 +76,8 @@ ReasoningDetection detect_reasoning(std::string_view src) {
     return d;
   };
   if (has("<|channel|>analysis") || has("<|channel|>final")) {
-    d.reason = "gpt-oss's harmony channels are not read yet: its analysis stays in content";
-    return d;
+    return found("harmony", "the template writes gpt-oss's harmony channels: analysis becomes "
+                            "reasoning_content, final content");
   }
   if (has("<seed:think>")) return found("seed", "the template writes <seed:think>");
   if (has("[THINK]")) return found("mistral", "the template writes [THINK]");

@@ -3,8 +3,9 @@
 // thinking block, and splitting the output into OpenAI's `reasoning_content` and `content`.
 //
 // Syntaxes (detect_reasoning reads the template source, in this order):
-//   gpt-oss   "<|channel|>analysis" / "<|channel|>final" (harmony channels): not read; the output
-//             stays in content (the reason says so)
+//   harmony   "<|channel|>analysis" / "<|channel|>final" (gpt-oss's harmony messages): read whole
+//             by chat::parse_harmony (harmony.h: analysis -> reasoning, final -> content,
+//             commentary to=functions.NAME -> tool calls), never by ReasoningSplitter
 //   seed      <seed:think> ... </seed:think>                           (ByteDance Seed-OSS)
 //   mistral   [THINK] ... [/THINK]                                     (Magistral, Ministral 3
 //             Reasoning; control tokens, kept as text for the parse)
@@ -35,7 +36,7 @@
 namespace arbor::chat {
 
 struct ReasoningSyntax {
-  std::string name;  // "think", "seed", "mistral", "gemma4", "apriel", "granite"
+  std::string name;  // "think", "seed", "mistral", "gemma4", "apriel", "granite", "harmony"
   grammar::ThinkingMarkers markers;
   // Dropped (with trailing whitespace) when the content ends with it, after a thinking block:
   // Granite's "</response>", Apriel 1.5's "[END FINAL RESPONSE]". "" for none.

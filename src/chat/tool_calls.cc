@@ -4,6 +4,8 @@
 #include <cctype>
 #include <regex>
 
+#include "chat/harmony.h"
+
 namespace arbor::chat {
 
 namespace {
@@ -262,12 +264,18 @@ ParsedToolOutput parse_llama3(std::string_view t, bool final, std::span<const st
 }  // namespace
 
 std::string_view tool_call_format_name(ToolCallFormat format) {
-  return format == ToolCallFormat::kHermes ? "hermes" : "llama3_json";
+  switch (format) {
+    case ToolCallFormat::kHermes: return "hermes";
+    case ToolCallFormat::kLlama3Json: return "llama3_json";
+    case ToolCallFormat::kHarmony: return "harmony";
+  }
+  return "";
 }
 
 std::optional<ToolCallFormat> parse_tool_call_format(std::string_view name) {
   if (name == "hermes") return ToolCallFormat::kHermes;
   if (name == "llama3_json") return ToolCallFormat::kLlama3Json;
+  if (name == "harmony") return ToolCallFormat::kHarmony;
   return std::nullopt;
 }
 
@@ -280,7 +288,11 @@ TemplateToolSupport detect_tool_support(std::string_view source) {
                "message and reads <tool_call> blocks";
     return s;
   }
-  if (source.find(kHermesOpen) != kNone) {
+  if (source.find("<|channel|>") != kNone && source.find("to=") != kNone) {
+    s.format = ToolCallFormat::kHarmony;
+    s.reason = "the chat template writes harmony messages (gpt-oss): calls are commentary "
+               "messages to=functions.NAME";
+  } else if (source.find(kHermesOpen) != kNone) {
     s.reason = "the chat template writes <tool_call>";
   } else if (source.find(kPythonTag) != kNone || source.find("<|start_header_id|>") != kNone) {
     s.format = ToolCallFormat::kLlama3Json;
@@ -294,8 +306,17 @@ TemplateToolSupport detect_tool_support(std::string_view source) {
 
 ParsedToolOutput parse_tool_calls(ToolCallFormat format, std::string_view text, bool final,
                                   std::span<const std::string> tool_names) {
-  return format == ToolCallFormat::kHermes ? parse_hermes(text, final, tool_names)
-                                           : parse_llama3(text, final, tool_names);
+  switch (format) {
+    case ToolCallFormat::kHermes: return parse_hermes(text, final, tool_names);
+    case ToolCallFormat::kLlama3Json: return parse_llama3(text, final, tool_names);
+    case ToolCallFormat::kHarmony: {
+      // Every channel but the calls is content here; the server reads harmony whole
+      // (parse_harmony), the analysis channel as reasoning.
+      HarmonyOutput h = parse_harmony(text, final, tool_names, /*reasoning=*/false);
+      return {.content = std::move(h.content), .calls = std::move(h.calls)};
+    }
+  }
+  return {};
 }
 
 ToolCallStreamer::Step ToolCallStreamer::update(std::string_view text, bool final) {

@@ -7,6 +7,9 @@
 //                do not render tools themselves).
 //   kLlama3Json  {"name": "f", "parameters": {...}} as the whole message, optionally after
 //                <|python_tag|>; parallel calls separated by ";" (Llama 3.1 / 3.2 / 3.3).
+//   kHarmony     gpt-oss's harmony messages: <|channel|>commentary to=functions.f
+//                <|constrain|>json<|message|>{...}<|call|> (harmony.h; the server reads the
+//                whole output, reasoning included, with parse_harmony).
 //
 // parse_tool_calls() reads the whole output so far. It is prefix-monotone, which is what lets a
 // stream send deltas: for any text T and any prefix P of T, parse(P, partial) describes a prefix
@@ -28,9 +31,10 @@
 
 namespace arbor::chat {
 
-enum class ToolCallFormat { kHermes, kLlama3Json };
+enum class ToolCallFormat { kHermes, kLlama3Json, kHarmony };
 
-std::string_view tool_call_format_name(ToolCallFormat format);  // "hermes", "llama3_json"
+// "hermes", "llama3_json", "harmony"
+std::string_view tool_call_format_name(ToolCallFormat format);
 // nullopt for an unknown name.
 std::optional<ToolCallFormat> parse_tool_call_format(std::string_view name);
 

@@ -267,9 +267,10 @@ void setup(CLI::App& app) {
                   "Chat template: a builtin name or a file; default: the model's own, or the "
                   "builtin chatml (with a warning) for a model that has none");
   sub->add_option("--tool-call-parser", o->tool_call_parser,
-                  "How the model writes tool calls: hermes (<tool_call> JSON), llama3_json, or "
-                  "auto (read from the chat template; docs/tool_calling.md)")
-      ->check(CLI::IsMember({"auto", "hermes", "llama3_json"}))
+                  "How the model writes tool calls: hermes (<tool_call> JSON), llama3_json, "
+                  "harmony (gpt-oss's commentary messages), or auto (read from the chat "
+                  "template; docs/tool_calling.md)")
+      ->check(CLI::IsMember({"auto", "hermes", "llama3_json", "harmony"}))
       ->capture_default_str();
   std::vector<std::string> reasoning_formats = {"none", "auto"};
   for (std::string_view n : chat::reasoning_syntax_names()) reasoning_formats.emplace_back(n);

@@ -117,6 +117,12 @@ class CudaForwardOps final : public model::ForwardOps {
   void silu_mul(float* gate, const float* up, int64_t n) override;
   // Refused at load (check_cuda_supports): never called.
   void gelu_mul(float*, const float*, int64_t) override { refused("gelu_mul"); }
+  void swiglu_oai(float*, const float*, int64_t, float, float) override {
+    refused("swiglu_oai");
+  }
+  void add_expert_bias(float*, const kernels::ExpertRows&, const float*, int) override {
+    refused("add_expert_bias");
+  }
   void scale_bias(float*, int32_t, int, float, const float*) override { refused("scale_bias"); }
   void softcap(float*, int64_t, float) override { refused("softcap"); }
   void route_experts(const model::ExpertRouting&) override { refused("route_experts"); }

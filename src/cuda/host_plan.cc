@@ -111,6 +111,7 @@ Status check_cuda_supports(const model::ModelConfig& c, const model::LlamaWeight
     if (l.rope != 0) return refuse("layers without RoPE");
   }
   for (const model::LayerWeights& l : w.layers) {
+    if (l.attn_sinks != nullptr) return refuse("attention sinks");
     for (const model::Linear* x : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) {
       if (x->scale != 1.0f) return refuse("per-tensor weight scales");
     }

@@ -470,9 +470,16 @@ void fold_partial(float m, float l, const float* acc, int hd, float& fm, float& 
   fm = m_new;
 }
 
-// o = acc / l (zeros for a row that saw no key).
-void write_row(float l, const float* acc, int hd, float* o) {
-  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+// o = acc / l (zeros for a row that saw no key), where (m, l, acc) is the row's fold over its
+// keys; with a sink logit (sink != null) the denominator gains exp(*sink - m), counted in the
+// frame of max(m, *sink) so that a large sink cannot overflow.
+void write_row(float m, float l, const float* acc, int hd, const float* sink, float* o) {
+  float inv = l > 0.0f ? 1.0f / l : 0.0f;
+  if (sink != nullptr && l > 0.0f) {
+    const float m_all = std::max(m, *sink);
+    const float a = std::exp(m - m_all);
+    inv = a / (l * a + std::exp(*sink - m_all));
+  }
   for (int d = 0; d < hd; ++d) o[d] = acc[d] * inv;
 }
 
@@ -501,6 +508,7 @@ void finish_item(const PagedAttentionParams& p, const WorkItem& w, const Scratch
   const int32_t rows = per_head * (w.g1 - w.g0);
   const int64_t q_row0 = p.qo_indptr[w.b] + w.i0;
   // One chunk: (m, l, acc) is the whole result (fold_partial of one chunk is a copy).
+  const float* ms = multi_chunk ? sc.fm : sc.m;
   const float* ls = multi_chunk ? sc.fl : sc.l;
   const float* accs = multi_chunk ? sc.facc : sc.acc;
   for (int32_t row = 0; row < rows; ++row) {
@@ -514,7 +522,8 @@ void finish_item(const PagedAttentionParams& p, const WorkItem& w, const Scratch
     }
     const int32_t in_head = row % per_head;
     const int32_t i = w.i0 + in_head / r, h = (w.g0 + row / per_head) * r + in_head % r;
-    write_row(ls[row], a, hd, p.out + ((q_row0 + i - w.i0) * p.num_q_heads + h) * hd);
+    write_row(ms[row], ls[row], a, hd, p.sinks != nullptr ? p.sinks + h : nullptr,
+              p.out + ((q_row0 + i - w.i0) * p.num_q_heads + h) * hd);
   }
 }
 
@@ -812,7 +821,7 @@ void merge_group(const PagedAttentionParams& p, const Plan& plan, const SplitGro
       fold_partial(src[0], src[1], src + 2, hd, m, l, o);
     }
     if (m == kNegInf) std::fill(o, o + hd, 0.0f);
-    write_row(l, o, hd, o);
+    write_row(m, l, o, hd, p.sinks != nullptr ? p.sinks + h : nullptr, o);
   }
 }
 
@@ -926,6 +935,11 @@ void attention_ref(const RefAttentionParams& p) {
       }
       std::vector<double> o(hd, 0.0);
       double sum = 0.0;
+      if (p.sinks != nullptr && mmax > -std::numeric_limits<double>::infinity()) {
+        const double sink = p.sinks[h];
+        mmax = std::max(mmax, sink);
+        sum = std::exp(sink - mmax);
+      }
       for (int j = 0; j < p.num_kv; ++j) {
         if (!p.visible[(size_t)i * p.num_kv + j]) continue;
         const double e = std::exp(s[j] - mmax);

@@ -52,6 +52,12 @@ struct PagedAttentionParams {
   // Soft-capping: > 0: every score becomes softcap * tanh(score / softcap) (kernels::softcap,
   // after `scale`) before the softmax (Gemma 2).
   float softcap = 0.0f;
+  // Attention sinks (gpt-oss): null, or [num_q_heads] logits, one per query head, that join the
+  // softmax's denominator as one more key with no value (not scaled or soft-capped):
+  // out = sum_j exp(s_j - m) v_j / (sum_j exp(s_j - m) + exp(sink[h] - m)), m = max(max_j s_j,
+  // sink[h]), as llama.cpp's soft_max with sinks. Not part of the plan (a layout's layers may
+  // differ in sinks). A row that sees no key still outputs zeros.
+  const float* sinks = nullptr;
 
   const float* q = nullptr;  // [num_tokens, num_q_heads, head_dim]
   float* out = nullptr;      // [num_tokens, num_q_heads, head_dim]
@@ -136,6 +142,7 @@ struct RefAttentionParams {
   int head_dim = 0;
   float scale = 0.0f;
   float softcap = 0.0f;            // > 0: score = softcap * tanh(score / softcap)
+  const float* sinks = nullptr;    // [num_q_heads] or null (PagedAttentionParams::sinks)
   const float* q = nullptr;        // [num_q, num_q_heads, head_dim]
   const float* k = nullptr;        // [num_kv, num_kv_heads, head_dim]
   const float* v = nullptr;        // [num_kv, num_kv_heads, head_dim]

@@ -244,6 +244,25 @@ void sort_pairs_by_expert(const int32_t* ids, int32_t num_tokens, int k, int num
   expert_indptr[0] = 0;
 }
 
+void add_expert_bias(float* y, const ExpertRows& rows, const float* bias, int cols,
+                     ThreadPool& pool) {
+  const int32_t n = rows.num_pairs();
+  auto add = [&](int64_t begin, int64_t end, int) {
+    int32_t e = expert_of(rows, static_cast<int32_t>(begin));
+    for (int64_t p = begin; p < end; ++p) {
+      while (p >= rows.expert_indptr[e + 1]) ++e;
+      float* row = y + p * cols;
+      const float* b = bias + static_cast<int64_t>(e) * cols;
+      for (int c = 0; c < cols; ++c) row[c] += b[c];
+    }
+  };
+  if (n < 2 * pool.num_threads()) {
+    add(0, n, 0);
+  } else {
+    pool.parallel_for(n, add);
+  }
+}
+
 void matmul_experts(std::span<const ExpertMatmul> mats, const float* x, const ExpertRows& rows,
                     ThreadPool& pool) {
   check_args(mats, rows);

@@ -67,6 +67,12 @@ struct ExpertMatmul {
   float* y = nullptr;                   // [num_pairs, rows]
 };
 
+// y[p] += bias[e(p)] for every pair p (y: [num_pairs, cols], bias: [num_experts, cols]): the
+// per-expert biases of gpt-oss's gate, up and down projections. Pair p's bits depend only on
+// y[p] and its expert's bias row.
+void add_expert_bias(float* y, const ExpertRows& rows, const float* bias, int cols,
+                     ThreadPool& pool);
+
 // Every set of `mats` (at most 4, sharing x and cols: a layer's gate and up projections) over the
 // pairs of `rows`, as above. Called from the pool's caller thread; uses the pool's workspace
 // (slot 0) and all its threads. y must not alias x.

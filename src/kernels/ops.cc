@@ -151,6 +151,16 @@ void gelu_mul_ref(float* gate, const float* up, int64_t n) {
   }
 }
 
+void swiglu_oai(float* gate, const float* up, int64_t n, float alpha, float limit) {
+  for (int64_t i = 0; i < n; ++i) {
+    // Comparisons written so that a NaN stays a NaN (std::min / std::clamp would keep it too,
+    // but only by argument order).
+    const float g = gate[i] > limit ? limit : gate[i];
+    const float u = up[i] > limit ? limit : (up[i] < -limit ? -limit : up[i]);
+    gate[i] = g / (1.0f + std::exp(alpha * -g)) * (u + 1.0f);
+  }
+}
+
 void softcap(float* x, int64_t n, float cap) {
   if (use_avx2()) return internal::softcap_avx2(x, n, cap);
   const float inv = 1.0f / cap;

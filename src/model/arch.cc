@@ -36,6 +36,14 @@ constexpr std::array kArchs = {
              .swa_pattern = 4, .swa_base_is_global = true},
     ArchSpec{.name = "granite", .arch = Arch::kGranite, .attn_out_bias = true, .ffn_bias = true,
              .rope_freqs = true, .granite_scales = true, .attn_scale = AttnScale::kKey},
+    // gpt-oss (llama.cpp's LLM_ARCH_OPENAI_MOE, src/models/openai-moe.cpp): q/k/v and output
+    // biases, sinks, even layers sliding, top-k then softmax routing with biases everywhere.
+    ArchSpec{.name = "gpt-oss", .arch = Arch::kGptOss, .rope_neox = true,
+             .activation = Activation::kSwigluOai, .attn_out_bias = true,
+             .output = OutputTensor::kRequired, .swa_pattern = 2,
+             .experts = Experts::kRequired, .attn_sinks = true,
+             .ffn_norm_name = "post_attention_norm", .expert_biases = true,
+             .swa_rope_is_global = true, .swa_key_required = true},
 };
 
 }  // namespace

@@ -17,7 +17,7 @@ namespace arbor::model {
 
 enum class Arch : uint8_t {
   kLlama, kQwen2, kQwen3, kQwen3Moe, kGemma2, kGemma3, kMistral3, kPhi3, kSmolLM3, kOlmo2,
-  kGranite,
+  kGranite, kGptOss,
 };
 
 // Per-head or whole-projection RMS norm of q and k before RoPE.
@@ -31,6 +31,9 @@ enum class QkNorm : uint8_t {
 enum class Activation : uint8_t {
   kSilu,      // x / (1 + exp(-x))
   kGeluTanh,  // 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))  (Gemma's gelu_pytorch_tanh)
+  // gpt-oss's clamped SwiGLU (llama.cpp's ggml_swiglu_oai, alpha 1.702, limit 7):
+  // g = min(gate, 7), u = clamp(up, -7, 7), out = g * sigmoid(1.702 g) * (u + 1).
+  kSwigluOai,
 };
 
 // Whether output.weight may be present.
@@ -117,6 +120,20 @@ struct ArchSpec {
   // normed hidden state and softmaxed (executor/pooler.h).
   bool rank_head = false;
   Experts experts = Experts::kNone;
+  // gpt-oss: blk.N.attn_sinks.weight [num_heads] (required): a learned logit per query head that
+  // joins every softmax's denominator and adds no value (kernels::PagedAttentionParams::sinks).
+  bool attn_sinks = false;
+  // The FFN's pre-norm tensor (gpt-oss names it post_attention_norm: the norm after the
+  // attention's residual add, i.e. before the FFN).
+  std::string_view ffn_norm_name = "ffn_norm";
+  // gpt-oss: the router's bias ffn_gate_inp.bias [experts] and per-expert biases
+  // ffn_{gate,up}_exps.bias [expert_ffn, experts], ffn_down_exps.bias [dim, experts] (required).
+  bool expert_biases = false;
+  // Sliding layers use the full-attention layers' RoPE (scaling included), with their own base
+  // only when rope.freq_base_swa is present (gpt-oss); else they run unscaled RoPE (Gemma, OLMo).
+  bool swa_rope_is_global = false;
+  // attention.sliding_window is required (gpt-oss: llama.cpp refuses a file without it).
+  bool swa_key_required = false;
 };
 
 // The row for `name`, or null.

@@ -215,6 +215,16 @@ void CpuForwardOps::gelu_mul(float *gate, const float *up, int64_t n) {
   kernels::gelu_mul(gate, up, n);
 }
 
+void CpuForwardOps::swiglu_oai(float *gate, const float *up, int64_t n,
+                               float alpha, float limit) {
+  kernels::swiglu_oai(gate, up, n, alpha, limit);
+}
+
+void CpuForwardOps::add_expert_bias(float *y, const kernels::ExpertRows &rows,
+                                    const float *bias, int cols) {
+  kernels::add_expert_bias(y, rows, bias, cols, pool_);
+}
+
 void CpuForwardOps::scale_bias(float *y, int32_t rows, int cols, float scale,
                                const float *bias) {
   pool_.parallel_for(rows, [&](int64_t begin, int64_t end, int) {

@@ -63,6 +63,10 @@ public:
   void add(float *y, const float *x, int64_t n) override;
   void silu_mul(float *gate, const float *up, int64_t n) override;
   void gelu_mul(float *gate, const float *up, int64_t n) override;
+  void swiglu_oai(float *gate, const float *up, int64_t n, float alpha,
+                  float limit) override;
+  void add_expert_bias(float *y, const kernels::ExpertRows &rows,
+                       const float *bias, int cols) override;
   void scale_bias(float *y, int32_t rows, int cols, float scale,
                   const float *bias) override;
   void softcap(float *x, int64_t n, float cap) override;

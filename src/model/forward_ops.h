@@ -13,7 +13,8 @@
 //   scale_bias, softcap and rms_norm_rows where an architecture's row (arch.h) asks for biases,
 //   scales, post-norms and soft-caps. A mixture-of-experts FFN is matmul(router) ->
 //   route_experts -> matmul_experts(gate, up) -> silu_mul -> matmul_experts(down) ->
-//   combine_experts -> add.
+//   combine_experts -> add (gpt-oss: the router's bias by scale_bias, the experts' by
+//   add_expert_bias after each matmul_experts, swiglu_oai for silu_mul).
 //
 // Memory: every pointer an op takes or returns lives in the device's memory ("device pointers"),
 // including the model's weights as weights() returns them and the batch arrays as stage()
@@ -177,8 +178,8 @@ class ForwardOps : public DeviceMemory {
   // Plans attention for p's layout into `plan` (from this device's new_attention_plan): exactly
   // the split a call planning for itself would make, so running with it gives the same output,
   // bit for bit. The plan serves every attention() call whose params differ from p only in q,
-  // out, k_cache, v_cache, kv_indptr and kv_page_indices (the layers of one window, in any KV
-  // cache group): every other scalar the same, and qo_indptr, kv_len, mask_indptr and mask_bits
+  // out, sinks, k_cache, v_cache, kv_indptr and kv_page_indices (the layers of one window, in
+  // any KV cache group): every other scalar the same, and qo_indptr, kv_len, mask_indptr and mask_bits
   // the same arrays (device pointers), unchanged, while the plan is used. Debug builds check the
   // geometry here, once per plan. Every pointer a device pointer.
   virtual void plan_attention(const kernels::PagedAttentionParams& p, AttentionPlan& plan) = 0;
@@ -206,12 +207,19 @@ class ForwardOps : public DeviceMemory {
                                const float* slot_weight, int32_t num_tokens, int k, int dim,
                                float* y) = 0;
 
+  // kernels::add_expert_bias: y[p] += bias[expert of pair p]; y: [rows.num_pairs(), cols],
+  // bias: [rows.num_experts, cols] (gpt-oss's per-expert biases). Device pointers.
+  virtual void add_expert_bias(float* y, const kernels::ExpertRows& rows, const float* bias,
+                               int cols) = 0;
+
   // y += x; [n].
   virtual void add(float* y, const float* x, int64_t n) = 0;
   // gate = silu(gate) * up; [n].
   virtual void silu_mul(float* gate, const float* up, int64_t n) = 0;
   // gate = gelu_tanh(gate) * up; [n] (kernels::gelu_mul).
   virtual void gelu_mul(float* gate, const float* up, int64_t n) = 0;
+  // gate = swiglu_oai(gate, up) (kernels::swiglu_oai: gpt-oss's clamped SwiGLU); [n].
+  virtual void swiglu_oai(float* gate, const float* up, int64_t n, float alpha, float limit) = 0;
   // y[r, c] = y[r, c] * scale + (bias ? bias[c] : 0); y: [rows, cols], bias: [cols] or null.
   virtual void scale_bias(float* y, int32_t rows, int cols, float scale, const float* bias) = 0;
   // x = cap * tanh(x / cap); [n], cap > 0.

@@ -157,6 +157,7 @@ kernels::PagedAttentionParams LlamaForward::attention_params(int layer, const Fo
   p.scale = cfg_.attn_scale;
   p.window = cfg_.layers[layer].window;
   p.softcap = cfg_.attn_softcap;
+  p.sinks = w_.layers[layer].attn_sinks;
   p.q = q_.f();
   p.out = att_.f();
   p.kv_dtype = cache.shape().dtype;
@@ -233,13 +234,30 @@ void LlamaForward::attention_block(int layer, const ForwardBatch& batch, PagedKv
   residual(w.post_attn_norm, nt);
 }
 
+// The gated activation over n elements: gate = act(gate) * up (gpt-oss's clamped variant:
+// act(gate) * (up + 1), clamped; llama.cpp's fixed alpha and limit).
+void LlamaForward::activation(float* gate, const float* up, int64_t n) {
+  switch (cfg_.spec->activation) {
+    case Activation::kSilu: ops_.silu_mul(gate, up, n); break;
+    case Activation::kGeluTanh: ops_.gelu_mul(gate, up, n); break;
+    case Activation::kSwigluOai:
+      ops_.swiglu_oai(gate, up, n, kSwigluOaiAlpha, kSwigluOaiLimit);
+      break;
+  }
+}
+
 // The mixture-of-experts FFN: every (token, slot) pair through its expert, then each token's
-// pairs weighted and summed into xb.
+// pairs weighted and summed into xb. gpt-oss adds the router's bias to its logits and each
+// expert's biases to its gate, up and down outputs (llama.cpp's ggml_add_id), the down bias
+// before the routing weight.
 void LlamaForward::moe_block(int layer, int32_t nt) {
   const LayerWeights& w = w_.layers[layer];
   const float* in = block_input(w.ffn_norm, nt);
   const int k = cfg_.num_experts_used;
   ops_.matmul(w.router, in, router_.f(), nt);
+  if (w.router_bias != nullptr) {
+    ops_.scale_bias(router_.f(), nt, cfg_.num_experts, 1.0f, w.router_bias);
+  }
   ExpertRouting r;
   r.num_tokens = nt;
   r.num_experts = cfg_.num_experts;
@@ -254,14 +272,17 @@ void LlamaForward::moe_block(int layer, int32_t nt) {
   kernels::ExpertRows rows{cfg_.num_experts, r.expert_indptr, r.pair_token};
   const kernels::ExpertMatmul gate_up[] = {{w.gate_exps, hb_.f()}, {w.up_exps, hb2_.f()}};
   ops_.matmul_experts(gate_up, in, rows);
-  const int64_t n = static_cast<int64_t>(nt) * k * cfg_.expert_ffn_dim;
-  switch (cfg_.spec->activation) {
-    case Activation::kSilu: ops_.silu_mul(hb_.f(), hb2_.f(), n); break;
-    case Activation::kGeluTanh: ops_.gelu_mul(hb_.f(), hb2_.f(), n); break;
+  rows.src_rows = nullptr;  // from here on the pairs' own rows, already in expert order
+  if (w.gate_exps_bias != nullptr) {
+    ops_.add_expert_bias(hb_.f(), rows, w.gate_exps_bias, cfg_.expert_ffn_dim);
+    ops_.add_expert_bias(hb2_.f(), rows, w.up_exps_bias, cfg_.expert_ffn_dim);
   }
-  rows.src_rows = nullptr;  // the pairs' own rows of hb, already in expert order
+  activation(hb_.f(), hb2_.f(), static_cast<int64_t>(nt) * k * cfg_.expert_ffn_dim);
   const kernels::ExpertMatmul down[] = {{w.down_exps, pair_out_.f()}};
   ops_.matmul_experts(down, hb_.f(), rows);
+  if (w.down_exps_bias != nullptr) {
+    ops_.add_expert_bias(pair_out_.f(), rows, w.down_exps_bias, cfg_.dim);
+  }
   ops_.combine_experts(pair_out_.f(), r.slot_pair, r.slot_weight, nt, k, cfg_.dim, xb_.f());
   residual(w.post_ffn_norm, nt);
 }
@@ -278,12 +299,7 @@ void LlamaForward::ffn_block(int layer, int32_t nt) {
   ops_.matmul_multi(gate_up, in, gate_up_out, nt);
   finish_linear(w.gate, hb_.f(), nt);
   finish_linear(w.up, hb2_.f(), nt);
-  switch (cfg_.spec->activation) {
-    case Activation::kSilu: ops_.silu_mul(hb_.f(), hb2_.f(), (int64_t)nt * cfg_.ffn_dim); break;
-    case Activation::kGeluTanh:
-      ops_.gelu_mul(hb_.f(), hb2_.f(), (int64_t)nt * cfg_.ffn_dim);
-      break;
-  }
+  activation(hb_.f(), hb2_.f(), static_cast<int64_t>(nt) * cfg_.ffn_dim);
   ops_.matmul(w.down.w, hb_.f(), xb_.f(), nt);
   finish_linear(w.down, xb_.f(), nt);
   residual(w.post_ffn_norm, nt);

@@ -3,7 +3,7 @@
 //
 //   embed (x embed_scale) -> per layer: [rms_norm] -> q, k, v (scale, bias) -> [QK-norm] ->
 //   RoPE at positions[t] (the layer's variant, or none) -> K/V written at slot_mapping[t] ->
-//   paged attention (the layer's window, soft-cap) -> wo (scale, bias) -> [post-norm] ->
+//   paged attention (the layer's window, soft-cap, sinks) -> wo (scale, bias) -> [post-norm] ->
 //   residual -> [rms_norm] -> gate, up -> silu_mul | gelu_mul -> down -> [post-norm] ->
 //   residual;  final rms_norm and the output matmul (scale, soft-cap) only for logits_indices
 //   rows; the final rms_norm alone for hidden_indices rows (embeddings). The bracketed and
@@ -11,7 +11,8 @@
 //   always did. A mixture-of-experts FFN (ModelConfig::is_moe) is
 //   router -> route_experts -> the (token, slot) pairs through their experts' gate and up
 //   (matmul_experts) -> silu_mul -> down (matmul_experts) -> combine_experts, the pairs' outputs
-//   weighted and summed per token (docs/kernels.md, "Mixture-of-experts FFN").
+//   weighted and summed per token (docs/kernels.md, "Mixture-of-experts FFN"); gpt-oss adds the
+//   router's and the experts' biases and runs its clamped SwiGLU (swiglu_oai).
 //
 // Attention is planned once per step: after staging the batch, one ForwardOps::plan_attention
 // per distinct attention layout among the layers (layouts differ only by window: layers of
@@ -36,6 +37,10 @@
 #include "model/llama_model.h"
 
 namespace arbor::model {
+
+// gpt-oss's clamped SwiGLU (Activation::kSwigluOai), as llama.cpp fixes them.
+inline constexpr float kSwigluOaiAlpha = 1.702f;
+inline constexpr float kSwigluOaiLimit = 7.0f;
 
 // What comes back to the host of one logits row.
 enum class RowOut : uint8_t {
@@ -120,6 +125,7 @@ class LlamaForward {
   void plan_attention(const ForwardBatch& batch, PagedKvCache& cache);
   void attention_block(int layer, const ForwardBatch& batch, PagedKvCache& cache);
   void ffn_block(int layer, int32_t num_tokens);
+  void activation(float* gate, const float* up, int64_t n);
   void moe_block(int layer, int32_t num_tokens);
   void compute_logits(const ForwardBatch& batch, const LogitsOut& out);
   void compute_hidden(const ForwardBatch& batch, const LogitsOut& out);

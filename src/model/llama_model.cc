@@ -73,9 +73,13 @@ class Binder {
     return views;
   }
 
-  // An F32 vector [n]; null when absent and not required.
-  Result<const float*> vector(const std::string& name, int64_t n, bool required) {
-    ARBOR_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, find(name, {n}, required));
+  // An F32 vector [n] (or, with `rows`, an F32 matrix [rows, n]: ggml dims [n, rows]); null
+  // when absent and not required.
+  Result<const float*> vector(const std::string& name, int64_t n, bool required,
+                              int64_t rows = 0) {
+    const std::vector<int64_t> dims = rows > 0 ? std::vector<int64_t>{n, rows}
+                                               : std::vector<int64_t>{n};
+    ARBOR_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, find(name, dims, required));
     if (t == nullptr) return static_cast<const float*>(nullptr);
     if (t->type != gguf::GgmlType::kF32) {
       return unimplemented(f_.name(), ": tensor ", name, " has type ",
@@ -155,14 +159,20 @@ Status bind_qkv(Binder& b, const ModelConfig& c, const std::string& p, LayerWeig
   return ok_status();
 }
 
-// A mixture-of-experts FFN: the router and the experts' 3-D tensors (no biases or scales: a
-// file with per-expert .scale tensors is refused as holding unused tensors).
+// A mixture-of-experts FFN: the router and the experts' 3-D tensors, with the router's and the
+// experts' biases where the row has them (gpt-oss; no scales: a file with per-expert .scale
+// tensors, or biases on another row, is refused as holding unused tensors).
 Status bind_experts(Binder& b, const ModelConfig& c, const std::string& p, LayerWeights& w) {
   const int64_t n = c.num_experts, ffn = c.expert_ffn_dim;
   ARBOR_ASSIGN_OR_RETURN(w.router, b.matrix(p + "ffn_gate_inp.weight", n, c.dim));
   ARBOR_ASSIGN_OR_RETURN(w.gate_exps, b.experts(p + "ffn_gate_exps.weight", n, ffn, c.dim));
   ARBOR_ASSIGN_OR_RETURN(w.up_exps, b.experts(p + "ffn_up_exps.weight", n, ffn, c.dim));
   ARBOR_ASSIGN_OR_RETURN(w.down_exps, b.experts(p + "ffn_down_exps.weight", n, c.dim, ffn));
+  if (!c.spec->expert_biases) return ok_status();
+  ARBOR_ASSIGN_OR_RETURN(w.router_bias, b.vector(p + "ffn_gate_inp.bias", n, true));
+  ARBOR_ASSIGN_OR_RETURN(w.gate_exps_bias, b.vector(p + "ffn_gate_exps.bias", ffn, true, n));
+  ARBOR_ASSIGN_OR_RETURN(w.up_exps_bias, b.vector(p + "ffn_up_exps.bias", ffn, true, n));
+  ARBOR_ASSIGN_OR_RETURN(w.down_exps_bias, b.vector(p + "ffn_down_exps.bias", c.dim, true, n));
   return ok_status();
 }
 
@@ -190,9 +200,13 @@ Status bind_layer(Binder& b, const ModelConfig& c, int l, LayerWeights& w) {
   const std::string p = str_cat("blk.", l, ".");
   if (s.pre_norms) {
     ARBOR_ASSIGN_OR_RETURN(w.attn_norm, b.vector(p + "attn_norm.weight", c.dim, true));
-    ARBOR_ASSIGN_OR_RETURN(w.ffn_norm, b.vector(p + "ffn_norm.weight", c.dim, true));
+    ARBOR_ASSIGN_OR_RETURN(w.ffn_norm, b.vector(str_cat(p, s.ffn_norm_name, ".weight"), c.dim,
+                                                true));
   }
   ARBOR_RETURN_IF_ERROR(bind_qkv(b, c, p, w));
+  if (s.attn_sinks) {
+    ARBOR_ASSIGN_OR_RETURN(w.attn_sinks, b.vector(p + "attn_sinks.weight", c.num_heads, true));
+  }
   if (s.qk_norm != QkNorm::kNone) {
     const bool whole = s.qk_norm == QkNorm::kWhole;
     ARBOR_ASSIGN_OR_RETURN(w.q_norm, b.vector(p + "attn_q_norm.weight",
@@ -257,7 +271,9 @@ void for_each_weight(LlamaWeights& w, const ModelConfig& c,
     mat(p + "attn_output.weight", lw.o.w);
     vec(p + "attn_output.bias", lw.o.bias, c.dim);
     vec(p + "post_attention_norm.weight", lw.post_attn_norm, c.dim);
-    vec(p + "ffn_norm.weight", lw.ffn_norm, c.dim);
+    vec(str_cat(p, c.spec != nullptr ? c.spec->ffn_norm_name : "ffn_norm", ".weight"),
+        lw.ffn_norm, c.dim);
+    vec(p + "attn_sinks.weight", lw.attn_sinks, c.num_heads);
     mat(p + "ffn_gate.weight", lw.gate.w);
     mat(p + "ffn_up.weight", lw.up.w);
     mat(p + "ffn_down.weight", lw.down.w);
@@ -273,6 +289,11 @@ void for_each_weight(LlamaWeights& w, const ModelConfig& c,
     for (const auto& [name, views] : sets) {
       for (size_t e = 0; e < views->size(); ++e) mat(str_cat(p, name, "[", e, "]"), (*views)[e]);
     }
+    const int64_t ne = c.num_experts, eff = c.expert_ffn_dim;
+    vec(p + "ffn_gate_inp.bias", lw.router_bias, ne);
+    vec(p + "ffn_gate_exps.bias", lw.gate_exps_bias, ne * eff);
+    vec(p + "ffn_up_exps.bias", lw.up_exps_bias, ne * eff);
+    vec(p + "ffn_down_exps.bias", lw.down_exps_bias, ne * c.dim);
   }
   vec("output_norm.weight", w.output_norm, c.dim);
   if (!w.tied_output) mat("output.weight", w.output.w);
@@ -344,7 +365,9 @@ void LlamaModel::pack_matrices() {
 // and the classifier (token_embd when tied), which every logit reads, and the rank head.
 Status LlamaModel::check_cheap_weights() const {
   for (const gguf::TensorInfo& t : file_.tensors()) {
-    const bool vector = t.dims.size() == 1 && t.type == gguf::GgmlType::kF32;
+    // 1-D F32 tensors, and the 2-D per-expert biases (gpt-oss).
+    const bool vector = t.type == gguf::GgmlType::kF32 &&
+                        (t.dims.size() == 1 || t.name.ends_with(".bias"));
     const bool classifier =
         t.name == (weights_.tied_output ? "token_embd.weight" : "output.weight") ||
         t.name == "cls.output.weight";

@@ -7,7 +7,7 @@
 //   rope_freqs / rope_factors_long / rope_factors_short (rows with ArchSpec::rope_freqs),
 //   blk.N.{attn_norm, attn_q, attn_k, attn_v | attn_qkv, attn_q_norm, attn_k_norm,
 //          attn_output, post_attention_norm, ffn_norm, ffn_gate, ffn_up, ffn_down,
-//          post_ffw_norm}.weight, the biases (.bias) and per-tensor scales (.scale, {1}) the row
+//          post_ffw_norm, attn_sinks}.weight, the biases (.bias) and per-tensor scales (.scale, {1}) the row
 //   allows; in mixture-of-experts layers blk.N.ffn_gate_inp.weight (the router) and the 3-D
 //   blk.N.ffn_{gate,up,down}_exps.weight instead of ffn_gate / ffn_up / ffn_down, each bound as
 //   one 2-D matrix per expert (a slice of the tensor; packed per expert like any matrix). Fused attn_qkv ([q; k; v] rows) and Phi-3's fused ffn_up ([gate; up] rows) are bound
@@ -62,6 +62,13 @@ struct LayerWeights {
   std::vector<kernels::WeightView> gate_exps;  // [num_experts] x [expert_ffn_dim, dim]
   std::vector<kernels::WeightView> up_exps;    // [num_experts] x [expert_ffn_dim, dim]
   std::vector<kernels::WeightView> down_exps;  // [num_experts] x [dim, expert_ffn_dim]
+  // gpt-oss (ArchSpec::expert_biases): the router's bias and each expert's, or null.
+  const float* router_bias = nullptr;     // ffn_gate_inp.bias [num_experts]
+  const float* gate_exps_bias = nullptr;  // ffn_gate_exps.bias [num_experts, expert_ffn_dim]
+  const float* up_exps_bias = nullptr;    // ffn_up_exps.bias [num_experts, expert_ffn_dim]
+  const float* down_exps_bias = nullptr;  // ffn_down_exps.bias [num_experts, dim]
+  // gpt-oss (ArchSpec::attn_sinks): attn_sinks.weight [num_heads], or null.
+  const float* attn_sinks = nullptr;
 };
 
 struct LlamaWeights {

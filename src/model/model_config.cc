@@ -210,6 +210,24 @@ Status read_rope(const gguf::GgufFile& f, const std::string& a, ModelConfig& c) 
   return ok_status();
 }
 
+// gpt-oss's sliding layers: the full-attention layers' RoPE, scaling included (llama.cpp sets
+// rope_freq_scale_train_swa to the global scale), on rope.freq_base_swa when the file gives a
+// different base (then ropes[1]: ropes[0] with that base).
+Status use_global_rope_on_sliding(const gguf::GgufFile& f, const std::string& a, int window,
+                                  const std::vector<bool>& sliding, ModelConfig& c) {
+  RopeVariant swa = c.ropes[0];
+  ARBOR_ASSIGN_OR_RETURN(swa.theta, get_float_or(f, a + ".rope.freq_base_swa", swa.theta));
+  ARBOR_RETURN_IF_ERROR(check_finite_positive(f, a + ".rope.freq_base_swa", swa.theta));
+  const bool own_base = swa.theta != c.ropes[0].theta;
+  if (own_base) c.ropes.push_back(swa);
+  for (int l = 0; l < c.num_layers; ++l) {
+    if (!sliding[l]) continue;
+    c.layers[l].window = window;
+    c.layers[l].rope = own_base ? 1 : 0;
+  }
+  return ok_status();
+}
+
 // The sliding layers (ArchSpec::swa_*): their windows and, when their RoPE differs, ropes[1].
 Status read_sliding(const gguf::GgufFile& f, const std::string& a, ModelConfig& c) {
   c.layers.assign(c.num_layers, LayerSpec{});
@@ -222,6 +240,8 @@ Status read_sliding(const gguf::GgufFile& f, const std::string& a, ModelConfig& 
       return invalid_argument(f.name(), ": ", wkey, " = ", w);
     }
     window = static_cast<int>(w);
+  } else if (s.swa_key_required) {
+    return not_found(f.name(), ": ", wkey, " is missing (", a, " has sliding-window layers)");
   } else if (s.swa_needs_key) {
     window = 0;
   }
@@ -261,6 +281,7 @@ Status read_sliding(const gguf::GgufFile& f, const std::string& a, ModelConfig& 
       sliding[l] = pattern == 0 || l % pattern < pattern - 1;
     }
   }
+  if (s.swa_rope_is_global) return use_global_rope_on_sliding(f, a, window, sliding, c);
   RopeVariant swa = c.ropes[0];
   swa.scaling = RopeScaling::kNone;
   swa.freq_scale = 1.0f;
@@ -298,7 +319,7 @@ Status read_experts(const gguf::GgufFile& f, const std::string& a, ModelConfig& 
   }
   if (kind == Experts::kNone) {
     return unimplemented(f.name(), ": ", count_key, " = ", count, "; arbor runs mixtures of "
-                         "experts on the qwen3moe and llama rows, not on ", a);
+                         "experts on the qwen3moe, gpt-oss and llama rows, not on ", a);
   }
   c.num_experts = static_cast<int>(count);
   if (f.find(used_key) == nullptr) {

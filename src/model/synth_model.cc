@@ -74,6 +74,25 @@ std::vector<SynthShape> make_presets() {
        .rms_eps = 1e-6f, .experts = 16, .experts_used = 4, .expert_ffn = 64});
   add({.name = "tiny-mixtral", .dim = 256, .ffn = 512, .layers = 4, .heads = 4, .kv_heads = 2,
        .context = 4096, .rope_theta = 1e6f, .experts = 8, .experts_used = 2});
+  // gpt-oss (OpenAI's config.json: 2880 wide, 64 heads of 64 with 8 kv heads, 128-token windows
+  // on even layers, YaRN x32 over 4096, experts as wide as the model, 4 per token; o200k vocab).
+  add({.name = "gpt-oss-20b", .arch = "gpt-oss", .dim = 2880, .ffn = 2880, .layers = 24,
+       .heads = 64, .kv_heads = 8, .context = 131072, .head_dim = 64, .vocab = 201088,
+       .qkv_bias = true, .out_bias = true, .rope_theta = 150000.0f, .window = 128,
+       .rope_scaling = "yarn", .rope_factor = 32.0f, .rope_original_context = 4096,
+       .experts = 32, .experts_used = 4, .expert_ffn = 2880});
+  add({.name = "gpt-oss-120b", .arch = "gpt-oss", .dim = 2880, .ffn = 2880, .layers = 36,
+       .heads = 64, .kv_heads = 8, .context = 131072, .head_dim = 64, .vocab = 201088,
+       .qkv_bias = true, .out_bias = true, .rope_theta = 150000.0f, .window = 128,
+       .rope_scaling = "yarn", .rope_factor = 32.0f, .rope_original_context = 4096,
+       .experts = 128, .experts_used = 4, .expert_ffn = 2880});
+  // The test shape: 8 experts, top-4; windows of 16 and YaRN over an original context of 16, so
+  // a 64-token prompt runs both.
+  add({.name = "tiny-gpt-oss", .arch = "gpt-oss", .dim = 256, .ffn = 256, .layers = 4,
+       .heads = 4, .kv_heads = 2, .context = 4096, .head_dim = 64, .qkv_bias = true,
+       .out_bias = true, .rope_theta = 150000.0f, .window = 16, .rope_scaling = "yarn",
+       .rope_factor = 4.0f, .rope_original_context = 16, .experts = 8, .experts_used = 4,
+       .expert_ffn = 128});
   add({.name = "custom", .context = 2048});
   return p;
 }
@@ -150,17 +169,31 @@ void plan_layer(const SynthShape& s, const ArchSpec& a, GgmlType type, int64_t l
   mat("attn_output.weight", qd, s.dim);
   if (s.out_bias) vec("attn_output.bias", s.dim, Init::kUniform, 0.02f);
   if (a.post_norms) vec("post_attention_norm.weight", s.dim, norm);
-  if (a.pre_norms) vec("ffn_norm.weight", s.dim, norm);
+  // gpt-oss: a sink logit per head, of the scores' scale, so it takes a real share.
+  if (a.attn_sinks) vec("attn_sinks.weight", s.heads, Init::kUniform, 1.0f);
+  if (a.pre_norms) vec(std::string(a.ffn_norm_name) + ".weight", s.dim, norm);
   if (s.experts > 0) {  // llama.cpp's order: router, gate, down, up
     const int64_t eff = s.expert_ffn > 0 ? s.expert_ffn : s.ffn;
+    // gpt-oss's clamped SwiGLU: gate and up 3x wider than fan-in, so that a few per cent of them
+    // reach the clamps (|x| > 7) and a test sees where they bite.
+    const float wide = a.activation == Activation::kSwigluOai ? 3.0f : 1.0f;
     t.push_back({p + "ffn_gate_inp.weight", {s.dim, s.experts}, GgmlType::kF32, Init::kUniform,
                  fan_in(s.dim)});
     t.push_back({p + "ffn_gate_exps.weight", {s.dim, eff, s.experts}, type, Init::kUniform,
-                 fan_in(s.dim)});
+                 wide * fan_in(s.dim)});
     t.push_back({p + "ffn_down_exps.weight", {eff, s.dim, s.experts}, type, Init::kUniform,
                  fan_in(eff)});
     t.push_back({p + "ffn_up_exps.weight", {s.dim, eff, s.experts}, type, Init::kUniform,
-                 fan_in(s.dim)});
+                 wide * fan_in(s.dim)});
+    if (a.expert_biases) {  // the router's bias wide enough to move the choice of experts
+      t.push_back({p + "ffn_gate_inp.bias", {s.experts}, GgmlType::kF32, Init::kUniform, 0.5f});
+      t.push_back({p + "ffn_gate_exps.bias", {eff, s.experts}, GgmlType::kF32, Init::kUniform,
+                   0.5f});
+      t.push_back({p + "ffn_down_exps.bias", {s.dim, s.experts}, GgmlType::kF32, Init::kUniform,
+                   0.1f});
+      t.push_back({p + "ffn_up_exps.bias", {eff, s.experts}, GgmlType::kF32, Init::kUniform,
+                   0.5f});
+    }
     if (a.post_norms) vec("post_ffw_norm.weight", s.dim, norm);
     return;
   }
@@ -226,7 +259,7 @@ void set_arch_keys(gguf::GgufWriter& w, const SynthShape& s) {
   }
   u32(".expert_count", s.experts);
   u32(".expert_used_count", s.experts > 0 ? s.experts_used : 0);
-  if (s.experts > 0 && s.arch == "qwen3moe") {
+  if (s.experts > 0 && (s.arch == "qwen3moe" || s.arch == "gpt-oss")) {
     u32(".expert_feed_forward_length", s.expert_ffn > 0 ? s.expert_ffn : s.ffn);
   }
 }
@@ -284,7 +317,8 @@ Status validate_experts(const SynthShape& s, const ArchSpec& a) {
     return invalid_argument(s.arch, " is a mixture of experts: give --experts and --experts-used");
   }
   if (s.experts > 0 && a.experts == Experts::kNone) {
-    return invalid_argument(s.arch, " has no experts (mixtures of experts: qwen3moe, llama)");
+    return invalid_argument(s.arch,
+                            " has no experts (mixtures of experts: qwen3moe, gpt-oss, llama)");
   }
   if (s.experts < 0 || s.experts > 512 || s.expert_ffn < 0 ||
       (s.experts > 0 && (s.experts_used < 1 || s.experts_used > s.experts))) {
@@ -330,6 +364,9 @@ Status validate_synth_shape(const SynthShape& s, GgmlType type) {
   }
   if (s.pooling_type < -1 || s.pooling_type > 4) {
     return invalid_argument("pooling_type is ", s.pooling_type, ", must be in [-1, 4]");
+  }
+  if (a->swa_key_required && s.window <= 0) {
+    return invalid_argument(s.arch, " needs a sliding window (--window)");
   }
   if (a->output == OutputTensor::kRequired && s.tied) {
     return invalid_argument(s.arch, " cannot tie its classifier to the embedding");

@@ -6,6 +6,14 @@ namespace arbor::server {
 
 ChatOutput read_chat_output(const ChatOutputOptions& o, std::string_view text) {
   ChatOutput out;
+  if (o.harmony) {
+    chat::HarmonyOutput h = chat::parse_harmony(text, true, o.harmony->names, o.harmony->reasoning);
+    if (o.harmony->single && h.calls.size() > 1) h.calls.resize(1);
+    out.reasoning = std::move(h.reasoning);
+    out.content = std::move(h.content);
+    out.calls = std::move(h.calls);
+    return out;
+  }
   chat::SplitText split{.reasoning = "", .content = std::string(text)};
   if (o.reasoning) split = chat::split_reasoning(*o.reasoning->syntax, o.reasoning->start, text);
   out.reasoning = std::move(split.reasoning);
@@ -27,10 +35,22 @@ ChatOutputStreamer::ChatOutputStreamer(const ChatOutputOptions& options) : optio
                                                           options_.reasoning->start);
   }
   if (options_.tools) tools_.emplace(options_.tools->format, options_.tools->names);
+  if (options_.harmony) harmony_.emplace(options_.harmony->names, options_.harmony->reasoning);
 }
 
 ChatOutputStreamer::Step ChatOutputStreamer::feed(std::string_view text, bool final) {
   Step step;
+  if (harmony_) {
+    text_ += text;
+    chat::HarmonyStreamer::Step h = harmony_->update(text_, final);
+    step.reasoning = std::move(h.reasoning);
+    step.content = std::move(h.content);
+    for (chat::ToolCallDelta& d : h.calls) {
+      if (options_.harmony->single && d.index > 0) continue;
+      step.calls.push_back(std::move(d));
+    }
+    return step;
+  }
   chat::SplitText split{.reasoning = "", .content = std::string(text)};
   if (splitter_) split = splitter_->feed(text, final);
   step.reasoning = std::move(split.reasoning);

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "chat/harmony.h"
 #include "chat/reasoning.h"
 #include "chat/tool_calls.h"
 #include "grammar/thinking.h"
@@ -36,9 +37,17 @@ struct ChatOutputOptions {
     grammar::ThinkingStart start = grammar::ThinkingStart::kMaybe;
   };
   std::optional<ReasoningParsing> reasoning;
+  // gpt-oss's harmony format (chat/harmony.h): the output is read whole as harmony messages,
+  // reasoning and calls included (set instead of tools and reasoning).
+  struct HarmonyParsing {
+    bool reasoning = true;           // the analysis channel is reasoning (else content)
+    std::vector<std::string> names;  // the request's functions (empty: no calls are read)
+    bool single = false;             // parallel calls off: calls after the first are dropped
+  };
+  std::optional<HarmonyParsing> harmony;
 
-  // Anything to read: without either the output is all content, as generated.
-  bool active() const { return tools.has_value() || reasoning.has_value(); }
+  // Anything to read: without any the output is all content, as generated.
+  bool active() const { return tools.has_value() || reasoning.has_value() || harmony.has_value(); }
 };
 
 // One choice's whole output, read.
@@ -72,6 +81,8 @@ class ChatOutputStreamer {
   const ChatOutputOptions& options_;
   std::unique_ptr<chat::ReasoningSplitter> splitter_;
   std::optional<chat::ToolCallStreamer> tools_;
+  std::optional<chat::HarmonyStreamer> harmony_;
+  std::string text_;  // harmony: the output so far
   std::string content_;  // with tools: the content so far (after the reasoning)
 };
 

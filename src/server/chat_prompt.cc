@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cstdlib>
 
+#include "chat/harmony.h"
 #include "grammar/grammar_spec.h"
 
 namespace arbor::server {
@@ -174,6 +175,35 @@ ojson ordered_body(const nlohmann::json& body, std::string_view raw_body) {
   return ojson(body);
 }
 
+// OpenAI's reasoning_effort ("low", "medium", "high"): the template variable of that name
+// (gpt-oss's template writes "Reasoning: high" into its system message). Refused when the
+// template does not read it, rather than ignored; chat_template_kwargs' value, when it sets one,
+// must agree.
+std::optional<ApiError> read_reasoning_effort(const nlohmann::json& body, const ModelInfo& model,
+                                              ChatPromptExtras* extras) {
+  auto it = body.find("reasoning_effort");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_string() || (*it != "low" && *it != "medium" && *it != "high")) {
+    return invalid_param("reasoning_effort",
+                         "'reasoning_effort' must be \"low\", \"medium\" or \"high\"");
+  }
+  if (model.chat == nullptr || !model.chat->reads_variable("reasoning_effort")) {
+    return invalid_param("reasoning_effort",
+                         "'reasoning_effort' is not read by this model's chat template; arbor "
+                         "refuses it rather than ignore it");
+  }
+  ojson& kwargs = extras->template_kwargs;
+  if (!kwargs.is_object()) kwargs = ojson::object();
+  auto set = kwargs.find("reasoning_effort");
+  const std::string effort = it->get<std::string>();
+  if (set != kwargs.end() && !(set->is_string() && set->get<std::string>() == effort)) {
+    return invalid_param("reasoning_effort", "'reasoning_effort' differs from "
+                                             "chat_template_kwargs.reasoning_effort");
+  }
+  kwargs["reasoning_effort"] = effort;
+  return std::nullopt;
+}
+
 // vLLM's chat_template_kwargs: more template variables (e.g. {"enable_thinking": false}).
 std::optional<ApiError> read_template_kwargs(const ojson& body, ojson* out) {
   auto it = body.find("chat_template_kwargs");
@@ -214,9 +244,49 @@ std::optional<ApiError> render_chat_prompt(const ModelInfo& model, const ojson& 
   return std::nullopt;
 }
 
+namespace {
+
+// A model whose template writes gpt-oss's harmony messages (its channels or its calls).
+bool is_harmony(const ModelInfo& model) {
+  const std::optional<chat::ReasoningSyntax>& syntax = model.chat->reasoning();
+  return (syntax && syntax->name == "harmony") ||
+         model.chat->tool_support().format == chat::ToolCallFormat::kHarmony;
+}
+
+// Harmony output is read whole (chat/harmony.h): its markers' text is kept in the output, the
+// analysis channel is reasoning (unless --reasoning-format none), the calls are read when the
+// request has tools. No grammar yet: one would have to follow the channels and the recipient.
+std::optional<ApiError> read_harmony(const ModelInfo& model, const ToolRequest& tools,
+                                     engine::GenerateRequest* r, ChatOutputOptions* out) {
+  if (tools.forces_calls()) {
+    return invalid_param("tool_choice", "'tool_choice' \"required\" or a named function is not "
+                                        "supported with gpt-oss's harmony format yet; use "
+                                        "\"auto\"");
+  }
+  if (r->sampling.grammar) {
+    return invalid_param("response_format", "structured output (response_format, "
+                                            "structured_outputs, guided_*, grammar, json_schema) "
+                                            "is not supported with gpt-oss's harmony format yet");
+  }
+  ChatOutputOptions::HarmonyParsing h;
+  const std::optional<chat::ReasoningSyntax>& syntax = model.chat->reasoning();
+  h.reasoning = syntax && syntax->name == "harmony";
+  if (tools.parses_calls()) h.names = tools.names;
+  h.single = !tools.parallel;
+  out->harmony = std::move(h);
+  for (std::string_view marker : chat::kHarmonyMarkers) {
+    const int32_t id = model.tokenizer->token_id(marker);
+    if (id >= 0 && model.tokenizer->is_special(id)) r->keep_special_ids.push_back(id);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::optional<ApiError> constrain_chat_output(const ModelInfo& model, const ToolRequest& tools,
                                               const std::string& prompt,
                                               engine::GenerateRequest* r, ChatOutputOptions* out) {
+  if (is_harmony(model)) return read_harmony(model, tools, r, out);
   if (tools.forces_calls()) ARBOR_API_TRY(force_tool_calls(tools, model, &r->sampling));
   if (const auto start = thinking_start(model, prompt)) read_reasoning(model, *start, *r, *out);
   if (tools.parses_calls()) {

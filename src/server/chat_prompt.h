@@ -53,6 +53,10 @@ nlohmann::ordered_json ordered_body(const nlohmann::json& body, std::string_view
 // vLLM's chat_template_kwargs (an object of more template variables, e.g. {"enable_thinking":
 // false}); it may not set messages, tools or add_generation_prompt. Leaves *out unchanged when
 // absent.
+// reasoning_effort ("low", "medium", "high") as the template variable of that name, into
+// extras->template_kwargs (after read_template_kwargs); 400 when the template does not read it.
+std::optional<ApiError> read_reasoning_effort(const nlohmann::json& body, const ModelInfo& model,
+                                              ChatPromptExtras* extras);
 std::optional<ApiError> read_template_kwargs(const nlohmann::ordered_json& body,
                                              nlohmann::ordered_json* out);
 

@@ -57,6 +57,9 @@ class TemplateChatRenderer : public ChatRenderer {
   const std::optional<chat::ReasoningSyntax>& reasoning() const override {
     return reasoning_.syntax;
   }
+  bool reads_variable(std::string_view variable) const override {
+    return tmpl_.source().find(variable) != std::string_view::npos;
+  }
 
  private:
   // Templates that switch thinking with another variable (Granite 3.3 reads `thinking`) see the

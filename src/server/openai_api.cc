@@ -559,6 +559,7 @@ std::optional<ApiError> prepare_chat(const json& body, const ModelInfo& model,
   ChatPromptExtras extras;
   ARBOR_API_TRY(read_bool(body, "add_generation_prompt", &extras.add_generation_prompt));
   ARBOR_API_TRY(read_template_kwargs(ordered, &extras.template_kwargs));
+  ARBOR_API_TRY(read_reasoning_effort(body, model, &extras));
   extras.tools = tools.tools;
   ChatPrompt prompt;
   ARBOR_API_TRY(render_chat_prompt(model, ordered["messages"], extras, "messages", &prompt));

@@ -45,6 +45,9 @@ class ChatRenderer {
   // How the model writes its thinking (--reasoning-format may have chosen it); nullopt: the
   // output is all content.
   virtual const std::optional<chat::ReasoningSyntax>& reasoning() const = 0;
+  // Whether the template's source names `variable` (so a request field passed as that template
+  // variable, such as reasoning_effort, is read rather than ignored).
+  virtual bool reads_variable(std::string_view variable) const = 0;
 };
 
 // Validates a /v1/completions body; on success fills *out.

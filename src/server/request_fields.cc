@@ -24,7 +24,7 @@ constexpr std::string_view kShared[] = {
 constexpr std::string_view kCompletionsOnly[] = {"prompt", "echo"};
 constexpr std::string_view kChatOnly[] = {"messages", "top_logprobs", "add_generation_prompt",
                                           "tools", "tool_choice", "parallel_tool_calls",
-                                          "chat_template_kwargs"};
+                                          "chat_template_kwargs", "reasoning_effort"};
 // /v1/responses (responses_api.h); the sampling extensions as on chat (read_sampling).
 constexpr std::string_view kResponses[] = {
     "model", "input", "instructions", "previous_response_id", "store", "tools", "tool_choice",
@@ -56,7 +56,6 @@ constexpr Missing kOpenAiMissing[] = {
     {"audio", "audio output"},
     {"modalities", "audio output"},
     {"prediction", "predicted outputs"},
-    {"reasoning_effort", "reasoning models"},
     {"verbosity", "reasoning models"},
     {"web_search_options", "web search"},
     {"suffix", "insertion"},

@@ -14,6 +14,7 @@ namespace {
 constexpr std::string_view kEogTexts[] = {
     "<|eot_id|>", "<|im_end|>",    "<|end|>", "<end_of_turn>", "<|endoftext|>",
     "<|eom_id|>", "<|end_of_text|>", "<EOT>",   "_<EOT>",        "<|return|>",
+    "<|call|>",
 };
 
 int hex_digit(char c) {
@@ -94,8 +95,16 @@ void build_special_and_eog(Vocab& v) {
     if (v.eot_id < 0 && text != "<|eom_id|>") v.eot_id = id;
     if (v.eom_id < 0 && text == "<|eom_id|>") v.eom_id = id;
   }
+  // o200k_harmony (gpt-oss): <|end|> ends a message, not the turn; <|return|> and <|call|> end
+  // generation. llama.cpp drops <|end|> from the end-of-generation tokens when all three exist.
+  const int32_t end = v.find("<|end|>");
+  const bool harmony = end >= 0 && v.find("<|return|>") >= 0 && v.find("<|call|>") >= 0;
+  if (harmony) {
+    eog.erase(std::remove(eog.begin(), eog.end(), end), eog.end());
+    if (v.eot_id == end) v.eot_id = v.find("<|return|>");
+  }
   for (int32_t id : {v.eos_id, v.eot_id, v.eom_id}) {
-    if (id >= 0) eog.push_back(id);
+    if (id >= 0 && !(harmony && id == end)) eog.push_back(id);
   }
   std::sort(eog.begin(), eog.end());
   eog.erase(std::unique(eog.begin(), eog.end()), eog.end());

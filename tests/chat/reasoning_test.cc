@@ -54,7 +54,7 @@ TEST(ReasoningDetect, SharedTemplates) {
       {"google-gemma-4-31B-it.jinja", "gemma4"},
       {"Apriel-1.6-15b-Thinker-fixed.jinja", "apriel"},
       {"unsloth-Apriel-1.5.jinja", "apriel"},
-      {"openai-gpt-oss-120b.jinja", ""},
+      {"openai-gpt-oss-120b.jinja", "harmony"},
       {"Qwen-Qwen2.5-7B-Instruct.jinja", ""},
       {"meta-llama-Llama-3.1-8B-Instruct.jinja", ""},
       {"Mistral-Small-3.2-24B-Instruct-2506.jinja", ""},

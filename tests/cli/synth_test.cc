@@ -181,20 +181,31 @@ TEST_F(SynthTest, EveryArchitectureWritesAFileArborRuns) {
       << r.err;
 }
 
-// Mixtures of experts: qwen3moe and llama with --experts (Mixtral), their keys and 3-D tensors
-// (routers F32), a file arbor runs; and the flags' errors.
+// Mixtures of experts: qwen3moe, gpt-oss and llama with --experts (Mixtral), their keys and 3-D
+// tensors (routers, sinks and biases F32), a file arbor runs; and the flags' errors.
 TEST_F(SynthTest, MixturesOfExpertsWriteFilesArborRuns) {
   for (const auto& [arch, flags] :
        {std::pair{"qwen3moe", "--arch qwen3moe --head-dim 32 --experts 8 --experts-used 2 "
                               "--expert-ffn 64"},
-        std::pair{"llama", "--experts 4 --experts-used 2"}}) {
+        std::pair{"llama", "--experts 4 --experts-used 2"},
+        std::pair{"gpt-oss", "--arch gpt-oss --head-dim 32 --experts 8 --experts-used 2 "
+                             "--expert-ffn 64"}}) {
     SCOPED_TRACE(arch);
     const std::string name = std::string(arch) + "-moe.gguf";
     synth(std::string("--type q4_0 ") + flags, name);
     auto file = gguf::GgufFile::open(dir_ + "/" + name);
     ASSERT_TRUE(file.ok()) << file.status().to_string();
     const std::string a = arch;
-    const uint32_t experts = a == "qwen3moe" ? 8 : 4, ffn = a == "qwen3moe" ? 64 : 128;
+    const bool own_ffn = a == "qwen3moe" || a == "gpt-oss";
+    const uint32_t experts = own_ffn ? 8 : 4, ffn = own_ffn ? 64 : 128;
+    if (a == "gpt-oss") {  // its sinks and biases, F32 like the router
+      for (const char* t : {"blk.1.attn_sinks.weight", "blk.1.ffn_gate_inp.bias",
+                            "blk.1.ffn_down_exps.bias", "blk.0.post_attention_norm.weight"}) {
+        const gguf::TensorInfo* info = file->find_tensor(t);
+        ASSERT_NE(info, nullptr) << t;
+        EXPECT_EQ(info->type, gguf::GgmlType::kF32) << t;
+      }
+    }
     EXPECT_EQ(*file->get_u32(a + ".expert_count"), experts);
     EXPECT_EQ(*file->get_u32(a + ".expert_used_count"), 2u);
     const gguf::TensorInfo* up = file->find_tensor("blk.1.ffn_up_exps.weight");

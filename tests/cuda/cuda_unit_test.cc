@@ -105,12 +105,19 @@ TEST(CudaForwardOps, CheckCudaRunsNamesWhatTheGpuPathLacks) {
   qwen3moe.experts = 4;
   qwen3moe.experts_used = 2;
   qwen3moe.expert_ffn = 64;
+  model::SynthShape gpt_oss = model::with_arch(qwen3, "gpt-oss");
+  gpt_oss.experts = 4;
+  gpt_oss.experts_used = 2;
+  gpt_oss.expert_ffn = 64;
+  gpt_oss.window = 8;
+  gpt_oss.tied = false;  // gpt-oss requires output.weight
 #ifdef ARBOR_HAVE_CUDA
   EXPECT_TRUE(check(llama).ok()) << check(llama).to_string();
   for (const auto& [shape, lacks] : {std::pair{biased, "attention-output or feed-forward biases"},
                                      std::pair{qwen3, "the qwen3 architecture"},
                                      std::pair{mixtral, "mixture-of-experts feed-forward blocks"},
-                                     std::pair{qwen3moe, "the qwen3moe architecture"}}) {
+                                     std::pair{qwen3moe, "the qwen3moe architecture"},
+                                     std::pair{gpt_oss, "the gpt-oss architecture"}}) {
     const Status st = check(shape);
     EXPECT_EQ(st.code(), StatusCode::kUnimplemented) << shape.name << ": " << st.to_string();
     EXPECT_NE(st.message().find(lacks), std::string::npos) << st.message();

@@ -60,12 +60,15 @@ class PagedFixture {
     window_ = window;
     softcap_ = softcap;
   }
+  // Attention sinks (PagedAttentionParams::sinks): [num_q_heads] or empty.
+  void set_sinks(std::vector<float> sinks) { sinks_ = std::move(sinks); }
 
   PagedAttentionParams params(float* out, bool use_masks = true) const {
     PagedAttentionParams p = kernels::testing::attention_params(g_, (int)seqs_.size(), k32_.data(),
                                                        v32_.data(), k16_.data(), v16_.data());
     p.window = window_;
     p.softcap = softcap_;
+    if (!sinks_.empty()) p.sinks = sinks_.data();
     p.q = q_.data();
     p.out = out;
     p.qo_indptr = qo_indptr_.data();
@@ -175,6 +178,7 @@ class PagedFixture {
     r.head_dim = g_.head_dim;
     r.scale = 1.0f / std::sqrt((float)g_.head_dim);
     r.softcap = softcap_;
+    if (!sinks_.empty()) r.sinks = sinks_.data();
     r.q = q_.data() + qo_indptr_[b] * qrow;
     r.k = k_contig_[b].data();
     r.v = v_contig_[b].data();
@@ -188,6 +192,7 @@ class PagedFixture {
   uint32_t seed_;
   int window_ = 0;
   float softcap_ = 0.0f;
+  std::vector<float> sinks_;
   std::mt19937 rng_;  // block ids
   std::mt19937 value_rng_;  // K, V, q
   int num_blocks_ = 0;
@@ -554,6 +559,44 @@ TEST(AttentionTest, WindowAndSoftcapMatchReference) {
                   << " isa " << isa_name(isa) << " threads " << threads;
             }
           }
+        }
+      }
+    }
+  }
+  set_active_isa(saved);
+}
+
+// Attention sinks (gpt-oss) against the reference: sinks far below the scores (no effect), of
+// their size, and far above them (the sink takes almost all the weight, where a sum formed in
+// the scores' frame alone would overflow), on decode, prefill, a tree, a window and a long
+// context split over threads (the merged partials), every ISA, the lanes kernel (head_dim 8).
+// And sinks change the output: the same fixture without them is far from the reference.
+TEST(AttentionTest, SinksMatchReference) {
+  const Isa saved = active_isa();
+  const std::vector<int> parent = {-1, 0, 0, 1, 2, 4};
+  for (float level : {-30.0f, 0.5f, 80.0f}) {
+    for (int hd : {8, 64}) {
+      for (int window : {0, 16}) {
+        Geometry g{.num_q_heads = 4, .num_kv_heads = 2, .head_dim = hd, .block_size = 16,
+                   .dtype = KvDtype::kF16};
+        PagedFixture f(g, {{0, 1}, {37, 1}, {5, 30}, {50, 6, tree_mask(parent)}, {1500, 1}},
+                       hd + window);
+        f.set_window(window, 0.0f);
+        f.set_sinks({level, level + 1.0f, level - 2.0f, level + 0.25f});
+        const std::vector<float> ref = f.reference();
+        for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+          if (isa > best_isa()) continue;
+          set_active_isa(isa);
+          for (int threads : {1, 4}) {
+            EXPECT_LT(max_abs_diff(run_paged(f, threads), ref), kTol)
+                << "sink " << level << " hd " << hd << " window " << window << " isa "
+                << isa_name(isa) << " threads " << threads;
+          }
+        }
+        set_active_isa(saved);
+        if (level == 0.5f) {  // a sink of the scores' size takes a visible share
+          f.set_sinks({});
+          EXPECT_GT(max_abs_diff(run_paged(f, 2), ref), 1e-2f) << "hd " << hd;
         }
       }
     }

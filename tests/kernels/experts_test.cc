@@ -95,6 +95,23 @@ TEST(SortPairsByExpert, CountingSortByExpertThenTokenThenSlot) {
             (std::vector<int32_t>{3, 0, 1, 5, 4, 2}));
 }
 
+// gpt-oss's per-expert biases: each pair gets its own expert's row, whatever the thread count.
+TEST(AddExpertBias, EachPairGetsItsExpertsRow) {
+  // 4 experts, pairs 0-1 expert 0, none for expert 1, 2-4 expert 2, 5 expert 3; 3 columns.
+  const int32_t indptr[] = {0, 2, 2, 5, 6};
+  const ExpertRows rows{4, indptr, nullptr};
+  const std::vector<float> bias = {1, 2, 3, 10, 20, 30, 100, 200, 300, -1, -2, -3};
+  for (int threads : {1, 3}) {
+    ThreadPool pool(threads);
+    std::vector<float> y(6 * 3);
+    std::iota(y.begin(), y.end(), 0.0f);
+    add_expert_bias(y.data(), rows, bias.data(), 3, pool);
+    EXPECT_EQ(y, (std::vector<float>{1, 3, 5, 4, 6, 8, 106, 207, 308, 109, 210, 311, 112, 213,
+                                     314, 14, 14, 14}))
+        << threads << " threads";
+  }
+}
+
 // ---- grouped matmuls -------------------------------------------------------------------------
 
 int64_t first_differing_bit(const float* a, const float* b, int64_t n) {

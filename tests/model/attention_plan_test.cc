@@ -109,6 +109,13 @@ class CountingOps final : public ForwardOps {
   void add(float* y, const float* x, int64_t n) override { cpu_.add(y, x, n); }
   void silu_mul(float* gate, const float* up, int64_t n) override { cpu_.silu_mul(gate, up, n); }
   void gelu_mul(float* gate, const float* up, int64_t n) override { cpu_.gelu_mul(gate, up, n); }
+  void swiglu_oai(float* gate, const float* up, int64_t n, float alpha, float limit) override {
+    cpu_.swiglu_oai(gate, up, n, alpha, limit);
+  }
+  void add_expert_bias(float* y, const kernels::ExpertRows& rows, const float* bias,
+                       int cols) override {
+    cpu_.add_expert_bias(y, rows, bias, cols);
+  }
   void scale_bias(float* y, int32_t rows, int cols, float scale, const float* bias) override {
     cpu_.scale_bias(y, rows, cols, scale, bias);
   }

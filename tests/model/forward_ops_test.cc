@@ -213,6 +213,22 @@ public:
     expect_device(up, n * sizeof(float), "up");
     cpu_.gelu_mul(gate, up, n);
   }
+  void swiglu_oai(float *gate, const float *up, int64_t n, float alpha,
+                  float limit) override {
+    expect_device(gate, n * sizeof(float), "gate");
+    expect_device(up, n * sizeof(float), "up");
+    cpu_.swiglu_oai(gate, up, n, alpha, limit);
+  }
+  void add_expert_bias(float *y, const kernels::ExpertRows &rows,
+                       const float *bias, int cols) override {
+    expect_device(rows.expert_indptr, (rows.num_experts + 1) * sizeof(int32_t),
+                  "expert_indptr");
+    expect_device(y, (size_t)rows.num_pairs() * cols * sizeof(float),
+                  "biased expert rows");
+    expect_device(bias, (size_t)rows.num_experts * cols * sizeof(float),
+                  "expert biases");
+    cpu_.add_expert_bias(y, rows, bias, cols);
+  }
   void scale_bias(float *y, int32_t rows, int cols, float scale,
                   const float *bias) override {
     expect_device(y, (size_t)rows * cols * sizeof(float), "scaled rows");
@@ -266,6 +282,8 @@ private:
     }
     if (p.mask_indptr != nullptr)
       expect_device(p.mask_indptr, 1, "mask_indptr");
+    if (p.sinks != nullptr)
+      expect_device(p.sinks, p.num_q_heads * sizeof(float), "attention sinks");
   }
   // [p, p + bytes) must lie inside one region this device owns.
   void expect_device(const void *p, size_t bytes, const char *what) const {
@@ -419,41 +437,46 @@ TEST(ForwardOpsTest, ShadowDeviceLogitsEqualTheCpusBitForBit) {
 // experts' views and the pairs' rows all in device memory (each expert's matrix
 // copied through for_each_weight's walk), and the logits the CPU's, bit for bit.
 TEST(ForwardOpsTest, ShadowDeviceRunsAMixtureOfExpertsLikeTheCpu) {
-  test::TempDir dir("shadow_moe");
-  SynthShape s = with_arch({.name = "shadow-moe", .dim = 128, .ffn = 256,
-                            .layers = 2, .heads = 4, .kv_heads = 2,
-                            .context = 256},
-                           "qwen3moe");
-  s.vocab = 0;
-  s.experts = 8;
-  s.experts_used = 2;
-  s.expert_ffn = 64;
-  kernels::ThreadPool pool(1);
-  // F32: the shadow device multiplies the GGUF encoding, the CPU a packed Q8_0
-  // copy (other bits), so only float weights compare bit for bit.
-  auto w = synth_model(s, gguf::GgmlType::kF32, 3, 512, {}, pool);
-  ASSERT_TRUE(w.ok()) << w.status().to_string();
-  const std::string path = dir / "moe.gguf";
-  ASSERT_TRUE(w->write(path).ok());
-  ShadowOps *shadow = nullptr;
-  auto cpu = load(4, 32, false, kernels::KvDtype::kF32, nullptr, path);
-  auto dev = load(4, 32, true, kernels::KvDtype::kF32, &shadow, path);
-  ASSERT_TRUE(cpu && dev && shadow);
-  const std::vector<int32_t> prompt = {1, 403, 407, 261, 378, 432, 383, 286, 261};
-  std::vector<float> logits[2];
-  for (int d = 0; d < 2; ++d) {
-    SingleSequence seq(d == 0 ? *cpu : *dev, SingleSequence::contiguous_blocks(0, 8));
-    auto l = seq.append_all_logits(prompt);
-    ASSERT_TRUE(l.ok()) << l.status().to_string();
-    logits[d].assign(l->begin(), l->end());
-    auto next = seq.append_all_logits(std::vector<int32_t>{298});
-    ASSERT_TRUE(next.ok());
-    logits[d].insert(logits[d].end(), next->begin(), next->end());
+  // qwen3moe, and gpt-oss: its sinks, router and expert biases through the device too.
+  for (const char *arch : {"qwen3moe", "gpt-oss"}) {
+    SCOPED_TRACE(arch);
+    test::TempDir dir("shadow_moe");
+    SynthShape s = with_arch({.name = "shadow-moe", .dim = 128, .ffn = 256,
+                              .layers = 2, .heads = 4, .kv_heads = 2,
+                              .context = 256},
+                             arch);
+    s.vocab = 0;
+    s.experts = 8;
+    s.experts_used = 2;
+    s.expert_ffn = 64;
+    s.window = std::string(arch) == "gpt-oss" ? 4 : 0;
+    kernels::ThreadPool pool(1);
+    // F32: the shadow device multiplies the GGUF encoding, the CPU a packed Q8_0
+    // copy (other bits), so only float weights compare bit for bit.
+    auto w = synth_model(s, gguf::GgmlType::kF32, 3, 512, {}, pool);
+    ASSERT_TRUE(w.ok()) << w.status().to_string();
+    const std::string path = dir / "moe.gguf";
+    ASSERT_TRUE(w->write(path).ok());
+    ShadowOps *shadow = nullptr;
+    auto cpu = load(4, 32, false, kernels::KvDtype::kF32, nullptr, path);
+    auto dev = load(4, 32, true, kernels::KvDtype::kF32, &shadow, path);
+    ASSERT_TRUE(cpu && dev && shadow);
+    const std::vector<int32_t> prompt = {1, 403, 407, 261, 378, 432, 383, 286, 261};
+    std::vector<float> logits[2];
+    for (int d = 0; d < 2; ++d) {
+      SingleSequence seq(d == 0 ? *cpu : *dev, SingleSequence::contiguous_blocks(0, 8));
+      auto l = seq.append_all_logits(prompt);
+      ASSERT_TRUE(l.ok()) << l.status().to_string();
+      logits[d].assign(l->begin(), l->end());
+      auto next = seq.append_all_logits(std::vector<int32_t>{298});
+      ASSERT_TRUE(next.ok());
+      logits[d].insert(logits[d].end(), next->begin(), next->end());
+    }
+    EXPECT_EQ(shadow->route_calls(), 2 * 2);  // two steps, two layers
+    ASSERT_EQ(logits[0].size(), logits[1].size());
+    EXPECT_EQ(0, std::memcmp(logits[0].data(), logits[1].data(),
+                             logits[0].size() * sizeof(float)));
   }
-  EXPECT_EQ(shadow->route_calls(), 2 * 2);  // two steps, two layers
-  ASSERT_EQ(logits[0].size(), logits[1].size());
-  EXPECT_EQ(0, std::memcmp(logits[0].data(), logits[1].data(),
-                           logits[0].size() * sizeof(float)));
 }
 
 // The lowest index of the row's maximum, -1 with a non-finite entry (the

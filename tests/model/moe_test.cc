@@ -1,5 +1,5 @@
-// Mixture-of-experts models (qwen3moe; llama with experts, as Mixtral): the expert keys and their
-// refusals, and three identities that hold bit for bit —
+// Mixture-of-experts models (qwen3moe; gpt-oss; llama with experts, as Mixtral): the expert keys,
+// gpt-oss's keys and tensors, their refusals, and three identities that hold bit for bit —
 //   * one expert routed top-1 is the dense FFN: a dense llama / qwen3 file rewritten as a
 //     one-expert llama-with-experts / qwen3moe file (its FFN tensors as the expert's, any
 //     router) gives the dense file's logits exactly;
@@ -10,6 +10,7 @@
 // The agreement with llama.cpp is tests/model/arch_reference_test.cc's.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <optional>
@@ -19,6 +20,7 @@
 
 #include "gguf/gguf.h"
 #include "kernels/cpu_features.h"
+#include "kernels/matmul.h"
 #include "model/batch_builder.h"
 #include "model/model_config.h"
 #include "model/runner.h"
@@ -40,7 +42,12 @@ SynthShape moe_shape(const std::string& arch, int64_t experts, int64_t used) {
   s.vocab = 0;
   s.experts = experts;
   s.experts_used = used;
-  s.expert_ffn = arch == "qwen3moe" ? 96 : 0;
+  s.expert_ffn = arch == "qwen3moe" || arch == "gpt-oss" ? 96 : 0;
+  if (arch == "gpt-oss") {  // windows and YaRN that a 40-token prompt runs through
+    s.window = 8;
+    s.rope_factor = 4.0f;
+    s.rope_original_context = 16;
+  }
   return s;
 }
 
@@ -119,6 +126,97 @@ TEST(MoeConfig, ReadsTheExpertKeys) {
   auto dense = config_of(synth(moe_shape("llama", 0, 0), GgmlType::kF32, 1), dir);
   ASSERT_TRUE(dense.ok());
   EXPECT_FALSE(dense->is_moe());
+}
+
+// gpt-oss: the expert keys, sliding windows on the even layers with the full layers' RoPE (YaRN
+// included, llama.cpp's rope_freq_scale_train_swa), and rope.freq_base_swa giving the sliding
+// layers a variant of their own; the window key is required.
+TEST(MoeConfig, ReadsGptOss) {
+  test::TempDir dir("moe_config");
+  gguf::GgufWriter w = synth(moe_shape("gpt-oss", 8, 2), GgmlType::kF32, 1);
+  auto c = config_of(w, dir);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->arch, Arch::kGptOss);
+  EXPECT_EQ(c->num_experts, 8);
+  EXPECT_EQ(c->num_experts_used, 2);
+  EXPECT_EQ(c->expert_ffn_dim, 96);
+  ASSERT_EQ(c->ropes.size(), 1u);
+  EXPECT_EQ(c->ropes[0].scaling, RopeScaling::kYarn);
+  EXPECT_FLOAT_EQ(c->ropes[0].freq_scale, 0.25f);
+  EXPECT_FLOAT_EQ(c->ropes[0].mscale, 0.1f * std::log(4.0f) + 1.0f);  // YaRN's attention factor
+  ASSERT_EQ(c->layers.size(), 2u);
+  EXPECT_EQ(c->layers[0].window, 8);  // even layers slide (llama.cpp's pattern 2)
+  EXPECT_EQ(c->layers[1].window, 0);
+  EXPECT_EQ(c->layers[0].rope, 0);
+  EXPECT_TRUE(c->rope_neox);
+  w.set("gpt-oss.rope.freq_base_swa", Value::f32(5000.0f));
+  auto own_base = config_of(w, dir);
+  ASSERT_TRUE(own_base.ok()) << own_base.status().to_string();
+  ASSERT_EQ(own_base->ropes.size(), 2u);
+  EXPECT_EQ(own_base->layers[0].rope, 1);
+  EXPECT_EQ(own_base->ropes[1].theta, 5000.0f);
+  EXPECT_EQ(own_base->ropes[1].scaling, RopeScaling::kYarn);
+  w.remove("gpt-oss.attention.sliding_window");
+  auto no_window = config_of(w, dir);
+  ASSERT_FALSE(no_window.ok());
+  EXPECT_NE(no_window.status().message().find("gpt-oss.attention.sliding_window is missing"),
+            std::string::npos)
+      << no_window.status().message();
+}
+
+// gpt-oss's tensors: the sinks, the router's and experts' biases and the FFN norm under its
+// post_attention_norm name are required; an MXFP4 expert tensor (every released gpt-oss file)
+// is refused naming the tensor and its type until the matmul kernels take it.
+TEST(MoeConfig, GptOssTensorsAreRequiredAndMxfp4IsNamed) {
+  test::TempDir dir("moe_gptoss_tensors");
+  const gguf::GgufWriter base = synth(moe_shape("gpt-oss", 8, 2), GgmlType::kF32, 1);
+  const std::string ok_path = write(base, dir / "ok.gguf");
+  auto loaded = LlamaModel::load(ok_path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  const LayerWeights& l0 = (*loaded)->weights().layers[0];
+  EXPECT_NE(l0.attn_sinks, nullptr);
+  EXPECT_NE(l0.router_bias, nullptr);
+  EXPECT_NE(l0.gate_exps_bias, nullptr);
+  EXPECT_NE(l0.up_exps_bias, nullptr);
+  EXPECT_NE(l0.down_exps_bias, nullptr);
+  EXPECT_NE(l0.ffn_norm, nullptr);
+  auto f = gguf::GgufFile::open(ok_path);
+  ASSERT_TRUE(f.ok());
+  // Rewrites the file with `name` dropped, or (mxfp4) stored as MXFP4 bytes of its shape.
+  auto rewrite = [&](const std::string& name, bool mxfp4) {
+    gguf::GgufWriter w;
+    for (const gguf::KeyValue& kv : f->metadata()) w.set(kv.key, kv.value);
+    for (const gguf::TensorInfo& t : f->tensors()) {
+      if (t.name != name) {
+        w.add_tensor_ref(t.name, t.type, t.dims, t.bytes());
+      } else if (mxfp4) {
+        const int64_t n = t.dims[0] * t.dims[1] * t.dims[2];
+        w.add_tensor_owned(t.name, GgmlType::kMXFP4, t.dims,
+                           std::vector<uint8_t>(n / 32 * 17, 0));
+      }
+    }
+    const std::string path = dir / "edited.gguf";
+    EXPECT_TRUE(w.write(path).ok());
+    return LlamaModel::load(path);
+  };
+  for (const char* name : {"blk.1.attn_sinks.weight", "blk.0.ffn_gate_inp.bias",
+                           "blk.0.ffn_up_exps.bias", "blk.1.ffn_down_exps.bias",
+                           "blk.0.post_attention_norm.weight"}) {
+    auto m = rewrite(name, false);
+    ASSERT_FALSE(m.ok()) << name;
+    EXPECT_NE(m.status().message().find(std::string("tensor ") + name + " is missing"),
+              std::string::npos)
+        << m.status().message();
+  }
+  auto m = rewrite("blk.0.ffn_down_exps.weight", true);
+  if (kernels::matmul_supported(GgmlType::kMXFP4)) {  // the MXFP4 kernels have landed
+    EXPECT_TRUE(m.ok()) << m.status().to_string();
+    return;
+  }
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("tensor blk.0.ffn_down_exps.weight has type mxfp4"),
+            std::string::npos)
+      << m.status().message();
 }
 
 TEST(MoeConfig, RefusesWhatItCannotRunNamingTheKey) {
@@ -240,8 +338,10 @@ void write_permuted(const std::string& in, const std::vector<int>& perm, const s
   for (const gguf::KeyValue& kv : f->metadata()) w.set(kv.key, kv.value);
   const int n = static_cast<int>(perm.size());
   for (const gguf::TensorInfo& t : f->tensors()) {
-    const bool exps = t.name.ends_with("_exps.weight");
-    const bool router = router_too && t.name.ends_with("ffn_gate_inp.weight");
+    // gpt-oss's biases go with their experts and the router's rows alike.
+    const bool exps = t.name.ends_with("_exps.weight") || t.name.ends_with("_exps.bias");
+    const bool router = router_too && (t.name.ends_with("ffn_gate_inp.weight") ||
+                                       t.name.ends_with("ffn_gate_inp.bias"));
     if (!exps && !router) {
       w.add_tensor_ref(t.name, t.type, t.dims, t.bytes());
       continue;
@@ -265,7 +365,7 @@ TEST(MoeIdentity, PermutingExpertsWithTheRouterLeavesLogitsUnchanged) {
   const std::vector<int> perm = {5, 2, 7, 0, 6, 1, 4, 3};
   for (const auto& [arch, type] :
        {std::pair{"qwen3moe", GgmlType::kQ8_0}, {"qwen3moe", GgmlType::kF32},
-        {"llama", GgmlType::kQ4_0}}) {
+        {"llama", GgmlType::kQ4_0}, {"gpt-oss", GgmlType::kQ8_0}}) {
     const std::string name = str_cat(arch, "-", gguf::ggml_type_name(type));
     const std::string a = write(synth(moe_shape(arch, 8, 3), type, 31), dir / (name + ".gguf"));
     write_permuted(a, perm, dir / (name + "-permuted.gguf"));
@@ -338,7 +438,7 @@ TEST(MoeBatchInvariance, VerifyStepEqualsDecodeStepsBitForBit) {
   const kernels::Isa saved = kernels::active_isa();
   for (const auto& [arch, type] :
        {std::pair{"qwen3moe", GgmlType::kQ8_0}, {"qwen3moe", GgmlType::kF32},
-        {"llama", GgmlType::kQ4_0}}) {
+        {"llama", GgmlType::kQ4_0}, {"gpt-oss", GgmlType::kQ8_0}}) {
     const std::string name = str_cat(arch, "-", gguf::ggml_type_name(type));
     const std::string path = write(synth(moe_shape(arch, 8, 2), type, 41), dir / (name + ".gguf"));
     for (int threads : {1, 2}) {

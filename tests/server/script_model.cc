@@ -59,10 +59,36 @@ void set_metadata(gguf::GgufWriter& w, const tokenizer::Tokenizer& tok, int64_t 
   if (!chat_template.empty()) w.set("tokenizer.chat_template", Value::str(chat_template));
 }
 
+// The vocabulary with spec's added tokens appended, written next to `path` and loaded back.
+Result<std::unique_ptr<tokenizer::Tokenizer>> extended_vocab(const ScriptModelSpec& spec,
+                                                             const std::string& path) {
+  ARBOR_ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::from_file(spec.vocab_path));
+  if (spec.added_control.empty() && spec.added_user_defined.empty()) return tok;
+  gguf::GgufWriter w;
+  for (gguf::KeyValue& kv : tok->to_gguf_metadata()) {
+    auto* items = std::get_if<gguf::Array>(&kv.value.data);
+    if (kv.key == "tokenizer.ggml.tokens" && items != nullptr) {
+      for (const auto* list : {&spec.added_control, &spec.added_user_defined}) {
+        for (const std::string& t : *list) items->items.push_back(Value::str(t));
+      }
+    } else if (kv.key == "tokenizer.ggml.token_type" && items != nullptr) {
+      for (size_t i = 0; i < spec.added_control.size(); ++i) items->items.push_back(Value::i32(3));
+      for (size_t i = 0; i < spec.added_user_defined.size(); ++i) {
+        items->items.push_back(Value::i32(4));
+      }
+    }
+    w.set(kv.key, std::move(kv.value));
+  }
+  w.set("general.architecture", Value::str("llama"));
+  const std::string vocab_path = path + ".vocab.gguf";
+  ARBOR_RETURN_IF_ERROR(w.write(vocab_path));
+  return tokenizer::Tokenizer::from_file(vocab_path);
+}
+
 }  // namespace
 
 Status write_script_model(const ScriptModelSpec& spec, const std::string& path) {
-  ARBOR_ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::from_file(spec.vocab_path));
+  ARBOR_ASSIGN_OR_RETURN(auto tok, extended_vocab(spec, path));
   const int64_t vocab = tok->vocab_size();
   if (static_cast<int64_t>(spec.next.size()) >= kDim - 3) {
     return invalid_argument("a script model holds at most ", kDim - 4, " keys");
@@ -121,6 +147,59 @@ const std::string& thinking_script_model() {
     EXPECT_TRUE(s.ok()) << s.to_string();
     return out;
   }();
+  return path;
+}
+
+namespace {
+
+constexpr const char* kHarmonyFinalHeader = "<|end|><|start|>assistant<|channel|>final<|message|>";
+constexpr const char* kHarmonyCallHeader =
+    "<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather "
+    "<|constrain|>json<|message|>";
+
+std::string harmony_model(const std::string& name,
+                          std::map<std::string, std::vector<std::string>> body,
+                          const std::string& header, const std::string& stop) {
+  static test::TempDir dir("script_model_harmony");
+  const std::string out = dir.path() + "/" + name + ".gguf";
+  EXPECT_TRUE(test::expect_shared_file("tokenizers/hf/qwen3/tokenizer.json"));
+  EXPECT_TRUE(test::expect_shared_file("templates/openai-gpt-oss-120b.jinja"));
+  ScriptModelSpec spec;
+  spec.vocab_path = test::shared_path("tokenizers/hf/qwen3");
+  spec.chat_template = test::read_file(test::shared_path("templates/openai-gpt-oss-120b.jinja"));
+  spec.added_control = {"<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|constrain|>",
+                        "<|call|>", "<|return|>"};
+  spec.added_user_defined = {header};
+  spec.next = std::move(body);
+  spec.next["assistant"] = {"<|channel|>"};
+  spec.next["<|channel|>"] = {"analysis"};
+  spec.next["analysis"] = {"<|message|>"};
+  spec.otherwise = stop;
+  const Status s = write_script_model(spec, out);
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  return out;
+}
+
+}  // namespace
+
+const std::string& harmony_answer_script_model() {
+  static const std::string path = harmony_model(
+      "harmony_answer",
+      {{"<|message|>", {"Let"}}, {"Let", {" me"}}, {" me", {" think"}}, {" think", {"."}},
+       {".", {kHarmonyFinalHeader}}, {kHarmonyFinalHeader, {"Sure"}}, {"Sure", {"!"}},
+       {"!", {"<|return|>"}}},
+      kHarmonyFinalHeader, "<|return|>");
+  return path;
+}
+
+const std::string& harmony_tool_script_model() {
+  static const std::string path = harmony_model(
+      "harmony_tool",
+      {{"<|message|>", {"Need"}}, {"Need", {" weather"}}, {" weather", {"."}},
+       {".", {kHarmonyCallHeader}}, {kHarmonyCallHeader, {"{\""}}, {"{\"", {"city"}},
+       {"city", {"\":"}}, {"\":", {" \""}}, {" \"", {"Paris"}}, {"Paris", {"\"}"}},
+       {"\"}", {"<|call|>"}}},
+      kHarmonyCallHeader, "<|call|>");
   return path;
 }
 

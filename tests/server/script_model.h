@@ -28,6 +28,10 @@ struct ScriptModelSpec {
   std::map<std::string, std::vector<std::string>> next;
   // The successor of every token not in `next`.
   std::string otherwise;
+  // Tokens appended to the vocabulary (before `next` is read): control tokens (a vocabulary's
+  // own markers, e.g. harmony's <|channel|>) and user-defined ones (written as text).
+  std::vector<std::string> added_control;
+  std::vector<std::string> added_user_defined;
 };
 
 // Writes the model (F32, dim 64, about 80 MB for Qwen 3's 151,669 tokens).
@@ -38,5 +42,18 @@ Status write_script_model(const ScriptModelSpec& spec, const std::string& path);
 // generation prompt, and '{"answer": "yes"}' after "</think>" where a grammar refuses " Sure".
 // Written once per test process (a missing tokenizer fails the test); its path.
 const std::string& thinking_script_model();
+
+// gpt-oss script models (server_harmony_test.cc): Qwen 3's vocabulary plus the harmony markers
+// (control tokens, as in o200k_harmony, where <|return|> and <|call|> end generation) and the
+// shared gpt-oss template. The answer model's greedy output after "<|start|>assistant" is
+//   <|channel|>analysis<|message|>Let me think.<|end|><|start|>assistant<|channel|>final
+//   <|message|> Sure!<|return|>
+// and the tool model's
+//   <|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary
+//   to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}<|call|>
+// (each second header one user-defined token: the script is one token in, one token out, and
+// the first header's markers already have successors).
+const std::string& harmony_answer_script_model();
+const std::string& harmony_tool_script_model();
 
 }  // namespace arbor::server::testing

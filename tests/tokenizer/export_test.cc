@@ -149,6 +149,41 @@ Result<std::unique_ptr<Tokenizer>> tiny_bpe(const std::string& pre, bool with_bo
   return Tokenizer::from_gguf(*file);
 }
 
+// o200k_harmony (gpt-oss): <|return|> and <|call|> end generation and <|end|> (which ends a
+// message, not the turn) does not, as llama.cpp decides when all three are present; a
+// vocabulary with <|end|> alone (Phi-3) keeps it as end of generation.
+TEST(EndOfGeneration, HarmonyMarkersEndGenerationButNotMessages) {
+  auto make = [](std::vector<std::string> specials) {
+    std::vector<std::string> tokens = {"a", "b"};
+    std::vector<int32_t> types = {1, 1};
+    for (std::string& t : specials) {
+      tokens.push_back(std::move(t));
+      types.push_back(3);
+    }
+    gguf::GgufWriter writer;
+    writer.set("tokenizer.ggml.model", gguf::Value::str("gpt2"));
+    writer.set("tokenizer.ggml.pre", gguf::Value::str("gpt-4o"));
+    writer.set("tokenizer.ggml.tokens", gguf::Value::string_array(tokens));
+    writer.set("tokenizer.ggml.token_type", gguf::Value::i32_array(types));
+    writer.set("tokenizer.ggml.merges", gguf::Value::string_array({"a b"}));
+    const std::string bytes = writer.serialize();
+    auto file = gguf::GgufFile::parse(
+        {reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, "harmony.gguf");
+    EXPECT_TRUE(file.ok());
+    return Tokenizer::from_gguf(*file);
+  };
+  auto harmony = make({"<|start|>", "<|end|>", "<|return|>", "<|call|>", "<|channel|>"});
+  ASSERT_TRUE(harmony.ok()) << harmony.status().to_string();
+  const Tokenizer& h = **harmony;
+  EXPECT_TRUE(h.is_eog(h.token_id("<|return|>")));
+  EXPECT_TRUE(h.is_eog(h.token_id("<|call|>")));
+  EXPECT_FALSE(h.is_eog(h.token_id("<|end|>")));
+  EXPECT_FALSE(h.is_eog(h.token_id("<|channel|>")));
+  auto phi = make({"<|end|>", "<|endoftext|>"});
+  ASSERT_TRUE(phi.ok()) << phi.status().to_string();
+  EXPECT_TRUE((*phi)->is_eog((*phi)->token_id("<|end|>")));
+}
+
 TEST(PreTokenizerNames, UnknownNameIsRefusedListingTheSupportedOnes) {
   auto r = tiny_bpe("no-such-pre");
   ASSERT_FALSE(r.ok());
