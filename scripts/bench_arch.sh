@@ -10,7 +10,11 @@
 # Prints a Markdown table: prefill (pp512) and decode (tg128) tok/s of both (medians of the
 # rounds), arbor / llama.cpp, and arbor's verify-4 step (a 5-token multi-query step after 256
 # cached tokens) over its decode step. Knobs: BENCH_MODELS (default BUILD_DIR/bench-models),
-# BENCH_THREADS (2), BENCH_ROUNDS (3).
+# BENCH_THREADS (2), BENCH_ROUNDS (3), BENCH_SPECS (ARCH:VOCAB_FILE pairs, vocab files under
+# ARBOR_SHARED_DIR; default the two above), BENCH_RECIPES (`arbor quantize` recipes; default
+# "q8_0 q4_K_M"). The codebook types' table (issue 36):
+#   BENCH_SPECS=qwen3:tokenizers/hf/qwen3/tokenizer.json \
+#     BENCH_RECIPES="mxfp4 iq4_nl iq4_xs q4_0" scripts/bench_arch.sh build
 set -euo pipefail
 build=${1:?usage: scripts/bench_arch.sh BUILD_DIR}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -44,9 +48,10 @@ echo "$cpu, $threads threads, $rounds interleaved rounds (medians); llama.cpp: p
 echo ""
 echo "| model | arbor pp512 | llama.cpp pp512 | prefill × | arbor tg128 | llama.cpp tg128 | decode × | verify-4 / decode step |"
 echo "|---|---|---|---|---|---|---|---|"
-for spec in qwen3:tokenizers/hf/qwen3/tokenizer.json gemma3:tokenizers/hf/llama2/tokenizer.json; do
+specs=${BENCH_SPECS:-qwen3:tokenizers/hf/qwen3/tokenizer.json gemma3:tokenizers/hf/llama2/tokenizer.json}
+for spec in $specs; do
   IFS=: read -r arch vocab <<<"$spec"
-  for recipe in q8_0 q4_K_M; do
+  for recipe in ${BENCH_RECIPES:-q8_0 q4_K_M}; do
     m=$(model "$arch" "$shared/$vocab" "$recipe")
     apps=() atgs=() lpps=() ltgs=() ratios=()
     for ((r = 0; r < rounds; r++)); do
