@@ -10,7 +10,11 @@
 # Prints a Markdown table: prefill (pp512) and decode (tg128) tok/s of both (medians of the
 # rounds), arbor / llama.cpp, and arbor's verify-4 step (a 5-token multi-query step after 256
 # cached tokens) over its decode step. Knobs: BENCH_MODELS (default BUILD_DIR/bench-models),
-# BENCH_THREADS (2), BENCH_ROUNDS (3).
+# BENCH_THREADS (2), BENCH_ROUNDS (3), BENCH_PP / BENCH_TG (512 / 128), BENCH_SPECS (ARCH:VOCAB_FILE pairs, vocab files under
+# ARBOR_SHARED_DIR; default the two above), BENCH_RECIPES (`arbor quantize` recipes; default
+# "q8_0 q4_K_M"). The codebook types' table (issue 36):
+#   BENCH_SPECS=qwen3:tokenizers/hf/qwen3/tokenizer.json \
+#     BENCH_RECIPES="mxfp4 iq4_nl iq4_xs q4_0" scripts/bench_arch.sh build
 set -euo pipefail
 build=${1:?usage: scripts/bench_arch.sh BUILD_DIR}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -18,6 +22,8 @@ shared=${ARBOR_SHARED_DIR:-$root/../shared}
 models=${BENCH_MODELS:-$build/bench-models}
 threads=${BENCH_THREADS:-2}
 rounds=${BENCH_ROUNDS:-3}
+pp=${BENCH_PP:-512}
+tg=${BENCH_TG:-128}
 arbor="$build/arbor"
 ref="$root/tests/reference/.llama/llama_ref"
 [ -x "$ref" ] || "$root/scripts/install_reference.sh" >&2
@@ -42,19 +48,20 @@ echo ""
 echo "$cpu, $threads threads, $rounds interleaved rounds (medians); llama.cpp: prebuilt libllama" \
      "of @node-llama-cpp/linux-x64 3.22.1 (de3ff81), F16 KV cache, flash attention off."
 echo ""
-echo "| model | arbor pp512 | llama.cpp pp512 | prefill × | arbor tg128 | llama.cpp tg128 | decode × | verify-4 / decode step |"
+echo "| model | arbor pp$pp | llama.cpp pp$pp | prefill × | arbor tg$tg | llama.cpp tg$tg | decode × | verify-4 / decode step |"
 echo "|---|---|---|---|---|---|---|---|"
-for spec in qwen3:tokenizers/hf/qwen3/tokenizer.json gemma3:tokenizers/hf/llama2/tokenizer.json; do
+specs=${BENCH_SPECS:-qwen3:tokenizers/hf/qwen3/tokenizer.json gemma3:tokenizers/hf/llama2/tokenizer.json}
+for spec in $specs; do
   IFS=: read -r arch vocab <<<"$spec"
-  for recipe in q8_0 q4_K_M; do
+  for recipe in ${BENCH_RECIPES:-q8_0 q4_K_M}; do
     m=$(model "$arch" "$shared/$vocab" "$recipe")
     apps=() atgs=() lpps=() ltgs=() ratios=()
     for ((r = 0; r < rounds; r++)); do
-      line=$("$ref" bench "$m" --pp 512 --tg 128 --threads "$threads" --reps 1 | tail -1)
-      lpps+=("$(sed -E 's/pp 512: ([0-9.]+).*/\1/' <<<"$line")")
-      ltgs+=("$(sed -E 's/.*tg 128: ([0-9.]+).*/\1/' <<<"$line")")
-      read -r app atg ver < <("$arbor" --log-level warn bench -m "$m" -t "$threads" -r 1 -p 512 \
-        -n 128 --batch 1 --verify 1,4 --json | /usr/bin/python3 -c '
+      line=$("$ref" bench "$m" --pp "$pp" --tg "$tg" --threads "$threads" --reps 1 | tail -1)
+      lpps+=("$(sed -E "s/pp $pp: ([0-9.]+).*/\1/" <<<"$line")")
+      ltgs+=("$(sed -E "s/.*tg $tg: ([0-9.]+).*/\1/" <<<"$line")")
+      read -r app atg ver < <("$arbor" --log-level warn bench -m "$m" -t "$threads" -r 1 -p "$pp" \
+        -n "$tg" --batch 1 --verify 1,4 --json | /usr/bin/python3 -c '
 import json, sys
 j = json.load(sys.stdin)
 rate = {t["name"][:2]: t["median"] for t in j["tests"]}

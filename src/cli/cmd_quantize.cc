@@ -54,9 +54,10 @@ void setup(CLI::App& app) {
   sub->add_option("output", opts->output, "Output GGUF file")->required();
   sub->add_option("type", opts->type,
                   "Target type: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_K, q3_K, q4_K, "
-                  "q5_K, q6_K (every weight matrix), or a K-quant mixture like llama-quantize's: "
-                  "q3_K_S, q3_K_M, q3_K_L, q4_K_S, q4_K_M, q5_K_S, q5_K_M (output.weight q6_K, "
-                  "more bits for some attn_v / ffn_down / attn_output layers)")
+                  "q5_K, q6_K, iq4_nl, iq4_xs, mxfp4 (every weight matrix), or a mixture like "
+                  "llama-quantize's: q3_K_S, q3_K_M, q3_K_L, q4_K_S, q4_K_M, q5_K_S, q5_K_M "
+                  "(output.weight q6_K, more bits for some attn_v / ffn_down / attn_output "
+                  "layers), mxfp4_moe (expert tensors mxfp4, other matrices q8_0)")
       ->required();
   sub->callback([opts] { exit_on_error(run(*opts)); });
 }

@@ -136,8 +136,10 @@ std::vector<gguf::KeyValue> pad_vocab(SynthVocab vocab, int64_t vocab_size) {
 Result<GgmlType> parse_type(const std::string& name) {
   ARBOR_ASSIGN_OR_RETURN(GgmlType type, gguf::parse_ggml_type(name));
   if (type != GgmlType::kF32 && type != GgmlType::kF16 && type != GgmlType::kQ4_0 &&
-      type != GgmlType::kQ8_0) {
-    return invalid_argument("--type ", name, " is not supported; use q4_0, q8_0, f16 or f32");
+      type != GgmlType::kQ8_0 && type != GgmlType::kMXFP4 && type != GgmlType::kIQ4_NL &&
+      type != GgmlType::kIQ4_XS) {
+    return invalid_argument("--type ", name,
+                            " is not supported; use q4_0, q8_0, mxfp4, iq4_nl, iq4_xs, f16 or f32");
   }
   return type;
 }
@@ -241,7 +243,7 @@ void setup(CLI::App& app) {
                       "its dim, ffn, layers and heads / kv heads as --kv-ratio)")
           ->check(CLI::IsMember(preset_names()))
           ->capture_default_str();
-  sub->add_option("--type", o->type, "Matrix type: q4_0, q8_0, f16, f32 (norms stay f32)")
+  sub->add_option("--type", o->type, "Matrix type: q4_0, q8_0, mxfp4, iq4_nl, iq4_xs, f16, f32 (norms stay f32)")
       ->capture_default_str();
   CLI::Option* vocab = sub->add_option(
       "--vocab", o->vocab_path, "Tokenizer: a GGUF with tokenizer.* metadata or a tokenizer.json");

@@ -23,7 +23,8 @@ class Planner {
     if (!supported_(w.type)) {
       return unimplemented(name, " has type ", gguf::ggml_type_name(w.type),
                            ", which the CUDA matmul does not support (f32, f16, bf16, q8_0, "
-                           "q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K)");
+                           "q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K; mxfp4, iq4_nl "
+                           "and iq4_xs have CPU kernels only: run it with --device cpu)");
     }
     const size_t row_bytes = kernels::weight_row_bytes(w.type, w.cols);
     add(name, w.data, w.row_stride != 0 ? w.row_stride : row_bytes, row_bytes, w.rows);

@@ -19,7 +19,8 @@ constexpr TargetInfo kTargets[] = {
     {GgmlType::kF32, 0},   {GgmlType::kF16, 1},   {GgmlType::kQ4_0, 2},  {GgmlType::kQ4_1, 3},
     {GgmlType::kQ8_0, 7},  {GgmlType::kQ5_0, 8},  {GgmlType::kQ5_1, 9},  {GgmlType::kQ2_K, 10},
     {GgmlType::kQ3_K, 11}, {GgmlType::kQ4_K, 14}, {GgmlType::kQ5_K, 16}, {GgmlType::kQ6_K, 18},
-    {GgmlType::kBF16, 32},
+    {GgmlType::kBF16, 32},  {GgmlType::kIQ4_NL, 25}, {GgmlType::kIQ4_XS, 30},
+    {GgmlType::kMXFP4, 38},
 };
 
 std::optional<TargetInfo> find_target(GgmlType type) {
@@ -44,6 +45,7 @@ GgmlType fallback_type(GgmlType target) {
     case GgmlType::kQ5_K: return GgmlType::kQ5_1;
     case GgmlType::kQ6_K: return GgmlType::kQ8_0;
     case GgmlType::kQ2_K: case GgmlType::kQ3_K: return GgmlType::kQ4_0;
+    case GgmlType::kIQ4_XS: return GgmlType::kIQ4_NL;
     default: return GgmlType::kF16;
   }
 }
@@ -91,6 +93,7 @@ constexpr MixInfo kMixes[] = {
     {QuantMix::kQ4_K_M, "q4_K_M", GgmlType::kQ4_K, 15},
     {QuantMix::kQ5_K_S, "q5_K_S", GgmlType::kQ5_K, 16},
     {QuantMix::kQ5_K_M, "q5_K_M", GgmlType::kQ5_K, 17},
+    {QuantMix::kMxfp4Moe, "mxfp4_moe", GgmlType::kMXFP4, 38},
 };
 
 const MixInfo* find_mix(QuantMix mix) {
@@ -147,6 +150,16 @@ GgmlType mix_type(std::string_view name, GgmlType base, QuantMix mix, int layers
   return base;
 }
 
+// The type before fallbacks: the mixture's rule, or llama.cpp's MXFP4_MOE (expert tensors, 3-D
+// with several experts, MXFP4; every other matrix, the classifier included, Q8_0).
+GgmlType intended_type(std::string_view name, const std::vector<int64_t>& dims, GgmlType base,
+                       QuantMix mix, int layers, bool tied) {
+  if (mix == QuantMix::kMxfp4Moe) {
+    return dims.size() >= 3 && dims[2] > 1 ? GgmlType::kMXFP4 : GgmlType::kQ8_0;
+  }
+  return mix_type(name, base, mix, layers, tied);
+}
+
 }  // namespace
 
 Result<QuantRecipe> parse_quantize_recipe(std::string_view name) {
@@ -181,7 +194,7 @@ GgmlType choose_tensor_type(std::string_view name, const std::vector<int64_t>& d
   if (dims.size() < 2 || !ends_with(name, "weight") || ends_with(name, "ffn_gate_inp.weight")) {
     return source_type;
   }
-  target = mix_type(name, target, mix, layers, tied_embeddings);
+  target = intended_type(name, dims, target, mix, layers, tied_embeddings);
   if (fits(target, dims[0])) return target;
   const GgmlType fallback = fallback_type(target);
   return fits(fallback, dims[0]) ? fallback : GgmlType::kF16;
@@ -265,7 +278,9 @@ Result<GgufWriter> quantize_model(const GgufFile& in, const QuantizeOptions& opt
       rep.bytes_out += data->size();
       w.add_tensor_owned(t.name, type, t.dims, std::move(data).value());
       ++rep.num_converted;
-      if (type != mix_type(t.name, options.target, options.mix, layers, tied)) ++rep.num_fallback;
+      if (type != intended_type(t.name, t.dims, options.target, options.mix, layers, tied)) {
+        ++rep.num_fallback;
+      }
     }
     if (bar) bar->add(1);
   }

@@ -6,8 +6,8 @@
 //     "*ffn_gate_inp.weight", which llama.cpp keeps exact) get the target type;
 //   * everything else (norms, biases, 1-D tensors) keeps its type;
 //   * a matrix whose row length is not a multiple of the target's block size falls back as
-//     llama.cpp does (q4_K -> q5_0, q5_K -> q5_1, q6_K -> q8_0, q2_K/q3_K -> q4_0 where llama.cpp
-//     would use iq4_nl), and to f16 if that does not fit either.
+//     llama.cpp does (q4_K -> q5_0, q5_K -> q5_1, q6_K -> q8_0, q2_K/q3_K -> q4_0, iq4_xs ->
+//     iq4_nl), and to f16 if that does not fit either.
 // Quantised sources are dequantised to f32 first (so requantising is lossy twice, as in
 // llama.cpp with --allow-requantize).
 //
@@ -25,14 +25,16 @@
 namespace arbor::gguf {
 
 // Types accepted as a model-wide target: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_K,
-// q3_K, q4_K, q5_K, q6_K.
+// q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, mxfp4 (the codebook types quantise as llama-quantize
+// does without an importance matrix: gguf/quants.h).
 bool is_quantize_target(GgmlType type);
 // Like parse_ggml_type, restricted to the targets above; the error lists them.
 Result<GgmlType> parse_quantize_target(std::string_view name);
 
 // llama.cpp's LLAMA_FTYPE value for a model whose weight matrices are `type`
 // (f32 0, f16 1, q4_0 2, q4_1 3, q8_0 7, q5_0 8, q5_1 9, q2_K 10, q3_K 11 (Q3_K_S),
-// q4_K 14 (Q4_K_S), q5_K 16 (Q5_K_S), q6_K 18, bf16 32). CHECKs is_quantize_target(type).
+// q4_K 14 (Q4_K_S), q5_K 16 (Q5_K_S), q6_K 18, bf16 32, iq4_nl 25, iq4_xs 30, mxfp4 38
+// (MXFP4_MOE)). CHECKs is_quantize_target(type).
 uint32_t llama_file_type(GgmlType type);
 
 // llama-quantize's K-quant mixtures (llama_tensor_get_type for Llama-family models, without an
@@ -48,7 +50,11 @@ uint32_t llama_file_type(GgmlType type);
 //   attn_qkv.weight (fused)            Q3_K_M / Q3_K_L: q4_K, Q4_K_M: q5_K, Q5_K_M: q6_K
 // with n the number of attn_v (or attn_qkv) tensors in the model (its layers) and i the
 // tensor's "blk.<i>." index. Rows that do not fit a K block fall back as above.
-enum class QuantMix { kPure, kQ3_K_S, kQ3_K_M, kQ3_K_L, kQ4_K_S, kQ4_K_M, kQ5_K_S, kQ5_K_M };
+// MXFP4_MOE (llama.cpp's, what gpt-oss files use): expert tensors (3-D with more than one
+// expert) mxfp4, every other matrix q8_0.
+enum class QuantMix {
+  kPure, kQ3_K_S, kQ3_K_M, kQ3_K_L, kQ4_K_S, kQ4_K_M, kQ5_K_S, kQ5_K_M, kMxfp4Moe
+};
 
 // A model-wide target: a type, and for the K-quants optionally a mixture (named like
 // llama-quantize's: "q4_K_M", case-insensitive).
@@ -56,12 +62,12 @@ struct QuantRecipe {
   GgmlType type = GgmlType::kQ8_0;
   QuantMix mix = QuantMix::kPure;
 };
-// The targets above plus q3_K_S, q3_K_M, q3_K_L, q4_K_S, q4_K_M, q5_K_S, q5_K_M; the error lists
-// them.
+// The targets above plus q3_K_S, q3_K_M, q3_K_L, q4_K_S, q4_K_M, q5_K_S, q5_K_M, mxfp4_moe; the
+// error lists them.
 Result<QuantRecipe> parse_quantize_recipe(std::string_view name);
 std::string recipe_name(const QuantRecipe& recipe);
 // LLAMA_FTYPE of a mixture (Q3_K_S 11, Q3_K_M 12, Q3_K_L 13, Q4_K_S 14, Q4_K_M 15, Q5_K_S 16,
-// Q5_K_M 17), else llama_file_type(recipe.type).
+// Q5_K_M 17, MXFP4_MOE 38), else llama_file_type(recipe.type).
 uint32_t llama_file_type(const QuantRecipe& recipe);
 
 // The type `t` gets when the model's target is `target` (rules above). For a mixture, `layers`

@@ -276,6 +276,12 @@ const Codec* find_codec(GgmlType type) {
       ARBOR_BLOCK_CODEC_(kQ5_K, BlockQ5_K, kQK_K, quantize_block_q5_K, dequantize_block_q5_K),
       ARBOR_BLOCK_CODEC_(kQ6_K, BlockQ6_K, kQK_K, quantize_block_q6_K, dequantize_block_q6_K),
       ARBOR_BLOCK_CODEC_(kQ8_K, BlockQ8_K, kQK_K, quantize_block_q8_K, dequantize_block_q8_K),
+      ARBOR_BLOCK_CODEC_(kMXFP4, BlockMxfp4, kQKMxfp4, quantize_block_mxfp4,
+                         dequantize_block_mxfp4),
+      ARBOR_BLOCK_CODEC_(kIQ4_NL, BlockIq4Nl, kQK4_NL, quantize_block_iq4_nl,
+                         dequantize_block_iq4_nl),
+      ARBOR_BLOCK_CODEC_(kIQ4_XS, BlockIq4Xs, kQK_K, quantize_block_iq4_xs,
+                         dequantize_block_iq4_xs),
   };
   for (const Codec& c : kCodecs) {
     if (c.type == type) return &c;

@@ -113,6 +113,38 @@ struct BlockQ8_K {
   int16_t bsums[kQK_K / 16];
 };
 
+// MXFP4 (OCP microscaling FP4): x[i] = e2m1(q[i]) * 2^(e - 127), q a 4-bit E2M1 value
+// (sign, 2 exponent bits, 1 mantissa bit), e an E8M0 exponent. ggml keeps the E2M1 values
+// doubled (kMxfp4Values) and halves the scale (e8m0_to_fp32_half). Element j in the low nibble
+// of qs[j], element j+16 in the high one.
+inline constexpr int kQKMxfp4 = 32;
+struct BlockMxfp4 {
+  uint8_t e;
+  uint8_t qs[kQKMxfp4 / 2];
+};
+// IQ4_NL: x[i] = d * kIq4nlValues[q[i]], nibbles as Q4_0.
+inline constexpr int kQK4_NL = 32;
+struct BlockIq4Nl {
+  uint16_t d;
+  uint8_t qs[kQK4_NL / 2];
+};
+// IQ4_XS: 8 sub-blocks of 32; sub-block j's 6-bit scale ls = (scales_l[j/2] >> 4*(j%2)) & 15
+// | ((scales_h >> 2j) & 3) << 4, x = d * (ls - 32) * kIq4nlValues[q]; sub-block j's nibbles
+// are qs[16j .. 16j+15] as in IQ4_NL.
+struct BlockIq4Xs {
+  uint16_t d;
+  uint16_t scales_h;
+  uint8_t scales_l[kQK_K / 64];
+  uint8_t qs[kQK_K / 2];
+};
+// The codebooks: IQ4's non-linear 4-bit values and the E2M1 values times two.
+inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                            1,    13,   25,  38,  53,  69,  89,  113};
+inline constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+// 2^(e - 128), ggml's GGML_E8M0_TO_FP32_HALF: the E8M0 scale halved (e = 0 and 1 give the
+// denormals 2^-128 and 2^-127; e = 255 gives 2^127: ggml does not treat it as NaN).
+float e8m0_to_fp32_half(uint8_t e);
+
 // One block at a time. `x`/`y` hold the block's elements: [block_size].
 void quantize_block_q4_0(const float* x, BlockQ4_0* y);
 void quantize_block_q4_1(const float* x, BlockQ4_1* y);
@@ -126,6 +158,14 @@ void quantize_block_q4_K(const float* x, BlockQ4_K* y);
 void quantize_block_q5_K(const float* x, BlockQ5_K* y);
 void quantize_block_q6_K(const float* x, BlockQ6_K* y);
 void quantize_block_q8_K(const float* x, BlockQ8_K* y);
+// ggml's quantize_mxfp4 / quantize_iq4_nl / quantize_iq4_xs without an importance matrix (what
+// llama-quantize writes): MXFP4 takes e = floor(log2(amax)) - 2 + 127 (clamped to 0..255 where
+// ggml's cast would be undefined) and each value's nearest codebook entry; IQ4 searches 15
+// scales per block of 32 (weights x^2) for the best least-squares fit, IQ4_XS then quantises
+// the 8 block scales to 6 bits against the super-block's fp16 d.
+void quantize_block_mxfp4(const float* x, BlockMxfp4* y);
+void quantize_block_iq4_nl(const float* x, BlockIq4Nl* y);
+void quantize_block_iq4_xs(const float* x, BlockIq4Xs* y);
 
 void dequantize_block_q4_0(const BlockQ4_0& x, float* y);
 void dequantize_block_q4_1(const BlockQ4_1& x, float* y);
@@ -139,6 +179,9 @@ void dequantize_block_q4_K(const BlockQ4_K& x, float* y);
 void dequantize_block_q5_K(const BlockQ5_K& x, float* y);
 void dequantize_block_q6_K(const BlockQ6_K& x, float* y);
 void dequantize_block_q8_K(const BlockQ8_K& x, float* y);
+void dequantize_block_mxfp4(const BlockMxfp4& x, float* y);
+void dequantize_block_iq4_nl(const BlockIq4Nl& x, float* y);
+void dequantize_block_iq4_xs(const BlockIq4Xs& x, float* y);
 
 // Sub-block j (0..7)'s 6-bit scale and min from Q4_K/Q5_K's 12 packed bytes `q`.
 void get_scale_min_k4(int j, const uint8_t* q, uint8_t* d, uint8_t* m);
@@ -146,7 +189,7 @@ void get_scale_min_k4(int j, const uint8_t* q, uint8_t* d, uint8_t* m);
 void unpack_scales_q3(const uint8_t* packed, int* out);
 
 // Whether quantize_row / dequantize_row handle the type: F32, F16, BF16, Q4_0, Q4_1, Q5_0,
-// Q5_1, Q8_0, Q8_1 and Q2_K..Q8_K, both ways.
+// Q5_1, Q8_0, Q8_1, Q2_K..Q8_K, MXFP4, IQ4_NL and IQ4_XS, both ways.
 bool can_quantize(GgmlType type);
 bool can_dequantize(GgmlType type);
 

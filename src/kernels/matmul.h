@@ -5,7 +5,8 @@
 //   y: [num_tokens, rows] f32 row-major.
 //
 // Weight types with their own kernels: F32, F16, BF16, Q8_0, Q4_0 and the affine types (Q4_1,
-// Q5_0, Q5_1, Q2_K..Q6_K: packed AVX2 / AVX-VNNI / AVX-512 VNNI kernels, kernels/packed_affine.h).
+// Q5_0, Q5_1, Q2_K..Q6_K, MXFP4, IQ4_NL, IQ4_XS: packed AVX2 / AVX-VNNI / AVX-512 VNNI kernels,
+// kernels/packed_affine.h).
 // Every other type that gguf::dequantize_row decodes (Q8_1, Q8_K) takes a generic path: each row
 // is dequantised to f32 once per call and dotted with every token.
 // For the quantised types the activations are quantised
@@ -113,7 +114,7 @@ void matmul_ref(const WeightView& w, const float* x, float* y, int64_t num_token
 void matmul_ref_quantized_act(const WeightView& w, const float* x, float* y, int64_t num_tokens);
 
 // The reference path of the model tests: while on, matmul() multiplies the affine types (Q4_1,
-// Q5_0, Q5_1, Q2_K..Q6_K) with their scalar kernel — bit-identical to the packed kernels by
+// Q5_0, Q5_1, Q2_K..Q6_K, MXFP4, IQ4_NL, IQ4_XS) with their scalar kernel — bit-identical to the packed kernels by
 // construction (kernels/packed_affine.h) — whatever the ISA and whether a packed copy exists,
 // while every other kernel keeps the active ISA. Process-wide; set it between calls only.
 void set_affine_reference_path(bool on);

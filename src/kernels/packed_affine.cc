@@ -25,6 +25,9 @@ bool is_affine_type(GgmlType type) {
     case GgmlType::kQ4_K:
     case GgmlType::kQ5_K:
     case GgmlType::kQ6_K:
+    case GgmlType::kIQ4_NL:
+    case GgmlType::kIQ4_XS:
+    case GgmlType::kMXFP4:
       return true;
     default:
       return false;
@@ -128,6 +131,13 @@ void decode_legacy(const uint8_t* qs, const uint8_t* qh4, uint16_t d, uint16_t m
   out->dm = m;
 }
 
+// IQ4_XS: sub-block j of a super-block is 32 columns, nibbles as IQ4_NL's at qs[16 j ..].
+void decode_iq4_xs(const gguf::BlockIq4Xs& x, int j, AffineBlock* out) {
+  decode_legacy(x.qs + 16 * j, nullptr, x.d, 0, out);
+  const int ls = ((x.scales_l[j / 2] >> 4 * (j % 2)) & 0xF) | ((x.scales_h >> 2 * j) & 3) << 4;
+  set_scales(out, ls - 32, ls - 32, 0, 0);
+}
+
 }  // namespace
 
 void decode_affine_block(GgmlType type, const uint8_t* row, int64_t b, AffineBlock* out) {
@@ -157,13 +167,24 @@ void decode_affine_block(GgmlType type, const uint8_t* row, int64_t b, AffineBlo
       const auto& x = block32<gguf::BlockQ5_1>(row, b);
       return decode_legacy(x.qs, x.qh, x.d, x.m, out);
     }
+    case GgmlType::kIQ4_NL: {
+      const auto& x = block32<gguf::BlockIq4Nl>(row, b);
+      return decode_legacy(x.qs, nullptr, x.d, 0, out);
+    }
+    case GgmlType::kIQ4_XS:
+      return decode_iq4_xs(super_block<gguf::BlockIq4Xs>(row, b), j, out);
+    case GgmlType::kMXFP4: {
+      const auto& x = block32<gguf::BlockMxfp4>(row, b);
+      return decode_legacy(x.qs, nullptr, x.e, 0, out);
+    }
     default:
       ARBOR_CHECK(false) << gguf::ggml_type_name(type) << " is not an affine packed type";
   }
 }
 
 float affine_scale(const AffineFormat& f, const AffineBlock& blk, int h) {
-  const float d = fp16_to_fp32(blk.d);
+  const float d = f.e8m0 ? gguf::e8m0_to_fp32_half(static_cast<uint8_t>(blk.d))
+                         : fp16_to_fp32(blk.d);
   return f.int_scales ? d * static_cast<float>(blk.sc[h]) : d;
 }
 
@@ -256,7 +277,9 @@ void pack_affine(const WeightView& w, uint8_t* dst) {
           const uint8_t* row = static_cast<const uint8_t*>(w.data) + r * w.row_stride;
           decode_affine_block(w.type, row, b, &blocks[i]);
           live[i] = &blocks[i];
-          if (jb == 0) {  // d and dm are the unit's (one per super-block or block)
+          if (jb == 0 && f.e8m0) {
+            unit[i] = static_cast<uint8_t>(blocks[i].d);
+          } else if (jb == 0) {  // d and dm are the unit's (one per super-block or block)
             std::memcpy(unit + 2 * i, &blocks[i].d, 2);
             if (f.has_min) std::memcpy(unit + 32 + 2 * i, &blocks[i].dm, 2);
           }
@@ -300,8 +323,8 @@ float affine_block_step(const AffineFormat& f, const AffineBlock& blk, const Act
                         float acc) {
   int32_t lo = 0, hi = 0;
   for (int l = 0; l < 16; ++l) {
-    lo += static_cast<int32_t>(blk.u[l]) * a.qs[l];
-    hi += static_cast<int32_t>(blk.u[16 + l]) * a.qs[16 + l];
+    lo += affine_value(f, blk.u[l]) * a.qs[l];
+    hi += affine_value(f, blk.u[16 + l]) * a.qs[16 + l];
   }
   if (!f.has_min) {
     lo -= f.zero * a.sum[0];
@@ -324,7 +347,7 @@ float affine_block_step(const AffineFormat& f, const AffineBlock& blk, const Act
 
 double affine_block_ref(const AffineFormat& f, const AffineBlock& blk, const ActBlockAffine& a) {
   int32_t dot[2] = {0, 0};
-  for (int l = 0; l < 32; ++l) dot[l / 16] += static_cast<int32_t>(blk.u[l]) * a.qs[l];
+  for (int l = 0; l < 32; ++l) dot[l / 16] += affine_value(f, blk.u[l]) * a.qs[l];
   double sum = 0.0;
   for (int h = 0; h < 2; ++h) {
     const int s = f.split ? h : 0;

@@ -1,8 +1,8 @@
 // Internal to the kernels module: packed weights and kernels for the "affine" block types —
-// the K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) and the legacy Q4_1, Q5_0, Q5_1. In each, one
-// weight of row r in a run of 32 columns is
+// the K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K), the legacy Q4_1, Q5_0, Q5_1 and the 4-bit
+// codebook types MXFP4, IQ4_NL, IQ4_XS. In each, one weight of row r in a run of 32 columns is
 //     w = S * (u - zero) + M,
-// u an unsigned integer of 2..6 bits, S the scale of its sub-block (32 columns, or 16 where
+// u an unsigned integer of 2..6 bits (or a codebook's value plus zero, up to 8 bits), S the scale of its sub-block (32 columns, or 16 where
 // the type's sub-blocks are 16 wide: "split"), M its offset (0 for types without mins).
 // matmul() multiplies them against activations quantised to int8 blocks of 32 (ActBlockAffine),
 // so each output is a sum of integer dot products with one or two f32 scales per block pair.
@@ -17,10 +17,16 @@
 
 namespace arbor::kernels::internal {
 
+// The 4-bit codebook types (MXFP4, IQ4_NL, IQ4_XS) store an index u into a table of 16 int8
+// values v; the kernels multiply v + zero, an unsigned byte, and subtract zero * sum(q) as for
+// the fixed-zero types (kCodebookBytes: the tables with zero added).
+enum class Codebook : uint8_t { kNone, kIq4nl, kFp4 };
+
 // How one type is stored in the packed layout. Rows go 16 at a time (a group); a group's
 // columns go in units of `blocks_per_unit` blocks of 32 (a K-quant super-block of 256, or one
 // block of 32), each unit a header followed by its blocks' records:
-//   header: [16 x fp16 d][16 x fp16 dm] (dm only with has_min)
+//   header: [16 x fp16 d][16 x fp16 dm] (dm only with has_min); with e8m0: [16 x u8 e], the
+//           rows' E8M0 exponents (d = 2^(e - 128), gguf::e8m0_to_fp32_half)
 //   record: [nibble plane: 4 x 64 bytes]  (when nibbles) lane i (row i), byte m of word j holds
 //                                          u[4j+m] & 15 | (u[16+4j+m] & 15) << 4
 //           [crumb plane: 2 x 64 bytes]   (when crumbs) two bits of u, from bit c = (nibbles ?
@@ -30,8 +36,9 @@ namespace arbor::kernels::internal {
 //                                          bit b + p of row i's u[4j+m], b = the bits above
 //           [scales: 16 int8 per sub-block] (int_scales) row i's sub-block scale, lo then hi
 //           [mins: 16 int8 per sub-block]   (int_scales && has_min)
-// S = fp16(d) * sc (or fp16(d) without int_scales); M = fp16(dm) * mn (or fp16(dm)): for the
-// K-quants dm is the negated dmin. Every product is exact in f32.
+// S = d * sc (or d without int_scales); M = fp16(dm) * mn (or fp16(dm)): for the K-quants dm is
+// the negated dmin. Every product is exact in f32. The value multiplied is u itself, or with a
+// codebook kCodebookBytes[u] (= v[u] + zero).
 struct AffineFormat {
   bool nibbles = false;     // the low 4 bits of u live in the nibble plane
   bool crumbs = false;      // the next 2 bits of u live in the crumb plane
@@ -41,9 +48,11 @@ struct AffineFormat {
   int zero = 0;             // the offset subtracted from u when !has_min
   int blocks_per_unit = 1;  // 8 (super-blocks of 256) for the K-quants
   bool int_scales = false;  // per-sub-block int8 scales (and mins) times the header's d (dm)
+  Codebook codebook = Codebook::kNone;  // u indexes a table (nibbles only)
+  bool e8m0 = false;        // the header holds E8M0 exponents, not fp16 d
 
   constexpr int sub_blocks() const { return split ? 2 : 1; }
-  constexpr size_t header_bytes() const { return has_min ? 64 : 32; }
+  constexpr size_t header_bytes() const { return e8m0 ? 16 : has_min ? 64 : 32; }
   constexpr int crumb_bit() const { return nibbles ? 4 : 0; }
   constexpr int first_plane_bit() const { return crumb_bit() + (crumbs ? 2 : 0); }
   constexpr int bits() const { return first_plane_bit() + bit_planes; }
@@ -55,6 +64,16 @@ struct AffineFormat {
   }
   constexpr size_t unit_bytes() const { return header_bytes() + blocks_per_unit * record_bytes(); }
 };
+
+// The codebooks' values plus their formats' zero (128 for IQ4's -127..113, 12 for the doubled
+// E2M1 values -12..12: small enough for AVX2's vpmaddubsw pairs), as unsigned bytes.
+inline constexpr uint8_t kIq4nlBytes[16] = {1,   24,  45,  63,  79,  93,  106, 118,
+                                            129, 141, 153, 166, 181, 197, 217, 241};
+inline constexpr uint8_t kFp4Bytes[16] = {12, 13, 14, 15, 16, 18, 20, 24,
+                                          12, 11, 10, 9,  8,  6,  4,  0};
+constexpr const uint8_t* codebook_bytes(Codebook c) {
+  return c == Codebook::kIq4nl ? kIq4nlBytes : c == Codebook::kFp4 ? kFp4Bytes : nullptr;
+}
 
 // The formats (docs/kernels.md has the table); a default AffineFormat for other types.
 constexpr AffineFormat affine_format_of(gguf::GgmlType type) {
@@ -80,19 +99,32 @@ constexpr AffineFormat affine_format_of(gguf::GgmlType type) {
     case GgmlType::kQ6_K:
       return {.nibbles = true, .crumbs = true, .split = true, .zero = 32, .blocks_per_unit = 8,
               .int_scales = true};
+    case GgmlType::kIQ4_NL:
+      return {.nibbles = true, .zero = 128, .codebook = Codebook::kIq4nl};
+    case GgmlType::kIQ4_XS:
+      return {.nibbles = true, .zero = 128, .blocks_per_unit = 8, .int_scales = true,
+              .codebook = Codebook::kIq4nl};
+    case GgmlType::kMXFP4:
+      return {.nibbles = true, .zero = 12, .codebook = Codebook::kFp4, .e8m0 = true};
     default:
       return {};
   }
 }
 
-// True for the eight types above.
+// The unsigned value the kernels multiply for the stored u (u itself without a codebook).
+constexpr int affine_value(const AffineFormat& f, uint8_t u) {
+  return f.codebook == Codebook::kNone ? u : codebook_bytes(f.codebook)[u & 15];
+}
+
+// True for the eleven types above.
 bool is_affine_type(gguf::GgmlType type);
 // affine_format_of, CHECKing is_affine_type.
 AffineFormat affine_format(gguf::GgmlType type);
 
 // Block b (columns 32b .. 32b+31) of one row, decoded from the ggml encoding: the values of
-// u and the raw scale fields (sc, mn: per sub-block; d, dm: fp16 bits). For the legacy types
-// sc = mn = 1 and d, dm are the block's d and m.
+// u and the raw scale fields (sc, mn: per sub-block; d, dm: fp16 bits, or d the E8M0 byte with
+// e8m0). For the legacy types sc = mn = 1 and d, dm are the block's d and m; for IQ4_XS sc is
+// the 6-bit scale minus 32.
 struct AffineBlock {
   uint8_t u[32];
   int8_t sc[2];

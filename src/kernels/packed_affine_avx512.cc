@@ -35,6 +35,16 @@ ARBOR_AVX512_INLINE __m512 load_ph(const uint8_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
+// 16 E8M0 bytes at p -> 2^(e - 128) in f32 (gguf::e8m0_to_fp32_half): (e - 1) << 23, or the
+// denormals 0x00200000 << e for e < 2.
+ARBOR_AVX512_INLINE __m512 load_e8m0_half(const uint8_t* p) {
+  const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+  const __m512i denormal = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+  const __mmask16 small = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
+  return _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, normal, denormal));
+}
+
 // Bytes ahead of the record being read that the tiles prefetch (packed_tiles.h).
 template <size_t kRec>
 constexpr size_t kPrefetchBytes = kPrefetchRecords * kRec;
@@ -47,7 +57,8 @@ struct AffineKernel {
   // 4-bit types at one token: the high nibbles stay in place (16 u, still a byte), their chain
   // is shifted right by 4 once per token instead of every register once per record (exact).
   template <int T>
-  static constexpr bool kHighInPlace = T == 1 && kF.nibbles && !kF.crumbs && kF.bit_planes == 0;
+  static constexpr bool kHighInPlace = T == 1 && kF.nibbles && !kF.crumbs && kF.bit_planes == 0 &&
+                                       kF.codebook == Codebook::kNone;
 
   // z[j] lane i = row i's u for elements 4j .. 4j+3 (z[4..7]: 16 u with kHighInPlace).
   template <bool kHigh16>
@@ -92,6 +103,13 @@ struct AffineKernel {
         z[j] = _mm512_mask_add_epi8(z[j], load_mask(planes + 64 * p + 8 * j), z[j], bit);
       }
     }
+    if constexpr (kF.codebook != Codebook::kNone) {
+      // Each index byte (0..15) becomes its codebook value plus zero: one vpshufb per zmm.
+      const __m512i table = _mm512_broadcast_i32x4(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(codebook_bytes(kF.codebook))));
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) z[j] = _mm512_shuffle_epi8(table, z[j]);
+    }
   }
 
   // S[h] (and M[h]) of the 16 rows for the record's sub-blocks, from the unit's d (and dm).
@@ -133,7 +151,7 @@ struct AffineKernel {
 #pragma GCC unroll 4
       for (int g = 0; g < G; ++g) {
         const uint8_t* unit = base[g] + static_cast<size_t>(u) * kUnit;
-        d[g] = load_ph(unit);
+        d[g] = kF.e8m0 ? load_e8m0_half(unit) : load_ph(unit);
         dm[g] = kF.has_min ? load_ph(unit + 32) : _mm512_setzero_ps();
       }
       for (int64_t jb = 0; jb < kBpu; ++jb, ab += n) {
@@ -234,6 +252,9 @@ void affine_rows_avx512(const WeightView& w, const ActBlockAffine* acts, int64_t
     ARBOR_AFFINE_CASE(kQ4_K)
     ARBOR_AFFINE_CASE(kQ5_K)
     ARBOR_AFFINE_CASE(kQ6_K)
+    ARBOR_AFFINE_CASE(kIQ4_NL)
+    ARBOR_AFFINE_CASE(kIQ4_XS)
+    ARBOR_AFFINE_CASE(kMXFP4)
 #undef ARBOR_AFFINE_CASE
     default:
       return;

@@ -217,6 +217,9 @@ uint32_t file_type_of(GgmlType type) {  // llama.cpp's llama_ftype
     case GgmlType::kF32: return 0;
     case GgmlType::kF16: return 1;
     case GgmlType::kQ4_0: return 2;
+    case GgmlType::kIQ4_NL: return 25;
+    case GgmlType::kIQ4_XS: return 30;
+    case GgmlType::kMXFP4: return 38;
     default: return 7;  // Q8_0
   }
 }
@@ -413,7 +416,7 @@ void set_synth_metadata(gguf::GgufWriter& w, const SynthShape& s, GgmlType type,
   w.set("general.architecture", Value::str(a));
   w.set("general.name", Value::str("arbor-synth " + s.name + " seed " + std::to_string(seed)));
   w.set("general.file_type", Value::u32(file_type_of(type)));
-  if (type == GgmlType::kQ4_0 || type == GgmlType::kQ8_0) {
+  if (type != GgmlType::kF32 && type != GgmlType::kF16) {
     w.set("general.quantization_version", Value::u32(2));
   }
   w.set(a + ".context_length", Value::u32(uint32_t(s.context)));

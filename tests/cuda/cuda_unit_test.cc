@@ -78,9 +78,10 @@ TEST(CudaForwardOps, CheckCudaRunsNamesWhatTheGpuPathLacks) {
     if (kv.key.starts_with("tokenizer.")) tokenizer_keys.push_back(kv);
   }
   const test::TempDir dir;
-  auto check = [&](const model::SynthShape& shape) {
+  auto check = [&](const model::SynthShape& shape,
+                   gguf::GgmlType type = gguf::GgmlType::kQ8_0) {
     kernels::ThreadPool pool(1);
-    auto w = model::synth_model(shape, gguf::GgmlType::kQ8_0, 7, 512, tokenizer_keys, pool);
+    auto w = model::synth_model(shape, type, 7, 512, tokenizer_keys, pool);
     EXPECT_TRUE(w.ok()) << w.status().to_string();
     const std::string path = dir.path() + "/" + shape.name + ".gguf";
     EXPECT_TRUE(w.ok() && w->write(path).ok());
@@ -121,6 +122,18 @@ TEST(CudaForwardOps, CheckCudaRunsNamesWhatTheGpuPathLacks) {
     const Status st = check(shape);
     EXPECT_EQ(st.code(), StatusCode::kUnimplemented) << shape.name << ": " << st.to_string();
     EXPECT_NE(st.message().find(lacks), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("--device cpu"), std::string::npos) << st.message();
+  }
+  // The codebook types have CPU kernels only: refused, naming the tensor and the type.
+  const model::SynthShape llama256{.name = "llama256", .dim = 256, .ffn = 512, .layers = 1,
+                                   .heads = 4, .kv_heads = 2, .context = 256};
+  for (gguf::GgmlType type :
+       {gguf::GgmlType::kMXFP4, gguf::GgmlType::kIQ4_NL, gguf::GgmlType::kIQ4_XS}) {
+    const Status st = check(llama256, type);
+    EXPECT_EQ(st.code(), StatusCode::kUnimplemented) << st.to_string();
+    EXPECT_NE(st.message().find(".weight has type " + std::string(gguf::ggml_type_name(type))),
+              std::string::npos)
+        << st.message();
     EXPECT_NE(st.message().find("--device cpu"), std::string::npos) << st.message();
   }
 #else

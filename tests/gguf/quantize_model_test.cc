@@ -56,6 +56,40 @@ TEST(QuantizeModel, TargetsAndFileTypes) {
   EXPECT_EQ(llama_file_type(GgmlType::kQ4_K), 14u);
   EXPECT_EQ(llama_file_type(GgmlType::kQ6_K), 18u);
   EXPECT_EQ(llama_file_type(GgmlType::kBF16), 32u);
+  EXPECT_EQ(llama_file_type(GgmlType::kIQ4_NL), 25u);
+  EXPECT_EQ(llama_file_type(GgmlType::kIQ4_XS), 30u);
+  EXPECT_EQ(llama_file_type(GgmlType::kMXFP4), 38u);
+}
+
+// The codebook targets: pure iq4_nl / iq4_xs / mxfp4 (iq4_xs falls back to iq4_nl where a row
+// does not fit 256, as llama-quantize), and llama.cpp's MXFP4_MOE mixture: 3-D expert tensors
+// with several experts mxfp4, every other matrix (the classifier too) q8_0, routers kept.
+TEST(QuantizeModel, CodebookTargetsAndMxfp4Moe) {
+  EXPECT_EQ(*parse_quantize_target("IQ4_XS"), GgmlType::kIQ4_XS);
+  EXPECT_EQ(*parse_quantize_target("mxfp4"), GgmlType::kMXFP4);
+  EXPECT_EQ(choose_tensor_type("w.weight", {64, 64}, GgmlType::kF32, GgmlType::kIQ4_XS),
+            GgmlType::kIQ4_NL);
+  EXPECT_EQ(choose_tensor_type("w.weight", {512, 64}, GgmlType::kF32, GgmlType::kIQ4_XS),
+            GgmlType::kIQ4_XS);
+  EXPECT_EQ(choose_tensor_type("w.weight", {48, 64}, GgmlType::kF32, GgmlType::kMXFP4),
+            GgmlType::kF16);
+  const auto moe = parse_quantize_recipe("MXFP4_MOE");
+  ASSERT_TRUE(moe.ok()) << moe.status().to_string();
+  EXPECT_EQ(moe->type, GgmlType::kMXFP4);
+  EXPECT_EQ(moe->mix, QuantMix::kMxfp4Moe);
+  EXPECT_EQ(llama_file_type(*moe), 38u);
+  EXPECT_EQ(recipe_name(*moe), "mxfp4_moe");
+  auto type = [](const char* name, std::vector<int64_t> dims) {
+    return choose_tensor_type(name, dims, GgmlType::kF32, GgmlType::kMXFP4, QuantMix::kMxfp4Moe,
+                              4, false);
+  };
+  EXPECT_EQ(type("blk.0.ffn_up_exps.weight", {64, 128, 8}), GgmlType::kMXFP4);
+  EXPECT_EQ(type("blk.0.ffn_down_exps.weight", {128, 64, 8}), GgmlType::kMXFP4);
+  EXPECT_EQ(type("blk.0.attn_q.weight", {64, 64}), GgmlType::kQ8_0);
+  EXPECT_EQ(type("output.weight", {64, 512}), GgmlType::kQ8_0);
+  EXPECT_EQ(type("blk.0.ffn_up_exps.weight", {64, 128, 1}), GgmlType::kQ8_0);
+  EXPECT_EQ(type("blk.0.ffn_gate_inp.weight", {64, 8}), GgmlType::kF32);
+  EXPECT_EQ(type("blk.0.ffn_up_exps.weight", {48, 128, 8}), GgmlType::kF16);
 }
 
 // llama-quantize's K-quant mixtures on a 22-layer model (TinyLlama's depth): which layers get
@@ -141,7 +175,7 @@ TEST(QuantizeModel, ConvertTensorData) {
   EXPECT_EQ(q8->size(), 68u);
   auto bad = convert_tensor_data(GgmlType::kF32, src, {16, 4}, GgmlType::kQ8_0);
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
-  auto iq = convert_tensor_data(GgmlType::kF32, src, {64}, GgmlType::kIQ4_NL);
+  auto iq = convert_tensor_data(GgmlType::kF32, src, {64}, GgmlType::kIQ2_XXS);
   EXPECT_EQ(iq.status().code(), StatusCode::kUnimplemented);
 }
 

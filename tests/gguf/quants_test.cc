@@ -280,7 +280,8 @@ TEST(QuantsRowApi, Errors) {
             "quantize of q4_0: row length 33 is not a non-negative multiple of the block size 32");
   const Status iq = dequantize_row(GgmlType::kIQ2_XXS, q.data(), x.data(), 256);
   EXPECT_EQ(iq.code(), StatusCode::kUnimplemented);
-  EXPECT_FALSE(can_quantize(GgmlType::kIQ4_NL));
+  EXPECT_FALSE(can_quantize(GgmlType::kIQ3_S));
+  EXPECT_TRUE(can_quantize(GgmlType::kIQ4_NL));
   EXPECT_EQ(dequantize_row(static_cast<GgmlType>(77), q.data(), x.data(), 32).code(),
             StatusCode::kInvalidArgument);
 }

@@ -107,7 +107,8 @@ TEST(BatchInvariance, MatmulEveryTypeIsaTokenCountAndThreadCount) {
   }
   // The affine packed types (the K-quants' rows are multiples of 256).
   for (GgmlType type : {GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ2_K,
-                        GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+                        GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K,
+                        GgmlType::kIQ4_NL, GgmlType::kIQ4_XS, GgmlType::kMXFP4}) {
     check_matmul_invariance({type, 70, 512}, ++seed);
     if (::testing::Test::HasFatalFailure()) return;
   }

@@ -227,7 +227,8 @@ TEST(MatmulExperts, EveryPairEqualsItsTokenAloneBitForBit) {
     check_grouped({type, 6, 70, quant ? 320 : 100}, ++seed);
     if (::testing::Test::HasFatalFailure()) return;
   }
-  for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kQ5_0}) {
+  for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kQ5_0, GgmlType::kMXFP4,
+                        GgmlType::kIQ4_XS, GgmlType::kIQ4_NL}) {
     check_grouped({type, 5, 48, 512}, ++seed);
     if (::testing::Test::HasFatalFailure()) return;
   }

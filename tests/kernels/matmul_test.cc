@@ -160,7 +160,8 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest,
                                            GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1,
                                            GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ2_K,
                                            GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K,
-                                           GgmlType::kQ6_K),
+                                           GgmlType::kQ6_K, GgmlType::kIQ4_NL, GgmlType::kIQ4_XS,
+                                           GgmlType::kMXFP4),
                          [](const ::testing::TestParamInfo<GgmlType>& info) {
                            return std::string(gguf::ggml_type_name(info.param));
                          });
@@ -197,7 +198,7 @@ void expect_batch_invariant(GgmlType type, int64_t rows, int64_t cols, int64_t n
 TEST(Matmul, PackedKernelsAreBatchInvariant) {
   // 19 tokens; 70 rows leave partial 16-row groups.
   for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ6_K,
-                        GgmlType::kQ5_0}) {
+                        GgmlType::kQ5_0, GgmlType::kIQ4_NL, GgmlType::kIQ4_XS, GgmlType::kMXFP4}) {
     if (!packing_available(type)) {
       GTEST_SKIP() << "the CPU lacks the ISA of the packed " << gguf::ggml_type_name(type)
                    << " kernel (best ISA here: " << isa_name(best_isa()) << ")";
@@ -277,7 +278,8 @@ TEST(Matmul, AffineScalarKernelEqualsPackedBitForBit) {
   ThreadPool pool(2);
   uint32_t seed = 300;
   for (GgmlType type : {GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ2_K,
-                        GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+                        GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K,
+                        GgmlType::kIQ4_NL, GgmlType::kIQ4_XS, GgmlType::kMXFP4}) {
     std::mt19937 rng(++seed);
     const int64_t rows = 37, cols = 512;
     const std::vector<float> wf = testing::random_floats(rng, rows * cols);
@@ -351,7 +353,8 @@ TEST(Matmul, AffineBlocksDecodeLikeTheCodecs) {
   constexpr int64_t kRows = 6, kCols = 512;
   const std::vector<float> wf = testing::random_floats(rng, kRows * kCols, -2.0f, 2.0f);
   for (GgmlType type : {GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ2_K,
-                        GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+                        GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K,
+                        GgmlType::kIQ4_NL, GgmlType::kIQ4_XS, GgmlType::kMXFP4}) {
     const internal::AffineFormat f = internal::affine_format(type);
     const std::vector<uint8_t> data = testing::encode_weights(type, wf, kRows, kCols);
     const size_t stride = weight_row_bytes(type, kCols);
@@ -366,8 +369,9 @@ TEST(Matmul, AffineBlocksDecodeLikeTheCodecs) {
         for (int l = 0; l < 32; ++l) {
           const float s = internal::affine_scale(f, blk, f.split ? l / 16 : 0);
           const float m = internal::affine_offset(f, blk, f.split ? l / 16 : 0);
-          const float got = s * static_cast<float>(blk.u[l] - f.zero) + m;
-          const float tol = 4e-7f * (std::fabs(s * blk.u[l]) + std::fabs(m)) + 1e-30f;
+          const int v = internal::affine_value(f, blk.u[l]);
+          const float got = s * static_cast<float>(v - f.zero) + m;
+          const float tol = 4e-7f * (std::fabs(s * v) + std::fabs(m)) + 1e-30f;
           ASSERT_NEAR(got, want[b * 32 + l], tol)
               << gguf::ggml_type_name(type) << " row " << r << " col " << b * 32 + l;
           max_u = std::max<int>(max_u, blk.u[l]);

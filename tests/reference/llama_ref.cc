@@ -17,6 +17,11 @@
 //       llama-bench's two measurements, for side-by-side figures: prefill of N tokens in one
 //       batch, and decode of N tokens one at a time after it (F16 KV cache, flash attention
 //       off); prints one line per repetition: "pp N: T tok/s, tg N: T tok/s".
+//   llama_ref quantize TYPE IN.f32 ROWS COLS OUT.bin
+//       ggml_quantize_chunk (what llama-quantize writes without an importance matrix) of the
+//       float32 matrix [ROWS, COLS] in IN.f32 into ggml type TYPE (its number, e.g. 39 mxfp4).
+//   llama_ref dequant  TYPE IN.bin N OUT.f32
+//       ggml's own dequantizer (the type's to_float) of the N elements of type TYPE in IN.bin.
 //
 // Exit status 0 on success; 2 with a message on any failure.
 #include <algorithm>
@@ -262,10 +267,49 @@ int run_tokenize(int argc, char** argv) {
   return 0;
 }
 
+std::vector<char> read_file(const char* path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) die(std::string("cannot read ") + path);
+  return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void write_file(const char* path, const void* data, size_t bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
+  if (!out) die(std::string("cannot write ") + path);
+}
+
+int run_quantize(int argc, char** argv) {
+  if (argc < 7) die("usage: llama_ref quantize TYPE IN.f32 ROWS COLS OUT.bin");
+  const auto type = static_cast<ggml_type>(std::atoi(argv[2]));
+  const std::vector<char> in = read_file(argv[3]);
+  const int64_t rows = std::atoll(argv[4]), cols = std::atoll(argv[5]);
+  if (static_cast<int64_t>(in.size()) != rows * cols * 4) die("IN.f32 is not ROWS x COLS floats");
+  std::vector<char> out(ggml_row_size(type, cols) * rows);
+  ggml_quantize_chunk(type, reinterpret_cast<const float*>(in.data()), out.data(), 0, rows, cols,
+                      nullptr);
+  write_file(argv[6], out.data(), out.size());
+  return 0;
+}
+
+int run_dequant(int argc, char** argv) {
+  if (argc < 6) die("usage: llama_ref dequant TYPE IN.bin N OUT.f32");
+  const auto type = static_cast<ggml_type>(std::atoi(argv[2]));
+  const std::vector<char> in = read_file(argv[3]);
+  const int64_t n = std::atoll(argv[4]);
+  if (in.size() != ggml_row_size(type, n)) die("IN.bin is not N elements of TYPE");
+  const ggml_type_traits* traits = ggml_get_type_traits(type);
+  if (traits->to_float == nullptr) die("ggml has no dequantizer for this type");
+  std::vector<float> out(static_cast<size_t>(n));
+  traits->to_float(in.data(), out.data(), n);
+  write_file(argv[5], out.data(), out.size() * sizeof(float));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) die("usage: llama_ref logits|embed|tokenize|bench ...");
+  if (argc < 2) die("usage: llama_ref logits|embed|tokenize|bench|quantize|dequant ...");
   llama_log_set(quiet_log, nullptr);
   // The package's CPU backends (one per ISA level) sit beside libllama; the best one loads.
   const char* libdir = std::getenv("LLAMA_REF_LIBDIR");
@@ -277,5 +321,7 @@ int main(int argc, char** argv) {
   if (mode == "embed") return run_embed(argc, argv);
   if (mode == "tokenize") return run_tokenize(argc, argv);
   if (mode == "bench") return run_bench(argc, argv);
+  if (mode == "quantize") return run_quantize(argc, argv);
+  if (mode == "dequant") return run_dequant(argc, argv);
   die("unknown mode " + mode);
 }
