@@ -110,13 +110,14 @@ Result<std::vector<double>> allreduce_latency(int tp, const std::vector<size_t>&
 // Greedy decode on one runner: a 16-token prompt, then n_gen tokens, reps times (each run on
 // fresh positions). Writes tokens/s of each run's decode to `tps` and the first run's tokens.
 Status decode(const std::string& path, int threads, const model::TpContext& tp, const Options& o,
-              double* tps, int32_t* tokens) {
+              double* tps, int32_t* tokens, uint64_t* resident) {
   model::RunnerOptions ro;
   ro.num_threads = threads;
   ro.tp = tp;
   const int32_t per_run = 16 + o.n_gen;
   ro.num_blocks = (per_run + 15) / 16 + 1;
   ARBOR_ASSIGN_OR_RETURN(auto runner, model::ModelRunner::load(path, ro));
+  *resident = runner->model().resident_weight_bytes();
   std::vector<int32_t> table(static_cast<size_t>(ro.num_blocks - 1));
   for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(i + 1);
   model::BatchBuilder builder(16);
@@ -130,8 +131,11 @@ Status decode(const std::string& path, int threads, const model::TpContext& tp, 
       if (step == 1) t0 = Clock::now();
       const int32_t done = step == 0 ? 0 : static_cast<int32_t>(seq.size()) - 1;
       builder.clear();
-      builder.add({.block_table = table, .num_committed = done,
-                   .tokens = std::span<const int32_t>(seq).subspan(done)});
+      model::SequenceInput in;
+      in.block_table = table;
+      in.num_committed = done;
+      in.tokens = std::span<const int32_t>(seq).subspan(done);
+      builder.add(in);
       int32_t next = 0;
       model::LogitsOut out;
       out.logits = logits.data();  // the CPU computes the row in place
@@ -154,7 +158,9 @@ Status decode(const std::string& path, int threads, const model::TpContext& tp, 
 
 Status run(const Options& o) {
   if (o.tp != 2 && o.tp != 4) return invalid_argument("--tp ", o.tp, ": 2 or 4");
-  ARBOR_ASSIGN_OR_RETURN(auto probe, model::LlamaModel::load(o.model, {.pack_for_cpu = false}));
+  model::ModelLoadOptions probe_options;
+  probe_options.pack_for_cpu = false;
+  ARBOR_ASSIGN_OR_RETURN(auto probe, model::LlamaModel::load(o.model, probe_options));
   const model::ModelConfig cfg = probe->config();
   probe.reset();
   const std::vector<size_t> sizes = {4096, 8192, 16384, 32768, 65536, 262144};
@@ -162,13 +168,19 @@ Status run(const Options& o) {
   // One process, tp threads.
   std::vector<double> one_tps(o.reps);
   std::vector<int32_t> one_tokens(o.n_gen), tp_tokens(o.n_gen);
-  ARBOR_RETURN_IF_ERROR(decode(o.model, o.tp, {}, o, one_tps.data(), one_tokens.data()));
+  uint64_t one_resident = 0;
+  ARBOR_RETURN_IF_ERROR(
+      decode(o.model, o.tp, {}, o, one_tps.data(), one_tokens.data(), &one_resident));
   // tp ranks, one thread each: rank 0 reports.
-  Shared out(sizeof(double) * o.reps + sizeof(int32_t) * o.n_gen);
+  const size_t tokens_bytes = (sizeof(int32_t) * o.n_gen + 7) / 8 * 8;
+  Shared out(sizeof(double) * o.reps + tokens_bytes + sizeof(uint64_t) * o.tp);
+  auto* rank_resident = reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(out.p) +
+                                                    sizeof(double) * o.reps + tokens_bytes);
   ARBOR_RETURN_IF_ERROR(fork_ranks(o.tp, [&](int rank, std::shared_ptr<collective::Collective> c) {
     std::vector<double> tps(o.reps);
     std::vector<int32_t> toks(o.n_gen);
-    ARBOR_RETURN_IF_ERROR(decode(o.model, 1, {rank, o.tp, c}, o, tps.data(), toks.data()));
+    ARBOR_RETURN_IF_ERROR(decode(o.model, 1, {rank, o.tp, c}, o, tps.data(), toks.data(),
+                                 &rank_resident[rank]));
     if (rank == 0) {
       std::memcpy(out.p, tps.data(), sizeof(double) * o.reps);
       std::memcpy(static_cast<double*>(out.p) + o.reps, toks.data(), sizeof(int32_t) * o.n_gen);
@@ -204,6 +216,8 @@ Status run(const Options& o) {
     j["comm_ms_per_token"] = comm_ms;
     j["expected_speedup_multi_socket"] = expected;
     j["same_tokens"] = same;
+    j["resident_weight_bytes_one_process"] = one_resident;
+    for (int r = 0; r < o.tp; ++r) j["resident_weight_bytes_rank"].push_back(rank_resident[r]);
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf("shm all-reduce among %d ranks (median of 2000 calls):\n", o.tp);
@@ -218,6 +232,9 @@ Status run(const Options& o) {
     std::printf("  expected on %d sockets: %.2fx (t_1 / (t_1 / %d + comm), t_1 = %.2f ms)\n",
                 o.tp, expected, o.tp, t1_ms);
     std::printf("  same tokens: %s\n", same ? "yes" : "NO");
+    std::printf("resident weights: one process %.1f MiB; per rank", one_resident / 1048576.0);
+    for (int r = 0; r < o.tp; ++r) std::printf(" %.1f", rank_resident[r] / 1048576.0);
+    std::printf(" MiB\n");
   }
   if (!same) return internal_error("TP=", o.tp, " decoded different tokens from one process");
   return ok_status();

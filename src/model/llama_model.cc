@@ -339,7 +339,7 @@ std::vector<kernels::WeightView> segments_of(const kernels::WeightView& w, int n
 
 Status LlamaModel::shard_and_segment(const ModelLoadOptions& options) {
   const ModelConfig& c = config_;
-  num_segments_ = canonical_segments(c, weights_);
+  num_segments_ = std::min(canonical_segments(c, weights_), std::max(1, options.max_segments));
   tp_rank_ = options.tp_rank;
   tp_size_ = options.tp_size;
   ARBOR_RETURN_IF_ERROR(check_tp(c, num_segments_, tp_size_));

@@ -123,6 +123,10 @@ struct ModelLoadOptions {
   // tp_size 1: the whole model. An unsupported degree is the error check_tp() gives.
   int tp_rank = 0;
   int tp_size = 1;
+  // The most canonical segments (tp.h) o and down are cut into: kMaxSegments normally; 1 gives
+  // the single f32 matmul over K of a file without segments (tests that compare the dense FFN
+  // with a path that has no segments, e.g. one expert of a mixture). TP needs the default.
+  int max_segments = kMaxSegments;
 };
 
 class LlamaModel {

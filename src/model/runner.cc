@@ -13,6 +13,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::load(const std::string& path,
   lo.pack_for_cpu = options.make_ops == nullptr;
   lo.tp_rank = options.tp.rank;
   lo.tp_size = options.tp.size;
+  lo.max_segments = options.max_segments;
   if (options.tp.size > 1 && options.make_ops != nullptr) {
     return unimplemented("tensor parallelism (", options.tp.size,
                          " ranks) runs on the CPU only; the GPU executor runs one rank "

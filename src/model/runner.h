@@ -63,6 +63,8 @@ struct RunnerOptions {
   // meet through tp.collective. Every rank must run every forward with the same batch; rank 0
   // returns the logits. CPU only: with make_ops (a GPU) tp.size must be 1.
   TpContext tp;
+  // ModelLoadOptions::max_segments (load() only).
+  int max_segments = kMaxSegments;
 };
 
 class ModelRunner {

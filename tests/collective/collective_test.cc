@@ -14,7 +14,9 @@
 #include <vector>
 
 #include "collective/collective.h"
+#include "collective/gloo_collective.h"
 #include "collective/shm_collective.h"
+#include "support/temp_dir.h"
 
 namespace arbor::collective {
 namespace {
@@ -269,6 +271,82 @@ TEST(ShmRegion, NamedRegionsAreSharedAndCheckTheirLayout) {
   EXPECT_EQ(v[0], 2.0f);
   t.join();
   EXPECT_FALSE(ShmRegion::open_named("no-slash", {2, 4096}, false).ok());
+}
+
+// ---- gloo (across hosts; here over loopback with a FileStore in a temp folder) ----
+
+// Runs fn(rank, collective) on `size` threads joined into one gloo group.
+template <class Fn>
+void run_gloo(int size, milliseconds timeout, const Fn& fn) {
+  ASSERT_TRUE(GlooCollective::available())
+      << "this build has no gloo: install libgloo-dev (scripts/install_deps.sh --tests)";
+  test::TempDir dir("gloo");
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      auto c = GlooCollective::connect({.rank = r, .size = size, .store_dir = dir.path(),
+                                        .prefix = "g", .timeout = timeout});
+      ASSERT_TRUE(c.ok()) << c.status().to_string();
+      fn(r, **c);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+TEST(GlooCollective, AllReduceGatherBroadcastMatchTheShmContract) {
+  for (int size : {2, 3}) {
+    run_gloo(size, milliseconds(20000), [&](int rank, GlooCollective& c) {
+      for (int call = 0; call < 6; ++call) {
+        const int64_t n = call % 2 == 0 ? 7 : 5000;
+        std::vector<float> v = contribution(rank, call, n);
+        const Status s = c.all_reduce_sum(v.data(), n, {1, 2, static_cast<uint32_t>(call)});
+        ASSERT_TRUE(s.ok()) << s.to_string();
+        const std::vector<float> want = expected_sum(size, call, n);
+        ASSERT_EQ(std::memcmp(v.data(), want.data(), n * 4), 0) << size << " " << rank;
+      }
+      std::vector<int32_t> g = {rank, rank * 10};
+      std::vector<int32_t> all(rank == 0 ? 2 * size : 0);
+      ASSERT_TRUE(c.gather(g.data(), 8, rank == 0 ? all.data() : nullptr, {1, 2, 9}).ok());
+      for (int r = 0; rank == 0 && r < size; ++r) {
+        EXPECT_EQ(all[2 * r], r);
+        EXPECT_EQ(all[2 * r + 1], 10 * r);
+      }
+      int32_t token = rank == 0 ? 1234 : -1;
+      ASSERT_TRUE(c.broadcast(&token, 4, {1, 2, 10}).ok());
+      EXPECT_EQ(token, 1234);
+    });
+  }
+}
+
+TEST(GlooCollective, DigestMismatchIsAnErrorOnEveryRank) {
+  std::vector<Status> got(2);
+  run_gloo(2, milliseconds(20000), [&](int rank, GlooCollective& c) {
+    float v[4] = {1, 2, 3, 4};
+    got[rank] = c.all_reduce_sum(v, 4, {7, rank == 0 ? 0x1111u : 0x2222u, 3});
+  });
+  for (const Status& s : got) {
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.to_string();
+    EXPECT_NE(s.message().find("not running the same batch"), std::string::npos) << s.to_string();
+  }
+}
+
+TEST(GlooCollective, ARankThatStopsCallingFailsTheCallAtTheDeadline) {
+  run_gloo(2, milliseconds(500), [&](int rank, GlooCollective& c) {
+    float v[2] = {1, 2};
+    ASSERT_TRUE(c.all_reduce_sum(v, 2, {0, 0, 0}).ok());
+    if (rank == 1) {  // stays connected but never makes the second call
+      std::this_thread::sleep_for(milliseconds(1500));
+      return;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    const Status s = c.all_reduce_sum(v, 2, {0, 0, 1});
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.to_string();
+    EXPECT_NE(s.message().find("all-reduce over gloo"), std::string::npos) << s.to_string();
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, milliseconds(1400));
+    EXPECT_EQ(c.all_reduce_sum(v, 2, {0, 0, 2}).message(), s.message());  // stays broken
+  });
 }
 
 }  // namespace
