@@ -1,6 +1,7 @@
 #include "model/llama_model.h"
 
 #include <algorithm>
+#include <cstring>
 #include <unordered_set>
 
 #include "base/log.h"
@@ -373,6 +374,7 @@ Status LlamaModel::shard_and_segment(const ModelLoadOptions& options) {
 uint64_t LlamaModel::resident_weight_bytes() const {
   uint64_t bytes = 0;
   for (const kernels::PackedWeights& p : packed_) bytes += p.bytes();
+  // (the dense segment copies are counted below as the segments' views)
   const auto view = [&](const kernels::WeightView& v) {
     if (v.packed == nullptr) bytes += v.rows * kernels::weight_row_bytes(v.type, v.cols);
   };
@@ -402,7 +404,20 @@ void LlamaModel::pack_matrices() {
     if (!l.down_segs.empty()) segmented.push_back(&l.down.w);
     for (auto* segs : {&l.o_segs, &l.down_segs}) {
       for (kernels::WeightView& s : *segs) {
-        if (kernels::packing_available(s.type)) views.push_back(&s);
+        if (kernels::packing_available(s.type)) {
+          views.push_back(&s);
+          continue;
+        }
+        // A type without a packed kernel: the segment's rows copied out densely, so its kernel
+        // streams one contiguous range instead of a quarter of every row of the matrix.
+        const size_t row = kernels::weight_row_bytes(s.type, s.cols);
+        auto& copy = segment_copies_.emplace_back(s.rows * row);
+        for (int64_t r = 0; r < s.rows; ++r) {
+          std::memcpy(copy.data() + r * row, static_cast<const uint8_t*>(s.data) + r * s.row_stride,
+                      row);
+        }
+        s.data = copy.data();
+        s.row_stride = row;
       }
     }
   }
@@ -418,7 +433,12 @@ void LlamaModel::pack_matrices() {
   if (weights_.tied_output && kernels::packing_available(weights_.output.w.type)) {
     views.push_back(&weights_.output.w);
   }
-  if (views.empty()) return;
+  if (views.empty()) {
+    for (const kernels::WeightView* whole : segmented) {
+      release_mapped_pages(whole->data, static_cast<size_t>(whole->rows) * whole->row_stride);
+    }
+    return;
+  }
   // The bytes a view spans in the mapping (a column slice's last row ends before the stride).
   const auto span_bytes = [](const kernels::WeightView& v) {
     return v.rows == 0 ? size_t{0}
@@ -434,17 +454,14 @@ void LlamaModel::pack_matrices() {
     v->packed = packed_.back().data();
     // The embedding's rows are still read from the mapping when the classifier is tied to it;
     // a segment's rows interleave with its neighbours': released with the whole matrix below.
-    const bool segment = v->cols != v->row_stride * kernels::weight_block_size(v->type) /
-                                        kernels::weight_block_bytes(v->type);
+    const bool segment = kernels::weight_row_bytes(v->type, v->cols) != v->row_stride;
     if (!(v == &weights_.output.w && weights_.tied_output) && !segment) {
       release_mapped_pages(v->data, span_bytes(*v));
     }
     done += span_bytes(*v);
     bar.set(done >> 20);
   }
-  for (const kernels::WeightView* whole : segmented) {
-    if (kernels::packing_available(whole->type)) release_mapped_pages(whole->data, span_bytes(*whole));
-  }
+  for (const kernels::WeightView* whole : segmented) release_mapped_pages(whole->data, span_bytes(*whole));
   bar.finish();
 }
 

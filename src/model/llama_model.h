@@ -59,7 +59,8 @@ struct LayerWeights {
   Linear down;                            // [dim, ffn_dim]
   const float* post_ffn_norm = nullptr;   // [dim] or null
   // The canonical K segments of o and down (LlamaModel::num_segments() > 1; tp.h): column slices
-  // of o.w / down.w in order, this rank's only, each packed on its own on the CPU (o.w and
+  // of o.w / down.w in order, this rank's only, each packed on its own on the CPU, or copied
+  // densely for a type without a packed kernel (o.w and
   // down.w are then left unpacked: the CPU forward reads the segments, a GPU the whole views).
   // Empty with one segment.
   std::vector<kernels::WeightView> o_segs;     // [segments / tp] x [dim, q_dim / segments]
@@ -162,6 +163,8 @@ class LlamaModel {
   void pack_matrices();
 
   std::vector<kernels::PackedWeights> packed_;
+  // Dense copies of the segments of types without a packed kernel (pack_matrices).
+  std::vector<std::vector<uint8_t>> segment_copies_;
   gguf::GgufFile file_;
   ModelConfig config_;
   LlamaWeights weights_;
