@@ -6,7 +6,7 @@
 # not come before it in ARBOR_MODULES (dependency order). docs/architecture.md's module map is
 # generated from this file (cmake/module_graph.cmake; the ctest ModuleMap.* fails when it is stale).
 set(ARBOR_MODULES
-  base grammar gguf tokenizer convert kv kernels model cuda sampling step spec sched executor engine http
+  base grammar gguf tokenizer convert kv kernels collective model cuda sampling step spec sched executor engine http
   chat server loadgen)
 
 set(ARBOR_DEPS_base "")
@@ -17,7 +17,9 @@ set(ARBOR_DEPS_tokenizer base gguf)
 set(ARBOR_DEPS_convert base gguf)
 set(ARBOR_DEPS_kv base)
 set(ARBOR_DEPS_kernels base gguf)
-set(ARBOR_DEPS_model base gguf kernels)
+# Collectives of a tensor-parallel group (all-reduce, gather): tagged, with deadlines.
+set(ARBOR_DEPS_collective base)
+set(ARBOR_DEPS_model base gguf kernels collective)
 # The CUDA ops behind model::ForwardOps (a stub without -DARBOR_CUDA=ON).
 set(ARBOR_DEPS_cuda base gguf kernels model)
 set(ARBOR_DEPS_sampling base grammar)

@@ -16,6 +16,9 @@ esac
 packages=(
   build-essential cmake ninja-build pkg-config
   libcli11-dev nlohmann-json3-dev libxxhash-dev libpcre2-dev libboost-dev
+  # Tensor parallelism across hosts (src/collective/gloo_collective.h); without it the build
+  # still succeeds and GlooCollective::connect says what is missing.
+  libgloo-dev
 )
 
 if [ "$with_tests" = 1 ]; then

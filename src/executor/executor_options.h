@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/attention.h"
+#include "model/tp.h"
 
 namespace arbor::executor {
 
@@ -61,6 +62,10 @@ struct ExecutorOptions {
   // sampling the whole row in place, so it is off there unless this is set (tests run the GPU's
   // path on the CPU with it).
   bool top_k_candidates_on_host = false;
+  // Tensor parallelism: run rank tp.rank of a TP group (model/tp.h; docs/tensor_parallel.md).
+  // The shard process that hosts a rank sets it; size 1 (the default) runs the whole model. CPU
+  // only: a GPU device with tp.size > 1 is refused at load.
+  model::TpContext tp;
 };
 
 inline constexpr int32_t kMaxTreeBudget = 64;  // --spec-tree-budget, at most

@@ -112,6 +112,7 @@ Result<std::unique_ptr<LocalExecutor>> LocalExecutor::load(const std::string& pa
   ro.num_threads = options.num_threads;
   ro.reserve_tokens = options.reserve_tokens;
   ro.kv_reclaim = options.kv_reclaim;
+  ro.tp = options.tp;
   ARBOR_ASSIGN_OR_RETURN(std::unique_ptr<model::ModelRunner> runner,
                          model::ModelRunner::load(path, ro));
   if (options.proposer == SpecProposer::kDraft && runner->kv_layout().groups[0].window > 0) {

@@ -345,10 +345,12 @@ void prepare_quantized_acts(const WeightView& w, const float* x, int64_t num_tok
 
 // Runs rows(w, acts, num_tokens, y, group_begin, group_end) for every row group of every matrix
 // in ws over the pool, in one job; acts: [cols / 32, num_tokens] records of type Act.
+// acts_step: matrix i reads acts + i * acts_step (0: all share acts; the segments of
+// matmul_segments read their own columns' blocks).
 template <class Act, class Rows>
 void run_packed_rows(std::span<const WeightView* const> ws, const Act* acts,
                      std::span<float* const> ys, int64_t num_tokens, ThreadPool& pool,
-                     const Rows& rows) {
+                     const Rows& rows, int64_t acts_step = 0) {
   const int64_t cols = ws[0]->cols;
   // Work units: 16-row groups, the kernels' tile at every token count (packed_tiles.h);
   // unit_end[i] = units of matrices 0..i.
@@ -366,7 +368,7 @@ void run_packed_rows(std::span<const WeightView* const> ws, const Act* acts,
       const int64_t first = i == 0 ? 0 : unit_end[i - 1];
       if (begin >= unit_end[i]) continue;
       const int64_t stop = std::min(end, unit_end[i]);
-      rows(*ws[i], acts, num_tokens, ys[i], begin - first, stop - first);
+      rows(*ws[i], acts + i * acts_step, num_tokens, ys[i], begin - first, stop - first);
       begin = stop;
     }
   };
@@ -382,10 +384,16 @@ void run_packed_rows(std::span<const WeightView* const> ws, const Act* acts,
 
 // The packed path for one or more matrices sharing x (same type and cols): activations into
 // records once, then every matrix's row groups over the pool in one job.
+// segments: matrix i multiplies columns [i * cols, (i + 1) * cols) of x ([num_tokens,
+// ws.size() * cols]) instead of all of x ([num_tokens, cols]).
 void matmul_packed(std::span<const WeightView* const> ws, const float* x,
-                   std::span<float* const> ys, int64_t num_tokens, ThreadPool& pool) {
+                   std::span<float* const> ys, int64_t num_tokens, ThreadPool& pool,
+                   bool segments = false) {
   const WeightView& w0 = *ws[0];
-  const int64_t cols = w0.cols, nb = cols / kQBlock;
+  const int64_t cols = segments ? w0.cols * static_cast<int64_t>(ws.size()) : w0.cols;
+  const int64_t nb = cols / kQBlock;
+  // Activations are block-major ([nb, num_tokens]): segment i's blocks start i * nb_seg rows in.
+  const int64_t acts_step = segments ? (w0.cols / kQBlock) * num_tokens : 0;
   if (internal::is_affine_type(w0.type)) {
     auto* acts = static_cast<internal::ActBlockAffine*>(pool.workspace(
         0, static_cast<size_t>(num_tokens * nb) * sizeof(internal::ActBlockAffine)));
@@ -396,7 +404,8 @@ void matmul_packed(std::span<const WeightView* const> ws, const float* x,
     run_packed_rows(ws, acts, ys, num_tokens, pool,
                     active_isa() >= Isa::kAvx512 ? internal::affine_rows_avx512
                     : cpu_features().avxvnni     ? internal::affine_rows_avxvnni
-                                                 : internal::affine_rows_avx2);
+                                                 : internal::affine_rows_avx2,
+                    acts_step);
     return;
   }
   auto* acts = static_cast<internal::ActBlockVnni*>(
@@ -405,7 +414,7 @@ void matmul_packed(std::span<const WeightView* const> ws, const float* x,
   for_each_token(num_tokens, cols, pool, [&](int64_t t) {
     internal::pack_act_row_vnni(x + t * cols, cols, k, acts + t, num_tokens);
   });
-  run_packed_rows(ws, acts, ys, num_tokens, pool, internal::packed_rows_avx512);
+  run_packed_rows(ws, acts, ys, num_tokens, pool, internal::packed_rows_avx512, acts_step);
 }
 
 // The scalar twin of the affine kernels (ISA scalar, or no packed copy on AVX-512 machines is
@@ -508,6 +517,42 @@ void matmul_multi(std::span<const WeightView* const> ws, const float* x, std::sp
     return;
   }
   for (size_t i = 0; i < ws.size(); ++i) matmul(*ws[i], x, ys[i], num_tokens, pool);
+}
+
+void matmul_segments(std::span<const WeightView* const> segs, const float* x,
+                     std::span<float* const> ys, int64_t num_tokens, ThreadPool& pool) {
+  ARBOR_CHECK_EQ(segs.size(), ys.size());
+  if (segs.empty() || num_tokens <= 0) return;
+  const WeightView& w0 = *segs[0];
+  const Isa isa = active_isa();
+  bool fused = segs.size() <= 8 && w0.rows > 0;
+  for (const WeightView* w : segs) {
+    check_view(*w);
+    ARBOR_CHECK(w->type == w0.type && w->rows == w0.rows && w->cols == w0.cols)
+        << "segments of one matrix differ: " << w->rows << " x " << w->cols << " "
+        << ggml_type_name(w->type) << " vs " << w0.rows << " x " << w0.cols << " "
+        << ggml_type_name(w0.type);
+    fused = fused && internal::takes_packed_path(*w, isa);
+  }
+  if (fused) {
+    matmul_packed(segs, x, ys, num_tokens, pool, /*segments=*/true);
+    return;
+  }
+  const int64_t cols = w0.cols, stride = cols * static_cast<int64_t>(segs.size());
+  if (num_tokens == 1) {  // a segment's columns of one token are contiguous already
+    for (size_t i = 0; i < segs.size(); ++i) matmul(*segs[i], x + i * cols, ys[i], 1, pool);
+    return;
+  }
+  // Each segment's columns copied out ([num_tokens, cols]); matmul() uses the pool's workspace.
+  thread_local std::vector<float> xs;
+  xs.resize(static_cast<size_t>(num_tokens * cols));
+  for (size_t i = 0; i < segs.size(); ++i) {
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      std::memcpy(xs.data() + t * cols, x + t * stride + i * cols,
+                  static_cast<size_t>(cols) * sizeof(float));
+    }
+    matmul(*segs[i], xs.data(), ys[i], num_tokens, pool);
+  }
 }
 
 void matmul_ref(const WeightView& w, const float* x, float* y, int64_t num_tokens) {

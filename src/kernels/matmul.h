@@ -104,6 +104,17 @@ void matmul(const WeightView& w, const float* x, float* y, int64_t num_tokens, T
 void matmul_multi(std::span<const WeightView* const> ws, const float* x, std::span<float* const> ys,
                   int64_t num_tokens, ThreadPool& pool);
 
+// The canonical K segments of one matrix (docs/tensor_parallel.md): segs[i] is the column slice
+// [i * cols, (i + 1) * cols) of it (every segment the same type, rows and cols, a multiple of the
+// type's block size), x: [num_tokens, segs.size() * cols], ys[i]: [num_tokens, rows] = x's
+// columns of segment i times segs[i]^T. Equal, bit for bit, to matmul() of each segment with its
+// columns of x copied out: a segment's products do not depend on the other segments, on which
+// process computes them or on the thread count. When every segment has the packed kernel the
+// activations are quantised once and all segments share one parallel_for (the row-parallel
+// attn_output and ffn_down of every layer).
+void matmul_segments(std::span<const WeightView* const> segs, const float* x,
+                     std::span<float* const> ys, int64_t num_tokens, ThreadPool& pool);
+
 // Naive twin: dequantises each weight row to f32 and accumulates in double with f32
 // activations (no activation quantisation). The accuracy yardstick for every type.
 void matmul_ref(const WeightView& w, const float* x, float* y, int64_t num_tokens);

@@ -1,9 +1,11 @@
 #include "model/cpu_forward_ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "base/check.h"
+#include "collective/collective.h"
 #include "kernels/ops.h"
 #include "model/kv_cache.h"
 
@@ -58,6 +60,30 @@ void CpuForwardOps::matmul_multi(std::span<const kernels::WeightView *const> ws,
                                  const float *x, std::span<float *const> ys,
                                  int32_t num_tokens) {
   kernels::matmul_multi(ws, x, ys, num_tokens, pool_);
+}
+
+void CpuForwardOps::matmul_segmented(const kernels::WeightView &whole,
+                                     std::span<const kernels::WeightView> segs,
+                                     const float *x, float *y,
+                                     int32_t num_tokens) {
+  if (segs.size() <= 1) {
+    kernels::matmul(segs.empty() ? whole : segs[0], x, y, num_tokens, pool_);
+    return;
+  }
+  const size_t n = static_cast<size_t>(num_tokens) * whole.rows;
+  segment_out_.resize((segs.size() - 1) * n);
+  const kernels::WeightView *ws[kMaxSegments];
+  float *ys[kMaxSegments];
+  ARBOR_CHECK_LE(segs.size(), static_cast<size_t>(kMaxSegments));
+  for (size_t i = 0; i < segs.size(); ++i) {
+    ws[i] = &segs[i];
+    ys[i] = i == 0 ? y : segment_out_.data() + (i - 1) * n;
+  }
+  kernels::matmul_segments({ws, segs.size()}, x, {ys, segs.size()}, num_tokens,
+                           pool_);
+  const float *parts[kMaxSegments];
+  std::copy_n(ys, segs.size(), parts);
+  collective::tree_sum({parts, segs.size()}, y, static_cast<int64_t>(n));
 }
 
 namespace {

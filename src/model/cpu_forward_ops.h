@@ -6,6 +6,8 @@
 // a time, which also owns the pool for the call.
 #pragma once
 
+#include <vector>
+
 #include "kernels/thread_pool.h"
 #include "model/forward_ops.h"
 
@@ -46,6 +48,10 @@ public:
   void matmul_multi(std::span<const kernels::WeightView *const> ws,
                     const float *x, std::span<float *const> ys,
                     int32_t num_tokens) override;
+  // kernels::matmul_segments, then collective::tree_sum over the segments' products.
+  void matmul_segmented(const kernels::WeightView &whole,
+                        std::span<const kernels::WeightView> segs,
+                        const float *x, float *y, int32_t num_tokens) override;
   void qkv_epilogue(const QkvEpilogue &p) override;
   // A kernels::PagedAttentionPlan.
   std::unique_ptr<AttentionPlan> new_attention_plan() override;
@@ -80,6 +86,7 @@ public:
 private:
   const LlamaModel &model_;
   kernels::ThreadPool &pool_;
+  std::vector<float> segment_out_; // [segments - 1, T, rows] matmul_segmented's products
 };
 
 } // namespace arbor::model

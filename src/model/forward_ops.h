@@ -169,6 +169,17 @@ class ForwardOps : public DeviceMemory {
     float* ys[] = {y};
     matmul_multi(ws, x, ys, num_tokens);
   }
+  // y = x W^T for a row-parallel matrix (attn_output, ffn_down) given whole and as `segs`, its
+  // canonical K segments (LayerWeights::o_segs; empty: none): each segment's product as matmul()
+  // computes it, the products combined in the fixed binary tree of collective::tree_sum
+  // (docs/tensor_parallel.md), so the bits do not depend on how the segments are spread over
+  // ranks. x: [num_tokens, whole.cols]; y: [num_tokens, whole.rows]. This default multiplies by
+  // `whole` in one matmul (a device that does not run tensor parallelism: CUDA).
+  virtual void matmul_segmented(const kernels::WeightView& whole,
+                                std::span<const kernels::WeightView> segs, const float* x, float* y,
+                                int32_t num_tokens) {
+    matmul(whole, x, y, num_tokens);
+  }
   virtual void qkv_epilogue(const QkvEpilogue& p) = 0;
 
   // Attention is planned once per step and layout, then run by every layer of that layout.

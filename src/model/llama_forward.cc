@@ -15,8 +15,21 @@ namespace {
 int num_checkpoints(const ModelConfig& cfg) { return 1 + 2 * cfg.num_layers; }
 }  // namespace
 
-LlamaForward::LlamaForward(const LlamaModel& model, ForwardOps& ops, int32_t reserve_tokens)
-    : model_(model), ops_(ops), cfg_(model.config()), w_(ops.weights()) {
+LlamaForward::LlamaForward(const LlamaModel& model, ForwardOps& ops, int32_t reserve_tokens,
+                           collective::Collective* collective)
+    : model_(model),
+      ops_(ops),
+      cfg_(model.config()),
+      w_(ops.weights()),
+      num_heads_(model.tp_size() > 1 ? model.tp_shape().num_heads : cfg_.num_heads),
+      num_kv_heads_(model.tp_size() > 1 ? model.tp_shape().num_kv_heads : cfg_.num_kv_heads),
+      ffn_dim_(model.tp_size() > 1 ? model.tp_shape().ffn_dim : cfg_.ffn_dim),
+      collective_(model.tp_size() > 1 ? collective : nullptr) {
+  if (model.tp_size() > 1) {
+    ARBOR_CHECK(collective != nullptr && collective->size() == model.tp_size() &&
+                collective->rank() == model.tp_rank() && ops.is_host())
+        << "a TP rank needs its group's collective and a host device";
+  }
   ARBOR_CHECK(!cfg_.ropes.empty() && cfg_.ropes.size() <= kMaxRopes) << cfg_.ropes.size();
   for (size_t r = 0; r < cfg_.ropes.size(); ++r) {
     const RopeVariant& v = cfg_.ropes[r];
@@ -68,13 +81,15 @@ void LlamaForward::reserve(int32_t t, int32_t l) {
     const size_t n = cap_tokens_ * sizeof(float);
     ensure(x_, n * cfg_.dim);
     ensure(xb_, n * cfg_.dim);
-    ensure(q_, n * cfg_.q_dim());
-    ensure(k_, n * cfg_.kv_dim());
-    ensure(v_, n * cfg_.kv_dim());
-    ensure(att_, n * cfg_.q_dim());
+    const size_t q_dim = static_cast<size_t>(num_heads_) * cfg_.head_dim;
+    const size_t kv_dim = static_cast<size_t>(num_kv_heads_) * cfg_.head_dim;
+    ensure(q_, n * q_dim);
+    ensure(k_, n * kv_dim);
+    ensure(v_, n * kv_dim);
+    ensure(att_, n * q_dim);
     const int k = cfg_.num_experts_used;
     const size_t ffn_cols = cfg_.is_moe() ? static_cast<size_t>(k) * cfg_.expert_ffn_dim
-                                          : static_cast<size_t>(cfg_.ffn_dim);
+                                          : static_cast<size_t>(ffn_dim_);
     ensure(hb_, n * ffn_cols);
     ensure(hb2_, n * ffn_cols);
     if (cfg_.is_moe()) {
@@ -150,8 +165,8 @@ kernels::PagedAttentionParams LlamaForward::attention_params(int layer, const Fo
   const KvGroupArrays kv = batch.kv_group(cache.shape().group_of(layer));
   kernels::PagedAttentionParams p;
   p.num_seqs = batch.num_seqs();
-  p.num_q_heads = cfg_.num_heads;
-  p.num_kv_heads = cfg_.num_kv_heads;
+  p.num_q_heads = num_heads_;
+  p.num_kv_heads = num_kv_heads_;
   p.head_dim = cfg_.head_dim;
   p.block_size = cache.block_size();
   p.scale = cfg_.attn_scale;
@@ -193,8 +208,8 @@ void LlamaForward::attention_block(int layer, const ForwardBatch& batch, PagedKv
 
   QkvEpilogue e;
   e.num_tokens = nt;
-  e.num_q_heads = cfg_.num_heads;
-  e.num_kv_heads = cfg_.num_kv_heads;
+  e.num_q_heads = num_heads_;
+  e.num_kv_heads = num_kv_heads_;
   e.head_dim = cfg_.head_dim;
   e.rope_dim = spec.rope < 0 ? 0 : cfg_.rope_dim;
   e.rope_neox = cfg_.rope_neox;
@@ -229,7 +244,8 @@ void LlamaForward::attention_block(int layer, const ForwardBatch& batch, PagedKv
   const int layout = layer_layout_[layer];
   ops_.attention(attention_params(layer, batch, cache), *plans_[layout]);
 
-  ops_.matmul(w.o.w, att_.f(), xb_.f(), nt);
+  ops_.matmul_segmented(w.o.w, w.o_segs, att_.f(), xb_.f(), nt);
+  all_reduce(xb_.f(), static_cast<int64_t>(nt) * cfg_.dim);
   finish_linear(w.o, xb_.f(), nt);
   residual(w.post_attn_norm, nt);
 }
@@ -299,8 +315,9 @@ void LlamaForward::ffn_block(int layer, int32_t nt) {
   ops_.matmul_multi(gate_up, in, gate_up_out, nt);
   finish_linear(w.gate, hb_.f(), nt);
   finish_linear(w.up, hb2_.f(), nt);
-  activation(hb_.f(), hb2_.f(), static_cast<int64_t>(nt) * cfg_.ffn_dim);
-  ops_.matmul(w.down.w, hb_.f(), xb_.f(), nt);
+  activation(hb_.f(), hb2_.f(), static_cast<int64_t>(nt) * ffn_dim_);
+  ops_.matmul_segmented(w.down.w, w.down_segs, hb_.f(), xb_.f(), nt);
+  all_reduce(xb_.f(), static_cast<int64_t>(nt) * cfg_.dim);
   finish_linear(w.down, xb_.f(), nt);
   residual(w.post_ffn_norm, nt);
 }
@@ -329,6 +346,10 @@ void LlamaForward::compute_logits(const ForwardBatch& batch, const LogitsOut& ou
   if (nl == 0) return;
   ops_.rms_norm_rows(x_.f(), batch.logits_indices.data(), nl, w_.output_norm, xl_.f(), cfg_.dim,
                      cfg_.rms_eps);
+  if (collective_ != nullptr) {
+    gather_logits(nl, out);
+    return;
+  }
   const bool host = ops_.is_host();
   float* logits = host ? out.logits : logits_.f();
   ops_.matmul(w_.output.w, xl_.f(), logits, nl);
@@ -413,10 +434,131 @@ bool LlamaForward::compute_top_k(const LogitsOut& out, const float* logits, int3
   return any;
 }
 
+namespace {
+
+// FNV-1a over the batch's arrays (each with its length): the digest every TP collective of the
+// step carries, so ranks that were handed different batches notice at the first collective.
+template <class T>
+void hash_span(uint64_t& h, std::span<const T> v) {
+  const auto mix = [&h](const uint8_t* p, size_t n) {
+    for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  };
+  const uint64_t n = v.size();
+  mix(reinterpret_cast<const uint8_t*>(&n), sizeof(n));
+  mix(reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(T));
+}
+
+uint64_t batch_digest(const ForwardBatch& b) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (std::span<const int32_t> v : {b.tokens, b.positions, b.qo_indptr, b.kv_indptr,
+                                     b.kv_page_indices, b.kv_len, b.slot_mapping,
+                                     b.logits_indices, b.hidden_indices, b.mask_indptr}) {
+    hash_span(h, v);
+  }
+  hash_span(h, b.mask_bits);
+  for (const KvGroupArrays& g : b.more_kv_groups) {
+    for (std::span<const int32_t> v : {g.kv_indptr, g.kv_page_indices, g.slot_mapping}) {
+      hash_span(h, v);
+    }
+  }
+  return h;
+}
+
+// What a rank sends of one greedy row: its vocabulary slice's maximum and argmax.
+struct RowBest {
+  float max;
+  int32_t id;  // global token id; -1: the slice holds an Inf or NaN; -2: the rank has no rows
+};
+
+}  // namespace
+
+collective::CollectiveTag LlamaForward::next_tag() {
+  return collective::CollectiveTag{step_, digest_, op_++};
+}
+
+void LlamaForward::all_reduce(float* y, int64_t n) {
+  if (collective_ == nullptr) return;
+  const Status s = collective_->all_reduce_sum(y, n, next_tag());
+  if (!s.ok() && status_.ok()) status_ = s;
+}
+
+// Each rank's [nl, vocab_rows] logits (the architecture's scales and soft-cap applied, which are
+// elementwise), then either every row's (max, argmax) when every row wants only its argmax, or
+// the whole rows, gathered on rank 0 (which then runs argmax / top-k like compute_logits).
+void LlamaForward::gather_logits(int32_t nl, const LogitsOut& out) {
+  const TpShape& t = model_.tp_shape();
+  const int tp = collective_->size();
+  const bool root = collective_->rank() == 0;
+  const auto vr = static_cast<int32_t>(t.vocab_rows);
+  const size_t vpad = static_cast<size_t>(t.vocab_pad), vocab = cfg_.vocab_size;
+  local_logits_.resize(static_cast<size_t>(nl) * vpad);
+  float* loc = local_logits_.data();
+  if (vr > 0) {
+    ops_.matmul(w_.output.w, xl_.f(), loc, nl);
+    if (w_.output.scale != 1.0f) ops_.scale_bias(loc, nl, vr, w_.output.scale, nullptr);
+    if (cfg_.logit_scale != 1.0f) ops_.scale_bias(loc, nl, vr, cfg_.logit_scale, nullptr);
+    if (cfg_.final_softcap > 0.0f) ops_.softcap(loc, (int64_t)nl * vr, cfg_.final_softcap);
+  }
+  const bool argmax_only =
+      !out.want.empty() &&
+      std::all_of(out.want.begin(), out.want.end(), [](RowOut k) { return k == RowOut::kArgmax; });
+  if (argmax_only) {
+    std::vector<RowBest> mine(static_cast<size_t>(nl), RowBest{0.0f, -2});
+    if (vr > 0) {
+      std::vector<int32_t> ids(static_cast<size_t>(nl));
+      ops_.argmax_rows(loc, nl, vr, ids.data());
+      for (int32_t i = 0; i < nl; ++i) {
+        mine[i] = ids[i] < 0 ? RowBest{0.0f, -1}
+                             : RowBest{loc[(size_t)i * vr + ids[i]],
+                                       static_cast<int32_t>(t.vocab_begin + ids[i])};
+      }
+    }
+    std::vector<RowBest> all(root ? static_cast<size_t>(tp) * nl : 0);
+    const Status s = collective_->gather(mine.data(), mine.size() * sizeof(RowBest),
+                                         root ? all.data() : nullptr, next_tag());
+    if (!s.ok() && status_.ok()) status_ = s;
+    if (!root || !status_.ok()) return;
+    ARBOR_CHECK(out.argmax != nullptr) << "argmax rows without an argmax array";
+    for (int32_t i = 0; i < nl; ++i) {
+      int32_t best = -2;
+      float best_max = 0.0f;
+      bool finite = true;
+      // Ranks hold increasing ids: keeping the first strict maximum keeps the lowest id.
+      for (int r = 0; r < tp; ++r) {
+        const RowBest& b = all[(size_t)r * nl + i];
+        if (b.id == -1) finite = false;
+        if (b.id >= 0 && (best < 0 || b.max > best_max)) best = b.id, best_max = b.max;
+      }
+      out.argmax[i] = finite ? best : -1;
+    }
+    return;
+  }
+  gathered_.resize(root ? static_cast<size_t>(tp) * nl * vpad : 0);
+  const Status s = collective_->gather(loc, static_cast<size_t>(nl) * vpad * sizeof(float),
+                                       root ? gathered_.data() : nullptr, next_tag());
+  if (!s.ok() && status_.ok()) status_ = s;
+  if (!root || !status_.ok()) return;
+  for (int r = 0; r < tp; ++r) {
+    const TpShape tr = tp_shape(cfg_, r, tp);
+    const float* src = gathered_.data() + (size_t)r * nl * vpad;
+    for (int32_t i = 0; i < nl; ++i) {
+      std::copy_n(src + (size_t)i * tr.vocab_rows, tr.vocab_rows,
+                  out.logits + (size_t)i * vocab + tr.vocab_begin);
+    }
+  }
+  for_each_run(out.want, nl, [&](int32_t first, int32_t end, RowOut kind) {
+    if (kind != RowOut::kArgmax) return;
+    ARBOR_CHECK(out.argmax != nullptr) << "argmax rows without an argmax array";
+    ops_.argmax_rows(out.logits + first * vocab, end - first, cfg_.vocab_size, out.argmax + first);
+  });
+  compute_top_k(out, out.logits, nl);
+}
+
 void LlamaForward::run(const ForwardBatch& host_batch, PagedKvCache& cache,
                        const LogitsOut& out) {
+  status_ = ok_status();
   const KvCacheShape& s = cache.shape();
-  ARBOR_CHECK(s.num_layers == cfg_.num_layers && s.num_kv_heads == cfg_.num_kv_heads &&
+  ARBOR_CHECK(s.num_layers == cfg_.num_layers && s.num_kv_heads == num_kv_heads_ &&
               s.head_dim == cfg_.head_dim)
       << "KV cache shape does not match the model";
   const int32_t nt = host_batch.num_tokens();
@@ -425,6 +567,9 @@ void LlamaForward::run(const ForwardBatch& host_batch, PagedKvCache& cache,
   ARBOR_CHECK(out.want.empty() || static_cast<int32_t>(out.want.size()) == nl)
       << out.want.size() << " row kinds for " << nl << " logits rows";
   reserve(nt, nl);
+  ++step_;
+  op_ = 0;
+  if (collective_ != nullptr) digest_ = batch_digest(host_batch);
   const ForwardBatch batch = ops_.stage(host_batch);
   plan_attention(batch, cache);
   flags_host_.assign((size_t)nl * num_checkpoints(cfg_), 0);
@@ -451,7 +596,8 @@ void LlamaForward::flag_nonfinite(const ForwardBatch& batch, int checkpoint) {
 
 void LlamaForward::name_nonfinite(int32_t nl, const LogitsOut& out) {
   nonfinite_origin_.assign(static_cast<size_t>(nl), std::string());
-  if (nl == 0) return;
+  // TP: only rank 0 has the logits (and a broken step's are garbage).
+  if (nl == 0 || !status_.ok() || (collective_ != nullptr && collective_->rank() != 0)) return;
   ops_.to_host(flags_host_.data(), flags_.p, flags_host_.size());
   const size_t vocab = static_cast<size_t>(cfg_.vocab_size);
   for (int32_t i = 0; i < nl; ++i) {

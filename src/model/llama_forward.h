@@ -34,6 +34,7 @@
 #include "model/forward_batch.h"
 #include "model/forward_ops.h"
 #include "model/kv_cache.h"
+#include "collective/collective.h"
 #include "model/llama_model.h"
 
 namespace arbor::model {
@@ -79,8 +80,13 @@ struct LogitsOut {
 class LlamaForward {
  public:
   // `model` and `ops` must outlive this object; ops runs on the device the cache lives on.
-  // reserve_tokens sizes the scratch up front.
-  LlamaForward(const LlamaModel& model, ForwardOps& ops, int32_t reserve_tokens = 0);
+  // reserve_tokens sizes the scratch up front. A rank of a TP group (model.tp_size() > 1) runs
+  // its share of the model (tp.h) and meets the other ranks through `collective` (required
+  // then, of the model's size and rank, outliving this object; host memory only): every rank
+  // runs every step with the same batch; only rank 0's LogitsOut is written (logits, argmax,
+  // top-k and non-finite origins); the hidden rows are written on every rank.
+  LlamaForward(const LlamaModel& model, ForwardOps& ops, int32_t reserve_tokens = 0,
+               collective::Collective* collective = nullptr);
   ~LlamaForward();
   LlamaForward(const LlamaForward&) = delete;
   LlamaForward& operator=(const LlamaForward&) = delete;
@@ -94,6 +100,11 @@ class LlamaForward {
     out.logits = logits;
     run(batch, cache, out);
   }
+
+  // After run(): ok, or the collective error that broke the step (a rank missing the deadline,
+  // ranks running different batches; collective.h). The step's outputs are then garbage, and
+  // the group is broken: every later run() fails the same way.
+  const Status& status() const { return status_; }
 
   // Tokens the scratch currently holds.
   int32_t capacity_tokens() const { return cap_tokens_; }
@@ -128,6 +139,12 @@ class LlamaForward {
   void activation(float* gate, const float* up, int64_t n);
   void moe_block(int layer, int32_t num_tokens);
   void compute_logits(const ForwardBatch& batch, const LogitsOut& out);
+  // TP: the local vocabulary rows' logits gathered to rank 0 (compute_logits' TP half).
+  void gather_logits(int32_t num_logits, const LogitsOut& out);
+  // TP: y ([n] host floats, this rank's partial sum) all-reduced over the ranks.
+  void all_reduce(float* y, int64_t n);
+  // The collective's tag for the next call of this step.
+  collective::CollectiveTag next_tag();
   void compute_hidden(const ForwardBatch& batch, const LogitsOut& out);
   bool compute_top_k(const LogitsOut& out, const float* logits, int32_t num_logits);
   // Flags the logits rows whose hidden state is no longer finite at checkpoint `c`
@@ -140,6 +157,17 @@ class LlamaForward {
   ForwardOps& ops_;
   const ModelConfig& cfg_;
   const LlamaWeights& w_;          // the model's weights in the device's memory
+  // This rank's share (tp.h; the whole model without TP): heads, kv heads, ffn rows.
+  const int num_heads_;
+  const int num_kv_heads_;
+  const int ffn_dim_;
+  collective::Collective* collective_ = nullptr;  // null without TP
+  uint64_t step_ = 0;                              // run() calls so far
+  uint64_t digest_ = 0;                            // this step's batch digest
+  uint32_t op_ = 0;                                // collectives issued this step
+  Status status_;
+  std::vector<float> local_logits_;   // TP: [L, vocab_pad] this rank's rows (row stride vocab_rows)
+  std::vector<float> gathered_;       // TP, rank 0: [tp, L, vocab_pad]
   // Attention layouts: one per distinct layer window, in order of first appearance.
   std::vector<std::unique_ptr<AttentionPlan>> plans_;  // [num_layouts], refilled every step
   std::vector<int> layout_first_layer_;                // [num_layouts] a layer planning it

@@ -1,6 +1,7 @@
 #include "model/llama_model.h"
 
 #include <algorithm>
+#include <cstring>
 #include <unordered_set>
 
 #include "base/log.h"
@@ -326,16 +327,126 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::from_file(gguf::GgufFile file,
   std::unique_ptr<LlamaModel> model(new LlamaModel(std::move(file), std::move(config)));
   ARBOR_RETURN_IF_ERROR(model->bind_weights(options));
   ARBOR_RETURN_IF_ERROR(model->check_cheap_weights());
+  ARBOR_RETURN_IF_ERROR(model->shard_and_segment(options));
   if (options.pack_for_cpu) model->pack_matrices();
   return model;
 }
 
+namespace {
+
+// Columns [c0, c0 + n) of `w` as a matrix of their own (same rows and row stride).
+kernels::WeightView col_slice(const kernels::WeightView& w, int64_t c0, int64_t n) {
+  kernels::WeightView s = w;
+  s.data = static_cast<const uint8_t*>(w.data) + kernels::weight_row_bytes(w.type, c0);
+  s.cols = n;
+  s.packed = nullptr;
+  return s;
+}
+
+Linear rows_of(const Linear& l, int64_t r0, int64_t n) {
+  Linear s = l;
+  s.w = row_slice(l.w, r0, n);
+  if (l.bias != nullptr) s.bias = l.bias + r0;
+  return s;
+}
+
+std::vector<kernels::WeightView> segments_of(const kernels::WeightView& w, int n) {
+  std::vector<kernels::WeightView> segs;
+  const int64_t cols = w.cols / n;
+  for (int i = 0; i < n; ++i) segs.push_back(col_slice(w, i * cols, cols));
+  return segs;
+}
+
+}  // namespace
+
+Status LlamaModel::shard_and_segment(const ModelLoadOptions& options) {
+  const ModelConfig& c = config_;
+  num_segments_ = std::min(canonical_segments(c, weights_), std::max(1, options.max_segments));
+  tp_rank_ = options.tp_rank;
+  tp_size_ = options.tp_size;
+  ARBOR_RETURN_IF_ERROR(check_tp(c, num_segments_, tp_size_));
+  if (tp_rank_ < 0 || tp_rank_ >= tp_size_) {
+    return invalid_argument("tensor-parallel rank ", tp_rank_, " of ", tp_size_, " ranks");
+  }
+  tp_shape_ = model::tp_shape(c, tp_rank_, tp_size_);
+  const TpShape& t = tp_shape_;
+  const int64_t hd = c.head_dim, q0 = tp_rank_ * t.num_heads * hd,
+                kv0 = tp_rank_ * t.num_kv_heads * hd, f0 = int64_t{tp_rank_} * t.ffn_dim;
+  const int local_segments = num_segments_ / tp_size_;
+  for (LayerWeights& l : weights_.layers) {
+    if (tp_size_ > 1) {
+      l.q = rows_of(l.q, q0, t.num_heads * hd);
+      l.k = rows_of(l.k, kv0, t.num_kv_heads * hd);
+      l.v = rows_of(l.v, kv0, t.num_kv_heads * hd);
+      l.o.w = col_slice(l.o.w, q0, t.num_heads * hd);
+      l.gate = rows_of(l.gate, f0, t.ffn_dim);
+      l.up = rows_of(l.up, f0, t.ffn_dim);
+      l.down.w = col_slice(l.down.w, f0, t.ffn_dim);
+    }
+    if (num_segments_ > 1) {
+      l.o_segs = segments_of(l.o.w, local_segments);
+      l.down_segs = segments_of(l.down.w, local_segments);
+    }
+  }
+  if (tp_size_ > 1) weights_.output.w = row_slice(weights_.output.w, t.vocab_begin, t.vocab_rows);
+  return ok_status();
+}
+
+uint64_t LlamaModel::resident_weight_bytes() const {
+  uint64_t bytes = 0;
+  for (const kernels::PackedWeights& p : packed_) bytes += p.bytes();
+  // (the dense segment copies are counted below as the segments' views)
+  const auto view = [&](const kernels::WeightView& v) {
+    if (v.packed == nullptr) bytes += v.rows * kernels::weight_row_bytes(v.type, v.cols);
+  };
+  view(weights_.token_embd);
+  if (!weights_.tied_output) view(weights_.output.w);
+  for (const LayerWeights& l : weights_.layers) {
+    for (const Linear* m : {&l.q, &l.k, &l.v, &l.gate, &l.up}) view(m->w);
+    if (l.o_segs.empty()) view(l.o.w);
+    if (l.down_segs.empty()) view(l.down.w);
+    for (const auto* segs : {&l.o_segs, &l.down_segs}) {
+      for (const kernels::WeightView& s : *segs) view(s);
+    }
+    for (const auto* e : {&l.gate_exps, &l.up_exps, &l.down_exps}) {
+      for (const kernels::WeightView& v : *e) view(v);
+    }
+    if (l.router.data != nullptr) view(l.router);
+  }
+  return bytes;
+}
+
 void LlamaModel::pack_matrices() {
   std::vector<kernels::WeightView*> views;
+  // o and down are read as their segments when they have them (LayerWeights::o_segs).
+  std::vector<const kernels::WeightView*> segmented;
+  for (LayerWeights& l : weights_.layers) {
+    if (!l.o_segs.empty()) segmented.push_back(&l.o.w);
+    if (!l.down_segs.empty()) segmented.push_back(&l.down.w);
+    for (auto* segs : {&l.o_segs, &l.down_segs}) {
+      for (kernels::WeightView& s : *segs) {
+        if (kernels::packing_available(s.type)) {
+          views.push_back(&s);
+          continue;
+        }
+        // A type without a packed kernel: the segment's rows copied out densely, so its kernel
+        // streams one contiguous range instead of a quarter of every row of the matrix.
+        const size_t row = kernels::weight_row_bytes(s.type, s.cols);
+        auto& copy = segment_copies_.emplace_back(s.rows * row);
+        for (int64_t r = 0; r < s.rows; ++r) {
+          std::memcpy(copy.data() + r * row, static_cast<const uint8_t*>(s.data) + r * s.row_stride,
+                      row);
+        }
+        s.data = copy.data();
+        s.row_stride = row;
+      }
+    }
+  }
   for_each_weight(
       weights_, config_,
       [&](const MatrixRef& m) {
-        if (m.w != &weights_.token_embd && kernels::packing_available(m.w->type)) {
+        if (m.w != &weights_.token_embd && kernels::packing_available(m.w->type) &&
+            std::find(segmented.begin(), segmented.end(), m.w) == segmented.end()) {
           views.push_back(m.w);
         }
       },
@@ -343,21 +454,35 @@ void LlamaModel::pack_matrices() {
   if (weights_.tied_output && kernels::packing_available(weights_.output.w.type)) {
     views.push_back(&weights_.output.w);
   }
-  if (views.empty()) return;
+  if (views.empty()) {
+    for (const kernels::WeightView* whole : segmented) {
+      release_mapped_pages(whole->data, static_cast<size_t>(whole->rows) * whole->row_stride);
+    }
+    return;
+  }
+  // The bytes a view spans in the mapping (a column slice's last row ends before the stride).
+  const auto span_bytes = [](const kernels::WeightView& v) {
+    return v.rows == 0 ? size_t{0}
+                       : static_cast<size_t>(v.rows - 1) * v.row_stride +
+                             kernels::weight_row_bytes(v.type, v.cols);
+  };
   uint64_t total = 0, done = 0;  // bytes (an expert's slice is often under 1 MiB)
-  for (const kernels::WeightView* v : views) total += v->rows * v->row_stride;
+  for (const kernels::WeightView* v : views) total += span_bytes(*v);
   // Reads the whole file once (page faults on a cold cache dominate), so it shows progress.
   ProgressBar bar("packing weights", total >> 20, "MiB");
   for (kernels::WeightView* v : views) {
     packed_.push_back(kernels::pack_weights(*v));
     v->packed = packed_.back().data();
-    // The embedding's rows are still read from the mapping when the classifier is tied to it.
-    if (!(v == &weights_.output.w && weights_.tied_output)) {
-      release_mapped_pages(v->data, static_cast<size_t>(v->rows) * v->row_stride);
+    // The embedding's rows are still read from the mapping when the classifier is tied to it;
+    // a segment's rows interleave with its neighbours': released with the whole matrix below.
+    const bool segment = kernels::weight_row_bytes(v->type, v->cols) != v->row_stride;
+    if (!(v == &weights_.output.w && weights_.tied_output) && !segment) {
+      release_mapped_pages(v->data, span_bytes(*v));
     }
-    done += v->rows * v->row_stride;
+    done += span_bytes(*v);
     bar.set(done >> 20);
   }
+  for (const kernels::WeightView* whole : segmented) release_mapped_pages(whole->data, span_bytes(*whole));
   bar.finish();
 }
 

@@ -33,6 +33,7 @@
 #include "gguf/gguf.h"
 #include "kernels/matmul.h"
 #include "model/model_config.h"
+#include "model/tp.h"
 
 namespace arbor::model {
 
@@ -57,6 +58,13 @@ struct LayerWeights {
   Linear up;                              // [ffn_dim, dim]
   Linear down;                            // [dim, ffn_dim]
   const float* post_ffn_norm = nullptr;   // [dim] or null
+  // The canonical K segments of o and down (LlamaModel::num_segments() > 1; tp.h): column slices
+  // of o.w / down.w in order, this rank's only, each packed on its own on the CPU, or copied
+  // densely for a type without a packed kernel (o.w and
+  // down.w are then left unpacked: the CPU forward reads the segments, a GPU the whole views).
+  // Empty with one segment.
+  std::vector<kernels::WeightView> o_segs;     // [segments / tp] x [dim, q_dim / segments]
+  std::vector<kernels::WeightView> down_segs;  // [segments / tp] x [dim, ffn_dim / segments]
   // Mixture-of-experts layers (ModelConfig::num_experts > 0) instead of gate / up / down:
   kernels::WeightView router;                  // ffn_gate_inp [num_experts, dim]
   std::vector<kernels::WeightView> gate_exps;  // [num_experts] x [expert_ffn_dim, dim]
@@ -118,6 +126,15 @@ struct ModelLoadOptions {
   // The longest context the model will serve (0: the file's context_length). Phi-3's LongRoPE
   // uses its long factors when this exceeds the original context, as llama.cpp does.
   int64_t serving_context = 0;
+  // Tensor parallelism (tp.h): load rank tp_rank's share of a model cut tp_size ways (its rows
+  // and columns of the split matrices; only those are packed, so only those stay resident).
+  // tp_size 1: the whole model. An unsupported degree is the error check_tp() gives.
+  int tp_rank = 0;
+  int tp_size = 1;
+  // The most canonical segments (tp.h) o and down are cut into: kMaxSegments normally; 1 gives
+  // the single f32 matmul over K of a file without segments (tests that compare the dense FFN
+  // with a path that has no segments, e.g. one expert of a mixture). TP needs the default.
+  int max_segments = kMaxSegments;
 };
 
 class LlamaModel {
@@ -132,19 +149,36 @@ class LlamaModel {
   const ModelConfig& config() const { return config_; }
   const LlamaWeights& weights() const { return weights_; }
   const gguf::GgufFile& file() const { return file_; }
+  // The canonical K segment count of o and down (tp.h), and this rank's share of the model
+  // (weights() holds only that share; config() describes the whole model).
+  int num_segments() const { return num_segments_; }
+  int tp_rank() const { return tp_rank_; }
+  int tp_size() const { return tp_size_; }
+  const TpShape& tp_shape() const { return tp_shape_; }
+  // Bytes of weights this process holds for the forward: packed copies plus the mapped views it
+  // reads (its slices; token_embd counted whole, one row per token is read).
+  uint64_t resident_weight_bytes() const;
 
  private:
   LlamaModel(gguf::GgufFile file, ModelConfig config)
       : file_(std::move(file)), config_(std::move(config)) {}
   Status bind_weights(const ModelLoadOptions& options);
   Status check_cheap_weights() const;
+  // Cuts the weights to this rank's share (tp_size > 1) and o / down into their segments.
+  Status shard_and_segment(const ModelLoadOptions& options);
   // Packs every matrix matmul() reads that has a packed kernel on this CPU.
   void pack_matrices();
 
   std::vector<kernels::PackedWeights> packed_;
+  // Dense copies of the segments of types without a packed kernel (pack_matrices).
+  std::vector<std::vector<uint8_t>> segment_copies_;
   gguf::GgufFile file_;
   ModelConfig config_;
   LlamaWeights weights_;
+  int num_segments_ = 1;
+  int tp_rank_ = 0;
+  int tp_size_ = 1;
+  TpShape tp_shape_;
 };
 
 }  // namespace arbor::model

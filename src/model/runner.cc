@@ -11,6 +11,14 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::load(const std::string& path,
                                                        const RunnerOptions& options) {
   ModelLoadOptions lo;
   lo.pack_for_cpu = options.make_ops == nullptr;
+  lo.tp_rank = options.tp.rank;
+  lo.tp_size = options.tp.size;
+  lo.max_segments = options.max_segments;
+  if (options.tp.size > 1 && options.make_ops != nullptr) {
+    return unimplemented("tensor parallelism (", options.tp.size,
+                         " ranks) runs on the CPU only; the GPU executor runs one rank "
+                         "(use --device cpu, or TP 1)");
+  }
   ARBOR_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, LlamaModel::load(path, lo));
   return create(std::move(model), options);
 }
@@ -29,9 +37,26 @@ std::vector<int32_t> layer_windows(const ModelConfig& c) {
 Result<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<LlamaModel> model,
                                                          const RunnerOptions& options) {
   const ModelConfig& c = model->config();
+  const TpContext& tp = options.tp;
+  if (tp.size != model->tp_size() || tp.rank != model->tp_rank()) {
+    return invalid_argument("the model was loaded as TP rank ", model->tp_rank(), " of ",
+                            model->tp_size(), ", the runner is asked for rank ", tp.rank, " of ",
+                            tp.size);
+  }
+  if (tp.size > 1) {
+    if (options.make_ops != nullptr) {
+      return unimplemented("tensor parallelism (", tp.size,
+                           " ranks) runs on the CPU only; the GPU executor runs one rank");
+    }
+    if (tp.collective == nullptr || tp.collective->size() != tp.size ||
+        tp.collective->rank() != tp.rank) {
+      return invalid_argument("TP rank ", tp.rank, " of ", tp.size,
+                              " needs its group's collective (of that rank and size)");
+    }
+  }
   KvCacheShape shape;
   shape.num_layers = c.num_layers;
-  shape.num_kv_heads = c.num_kv_heads;
+  shape.num_kv_heads = tp.size > 1 ? model->tp_shape().num_kv_heads : c.num_kv_heads;
   shape.head_dim = c.head_dim;
   shape.block_size = options.block_size;
   shape.dtype = options.kv_dtype;
@@ -63,7 +88,9 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<LlamaMo
   }
   ARBOR_ASSIGN_OR_RETURN(r->cache_, PagedKvCache::create(shape, num_blocks, options.populate_kv,
                                                          r->ops_.get()));
-  r->forward_ = std::make_unique<LlamaForward>(*r->model_, *r->ops_, options.reserve_tokens);
+  r->tp_ = tp;
+  r->forward_ = std::make_unique<LlamaForward>(*r->model_, *r->ops_, options.reserve_tokens,
+                                               tp.collective.get());
   if (layout.num_groups() > 1 || layout.reclaims()) r->group_windows_ = layout.windows();
   r->layout_ = std::move(layout);
   return r;
@@ -104,7 +131,7 @@ Status ModelRunner::forward(const ForwardBatch& batch, const LogitsOut& out) {
     }
   }
   forward_->run(batch, *cache_, out);
-  return ok_status();
+  return forward_->status();
 }
 
 SingleSequence::SingleSequence(ModelRunner& runner, std::vector<int32_t> blocks)

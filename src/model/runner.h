@@ -58,6 +58,13 @@ struct RunnerOptions {
   // comes from src/cuda; load() then skips the CPU's weight packing.
   using OpsFactory = std::function<Result<std::unique_ptr<ForwardOps>>(const LlamaModel&)>;
   OpsFactory make_ops;
+  // Tensor parallelism (tp.h, docs/tensor_parallel.md): run rank tp.rank of a group of tp.size
+  // ranks, each loading only its share of the weights and holding only its kv heads; the ranks
+  // meet through tp.collective. Every rank must run every forward with the same batch; rank 0
+  // returns the logits. CPU only: with make_ops (a GPU) tp.size must be 1.
+  TpContext tp;
+  // ModelLoadOptions::max_segments (load() only).
+  int max_segments = kMaxSegments;
 };
 
 class ModelRunner {
@@ -85,7 +92,9 @@ class ModelRunner {
 
   // Validates `batch` (validate_batch; an invalid batch is kInvalidArgument and changes
   // nothing), writes the new tokens' K/V into the cache and fills
-  // logits: [batch.num_logits(), vocab_size].
+  // logits: [batch.num_logits(), vocab_size]. A TP rank: the collective's error when the group
+  // broke during the step (LlamaForward::status), and only rank 0 fills the logits.
+
   Status forward(const ForwardBatch& batch, float* logits);
   // Same, with per row what comes back to the host (LogitsOut: whole rows, only the argmax, or
   // only the top-k candidates). A `want` of the wrong length, or kTopK rows with top_k outside
@@ -100,6 +109,7 @@ class ModelRunner {
   // Destroyed bottom-up: the forward and the cache release device memory through ops_, which
   // reads model_ and may use pool_.
   std::unique_ptr<LlamaModel> model_;
+  TpContext tp_;  // keeps the collective alive for forward_
   std::shared_ptr<kernels::ThreadPool> pool_;
   std::unique_ptr<ForwardOps> ops_;
   std::unique_ptr<PagedKvCache> cache_;

@@ -264,6 +264,57 @@ TEST(Matmul, MultiEqualsOneCallPerMatrix) {
   }
 }
 
+TEST(Matmul, SegmentsEqualOneMatmulPerColumnSlice) {
+  // matmul_segments over 4 column slices of one matrix (each packed on its own where the CPU
+  // packs the type) must give, per segment, the bits of matmul() on that slice with its columns
+  // of x copied out, on every ISA, token count and thread count: what makes TP ranks agree.
+  for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kQ8_0, GgmlType::kQ4_0,
+                        GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+    std::mt19937 rng(11);
+    const int64_t rows = 37, seg_cols = 256, cols = 4 * seg_cols;
+    const std::vector<float> wf = testing::random_floats(rng, rows * cols);
+    const std::vector<uint8_t> data =
+        testing::encode_weights(type, wf, rows, cols, weight_row_bytes(type, cols));
+    const WeightView whole = make_weight_view(type, data.data(), rows, cols);
+    std::vector<WeightView> segs;
+    std::vector<PackedWeights> packed;
+    for (int i = 0; i < 4; ++i) {
+      WeightView s = whole;
+      s.data = data.data() + weight_row_bytes(type, i * seg_cols);
+      s.cols = seg_cols;
+      segs.push_back(s);
+    }
+    for (WeightView& s : segs) {
+      if (!packing_available(type)) break;
+      packed.push_back(pack_weights(s));
+      s.packed = packed.back().data();
+    }
+    const WeightView* ws[] = {&segs[0], &segs[1], &segs[2], &segs[3]};
+    for (Isa isa : testing::testable_isas()) {
+      set_active_isa(isa);
+      for (int threads : {1, 3}) {
+        ThreadPool pool(threads);
+        for (int64_t nt : {1, 3, 20}) {
+          const std::vector<float> x = testing::random_floats(rng, nt * cols);
+          std::vector<std::vector<float>> got(4, std::vector<float>(rows * nt, NAN));
+          float* outs[] = {got[0].data(), got[1].data(), got[2].data(), got[3].data()};
+          matmul_segments(ws, x.data(), outs, nt, pool);
+          for (int i = 0; i < 4; ++i) {
+            std::vector<float> xs(static_cast<size_t>(nt * seg_cols)), want(rows * nt);
+            for (int64_t t = 0; t < nt; ++t) {
+              std::copy_n(x.data() + t * cols + i * seg_cols, seg_cols, xs.data() + t * seg_cols);
+            }
+            matmul(segs[i], xs.data(), want.data(), nt, pool);
+            ASSERT_EQ(got[i], want) << gguf::ggml_type_name(type) << " segment " << i << " isa "
+                                    << isa_name(isa) << " tokens " << nt << " threads " << threads;
+          }
+        }
+      }
+    }
+    set_active_isa(best_isa());
+  }
+}
+
 TEST(Matmul, GenericPathForOtherTypes) {
   // Types without their own kernels dequantise each row and dot it in f32.
   ThreadPool pool(2);

@@ -129,6 +129,27 @@ public:
     }
     cpu_.matmul_multi(ws, x, ys, num_tokens);
   }
+  // The CPU's segmented scheme on column slices of the device copy of `whole` (the segments of
+  // weights() are the model's host views: a device cuts its own).
+  void matmul_segmented(const kernels::WeightView &whole,
+                        std::span<const kernels::WeightView> segs,
+                        const float *x, float *y, int32_t num_tokens) override {
+    expect_matrix(whole);
+    expect_device(x, (size_t)num_tokens * whole.cols * sizeof(float),
+                  "matmul input");
+    expect_device(y, (size_t)num_tokens * whole.rows * sizeof(float),
+                  "matmul output");
+    std::vector<kernels::WeightView> mine;
+    const int64_t n = static_cast<int64_t>(segs.size());
+    for (int64_t i = 0; i < n; ++i) {
+      kernels::WeightView s = whole;
+      s.cols = whole.cols / n;
+      s.data = static_cast<const uint8_t *>(whole.data) +
+               kernels::weight_row_bytes(whole.type, i * s.cols);
+      mine.push_back(s);
+    }
+    cpu_.matmul_segmented(whole, mine, x, y, num_tokens);
+  }
   void qkv_epilogue(const QkvEpilogue &p) override {
     for (const void *ptr : {(const void *)p.q, (const void *)p.k,
                             (const void *)p.v, (const void *)p.cos,
