@@ -16,6 +16,9 @@ esac
 packages=(
   build-essential cmake ninja-build pkg-config
   libcli11-dev nlohmann-json3-dev libxxhash-dev libpcre2-dev libboost-dev
+  # Model shards over gRPC (src/shard, docs/shards.md): the library, and protoc with its gRPC
+  # plugin, which generate the protocol's code from src/shard/shard.proto at build time.
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
 )
 
 if [ "$with_tests" = 1 ]; then
