@@ -46,6 +46,11 @@ void* const kWriteTag = reinterpret_cast<void*>(2);
 void* const kReadTag = reinterpret_cast<void*>(3);
 void* const kFinishTag = reinterpret_cast<void*>(4);
 
+}  // namespace
+
+// Named (not anonymous): RemoteExecutor::Impl holds them.
+namespace remote_internal {
+
 // One shard's session: the channel and the async bidirectional stream, driven on the caller's
 // thread (AsyncNext with the step's deadline), so a hung shard costs a deadline, not a thread.
 class Session {
@@ -184,7 +189,9 @@ struct Shard {
   step::ShardStats stats;
 };
 
-}  // namespace
+}  // namespace remote_internal
+
+using remote_internal::Shard;
 
 struct RemoteExecutor::Impl {
   RemoteExecutorOptions options;

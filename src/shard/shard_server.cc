@@ -16,7 +16,7 @@ namespace arbor::shard {
 
 namespace {
 
-double now_s() {
+double seconds_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
@@ -29,6 +29,11 @@ void set_error(wire::FromShard* out, int64_t step, const std::string& field,
   e->set_field(field);
   e->set_message(message);
 }
+
+}  // namespace
+
+// Named (not anonymous): ShardServer::Impl holds one.
+namespace server_internal {
 
 // One session at a time over the executor; the state of the session in progress.
 class ShardService final : public wire::Shard::Service {
@@ -118,13 +123,13 @@ class ShardService final : public wire::Shard::Service {
 
   void step(const wire::Step& s, wire::FromShard* out) {
     if (!hello_) return set_error(out, s.step(), "step", "a step before hello");
-    const double t0 = now_s();
+    const double t0 = seconds_now();
     if (std::optional<WireError> e = decoder_.decode(s, &output_)) {
       return set_error(out, s.step(), e->field, e->status.message());
     }
-    const double t1 = now_s();
+    const double t1 = seconds_now();
     Result<step::StepResult> res = exec_->execute(output_);
-    const double t2 = now_s();
+    const double t2 = seconds_now();
     if (!res.ok()) {
       return set_error(out, s.step(), "",
                        str_cat("step ", s.step(), ": the executor failed: ",
@@ -168,10 +173,10 @@ class ShardService final : public wire::Shard::Service {
   step::SchedulerOutput output_;  // the step being run (reused)
 };
 
-}  // namespace
+}  // namespace server_internal
 
 struct ShardServer::Impl {
-  std::unique_ptr<ShardService> service;
+  std::unique_ptr<server_internal::ShardService> service;
   std::unique_ptr<grpc::Server> server;
   std::string address;
 };
@@ -192,7 +197,7 @@ void ShardServer::shutdown() {
 Result<std::unique_ptr<ShardServer>> ShardServer::start(
     std::unique_ptr<executor::LocalExecutor> executor, const ShardServerOptions& options) {
   auto impl = std::make_unique<Impl>();
-  impl->service = std::make_unique<ShardService>(std::move(executor), options.model_name);
+  impl->service = std::make_unique<server_internal::ShardService>(std::move(executor), options.model_name);
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
