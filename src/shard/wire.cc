@@ -1,6 +1,7 @@
 #include "shard/wire.h"
 
 #include <algorithm>
+#include <unordered_set>
 #include <utility>
 
 namespace arbor::shard {
@@ -122,9 +123,13 @@ std::optional<WireError> StepDecoder::decode(const wire::Step& msg, step::Schedu
   if (auto e = check_new(msg, out, staged)) return e;
   int64_t total = 0;
   out->requests.resize(static_cast<size_t>(msg.requests_size()));
+  std::unordered_set<step::RequestId> scheduled_ids;
   for (int i = 0; i < msg.requests_size(); ++i) {
     const wire::Scheduled& m = msg.requests(i);
     const std::string field = idx("requests", static_cast<size_t>(i));
+    if (!scheduled_ids.insert(m.request_id()).second) {
+      return error(field + ".request_id", str_cat("request ", m.request_id(), " is scheduled twice"));
+    }
     auto it = staged.find(m.request_id());
     if (it == staged.end()) {
       auto k = known_.find(m.request_id());
@@ -249,9 +254,6 @@ std::optional<WireError> StepDecoder::check_scheduled(const wire::Scheduled& m,
                                                       const std::string& field, Staged& st,
                                                       step::ScheduledRequest* s) const {
   Known& k = st.next;
-  if (k.num_tokens < 0) {
-    return error(field + ".request_id", str_cat("request ", m.request_id(), " is scheduled twice"));
-  }
   for (int t = 0; t < m.new_token_ids_size(); ++t) {
     if (m.new_token_ids(t) < 0 || m.new_token_ids(t) >= limits_.vocab_size) {
       return error(idx(field + ".new_token_ids", static_cast<size_t>(t)),

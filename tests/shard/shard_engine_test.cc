@@ -198,6 +198,7 @@ TEST(ShardEngine, SpeculationEqualsInProcess) {
   // Repetitive prompts, so that n-gram drafts exist and get accepted.
   std::vector<GenerateRequest> reqs = workload(6, 32, 9);
   for (GenerateRequest& r : reqs) {
+    r.speculation = sched::SpecRequest{.mode = sched::SpecMode::kFixed, .k = 3};
     std::vector<int32_t> p = r.prompt_token_ids;
     for (int k = 0; k < 3; ++k) r.prompt_token_ids.insert(r.prompt_token_ids.end(), p.begin(), p.end());
   }

@@ -129,6 +129,7 @@ TEST(ShardWire, RandomTableHistoriesRoundTrip) {
   step::SchedulerOutput out;
   for (int s = 0; s < 300; ++s) {
     o.requests = {scheduled(9, tokens - 1, 1, {}, true)};
+    if (s > 0) o.requests[0].new_token_ids = {5};
     o.requests[0].block_tables = tables;
     o.total_num_scheduled_tokens = 1;
     enc.encode(o, 7, &msg);
@@ -139,7 +140,6 @@ TEST(ShardWire, RandomTableHistoriesRoundTrip) {
     // The next step: one more token; group 0 covers it, sometimes with a lookahead block,
     // truncated back or with its tail replaced; group 1 has the same length and a growing
     // released front below the block being written.
-    o.requests[0].new_token_ids = {5};
     ++tokens;
     std::vector<step::BlockId>& t0 = tables[0];
     std::vector<step::BlockId>& t1 = tables[1];
