@@ -10,6 +10,7 @@
 // workload then runs in process for the step time without a shard.
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -24,6 +25,7 @@
 #include "cli/shard_flags.h"
 #include "engine/engine_core.h"
 #include "executor/local_executor.h"
+#include "shard/wire.h"
 
 namespace arbor::cli {
 namespace {
@@ -78,6 +80,67 @@ Result<engine::EngineMetricsSnapshot> drive(const Options& o,
   return core.metrics();
 }
 
+// The protocol's CPU cost per step without the transport: the engine's encoding and the shard's
+// parsing and validation of a decode step of n requests, and the same for its result (both ends'
+// protobuf serialisation included). Microseconds per step, the median over `steps`.
+Result<std::vector<double>> protocol_cpu_us(int32_t n, int32_t steps) {
+  constexpr int32_t kBlocks = 80, kPrompt = 16, kVocab = 512;
+  shard::StepEncoder enc;
+  shard::StepDecoder dec({.vocab_size = kVocab, .num_kv_blocks = n * kBlocks + 1,
+                          .block_size = 16, .num_kv_groups = 1});
+  dec.reset(1);
+  step::SchedulerOutput o;
+  step::StepResult res;
+  for (int32_t i = 0; i < n; ++i) {
+    const step::RequestId id = static_cast<step::RequestId>(i + 1);
+    step::NewRequestData d;
+    d.request_id = id;
+    d.token_ids.assign(kPrompt, 5);
+    d.num_prompt_tokens = kPrompt;
+    d.sampling.temperature = 0;
+    o.new_requests.push_back(std::move(d));
+    step::ScheduledRequest s;
+    s.request_id = id;
+    s.num_scheduled_tokens = kPrompt;
+    s.sample = true;
+    s.block_tables.resize(1);
+    for (int32_t b = 0; b < kBlocks; ++b) s.block_tables[0].push_back(i * kBlocks + b + 1);
+    o.requests.push_back(std::move(s));
+    step::RequestResult r;
+    r.request_id = id;
+    r.tokens = {step::SampledToken{.token_id = 7, .logprob = 0, .top_logprobs = {}}};
+    res.requests.push_back(std::move(r));
+  }
+  o.total_num_scheduled_tokens = n * kPrompt;
+  shard::wire::Step m, m_back;
+  shard::wire::StepReply r, r_back;
+  std::string bytes;
+  step::SchedulerOutput got;
+  std::vector<double> us;
+  for (int32_t k = 0; k < steps; ++k) {
+    const auto t0 = std::chrono::steady_clock::now();
+    enc.encode(o, 1, &m);
+    m.SerializeToString(&bytes);
+    m_back.ParseFromString(bytes);
+    if (auto e = dec.decode(m_back, &got)) return e->status;
+    r.Clear();
+    shard::encode_result(res, &r);
+    r.SerializeToString(&bytes);
+    r_back.ParseFromString(bytes);
+    ARBOR_ASSIGN_OR_RETURN(const step::StepResult back, shard::decode_result(r_back));
+    ARBOR_RETURN_IF_ERROR(step::validate_step_result(o, back, kVocab));
+    us.push_back(1e6 * std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    o.new_requests.clear();  // the next step: every request decodes one token
+    o.total_num_scheduled_tokens = n;
+    for (step::ScheduledRequest& s : o.requests) {
+      s.num_computed_tokens += s.num_scheduled_tokens;
+      s.num_scheduled_tokens = 1;
+      s.new_token_ids = {7};
+    }
+  }
+  return us;
+}
+
 Status run(const Options& o) {
   ShardFlags flags = o.shards;
   if (!flags.remote()) flags.shards = 1;
@@ -98,6 +161,7 @@ Status run(const Options& o) {
                          executor::LocalExecutor::load(o.model, executor_options(o.serving)));
   ARBOR_ASSIGN_OR_RETURN(const engine::EngineMetricsSnapshot in_process,
                          drive(o, std::move(local), [] {}));
+  ARBOR_ASSIGN_OR_RETURN(const std::vector<double> cpu_us, protocol_cpu_us(o.num_requests, 1000));
   std::sort(overhead_s.begin(), overhead_s.end());
   const auto pct = [&](double q) {
     return overhead_s[static_cast<size_t>(q * static_cast<double>(overhead_s.size() - 1))];
@@ -108,8 +172,12 @@ Status run(const Options& o) {
               flags.shard_uri.empty() ? "a launched shard (Unix socket)" : flags.shard_uri.c_str());
   std::printf("  step wall (engine)      median %9.1f us\n", 1e6 * median(step_s));
   std::printf("  shard execute           median %9.1f us\n", 1e6 * median(exec_s));
-  std::printf("  control plane (diff)    median %9.1f us   p10 %.1f  p90 %.1f  max %.1f us\n",
-              1e6 * median(overhead_s), 1e6 * pct(0.1), 1e6 * pct(0.9), 1e6 * overhead_s.back());
+  std::printf("  control plane (diff)    median %9.1f us   min %.1f  p10 %.1f  p90 %.1f  max %.1f us\n",
+              1e6 * median(overhead_s), 1e6 * overhead_s.front(), 1e6 * pct(0.1),
+              1e6 * pct(0.9), 1e6 * overhead_s.back());
+  std::printf("  protocol CPU, no transport (encode, serialise, parse, validate both ways)\n"
+              "                          median %9.1f us per step of %d requests\n",
+              median(cpu_us), o.num_requests);
   std::printf("  engine executor time    sharded %.3f s, in process %.3f s over %lld / %lld steps\n",
               sharded.executor_s, in_process.executor_s,
               static_cast<long long>(sharded.num_steps), static_cast<long long>(in_process.num_steps));
