@@ -12,6 +12,15 @@ std::string idx(const std::string& field, size_t i) { return str_cat(field, "[",
 
 }  // namespace
 
+// "requests[3]" formatted only when an error names it (the hot path builds no string).
+std::string StepDecoder::Field::operator+(const char* suffix) const {
+  return str_cat(list, "[", index, "]", suffix);
+}
+
+namespace {
+
+}  // namespace
+
 // ---- encoder ----------------------------------------------------------------------------------
 
 void StepEncoder::encode(const step::SchedulerOutput& output, uint64_t incarnation,
@@ -126,7 +135,7 @@ std::optional<WireError> StepDecoder::decode(const wire::Step& msg, step::Schedu
   std::unordered_set<step::RequestId> scheduled_ids;
   for (int i = 0; i < msg.requests_size(); ++i) {
     const wire::Scheduled& m = msg.requests(i);
-    const std::string field = idx("requests", static_cast<size_t>(i));
+    const Field field{"requests", i};
     if (!scheduled_ids.insert(m.request_id()).second) {
       return error(field + ".request_id", str_cat("request ", m.request_id(), " is scheduled twice"));
     }
@@ -138,7 +147,13 @@ std::optional<WireError> StepDecoder::decode(const wire::Step& msg, step::Schedu
                      str_cat("request ", m.request_id(), " is unknown to incarnation ",
                              incarnation_));
       }
-      it = staged.emplace(m.request_id(), Staged{&k->second, k->second}).first;
+      Staged st;
+      st.base = &k->second;
+      st.next.num_tokens = k->second.num_tokens;
+      st.next.num_prompt_tokens = k->second.num_prompt_tokens;
+      st.next.pooling = k->second.pooling;
+      st.tables_from_base = true;
+      it = staged.emplace(m.request_id(), std::move(st)).first;
     } else if (it->second.next.num_tokens < 0) {
       return error(field + ".request_id",
                    str_cat("request ", m.request_id(), " is forgotten by this step"));
@@ -158,6 +173,8 @@ std::optional<WireError> StepDecoder::decode(const wire::Step& msg, step::Schedu
   for (auto& [id, st] : staged) {
     if (st.next.num_tokens < 0) {
       known_.erase(id);
+    } else if (st.tables_from_base) {
+      known_[id].num_tokens = st.next.num_tokens;  // the tables stay as they are
     } else {
       known_[id] = std::move(st.next);
     }
@@ -198,7 +215,7 @@ std::optional<WireError> StepDecoder::check_new(const wire::Step& msg, step::Sch
   out->new_requests.reserve(static_cast<size_t>(msg.new_requests_size()));
   for (int i = 0; i < msg.new_requests_size(); ++i) {
     const wire::NewRequest& n = msg.new_requests(i);
-    const std::string field = idx("new_requests", static_cast<size_t>(i));
+    const Field field{"new_requests", i};
     auto it = staged.find(n.request_id());
     const bool forgotten_now = it != staged.end() && it->second.next.num_tokens < 0;
     if ((known_.contains(n.request_id()) && !forgotten_now) ||
@@ -251,7 +268,7 @@ std::optional<WireError> StepDecoder::check_new(const wire::Step& msg, step::Sch
 
 // One scheduled request's counts, token ids, flags and ranges against what the shard knows.
 std::optional<WireError> StepDecoder::check_scheduled(const wire::Scheduled& m,
-                                                      const std::string& field, Staged& st,
+                                                      const Field& field, Staged& st,
                                                       step::ScheduledRequest* s) const {
   Known& k = st.next;
   for (int t = 0; t < m.new_token_ids_size(); ++t) {
@@ -320,18 +337,24 @@ std::optional<WireError> StepDecoder::check_scheduled(const wire::Scheduled& m,
 // The table edits: within the table held, block ids in range, one length over the groups,
 // covering the slots the step writes.
 std::optional<WireError> StepDecoder::check_tables(const wire::Scheduled& m,
-                                                   const std::string& field, Staged& st,
+                                                   const Field& field, Staged& st,
                                                    step::ScheduledRequest* s) const {
   Known& k = st.next;
   if (m.tables_size() != 0 && m.tables_size() != limits_.num_kv_groups) {
     return error(field + ".tables", str_cat("has ", m.tables_size(), " edits, the KV cache has ",
                                             limits_.num_kv_groups, " groups"));
   }
-  if (m.tables_size() == 0 && k.tables.empty()) {
+  const bool from_base = st.tables_from_base && m.tables_size() == 0;
+  if (st.tables_from_base && !from_base) {
+    k.tables = st.base->tables;  // edited: this step's own copy
+    st.tables_from_base = false;
+  }
+  const std::vector<std::vector<step::BlockId>>& tables = from_base ? st.base->tables : k.tables;
+  if (m.tables_size() == 0 && tables.empty()) {
     return error(field + ".tables", str_cat("request ", m.request_id(),
                                             " has no block table yet and none is sent"));
   }
-  k.tables.resize(static_cast<size_t>(limits_.num_kv_groups));
+  if (!from_base) k.tables.resize(static_cast<size_t>(limits_.num_kv_groups));
   for (int g = 0; g < m.tables_size(); ++g) {
     const wire::TableEdit& e = m.tables(g);
     const std::string f = idx(field + ".tables", static_cast<size_t>(g));
@@ -355,10 +378,10 @@ std::optional<WireError> StepDecoder::check_tables(const wire::Scheduled& m,
     }
     std::fill(t.begin(), t.begin() + e.num_released(), 0);
   }
-  const size_t len = k.tables[0].size();
-  for (size_t g = 1; g < k.tables.size(); ++g) {
-    if (k.tables[g].size() != len) {
-      return error(idx(field + ".tables", g), str_cat("has ", k.tables[g].size(),
+  const size_t len = tables[0].size();
+  for (size_t g = 1; g < tables.size(); ++g) {
+    if (tables[g].size() != len) {
+      return error(idx(field + ".tables", g), str_cat("has ", tables[g].size(),
                                                       " blocks, group 0 has ", len));
     }
   }
@@ -371,16 +394,16 @@ std::optional<WireError> StepDecoder::check_tables(const wire::Scheduled& m,
   }
   // Position p lives in block p / block_size: every block the step writes must be usable.
   const int64_t bs = limits_.block_size;
-  for (size_t g = 0; g < k.tables.size(); ++g) {
+  for (size_t g = 0; g < tables.size(); ++g) {
     for (int64_t b = m.num_computed_tokens() / bs; b <= (needed - 1) / bs; ++b) {
-      if (k.tables[g][static_cast<size_t>(b)] == 0) {
-        return error(str_cat(field, ".tables[", g, "][", b, "]"),
+      if (tables[g][static_cast<size_t>(b)] == 0) {
+        return error(field + str_cat(".tables[", g, "][", b, "]").c_str(),
                      str_cat("is the null block, which the step writes (positions [",
                              m.num_computed_tokens(), ", ", needed, "))"));
       }
     }
   }
-  s->block_tables = k.tables;
+  s->block_tables = tables;
   return std::nullopt;
 }
 

@@ -101,14 +101,21 @@ class StepDecoder {
   struct Staged {
     const Known* base = nullptr;  // null: a new request of this message
     Known next;
+    bool tables_from_base = false;  // next.tables unused: base's tables, unedited
+  };
+  // A list entry's name, "requests[3]", formatted only when an error names it.
+  struct Field {
+    const char* list;
+    int index;
+    std::string operator+(const char* suffix) const;
   };
   std::optional<WireError> check_forgets(const wire::Step& msg,
                                          std::unordered_map<step::RequestId, Staged>& staged);
   std::optional<WireError> check_new(const wire::Step& msg, step::SchedulerOutput* out,
                                      std::unordered_map<step::RequestId, Staged>& staged);
-  std::optional<WireError> check_scheduled(const wire::Scheduled& m, const std::string& field,
+  std::optional<WireError> check_scheduled(const wire::Scheduled& m, const Field& field,
                                            Staged& st, step::ScheduledRequest* s) const;
-  std::optional<WireError> check_tables(const wire::Scheduled& m, const std::string& field,
+  std::optional<WireError> check_tables(const wire::Scheduled& m, const Field& field,
                                         Staged& st, step::ScheduledRequest* s) const;
   std::optional<WireError> check_copies(const wire::Step& msg, step::SchedulerOutput* out) const;
   WireError error(const std::string& field, const std::string& message) const;
