@@ -6,8 +6,8 @@
 # not come before it in ARBOR_MODULES (dependency order). docs/architecture.md's module map is
 # generated from this file (cmake/module_graph.cmake; the ctest ModuleMap.* fails when it is stale).
 set(ARBOR_MODULES
-  base grammar gguf tokenizer convert kv kernels collective model cuda sampling step spec sched executor engine http
-  chat server loadgen)
+  base grammar gguf tokenizer convert kv kernels collective model cuda sampling step spec sched executor
+  shard engine http chat server loadgen)
 
 set(ARBOR_DEPS_base "")
 # Structured output: grammars, their byte-level automata and token masks. Pure logic on bytes.
@@ -32,6 +32,9 @@ set(ARBOR_DEPS_spec base sampling)
 set(ARBOR_DEPS_sched base kv sampling step)
 # Executors run the model behind the step protocol; the engine never sees them.
 set(ARBOR_DEPS_executor base grammar tokenizer kernels model cuda sampling step spec)
+# Model shards over gRPC: the shard process's server over the local executor, and the engine's
+# RemoteExecutor behind the step protocol (docs/shards.md).
+set(ARBOR_DEPS_shard base grammar sampling step executor)
 set(ARBOR_DEPS_engine base kv sampling step sched tokenizer)
 set(ARBOR_DEPS_http base)
 set(ARBOR_DEPS_chat base grammar)

@@ -19,6 +19,9 @@ packages=(
   # Tensor parallelism across hosts (src/collective/gloo_collective.h); without it the build
   # still succeeds and GlooCollective::connect says what is missing.
   libgloo-dev
+  # Model shards over gRPC (src/shard, docs/shards.md): the library, and protoc with its gRPC
+  # plugin, which generate the protocol's code from src/shard/shard.proto at build time.
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
 )
 
 if [ "$with_tests" = 1 ]; then

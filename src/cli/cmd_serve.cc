@@ -1,6 +1,10 @@
 // arbor serve: the OpenAI-, Anthropic- and TGI-compatible HTTP server (docs/server.md).
 //
 //   arbor serve -m MODEL [--host 127.0.0.1] [--port 8080] [engine flags]
+//               [--shards 1 | --shard-uri URI] [--recover-timeout S]
+//
+// The model runs in this process by default; with --shards or --shard-uri it runs in shard
+// processes over gRPC (docs/shards.md).
 //
 // Loads the model and its tokenizer, starts the engine thread, and serves HTTP on one I/O
 // thread (request bodies are tokenised on --tokenizer-threads workers) until SIGINT/SIGTERM,
@@ -24,6 +28,7 @@
 #include "cli/command.h"
 #include "cli/engine_flags.h"
 #include "cli/serve_task.h"
+#include "cli/shard_flags.h"
 #include "executor/local_executor.h"
 #include "engine/engine_core.h"
 #include "kernels/cpu_features.h"
@@ -65,6 +70,7 @@ struct Options {
   double responses_max_mib = static_cast<double>(server::ResponseStoreOptions{}.max_bytes >> 20);
   bool no_webui = false;
   TaskOptions task;  // --task, --pooling (serve_task.h)
+  ShardFlags shards;  // --shards, --shard-uri, --recover-timeout (shard_flags.h)
 };
 
 std::string joined(const std::vector<std::string>& items) {
@@ -147,22 +153,27 @@ int64_t connection_cap(int64_t requested, int64_t open_files) {
   return std::clamp(open_files - kReservedDescriptors, int64_t{16}, kMaxAutoConnections);
 }
 
-void log_configuration(const Options& o, executor::LocalExecutor& exec,
+// exec: the in-process executor, or null when shards run the model.
+void log_configuration(const Options& o, executor::LocalExecutor* exec,
                        const engine::EngineCore& core, const server::ModelInfo& info,
                        uint16_t port) {
-  auto& runner = exec.runner();
   std::string names = str_cat("'", info.name, "'");
   for (const std::string& alias : info.aliases) names += str_cat(", '", alias, "'");
   ARBOR_LOG(kInfo) << "model " << o.model << " served as " << names
                    << (info.accept_any_model_name ? " (and any other name)" : "") << ": "
-                   << runner.config().summary();
-  ARBOR_LOG(kInfo) << "kv cache: " << core.num_free_blocks() << " usable blocks x "
-                   << exec.block_size() << " tokens; max_num_seqs " << o.serving.engine.max_num_seqs
+                   << (exec != nullptr ? exec->runner().config().summary()
+                       : o.shards.shards > 0
+                           ? str_cat("run by ", o.shards.shards, " shard process(es)")
+                           : str_cat("run by the shard at ", o.shards.shard_uri));
+  ARBOR_LOG(kInfo) << "kv cache: " << core.num_free_blocks() << " usable blocks; max_num_seqs "
+                   << o.serving.engine.max_num_seqs
                    << ", max_num_batched_tokens " << o.serving.engine.max_num_batched_tokens
                    << ", max_waiting_requests " << o.serving.engine.max_waiting_requests
                    << ", prefix caching " << (o.serving.engine.enable_prefix_caching ? "on" : "off");
-  ARBOR_LOG(kInfo) << "threads " << runner.pool().num_threads() << ", cpu "
-                   << kernels::cpu_summary() << ": " << kernels::isa_summary()
+  ARBOR_LOG(kInfo) << "threads "
+                   << (exec != nullptr ? std::to_string(exec->runner().pool().num_threads())
+                                       : std::string("(in the shards)"))
+                   << ", cpu " << kernels::cpu_summary() << ": " << kernels::isa_summary()
                    << "; task " << server::serve_task_name(info.task)
                    << ", max_model_len " << core.max_model_len()
                    << ", chat template " << (info.chat != nullptr ? "yes" : "none")
@@ -176,18 +187,46 @@ void log_configuration(const Options& o, executor::LocalExecutor& exec,
 // keeps freed multi-MB buffers in the heap, so a burst of big requests would stay in RSS.
 void return_big_buffers_to_the_system() { mallopt(M_MMAP_THRESHOLD, 1 << 20); }
 
-Status run(const Options& o) {
-  return_big_buffers_to_the_system();
-  const engine::EngineOptions eo = engine_options(o.serving);
-  ARBOR_ASSIGN_OR_RETURN(auto exec, executor::LocalExecutor::load(o.model, executor_options(o.serving)));
+// The executor: in process, or shards (--shards, --shard-uri), which serve --task generate.
+// *local: the in-process one, null for shards.
+Result<std::unique_ptr<step::ModelExecutor>> make_executor(const Options& o,
+                                                            executor::LocalExecutor** local) {
+  *local = nullptr;
+  if (o.shards.remote()) {
+    if (o.task.task != "generate") {
+      return invalid_argument("--task ", o.task.task, " runs in process only; shards "
+                              "(--shards, --shard-uri) serve --task generate");
+    }
+    if (o.check_weights) {
+      return invalid_argument("--check-weights scans weights in process; with shards run "
+                              "`arbor serve --check-weights` once without them");
+    }
+    ARBOR_ASSIGN_OR_RETURN(auto remote, start_shards(o.model, o.serving, o.shards));
+    return std::unique_ptr<step::ModelExecutor>(std::move(remote));
+  }
+  ARBOR_ASSIGN_OR_RETURN(auto exec,
+                         executor::LocalExecutor::load(o.model, executor_options(o.serving)));
   if (o.check_weights) {
     ARBOR_RETURN_IF_ERROR(model::check_all_weights(exec->runner().model().file()));
     ARBOR_LOG(kInfo) << "every weight is finite";
   }
+  *local = exec.get();
+  return std::unique_ptr<step::ModelExecutor>(std::move(exec));
+}
+
+Status run(const Options& o) {
+  return_big_buffers_to_the_system();
+  const engine::EngineOptions eo = engine_options(o.serving);
+  executor::LocalExecutor* local = nullptr;
+  ARBOR_ASSIGN_OR_RETURN(auto exec, make_executor(o, &local));
   ARBOR_ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::from_file(o.model));
-  executor::LocalExecutor& exec_ref = *exec;
   server::ModelInfo info;
-  ARBOR_RETURN_IF_ERROR(setup_task(o.task, *exec, *tok, &info));
+  if (local != nullptr) {
+    ARBOR_RETURN_IF_ERROR(setup_task(o.task, *local, *tok, &info));
+  } else {
+    if (!o.task.pooling.empty()) return invalid_argument("--pooling needs --task embed or rerank");
+    info.task = server::ServeTask::kGenerate;
+  }
   info.max_pooling_inputs = std::min(2048, eo.max_waiting_requests);
   // Embedding and rerank servers have no chat route.
   std::unique_ptr<server::ChatRenderer> chat;
@@ -237,7 +276,7 @@ Status run(const Options& o) {
   so.responses.max_bytes = static_cast<int64_t>(o.responses_max_mib * (1 << 20));
   so.web_ui = !o.no_webui;
   ARBOR_ASSIGN_OR_RETURN(auto server, server::ApiServer::create(core, info, so));
-  log_configuration(o, exec_ref, core, info, server->port());
+  log_configuration(o, local, core, info, server->port());
   if (!o.port_file.empty()) {
     ARBOR_RETURN_IF_ERROR(write_file_atomic(o.port_file, std::to_string(server->port())));
   }
@@ -361,6 +400,7 @@ void setup(CLI::App& app) {
                 "browsers; GET /v1/engine/events stays on");
   add_task_flags(*sub, &o->task);
   add_engine_flags(*sub, &o->serving);
+  add_shard_flags(*sub, &o->shards);
   sub->callback([o] { exit_on_error(run(*o)); });
 }
 

@@ -137,6 +137,7 @@ class EngineCore {
   void forget_finished();
   void observe_speculation(const sched::RequestOutput& o);
   void fail_all(const Status& error);
+  void handle_executor_fault(const Status& fault);
   void release_name(const std::string& name);
   void publish_metrics();
   void record_step(const sched::SchedulerOutput& out, std::span<const sched::RequestOutput> outs,
@@ -156,6 +157,7 @@ class EngineCore {
   std::unique_ptr<OutputProcessor> outputs_;
   std::optional<StepSummary> last_step_;  // the step of this loop iteration, until published
   std::unordered_map<sched::RequestId, int32_t> step_drafts_;  // ... drafts verified per request
+  int32_t consecutive_faults_ = 0;  // executor faults since the last step that ran
 
   // Shared with other threads.
   std::mutex mu_;

@@ -74,7 +74,46 @@ void EngineCore::fail_all(const Status& error) {
 void EngineCore::forget_finished() {
   const sched::SchedulerOutput out = scheduler_->schedule();
   const Result<sched::StepResult> res = executor_->execute(out);
-  if (!res.ok()) ARBOR_LOG(kError) << "executor: " << res.status().to_string();
+  if (!res.ok() && executor_->faulted()) {
+    handle_executor_fault(res.status());
+  } else if (!res.ok()) {
+    ARBOR_LOG(kError) << "executor: " << res.status().to_string();
+  }
+}
+
+namespace {
+// Faults in a row, each recovered from, after which the requests that keep losing their step
+// end with the fault's error instead of recomputing forever (a shard that dies on every step).
+constexpr int32_t kMaxConsecutiveFaults = 3;
+}  // namespace
+
+// The executor lost its KV memory and request state (docs/shards.md, "Faults"): every running
+// request is preempted to recompute, the prefix cache (whose blocks named the lost K/V) is
+// dropped, and the executor brings up a new incarnation. When it cannot, every live request ends
+// with the fault's error and the engine reports itself unhealthy until a step runs again.
+void EngineCore::handle_executor_fault(const Status& fault) {
+  ++metrics_.num_executor_faults;
+  ++consecutive_faults_;
+  const int32_t preempted = scheduler_->preempt_all();
+  const int32_t dropped = kv_->reset_prefix_cache();
+  ARBOR_LOG(kWarn) << fault.message() << "; " << preempted
+                   << " running requests preempted to recompute, " << dropped
+                   << " prefix-cache blocks forgotten";
+  const Status recovered = executor_->recover();
+  if (!recovered.ok()) {
+    metrics_.executor_healthy = false;
+    metrics_.executor_error = str_cat(fault.message(), "; ", recovered.message());
+    ARBOR_LOG(kError) << "recovery failed: " << recovered.message()
+                      << "; ending every live request";
+    fail_all(failed_precondition(metrics_.executor_error));
+    return;
+  }
+  ++metrics_.num_executor_recoveries;
+  if (consecutive_faults_ >= kMaxConsecutiveFaults) {
+    ARBOR_LOG(kError) << consecutive_faults_ << " executor faults in a row; ending every live "
+                      << "request";
+    fail_all(failed_precondition(fault.message(), " (", consecutive_faults_, " faults in a row)"));
+  }
 }
 
 void EngineCore::step() {
@@ -90,6 +129,15 @@ void EngineCore::step() {
   Result<sched::StepResult> res = executor_->execute(out);
   const double exec_s = engine_now() - exec_from;
   metrics_.executor_s += exec_s;
+  if (!res.ok() && executor_->faulted()) {
+    handle_executor_fault(res.status());
+    return;
+  }
+  if (res.ok()) {
+    consecutive_faults_ = 0;
+    metrics_.executor_healthy = true;
+    metrics_.executor_error.clear();
+  }
   if (res.ok()) scheduler_->observe_step(out, exec_s);
   Result<std::vector<sched::RequestOutput>> outs =
       res.ok() ? scheduler_->update_from_output(out, *res)
@@ -203,6 +251,7 @@ void EngineCore::publish_metrics() {
   if (metrics_.kv_group_windows.empty()) {
     metrics_.kv_group_windows.assign(kv_->group_windows().begin(), kv_->group_windows().end());
   }
+  metrics_.shards = executor_->shard_stats();
   metrics_.prefix_cache_hit_rate = st.kv.prefix_hit_rate;
   metrics_.num_prefix_cache_query_tokens = st.kv.num_query_tokens;
   metrics_.num_prefix_cache_hit_tokens = st.kv.num_hit_tokens;

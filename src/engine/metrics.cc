@@ -86,6 +86,15 @@ std::string stats_line(const EngineMetricsSnapshot& before, const EngineMetricsS
                     accepted, "/", drafts, " drafts), Mean accepted length: ",
                     fixed(1.0 + ratio(accepted, verifies), 2));
   }
+  for (size_t i = 0; i < now.shards.size(); ++i) {
+    const step::ShardStats& n = now.shards[i];
+    const step::ShardStats b = i < before.shards.size() ? before.shards[i] : step::ShardStats{};
+    const int64_t steps = n.num_steps - b.num_steps;
+    const double ms = steps > 0 ? 1e3 / static_cast<double>(steps) : 0.0;
+    line += str_cat(", Shard ", n.rank, ": step ", fixed((n.step_s - b.step_s) * ms, 2),
+                    " ms = forward ", fixed((n.forward_s - b.forward_s) * ms, 2), " + wait ",
+                    fixed((n.wait_s - b.wait_s) * ms, 2), n.up ? "" : " (down)");
+  }
   return line;
 }
 

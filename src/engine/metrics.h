@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "step/model_executor.h"
+
 namespace arbor::engine {
 
 class Histogram {
@@ -89,6 +91,14 @@ struct EngineMetricsSnapshot {
   int64_t num_spec_candidates = 0;         // decoding requests that had drafts to verify
   int64_t num_spec_declined = 0;           // ... for which the policy chose to verify none
   double spec_acceptance_estimate = 0.0;   // the policy's engine-wide acceptance estimate
+  // Model shards (docs/shards.md), [num_shards]; empty when the model runs in process.
+  std::vector<step::ShardStats> shards;
+  int64_t num_executor_faults = 0;      // steps the executor lost (a shard died, hung, refused)
+  int64_t num_executor_recoveries = 0;  // ... after which a new incarnation took over
+  // false after a fault the executor could not recover from within --recover-timeout, until a
+  // step runs again: /health answers 503 with executor_error meanwhile.
+  bool executor_healthy = true;
+  std::string executor_error;
 };
 
 // The engine's periodic log line (`arbor serve --log-stats-interval`), in the words of vLLM's:
@@ -97,7 +107,8 @@ struct EngineMetricsSnapshot {
 //   Running: 3 reqs, Waiting: 0 reqs, KV cache usage: 12.5%, Prefix cache hit rate: 40.0%,
 //   Spec acceptance rate: 62.5% (75/120 drafts), Mean accepted length: 2.40
 //
-// from two snapshots `seconds` apart: throughputs, the prefix-cache hit rate and the speculation
+// from two snapshots `seconds` apart (with model shards, each shard's mean step, forward and
+// wait times over the interval follow: "Shard 0: step 1.20 ms = forward 1.10 + wait 0.10"): throughputs, the prefix-cache hit rate and the speculation
 // figures are over the interval (the speculation part only when drafts were verified in it);
 // running, waiting and KV use are as of the last step. With more than one KV cache group the
 // KV use is followed by each group's share of the pool: "(full 10.2%, window 512 1.5%, ...)".

@@ -26,6 +26,19 @@ void BlockPool::evict(KvCacheBlock& b) {
   ++num_evictions_;
 }
 
+int32_t BlockPool::reset_prefix_cache() {
+  ARBOR_CHECK_EQ(num_used_, 0) << "the prefix cache is reset only when no block is used";
+  int32_t n = 0;
+  for (KvCacheBlock& b : blocks_) {
+    if (!b.is_cached) continue;
+    evict(b);
+    --num_evictions_;
+    ++n;
+  }
+  num_cached_free_ = 0;
+  return n;
+}
+
 void BlockPool::get_new_blocks(int32_t n, std::vector<BlockId>* out) {
   ARBOR_CHECK_LE(n, num_free_blocks()) << "asked for more blocks than are free";
   for (int32_t i = 0; i < n; ++i) {

@@ -71,6 +71,11 @@ class BlockPool {
   // its duplicate uncached. O(1) expected.
   bool cache_block(BlockId id, const BlockHash& hash);
 
+  // Forgets every cached block's hash (an executor lost the K/V they held: docs/shards.md,
+  // "Faults"), so no prefix hit can name them. Precondition (CHECKed): no block is used. Returns
+  // how many hashes were dropped; they do not count as evictions. O(num_blocks).
+  int32_t reset_prefix_cache();
+
   // Free-queue contents front to back. O(num_free_blocks); for tests and debugging.
   std::vector<BlockId> free_queue_order() const;
   // CHECK-fails unless the sets, counters, queue links and hash map agree. O(num_blocks).

@@ -226,6 +226,10 @@ class KvCacheManager {
   // O(blocks dropped).
   void truncate(KvRequestId request_id, int64_t num_tokens);
 
+  // Drops every cached block's hash (BlockPool::reset_prefix_cache): the executor lost its K/V.
+  // Precondition (CHECKed): no request holds a block. Returns the hashes dropped.
+  int32_t reset_prefix_cache() { return pool_.reset_prefix_cache(); }
+
   // The request's block table in `group` as int32 page indices ([num_blocks], the executor's
   // kv_page_indices of that group for this request; a sliding group's released entries are
   // kNullBlockId). Empty for an unknown id. Valid until the next call that changes this request.

@@ -179,6 +179,17 @@ void Scheduler::preempt(Request& req) {
   enqueue_waiting(&req, /*front=*/true);
 }
 
+int32_t Scheduler::preempt_all() {
+  int32_t n = 0;
+  while (!running_.empty()) {
+    Request* victim = running_.back();
+    running_.pop_back();
+    preempt(*victim);
+    ++n;
+  }
+  return n;
+}
+
 void Scheduler::finish(Request& req, const StopReason& reason) {
   switch (reason.finish_reason()) {
     case FinishReason::kStop: req.status = RequestStatus::kFinishedStopped; break;

@@ -172,6 +172,13 @@ class Scheduler {
   // children; frees their blocks. Returns the ids finished; empty for an unknown id.
   std::vector<RequestId> finish_request(RequestId request_id, const StopReason& reason);
 
+  // The executor lost its KV memory and per-request state (a shard died: docs/shards.md,
+  // "Faults"): preempts every running request, back of the running list first, so they wait at
+  // the front of the queue in their running order and later recompute prompt + outputs. Their
+  // ids are not reported in any preempted_ids (the executor knows none of them any more).
+  // Returns how many were preempted.
+  int32_t preempt_all();
+
   bool has_unfinished_requests() const { return !requests_.empty(); }
   // Requests finished (or forked) since the last schedule(): the next SchedulerOutput's
   // finished_ids. An idle engine still runs that (empty) step so the executor drops their state.

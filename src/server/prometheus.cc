@@ -53,6 +53,59 @@ void scalar(Out& out, const char* name, const char* type, const char* help, doub
   sample(out, name, "", num(v));
 }
 
+// Model shards (docs/shards.md): per shard, labelled shard="<rank>"; the fault counters and the
+// health gauge also without shards (0 and 1).
+void shards(Out& out, const engine::EngineMetricsSnapshot& m) {
+  struct Field {
+    const char* name;
+    const char* type;
+    const char* help;
+    double (*get)(const step::ShardStats&);
+  };
+  static const Field kFields[] = {
+      {"arbor_shard_up", "gauge", "1 when the shard answered its last message.",
+       [](const step::ShardStats& s) { return s.up ? 1.0 : 0.0; }},
+      {"arbor_shard_incarnation", "gauge", "The shard's incarnation (1 + its restarts).",
+       [](const step::ShardStats& s) { return static_cast<double>(s.incarnation); }},
+      {"arbor_shard_steps_total", "counter", "Steps the shard answered.",
+       [](const step::ShardStats& s) { return static_cast<double>(s.num_steps); }},
+      {"arbor_shard_step_seconds_total", "counter",
+       "Wall time of the shard's steps as the engine saw them.",
+       [](const step::ShardStats& s) { return s.step_s; }},
+      {"arbor_shard_forward_seconds_total", "counter",
+       "Time the shard spent executing its steps (forward, sampling, proposing).",
+       [](const step::ShardStats& s) { return s.forward_s; }},
+      {"arbor_shard_wait_seconds_total", "counter",
+       "Step time outside the shard's execution: encoding, transport, decoding, validation.",
+       [](const step::ShardStats& s) { return s.wait_s; }},
+      {"arbor_shard_last_step_seconds", "gauge", "The latest step's wall time.",
+       [](const step::ShardStats& s) { return s.last_step_s; }},
+      {"arbor_shard_last_wait_seconds", "gauge", "The latest step's control-plane time.",
+       [](const step::ShardStats& s) { return s.last_wait_s; }},
+      {"arbor_shard_faults_total", "counter",
+       "The shard's deaths, hangs and refused or malformed messages.",
+       [](const step::ShardStats& s) { return static_cast<double>(s.num_faults); }},
+      {"arbor_shard_restarts_total", "counter", "New incarnations of the shard brought up.",
+       [](const step::ShardStats& s) { return static_cast<double>(s.num_restarts); }},
+  };
+  for (const Field& f : kFields) {
+    if (m.shards.empty()) break;
+    header(out, f.name, f.type, f.help);
+    for (const step::ShardStats& s : m.shards) {
+      sample(out, f.name, str_cat("shard=\"", s.rank, "\""), num(f.get(s)));
+    }
+  }
+  scalar(out, "arbor_executor_faults_total", "counter",
+         "Steps the executor lost (a shard died, hung or refused a message).",
+         static_cast<double>(m.num_executor_faults));
+  scalar(out, "arbor_executor_recoveries_total", "counter",
+         "Faults after which a new shard incarnation took over.",
+         static_cast<double>(m.num_executor_recoveries));
+  scalar(out, "arbor_executor_healthy", "gauge",
+         "0 after a fault the executor could not recover from, until a step runs again.",
+         m.executor_healthy ? 1.0 : 0.0);
+}
+
 // Engine histograms keep per-bucket counts; Prometheus wants cumulative ones plus +Inf.
 void histogram(Out& out, const char* name, const char* help, const engine::Histogram& h) {
   header(out, name, "histogram", help);
@@ -181,6 +234,7 @@ std::string prometheus_text(const engine::EngineMetricsSnapshot& m, const Server
          m.num_requests_rejected);
   scalar(out, "arbor_engine_steps_total", "counter", "Engine steps.", m.num_steps);
   speculation(out, m);
+  shards(out, m);
   header(out, "arbor_http_requests_total", "counter", "HTTP responses by status code.");
   for (const auto& [code, count] : s.responses_by_status) {
     sample(out, "arbor_http_requests_total", str_cat("code=\"", code, "\""), str_cat(count));

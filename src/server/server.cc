@@ -584,6 +584,10 @@ void ApiServer::State::handle(http::HttpRequest req,
 void ApiServer::State::health(Exchange& ex, std::string_view) {
   if (draining) {
     send_error(ex, server_unavailable("the server is shutting down"), ApiFlavor::kOpenAi);
+  } else if (const engine::EngineMetricsSnapshot m = engine->metrics(); !m.executor_healthy) {
+    // A model shard is down and could not be restarted (docs/shards.md, "Faults").
+    send_error(ex, server_unavailable(str_cat("the model executor is down: ", m.executor_error)),
+               ApiFlavor::kOpenAi);
   } else {
     send(ex, 200, "{}");
   }

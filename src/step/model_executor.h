@@ -6,17 +6,46 @@
 // tables, sampling params) and returns the sampled tokens; the Rng state then lives with the
 // shard (seeded from the request's seed), which is why every sample draws exactly one value.
 //
+// Faults (docs/shards.md): an executor whose forward runs in other processes may lose its KV
+// memory and per-request state (a shard killed, or hung past its deadline). execute() then
+// fails (kFailedPrecondition, naming the shard and what happened to it) with faulted() true;
+// nothing of the step happened.
+// The engine drops everything that state held (it preempts every running request and forgets
+// the prefix cache) and calls recover(), which brings up a new incarnation that knows no request;
+// the preempted requests recompute, and with the counter-based RNG their continuation equals a
+// fault-free run. The in-process executor never faults.
+//
 // Threading: called by the engine thread only, one call at a time.
 #pragma once
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "base/status.h"
 #include "step/step.h"
 
 namespace arbor::step {
+
+// One shard process's counters (a remote executor's; none for the in-process one). Times are
+// totals in seconds since the executor started.
+struct ShardStats {
+  int32_t rank = 0;
+  int64_t pid = 0;                // the shard's process id (0: not known, e.g. --shard-uri)
+  uint64_t incarnation = 0;       // its current incarnation (1 at start, + 1 per recovery)
+  bool up = false;                // it answered its last message
+  int64_t num_steps = 0;          // steps it answered
+  double step_s = 0;              // wall time of those steps as the engine saw them
+  double forward_s = 0;           // ... of which the shard spent executing them
+  double wait_s = 0;              // step_s - forward_s: the control plane (encode, transport, decode)
+  double last_step_s = 0;         // the latest step's three times
+  double last_forward_s = 0;
+  double last_wait_s = 0;
+  int64_t num_faults = 0;         // deaths, hangs and refused or malformed messages
+  int64_t num_restarts = 0;       // new incarnations brought up
+  std::string last_fault;         // "" when none
+};
 
 class ModelExecutor {
  public:
@@ -61,6 +90,17 @@ class ModelExecutor {
   // > 0 when the proposer returns token trees: their most nodes per request (the scheduler
   // reserves this many lookahead slots for a draft model's tree forwards); 0 = chains.
   virtual int32_t max_tree_nodes() const { return 0; }
+
+  // True from an execute() that failed because the executor lost its state (see "Faults"
+  // above) until recover() succeeds; execute() fails at once meanwhile.
+  virtual bool faulted() const { return false; }
+  // After a fault, once the engine dropped every request's KV: brings up a new incarnation of
+  // the lost shards (restarting or reconnecting them) within the executor's recover timeout.
+  // Not ok (kFailedPrecondition): they could not be brought back; the error names the shard and
+  // its fate, faulted() stays true, and a later step's fault calls this again.
+  virtual Status recover() { return ok_status(); }
+  // The shards' counters, [num_shards]; empty for an in-process executor.
+  virtual std::vector<ShardStats> shard_stats() const { return {}; }
 };
 
 }  // namespace arbor::step

@@ -92,5 +92,27 @@ TEST(StatsLine, ActiveWhileSteppingOrHoldingRequests) {
             "Running: 0 reqs, Waiting: 0 reqs, KV cache usage: 0.0%, Prefix cache hit rate: 0.0%");
 }
 
+// Model shards: each shard's mean step, forward and wait over the interval (not since start).
+TEST(StatsLine, ShardTimesArePerStepOverTheInterval) {
+  EngineMetricsSnapshot before;
+  before.shards.resize(1);
+  before.shards[0].num_steps = 1000;
+  before.shards[0].step_s = 100.0;  // earlier steps must not count
+  before.shards[0].forward_s = 50.0;
+  before.shards[0].wait_s = 50.0;
+  before.shards[0].up = true;
+  EngineMetricsSnapshot now = busy_after(before);
+  now.shards[0].num_steps += 40;
+  now.shards[0].step_s += 0.060;  // 1.5 ms a step
+  now.shards[0].forward_s += 0.048;
+  now.shards[0].wait_s += 0.012;
+  EXPECT_NE(stats_line(before, now, 10.0)
+                .find(", Shard 0: step 1.50 ms = forward 1.20 + wait 0.30"),
+            std::string::npos)
+      << stats_line(before, now, 10.0);
+  now.shards[0].up = false;
+  EXPECT_NE(stats_line(before, now, 10.0).find("wait 0.30 (down)"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace arbor::engine

@@ -348,3 +348,52 @@ TEST(SchedulerTable, StopTokenAndEos) {
 
 }  // namespace
 }  // namespace arbor::sched
+
+namespace arbor::sched {
+namespace {
+
+// An executor fault (docs/shards.md): the step is scheduled but never happens; preempt_all()
+// and reset_prefix_cache() drop every block and every hash, and the requests recompute from the
+// front of the queue, in their order, into exactly the tokens they would have generated.
+TEST(SchedulerTable, PreemptAllAfterAFaultRecomputesEveryRequest) {
+  Harness h(sopts(64), kopts(40));
+  const std::vector<int32_t> a = iota_prompt(9, 3), b = iota_prompt(6, 30), c = iota_prompt(5, 60);
+  ASSERT_TRUE(h.add("A", a, 8).ok());
+  ASSERT_TRUE(h.add("B", b, 8).ok());
+  ASSERT_TRUE(h.add("C", c, 8).ok());
+  EXPECT_EQ(h.step(), "A:9 B:6 C:5");
+  EXPECT_EQ(h.step(), "A:1 B:1 C:1");
+  EXPECT_EQ(h.step(), "A:1 B:1 C:1");
+  const SchedulerOutput lost = h.sched.schedule();  // the step the dead shard never answered
+  ASSERT_EQ(lost.requests.size(), 3u);
+  EXPECT_GT(h.kv.block_pool().num_cached_blocks(), 0);
+  EXPECT_EQ(h.sched.preempt_all(), 3);
+  // Computed and committed full blocks of 4: A 11 tokens -> 2, B 8 -> 2, C 7 -> 1.
+  EXPECT_EQ(h.kv.reset_prefix_cache(), 5);
+  EXPECT_EQ(h.kv.block_pool().num_cached_blocks(), 0);
+  EXPECT_EQ(h.kv.num_free_blocks(), 39);
+  EXPECT_EQ(h.kv.block_pool().num_evictions(), 0);
+  h.kv.check_invariants();
+  h.model = testing::FakeModel{};  // the new incarnation knows nothing
+  const SchedulerOutput again = h.sched.schedule();
+  ASSERT_EQ(again.new_requests.size(), 3u);
+  EXPECT_EQ(again.new_requests[0].request_id, h.id("A"));
+  EXPECT_EQ(again.new_requests[0].token_ids.size(), 9u + 3u);  // prompt + 3 committed tokens
+  EXPECT_EQ(again.requests[0].num_computed_tokens, 0) << "the prefix cache must be empty";
+  EXPECT_EQ(again.requests[1].request_id, h.id("B"));
+  EXPECT_EQ(again.requests[2].request_id, h.id("C"));
+  Result<std::vector<RequestOutput>> outs = h.sched.update_from_output(again, h.model.execute(again));
+  ASSERT_TRUE(outs.ok()) << outs.status().to_string();
+  for (const RequestOutput& o : *outs) {
+    for (const SampledToken& t : o.new_tokens) h.tokens[h.name(o.request_id)].push_back(t.token_id);
+  }
+  h.kv.calls.clear();  // the lost step's and this one's allocations, made outside h.step()
+  h.run();
+  EXPECT_EQ(h.tokens["A"], testing::alone_tokens(a, 8));
+  EXPECT_EQ(h.tokens["B"], testing::alone_tokens(b, 8));
+  EXPECT_EQ(h.tokens["C"], testing::alone_tokens(c, 8));
+  EXPECT_EQ(h.kv.num_free_blocks(), 39);
+}
+
+}  // namespace
+}  // namespace arbor::sched

@@ -1,0 +1,221 @@
+#include "shard/shard_server.h"
+
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <utility>
+
+#include "base/log.h"
+#include "shard/shard.grpc.pb.h"
+#include "shard/wire.h"
+
+namespace arbor::shard {
+
+namespace {
+
+double seconds_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void set_error(wire::FromShard* out, int64_t step, const std::string& field,
+               const std::string& message) {
+  out->Clear();
+  wire::Error* e = out->mutable_error();
+  e->set_step(step);
+  e->set_field(field);
+  e->set_message(message);
+}
+
+}  // namespace
+
+// Named (not anonymous): ShardServer::Impl holds one.
+namespace server_internal {
+
+// One session at a time over the executor; the state of the session in progress.
+class ShardService final : public wire::Shard::Service {
+ public:
+  ShardService(std::unique_ptr<executor::LocalExecutor> exec, std::string model)
+      : exec_(std::move(exec)),
+        model_(std::move(model)),
+        decoder_(DecoderLimits{.vocab_size = exec_->vocab_size(),
+                               .num_kv_blocks = exec_->num_kv_blocks(),
+                               .block_size = exec_->block_size(),
+                               .num_kv_groups =
+                                   static_cast<int32_t>(exec_->kv_group_windows().size())}) {}
+
+  grpc::Status Session(grpc::ServerContext* ctx,
+                       grpc::ServerReaderWriter<wire::FromShard, wire::ToShard>* stream) override {
+    bool idle = false;
+    if (!busy_.compare_exchange_strong(idle, true)) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "this shard already serves a session (one stream per shard)");
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    run_session(stream);
+    forget_all();
+    hello_ = false;
+    busy_ = false;
+    return grpc::Status::OK;
+  }
+
+ private:
+  void run_session(grpc::ServerReaderWriter<wire::FromShard, wire::ToShard>* stream) {
+    wire::ToShard in;
+    wire::FromShard out;
+    while (stream->Read(&in)) {
+      out.Clear();
+      switch (in.msg_case()) {
+        case wire::ToShard::kHello: hello(in.hello(), &out); break;
+        case wire::ToShard::kStep: step(in.step(), &out); break;
+        case wire::ToShard::kMeasure: measure(in.measure(), &out); break;
+        case wire::ToShard::MSG_NOT_SET:
+          set_error(&out, 0, "msg", "an empty message (no hello, step or measure)");
+          break;
+      }
+      const bool refused = out.has_error();
+      if (refused) {
+        ARBOR_LOG(kWarn) << "shard: refused a message, ending the session: "
+                         << out.error().message();
+      }
+      if (!stream->Write(out) || refused) return;
+    }
+  }
+
+  void hello(const wire::Hello& h, wire::FromShard* out) {
+    if (h.protocol_version() != kProtocolVersion) {
+      return set_error(out, 0, "hello.protocol_version",
+                       str_cat("is ", h.protocol_version(), ", this shard speaks ",
+                               kProtocolVersion));
+    }
+    if (h.incarnation() == 0) return set_error(out, 0, "hello.incarnation", "is 0");
+    if (h.world_size() != 1 || h.rank() != 0) {
+      return set_error(out, 0, "hello.world_size",
+                       str_cat("rank ", h.rank(), " of ", h.world_size(),
+                               ": tensor parallelism across shards is not built yet, a shard "
+                               "runs the whole model (world_size 1)"));
+    }
+    forget_all();
+    decoder_.reset(h.incarnation());
+    hello_ = true;
+    wire::HelloReply* r = out->mutable_hello();
+    r->set_protocol_version(kProtocolVersion);
+    r->set_incarnation(h.incarnation());
+    r->set_pid(getpid());
+    r->set_model(model_);
+    r->set_vocab_size(exec_->vocab_size());
+    r->set_max_model_len(exec_->max_model_len());
+    r->set_context_length(exec_->runner().config().context_length);
+    r->set_num_kv_blocks(exec_->num_kv_blocks());
+    r->set_block_size(exec_->block_size());
+    for (int32_t w : exec_->kv_group_windows()) r->add_kv_group_windows(w);
+    r->set_has_proposer(exec_->has_proposer());
+    r->set_proposer_writes_kv(exec_->proposer_writes_kv());
+    r->set_max_tree_nodes(exec_->max_tree_nodes());
+    r->set_draft_token_cost(exec_->draft_token_cost());
+    r->set_rank(h.rank());
+    r->set_world_size(h.world_size());
+    ARBOR_LOG(kInfo) << "shard: session with incarnation " << h.incarnation();
+  }
+
+  void step(const wire::Step& s, wire::FromShard* out) {
+    if (!hello_) return set_error(out, s.step(), "step", "a step before hello");
+    const double t0 = seconds_now();
+    if (std::optional<WireError> e = decoder_.decode(s, &output_)) {
+      return set_error(out, s.step(), e->field, e->status.message());
+    }
+    const double t1 = seconds_now();
+    Result<step::StepResult> res = exec_->execute(output_);
+    const double t2 = seconds_now();
+    if (!res.ok()) {
+      return set_error(out, s.step(), "",
+                       str_cat("step ", s.step(), ": the executor failed: ",
+                               res.status().to_string()));
+    }
+    wire::StepReply* r = out->mutable_step();
+    r->set_incarnation(decoder_.incarnation());
+    r->set_step(s.step());
+    encode_result(*res, r);
+    r->set_execute_s(t2 - t1);
+    r->set_decode_s(t1 - t0);
+  }
+
+  void measure(const wire::Measure& m, wire::FromShard* out) {
+    if (!hello_ || m.incarnation() != decoder_.incarnation()) {
+      return set_error(out, 0, "measure.incarnation",
+                       str_cat("is ", m.incarnation(), ", this shard runs incarnation ",
+                               decoder_.incarnation()));
+    }
+    const std::vector<int32_t> sizes(m.num_tokens().begin(), m.num_tokens().end());
+    Result<std::vector<double>> costs = exec_->measure_step_costs(sizes);
+    if (!costs.ok()) return set_error(out, 0, "measure", costs.status().message());
+    out->mutable_measure()->mutable_seconds()->Add(costs->begin(), costs->end());
+  }
+
+  // The executor forgets every request of the session (an empty step naming them finished).
+  void forget_all() {
+    step::SchedulerOutput forget;
+    forget.finished_ids = decoder_.reset(decoder_.incarnation());
+    if (forget.finished_ids.empty()) return;
+    Result<step::StepResult> r = exec_->execute(forget);
+    if (!r.ok()) ARBOR_LOG(kError) << "shard: forgetting the session's requests: " << r.status().to_string();
+  }
+
+  std::unique_ptr<executor::LocalExecutor> exec_;
+  std::string model_;
+  std::atomic<bool> busy_{false};
+  std::mutex mu_;
+  StepDecoder decoder_;
+  bool hello_ = false;
+  step::SchedulerOutput output_;  // the step being run (reused)
+};
+
+}  // namespace server_internal
+
+struct ShardServer::Impl {
+  std::unique_ptr<server_internal::ShardService> service;
+  std::unique_ptr<grpc::Server> server;
+  std::string address;
+};
+
+ShardServer::ShardServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+ShardServer::~ShardServer() { shutdown(); }
+
+const std::string& ShardServer::address() const { return impl_->address; }
+
+void ShardServer::shutdown() {
+  if (impl_ && impl_->server) {
+    impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    impl_->server.reset();
+  }
+}
+
+Result<std::unique_ptr<ShardServer>> ShardServer::start(
+    std::unique_ptr<executor::LocalExecutor> executor, const ShardServerOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->service = std::make_unique<server_internal::ShardService>(std::move(executor), options.model_name);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(impl->service.get());
+  // Steps carry whole prompts of new requests: no 4 MB cap.
+  builder.SetMaxReceiveMessageSize(-1);
+  builder.SetMaxSendMessageSize(-1);
+  impl->server = builder.BuildAndStart();
+  if (impl->server == nullptr || (!options.listen.starts_with("unix:") && port == 0)) {
+    return invalid_argument("shard: cannot listen on '", options.listen,
+                            "' (a Unix socket \"unix:/path\" whose folder exists and is writable, "
+                            "or \"host:port\")");
+  }
+  impl->address = options.listen;
+  if (!options.listen.starts_with("unix:") && options.listen.ends_with(":0")) {
+    impl->address = str_cat(options.listen.substr(0, options.listen.size() - 1), port);
+  }
+  return std::unique_ptr<ShardServer>(new ShardServer(std::move(impl)));
+}
+
+}  // namespace arbor::shard
