@@ -4,6 +4,7 @@
 #include <cctype>
 #include <regex>
 
+#include "chat/call_deltas.h"
 #include "chat/harmony.h"
 
 namespace arbor::chat {
@@ -326,21 +327,7 @@ ToolCallStreamer::Step ToolCallStreamer::update(std::string_view text, bool fina
     step.content = p.content.substr(sent_content_);
     sent_content_ = p.content.size();
   }
-  for (size_t i = 0; i < p.calls.size(); ++i) {
-    const ParsedToolCall& c = p.calls[i];
-    ToolCallDelta d;
-    d.index = static_cast<int32_t>(i);
-    if (i >= sent_args_.size()) {
-      d.first = true;
-      d.name = c.name;
-      sent_args_.push_back(0);
-    }
-    if (c.arguments.size() > sent_args_[i]) {
-      d.arguments = c.arguments.substr(sent_args_[i]);
-      sent_args_[i] = c.arguments.size();
-    }
-    if (d.first || !d.arguments.empty()) step.calls.push_back(std::move(d));
-  }
+  append_call_deltas(p.calls, sent_args_, step.calls);
   return step;
 }
 
