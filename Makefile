@@ -3,6 +3,7 @@
 #   make test    install what is missing, build, run every test (Release + ASan/UBSan unit tests)
 #   make test-gpu  build, run the tests that need a CUDA device (skipped without one)
 #   make test-slow build, run the exhaustive sweeps make test leaves out (label slow)
+#   make test-shards build, run the engine e2e suite through 1 and 2 (TP) shard processes
 #   make bench   benchmarks (slow; not part of make test)
 #   make fuzz    long mutation run over the GGUF reader
 
@@ -16,7 +17,7 @@ JOBS       ?= 2
 CMAKE_FLAGS = -G Ninja -DARBOR_SHARED_DIR=$(SHARED_ABS) -DARBOR_UNITY=ON
 
 .PHONY: all deps deps-serve build build-serve build-asan serve test test-release test-asan \
-        test-gpu test-slow bench fuzz clean ctest-costs
+        test-gpu test-slow test-shards bench fuzz clean ctest-costs
 
 all: build
 
@@ -82,6 +83,11 @@ test-gpu: build
 # The exhaustive sweeps kept out of make test (label slow; their covering subsets run there).
 test-slow: build
 	cd $(BUILD) && ARBOR_SHARED_DIR=$(SHARED_ABS) ctest -L slow --output-on-failure -j $(JOBS)
+
+# The e2e suite again through shards (label shards): each engine e2e test with its model in one
+# launched `arbor shard` process and in a tensor-parallel group of two (docs/shards.md).
+test-shards: build
+	cd $(BUILD) && ARBOR_SHARED_DIR=$(SHARED_ABS) ctest -L shards --output-on-failure -j $(JOBS)
 
 # The unit tests under the sanitizers, less ASAN_SKIP: numerical suites whose code paths smaller
 # tests already take under the sanitizers (kernels_test, model_test, the tree sampler's exact

@@ -113,3 +113,24 @@ function(arbor_add_test name)
     PROPERTIES LABELS slow TIMEOUT ${T_TIMEOUT} ${skip_args}
     DISCOVERY_TIMEOUT 120)
 endfunction()
+
+# arbor_add_shard_pass(<test executable> [FILTER gtest-filter]): registers the executable's tests
+# (or those FILTER names) twice more, as shards1.<test> and shards2.<test>, labelled `shards`,
+# with ARBOR_TEST_SHARDS=1 / 2 in their environment: the executor they load
+# (tests/engine/executor_under_test.h) is then one launched `arbor shard` process, or a
+# tensor-parallel group of two, instead of the in-process one. `make test-shards` runs them.
+function(arbor_add_shard_pass name)
+  cmake_parse_arguments(S "" "FILTER;TIMEOUT" "" ${ARGN})
+  if(NOT S_TIMEOUT)
+    set(S_TIMEOUT 1200)
+  endif()
+  set(filter_args)
+  if(S_FILTER)
+    set(filter_args TEST_FILTER "${S_FILTER}")
+  endif()
+  foreach(n 1 2)
+    gtest_discover_tests(${name} TEST_PREFIX "shards${n}." ${filter_args}
+      PROPERTIES LABELS shards TIMEOUT ${S_TIMEOUT} ENVIRONMENT "ARBOR_TEST_SHARDS=${n}"
+      DISCOVERY_TIMEOUT 120)
+  endforeach()
+endfunction()

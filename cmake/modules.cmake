@@ -31,10 +31,10 @@ set(ARBOR_DEPS_spec base sampling)
 # Pure scheduling logic: never tensors or kernels.
 set(ARBOR_DEPS_sched base kv sampling step)
 # Executors run the model behind the step protocol; the engine never sees them.
-set(ARBOR_DEPS_executor base grammar tokenizer kernels model cuda sampling step spec)
+set(ARBOR_DEPS_executor base collective grammar tokenizer kernels model cuda sampling step spec)
 # Model shards over gRPC: the shard process's server over the local executor, and the engine's
 # RemoteExecutor behind the step protocol (docs/shards.md).
-set(ARBOR_DEPS_shard base grammar sampling step executor)
+set(ARBOR_DEPS_shard base collective grammar sampling step executor)
 set(ARBOR_DEPS_engine base kv sampling step sched tokenizer)
 set(ARBOR_DEPS_http base)
 set(ARBOR_DEPS_chat base grammar)

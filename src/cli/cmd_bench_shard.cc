@@ -169,7 +169,9 @@ Status run(const Options& o) {
   std::printf("arbor bench shard: %s, %d requests x %d tokens, %zu decode steps of %d requests "
               "over %s\n",
               o.model.c_str(), o.num_requests, o.steps, overhead_s.size(), o.num_requests,
-              flags.shard_uri.empty() ? "a launched shard (Unix socket)" : flags.shard_uri.c_str());
+              flags.shard_uris.empty()
+                  ? (flags.shards > 1 ? "launched TP ranks (Unix sockets)" : "a launched shard (Unix socket)")
+                  : join_uris(flags).c_str());
   std::printf("  step wall (engine)      median %9.1f us\n", 1e6 * median(step_s));
   std::printf("  shard execute           median %9.1f us\n", 1e6 * median(exec_s));
   std::printf("  control plane (diff)    median %9.1f us   min %.1f  p10 %.1f  p90 %.1f  max %.1f us\n",

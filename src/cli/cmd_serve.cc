@@ -163,8 +163,9 @@ void log_configuration(const Options& o, executor::LocalExecutor* exec,
                    << (info.accept_any_model_name ? " (and any other name)" : "") << ": "
                    << (exec != nullptr ? exec->runner().config().summary()
                        : o.shards.shards > 0
-                           ? str_cat("run by ", o.shards.shards, " shard process(es)")
-                           : str_cat("run by the shard at ", o.shards.shard_uri));
+                           ? str_cat("run by ", o.shards.shards, " shard process(es)",
+                                     o.shards.shards > 1 ? " (tensor parallel)" : "")
+                           : str_cat("run by the shard(s) at ", join_uris(o.shards)));
   ARBOR_LOG(kInfo) << "kv cache: " << core.num_free_blocks() << " usable blocks; max_num_seqs "
                    << o.serving.engine.max_num_seqs
                    << ", max_num_batched_tokens " << o.serving.engine.max_num_batched_tokens

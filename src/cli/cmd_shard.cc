@@ -1,7 +1,11 @@
 // arbor shard: one model shard process (docs/shards.md).
 //
 //   arbor shard -m MODEL --listen unix:/path/shard.sock | HOST:PORT [executor flags]
+//               [--rank R --world-size N [--tp-hostname HOST]]
 //
+// With --world-size N > 1 the process is rank R of a tensor-parallel group of N shards: it loads
+// only its share of the weights (model/tp.h) and meets the other ranks in the group each Hello
+// names (collective/group.h); the engine connects to all N (`arbor serve --shard-uri A,B`).
 // Loads the model with a KV pool (the executor's flags: --device, --block-size, --kv-cache-gib,
 // --num-kv-blocks, --kv-dtype, -t, --spec ...; the engine's scheduling flags are accepted and
 // unused, so a launcher passes one command line) and serves the shard protocol on one gRPC
@@ -16,6 +20,7 @@
 #include "base/log.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
+#include "collective/group.h"
 #include "executor/local_executor.h"
 #include "shard/shard_server.h"
 
@@ -25,6 +30,9 @@ namespace {
 struct Options {
   std::string model;
   std::string listen;
+  int rank = 0;
+  int world_size = 1;
+  std::string tp_hostname = "127.0.0.1";
   ServingOptions serving;
 };
 
@@ -36,16 +44,30 @@ Status run(const Options& o) {
   sigaddset(&stop, SIGINT);
   sigaddset(&stop, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
-  ARBOR_ASSIGN_OR_RETURN(auto exec,
-                         executor::LocalExecutor::load(o.model, executor_options(o.serving)));
+  if (o.rank < 0 || o.rank >= o.world_size) {
+    return invalid_argument("--rank ", o.rank, " must be in [0, --world-size ", o.world_size, ")");
+  }
+  executor::ExecutorOptions eo = executor_options(o.serving);
+  std::shared_ptr<collective::GroupCollective> group;
+  if (o.world_size > 1) {
+    group = std::make_shared<collective::GroupCollective>(o.rank, o.world_size, o.tp_hostname);
+    eo.tp = model::TpContext{.rank = o.rank, .size = o.world_size, .collective = group};
+  }
+  ARBOR_ASSIGN_OR_RETURN(auto exec, executor::LocalExecutor::load(o.model, eo));
   const std::string summary = exec->runner().config().summary();
   const int64_t blocks = exec->num_kv_blocks();
   ARBOR_ASSIGN_OR_RETURN(auto server, shard::ShardServer::start(
                                           std::move(exec), shard::ShardServerOptions{
                                                                .listen = o.listen,
-                                                               .model_name = o.model}));
+                                                               .model_name = o.model,
+                                                               .tp_rank = o.rank,
+                                                               .tp_size = o.world_size,
+                                                               .group = group}));
   ARBOR_LOG(kInfo) << "shard: " << o.model << " (" << summary << ", " << blocks
-                   << " KV blocks) serving on " << server->address();
+                   << " KV blocks"
+                   << (o.world_size > 1 ? str_cat(", TP rank ", o.rank, " of ", o.world_size)
+                                        : std::string())
+                   << ") serving on " << server->address();
   int sig = 0;
   sigwait(&stop, &sig);
   ARBOR_LOG(kInfo) << "shard: stopping on signal " << sig;
@@ -61,6 +83,17 @@ void setup(CLI::App& app) {
   sub->add_option("--listen", o->listen,
                   "Where to serve: unix:/path/to.sock (one host) or HOST:PORT (across hosts)")
       ->required();
+  sub->add_option("--rank", o->rank, "This shard's rank in its tensor-parallel group")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  sub->add_option("--world-size", o->world_size,
+                  "Ranks in the tensor-parallel group (1, 2 or 4; docs/tensor_parallel.md)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  sub->add_option("--tp-hostname", o->tp_hostname,
+                  "This rank's address for gloo (groups the engine names gloo:...; shared "
+                  "memory needs none)")
+      ->capture_default_str();
   add_engine_flags(*sub, &o->serving);
   sub->callback([o] { exit_on_error(run(*o)); });
 }

@@ -2,10 +2,12 @@
 // [--recover-timeout S]` and `arbor bench shard`. Header-only, for the cmd_*.cc files.
 //
 //   --shards N           launch and supervise N `arbor shard` processes of this binary on Unix
-//                        sockets (0 = run the model in this process, the default; N > 1 waits
-//                        for tensor parallelism and is refused)
-//   --shard-uri URI      use a shard started elsewhere (`arbor shard --listen URI`):
-//                        "unix:/path" on this host or "host:port" across hosts
+//                        sockets (0 = run the model in this process, the default); N > 1: the
+//                        ranks of one tensor-parallel group meeting in shared memory
+//   --shard-uri URI,...  use shards started elsewhere (`arbor shard --listen URI`, with
+//                        --rank r --world-size N for a group of N): "unix:/path" on this host or
+//                        "host:port" across hosts, in rank order
+//   --tp-store DIR       groups across hosts: gloo over a FileStore in DIR (every rank reaches it)
 //   --recover-timeout S  seconds a new shard incarnation gets to come up after a fault before
 //                        the affected requests end with an error (default 30)
 #pragma once
@@ -20,31 +22,48 @@
 
 #include "base/log.h"
 #include "cli/engine_flags.h"
+#include "shard/launch.h"
 #include "shard/remote_executor.h"
 
 namespace arbor::cli {
 
 struct ShardFlags {
   int32_t shards = 0;
-  std::string shard_uri;
+  std::vector<std::string> shard_uris;
+  std::string tp_store;
   double recover_timeout_s = 30.0;
-  bool remote() const { return shards > 0 || !shard_uri.empty(); }
+  bool remote() const { return shards > 0 || !shard_uris.empty(); }
+  // The ranks' count: the TP degree.
+  int32_t world() const { return shards > 0 ? shards : static_cast<int32_t>(shard_uris.size()); }
 };
 
 inline void add_shard_flags(CLI::App& app, ShardFlags* f) {
   app.add_option("--shards", f->shards,
                  "Run the model in N supervised `arbor shard` processes over gRPC on Unix "
-                 "sockets (0: in this process; docs/shards.md). Only 1 until tensor parallelism")
+                 "sockets (0: in this process; docs/shards.md); N > 1: tensor parallelism, the "
+                 "N ranks meeting in shared memory (N in 1, 2, 4)")
       ->check(CLI::Range(0, 64))
       ->capture_default_str();
-  app.add_option("--shard-uri", f->shard_uri,
-                 "Use a shard started elsewhere with `arbor shard --listen URI`: unix:/path or "
-                 "host:port (reconnected after a fault, never restarted from here)");
+  app.add_option("--shard-uri", f->shard_uris,
+                 "Use shards started elsewhere with `arbor shard --listen URI` (several, in "
+                 "rank order: a tensor-parallel group): unix:/path or host:port (reconnected "
+                 "after a fault, never restarted from here)")
+      ->delimiter(',');
+  app.add_option("--tp-store", f->tp_store,
+                 "Tensor-parallel groups meet over gloo (TCP) with a FileStore in this folder, "
+                 "which every rank must reach, instead of in shared memory (one host)");
   app.add_option("--recover-timeout", f->recover_timeout_s,
                  "Seconds a shard gets to come back after a fault (killed, hung) before the "
                  "affected requests end with an error and /health answers 503")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+}
+
+// "a,b": the --shard-uri list, for logs.
+inline std::string join_uris(const ShardFlags& f) {
+  std::string out;
+  for (const std::string& u : f.shard_uris) out += (out.empty() ? "" : ",") + u;
+  return out;
 }
 
 // This executable's path, for launching shards of the same build.
@@ -64,59 +83,39 @@ inline std::string log_level_name() {
   return "info";
 }
 
-// The `arbor shard` command line that runs `model` with these executor options (every flag of
-// ExecutorOptions that `arbor shard` reads back through add_engine_flags).
+// The `arbor shard` command line that runs `model` with these serving options' executor.
 inline std::vector<std::string> shard_command_line(const std::string& model,
                                                    const ServingOptions& s) {
-  const executor::ExecutorOptions& e = s.executor;
-  std::vector<std::string> argv = {self_executable(), "shard", "-m", model,
-                                   "--log-level", log_level_name(),
-                                   "--device", std::string(executor::device_name(e.device)),
-                                   "--cuda-device", std::to_string(e.cuda_device),
-                                   "--block-size", std::to_string(e.block_size),
-                                   "--kv-cache-gib", std::to_string(e.kv_cache_gib),
-                                   "--num-kv-blocks", std::to_string(e.num_kv_blocks),
-                                   "--kv-dtype", e.kv_dtype == kernels::KvDtype::kF32 ? "f32" : "f16",
-                                   "-t", std::to_string(e.num_threads),
-                                   "--max-num-batched-tokens",
-                                   std::to_string(s.engine.max_num_batched_tokens),
-                                   "--spec", std::string(executor::spec_proposer_name(e.proposer)),
-                                   "--spec-ngram-min", std::to_string(e.ngram_min),
-                                   "--spec-ngram-max", std::to_string(e.ngram_max),
-                                   "--spec-tree-budget", std::to_string(e.tree_budget),
-                                   "--spec-tree-width", std::to_string(e.tree_width)};
-  if (!e.kv_reclaim) argv.push_back("--no-kv-reclaim");
-  if (!e.draft_model.empty()) argv.insert(argv.end(), {"--draft-model", e.draft_model});
-  static const char* const kTreeSampling[] = {"topk", "specinfer", "sequoia"};
-  argv.insert(argv.end(),
-              {"--spec-tree-sampling", kTreeSampling[static_cast<int>(e.tree_sampling)]});
-  if (!e.tree_static_widths.empty()) {
-    std::string widths;
-    for (int32_t w : e.tree_static_widths) widths += (widths.empty() ? "" : ",") + std::to_string(w);
-    argv.insert(argv.end(), {"--spec-tree-shape", widths});
-  }
-  return argv;
+  return shard::shard_command_line(self_executable(), model, executor_options(s),
+                                   log_level_name());
 }
 
-// The RemoteExecutor the flags ask for: `f.shards` launched shards or the one at f.shard_uri.
+// The RemoteExecutor the flags ask for: `f.shards` launched shards or those at f.shard_uris.
 inline Result<std::unique_ptr<shard::RemoteExecutor>> start_shards(const std::string& model,
                                                                    const ServingOptions& s,
                                                                    const ShardFlags& f) {
-  if (f.shards > 0 && !f.shard_uri.empty()) {
-    return invalid_argument("--shards ", f.shards, " and --shard-uri ", f.shard_uri,
-                            ": launch shards or connect to one, not both");
+  if (f.shards > 0 && !f.shard_uris.empty()) {
+    return invalid_argument("--shards ", f.shards, " and --shard-uri ", f.shard_uris[0],
+                            ": launch shards or connect to them, not both");
   }
-  if (f.shards > 1) {
-    return unimplemented("--shards ", f.shards, ": tensor parallelism across shard processes is "
-                         "not built yet (docs/shards.md, \"Tensor parallelism\"); use --shards 1");
+  if (f.world() != 1 && f.world() != 2 && f.world() != 4) {
+    return invalid_argument(f.shards > 0 ? str_cat("--shards ", f.shards)
+                                         : str_cat("--shard-uri with ", f.world(), " shards"),
+                            ": a tensor-parallel group has 1, 2 or 4 ranks "
+                            "(docs/tensor_parallel.md)");
+  }
+  if (f.world() > 1 && s.executor.device == executor::Device::kCuda) {
+    return unimplemented("--shards ", f.world(), " with --device cuda: tensor parallelism runs "
+                         "on the CPU (docs/tensor_parallel.md); a GPU runs one rank");
   }
   shard::RemoteExecutorOptions o;
   o.recover_timeout_s = f.recover_timeout_s;
+  o.tp_store = f.tp_store;
   if (f.shards > 0) {
     o.launch_argv = shard_command_line(model, s);
     o.num_launched = f.shards;
   } else {
-    o.uris = {f.shard_uri};
+    o.uris = f.shard_uris;
   }
   return shard::RemoteExecutor::start(o);
 }

@@ -138,7 +138,10 @@ Result<std::unique_ptr<LocalExecutor>> LocalExecutor::load(const std::string& pa
   ARBOR_ASSIGN_OR_RETURN(std::unique_ptr<tokenizer::Tokenizer> tok,
                          tokenizer::Tokenizer::from_file(path));
   exec->set_grammar_vocabulary(grammar_vocabulary(*tok));
-  ARBOR_ASSIGN_OR_RETURN(exec->drafter_, make_drafter(path, options, *exec, device));
+  // A TP rank other than 0 verifies rank 0's drafts (TpSync) and proposes none.
+  if (options.tp.rank == 0) {
+    ARBOR_ASSIGN_OR_RETURN(exec->drafter_, make_drafter(path, options, *exec, device));
+  }
   return exec;
 }
 

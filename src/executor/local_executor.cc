@@ -34,7 +34,8 @@ LocalExecutor::LocalExecutor(std::unique_ptr<model::ModelRunner> runner,
       drafter_(std::move(drafter)),
       builder_(runner_->kv_cache().block_size(), runner_->kv_layout().num_groups()),
       verifier_(runner_->config().vocab_size),
-      pooler_(runner_->config().dim) {}
+      pooler_(runner_->config().dim),
+      tp_sync_(runner_->tp().collective.get()) {}
 
 Result<step::StepResult> LocalExecutor::execute(const step::SchedulerOutput& output) {
   ARBOR_RETURN_IF_ERROR(apply_bookkeeping(output));
@@ -47,6 +48,10 @@ Result<step::StepResult> LocalExecutor::execute(const step::SchedulerOutput& out
   hidden_.resize(static_cast<size_t>(builder_.num_hidden()) * runner_->config().dim);
   out.hidden = hidden_.data();
   ARBOR_RETURN_IF_ERROR(runner_->forward(builder_.batch(), out));
+  if (!tp_sync_.leader()) {
+    ARBOR_RETURN_IF_ERROR(follow_verification(output));
+    return result;  // rank 0 answers
+  }
   result.pooled = pool(output, rows);
   // Prompt logprobs first: sampling masks its rows in place (grammar, min_tokens).
   for (size_t i = 0; i < output.requests.size(); ++i) {
@@ -59,6 +64,15 @@ Result<step::StepResult> LocalExecutor::execute(const step::SchedulerOutput& out
   for (size_t i = 0; i < output.requests.size(); ++i) {
     if (rows.sample[i] < 0) continue;
     result.requests.push_back(sample(output.requests[i], trees[i], rows.sample[i]));
+  }
+  if (tp_sync_.active()) {
+    std::vector<std::vector<int32_t>> accepted(output.requests.size());
+    for (size_t i = 0, r = 0; i < output.requests.size(); ++i) {
+      if (rows.sample[i] < 0) continue;
+      const step::RequestResult& res = result.requests[r++];
+      if (res.error.ok()) accepted[i] = res.accepted_draft_indices;
+    }
+    ARBOR_RETURN_IF_ERROR(tp_sync_.share_accepted(output, accepted));
   }
   if (drafter_ != nullptr) {
     ARBOR_RETURN_IF_ERROR(drafter_->propose(output, result, states_, grammars_));
@@ -109,19 +123,30 @@ Result<LocalExecutor::BatchRows> LocalExecutor::build_batch(
                  std::vector<int32_t>(output.requests.size(), -1),
                  std::vector<HiddenRows>(output.requests.size())};
   trees.assign(output.requests.size(), sampling::TokenTree());
-  for (size_t i = 0; i < output.requests.size(); ++i) {
+  for (size_t i = 0; i < output.requests.size() && tp_sync_.leader(); ++i) {
     const step::ScheduledRequest& s = output.requests[i];
-    if (s.num_drafts > 0) {
-      if (drafter_ == nullptr) {
-        return internal_error("request ", s.request_id, " verifies ", s.num_drafts,
-                              " drafts, this executor proposes none");
-      }
-      ARBOR_ASSIGN_OR_RETURN(trees[i], drafter_->drafts_to_verify(s));
+    if (s.num_drafts == 0) continue;
+    if (drafter_ == nullptr) {
+      return internal_error("request ", s.request_id, " verifies ", s.num_drafts,
+                            " drafts, this executor proposes none");
     }
-    ARBOR_RETURN_IF_ERROR(
-        add_sequence(s, trees[i], rows.sample[i], rows.prompt[i], rows.hidden[i]));
+    ARBOR_ASSIGN_OR_RETURN(trees[i], drafter_->drafts_to_verify(s));
+  }
+  ARBOR_RETURN_IF_ERROR(tp_sync_.share_drafts(output, trees));
+  for (size_t i = 0; i < output.requests.size(); ++i) {
+    ARBOR_RETURN_IF_ERROR(add_sequence(output.requests[i], trees[i], rows.sample[i],
+                                       rows.prompt[i], rows.hidden[i]));
   }
   return rows;
+}
+
+Status LocalExecutor::follow_verification(const step::SchedulerOutput& output) {
+  std::vector<std::vector<int32_t>> accepted;
+  ARBOR_RETURN_IF_ERROR(tp_sync_.share_accepted(output, accepted));
+  for (size_t i = 0; i < accepted.size(); ++i) {
+    if (!accepted[i].empty()) compact_kv(output.requests[i], accepted[i]);
+  }
+  return ok_status();
 }
 
 std::vector<step::PoolingResult> LocalExecutor::pool(const step::SchedulerOutput& output,

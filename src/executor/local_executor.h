@@ -14,6 +14,10 @@
 //   KV compaction   the accepted path's K/V moved into place (compact_kv, below)
 //   Drafter         the next step's drafts, kept here; only their shape is returned
 //                   (executor/drafter.h)
+//   TpSync          a tensor-parallel rank's share of what rank 0 alone knows: the drafts to
+//                   verify and the accepted paths (executor/tp_sync.h). Ranks other than 0
+//                   run the forward and the KV bookkeeping only: they sample, score, pool and
+//                   propose nothing, and return an empty StepResult
 //
 // Loading (load(): device choice, runner, tokenizer vocabulary for grammars, proposer) is in
 // executor/loader.cc beside executor/device.cc. Thread-safety: engine thread only.
@@ -30,6 +34,7 @@
 #include "executor/pooler.h"
 #include "executor/readback.h"
 #include "executor/request_states.h"
+#include "executor/tp_sync.h"
 #include "executor/verifier.h"
 #include "model/batch_builder.h"
 #include "model/runner.h"
@@ -110,6 +115,8 @@ class LocalExecutor : public step::ModelExecutor {
   Status apply_bookkeeping(const step::SchedulerOutput& output);
   Result<BatchRows> build_batch(const step::SchedulerOutput& output,
                                 std::vector<sampling::TokenTree>& trees);
+  // A TP rank other than 0, after the forward: the accepted paths from rank 0, compacted.
+  Status follow_verification(const step::SchedulerOutput& output);
   Status add_sequence(const step::ScheduledRequest& s, const sampling::TokenTree& tree,
                       int32_t& sample_row, int32_t& prompt_row, HiddenRows& hidden);
   // Feeds the step's hidden rows to the Pooler and returns the vectors of the requests whose
@@ -130,6 +137,7 @@ class LocalExecutor : public step::ModelExecutor {
   LogitsReadback readback_;
   Verifier verifier_;
   Pooler pooler_;
+  TpSync tp_sync_;
   std::vector<float> hidden_;       // [hidden rows, dim] the step's hidden-state rows
   std::vector<int32_t> tokens_;     // scratch: one request's tokens run this step
   std::vector<int32_t> positions_;  // scratch: one tree's positions, [1 + k]

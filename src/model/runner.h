@@ -89,6 +89,8 @@ class ModelRunner {
   bool on_host() const { return ops_->is_host(); }
   kernels::ThreadPool& pool() { return *pool_; }
   const std::shared_ptr<kernels::ThreadPool>& shared_pool() const { return pool_; }
+  // The TP group this runner is a rank of (size 1: the whole model).
+  const TpContext& tp() const { return tp_; }
 
   // Validates `batch` (validate_batch; an invalid batch is kInvalidArgument and changes
   // nothing), writes the new tokens' K/V into the cache and fills

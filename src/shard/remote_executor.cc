@@ -5,7 +5,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <random>
+#include <thread>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +19,7 @@
 #include <utility>
 
 #include "base/log.h"
+#include "collective/group.h"
 #include "shard/process.h"
 #include "shard/shard.grpc.pb.h"
 #include "shard/wire.h"
@@ -89,9 +96,11 @@ class Session {
   bool is_open() const { return stream_ != nullptr; }
 
   // Sends `msg` and waits for the reply. kDeadlineExceeded-like: `*timed_out` set; a broken
-  // stream: an error with gRPC's status. Either way the session is closed.
+  // stream: an error with gRPC's status. Either way the session is closed. abort (optional):
+  // another rank's exchange failed; checked every few milliseconds, it ends this one too
+  // (the session closed).
   Status exchange(const wire::ToShard& msg, wire::FromShard* reply, double until_s,
-                  bool* timed_out) {
+                  bool* timed_out, const std::atomic<bool>* abort = nullptr) {
     *timed_out = false;
     if (!is_open()) return failed_precondition("no session");
     stream_->Write(msg, kWriteTag);
@@ -101,8 +110,14 @@ class Session {
     while (!(wrote && read)) {
       void* tag = nullptr;
       bool ok = false;
-      const auto r = cq_->AsyncNext(&tag, &ok, deadline_at(until_s));
+      const double slice = abort != nullptr ? std::min(until_s, now_s() + 0.005) : until_s;
+      const auto r = cq_->AsyncNext(&tag, &ok, deadline_at(slice));
       if (r == grpc::CompletionQueue::TIMEOUT) {
+        if (abort != nullptr && abort->load(std::memory_order_acquire)) {
+          close();
+          return failed_precondition("ended: another rank of the group failed");
+        }
+        if (now_s() < until_s) continue;
         *timed_out = true;
         close();
         return failed_precondition("no answer");
@@ -178,6 +193,57 @@ class Session {
   int pending_ = 0;  // operations started and not yet seen on the queue
 };
 
+// A thread that runs one rank's exchanges (ranks > 0 of a TP group), so that every rank gets
+// its message at once and the engine thread waits for all of them: a rank's forward waits for
+// the others in its collectives.
+class RankWorker {
+ public:
+  RankWorker() : thread_([this] { loop(); }) {}
+  ~RankWorker() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void post(std::function<void()> job) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      job_ = std::move(job);
+      busy_ = true;
+    }
+    cv_.notify_all();
+  }
+  void wait() {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return !busy_; });
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> l(mu_);
+    for (;;) {
+      cv_.wait(l, [&] { return stop_ || (busy_ && job_); });
+      if (stop_) return;
+      std::function<void()> job = std::move(job_);
+      job_ = nullptr;
+      l.unlock();
+      job();
+      l.lock();
+      busy_ = false;
+      cv_.notify_all();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::function<void()> job_;
+  bool busy_ = false;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
 // One rank: where it listens, its process when launched, its session and counters.
 struct Shard {
   int32_t rank = 0;
@@ -187,6 +253,7 @@ struct Shard {
   Session session;
   wire::HelloReply hello;
   step::ShardStats stats;
+  std::unique_ptr<RankWorker> worker;  // ranks > 0 of a group: runs its exchanges
 };
 
 }  // namespace remote_internal
@@ -200,19 +267,24 @@ struct RemoteExecutor::Impl {
   uint64_t incarnation = 0;
   bool down = false;            // a fault happened and no incarnation took over yet
   std::string last_fault;
+  std::string tp_group;         // the incarnation's TP group (collective/group.h); "" at 1 rank
+  std::string group_token;      // tells this engine's groups from others' on the host
   StepEncoder encoder;
   double per_token_s = 0;       // decaying max of step seconds per scheduled token; 0 = none yet
   std::deque<StepTiming> timings;
   wire::ToShard msg;            // reused buffers
-  wire::FromShard reply;
+  std::vector<wire::FromShard> replies;  // [ranks]
 
   ~Impl() {
     shards.clear();  // closes sessions, kills and reaps launched shards
+    collective::remove_group_name(tp_group);
     if (!socket_dir.empty()) {
       std::error_code ec;
       std::filesystem::remove_all(socket_dir, ec);
     }
   }
+
+  int32_t world() const { return static_cast<int32_t>(shards.size()); }
 
   const wire::HelloReply& geometry() const { return shards[0]->hello; }
   std::string name(const Shard& s) const {
@@ -221,22 +293,98 @@ struct RemoteExecutor::Impl {
                    s.argv.empty() ? str_cat(" at ", s.uri) : std::string());
   }
 
+  Status spawn(Shard& s);
   Status bring_up(Shard& s, double until_s);
   Status bring_up_all(double timeout_s);
   Status fault(Shard& s, const std::string& what);
   double step_deadline(int64_t num_tokens) const;
+  // `msg` to every rank at once, every reply by until_s into replies. On failure: the rank that
+  // failed first on its own (not ended because another failed; on a timeout, a stopped process
+  // first), why, and whether it was the deadline.
+  struct Exchange {
+    Status status;
+    Shard* failed = nullptr;
+    bool timed_out = false;
+  };
+  Exchange exchange_all(double until_s);
   Result<step::StepResult> check_reply(const step::SchedulerOutput& output, Shard& s);
+  // A rank > 0's reply to the step: the step and incarnation echoed, no result.
+  Status check_follower_reply(Shard& s);
 };
 
-// Launches (if launched) and connects one shard, then says Hello with the current incarnation.
-Status RemoteExecutor::Impl::bring_up(Shard& s, double until_s) {
-  s.session.close();
-  if (!s.argv.empty()) {
-    if (s.child.running()) s.child.kill_and_reap();
-    std::error_code ec;
-    std::filesystem::remove(s.uri.substr(5), ec);  // a dead shard's socket file
-    ARBOR_ASSIGN_OR_RETURN(s.child, ChildProcess::spawn(s.argv));
+Status RemoteExecutor::Impl::spawn(Shard& s) {
+  if (s.child.running()) s.child.kill_and_reap();
+  std::error_code ec;
+  std::filesystem::remove(s.uri.substr(5), ec);  // a dead shard's socket file
+  ARBOR_ASSIGN_OR_RETURN(s.child, ChildProcess::spawn(s.argv));
+  return ok_status();
+}
+
+RemoteExecutor::Impl::Exchange RemoteExecutor::Impl::exchange_all(double until_s) {
+  const size_t n = shards.size();
+  replies.resize(n);
+  std::vector<Status> status(n);
+  std::vector<char> timed_out(n, 0);
+  std::atomic<bool> abort{false};
+  std::atomic<int> first{-1};
+  const auto run = [&](size_t r) {
+    bool t = false;
+    status[r] = shards[r]->session.exchange(msg, &replies[r], until_s, &t,
+                                            n > 1 ? &abort : nullptr);
+    timed_out[r] = t;
+    if (!status[r].ok()) {
+      int none = -1;
+      if (!abort.load(std::memory_order_acquire)) first.compare_exchange_strong(none, static_cast<int>(r));
+      abort.store(true, std::memory_order_release);
+    }
+  };
+  for (size_t r = 1; r < n; ++r) {
+    if (shards[r]->worker == nullptr) shards[r]->worker = std::make_unique<remote_internal::RankWorker>();
+    shards[r]->worker->post([&run, r] { run(r); });
   }
+  run(0);
+  for (size_t r = 1; r < n; ++r) shards[r]->worker->wait();
+  const int f = first.load();
+  if (f < 0) return {};
+  Exchange e{status[static_cast<size_t>(f)], shards[static_cast<size_t>(f)].get(),
+             timed_out[static_cast<size_t>(f)] != 0};
+  if (e.timed_out) {
+    // Every rank misses the deadline when one is stopped (the others wait for it in their
+    // collectives): name the stopped one.
+    for (auto& sh : shards) {
+      if (sh->child.running() && process_state(sh->child.pid()) == 'T') {
+        e.failed = sh.get();
+        break;
+      }
+    }
+  }
+  return e;
+}
+
+Status RemoteExecutor::Impl::check_follower_reply(Shard& s) {
+  const wire::FromShard& r = replies[static_cast<size_t>(s.rank)];
+  const int64_t step = msg.step().step();
+  if (r.has_error()) {
+    ARBOR_LOG(kError) << name(s) << " refused step " << step << ": " << r.error().message();
+    return fault(s, str_cat("refused step ", step, " (", r.error().field(), "): ",
+                            r.error().message()));
+  }
+  if (!r.has_step() || r.step().step() != step || r.step().incarnation() != incarnation ||
+      r.step().requests_size() != 0 || r.step().prompt_logprobs_size() != 0 ||
+      r.step().pooled_size() != 0) {
+    const std::string what = str_cat("answered step ", step, " of incarnation ", incarnation,
+                                     " with step ", r.step().step(), " of incarnation ",
+                                     r.step().incarnation(), " and ", r.step().requests_size(),
+                                     " results (rank ", s.rank, " returns none)");
+    ARBOR_LOG(kError) << name(s) << " " << what;
+    return fault(s, what);
+  }
+  return ok_status();
+}
+
+// Launches (if launched) and connects one shard, then says Hello with the current incarnation.
+// A launched shard was spawned by bring_up_all (all ranks load their weights at once).
+Status RemoteExecutor::Impl::bring_up(Shard& s, double until_s) {
   Status st = failed_precondition("no attempt");
   // A shard started elsewhere may be restarting: retry until the deadline.
   do {
@@ -254,7 +402,9 @@ Status RemoteExecutor::Impl::bring_up(Shard& s, double until_s) {
   h->set_incarnation(incarnation);
   h->set_rank(static_cast<uint32_t>(s.rank));
   h->set_world_size(static_cast<uint32_t>(shards.size()));
+  h->set_tp_group(tp_group);
   bool timed_out = false;
+  wire::FromShard& reply = replies[static_cast<size_t>(s.rank)];
   ARBOR_RETURN_IF_ERROR(s.session.exchange(msg, &reply, until_s, &timed_out));
   if (reply.has_error()) {
     return failed_precondition("refused hello: ", reply.error().field(), ": ", reply.error().message());
@@ -276,6 +426,22 @@ Status RemoteExecutor::Impl::bring_up(Shard& s, double until_s) {
 Status RemoteExecutor::Impl::bring_up_all(double timeout_s) {
   ++incarnation;
   encoder.reset();
+  replies.resize(shards.size());
+  for (auto& s : shards) s->session.close();
+  collective::remove_group_name(tp_group);  // the last group, if it died before its first call
+  tp_group.clear();
+  if (world() > 1) {
+    const std::string id = str_cat("arbor-tp-", getpid(), "-", group_token, "-", incarnation);
+    tp_group = options.tp_store.empty() ? str_cat("shm:/", id)
+                                        : str_cat("gloo:", options.tp_store, ":", id);
+  }
+  for (auto& s : shards) {
+    if (s->argv.empty()) continue;
+    if (Status st = spawn(*s); !st.ok()) {
+      s->stats.up = false;
+      return st.with_context(name(*s));
+    }
+  }
   const double until = now_s() + timeout_s;
   for (auto& s : shards) {
     Status st = bring_up(*s, until);
@@ -287,8 +453,14 @@ Status RemoteExecutor::Impl::bring_up_all(double timeout_s) {
   const wire::HelloReply& g = geometry();
   for (auto& s : shards) {
     if (s->hello.vocab_size() != g.vocab_size() || s->hello.num_kv_blocks() != g.num_kv_blocks() ||
-        s->hello.block_size() != g.block_size()) {
-      return failed_precondition(name(*s), " serves another geometry than shard 0");
+        s->hello.block_size() != g.block_size() ||
+        s->hello.max_model_len() != g.max_model_len() ||
+        s->hello.kv_group_windows_size() != g.kv_group_windows_size()) {
+      return failed_precondition(name(*s), " serves another geometry than shard 0 (",
+                                 s->hello.num_kv_blocks(), " KV blocks of ",
+                                 s->hello.block_size(), " vs ", g.num_kv_blocks(), " of ",
+                                 g.block_size(), "): every rank must be started with the same "
+                                 "model and KV flags");
     }
   }
   down = false;
@@ -317,7 +489,13 @@ Status RemoteExecutor::Impl::fault(Shard& s, const std::string& what) {
   last_fault = str_cat("shard ", s.rank, fate, s.argv.empty() ? str_cat(" at ", s.uri) : "",
                        ": ", what);
   s.stats.last_fault = last_fault;
-  for (auto& other : shards) other->session.close();  // the group's incarnation is over
+  // The group's incarnation is over: the other ranks' collectives are broken for good, so a
+  // launched group is restarted whole (recover()).
+  for (auto& other : shards) {
+    other->session.close();
+    if (other.get() != &s && other->child.running()) other->child.kill_and_reap();
+    other->stats.up = false;
+  }
   return failed_precondition(last_fault);
 }
 
@@ -329,6 +507,7 @@ double RemoteExecutor::Impl::step_deadline(int64_t num_tokens) const {
 
 Result<step::StepResult> RemoteExecutor::Impl::check_reply(const step::SchedulerOutput& output,
                                                            Shard& s) {
+  const wire::FromShard& reply = replies[0];
   const int64_t step = msg.step().step();
   if (reply.has_error()) {
     ARBOR_LOG(kError) << name(s) << " refused step " << step << ": " << reply.error().message();
@@ -360,6 +539,7 @@ RemoteExecutor::~RemoteExecutor() = default;
 Result<std::unique_ptr<RemoteExecutor>> RemoteExecutor::start(const RemoteExecutorOptions& o) {
   auto impl = std::make_unique<Impl>();
   impl->options = o;
+  impl->group_token = str_cat(std::hex, std::random_device()() & 0xffffff);
   if (!o.launch_argv.empty()) {
     char dir[] = "/tmp/arbor-shards-XXXXXX";
     if (mkdtemp(dir) == nullptr) return io_error("cannot create a folder for shard sockets in /tmp");
@@ -369,8 +549,11 @@ Result<std::unique_ptr<RemoteExecutor>> RemoteExecutor::start(const RemoteExecut
       s->rank = r;
       s->uri = str_cat("unix:", impl->socket_dir, "/shard-", r, ".sock");
       s->argv = o.launch_argv;
-      s->argv.push_back("--listen");
-      s->argv.push_back(s->uri);
+      s->argv.insert(s->argv.end(), {"--listen", s->uri});
+      if (o.num_launched > 1) {
+        s->argv.insert(s->argv.end(), {"--rank", std::to_string(r), "--world-size",
+                                       std::to_string(o.num_launched)});
+      }
       impl->shards.push_back(std::move(s));
     }
   } else {
@@ -387,7 +570,11 @@ Result<std::unique_ptr<RemoteExecutor>> RemoteExecutor::start(const RemoteExecut
   const wire::HelloReply& g = impl->geometry();
   ARBOR_LOG(kInfo) << "shards: " << impl->shards.size() << " up (" << g.model() << ", pid "
                    << g.pid() << ", " << g.num_kv_blocks() << " KV blocks of "
-                   << g.block_size() << ")";
+                   << g.block_size() << ")"
+                   << (impl->world() > 1
+                           ? str_cat(", tensor parallel over ", impl->world(), " ranks (",
+                                     o.tp_store.empty() ? "shared memory" : "gloo", ")")
+                           : std::string());
   return std::unique_ptr<RemoteExecutor>(new RemoteExecutor(std::move(impl)));
 }
 
@@ -402,29 +589,34 @@ Result<step::StepResult> RemoteExecutor::execute(const step::SchedulerOutput& ou
     return step::StepResult{};  // nothing the shard must hear of
   }
   const double until = t0 + m.step_deadline(output.total_num_scheduled_tokens);
-  // Every rank gets the step; rank 0's reply carries the result (one rank until TP).
-  Shard& s = *m.shards[0];
-  bool timed_out = false;
-  const Status sent = s.session.exchange(m.msg, &m.reply, until, &timed_out);
-  if (!sent.ok()) {
-    return m.fault(s, timed_out ? str_cat("no answer to step ", step.step(), " within ",
-                                          until - t0, " s (", m.options.deadline_factor,
-                                          " x the measured cost of ",
-                                          output.total_num_scheduled_tokens, " tokens)")
-                                : str_cat(sent.message(), " during step ", step.step()));
+  // Every rank gets the step; rank 0's reply carries the result.
+  const Impl::Exchange sent = m.exchange_all(until);
+  if (!sent.status.ok()) {
+    return m.fault(*sent.failed,
+                   sent.timed_out ? str_cat("no answer to step ", step.step(), " within ",
+                                            until - t0, " s (", m.options.deadline_factor,
+                                            " x the measured cost of ",
+                                            output.total_num_scheduled_tokens, " tokens)")
+                                  : str_cat(sent.status.message(), " during step ", step.step()));
   }
-  Result<step::StepResult> result = m.check_reply(output, s);
+  Result<step::StepResult> result = m.check_reply(output, *m.shards[0]);
   if (!result.ok()) return result;
+  for (size_t r = 1; r < m.shards.size(); ++r) {
+    ARBOR_RETURN_IF_ERROR(m.check_follower_reply(*m.shards[r]));
+  }
   const double step_s = now_s() - t0;
-  const double exec_s = m.reply.step().execute_s();
-  step::ShardStats& st = s.stats;
-  ++st.num_steps;
-  st.step_s += step_s;
-  st.forward_s += exec_s;
-  st.wait_s += step_s - exec_s;
-  st.last_step_s = step_s;
-  st.last_forward_s = exec_s;
-  st.last_wait_s = step_s - exec_s;
+  for (size_t r = 0; r < m.shards.size(); ++r) {
+    const double exec_s = m.replies[r].step().execute_s();
+    step::ShardStats& st = m.shards[r]->stats;
+    ++st.num_steps;
+    st.step_s += step_s;
+    st.forward_s += exec_s;
+    st.wait_s += step_s - exec_s;
+    st.last_step_s = step_s;
+    st.last_forward_s = exec_s;
+    st.last_wait_s = step_s - exec_s;
+  }
+  const double exec_s = m.replies[0].step().execute_s();
   if (output.total_num_scheduled_tokens > 0) {
     const double sample = step_s / output.total_num_scheduled_tokens;
     m.per_token_s = std::max(sample, m.per_token_s * 0.98);
@@ -493,17 +685,21 @@ Result<std::vector<double>> RemoteExecutor::measure_step_costs(
   m.msg.Clear();
   m.msg.mutable_measure()->set_incarnation(m.incarnation);
   m.msg.mutable_measure()->mutable_num_tokens()->Add(num_tokens.begin(), num_tokens.end());
-  Shard& s = *m.shards[0];
-  bool timed_out = false;
-  const Status sent =
-      s.session.exchange(m.msg, &m.reply, now_s() + m.options.start_timeout_s, &timed_out);
-  if (!sent.ok()) return m.fault(s, str_cat(sent.message(), " while measuring step costs"));
-  if (m.reply.has_error()) return invalid_argument(m.reply.error().message());
-  if (!m.reply.has_measure() ||
-      m.reply.measure().seconds_size() != static_cast<int>(num_tokens.size())) {
-    return m.fault(s, "answered the step-cost measurement with another message");
+  // Every rank measures at once (their forwards meet in collectives); rank 0's times count.
+  const Impl::Exchange sent = m.exchange_all(now_s() + m.options.start_timeout_s);
+  if (!sent.status.ok()) {
+    return m.fault(*sent.failed, str_cat(sent.status.message(), " while measuring step costs"));
   }
-  std::vector<double> costs(m.reply.measure().seconds().begin(), m.reply.measure().seconds().end());
+  for (size_t r = 0; r < m.shards.size(); ++r) {
+    const wire::FromShard& reply = m.replies[r];
+    if (reply.has_error()) return invalid_argument(m.name(*m.shards[r]), ": ", reply.error().message());
+    if (!reply.has_measure() ||
+        reply.measure().seconds_size() != static_cast<int>(num_tokens.size())) {
+      return m.fault(*m.shards[r], "answered the step-cost measurement with another message");
+    }
+  }
+  const wire::FromShard& reply = m.replies[0];
+  std::vector<double> costs(reply.measure().seconds().begin(), reply.measure().seconds().end());
   for (size_t i = 0; i < costs.size(); ++i) {
     m.per_token_s = std::max(m.per_token_s, costs[i] / std::max(num_tokens[i], 1));
   }

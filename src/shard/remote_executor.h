@@ -18,9 +18,13 @@
 // The state of that incarnation is gone; recover() brings up the next one within
 // recover_timeout_s (respawn, or reconnect, then Hello), and the engine recomputes.
 //
-// Tensor parallelism plugs in here: a group of world_size ranks each get the same Step and
-// answer it; rank 0's reply carries the StepResult (docs/shards.md, "Tensor parallelism"). Until
-// then a group has one rank.
+// Tensor parallelism: with N > 1 shards (launched, or N uris) the shards are the N ranks of one
+// TP group (each started as `arbor shard --rank r --world-size N`). Every rank gets the same
+// Step at once (ranks > 0 from a worker thread each) and the engine waits for every reply under
+// one deadline; rank 0's reply carries the StepResult, the others' only the step (checked). Each
+// incarnation names a new group (Hello.tp_group: shared memory, or gloo over options.tp_store);
+// any rank's fault ends the incarnation of the whole group, and a launched group is restarted
+// whole (docs/shards.md, "Tensor parallelism across shard processes").
 //
 // Threading: the engine thread only (as every ModelExecutor).
 #pragma once
@@ -38,13 +42,16 @@ struct RemoteExecutorOptions {
   // Launch: the `arbor shard` command line of every shard without --listen, --rank (added per
   // shard); empty: connect to `uris` instead.
   std::vector<std::string> launch_argv;
-  int32_t num_launched = 1;           // shards to launch (one until tensor parallelism)
-  std::vector<std::string> uris;      // shards started elsewhere: "unix:/path" or "host:port"
+  int32_t num_launched = 1;           // shards to launch: the TP degree (1, 2 or 4)
+  std::vector<std::string> uris;      // shards started elsewhere, rank order: "unix:/path" or "host:port"
   double start_timeout_s = 120.0;     // a launched shard's first Hello (it loads the model)
   double recover_timeout_s = 30.0;    // --recover-timeout: a new incarnation up after a fault
   double min_deadline_s = 1.0;        // a step's deadline, at least
   double deadline_factor = 10.0;      // ... times the step's expected cost
   double start_deadline_s = 30.0;     // ... before any step was measured
+  // TP groups of more than one rank: "" meets in shared memory (every rank on one host);
+  // otherwise gloo over a FileStore in this folder (every rank must reach it).
+  std::string tp_store;
 };
 
 // One step's times as the engine saw them, for `arbor bench shard`.

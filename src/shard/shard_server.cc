@@ -38,9 +38,12 @@ namespace server_internal {
 // One session at a time over the executor; the state of the session in progress.
 class ShardService final : public wire::Shard::Service {
  public:
-  ShardService(std::unique_ptr<executor::LocalExecutor> exec, std::string model)
+  ShardService(std::unique_ptr<executor::LocalExecutor> exec, const ShardServerOptions& options)
       : exec_(std::move(exec)),
-        model_(std::move(model)),
+        model_(options.model_name),
+        tp_rank_(options.tp_rank),
+        tp_size_(options.tp_size),
+        group_(options.group),
         decoder_(DecoderLimits{.vocab_size = exec_->vocab_size(),
                                .num_kv_blocks = exec_->num_kv_blocks(),
                                .block_size = exec_->block_size(),
@@ -92,11 +95,16 @@ class ShardService final : public wire::Shard::Service {
                                kProtocolVersion));
     }
     if (h.incarnation() == 0) return set_error(out, 0, "hello.incarnation", "is 0");
-    if (h.world_size() != 1 || h.rank() != 0) {
-      return set_error(out, 0, "hello.world_size",
-                       str_cat("rank ", h.rank(), " of ", h.world_size(),
-                               ": tensor parallelism across shards is not built yet, a shard "
-                               "runs the whole model (world_size 1)"));
+    if (static_cast<int>(h.world_size()) != tp_size_ || static_cast<int>(h.rank()) != tp_rank_) {
+      return set_error(out, 0, "hello.rank",
+                       str_cat("rank ", h.rank(), " of ", h.world_size(), ": this shard was "
+                               "started as rank ", tp_rank_, " of ", tp_size_,
+                               " (arbor shard --rank R --world-size N)"));
+    }
+    if (tp_size_ > 1) {
+      if (Status st = group_->join(h.tp_group()); !st.ok()) {
+        return set_error(out, 0, "hello.tp_group", st.message());
+      }
     }
     forget_all();
     decoder_.reset(h.incarnation());
@@ -118,7 +126,10 @@ class ShardService final : public wire::Shard::Service {
     r->set_draft_token_cost(exec_->draft_token_cost());
     r->set_rank(h.rank());
     r->set_world_size(h.world_size());
-    ARBOR_LOG(kInfo) << "shard: session with incarnation " << h.incarnation();
+    ARBOR_LOG(kInfo) << "shard: session with incarnation " << h.incarnation()
+                     << (tp_size_ > 1 ? str_cat(", rank ", tp_rank_, " of ", tp_size_, " in ",
+                                                h.tp_group())
+                                      : std::string());
   }
 
   void step(const wire::Step& s, wire::FromShard* out) {
@@ -166,6 +177,9 @@ class ShardService final : public wire::Shard::Service {
 
   std::unique_ptr<executor::LocalExecutor> exec_;
   std::string model_;
+  int tp_rank_ = 0;
+  int tp_size_ = 1;
+  std::shared_ptr<collective::GroupCollective> group_;
   std::atomic<bool> busy_{false};
   std::mutex mu_;
   StepDecoder decoder_;
@@ -197,7 +211,11 @@ void ShardServer::shutdown() {
 Result<std::unique_ptr<ShardServer>> ShardServer::start(
     std::unique_ptr<executor::LocalExecutor> executor, const ShardServerOptions& options) {
   auto impl = std::make_unique<Impl>();
-  impl->service = std::make_unique<server_internal::ShardService>(std::move(executor), options.model_name);
+  if (options.tp_size > 1 && options.group == nullptr) {
+    return invalid_argument("shard: rank ", options.tp_rank, " of ", options.tp_size,
+                            " needs its group collective");
+  }
+  impl->service = std::make_unique<server_internal::ShardService>(std::move(executor), options);
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);

@@ -4,7 +4,7 @@
 //
 // A session: Hello (a new incarnation: every request state is forgotten), then Steps validated
 // by a StepDecoder (shard/wire.h) and run by the executor, each answered by its StepReply (rank 0
-// of a group carries the StepResult). A refused message is answered with an Error naming the
+// of a group carries the StepResult; the other ranks answer with the step alone). A refused message is answered with an Error naming the
 // field and ends the session; so does an executor error. When a session ends, the executor
 // forgets every request of it. A second concurrent stream is refused (FAILED_PRECONDITION).
 //
@@ -15,6 +15,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "collective/group.h"
 #include "executor/local_executor.h"
 
 namespace arbor::shard {
@@ -22,6 +23,12 @@ namespace arbor::shard {
 struct ShardServerOptions {
   std::string listen;      // "unix:/path/to.sock", "unix:///abs/path" or "host:port" (port 0: any)
   std::string model_name;  // reported in HelloReply (the GGUF path)
+  // Tensor parallelism: this shard's rank of tp_size (the executor was loaded as that rank, with
+  // `group` as its collective); each Hello must name the same rank and size, and its tp_group is
+  // joined for the incarnation. tp_size 1: no group.
+  int tp_rank = 0;
+  int tp_size = 1;
+  std::shared_ptr<collective::GroupCollective> group;
 };
 
 class ShardServer {

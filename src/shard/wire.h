@@ -26,7 +26,7 @@
 namespace arbor::shard {
 
 // Bumped when a message's meaning changes; Hello and HelloReply carry it and must agree.
-inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr uint32_t kProtocolVersion = 2;  // 2: Hello.tp_group
 
 class StepEncoder {
  public:

@@ -1,7 +1,10 @@
 // The collectives: tree_sum's fixed order, the shared-memory all-reduce and gather across threads
 // and forked processes (bitwise equal to tree_sum at every size, including messages longer than
 // a slot), and the failure behaviour: a tag mismatch is an error on every rank, a missing rank
-// fails the call at the deadline with its number, and a broken group stays broken.
+// fails the call at the deadline with its number, and a broken group stays broken. GroupCollective
+// (the shard processes' collective): specs parsed or refused by name, a group joined per
+// incarnation (shm and gloo), its shm name gone after the first call, a broken group replaced by
+// the next one.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -9,12 +12,14 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <thread>
 #include <vector>
 
 #include "collective/collective.h"
 #include "collective/gloo_collective.h"
+#include "collective/group.h"
 #include "collective/shm_collective.h"
 #include "support/temp_dir.h"
 
@@ -347,6 +352,100 @@ TEST(GlooCollective, ARankThatStopsCallingFailsTheCallAtTheDeadline) {
     EXPECT_LT(std::chrono::steady_clock::now() - t0, milliseconds(1400));
     EXPECT_EQ(c.all_reduce_sum(v, 2, {0, 0, 2}).message(), s.message());  // stays broken
   });
+}
+
+
+// ---- GroupCollective: one object per process, a group per incarnation ----
+
+TEST(GroupSpec, ParsesShmAndGlooAndRefusesTheRestByName) {
+  auto shm = parse_group_spec("shm:/arbor-tp-1-a-2");
+  ASSERT_TRUE(shm.ok());
+  EXPECT_EQ(shm->transport, GroupSpec::Transport::kShm);
+  EXPECT_EQ(shm->name, "/arbor-tp-1-a-2");
+  auto gloo = parse_group_spec("gloo:/shared/store:arbor-tp-1-a-2");
+  ASSERT_TRUE(gloo.ok());
+  EXPECT_EQ(gloo->transport, GroupSpec::Transport::kGloo);
+  EXPECT_EQ(gloo->name, "/shared/store");
+  EXPECT_EQ(gloo->prefix, "arbor-tp-1-a-2");
+  for (const char* bad : {"", "shm:", "shm:/", "shm:name", "shm:/a/b", "gloo:", "gloo:dir",
+                          "gloo::p", "gloo:dir:", "nccl:x"}) {
+    auto r = parse_group_spec(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("must be shm:/NAME"), std::string::npos) << bad;
+  }
+}
+
+bool shm_name_exists(const std::string& name) {
+  return std::filesystem::exists("/dev/shm" + name);
+}
+
+TEST(GroupCollective, CallsBeforeJoinFailAndABadSpecIsRefused) {
+  GroupCollective c(0, 2);
+  float x = 1;
+  const Status s = c.all_reduce_sum(&x, 1, {});
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("no group joined yet"), std::string::npos) << s.to_string();
+  EXPECT_EQ(c.join("tcp:1.2.3.4").code(), StatusCode::kInvalidArgument);
+}
+
+TEST(GroupCollective, EachIncarnationIsANewShmGroupWhoseNameGoesAfterTheFirstCall) {
+  const std::string base = "/arbor-tp-test-" + std::to_string(getpid()) + "-";
+  GroupCollective r0(0, 2), r1(1, 2);
+  for (GroupCollective* c : {&r0, &r1}) c->set_timeout(milliseconds(500));
+  // Incarnation 1: both ranks sum; then rank 1 stops calling, rank 0 fails at the deadline and
+  // the group stays broken.
+  const std::string g1 = "shm:" + base + "1";
+  ASSERT_TRUE(r0.join(g1).ok());
+  ASSERT_TRUE(r1.join(g1).ok());
+  std::vector<float> got[2];
+  {
+    std::thread t([&] {
+      got[1] = contribution(1, 0, 300);
+      EXPECT_TRUE(r1.all_reduce_sum(got[1].data(), 300, {.step = 1}).ok());
+    });
+    got[0] = contribution(0, 0, 300);
+    EXPECT_TRUE(r0.all_reduce_sum(got[0].data(), 300, {.step = 1}).ok());
+    t.join();
+  }
+  const std::vector<float> want = expected_sum(2, 0, 300);
+  EXPECT_EQ(std::memcmp(got[0].data(), want.data(), 300 * 4), 0);
+  EXPECT_EQ(std::memcmp(got[1].data(), want.data(), 300 * 4), 0);
+  EXPECT_FALSE(shm_name_exists(base + "1")) << "rank 0 unlinks the name after the first call";
+  float x = 1;
+  EXPECT_EQ(r0.all_reduce_sum(&x, 1, {.step = 2}).code(), StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(r0.all_reduce_sum(&x, 1, {.step = 3}).ok()) << "a broken group stays broken";
+  // Incarnation 2: a new group on the same objects works again.
+  const std::string g2 = "shm:" + base + "2";
+  ASSERT_TRUE(r0.join(g2).ok());
+  ASSERT_TRUE(r1.join(g2).ok());
+  int32_t token[2] = {42, -1};
+  std::thread t([&] { EXPECT_TRUE(r1.broadcast(&token[1], 4, {.step = 1}).ok()); });
+  EXPECT_TRUE(r0.broadcast(&token[0], 4, {.step = 1}).ok());
+  t.join();
+  EXPECT_EQ(token[1], 42);
+  EXPECT_EQ(r0.spec(), g2);
+  EXPECT_FALSE(shm_name_exists(base + "2"));
+}
+
+TEST(GroupCollective, GlooGroupsJoinOnFirstUse) {
+  ASSERT_TRUE(GlooCollective::available());
+  test::TempDir dir("group_gloo");
+  std::vector<float> got[2];
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      GroupCollective c(r, 2);
+      c.set_timeout(milliseconds(20000));
+      ASSERT_TRUE(c.join("gloo:" + dir.path() + ":inc1").ok());
+      EXPECT_EQ(c.name(), "gloo");
+      got[r] = contribution(r, 3, 1000);
+      const Status s = c.all_reduce_sum(got[r].data(), 1000, {.step = 7});
+      EXPECT_TRUE(s.ok()) << s.to_string();
+    });
+  }
+  for (auto& t : threads) t.join();
+  const std::vector<float> want = expected_sum(2, 3, 1000);
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(std::memcmp(got[r].data(), want.data(), 4000), 0) << r;
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <random>
 #include <thread>
 
+#include "executor_under_test.h"
 #include "executor/local_executor.h"
 #include "engine_test_util.h"
 #include "model/runner.h"
@@ -94,7 +95,7 @@ inline void wait_until_kv_busy(const EngineCore& engine) {
 // the KV pool, so that it has to preempt them.
 inline BatchedRun run_batched(const std::vector<AloneCase>& cases, const RunOptions& run_opts) {
   const EngineOptions& opts = run_opts.engine;
-  auto exec = executor::LocalExecutor::load(stories260k_path(), run_opts.cpu);
+  auto exec = ::arbor::engine::testing::load_executor(stories260k_path(), run_opts.cpu);
   EXPECT_TRUE(exec.ok()) << exec.status().to_string();
   EngineCoreConfig cfg;
   cfg.options = opts;

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "executor_under_test.h"
 #include "batched_equals_alone.h"
 
 namespace arbor::engine {
@@ -52,7 +53,7 @@ std::unique_ptr<EngineCore> make_engine(int32_t budget, int64_t blocks = 256,
                                         bool prefix_caching = true) {
   testing::RunOptions o = testing::alone_options(budget, blocks);
   o.engine.enable_prefix_caching = prefix_caching;
-  auto exec = executor::LocalExecutor::load(testing::stories260k_path(), o.cpu);
+  auto exec = ::arbor::engine::testing::load_executor(testing::stories260k_path(), o.cpu);
   EXPECT_TRUE(exec.ok()) << exec.status().to_string();
   EngineCoreConfig cfg;
   cfg.options = o.engine;

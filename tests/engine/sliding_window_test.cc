@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "executor_under_test.h"
 #include "engine/engine_core.h"
 #include "engine_test_util.h"
 #include "executor/local_executor.h"
@@ -127,7 +128,7 @@ Outcome run(const SwaRun& r) {
   cpu.tree_budget = r.tree_budget;
   cpu.tree_width = 3;
   const std::string& target = r.model == "gemma2" ? models().gemma2 : models().gemma3;
-  auto exec = executor::LocalExecutor::load(target, cpu);
+  auto exec = ::arbor::engine::testing::load_executor(target, cpu);
   EXPECT_TRUE(exec.ok()) << exec.status().to_string();
   if (!exec.ok()) return {};
   EngineCoreConfig cfg;

@@ -12,6 +12,7 @@
 #include <map>
 #include <string>
 
+#include "executor_under_test.h"
 #include "convert/llama2c.h"
 #include "convert/model_plan.h"
 #include "engine/engine_core.h"
@@ -63,7 +64,7 @@ std::vector<std::vector<int32_t>> run_spec(const SpecRun& r, int64_t* accepted,
   cpu.tree_budget = r.tree_budget;
   cpu.tree_width = r.tree_width;
   cpu.tree_static_widths = r.tree_shape;
-  auto exec = executor::LocalExecutor::load(shared(model::testing::kStories260K), cpu);
+  auto exec = ::arbor::engine::testing::load_executor(shared(model::testing::kStories260K), cpu);
   EXPECT_TRUE(exec.ok()) << exec.status().to_string();
   if (!exec.ok()) return {};
   EngineCoreConfig cfg;
@@ -279,7 +280,7 @@ std::unique_ptr<EngineCore> seeded_engine(int layers, int32_t k, int64_t num_kv_
     cpu.proposer = executor::SpecProposer::kDraft;
     cpu.draft_model = draft_gguf(layers);
   }
-  auto exec = executor::LocalExecutor::load(shared(model::testing::kStories260K), cpu);
+  auto exec = ::arbor::engine::testing::load_executor(shared(model::testing::kStories260K), cpu);
   EXPECT_TRUE(exec.ok()) << exec.status().to_string();
   if (!exec.ok()) return nullptr;
   EngineCoreConfig cfg;
@@ -358,7 +359,7 @@ std::vector<std::vector<int64_t>> token_counts(
     cpu.proposer = executor::SpecProposer::kDraft;
     cpu.draft_model = draft_gguf(3);
   }
-  auto exec = executor::LocalExecutor::load(shared(model::testing::kStories260K), cpu);
+  auto exec = ::arbor::engine::testing::load_executor(shared(model::testing::kStories260K), cpu);
   EXPECT_TRUE(exec.ok()) << exec.status().to_string();
   const int32_t vocab = (*exec)->vocab_size();
   EngineCoreConfig cfg;

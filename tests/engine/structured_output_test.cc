@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "executor_under_test.h"
 #include "draft_models.h"
 #include "engine/engine_core.h"
 #include "engine/stop_rules.h"
@@ -160,7 +161,7 @@ std::vector<Output> run_cases(const std::string& model, const SpecRun& setup,
   cpu.proposer = setup.proposer;
   if (setup.proposer == executor::SpecProposer::kDraft) cpu.draft_model = testing::draft_gguf(3);
   cpu.tree_budget = setup.tree_budget;
-  auto exec = executor::LocalExecutor::load(model, cpu);
+  auto exec = ::arbor::engine::testing::load_executor(model, cpu);
   EXPECT_TRUE(exec.ok()) << exec.status().to_string();
   if (!exec.ok()) return {};
   auto tok = tokenizer::Tokenizer::from_file(model);
@@ -385,7 +386,7 @@ TEST(MinTokens, HoldsBackEosWithAndWithoutSpeculation) {
     cpu.num_threads = 2;
     cpu.proposer = setup.proposer;
     if (setup.proposer == executor::SpecProposer::kDraft) cpu.draft_model = testing::draft_gguf(3);
-    auto exec = executor::LocalExecutor::load(model, cpu);
+    auto exec = ::arbor::engine::testing::load_executor(model, cpu);
     EXPECT_TRUE(exec.ok()) << exec.status().to_string();
     EngineCoreConfig cfg;
     cfg.options.max_spec_tokens = std::max(setup.k, 1);

@@ -3,7 +3,9 @@
 // and prompt logprobs identical; a shard killed with SIGKILL at a random step, or stopped with
 // SIGSTOP, costs a recompute and nothing else (every stream identical to the fault-free run, no
 // leaked block, no zombie); a shard that cannot come back ends every stream with an error event
-// naming the shard and the signal.
+// naming the shard and the signal. The same through a tensor-parallel group of 2 launched ranks
+// (`--shards 2`): outputs bitwise equal to one process (n-gram chains and draft-model trees
+// included), and a killed or stopped rank 1 restarts the whole group, identically.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -34,6 +36,7 @@ struct ShardSetup {
   executor::ExecutorOptions exec;
   engine::EngineOptions engine;
   double recover_timeout_s = 30.0;
+  int32_t world = 1;  // launched ranks: the tensor-parallel degree
 };
 
 ShardSetup base_setup() {
@@ -57,6 +60,11 @@ std::vector<std::string> shard_argv(const ShardSetup& s, const std::string& mode
   if (s.exec.proposer == executor::SpecProposer::kNgram) {
     argv.insert(argv.end(), {"--spec", "ngram"});
   }
+  if (s.exec.proposer == executor::SpecProposer::kDraft) {
+    argv.insert(argv.end(), {"--spec", "draft", "--draft-model", s.exec.draft_model,
+                             "--spec-tree-budget", std::to_string(s.exec.tree_budget),
+                             "--spec-tree-width", std::to_string(s.exec.tree_width)});
+  }
   return argv;
 }
 
@@ -71,6 +79,7 @@ Engine make_engine(const ShardSetup& s, bool sharded, const std::string& model =
   if (sharded) {
     RemoteExecutorOptions o;
     o.launch_argv = shard_argv(s, model.empty() ? s.model : model);
+    o.num_launched = s.world;
     o.recover_timeout_s = s.recover_timeout_s;
     auto r = RemoteExecutor::start(o);
     EXPECT_TRUE(r.ok()) << r.status().to_string();
@@ -157,6 +166,16 @@ int num_zombie_children() {
     int ppid = 0;
     rest >> state >> ppid;
     if (ppid == getpid() && state == 'Z') ++n;
+  }
+  return n;
+}
+
+// Shared-memory TP groups this engine process named that are still in /dev/shm.
+int shm_groups_of(int pid) {
+  int n = 0;
+  const std::string prefix = str_cat("arbor-tp-", pid, "-");
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+    if (entry.path().filename().string().starts_with(prefix)) ++n;
   }
   return n;
 }
@@ -251,11 +270,13 @@ TEST(ShardEngine, PromptLogprobsEqualInProcess) {
   }
 }
 
-// Runs 32 seeded streams fault-free in process, then through a shard that gets `signal` when
-// request 0 has seen a random number of events; every stream must match.
-void check_fault_recomputes(int signal, uint64_t seed) {
+// Runs 32 seeded streams fault-free in process, then through `world` launched ranks of which
+// rank `victim` gets `signal` when request 0 has seen a random number of events; every stream
+// must match, and the whole group comes back as a new incarnation.
+void check_fault_recomputes(int signal, uint64_t seed, int32_t world = 1, int32_t victim = 0) {
   ShardSetup s = base_setup();
   s.engine.max_num_seqs = 32;
+  s.world = world;
   const std::vector<GenerateRequest> reqs = workload(32, 32, seed);
   Engine local = make_engine(s, false);
   ASSERT_TRUE(local.core);
@@ -263,7 +284,9 @@ void check_fault_recomputes(int signal, uint64_t seed) {
   Engine remote = make_engine(s, true);
   ASSERT_TRUE(remote.core);
   const int32_t free_at_start = remote.core->num_free_blocks();
-  const int64_t pid = remote.remote->shard_pid();
+  std::vector<int64_t> pids;
+  for (int32_t r = 0; r < world; ++r) pids.push_back(remote.remote->shard_pid(r));
+  const int64_t pid = pids[victim];
   ASSERT_TRUE(process_exists(pid));
   std::mt19937_64 rng(seed);
   const int at_event = std::uniform_int_distribution<int>(2, 20)(rng);
@@ -272,24 +295,31 @@ void check_fault_recomputes(int signal, uint64_t seed) {
       ASSERT_EQ(::kill(static_cast<pid_t>(pid), signal), 0);
     }
   });
-  SCOPED_TRACE(str_cat("seed ", seed, ", signal ", signal, " after ", at_event, " events"));
+  SCOPED_TRACE(str_cat("seed ", seed, ", signal ", signal, " to rank ", victim, " of ", world,
+                       " after ", at_event, " events"));
   expect_same(reference, got);
   const engine::EngineMetricsSnapshot m = remote.core->metrics();
   EXPECT_EQ(m.num_executor_faults, 1);
   EXPECT_EQ(m.num_executor_recoveries, 1);
   EXPECT_TRUE(m.executor_healthy);
-  ASSERT_EQ(m.shards.size(), 1u);
-  EXPECT_EQ(m.shards[0].incarnation, 2u);
-  EXPECT_EQ(m.shards[0].num_restarts, 1);
-  EXPECT_NE(m.shards[0].last_fault.find(signal == SIGKILL ? "SIGKILL" : "SIGSTOP"),
+  ASSERT_EQ(m.shards.size(), static_cast<size_t>(world));
+  for (int32_t r = 0; r < world; ++r) {
+    EXPECT_EQ(m.shards[r].incarnation, 2u) << "rank " << r;
+    EXPECT_EQ(m.shards[r].num_restarts, 1) << "rank " << r;
+    EXPECT_TRUE(m.shards[r].up) << "rank " << r;
+    // The whole group was restarted: every rank is a new process.
+    EXPECT_FALSE(process_exists(pids[r])) << "rank " << r << " of the faulted group still runs";
+    EXPECT_NE(remote.remote->shard_pid(r), pids[r]) << "rank " << r;
+    EXPECT_TRUE(process_exists(remote.remote->shard_pid(r))) << "rank " << r;
+  }
+  EXPECT_EQ(m.shards[victim].num_faults, 1);
+  EXPECT_NE(m.shards[victim].last_fault.find(signal == SIGKILL ? "SIGKILL" : "SIGSTOP"),
             std::string::npos)
-      << m.shards[0].last_fault;
+      << m.shards[victim].last_fault;
   EXPECT_GT(m.num_preemptions, 0);
   EXPECT_EQ(remote.core->num_free_blocks(), free_at_start) << "leaked KV blocks";
-  EXPECT_FALSE(process_exists(pid)) << "the faulted shard still runs";
-  EXPECT_NE(remote.remote->shard_pid(), pid);
-  EXPECT_TRUE(process_exists(remote.remote->shard_pid()));
   EXPECT_EQ(num_zombie_children(), 0);
+  if (world > 1) EXPECT_EQ(shm_groups_of(getpid()), 0) << "a TP group's shared memory was left";
 }
 
 TEST(ShardFaults, KillNineAtARandomStepRecomputesIdentically) {
@@ -333,6 +363,116 @@ TEST(ShardFaults, RecoveryImpossibleEndsEveryStreamWithAnError) {
   EXPECT_TRUE(after.errors[0].ok()) << after.errors[0].to_string();
   EXPECT_EQ(after.tokens[0].size(), 8u);
   EXPECT_TRUE(core.metrics().executor_healthy);
+}
+
+// Tensor parallelism across shard processes: 2 launched ranks meeting in shared memory.
+TEST(ShardTp, GreedyAndSeededOutputsAtTp2EqualOneProcess) {
+  ShardSetup s = base_setup();
+  Engine local = make_engine(s, false);
+  s.world = 2;
+  Engine remote = make_engine(s, true);
+  ASSERT_TRUE(local.core && remote.core);
+  ASSERT_NE(remote.remote->shard_pid(0), remote.remote->shard_pid(1));
+  const RunOutput a = run(*local.core, workload(12, 24, 5));
+  const RunOutput b = run(*remote.core, workload(12, 24, 5));
+  expect_same(a, b);
+  const engine::EngineMetricsSnapshot m = remote.core->metrics();
+  ASSERT_EQ(m.shards.size(), 2u);
+  for (const step::ShardStats& st : m.shards) {
+    EXPECT_GT(st.num_steps, 20) << "rank " << st.rank;
+    EXPECT_GT(st.forward_s, 0) << "rank " << st.rank;
+    EXPECT_EQ(st.num_faults, 0) << "rank " << st.rank;
+  }
+  EXPECT_EQ(shm_groups_of(getpid()), 0) << "rank 0 unlinks the group's name after the first call";
+}
+
+TEST(ShardTp, NgramChainsAndDraftModelTreesAtTp2EqualOneProcess) {
+  struct Case {
+    const char* name;
+    executor::SpecProposer proposer;
+    int32_t tree_budget;
+  };
+  for (const Case c : {Case{"n-gram chains", executor::SpecProposer::kNgram, 0},
+                       Case{"draft-model trees", executor::SpecProposer::kDraft, 8}}) {
+    SCOPED_TRACE(c.name);
+    ShardSetup s = base_setup();
+    s.exec.proposer = c.proposer;
+    s.exec.tree_budget = c.tree_budget;
+    s.exec.tree_width = 3;
+    if (c.proposer == executor::SpecProposer::kDraft) s.exec.draft_model = s.model;
+    s.engine.max_spec_tokens = 3;
+    std::vector<GenerateRequest> reqs = workload(6, 32, 9);
+    for (GenerateRequest& r : reqs) {
+      r.speculation = sched::SpecRequest{.mode = sched::SpecMode::kFixed, .k = 3};
+      std::vector<int32_t> p = r.prompt_token_ids;
+      for (int k = 0; k < 3; ++k) r.prompt_token_ids.insert(r.prompt_token_ids.end(), p.begin(), p.end());
+    }
+    Engine local = make_engine(s, false);
+    s.world = 2;
+    Engine remote = make_engine(s, true);
+    ASSERT_TRUE(local.core && remote.core);
+    expect_same(run(*local.core, reqs), run(*remote.core, reqs));
+    const engine::EngineMetricsSnapshot m = remote.core->metrics();
+    EXPECT_GT(m.num_accepted_draft_tokens, 0) << "no draft was accepted at TP 2";
+    EXPECT_EQ(m.num_draft_tokens, local.core->metrics().num_draft_tokens);
+    EXPECT_EQ(m.num_accepted_draft_tokens, local.core->metrics().num_accepted_draft_tokens);
+  }
+}
+
+TEST(ShardTp, PromptLogprobsAtTp2EqualOneProcess) {
+  ShardSetup s = base_setup();
+  s.engine.max_num_batched_tokens = 32;  // chunked prompts
+  std::vector<GenerateRequest> reqs = workload(3, 4, 11);
+  for (GenerateRequest& r : reqs) {
+    r.sampling.prompt_logprobs = 3;
+    std::mt19937_64 rng(r.prompt_token_ids[0]);
+    r.prompt_token_ids = engine::testing::random_prompt(rng, 70, 512);
+  }
+  std::vector<engine::PromptLogprobs> got[2];
+  for (int sharded = 0; sharded < 2; ++sharded) {
+    s.world = sharded == 1 ? 2 : 1;
+    Engine e = make_engine(s, sharded == 1);
+    ASSERT_TRUE(e.core);
+    for (GenerateRequest r : reqs) {
+      auto stream = e.core->submit(std::move(r));
+      ASSERT_TRUE(stream.ok());
+      engine::PromptLogprobs p;
+      while (std::optional<engine::StreamEvent> ev = (*stream)->next()) {
+        if (ev->prompt_logprobs) p = *ev->prompt_logprobs;
+      }
+      got[sharded].push_back(std::move(p));
+    }
+  }
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    ASSERT_EQ(got[0][i].size(), 69u);
+    ASSERT_EQ(got[1][i].size(), 69u);
+    for (size_t p = 0; p < got[0][i].size(); ++p) {
+      EXPECT_EQ(got[0][i][p].logprob, got[1][i][p].logprob) << "request " << i << " position " << p;
+      EXPECT_EQ(got[0][i][p].rank, got[1][i][p].rank);
+    }
+  }
+}
+
+TEST(ShardTp, KillNineOfRank1RestartsTheGroupAndRecomputesIdentically) {
+  check_fault_recomputes(SIGKILL, 303, /*world=*/2, /*victim=*/1);
+}
+
+TEST(ShardTp, SigstopOfRank1IsNamedAndRecomputedIdentically) {
+  check_fault_recomputes(SIGSTOP, 404, /*world=*/2, /*victim=*/1);
+}
+
+// A rank started for another group size refuses the engine's Hello by name.
+TEST(ShardTp, RankOfAnotherWorldSizeIsRefused) {
+  ShardSetup s = base_setup();
+  RemoteExecutorOptions o;
+  o.launch_argv = shard_argv(s, s.model);
+  o.launch_argv.insert(o.launch_argv.end(), {"--rank", "0", "--world-size", "2"});
+  o.start_timeout_s = 20;
+  auto r = RemoteExecutor::start(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("this shard was started as rank 0 of 2"), std::string::npos)
+      << r.status().to_string();
+  EXPECT_EQ(num_zombie_children(), 0);
 }
 
 }  // namespace
