@@ -1,11 +1,15 @@
 #include "shard/remote_executor.h"
 
 #include <grpcpp/grpcpp.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -45,6 +49,33 @@ char process_state(int pid) {
   if (!std::getline(f, line)) return '?';
   const size_t paren = line.rfind(')');
   return paren != std::string::npos && paren + 2 < line.size() ? line[paren + 2] : '?';
+}
+
+// What an engine killed with SIGKILL leaves behind (its socket folder, the shared memory of a TP
+// group that died before its first call): names that carry the pid of a process of this user
+// that no longer exists are removed. "<prefix><pid>-...".
+void remove_stale(const std::filesystem::path& dir, std::string_view prefix, bool shm) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!name.starts_with(prefix)) continue;
+    const long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
+    struct stat st {};
+    if (pid <= 0 || ::stat(entry.path().c_str(), &st) != 0 || st.st_uid != ::getuid()) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive
+    ARBOR_LOG(kInfo) << "shards: removing " << entry.path().string() << " (left by process "
+                     << pid << ", which is gone)";
+    if (shm) {
+      shm_unlink(("/" + name).c_str());
+    } else {
+      std::filesystem::remove_all(entry.path(), ec);
+    }
+  }
+}
+
+void remove_stale_launch_files() {
+  remove_stale("/tmp", "arbor-shards-", false);
+  remove_stale("/dev/shm", "arbor-tp-", true);
 }
 
 // Tags of the stream's operations on its completion queue.
@@ -541,8 +572,11 @@ Result<std::unique_ptr<RemoteExecutor>> RemoteExecutor::start(const RemoteExecut
   impl->options = o;
   impl->group_token = str_cat(std::hex, std::random_device()() & 0xffffff);
   if (!o.launch_argv.empty()) {
-    char dir[] = "/tmp/arbor-shards-XXXXXX";
-    if (mkdtemp(dir) == nullptr) return io_error("cannot create a folder for shard sockets in /tmp");
+    remove_stale_launch_files();
+    std::string dir = str_cat("/tmp/arbor-shards-", getpid(), "-XXXXXX");
+    if (mkdtemp(dir.data()) == nullptr) {
+      return io_error("cannot create a folder for shard sockets in /tmp");
+    }
     impl->socket_dir = dir;
     for (int32_t r = 0; r < o.num_launched; ++r) {
       auto s = std::make_unique<Shard>();

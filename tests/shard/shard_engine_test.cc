@@ -8,6 +8,7 @@
 // included), and a killed or stopped rank 1 restarts the whole group, identically.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -459,6 +460,26 @@ TEST(ShardTp, KillNineOfRank1RestartsTheGroupAndRecomputesIdentically) {
 
 TEST(ShardTp, SigstopOfRank1IsNamedAndRecomputedIdentically) {
   check_fault_recomputes(SIGSTOP, 404, /*world=*/2, /*victim=*/1);
+}
+
+// What an engine killed with SIGKILL leaves (its socket folder) is removed by the next one.
+TEST(ShardFaults, StaleSocketFoldersOfGoneEnginesAreRemoved) {
+  // A pid that is surely gone: a child that has been reaped.
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  ASSERT_GT(child, 0);
+  ASSERT_EQ(waitpid(child, nullptr, 0), child);
+  const std::string stale = str_cat("/tmp/arbor-shards-", child, "-test");
+  const std::string alive = str_cat("/tmp/arbor-shards-", getpid(), "-test");
+  for (const std::string& d : {stale, alive}) {
+    std::filesystem::create_directories(d);
+    std::ofstream(d + "/shard-0.sock") << "";
+  }
+  Engine e = make_engine(base_setup(), true);
+  ASSERT_TRUE(e.core);
+  EXPECT_FALSE(std::filesystem::exists(stale)) << "the gone engine's folder is still there";
+  EXPECT_TRUE(std::filesystem::exists(alive)) << "a live process's folder was removed";
+  std::filesystem::remove_all(alive);
 }
 
 // A rank started for another group size refuses the engine's Hello by name.
