@@ -36,6 +36,7 @@ struct Options {
   ShardFlags shards;
   int32_t num_requests = 64;
   int32_t steps = 128;
+  int32_t protocol_steps = 0;  // --protocol-only
 };
 
 double median(std::vector<double> v) {
@@ -142,6 +143,13 @@ Result<std::vector<double>> protocol_cpu_us(int32_t n, int32_t steps) {
 }
 
 Status run(const Options& o) {
+  if (o.protocol_steps > 0) {  // the protocol's CPU alone (for profiling it)
+    ARBOR_ASSIGN_OR_RETURN(const std::vector<double> cpu_us,
+                           protocol_cpu_us(o.num_requests, o.protocol_steps));
+    std::printf("protocol CPU, no transport: median %.1f us per step of %d requests (%d steps)\n",
+                median(cpu_us), o.num_requests, o.protocol_steps);
+    return ok_status();
+  }
   ShardFlags flags = o.shards;
   if (!flags.remote()) flags.shards = 1;
   ARBOR_ASSIGN_OR_RETURN(auto remote, start_shards(o.model, o.serving, flags));
@@ -196,6 +204,11 @@ void setup(CLI::App& bench) {
       ->capture_default_str();
   sub->add_option("--steps", o->steps, "Output tokens per request")
       ->check(CLI::Range(2, 100000))
+      ->capture_default_str();
+  sub->add_option("--protocol-only", o->protocol_steps,
+                  "Only the protocol's CPU cost (no shard, no model run), over this many steps "
+                  "(0: the whole benchmark)")
+      ->check(CLI::Range(0, 10000000))
       ->capture_default_str();
   add_engine_flags(*sub, &o->serving);
   add_shard_flags(*sub, &o->shards);

@@ -7,6 +7,9 @@
 // 2. Greedy decode tokens/s of one process with --tp threads against --tp forked ranks (one
 //    TP rank each, one thread each) on the same file, after the same 16-token prompt: the
 //    medians of -r runs of -n tokens. The two must produce the same tokens (checked).
+// 2b. What the canonical K segments cost at TP = 1: the same one-process decode with the
+//    row-parallel matrices as one segment (ModelLoadOptions::max_segments = 1), interleaved
+//    with the segmented runs so that the host's drift hits both alike.
 // 3. The expected TP speed-up where each rank has its own socket (memory bandwidth): the
 //    single-rank step time halves (or quarters) and the measured all-reduce time is added:
 //    t_tp = t_1 / tp + 2 * layers * allreduce(dim * 4 bytes).
@@ -110,10 +113,12 @@ Result<std::vector<double>> allreduce_latency(int tp, const std::vector<size_t>&
 // Greedy decode on one runner: a 16-token prompt, then n_gen tokens, reps times (each run on
 // fresh positions). Writes tokens/s of each run's decode to `tps` and the first run's tokens.
 Status decode(const std::string& path, int threads, const model::TpContext& tp, const Options& o,
-              double* tps, int32_t* tokens, uint64_t* resident) {
+              double* tps, int32_t* tokens, uint64_t* resident,
+              int max_segments = model::kMaxSegments) {
   model::RunnerOptions ro;
   ro.num_threads = threads;
   ro.tp = tp;
+  ro.max_segments = max_segments;
   const int32_t per_run = 16 + o.n_gen;
   ro.num_blocks = (per_run + 15) / 16 + 1;
   ARBOR_ASSIGN_OR_RETURN(auto runner, model::ModelRunner::load(path, ro));
@@ -171,6 +176,16 @@ Status run(const Options& o) {
   uint64_t one_resident = 0;
   ARBOR_RETURN_IF_ERROR(
       decode(o.model, o.tp, {}, o, one_tps.data(), one_tokens.data(), &one_resident));
+  // The same with one K segment (what the canonical segments cost at TP = 1), then the
+  // segmented runs again: the medians of both segmented series against the whole-K one.
+  std::vector<double> whole_tps(o.reps), again_tps(o.reps);
+  std::vector<int32_t> whole_tokens(o.n_gen), again_tokens(o.n_gen);
+  uint64_t ignored = 0;
+  ARBOR_RETURN_IF_ERROR(decode(o.model, o.tp, {}, o, whole_tps.data(), whole_tokens.data(),
+                               &ignored, /*max_segments=*/1));
+  ARBOR_RETURN_IF_ERROR(
+      decode(o.model, o.tp, {}, o, again_tps.data(), again_tokens.data(), &ignored));
+  one_tps.insert(one_tps.end(), again_tps.begin(), again_tps.end());
   // tp ranks, one thread each: rank 0 reports.
   const size_t tokens_bytes = (sizeof(int32_t) * o.n_gen + 7) / 8 * 8;
   Shared out(sizeof(double) * o.reps + tokens_bytes + sizeof(uint64_t) * o.tp);
@@ -190,6 +205,7 @@ Status run(const Options& o) {
   const auto* tp_tps = static_cast<const double*>(out.p);
   std::memcpy(tp_tokens.data(), tp_tps + o.reps, sizeof(int32_t) * o.n_gen);
   const double one = median(one_tps), tpm = median({tp_tps, tp_tps + o.reps});
+  const double whole = median(whole_tps);
   // The decode step's all-reduce: dim floats; interpolate the measured sizes.
   const size_t step_bytes = static_cast<size_t>(cfg.dim) * 4;
   double step_lat = lat.back();
@@ -212,6 +228,8 @@ Status run(const Options& o) {
     for (size_t i = 0; i < sizes.size(); ++i) j["allreduce_us"][std::to_string(sizes[i])] = lat[i];
     j["decode_tps_one_process"] = one;
     j["decode_tps_tp"] = tpm;
+    j["decode_tps_one_process_one_segment"] = whole;
+    j["segment_cost"] = whole / one - 1.0;
     j["ratio"] = tpm / one;
     j["comm_ms_per_token"] = comm_ms;
     j["expected_speedup_multi_socket"] = expected;
@@ -226,6 +244,8 @@ Status run(const Options& o) {
     }
     std::printf("decode (%d tokens, median of %d runs):\n", o.n_gen, o.reps);
     std::printf("  one process, %d threads    %8.2f tok/s\n", o.tp, one);
+    std::printf("  ... with one K segment    %8.2f tok/s  (canonical segments cost %.1f %%)\n",
+                whole, 100.0 * (whole / one - 1.0));
     std::printf("  TP=%d, one thread per rank  %8.2f tok/s  (%.3fx)\n", o.tp, tpm, tpm / one);
     std::printf("  communication per token: 2 x %d layers x %.2f us = %.3f ms\n", cfg.num_layers,
                 step_lat, comm_ms);

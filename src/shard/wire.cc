@@ -124,23 +124,25 @@ std::optional<WireError> StepDecoder::decode(const wire::Step& msg, step::Schedu
     return error("step", str_cat("is ", msg.step(), ", the previous step was ", step_,
                                  " (steps are numbered 1, 2, ... per incarnation)"));
   }
-  *out = step::SchedulerOutput{};
+  // *out is refilled in place: its vectors (and each request's token ids and block tables)
+  // keep their capacity from step to step, so a decode step allocates next to nothing.
   out->step = msg.engine_step();
   out->total_num_scheduled_tokens = msg.total_num_scheduled_tokens();
-  std::unordered_map<step::RequestId, Staged> staged;
-  if (auto e = check_forgets(msg, staged)) return e;
-  if (auto e = check_new(msg, out, staged)) return e;
+  out->new_requests.clear();
+  out->block_copies.clear();
+  staged_.clear();
+  if (auto e = check_forgets(msg, staged_)) return e;
+  if (auto e = check_new(msg, out, staged_)) return e;
   int64_t total = 0;
   out->requests.resize(static_cast<size_t>(msg.requests_size()));
-  std::unordered_set<step::RequestId> scheduled_ids;
   for (int i = 0; i < msg.requests_size(); ++i) {
     const wire::Scheduled& m = msg.requests(i);
     const Field field{"requests", i};
-    if (!scheduled_ids.insert(m.request_id()).second) {
+    auto it = staged_.find(m.request_id());
+    if (it != staged_.end() && it->second.scheduled) {
       return error(field + ".request_id", str_cat("request ", m.request_id(), " is scheduled twice"));
     }
-    auto it = staged.find(m.request_id());
-    if (it == staged.end()) {
+    if (it == staged_.end()) {
       auto k = known_.find(m.request_id());
       if (k == known_.end()) {
         return error(field + ".request_id",
@@ -153,11 +155,12 @@ std::optional<WireError> StepDecoder::decode(const wire::Step& msg, step::Schedu
       st.next.num_prompt_tokens = k->second.num_prompt_tokens;
       st.next.pooling = k->second.pooling;
       st.tables_from_base = true;
-      it = staged.emplace(m.request_id(), std::move(st)).first;
+      it = staged_.emplace(m.request_id(), std::move(st)).first;
     } else if (it->second.next.num_tokens < 0) {
       return error(field + ".request_id",
                    str_cat("request ", m.request_id(), " is forgotten by this step"));
     }
+    it->second.scheduled = true;
     if (auto e = check_scheduled(m, field, it->second, &out->requests[static_cast<size_t>(i)])) {
       return e;
     }
@@ -170,7 +173,7 @@ std::optional<WireError> StepDecoder::decode(const wire::Step& msg, step::Schedu
   }
   if (auto e = check_copies(msg, out)) return e;
   // Every check passed: commit.
-  for (auto& [id, st] : staged) {
+  for (auto& [id, st] : staged_) {
     if (st.next.num_tokens < 0) {
       known_.erase(id);
     } else if (st.tables_from_base) {

@@ -102,6 +102,7 @@ class StepDecoder {
     const Known* base = nullptr;  // null: a new request of this message
     Known next;
     bool tables_from_base = false;  // next.tables unused: base's tables, unedited
+    bool scheduled = false;         // named by one of the message's requests
   };
   // A list entry's name, "requests[3]", formatted only when an error names it.
   struct Field {
@@ -125,6 +126,7 @@ class StepDecoder {
   int64_t step_ = 0;           // of the last step applied (0: none yet)
   int64_t decoding_step_ = 0;  // of the message being decoded (for error messages)
   std::unordered_map<step::RequestId, Known> known_;
+  std::unordered_map<step::RequestId, Staged> staged_;  // the message being decoded (scratch)
 };
 
 // Sampling parameters on the wire and back (the grammar with its thinking block included).

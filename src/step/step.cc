@@ -243,33 +243,55 @@ Status validate_pooled(const SchedulerOutput& output, const StepResult& result) 
 
 Status validate_step_result(const SchedulerOutput& output, const StepResult& result,
                             int32_t vocab_size) {
-  std::unordered_map<RequestId, const ScheduledRequest*> sampling;
-  for (const ScheduledRequest& s : output.requests) {
-    if (s.sample) sampling.emplace(s.request_id, &s);
-  }
-  std::unordered_map<RequestId, bool> seen;
-  for (const RequestResult& r : result.requests) {
-    auto it = sampling.find(r.request_id);
-    if (it == sampling.end()) {
-      return internal_error("the executor returned a result for request ", r.request_id,
-                            ", which did not sample this step");
-    }
-    if (!seen.emplace(r.request_id, true).second) {
-      return internal_error("the executor returned two results for request ", r.request_id);
-    }
+  const auto check_one = [&](const ScheduledRequest& s, const RequestResult& r) -> Status {
     if (!r.error.ok()) {
       if (!r.tokens.empty() || r.num_accepted != 0 || !r.next_drafts.empty()) {
         return internal_error("the executor failed request ", r.request_id,
                               " but returned tokens for it");
       }
-      continue;
+      return ok_status();
     }
-    const Status st = check_result(*it->second, r, vocab_size);
-    if (!st.ok()) return st;
+    return check_result(s, r, vocab_size);
+  };
+  // Every executor returns the results in the order of the sampling requests: checked in one
+  // pass, without maps (the shard protocol checks every reply: docs/shards.md).
+  size_t k = 0;
+  bool in_order = true;
+  for (const ScheduledRequest& s : output.requests) {
+    if (!s.sample) continue;
+    if (k >= result.requests.size() || result.requests[k].request_id != s.request_id) {
+      in_order = false;
+      break;
+    }
+    ++k;
   }
-  if (seen.size() != sampling.size()) {
-    for (const auto& [id, s] : sampling) {
-      if (!seen.contains(id)) return internal_error("the executor returned no result for request ", id);
+  if (in_order && k == result.requests.size()) {
+    k = 0;
+    for (const ScheduledRequest& s : output.requests) {
+      if (s.sample) ARBOR_RETURN_IF_ERROR(check_one(s, result.requests[k++]));
+    }
+  } else {
+    // Any other order: matched by id, naming what is missing, extra or repeated.
+    std::unordered_map<RequestId, const ScheduledRequest*> sampling;
+    for (const ScheduledRequest& s : output.requests) {
+      if (s.sample) sampling.emplace(s.request_id, &s);
+    }
+    std::unordered_map<RequestId, bool> seen;
+    for (const RequestResult& r : result.requests) {
+      auto it = sampling.find(r.request_id);
+      if (it == sampling.end()) {
+        return internal_error("the executor returned a result for request ", r.request_id,
+                              ", which did not sample this step");
+      }
+      if (!seen.emplace(r.request_id, true).second) {
+        return internal_error("the executor returned two results for request ", r.request_id);
+      }
+      ARBOR_RETURN_IF_ERROR(check_one(*it->second, r));
+    }
+    if (seen.size() != sampling.size()) {
+      for (const auto& [id, s] : sampling) {
+        if (!seen.contains(id)) return internal_error("the executor returned no result for request ", id);
+      }
     }
   }
   ARBOR_RETURN_IF_ERROR(validate_prompt_logprobs(output, result, vocab_size));

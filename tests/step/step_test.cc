@@ -105,6 +105,53 @@ namespace {
 
 // A pooling step's results: exactly one non-empty, finite vector per request with `pool`, or an
 // error without values; none for other requests.
+// Three sampling requests (ids 1, 2, 3) and one that does not sample (4), one token each.
+SchedulerOutput three_sampling() {
+  SchedulerOutput out;
+  for (RequestId id : {1, 4, 2, 3}) {
+    ScheduledRequest s;
+    s.request_id = id;
+    s.num_scheduled_tokens = 1;
+    s.sample = id != 4;
+    out.requests.push_back(s);
+  }
+  return out;
+}
+
+StepResult results_for(std::initializer_list<RequestId> ids) {
+  StepResult res;
+  for (RequestId id : ids) {
+    RequestResult r;
+    r.request_id = id;
+    r.tokens = {SampledToken{.token_id = 5, .logprob = 0, .top_logprobs = {}}};
+    res.requests.push_back(r);
+  }
+  return res;
+}
+
+TEST(ValidateStepResult, ResultsInAnyOrderMatchByIdAndMissingExtraOrRepeatedOnesAreNamed) {
+  const SchedulerOutput out = three_sampling();
+  EXPECT_TRUE(validate_step_result(out, results_for({1, 2, 3}), 10).ok()) << "the usual order";
+  EXPECT_TRUE(validate_step_result(out, results_for({3, 1, 2}), 10).ok()) << "another order";
+  struct Case {
+    std::initializer_list<RequestId> ids;
+    const char* message;
+  };
+  for (const Case& c : {Case{{1, 2}, "no result for request 3"},
+                        Case{{1, 2, 3, 4}, "request 4, which did not sample"},
+                        Case{{1, 2, 2}, "two results for request 2"},
+                        Case{{1, 1, 3}, "two results for request 1"},
+                        Case{{}, "no result for request"}}) {
+    const Status st = validate_step_result(out, results_for(c.ids), 10);
+    EXPECT_EQ(st.code(), StatusCode::kInternal) << c.message;
+    EXPECT_NE(st.message().find(c.message), std::string::npos) << st.message();
+  }
+  // The in-order path checks each result like the other one: a token outside the vocabulary.
+  StepResult bad = results_for({1, 2, 3});
+  bad.requests[1].tokens[0].token_id = 10;
+  EXPECT_EQ(validate_step_result(out, bad, 10).code(), StatusCode::kInternal);
+}
+
 TEST(ValidateStepResult, PooledVectorsOnlyForPoolingStepsAndFinite) {
   SchedulerOutput out;
   ScheduledRequest s;
