@@ -228,7 +228,9 @@ TEST(ShardWire, EveryBadFieldIsRefusedByName) {
   expect_refused([](wire::Step& m) { m.mutable_requests(0)->set_request_id(33); },
                  "requests[0].request_id");
   expect_refused([](wire::Step& m) { m.mutable_requests(1)->set_request_id(1); },
-                 "requests[1].request_id");
+                 "requests[1].request_id");  // scheduled twice
+  expect_refused([](wire::Step& m) { m.add_finished_ids(m.requests(0).request_id()); },
+                 "requests[0].request_id");  // forgotten by this step, then scheduled
   expect_refused([](wire::Step& m) { m.mutable_requests(0)->set_num_scheduled_tokens(0); },
                  "requests[0].num_scheduled_tokens");
   expect_refused([](wire::Step& m) { m.mutable_requests(0)->set_num_drafts(1); },
