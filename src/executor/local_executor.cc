@@ -284,8 +284,9 @@ std::vector<int32_t> LocalExecutor::kv_group_windows() const {
   return runner_->kv_layout().windows();
 }
 
-// One sequence with kContext committed tokens (whatever K/V the blocks hold) and n new tokens,
-// logits for every row: the shape of a verification step. Median of three after a warm-up.
+// One sequence with kContext committed tokens (whatever K/V the blocks hold) and n new distinct
+// tokens, logits for every row: the shape of a verification step (for a mixture of experts, with
+// the distinct experts n rows of text touch). Median of three after a warm-up.
 Result<std::vector<double>> LocalExecutor::measure_step_costs(
     std::span<const int32_t> num_tokens) {
   std::vector<double> costs;
@@ -305,7 +306,13 @@ Result<std::vector<double>> LocalExecutor::measure_step_costs(
     // other's K/V, which only the timing reads.
     const std::vector<std::vector<int32_t>> more(
         static_cast<size_t>(runner_->kv_layout().num_groups() - 1), blocks);
-    tokens_.assign(static_cast<size_t>(n), 1);
+    // Distinct token ids, as text has: a mixture of experts routes each row by its hidden
+    // state, and a step's cost grows with the distinct experts its rows touch (n copies of one
+    // token would touch the same few and make many-token steps look cheap).
+    tokens_.resize(static_cast<size_t>(n));
+    for (int32_t i = 0; i < n; ++i) {
+      tokens_[static_cast<size_t>(i)] = static_cast<int32_t>((1 + int64_t{i} * 7919) % vocab_size());
+    }
     builder_.clear();
     builder_.add(model::SequenceInput{.block_table = blocks,
                                       .num_committed = context,

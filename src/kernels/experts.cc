@@ -8,6 +8,7 @@
 #include "base/check.h"
 #include "kernels/cpu_features.h"
 #include "kernels/matmul_internal.h"
+#include "kernels/ops.h"
 #include "kernels/packed_affine.h"
 
 namespace arbor::kernels {
@@ -251,9 +252,7 @@ void add_expert_bias(float* y, const ExpertRows& rows, const float* bias, int co
     int32_t e = expert_of(rows, static_cast<int32_t>(begin));
     for (int64_t p = begin; p < end; ++p) {
       while (p >= rows.expert_indptr[e + 1]) ++e;
-      float* row = y + p * cols;
-      const float* b = bias + static_cast<int64_t>(e) * cols;
-      for (int c = 0; c < cols; ++c) row[c] += b[c];
+      kernels::add(y + p * cols, bias + static_cast<int64_t>(e) * cols, cols);  // vectorised
     }
   };
   if (n < 2 * pool.num_threads()) {

@@ -152,6 +152,11 @@ void gelu_mul_ref(float* gate, const float* up, int64_t n) {
 }
 
 void swiglu_oai(float* gate, const float* up, int64_t n, float alpha, float limit) {
+  if (use_avx2()) return internal::swiglu_oai_avx2(gate, up, n, alpha, limit);
+  swiglu_oai_ref(gate, up, n, alpha, limit);
+}
+
+void swiglu_oai_ref(float* gate, const float* up, int64_t n, float alpha, float limit) {
   for (int64_t i = 0; i < n; ++i) {
     // Comparisons written so that a NaN stays a NaN (std::min / std::clamp would keep it too,
     // but only by argument order).

@@ -60,6 +60,7 @@ void gelu_mul_ref(float* gate, const float* up, int64_t n);
 // limit) and u = clamp(up[i], -limit, limit), gate[i] = g / (1 + exp(-alpha g)) * (u + 1);
 // [n]. Element i's bits depend only on gate[i] and up[i]. A NaN input gives a NaN.
 void swiglu_oai(float* gate, const float* up, int64_t n, float alpha, float limit);
+void swiglu_oai_ref(float* gate, const float* up, int64_t n, float alpha, float limit);
 
 // x[i] = cap * tanh(x[i] / cap) (soft-capping); [n], cap > 0. tanh as 1 - 2 / (exp(2y) + 1):
 // absolute error about 1e-7 * cap. Element i's bits depend only on x[i] and cap.

@@ -137,6 +137,27 @@ ARBOR_AVX2 void gelu_mul_avx2(float* gate, const float* up, int64_t n) {
 
 ARBOR_AVX2 void softcap_avx2(float* x, int64_t n, float cap) { map8(x, nullptr, n, Softcap8{cap}); }
 
+// gpt-oss's clamped SwiGLU: g = min(gate, limit), u = clamp(up, -limit, limit),
+// g / (1 + exp(-alpha g)) * (u + 1). The clamps are ordered compares that are false for a NaN,
+// so a NaN input stays a NaN (as in the scalar reference).
+struct SwigluOai8 {
+  float alpha, limit;
+  ARBOR_AVX2_INLINE __m256 operator()(__m256 gate, __m256 up) const {
+    const __m256 hi = _mm256_set1_ps(limit), lo = _mm256_set1_ps(-limit);
+    const __m256 g = _mm256_blendv_ps(gate, hi, _mm256_cmp_ps(gate, hi, _CMP_GT_OQ));
+    __m256 u = _mm256_blendv_ps(up, hi, _mm256_cmp_ps(up, hi, _CMP_GT_OQ));
+    u = _mm256_blendv_ps(u, lo, _mm256_cmp_ps(u, lo, _CMP_LT_OQ));
+    const __m256 e = exp256(_mm256_mul_ps(g, _mm256_set1_ps(-alpha)));
+    return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)),
+                         _mm256_add_ps(u, _mm256_set1_ps(1.0f)));
+  }
+};
+
+ARBOR_AVX2 void swiglu_oai_avx2(float* gate, const float* up, int64_t n, float alpha,
+                                float limit) {
+  map8(gate, up, n, SwigluOai8{alpha, limit});
+}
+
 ARBOR_AVX2 void softmax_avx2(float* x, int64_t n) {
   __m256 mv = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   int64_t i = 0;

@@ -10,6 +10,7 @@ void rms_norm_avx2(const float* x, const float* weight, float* y, int64_t n, flo
 void silu_mul_avx2(float* gate, const float* up, int64_t n);
 void gelu_mul_avx2(float* gate, const float* up, int64_t n);
 void softcap_avx2(float* x, int64_t n, float cap);
+void swiglu_oai_avx2(float* gate, const float* up, int64_t n, float alpha, float limit);
 void softmax_avx2(float* x, int64_t n);
 void add_avx2(float* y, const float* x, int64_t n);
 void axpy_avx2(float* y, float a, const float* x, int64_t n);

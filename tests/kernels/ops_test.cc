@@ -181,34 +181,46 @@ TEST(Ops, GeluMulAndSoftcapMatchReference) {
 // x / (1 + exp(-alpha x)) * (y + 1)) over a range wider than the clamps.
 TEST(Ops, SwigluOaiClampsGateAboveAndUpBothWays) {
   const float alpha = 1.702f, limit = 7.0f;
-  auto ref = [&](double g, double u) {
-    const double x = std::min(g, (double)limit), y = std::clamp(u, -(double)limit, (double)limit);
-    return x / (1.0 + std::exp(-alpha * x)) * (y + 1.0);
-  };
-  // gate 9 acts as 7; gate -9 is not clamped; up 12 acts as 7, up -12 as -7; up -1 zeroes it.
-  std::vector<float> gate = {9.0f, 7.0f, -9.0f, 2.0f, 2.0f, 2.0f, 0.0f, 1.5f};
-  const std::vector<float> up = {1.0f, 1.0f, 1.0f, 12.0f, 7.0f, -12.0f, 5.0f, -1.0f};
-  std::vector<float> out = gate;
-  swiglu_oai(out.data(), up.data(), (int64_t)out.size(), alpha, limit);
-  EXPECT_EQ(out[0], out[1]);            // the gate clamped at 7
-  EXPECT_EQ(out[3], out[4]);            // up clamped at 7
-  EXPECT_NEAR(out[5], ref(2.0, -7.0), 1e-5);  // up clamped at -7: (−7 + 1) = −6
-  EXPECT_LT(out[5], 0.0f);
-  EXPECT_EQ(out[6], 0.0f);              // gate 0
-  EXPECT_EQ(out[7], 0.0f);              // up -1: (u + 1) = 0
-  EXPECT_NEAR(out[2], -9.0 / (1.0 + std::exp(1.702 * 9.0)) * 2.0, 1e-6);  // negative gate free
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<float> wide(-12.0f, 12.0f);
-  std::vector<float> g(1000), u(1000);
-  for (size_t i = 0; i < g.size(); ++i) {
-    g[i] = wide(rng);
-    u[i] = wide(rng);
-  }
-  std::vector<float> y = g;
-  swiglu_oai(y.data(), u.data(), (int64_t)y.size(), alpha, limit);
-  for (size_t i = 0; i < g.size(); ++i) {
-    const double want = ref(g[i], u[i]);
-    EXPECT_NEAR(y[i], want, 2e-6 * std::max(1.0, std::abs(want))) << g[i] << " " << u[i];
+  for (Isa isa : testing::testable_isas()) {
+    SCOPED_TRACE(isa_name(isa));
+    IsaScope scope(isa);
+    auto ref = [&](double g, double u) {
+      const double x = std::min(g, (double)limit), y = std::clamp(u, -(double)limit, (double)limit);
+      return x / (1.0 + std::exp(-alpha * x)) * (y + 1.0);
+    };
+    // gate 9 acts as 7; gate -9 is not clamped; up 12 acts as 7, up -12 as -7; up -1 zeroes it.
+    std::vector<float> gate = {9.0f, 7.0f, -9.0f, 2.0f, 2.0f, 2.0f, 0.0f, 1.5f};
+    const std::vector<float> up = {1.0f, 1.0f, 1.0f, 12.0f, 7.0f, -12.0f, 5.0f, -1.0f};
+    std::vector<float> out = gate;
+    swiglu_oai(out.data(), up.data(), (int64_t)out.size(), alpha, limit);
+    EXPECT_EQ(out[0], out[1]);            // the gate clamped at 7
+    EXPECT_EQ(out[3], out[4]);            // up clamped at 7
+    EXPECT_NEAR(out[5], ref(2.0, -7.0), 1e-5);  // up clamped at -7: (−7 + 1) = −6
+    EXPECT_LT(out[5], 0.0f);
+    EXPECT_EQ(out[6], 0.0f);              // gate 0
+    EXPECT_EQ(out[7], 0.0f);              // up -1: (u + 1) = 0
+    EXPECT_NEAR(out[2], -9.0 / (1.0 + std::exp(1.702 * 9.0)) * 2.0, 1e-6);  // negative gate free
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> wide(-12.0f, 12.0f);
+    std::vector<float> g(1000), u(1000);
+    for (size_t i = 0; i < g.size(); ++i) {
+      g[i] = wide(rng);
+      u[i] = wide(rng);
+    }
+    std::vector<float> y = g;
+    swiglu_oai(y.data(), u.data(), (int64_t)y.size(), alpha, limit);
+    for (size_t i = 0; i < g.size(); ++i) {
+      const double want = ref(g[i], u[i]);
+      EXPECT_NEAR(y[i], want, 2e-6 * std::max(1.0, std::abs(want))) << g[i] << " " << u[i];
+    }
+    // A NaN stays a NaN; an element's bits do not depend on its offset (vector body or tail).
+    std::vector<float> nan_gate = {std::nanf(""), 1.0f}, nan_up = {1.0f, std::nanf("")};
+    swiglu_oai(nan_gate.data(), nan_up.data(), 2, alpha, limit);
+    EXPECT_TRUE(std::isnan(nan_gate[0]));
+    EXPECT_TRUE(std::isnan(nan_gate[1]));
+    std::vector<float> same(13, 3.3f), up13(13, -0.4f);
+    swiglu_oai(same.data(), up13.data(), 13, alpha, limit);
+    for (int i = 1; i < 13; ++i) ASSERT_EQ(same[i], same[0]);
   }
 }
 
