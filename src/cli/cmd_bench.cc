@@ -42,7 +42,7 @@
 #include "sampling/rng.h"
 
 namespace arbor::cli {
-namespace {
+namespace cmd_bench {  // named, not anonymous: the commands share unity sources
 
 struct Options {
   std::string model;

@@ -29,7 +29,7 @@
 #include "model/model_config.h"
 
 namespace arbor::cli {
-namespace {
+namespace cmd_bench_kv_layout {  // named, not anonymous: the commands share unity sources
 
 // A model's attention shape: `layers` layers of which every `pattern`-th (layer % pattern ==
 // pattern - 1) is full attention and the others slide over `window` tokens (Gemma 3's rule,

@@ -11,7 +11,7 @@
 #include "loadgen/null_server.h"
 
 namespace arbor::cli {
-namespace {
+namespace cmd_bench_null_server {  // named, not anonymous: the commands share unity sources
 
 struct Options {
   std::string host = "127.0.0.1";

@@ -27,7 +27,7 @@
 #include "loadgen/url.h"
 
 namespace arbor::cli {
-namespace {
+namespace cmd_bench_serve {  // named, not anonymous: the commands share unity sources
 
 using nlohmann::json;
 

@@ -28,7 +28,7 @@
 #include "shard/wire.h"
 
 namespace arbor::cli {
-namespace {
+namespace cmd_bench_shard {  // named, not anonymous: the commands share unity sources
 
 struct Options {
   std::string model;

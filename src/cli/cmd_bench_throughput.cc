@@ -25,7 +25,7 @@
 #include "kernels/cpu_features.h"
 
 namespace arbor::cli {
-namespace {
+namespace cmd_bench_throughput {  // named, not anonymous: the commands share unity sources
 
 struct Options {
   std::string model;

@@ -34,7 +34,7 @@
 #include "model/runner.h"
 
 namespace arbor::cli {
-namespace {
+namespace cmd_bench_tp {  // named, not anonymous: the commands share unity sources
 
 using Clock = std::chrono::steady_clock;
 

@@ -8,7 +8,7 @@
 #include "convert/llama2c.h"
 #include "convert/model_plan.h"
 
-namespace {
+namespace cmd_convert {  // named, not anonymous: the commands share unity sources
 
 using arbor::Status;
 

@@ -35,7 +35,7 @@
 #include "tokenizer/tokenizer.h"
 
 namespace arbor::cli {
-namespace {
+namespace cmd_generate {  // named, not anonymous: the commands share unity sources
 
 struct Options {
   std::string model;

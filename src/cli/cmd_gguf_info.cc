@@ -16,7 +16,7 @@
 #include "tokenizer/tokenizer.h"
 
 namespace arbor::cli {
-namespace {
+namespace cmd_gguf_info {  // named, not anonymous: the commands share unity sources
 
 using gguf::GgufFile;
 using gguf::Value;

@@ -11,7 +11,7 @@
 #include "gguf/quantize_model.h"
 
 namespace arbor::cli {
-namespace {
+namespace cmd_quantize {  // named, not anonymous: the commands share unity sources
 
 struct Options {
   std::string input;

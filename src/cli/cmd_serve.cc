@@ -37,7 +37,7 @@
 #include "server/server.h"
 
 namespace arbor::cli {
-namespace {
+namespace cmd_serve {  // named, not anonymous: the commands share unity sources
 
 struct Options {
   std::string model;

@@ -25,7 +25,7 @@
 #include "shard/shard_server.h"
 
 namespace arbor::cli {
-namespace {
+namespace cmd_shard {  // named, not anonymous: the commands share unity sources
 
 struct Options {
   std::string model;

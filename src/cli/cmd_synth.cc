@@ -28,7 +28,7 @@
 #include "tokenizer/tokenizer.h"
 
 namespace arbor::cli {
-namespace {
+namespace cmd_synth {  // named, not anonymous: the commands share unity sources
 
 using gguf::GgmlType;
 using gguf::Value;

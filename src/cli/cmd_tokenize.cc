@@ -10,7 +10,7 @@
 #include "cli/command.h"
 #include "tokenizer/tokenizer.h"
 
-namespace {
+namespace cmd_tokenize {  // named, not anonymous: the commands share unity sources
 
 struct Options {
   std::string model;
