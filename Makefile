@@ -1,6 +1,7 @@
 # arbor — top-level entry points. See README.md.
 #   make serve   install what is missing, build, start arbor on the default model
-#   make test    install what is missing, build, run every test (Release + ASan/UBSan unit tests)
+#   make test    install what is missing, build, run every test once (numeric, e2e: Release;
+#                unit: ASan/UBSan)
 #   make test-gpu  build, run the tests that need a CUDA device (skipped without one)
 #   make test-slow build, run the exhaustive sweeps make test leaves out (label slow)
 #   make test-shards build, run the engine e2e suite through 1 and 2 (TP) shard processes
@@ -51,10 +52,13 @@ $(ASAN_BUILD)/build.ninja:
 	  -DARBOR_CUDA=OFF -DCMAKE_C_FLAGS_RELWITHDEBINFO="$(ASAN_FLAGS)" \
 	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$(ASAN_FLAGS)" -DARBOR_TEST_OPTIMIZE=-O0
 
+# `make test` builds each test executable once (cmake/ArborTest.cmake, "Passes"): the Release
+# build makes `arbor` and the tests of the Release pass (numeric, e2e, gpu); the sanitizer build
+# the unit tests. `cmake --build build` still builds everything.
 build: deps
 	@grep -qs '^ARBOR_BUILD_TESTS:BOOL=ON' $(BUILD)/CMakeCache.txt || \
 	  cmake -S . -B $(BUILD) $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=Release -DARBOR_BUILD_TESTS=ON
-	@scripts/timed.sh "release build" cmake --build $(BUILD) -j $(JOBS)
+	@scripts/timed.sh "release build" cmake --build $(BUILD) -j $(JOBS) --target arbor arbor_release_tests
 
 # The sanitizer build compiles only what the unit tests need.
 build-asan: deps $(ASAN_BUILD)/build.ninja
@@ -72,10 +76,11 @@ test: test-release test-asan
 COSTS = Testing/Temporary/CTestCostData.txt
 seed-costs = @test -f $(1)/$(COSTS) || install -D -m 644 tests/ctest_costs/$(2).txt $(1)/$(COSTS)
 
-# gpu tests run too: without a CUDA device each is reported as Skipped with its reason.
+# The Release pass: numeric, e2e and gpu tests (the unit tests run in the sanitizer pass). gpu
+# tests run too: without a CUDA device each is reported as Skipped with its reason.
 test-release: build
 	$(call seed-costs,$(BUILD),release)
-	@cd $(BUILD) && ARBOR_SHARED_DIR=$(SHARED_ABS) $(CURDIR)/scripts/timed.sh "release tests" ctest -L 'unit|e2e|gpu' -LE slow --output-on-failure -j $(JOBS)
+	@cd $(BUILD) && ARBOR_SHARED_DIR=$(SHARED_ABS) $(CURDIR)/scripts/timed.sh "release tests" ctest -L '^(numeric|e2e|gpu)$$' -LE slow --output-on-failure -j $(JOBS)
 
 test-gpu: build
 	cd $(BUILD) && ARBOR_SHARED_DIR=$(SHARED_ABS) ctest -L gpu --output-on-failure -j 1
@@ -87,13 +92,14 @@ test-slow: build
 # The e2e suite again through shards (label shards): each engine e2e test with its model in one
 # launched `arbor shard` process and in a tensor-parallel group of two (docs/shards.md).
 test-shards: build
+	cmake --build $(BUILD) -j $(JOBS) --target engine_test
 	cd $(BUILD) && ARBOR_SHARED_DIR=$(SHARED_ABS) ctest -L shards --output-on-failure -j $(JOBS)
 
-# The unit tests under the sanitizers, less ASAN_SKIP: numerical suites whose code paths smaller
-# tests already take under the sanitizers (kernels_test, model_test, the tree sampler's exact
-# cases, the attention kernel's single-shape tests) and that run 4-8x slower there (~10 of the
-# pass's 16 CPU-minutes); the release pass runs them. `make test-asan ASAN_SKIP=` runs everything.
-ASAN_SKIP ?= ^(AffineTypesTest|InflateTest|TreeExactTest|TreeStatisticalTest|BatchInvariance)\.|^AttentionTest\.TreeRowsEqualTheirPaths
+# The sanitizer pass: the unit tests, and the kernels' again (asan.*), less ASAN_SKIP: the
+# kernels' batch-invariance sweeps, whose code paths the smaller kernel tests take under the
+# sanitizers too and which run 4-8x slower there (the Release pass runs them).
+# `make test-asan ASAN_SKIP=` runs everything.
+ASAN_SKIP ?= ^asan\.(BatchInvariance\.|AttentionTest\.TreeRowsEqualTheirPaths)
 test-asan: build-asan
 	$(call seed-costs,$(ASAN_BUILD),sanitizer)
 	@cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \

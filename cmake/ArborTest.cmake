@@ -1,8 +1,13 @@
 # arbor_add_test(NAME SOURCES a.cc b.cc LIBS arbor_x LABELS unit [TIMEOUT s] [PREFIX p.]
-#                [SLOW gtest-filter])
+#                [SLOW gtest-filter] [SANITIZE])
 #
 # One GoogleTest executable, each test registered with CTest and labelled:
-#   unit  fast, runs in Release and under ASan/UBSan
+#   unit     fast; runs under ASan/UBSan (the sanitizer pass of `make test`)
+#   numeric  what `unit` becomes in the directories that set ARBOR_TEST_NUMERIC (kernels,
+#            model, sampling, spec, cuda): tests that compute their own references, 4-8x slower
+#            under the sanitizers; they run in the Release pass. SANITIZE registers an
+#            executable's tests a second time, as asan.<test> labelled unit, so that they run in
+#            both passes (the kernels: raw-pointer SIMD code is what the sanitizers catch best).
 #   e2e   runs the real binary / server; Release only
 #   slow  kept out of `make test`; `make test-slow` runs them. SLOW names, as a GoogleTest
 #         filter ("Suite.Name:Suite2.*"), the tests of an executable labelled `slow` instead of
@@ -16,6 +21,11 @@
 # test::run_arbor), which a test links through LIBS; a test that runs the binary adds
 # `add_dependencies(<test> arbor)` itself.
 # PREFIX is put before every CTest name ("loadgen." makes `ctest -R loadgen` select them).
+#
+# Passes. `make test` compiles and runs each test executable once, where it is worth most: the
+# sanitizer build builds arbor_unit_tests (every `unit` executable) and runs label unit; the
+# Release build builds `arbor` and arbor_release_tests (every numeric, e2e and gpu executable)
+# and runs those labels. A tree built whole (`cmake --build build`) can run any label.
 # Every test executable is test code (arbor_test_code below).
 
 # The test code's own compile settings, for every test executable and test library (tests/):
@@ -80,7 +90,10 @@ function(arbor_test_code target)
 endfunction()
 
 function(arbor_add_test name)
-  cmake_parse_arguments(T "" "TIMEOUT;PREFIX;SLOW" "SOURCES;LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(T "SANITIZE" "TIMEOUT;PREFIX;SLOW" "SOURCES;LIBS;LABELS" ${ARGN})
+  if(ARBOR_TEST_NUMERIC)
+    list(TRANSFORM T_LABELS REPLACE "^unit$" "numeric")
+  endif()
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 600)
   endif()
@@ -88,8 +101,15 @@ function(arbor_add_test name)
   target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gmock GTest::gtest_main)
   target_compile_definitions(${name} PRIVATE ARBOR_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
   arbor_test_code(${name})
-  if("unit" IN_LIST T_LABELS)
+  if("unit" IN_LIST T_LABELS OR T_SANITIZE)
     add_dependencies(arbor_unit_tests ${name})
+  endif()
+  if("numeric" IN_LIST T_LABELS OR "e2e" IN_LIST T_LABELS OR "gpu" IN_LIST T_LABELS)
+    add_dependencies(arbor_release_tests ${name})
+  endif()
+  if(T_SANITIZE)
+    gtest_discover_tests(${name} TEST_PREFIX "asan." PROPERTIES LABELS unit TIMEOUT ${T_TIMEOUT}
+      DISCOVERY_TIMEOUT 120)
   endif()
   set(prefix_args)
   if(T_PREFIX)
