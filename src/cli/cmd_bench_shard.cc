@@ -157,12 +157,16 @@ Status run(const Options& o) {
   std::vector<shard::StepTiming> timings;
   ARBOR_ASSIGN_OR_RETURN(const engine::EngineMetricsSnapshot sharded,
                          drive(o, std::move(remote), [&] { timings = r->step_timings(); }));
-  std::vector<double> step_s, exec_s, overhead_s;
+  std::vector<double> step_s, exec_s, overhead_s, decode_s, engine_s, to_shard_s, from_shard_s;
   for (const shard::StepTiming& t : timings) {
     if (t.num_requests != o.num_requests) continue;  // prefill and the last, partial steps
     step_s.push_back(t.step_s);
     exec_s.push_back(t.execute_s);
     overhead_s.push_back(t.step_s - t.execute_s);
+    decode_s.push_back(t.decode_s);
+    engine_s.push_back(t.engine_s);
+    to_shard_s.push_back(t.to_shard_s);
+    from_shard_s.push_back(t.from_shard_s);
   }
   if (overhead_s.empty()) return internal_error("no step ran all ", o.num_requests, " requests");
   ARBOR_ASSIGN_OR_RETURN(auto local,
@@ -185,6 +189,10 @@ Status run(const Options& o) {
   std::printf("  control plane (diff)    median %9.1f us   min %.1f  p10 %.1f  p90 %.1f  max %.1f us\n",
               1e6 * median(overhead_s), 1e6 * overhead_s.front(), 1e6 * pct(0.1),
               1e6 * pct(0.9), 1e6 * overhead_s.back());
+  std::printf("    medians: engine encode + decode + check %.1f us, shard validate %.1f us; "
+              "engine write .. shard read %.1f us, shard reply ready .. engine read %.1f us\n",
+              1e6 * median(engine_s), 1e6 * median(decode_s), 1e6 * median(to_shard_s),
+              1e6 * median(from_shard_s));
   std::printf("  protocol CPU, no transport (encode, serialise, parse, validate both ways)\n"
               "                          median %9.1f us per step of %d requests\n",
               median(cpu_us), o.num_requests);

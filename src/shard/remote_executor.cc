@@ -624,7 +624,9 @@ Result<step::StepResult> RemoteExecutor::execute(const step::SchedulerOutput& ou
   }
   const double until = t0 + m.step_deadline(output.total_num_scheduled_tokens);
   // Every rank gets the step; rank 0's reply carries the result.
+  const double t_sent = now_s();
   const Impl::Exchange sent = m.exchange_all(until);
+  const double t_back = now_s();
   if (!sent.status.ok()) {
     return m.fault(*sent.failed,
                    sent.timed_out ? str_cat("no answer to step ", step.step(), " within ",
@@ -635,6 +637,7 @@ Result<step::StepResult> RemoteExecutor::execute(const step::SchedulerOutput& ou
   }
   Result<step::StepResult> result = m.check_reply(output, *m.shards[0]);
   if (!result.ok()) return result;
+  const double engine_s = (t_sent - t0) + (now_s() - t_back);
   for (size_t r = 1; r < m.shards.size(); ++r) {
     ARBOR_RETURN_IF_ERROR(m.check_follower_reply(*m.shards[r]));
   }
@@ -656,7 +659,10 @@ Result<step::StepResult> RemoteExecutor::execute(const step::SchedulerOutput& ou
     m.per_token_s = std::max(sample, m.per_token_s * 0.98);
   }
   if (m.timings.size() == 4096) m.timings.pop_front();
-  m.timings.push_back(StepTiming{static_cast<int32_t>(output.requests.size()), step_s, exec_s});
+  const wire::StepReply& r0 = m.replies[0].step();
+  m.timings.push_back(StepTiming{static_cast<int32_t>(output.requests.size()), step_s, exec_s,
+                                 r0.decode_s(), engine_s, r0.received_at_s() - t_sent,
+                                 t_back - r0.replied_at_s()});
   return result;
 }
 

@@ -59,6 +59,10 @@ struct StepTiming {
   int32_t num_requests = 0;
   double step_s = 0;     // encode + send + the shard's work + receive + decode + validate
   double execute_s = 0;  // the shard's LocalExecutor::execute
+  double decode_s = 0;   // the shard's validation of the step (StepDecoder)
+  double engine_s = 0;   // the engine's encoding, and its decoding and check of the reply
+  double to_shard_s = 0;    // the step written by the engine .. read by the shard (one host)
+  double from_shard_s = 0;  // the reply ready in the shard .. read by the engine (one host)
 };
 
 class RemoteExecutor : public step::ModelExecutor {

@@ -70,6 +70,7 @@ class ShardService final : public wire::Shard::Service {
     wire::ToShard in;
     wire::FromShard out;
     while (stream->Read(&in)) {
+      received_at_ = seconds_now();
       out.Clear();
       switch (in.msg_case()) {
         case wire::ToShard::kHello: hello(in.hello(), &out); break;
@@ -152,6 +153,8 @@ class ShardService final : public wire::Shard::Service {
     encode_result(*res, r);
     r->set_execute_s(t2 - t1);
     r->set_decode_s(t1 - t0);
+    r->set_received_at_s(received_at_);
+    r->set_replied_at_s(seconds_now());
   }
 
   void measure(const wire::Measure& m, wire::FromShard* out) {
@@ -185,6 +188,7 @@ class ShardService final : public wire::Shard::Service {
   StepDecoder decoder_;
   bool hello_ = false;
   step::SchedulerOutput output_;  // the step being run (reused)
+  double received_at_ = 0;        // when the message being answered was read
 };
 
 }  // namespace server_internal
