@@ -4,8 +4,9 @@
 # One GoogleTest executable, each test registered with CTest and labelled:
 #   unit     fast; runs under ASan/UBSan (the sanitizer pass of `make test`)
 #   numeric  what `unit` becomes in the directories that set ARBOR_TEST_NUMERIC (kernels,
-#            model, sampling, spec, cuda): tests that compute their own references, 4-8x slower
-#            under the sanitizers; they run in the Release pass. SANITIZE registers an
+#            model, sampling, spec, cuda), or given by hand (arch_spec_test): tests that compute
+#            their own references or run whole forwards, 4-8x slower under the sanitizers; they
+#            run in the Release pass. SANITIZE registers an
 #            executable's tests a second time, as asan.<test> labelled unit, so that they run in
 #            both passes (the kernels: raw-pointer SIMD code is what the sanitizers catch best).
 #   e2e   runs the real binary / server; Release only
