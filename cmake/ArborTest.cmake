@@ -8,7 +8,8 @@
 #            their own references or run whole forwards, 4-8x slower under the sanitizers; they
 #            run in the Release pass. SANITIZE registers an
 #            executable's tests a second time, as asan.<test> labelled unit, so that they run in
-#            both passes (the kernels: raw-pointer SIMD code is what the sanitizers catch best).
+#            both passes (the kernels: raw-pointer SIMD code is what the sanitizers catch best);
+#            in the sanitizer build only the asan.* names are registered.
 #   e2e   runs the real binary / server; Release only
 #   slow  kept out of `make test`; `make test-slow` runs them. SLOW names, as a GoogleTest
 #         filter ("Suite.Name:Suite2.*"), the tests of an executable labelled `slow` instead of
@@ -108,9 +109,19 @@ function(arbor_add_test name)
   if("numeric" IN_LIST T_LABELS OR "e2e" IN_LIST T_LABELS OR "gpu" IN_LIST T_LABELS)
     add_dependencies(arbor_release_tests ${name})
   endif()
-  if(T_SANITIZE)
-    gtest_discover_tests(${name} TEST_PREFIX "asan." PROPERTIES LABELS unit TIMEOUT ${T_TIMEOUT}
-      DISCOVERY_TIMEOUT 120)
+  # A sanitizer build (ARBOR_SANITIZE) registers only the sanitizer pass's tests: the other
+  # executables stay out of `all` and out of ctest, so a binary left from an earlier
+  # configuration never runs stale there.
+  if(ARBOR_SANITIZE)
+    if(T_SANITIZE)
+      gtest_discover_tests(${name} TEST_PREFIX "asan." PROPERTIES LABELS unit
+        TIMEOUT ${T_TIMEOUT} DISCOVERY_TIMEOUT 120)
+      return()
+    endif()
+    if(NOT "unit" IN_LIST T_LABELS)
+      set_target_properties(${name} PROPERTIES EXCLUDE_FROM_ALL ON)
+      return()
+    endif()
   endif()
   set(prefix_args)
   if(T_PREFIX)
@@ -141,6 +152,9 @@ endfunction()
 # (tests/engine/executor_under_test.h) is then one launched `arbor shard` process, or a
 # tensor-parallel group of two, instead of the in-process one. `make test-shards` runs them.
 function(arbor_add_shard_pass name)
+  if(ARBOR_SANITIZE)
+    return()  # the shard passes run against the Release build
+  endif()
   cmake_parse_arguments(S "" "FILTER;TIMEOUT" "" ${ARGN})
   if(NOT S_TIMEOUT)
     set(S_TIMEOUT 1200)
