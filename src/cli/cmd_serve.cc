@@ -188,21 +188,19 @@ void log_configuration(const Options& o, executor::LocalExecutor* exec,
 // keeps freed multi-MB buffers in the heap, so a burst of big requests would stay in RSS.
 void return_big_buffers_to_the_system() { mallopt(M_MMAP_THRESHOLD, 1 << 20); }
 
-// The executor: in process, or shards (--shards, --shard-uri), which serve --task generate.
+// The executor: in process, or shards (--shards, --shard-uri; they are given --task too).
 // *local: the in-process one, null for shards.
 Result<std::unique_ptr<step::ModelExecutor>> make_executor(const Options& o,
                                                             executor::LocalExecutor** local) {
   *local = nullptr;
   if (o.shards.remote()) {
-    if (o.task.task != "generate") {
-      return invalid_argument("--task ", o.task.task, " runs in process only; shards "
-                              "(--shards, --shard-uri) serve --task generate");
-    }
     if (o.check_weights) {
       return invalid_argument("--check-weights scans weights in process; with shards run "
                               "`arbor serve --check-weights` once without them");
     }
-    ARBOR_ASSIGN_OR_RETURN(auto remote, start_shards(o.model, o.serving, o.shards));
+    ShardFlags shards = o.shards;
+    shards.extra_args = task_shard_args(o.task);
+    ARBOR_ASSIGN_OR_RETURN(auto remote, start_shards(o.model, o.serving, shards));
     return std::unique_ptr<step::ModelExecutor>(std::move(remote));
   }
   ARBOR_ASSIGN_OR_RETURN(auto exec,
@@ -222,12 +220,15 @@ Status run(const Options& o) {
   ARBOR_ASSIGN_OR_RETURN(auto exec, make_executor(o, &local));
   ARBOR_ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::from_file(o.model));
   server::ModelInfo info;
+  TaskFacts facts;
   if (local != nullptr) {
-    ARBOR_RETURN_IF_ERROR(setup_task(o.task, *local, *tok, &info));
+    ARBOR_RETURN_IF_ERROR(apply_task(o.task, *local, *tok));
+    ARBOR_ASSIGN_OR_RETURN(facts, task_facts(local->runner().model().file()));
   } else {
-    if (!o.task.pooling.empty()) return invalid_argument("--pooling needs --task embed or rerank");
-    info.task = server::ServeTask::kGenerate;
+    ARBOR_ASSIGN_OR_RETURN(auto file, gguf::GgufFile::open(o.model));
+    ARBOR_ASSIGN_OR_RETURN(facts, task_facts(file));
   }
+  ARBOR_RETURN_IF_ERROR(setup_task(o.task, facts, *tok, &info));
   info.max_pooling_inputs = std::min(2048, eo.max_waiting_requests);
   // Embedding and rerank servers have no chat route.
   std::unique_ptr<server::ChatRenderer> chat;

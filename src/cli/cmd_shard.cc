@@ -20,6 +20,7 @@
 #include "base/log.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
+#include "cli/serve_task.h"
 #include "collective/group.h"
 #include "executor/local_executor.h"
 #include "shard/shard_server.h"
@@ -33,6 +34,7 @@ struct Options {
   int rank = 0;
   int world_size = 1;
   std::string tp_hostname = "127.0.0.1";
+  TaskOptions task;  // the serve task's executor side (serve_task.h)
   ServingOptions serving;
 };
 
@@ -54,6 +56,10 @@ Status run(const Options& o) {
     eo.tp = model::TpContext{.rank = o.rank, .size = o.world_size, .collective = group};
   }
   ARBOR_ASSIGN_OR_RETURN(auto exec, executor::LocalExecutor::load(o.model, eo));
+  {
+    ARBOR_ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::from_file(o.model));
+    ARBOR_RETURN_IF_ERROR(apply_task(o.task, *exec, *tok));
+  }
   const std::string summary = exec->runner().config().summary();
   const int64_t blocks = exec->num_kv_blocks();
   ARBOR_ASSIGN_OR_RETURN(auto server, shard::ShardServer::start(
@@ -94,6 +100,7 @@ void setup(CLI::App& app) {
                   "This rank's address for gloo (groups the engine names gloo:...; shared "
                   "memory needs none)")
       ->capture_default_str();
+  add_task_flags(*sub, &o->task);
   add_engine_flags(*sub, &o->serving);
   sub->callback([o] { exit_on_error(run(*o)); });
 }

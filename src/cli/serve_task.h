@@ -1,6 +1,6 @@
 // `arbor serve --task generate|embed|rerank` and `--pooling`: what the server serves and how
-// (docs/server.md, "Embeddings and rerank"). Header-only, for cmd_serve.cc (only cmd_*.cc files
-// are compiled into the executable).
+// (docs/server.md, "Embeddings and rerank"). Header-only, for cmd_serve.cc and cmd_shard.cc (a
+// shard applies the executor's side of the task: apply_task).
 //
 //   generate (default)  the completions, chat and TGI routes; /v1/embeddings and /v1/rerank 404
 //   embed               POST /v1/embeddings: one vector per input, pooled with --pooling or the
@@ -15,10 +15,14 @@
 #include <CLI/CLI.hpp>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "base/log.h"
 #include "base/status.h"
 #include "executor/local_executor.h"
+#include "gguf/gguf.h"
+#include "model/model_config.h"
 #include "server/api_common.h"
 #include "server/embeddings_api.h"
 #include "tokenizer/tokenizer.h"
@@ -28,6 +32,13 @@ namespace arbor::cli {
 struct TaskOptions {
   std::string task = "generate";
   std::string pooling;  // "" = the file's
+};
+
+// What the task needs to know of the model file (task_facts()).
+struct TaskFacts {
+  model::ModelConfig config;
+  bool has_rank_head = false;                  // cls.output.weight
+  std::optional<std::string> rerank_template;  // tokenizer.chat_template.rerank
 };
 
 inline void add_task_flags(CLI::App& app, TaskOptions* o) {
@@ -77,11 +88,22 @@ inline Result<step::PoolingType> embed_pooling(const TaskOptions& o, const model
   }
 }
 
+// The Qwen3-Reranker convention's tokens ("yes" first), or an error naming what is missing.
+inline Result<std::pair<int32_t, int32_t>> yes_no_tokens(const model::ModelConfig& c,
+                                                        const tokenizer::Tokenizer& tok) {
+  const int32_t yes = tok.token_id("yes"), no = tok.token_id("no");
+  if (c.arch_name != "qwen3" || yes < 0 || no < 0) {
+    return invalid_argument(
+        "--task rerank: the model has no rank head (cls.output.weight) and is not a qwen3 file "
+        "whose vocabulary has the tokens \"yes\" and \"no\" (the Qwen3-Reranker convention)");
+  }
+  return std::pair{yes, no};
+}
+
 // --task rerank: the rank head (the file's, or the Qwen3-Reranker yes/no rows) and the prompt.
-inline Status setup_rerank(const TaskOptions& o, executor::LocalExecutor& exec,
+inline Status setup_rerank(const TaskOptions& o, const TaskFacts& f,
                            const tokenizer::Tokenizer& tok, server::ModelInfo* info) {
-  const model::LlamaModel& m = exec.runner().model();
-  const model::ModelConfig& c = m.config();
+  const model::ModelConfig& c = f.config;
   if (!o.pooling.empty() && o.pooling != "rank") {
     return invalid_argument("--task rerank uses rank pooling, not --pooling ", o.pooling);
   }
@@ -89,30 +111,18 @@ inline Status setup_rerank(const TaskOptions& o, executor::LocalExecutor& exec,
     return invalid_argument(c.arch_name, ".pooling_type is ", file_pooling_name(c.pooling_type),
                             " (an embedding model): serve it with --task embed");
   }
-  const gguf::Value* tmpl = m.file().find("tokenizer.chat_template.rerank");
-  if (tmpl != nullptr) {
-    ARBOR_ASSIGN_OR_RETURN(info->rerank_template,
-                           m.file().get_string("tokenizer.chat_template.rerank"));
-  }
-  if (!exec.rank_head()) {
-    const int32_t yes = tok.token_id("yes"), no = tok.token_id("no");
-    if (c.arch_name != "qwen3" || yes < 0 || no < 0) {
-      return invalid_argument(
-          "--task rerank: the model has no rank head (cls.output.weight) and is not a qwen3 file "
-          "whose vocabulary has the tokens \"yes\" and \"no\" (the Qwen3-Reranker convention)");
-    }
-    const int32_t ids[] = {yes, no};
-    const std::string names[] = {"yes", "no"};
-    ARBOR_ASSIGN_OR_RETURN(executor::RankHead head,
-                           executor::rank_head_from_tokens(m, ids, names));
-    exec.set_rank_head(std::move(head));
-    if (tmpl == nullptr) info->rerank_template = server::kQwen3RerankTemplate;
+  if (f.rerank_template) info->rerank_template = *f.rerank_template;
+  std::string head = "cls.output.weight";
+  if (!f.has_rank_head) {
+    ARBOR_ASSIGN_OR_RETURN(const auto yes_no, yes_no_tokens(c, tok));
+    head = str_cat("the LM head's rows of 'yes' (", yes_no.first, ") and 'no' (", yes_no.second,
+                   ")");
+    if (!f.rerank_template) info->rerank_template = server::kQwen3RerankTemplate;
   }
   info->pooling = step::PoolingType::kRank;
   ARBOR_LOG(kInfo) << "task: rerank (POST /v1/rerank): rank pooling of the last token with "
-                   << exec.rank_head()->source << ", softmaxed; relevance_score = the first "
-                   << "class; prompt: "
-                   << (tmpl != nullptr ? "the file's tokenizer.chat_template.rerank"
+                   << head << ", softmaxed; relevance_score = the first class; prompt: "
+                   << (f.rerank_template ? "the file's tokenizer.chat_template.rerank"
                        : !info->rerank_template.empty()
                            ? "the Qwen3-Reranker prompt"
                            : "BOS, query, EOS, document, EOS as the vocabulary adds them");
@@ -121,11 +131,23 @@ inline Status setup_rerank(const TaskOptions& o, executor::LocalExecutor& exec,
 
 }  // namespace serve_task_internal
 
-// Fills info's task fields (and the executor's rank head for the Qwen3-Reranker convention) and
-// logs the task. Errors name the flag or the file's key.
-inline Status setup_task(const TaskOptions& o, executor::LocalExecutor& exec,
-                         const tokenizer::Tokenizer& tok, server::ModelInfo* info) {
-  const model::ModelConfig& c = exec.runner().config();
+// What serving a task needs to know of the model, read from the file alone (no weights), so
+// that an engine whose model runs in shards sets its routes up as one that runs it in process.
+inline Result<TaskFacts> task_facts(const gguf::GgufFile& file) {
+  TaskFacts f;
+  ARBOR_ASSIGN_OR_RETURN(f.config, model::ModelConfig::from_gguf(file));
+  f.has_rank_head = file.find_tensor("cls.output.weight") != nullptr;
+  if (file.find("tokenizer.chat_template.rerank") != nullptr) {
+    ARBOR_ASSIGN_OR_RETURN(f.rerank_template, file.get_string("tokenizer.chat_template.rerank"));
+  }
+  return f;
+}
+
+// The server's side of --task: fills info's task fields and logs the task. Errors name the flag
+// or the file's key.
+inline Status setup_task(const TaskOptions& o, const TaskFacts& f, const tokenizer::Tokenizer& tok,
+                         server::ModelInfo* info) {
+  const model::ModelConfig& c = f.config;
   if (o.task == "generate") {
     if (!o.pooling.empty()) return invalid_argument("--pooling needs --task embed or rerank");
     info->task = server::ServeTask::kGenerate;
@@ -138,7 +160,7 @@ inline Status setup_task(const TaskOptions& o, executor::LocalExecutor& exec,
   }
   if (o.task == "rerank") {
     info->task = server::ServeTask::kRerank;
-    return serve_task_internal::setup_rerank(o, exec, tok, info);
+    return serve_task_internal::setup_rerank(o, f, tok, info);
   }
   info->task = server::ServeTask::kEmbed;
   ARBOR_ASSIGN_OR_RETURN(const step::PoolingType p, serve_task_internal::embed_pooling(o, c));
@@ -148,6 +170,27 @@ inline Status setup_task(const TaskOptions& o, executor::LocalExecutor& exec,
                    << " pooling" << (o.pooling.empty() ? " (the file's)" : " (--pooling)")
                    << ", " << c.dim << "-dimensional vectors, L2-normalised";
   return ok_status();
+}
+
+// The executor's side of --task (in process, and in each shard: `arbor shard --task rerank`):
+// a rerank model without its own rank head gets the Qwen3-Reranker rows of its LM head.
+inline Status apply_task(const TaskOptions& o, executor::LocalExecutor& exec,
+                         const tokenizer::Tokenizer& tok) {
+  if (o.task != "rerank" || exec.rank_head()) return ok_status();
+  const model::LlamaModel& m = exec.runner().model();
+  ARBOR_ASSIGN_OR_RETURN(const auto yes_no, serve_task_internal::yes_no_tokens(m.config(), tok));
+  const int32_t ids[] = {yes_no.first, yes_no.second};
+  const std::string names[] = {"yes", "no"};
+  ARBOR_ASSIGN_OR_RETURN(executor::RankHead head, executor::rank_head_from_tokens(m, ids, names));
+  exec.set_rank_head(std::move(head));
+  return ok_status();
+}
+
+// The task's flags for the shards an engine launches (they apply the executor's side).
+inline std::vector<std::string> task_shard_args(const TaskOptions& o) {
+  std::vector<std::string> args = {"--task", o.task};
+  if (!o.pooling.empty()) args.insert(args.end(), {"--pooling", o.pooling});
+  return args;
 }
 
 }  // namespace arbor::cli

@@ -32,6 +32,7 @@ struct ShardFlags {
   std::vector<std::string> shard_uris;
   std::string tp_store;
   double recover_timeout_s = 30.0;
+  std::vector<std::string> extra_args;  // more `arbor shard` flags (the serve task's)
   bool remote() const { return shards > 0 || !shard_uris.empty(); }
   // The ranks' count: the TP degree.
   int32_t world() const { return shards > 0 ? shards : static_cast<int32_t>(shard_uris.size()); }
@@ -113,6 +114,7 @@ inline Result<std::unique_ptr<shard::RemoteExecutor>> start_shards(const std::st
   o.tp_store = f.tp_store;
   if (f.shards > 0) {
     o.launch_argv = shard_command_line(model, s);
+    o.launch_argv.insert(o.launch_argv.end(), f.extra_args.begin(), f.extra_args.end());
     o.num_launched = f.shards;
   } else {
     o.uris = f.shard_uris;

@@ -22,13 +22,31 @@ Result<std::optional<RankHead>> rank_head_from_file(const model::LlamaModel& mod
   return std::optional<RankHead>(std::move(head));
 }
 
+namespace {
+
+// The LM head as the file holds it, every row: a tensor-parallel rank holds only its slice of the
+// vocabulary's rows (model/tp.h), and the tokens' rows may be another rank's.
+Result<kernels::WeightView> whole_lm_head(const model::LlamaModel& model) {
+  if (model.tp_size() == 1) return model.weights().output.w;
+  const gguf::GgufFile& f = model.file();
+  const gguf::TensorInfo* t = f.find_tensor("output.weight");
+  if (t == nullptr) t = f.find_tensor("token_embd.weight");  // tied to the embedding
+  if (t == nullptr || t->dims.size() != 2) {
+    return invalid_argument("the model has no LM head (output.weight or token_embd.weight)");
+  }
+  return kernels::make_weight_view(t->type, t->data, t->dims[1], t->dims[0]);
+}
+
+}  // namespace
+
 Result<RankHead> rank_head_from_tokens(const model::LlamaModel& model,
                                        std::span<const int32_t> token_ids,
                                        std::span<const std::string> names) {
   ARBOR_CHECK_EQ(token_ids.size(), names.size());
   std::vector<int64_t> rows(token_ids.begin(), token_ids.end());
   RankHead head;
-  ARBOR_ASSIGN_OR_RETURN(head.weights, model::dequantize_rows(model.weights().output.w, rows));
+  ARBOR_ASSIGN_OR_RETURN(const kernels::WeightView lm_head, whole_lm_head(model));
+  ARBOR_ASSIGN_OR_RETURN(head.weights, model::dequantize_rows(lm_head, rows));
   head.classes = static_cast<int32_t>(rows.size());
   head.source = "the LM head's rows of";
   for (size_t i = 0; i < rows.size(); ++i) {

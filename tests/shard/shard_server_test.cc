@@ -204,6 +204,40 @@ TEST(ShardServe, ShardsTwoIsTensorParallelAndAnswersAsInProcess) {
       << "rank 0 of the faulted group still runs";
 }
 
+// --task embed and rerank through a tensor-parallel group (rank 0 pools the hidden states every
+// rank holds; the Qwen3-Reranker rows of the LM head come from the file, since rank 0 holds only
+// half of its vocabulary): the same vectors and scores as in process, bit for bit.
+TEST(ShardServe, EmbeddingsAndRerankThroughTwoShardsEqualInProcess) {
+  const std::vector<std::string> docs = {"Pandas eat bamboo.", "The moon is far.", "q"};
+  struct Case {
+    const char* task;
+    std::string model;
+    const char* route;
+    nlohmann::json body;
+    const char* field;
+  };
+  const Case cases[] = {
+      {"embed", random_qwen3_embed_model(), "/v1/embeddings",
+       {{"input", {"A cat sat.", "Dogs bark loudly", "x"}}}, "data"},
+      {"rerank", random_qwen3_rank_model(), "/v1/rerank",
+       {{"query", "What do pandas eat?"}, {"documents", docs}}, "results"},
+      {"rerank", random_qwen3_plain_model(), "/v1/rerank",
+       {{"query", "What do pandas eat?"}, {"documents", docs}}, "results"}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.task) + " " + c.model);
+    ServerProcess local({"--task", c.task}, 0, c.model);
+    ServerProcess tp({"--task", c.task, "--shards", "2"}, 0, c.model);
+    ASSERT_TRUE(local.ok() && tp.ok());
+    const HttpResult a = local.post(c.route, c.body);
+    const HttpResult b = tp.post(c.route, c.body);
+    ASSERT_EQ(a.status, 200) << a.body;
+    ASSERT_EQ(b.status, 200) << b.body;
+    EXPECT_EQ(a.json()[c.field], b.json()[c.field]);
+    EXPECT_EQ(tp.metric("arbor_shard_up{shard=\"1\"}"), 1);
+    EXPECT_TRUE(tp.wait_no_blocks_used());
+  }
+}
+
 TEST(ShardServe, UnsupportedTensorParallelDegreeIsRefusedByName) {
   const test::CommandResult r = test::run_arbor(
       "serve -m " + test::shared_path(test::kStories260K) + " --shards 3 --port 0");
