@@ -4,7 +4,7 @@
 #                unit: ASan/UBSan)
 #   make test-gpu  build, run the tests that need a CUDA device (skipped without one)
 #   make test-slow build, run the exhaustive sweeps make test leaves out (label slow)
-#   make test-shards build, run the engine e2e suite through 1 and 2 (TP) shard processes
+#   make test-shards build, run the e2e suites through 1 and 2 (TP) shard processes
 #   make bench   benchmarks (slow; not part of make test)
 #   make fuzz    long mutation run over the GGUF reader
 
@@ -89,8 +89,9 @@ test-gpu: build
 test-slow: build
 	cd $(BUILD) && ARBOR_SHARED_DIR=$(SHARED_ABS) ctest -L slow --output-on-failure -j $(JOBS)
 
-# The e2e suite again through shards (label shards): each engine e2e test with its model in one
-# launched `arbor shard` process and in a tensor-parallel group of two (docs/shards.md).
+# The e2e suite again through shards (label shards): the engine e2e tests and the server's e2e
+# suites with the model in one launched `arbor shard` process and in a tensor-parallel group of
+# two (docs/shards.md).
 test-shards: build
 	cmake --build $(BUILD) -j $(JOBS) --target engine_test
 	cd $(BUILD) && ARBOR_SHARED_DIR=$(SHARED_ABS) ctest -L shards --output-on-failure -j $(JOBS)

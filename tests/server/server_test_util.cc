@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -46,6 +47,13 @@ ServerProcess::ServerProcess(std::vector<std::string> extra_args, int open_files
                                    "--host", "127.0.0.1", "--port", "0", "--port-file", port_file,
                                    "--threads", "1", "--num-kv-blocks", "4096"};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
+  // The shard passes (ARBOR_TEST_SHARDS, cmake/ArborTest.cmake): the model in launched shards.
+  const char* shards = std::getenv("ARBOR_TEST_SHARDS");
+  if (shards != nullptr && *shards != '\0' &&
+      std::find(args.begin(), args.end(), "--shards") == args.end() &&
+      std::find(args.begin(), args.end(), "--shard-uri") == args.end()) {
+    args.insert(args.end(), {"--shards", shards});
+  }
   pid_ = fork();
   if (pid_ == 0) {
     if (open_files > 0) {

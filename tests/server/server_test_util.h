@@ -35,7 +35,8 @@ class ServerProcess {
   // `open_files` > 0: the child's RLIMIT_NOFILE (soft and hard), like `ulimit -n`.
   // `model`: another GGUF file than stories260K.
   // `log_file`: the server logs at info level into this file (else at warn, to the test's
-  // stderr).
+  // stderr). With ARBOR_TEST_SHARDS=N in the environment (the shard passes), the server runs
+  // its model in N launched shards (`--shards N`) unless extra_args choose shards themselves.
   explicit ServerProcess(std::vector<std::string> extra_args = {}, int open_files = 0,
                          const std::string& model = "", const std::string& log_file = "");
   // Sends SIGKILL if still running.
