@@ -1,7 +1,8 @@
 # arbor — top-level entry points. See README.md.
 #   make serve   install what is missing, build, start arbor on the default model
-#   make test    install what is missing, build, run every test once (numeric, e2e: Release;
+#   make test    install what is missing, build, run every test once (release, e2e: Release;
 #                unit: ASan/UBSan)
+#   make test-asan-all  every unit and release test under ASan/UBSan (before a landing)
 #   make test-gpu  build, run the tests that need a CUDA device (skipped without one)
 #   make test-slow build, run the exhaustive sweeps make test leaves out (label slow)
 #   make test-shards build, run the e2e suites through 1 and 2 (TP) shard processes
@@ -18,7 +19,7 @@ JOBS       ?= 2
 CMAKE_FLAGS = -G Ninja -DARBOR_SHARED_DIR=$(SHARED_ABS) -DARBOR_UNITY=ON
 
 .PHONY: all deps deps-serve build build-serve build-asan serve test test-release test-asan \
-        test-gpu test-slow test-shards bench fuzz clean ctest-costs
+        test-gpu test-slow test-shards test-asan-all bench fuzz clean ctest-costs
 
 all: build
 
@@ -53,7 +54,7 @@ $(ASAN_BUILD)/build.ninja:
 	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$(ASAN_FLAGS)" -DARBOR_TEST_OPTIMIZE=-O0
 
 # `make test` builds each test executable once (cmake/ArborTest.cmake, "Passes"): the Release
-# build makes `arbor` and the tests of the Release pass (numeric, e2e, gpu); the sanitizer build
+# build makes `arbor` and the tests of the Release pass (release, e2e, gpu); the sanitizer build
 # the unit tests. `cmake --build build` still builds everything.
 build: deps
 	@grep -qs '^ARBOR_BUILD_TESTS:BOOL=ON' $(BUILD)/CMakeCache.txt || \
@@ -76,11 +77,11 @@ test: test-release test-asan
 COSTS = Testing/Temporary/CTestCostData.txt
 seed-costs = @test -f $(1)/$(COSTS) || install -D -m 644 tests/ctest_costs/$(2).txt $(1)/$(COSTS)
 
-# The Release pass: numeric, e2e and gpu tests (the unit tests run in the sanitizer pass). gpu
+# The Release pass: release, e2e and gpu tests (the unit tests run in the sanitizer pass). gpu
 # tests run too: without a CUDA device each is reported as Skipped with its reason.
 test-release: build
 	$(call seed-costs,$(BUILD),release)
-	@cd $(BUILD) && ARBOR_SHARED_DIR=$(SHARED_ABS) $(CURDIR)/scripts/timed.sh "release tests" ctest -L '^(numeric|e2e|gpu)$$' -LE slow --output-on-failure -j $(JOBS)
+	@cd $(BUILD) && ARBOR_SHARED_DIR=$(SHARED_ABS) $(CURDIR)/scripts/timed.sh "release tests" ctest -L '^(release|e2e|gpu)$$' -LE slow --output-on-failure -j $(JOBS)
 
 test-gpu: build
 	cd $(BUILD) && ARBOR_SHARED_DIR=$(SHARED_ABS) ctest -L gpu --output-on-failure -j 1
@@ -96,16 +97,26 @@ test-shards: build
 	cmake --build $(BUILD) -j $(JOBS) --target engine_test
 	cd $(BUILD) && ARBOR_SHARED_DIR=$(SHARED_ABS) ctest -L shards --output-on-failure -j $(JOBS)
 
-# The sanitizer pass: the unit tests, and the kernels' again (asan.*), less ASAN_SKIP: the
-# kernels' batch-invariance sweeps, whose code paths the smaller kernel tests take under the
-# sanitizers too and which run 4-8x slower there (the Release pass runs them).
-# `make test-asan ASAN_SKIP=` runs everything.
-ASAN_SKIP ?= ^asan\.(BatchInvariance\.|AttentionTest\.TreeRowsEqualTheirPaths)
+# The sanitizer pass of `make test`: the unit tests (cmake/ArborTest.cmake, "Passes": the
+# parsers of what clients and files send, the KV cache's and the scheduler's bookkeeping).
 test-asan: build-asan
 	$(call seed-costs,$(ASAN_BUILD),sanitizer)
 	@cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ARBOR_SHARED_DIR=$(SHARED_ABS) $(CURDIR)/scripts/timed.sh "sanitizer tests" \
-	  ctest -L unit -LE slow $(if $(ASAN_SKIP),-E '$(ASAN_SKIP)') --output-on-failure -j $(JOBS)
+	  ctest -L '^unit$$' -LE slow --output-on-failure -j $(JOBS)
+
+# Every unit and release test under the sanitizers (the whole tree's memory check; ~30 minutes
+# on two cores, outside `make test`), less ASAN_SKIP: numerical sweeps whose code paths the
+# smaller tests take under the sanitizers too and which run 4-8x slower there.
+# `make test-asan-all ASAN_SKIP=` runs everything.
+ASAN_SKIP ?= ^(AffineTypesTest|InflateTest|TreeExactTest|TreeStatisticalTest|BatchInvariance)\.|^AttentionTest\.TreeRowsEqualTheirPaths
+test-asan-all: deps $(ASAN_BUILD)/build.ninja
+	cmake --build $(ASAN_BUILD) -j $(JOBS) --target arbor_unit_tests arbor_sanitizer_all_tests
+	$(call seed-costs,$(ASAN_BUILD),sanitizer)
+	@cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ARBOR_SHARED_DIR=$(SHARED_ABS) $(CURDIR)/scripts/timed.sh "sanitizer tests, all" \
+	  ctest -L '^(unit|release)$$' -LE slow $(if $(ASAN_SKIP),-E '$(ASAN_SKIP)') \
+	  --output-on-failure -j $(JOBS)
 
 # The Google Benchmark executables are outside `all` (make test never runs them): built here.
 bench: build

@@ -1,15 +1,14 @@
 # arbor_add_test(NAME SOURCES a.cc b.cc LIBS arbor_x LABELS unit [TIMEOUT s] [PREFIX p.]
-#                [SLOW gtest-filter] [SANITIZE])
+#                [SLOW gtest-filter])
 #
 # One GoogleTest executable, each test registered with CTest and labelled:
-#   unit     fast; runs under ASan/UBSan (the sanitizer pass of `make test`)
-#   numeric  what `unit` becomes in the directories that set ARBOR_TEST_NUMERIC (kernels,
-#            model, sampling, spec, cuda), or given by hand (arch_spec_test): tests that compute
-#            their own references or run whole forwards, 4-8x slower under the sanitizers; they
-#            run in the Release pass. SANITIZE registers an
-#            executable's tests a second time, as asan.<test> labelled unit, so that they run in
-#            both passes (the kernels: raw-pointer SIMD code is what the sanitizers catch best);
-#            in the sanitizer build only the asan.* names are registered.
+#   unit     a unit test of the directories in ARBOR_SANITIZER_TEST_DIRS (below): runs under
+#            ASan/UBSan (the sanitizer pass of `make test`)
+#   release  what `unit` becomes everywhere else: the engine, executor, model, kernels, sampling,
+#            speculation, server, shard, convert and load-generator units, and the directories
+#            that set ARBOR_TEST_NUMERIC (their tests compute references and run 4-8x slower
+#            under the sanitizers); they run in the Release pass. `make test-asan-all` runs them
+#            under the sanitizers too.
 #   e2e   runs the real binary / server; Release only
 #   slow  kept out of `make test`; `make test-slow` runs them. SLOW names, as a GoogleTest
 #         filter ("Suite.Name:Suite2.*"), the tests of an executable labelled `slow` instead of
@@ -24,10 +23,15 @@
 # `add_dependencies(<test> arbor)` itself.
 # PREFIX is put before every CTest name ("loadgen." makes `ctest -R loadgen` select them).
 #
-# Passes. `make test` compiles and runs each test executable once, where it is worth most: the
-# sanitizer build builds arbor_unit_tests (every `unit` executable) and runs label unit; the
-# Release build builds `arbor` and arbor_release_tests (every numeric, e2e and gpu executable)
-# and runs those labels. A tree built whole (`cmake --build build`) can run any label.
+# Passes. `make test` compiles and runs each test executable once: the sanitizer build builds
+# arbor_unit_tests (every `unit` executable: the libraries of ARBOR_SANITIZER_TEST_DIRS, a
+# third of src) and runs label unit; the Release build builds `arbor` and arbor_release_tests
+# (every release, e2e and gpu executable) and runs those labels. `make test-asan-all` builds
+# arbor_sanitizer_all_tests (unit and release) under the sanitizers and runs both labels: the
+# whole-tree memory check, for before a landing (docs/build.md). A tree built whole
+# (`cmake --build build`) can run any label. Tests are discovered when ctest runs
+# (DISCOVERY_MODE PRE_TEST), so their labels are always the current configuration's, never those
+# baked in when an executable was last linked.
 # Every test executable is test code (arbor_test_code below).
 
 # The test code's own compile settings, for every test executable and test library (tests/):
@@ -91,10 +95,17 @@ function(arbor_test_code target)
   endif()
 endfunction()
 
+# The directories whose unit tests make the sanitizer pass of `make test` ("Passes" above): the
+# code that parses what clients and files send (tokenizers, chat templates and their tool-call
+# and reasoning parsers, grammars, GGUF), the KV cache's and the scheduler's bookkeeping, the
+# collectives' shared memory. Their libraries are small, so the sanitizer build is too.
+set(ARBOR_SANITIZER_TEST_DIRS base chat collective gguf grammar kv sched step tokenizer)
+
 function(arbor_add_test name)
-  cmake_parse_arguments(T "SANITIZE" "TIMEOUT;PREFIX;SLOW" "SOURCES;LIBS;LABELS" ${ARGN})
-  if(ARBOR_TEST_NUMERIC)
-    list(TRANSFORM T_LABELS REPLACE "^unit$" "numeric")
+  cmake_parse_arguments(T "" "TIMEOUT;PREFIX;SLOW" "SOURCES;LIBS;LABELS" ${ARGN})
+  get_filename_component(dir_name "${CMAKE_CURRENT_SOURCE_DIR}" NAME)
+  if(ARBOR_TEST_NUMERIC OR NOT dir_name IN_LIST ARBOR_SANITIZER_TEST_DIRS)
+    list(TRANSFORM T_LABELS REPLACE "^unit$" "release")
   endif()
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 600)
@@ -103,25 +114,21 @@ function(arbor_add_test name)
   target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gmock GTest::gtest_main)
   target_compile_definitions(${name} PRIVATE ARBOR_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
   arbor_test_code(${name})
-  if("unit" IN_LIST T_LABELS OR T_SANITIZE)
+  if("unit" IN_LIST T_LABELS)
     add_dependencies(arbor_unit_tests ${name})
   endif()
-  if("numeric" IN_LIST T_LABELS OR "e2e" IN_LIST T_LABELS OR "gpu" IN_LIST T_LABELS)
+  if("release" IN_LIST T_LABELS OR "e2e" IN_LIST T_LABELS OR "gpu" IN_LIST T_LABELS)
     add_dependencies(arbor_release_tests ${name})
   endif()
-  # A sanitizer build (ARBOR_SANITIZE) registers only the sanitizer pass's tests: the other
-  # executables stay out of `all` and out of ctest, so a binary left from an earlier
-  # configuration never runs stale there.
-  if(ARBOR_SANITIZE)
-    if(T_SANITIZE)
-      gtest_discover_tests(${name} TEST_PREFIX "asan." PROPERTIES LABELS unit
-        TIMEOUT ${T_TIMEOUT} DISCOVERY_TIMEOUT 120)
-      return()
-    endif()
-    if(NOT "unit" IN_LIST T_LABELS)
-      set_target_properties(${name} PROPERTIES EXCLUDE_FROM_ALL ON)
-      return()
-    endif()
+  if("unit" IN_LIST T_LABELS OR "release" IN_LIST T_LABELS)
+    add_dependencies(arbor_sanitizer_all_tests ${name})
+  endif()
+  # A sanitizer build (ARBOR_SANITIZE) registers only the unit and release tests (what
+  # `make test-asan` and `make test-asan-all` run): the e2e and gpu executables stay out of `all`
+  # and out of ctest there, so a binary left from an earlier configuration never runs stale.
+  if(ARBOR_SANITIZE AND NOT "unit" IN_LIST T_LABELS AND NOT "release" IN_LIST T_LABELS)
+    set_target_properties(${name} PROPERTIES EXCLUDE_FROM_ALL ON)
+    return()
   endif()
   set(prefix_args)
   if(T_PREFIX)
@@ -134,16 +141,16 @@ function(arbor_add_test name)
   if(NOT T_SLOW)
     gtest_discover_tests(${name} ${prefix_args}
       PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT} ${skip_args}
-      DISCOVERY_TIMEOUT 120)
+      DISCOVERY_TIMEOUT 120 DISCOVERY_MODE PRE_TEST)
     return()
   endif()
   gtest_discover_tests(${name} ${prefix_args} TEST_FILTER "-${T_SLOW}"
     PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT} ${skip_args}
-    DISCOVERY_TIMEOUT 120)
+    DISCOVERY_TIMEOUT 120 DISCOVERY_MODE PRE_TEST)
   # Label `slow` alone: CMake 3.25's gtest_discover_tests cannot pass a list-valued property.
   gtest_discover_tests(${name} ${prefix_args} TEST_FILTER "${T_SLOW}"
     PROPERTIES LABELS slow TIMEOUT ${T_TIMEOUT} ${skip_args}
-    DISCOVERY_TIMEOUT 120)
+    DISCOVERY_TIMEOUT 120 DISCOVERY_MODE PRE_TEST)
 endfunction()
 
 # arbor_add_shard_pass(<test executable> [FILTER gtest-filter]): registers the executable's tests
@@ -166,6 +173,6 @@ function(arbor_add_shard_pass name)
   foreach(n 1 2)
     gtest_discover_tests(${name} TEST_PREFIX "shards${n}." ${filter_args}
       PROPERTIES LABELS shards TIMEOUT ${S_TIMEOUT} ENVIRONMENT "ARBOR_TEST_SHARDS=${n}"
-      DISCOVERY_TIMEOUT 120)
+      DISCOVERY_TIMEOUT 120 DISCOVERY_MODE PRE_TEST)
   endforeach()
 endfunction()
