@@ -152,6 +152,44 @@ void log_kv_groups(const kv::KvCacheManager& kv, int64_t max_model_len) {
                    << "step) where keeping every block would take " << one_group * kv.num_groups();
 }
 
+// A resumed request's own rules (GenerateRequest::resume); the scheduler's spec validation
+// checks the rest (ids, n, max_tokens).
+Status check_resume(const GenerateRequest& request, int64_t num_prompt_tokens,
+                    int64_t max_model_len, int32_t vocab_size) {
+  const ResumeFrom& r = *request.resume;
+  if (r.output_token_ids.empty()) return invalid_argument("resume has no output tokens");
+  for (size_t i = 0; i < r.output_token_ids.size(); ++i) {
+    const int32_t id = r.output_token_ids[i];
+    if (id < 0 || id >= vocab_size) {
+      return invalid_argument("resumed token ", i, " is ", id, ", vocabulary size is ", vocab_size);
+    }
+  }
+  if (!request.sampling.seed && !request.sampling.greedy()) {
+    return invalid_argument("a resumed sampled request needs its seed: the continuation of a "
+                            "random one would not be the tokens the client was being sent");
+  }
+  const auto k = static_cast<int64_t>(r.output_token_ids.size());
+  if (num_prompt_tokens + k >= max_model_len) {
+    return invalid_argument("resumed at ", num_prompt_tokens, " prompt + ", k,
+                            " generated tokens, max_model_len is ", max_model_len,
+                            ": the sample had reached it");
+  }
+  return ok_status();
+}
+
+// The resumed sample's text state: the prompt's tail primes the detokenizer, then the resumed
+// tokens are replayed (checked against the bytes the client received).
+Result<SampleText> resume_text(const tokenizer::Tokenizer& tokenizer,
+                               const GenerateRequest& request, const sched::RequestSpec& spec) {
+  std::vector<int32_t> keep = request.keep_special_ids;
+  std::sort(keep.begin(), keep.end());
+  const std::vector<int32_t>& prompt = spec.prompt_token_ids;
+  const size_t tail = std::min(prompt.size(), SampleText::kPrimeTokens);
+  return SampleText::replay(tokenizer, std::span(prompt).last(tail), request.stop,
+                            std::move(keep), request.resume->output_token_ids,
+                            request.resume->text_bytes);
+}
+
 }  // namespace
 
 EngineCore::EngineCore(std::unique_ptr<step::ModelExecutor> executor, const EngineCoreConfig& config)
@@ -231,6 +269,14 @@ Result<std::shared_ptr<RequestStream>> EngineCore::submit(GenerateRequest reques
     return invalid_argument("stop strings need a tokenizer; the engine has none");
   }
   const auto num_prompt_tokens = static_cast<int64_t>(spec.prompt_token_ids.size());
+  std::optional<SampleText> resumed_text;
+  if (request.resume) {
+    ARBOR_RETURN_IF_ERROR(check_resume(request, num_prompt_tokens, max_model_len_, vocab_size_));
+    spec.resumed_output_token_ids = request.resume->output_token_ids;
+    if (config_.tokenizer != nullptr) {
+      ARBOR_ASSIGN_OR_RETURN(resumed_text, resume_text(*config_.tokenizer, request, spec));
+    }
+  }
   ARBOR_RETURN_IF_ERROR(request.pooling
                             ? sched::check_input_length(num_prompt_tokens, max_model_len_)
                             : sched::check_prompt_length(num_prompt_tokens, max_model_len_));
@@ -262,6 +308,11 @@ Result<std::shared_ptr<RequestStream>> EngineCore::submit(GenerateRequest reques
   group.prompt_tail.assign(spec.prompt_token_ids.end() - static_cast<std::ptrdiff_t>(tail),
                            spec.prompt_token_ids.end());
   group.arrival_time = spec.arrival_time;
+  if (request.resume) {
+    group.resumed_text = std::move(resumed_text);
+    group.num_resumed_tokens = static_cast<int64_t>(request.resume->output_token_ids.size());
+    group.resumed_cumulative_logprob = request.resume->cumulative_logprob;
+  }
   std::shared_ptr<RequestStream> stream = group.stream;
   inbox_.adds.emplace_back(std::move(group), sched::make_request(std::move(spec)));
   cv_.notify_all();

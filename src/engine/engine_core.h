@@ -27,6 +27,7 @@
 
 #include "base/status.h"
 #include "engine/activity.h"
+#include "engine/engine.h"
 #include "engine/engine_options.h"
 #include "engine/metrics.h"
 #include "engine/output_processor.h"
@@ -39,34 +40,6 @@
 
 namespace arbor::engine {
 
-
-
-struct GenerateRequest {
-  std::string request_id;                // unique among live requests; "" = "req-<n>"
-  std::vector<int32_t> prompt_token_ids; // non-empty
-  sampling::SamplingParams sampling{};
-  int32_t max_tokens = 16;               // generated tokens per sample, >= 0 (0: n = 1, the
-                                         // prompt is only scored; finishes with kMaxTokens)
-  bool ignore_eos = false;
-  std::vector<int32_t> stop_token_ids;   // end the sample (the id is in token_ids, not text)
-  // End the sample before the first occurrence in its text, matched across token boundaries;
-  // the stop string is never part of any delta. Needs a tokenizer.
-  std::vector<std::string> stop;
-  // Control tokens whose text the events carry (skipped otherwise): the reasoning markers of
-  // models whose markers are control tokens ([THINK], [/THINK]).
-  std::vector<int32_t> keep_special_ids;
-  int32_t n = 1;                         // samples returned
-  int32_t best_of = 0;                   // samples generated (0 = n); > n: the n with the
-                                         // highest cumulative logprob, sent when all finish
-  int32_t priority = 0;                  // lower first, with SchedulingPolicy::kPriority
-  std::string cache_salt;
-  sched::SpecRequest speculation{};      // per-request speculative decoding (mode, k)
-  // An embedding or rerank request (docs/engine.md, "Pooling requests"): the prompt is computed, nothing is
-  // generated, and the sample's one event carries the pooled vector (StreamEvent::pooled).
-  // max_tokens, n and best_of are ignored (0, 1, 1); the prompt may fill max_model_len.
-  std::optional<step::PoolingType> pooling;
-};
-
 struct EngineCoreConfig {
   EngineOptions options{};
   // Optional: without it events carry no text and stop strings are rejected.
@@ -76,7 +49,7 @@ struct EngineCoreConfig {
   std::optional<std::vector<int32_t>> eos_token_ids;
 };
 
-class EngineCore {
+class EngineCore final : public Engine {
  public:
   // Whether `config` can run on `executor`: config.options.max_model_len must be 0 or at most
   // executor.max_model_len() (the error names the limit). Commands call it before constructing.
@@ -95,31 +68,31 @@ class EngineCore {
   // for the engine thread. Admission control happens there: a full waiting queue ends the
   // stream with a final kResourceExhausted event. A sample stops with kLength when prompt +
   // generated tokens reach max_model_len(), even if max_tokens allows more.
-  Result<std::shared_ptr<RequestStream>> submit(GenerateRequest request);
+  Result<std::shared_ptr<RequestStream>> submit(GenerateRequest request) override;
   // Any thread. Ends the request (all its samples) with finish reason kAbort and frees its
   // blocks; unknown or finished ids are ignored.
-  void abort(const std::string& request_id);
+  void abort(const std::string& request_id) override;
 
   // Any thread: the snapshot published after the last step.
-  EngineMetricsSnapshot metrics() const { return board_.read(); }
+  EngineMetricsSnapshot metrics() const override { return board_.read(); }
   // Any thread: the latest steps and the live requests, as of the last step (activity.h).
-  EngineActivity activity() const { return activity_.read(); }
+  EngineActivity activity() const override { return activity_.read(); }
   int32_t vocab_size() const { return vocab_size_; }
   // Any thread: the longest sequence (prompt + generated tokens) the engine runs:
   // options.max_model_len, or the executor's max_model_len() when that is 0. Fixed at
   // construction; the server's context-length checks use it.
-  int64_t max_model_len() const { return max_model_len_; }
+  int64_t max_model_len() const override { return max_model_len_; }
   // Any thread: drafts verified per request per step, at most (0: no speculation).
-  int32_t max_spec_tokens() const { return config_.options.max_spec_tokens; }
+  int32_t max_spec_tokens() const override { return config_.options.max_spec_tokens; }
   // Token-tree speculation: most nodes per request and step (--spec-tree-budget); 0 = chains.
-  int32_t max_tree_nodes() const {
+  int32_t max_tree_nodes() const override {
     return config_.options.max_spec_tokens > 0 ? executor_->max_tree_nodes() : 0;
   }
   // Any thread: the KV pool's free blocks as of the last step (for tests).
-  int32_t num_free_blocks() const { return num_free_blocks_.load(); }
+  int32_t num_free_blocks() const override { return num_free_blocks_.load(); }
   // Any thread: blocks until no request is queued or running and the metrics (and
   // num_free_blocks()) of that idle state are published.
-  void wait_idle();
+  void wait_idle() override;
 
  private:
   struct Inbox {

@@ -21,6 +21,13 @@ void OutputProcessor::add(const OutputGroupSpec& spec) {
   if (tokenizer_ != nullptr) {
     for (Sample& s : g.samples) s.text.emplace(*tokenizer_, spec.prompt_tail, spec.stop, spec.keep_special_ids);
   }
+  if (spec.num_resumed_tokens > 0) {
+    Sample& s = g.samples.at(0);
+    if (spec.resumed_text) s.text = spec.resumed_text;
+    s.num_tokens = spec.num_resumed_tokens;
+    s.cumulative_logprob = spec.resumed_cumulative_logprob;
+    g.got_token = true;  // the time to first token was the first engine's
+  }
   ids_by_name_[spec.name] = spec.id;
   groups_.emplace(spec.id, std::move(g));
 }

@@ -53,6 +53,12 @@ struct OutputGroupSpec {
   std::vector<int32_t> prompt_tail;       // the last <= SampleText::kPrimeTokens prompt tokens
   int64_t num_prompt_tokens = 0;
   double arrival_time = 0.0;
+  // A resumed sample (GenerateRequest::resume; n = best_of = 1): its text state after the
+  // resumed tokens (SampleText::replay; absent without a tokenizer), their count and
+  // cumulative logprob. Usage counts them as completion tokens, as a run without the fault would.
+  std::optional<SampleText> resumed_text;
+  int64_t num_resumed_tokens = 0;
+  double resumed_cumulative_logprob = 0.0;
 };
 
 class OutputProcessor {

@@ -64,4 +64,26 @@ std::string SampleText::finish() {
   return text;
 }
 
+Result<SampleText> SampleText::replay(const tokenizer::Tokenizer& tokenizer,
+                                     std::span<const int32_t> prompt_ids,
+                                     std::vector<std::string> stop_strings,
+                                     std::vector<int32_t> keep_special,
+                                     std::span<const int32_t> output_ids, int64_t text_bytes) {
+  SampleText text(tokenizer, prompt_ids, std::move(stop_strings), std::move(keep_special));
+  int64_t emitted = 0;
+  for (size_t i = 0; i < output_ids.size(); ++i) {
+    Delta d = text.add(output_ids[i]);
+    if (d.stopped) {
+      return invalid_argument("resumed token ", i, " completes the stop string '", d.stop_string,
+                              "': the sample had ended");
+    }
+    emitted += static_cast<int64_t>(d.text.size());
+  }
+  if (text_bytes >= 0 && text_bytes != emitted) {
+    return invalid_argument("resumed sample: its ", output_ids.size(), " tokens emit ", emitted,
+                            " bytes of text, the client received ", text_bytes);
+  }
+  return text;
+}
+
 }  // namespace arbor::engine

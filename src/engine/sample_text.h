@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "tokenizer/tokenizer.h"
 
 namespace arbor::engine {
@@ -40,6 +41,17 @@ class SampleText {
   Delta add(int32_t token_id);
   // The sample ended (not by a stop string): the held-back text and any incomplete character.
   std::string finish();
+
+  // The state after `output_ids` were added one by one (the emitted text is a function of the
+  // tokens alone, not of how steps grouped them), for a sample resumed elsewhere
+  // (GenerateRequest::resume). Errors: a stop string matches within output_ids (the sample had
+  // ended), or text_bytes >= 0 differs from the bytes the replay emitted (the caller's record of
+  // what its client received is not this tokenizer's text).
+  static Result<SampleText> replay(const tokenizer::Tokenizer& tokenizer,
+                                   std::span<const int32_t> prompt_ids,
+                                   std::vector<std::string> stop_strings,
+                                   std::vector<int32_t> keep_special,
+                                   std::span<const int32_t> output_ids, int64_t text_bytes);
 
  private:
   // Length of the longest suffix of pending_ that is a proper prefix of a stop string.

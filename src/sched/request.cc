@@ -126,6 +126,23 @@ Status validate_request_spec(const RequestSpec& spec, int32_t vocab_size) {
                             " and best_of is ", best_of, ", must be 0 and 1, without "
                             "prompt_logprobs");
   }
+  if (const auto k = static_cast<int64_t>(spec.resumed_output_token_ids.size()); k > 0) {
+    if (best_of != 1 || spec.pooling || spec.sampling.prompt_logprobs.has_value()) {
+      return invalid_argument("a resumed sample needs n = best_of = 1, no pooling and no "
+                              "prompt_logprobs (best_of is ", best_of, ")");
+    }
+    if (k >= spec.stop.max_tokens) {
+      return invalid_argument("resumed with ", k, " generated tokens, max_tokens is ",
+                              spec.stop.max_tokens, ": nothing is left to generate");
+    }
+    for (size_t i = 0; i < spec.resumed_output_token_ids.size(); ++i) {
+      const int32_t id = spec.resumed_output_token_ids[i];
+      if (id < 0 || id >= vocab_size) {
+        return invalid_argument("resumed token ", i, " is ", id, ", vocabulary size is ",
+                                vocab_size);
+      }
+    }
+  }
   if (spec.speculation.mode == SpecMode::kFixed && spec.speculation.k < 1) {
     return invalid_argument("speculation.k is ", spec.speculation.k,
                             ", must be >= 1 with mode \"fixed\"");
@@ -172,6 +189,8 @@ Request make_request(RequestSpec spec) {
   r.cache_salt = std::move(spec.cache_salt);
   r.spec.params = spec.speculation;
   r.pooling = spec.pooling;
+  r.token_ids.insert(r.token_ids.end(), spec.resumed_output_token_ids.begin(),
+                     spec.resumed_output_token_ids.end());
   return r;
 }
 

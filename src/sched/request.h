@@ -116,6 +116,12 @@ struct RequestSpec {
   // with kMaxTokens carrying the pooled vector (RequestOutput::pooled). Needs max_tokens 0,
   // n = best_of = 1 and no prompt logprobs; its prompt may have max_model_len tokens.
   std::optional<step::PoolingType> pooling;
+  // A sample resumed where another engine left it (a replica that failed: docs/router.md): its
+  // generated tokens so far, committed as outputs before anything runs. They count towards
+  // max_tokens, min_tokens, penalties, the grammar and the sampler's position, so the tokens that
+  // follow are those the first engine would have produced. Needs n = best_of = 1, no pooling,
+  // no prompt logprobs, fewer than max_tokens of them.
+  std::vector<int32_t> resumed_output_token_ids;
 };
 
 // Speculation counters of one request (reported in the response's usage).

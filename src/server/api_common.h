@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/engine_core.h"
+#include "engine/engine.h"
 #include "server/api_errors.h"
 #include "step/step.h"
 #include "tokenizer/tokenizer.h"
@@ -41,7 +41,7 @@ struct ModelInfo {
   std::string path;                               // the GGUF file
   const tokenizer::Tokenizer* tokenizer = nullptr;
   // Longest sequence (prompt + generated tokens): ApiServer::create sets it from
-  // EngineCore::max_model_len(), the one source of the number (callers need not set it).
+  // Engine::max_model_len(), the one source of the number (callers need not set it).
   int32_t context_length = 0;
   int32_t vocab_size = 0;
   int64_t created = 0;                            // unix seconds of startup
@@ -90,7 +90,7 @@ class ResponseBuilder {
   virtual std::string response_id() const { return ""; }
 };
 
-// A validated request ready for EngineCore::submit.
+// A validated request ready for Engine::submit.
 // A batch of prompts (OpenAI completions with a list of prompts) is one request per prompt, all
 // with the same parameters; the events of prompt p carry choice indices p * n + i.
 struct PreparedRequest {
@@ -149,7 +149,7 @@ std::optional<ApiError> check_model(const nlohmann::json& o, const ModelInfo& mo
 // The server's one length check, against model.context_length (the engine's max_model_len()):
 // prompt + max_tokens must fit, so the prompt leaves room for at least one token. An explicit
 // max_tokens that does not fit is an error naming `max_name`; an absent one (`explicit_max`
-// false) is cut to what fits. EngineCore::submit() stays the authoritative check of the prompt;
+// false) is cut to what fits. Engine::submit() stays the authoritative check of the prompt;
 // this one runs first so that the 400 names the field and carries code context_length_exceeded,
 // and because cutting max_tokens needs the number.
 std::optional<ApiError> check_lengths(const ModelInfo& model, size_t num_prompt_tokens,

@@ -117,7 +117,7 @@ std::string engine_event_json(const EngineEventInput& in) {
   return event.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-EngineEvents::EngineEvents(http::HttpServer& http, const engine::EngineCore& engine,
+EngineEvents::EngineEvents(http::HttpServer& http, const engine::Engine& engine,
                            std::string model, const EngineEventsOptions& options)
     : http_(http), engine_(engine), model_(std::move(model)), options_(options) {
   ARBOR_CHECK(options_.interval_s > 0 && options_.max_subscribers >= 1);

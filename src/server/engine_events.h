@@ -6,7 +6,7 @@
 //
 // Each stream's first event is sent at once and carries the whole step ring (up to 64 steps);
 // later ones carry the steps since the previous event of that stream. Events are built from
-// EngineCore::metrics() and EngineCore::activity(), which the engine publishes after every step,
+// Engine::metrics() and Engine::activity(), which the engine publishes after every step,
 // so watching costs the engine nothing; with no client connected no timer runs.
 //
 // At most max_subscribers streams are open at once; another is answered 429. The route obeys the
@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/engine_core.h"
+#include "engine/engine.h"
 #include "http/http_server.h"
 #include "server/api_errors.h"
 
@@ -51,7 +51,7 @@ std::string engine_event_json(const EngineEventInput& in);
 class EngineEvents {
  public:
   // `http` and `engine` must outlive this object.
-  EngineEvents(http::HttpServer& http, const engine::EngineCore& engine, std::string model,
+  EngineEvents(http::HttpServer& http, const engine::Engine& engine, std::string model,
                const EngineEventsOptions& options);
   EngineEvents(const EngineEvents&) = delete;
   EngineEvents& operator=(const EngineEvents&) = delete;
@@ -77,7 +77,7 @@ class EngineEvents {
   void unsubscribe(uint64_t id);
 
   http::HttpServer& http_;
-  const engine::EngineCore& engine_;
+  const engine::Engine& engine_;
   std::string model_;
   EngineEventsOptions options_;
   std::vector<Subscriber> subscribers_;

@@ -256,7 +256,7 @@ struct Preparing {
 };
 
 struct ApiServer::State {
-  engine::EngineCore* engine = nullptr;
+  engine::Engine* engine = nullptr;
   ModelInfo model;
   ApiServerOptions options;
   std::unique_ptr<http::HttpServer> http;
@@ -768,7 +768,7 @@ ApiServer::~ApiServer() {
   if (state_->poster) state_->poster->close();
 }
 
-Result<std::unique_ptr<ApiServer>> ApiServer::create(engine::EngineCore& engine, ModelInfo model,
+Result<std::unique_ptr<ApiServer>> ApiServer::create(engine::Engine& engine, ModelInfo model,
                                                      const ApiServerOptions& options) {
   if (model.tokenizer == nullptr) return invalid_argument("the server needs a tokenizer");
   if (options.tokenizer_threads < 1) {

@@ -1,4 +1,5 @@
-// ApiServer: the HTTP routes of `arbor serve` over one EngineCore.
+// ApiServer: the HTTP routes of `arbor serve` (over one EngineCore) and of `arbor router` (over
+// its replicas: router/router_engine.h), through engine::Engine.
 //
 //   POST /v1/completions, /v1/chat/completions   OpenAI (openai_api.h)
 //   POST /v1/responses                           OpenAI Responses (responses_api.h)
@@ -30,7 +31,7 @@
 #include <memory>
 
 #include "base/status.h"
-#include "engine/engine_core.h"
+#include "engine/engine.h"
 #include "server/access.h"
 #include "server/api_common.h"
 #include "server/response_store.h"
@@ -62,7 +63,7 @@ class ApiServer {
  public:
   // Binds the port. `engine` and everything `model` points to must outlive the ApiServer.
   // model.context_length is replaced by engine.max_model_len().
-  static Result<std::unique_ptr<ApiServer>> create(engine::EngineCore& engine, ModelInfo model,
+  static Result<std::unique_ptr<ApiServer>> create(engine::Engine& engine, ModelInfo model,
                                                    const ApiServerOptions& options);
   ~ApiServer();
 
