@@ -7,7 +7,7 @@
 # generated from this file (cmake/module_graph.cmake; the ctest ModuleMap.* fails when it is stale).
 set(ARBOR_MODULES
   base grammar gguf tokenizer convert kv kernels collective model cuda sampling step spec sched executor
-  shard engine http chat server loadgen)
+  shard engine router http chat server loadgen)
 
 set(ARBOR_DEPS_base "")
 # Structured output: grammars, their byte-level automata and token masks. Pure logic on bytes.
@@ -36,6 +36,9 @@ set(ARBOR_DEPS_executor base collective grammar tokenizer kernels model cuda sam
 # RemoteExecutor behind the step protocol (docs/shards.md).
 set(ARBOR_DEPS_shard base collective grammar sampling step executor)
 set(ARBOR_DEPS_engine base kv sampling step sched tokenizer)
+# The router over replicas and the replicas' side of its protocol (docs/router.md): engines
+# behind engine::Engine, talking gRPC; the sampling messages are the shard protocol's.
+set(ARBOR_DEPS_router base kv sampling sched engine shard)
 set(ARBOR_DEPS_http base)
 set(ARBOR_DEPS_chat base grammar)
 set(ARBOR_DEPS_server base grammar tokenizer sampling step sched engine http chat)

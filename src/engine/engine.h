@@ -79,6 +79,8 @@ class Engine {
   virtual int32_t num_free_blocks() const = 0;  // free KV blocks (summed over replicas)
   // Blocks until nothing is queued or running.
   virtual void wait_idle() = 0;
+  // More Prometheus text for /metrics (the router's decisions); "" for none.
+  virtual std::string extra_metrics() const { return {}; }
 };
 
 }  // namespace arbor::engine

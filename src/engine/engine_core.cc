@@ -26,6 +26,19 @@ std::optional<StreamEvent> RequestStream::next() {
   return e;
 }
 
+std::optional<StreamEvent> RequestStream::next_for(double timeout_s) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (final_popped_) return std::nullopt;
+  if (!cv_.wait_for(lock, std::chrono::duration<double>(timeout_s),
+                    [this] { return !queue_.empty(); })) {
+    return std::nullopt;
+  }
+  StreamEvent e = std::move(queue_.front());
+  queue_.pop_front();
+  if (e.final) final_popped_ = true;
+  return e;
+}
+
 std::optional<StreamEvent> RequestStream::try_next() {
   std::lock_guard<std::mutex> lock(mu_);
   if (final_popped_ || queue_.empty()) return std::nullopt;
@@ -209,6 +222,7 @@ EngineCore::EngineCore(std::unique_ptr<step::ModelExecutor> executor, const Engi
   ko.enable_prefix_caching = config_.options.enable_prefix_caching;
   ko.group_windows = executor_->kv_group_windows();
   kv_ = std::make_unique<kv::KvCacheManager>(ko);
+  if (config_.kv_events != nullptr) kv_->record_kv_events(true);
   if (kv_->num_groups() > 1 || ko.group_windows[0] > 0) log_kv_groups(*kv_, max_model_len_);
   num_free_blocks_ = kv_->num_free_blocks();
   sched::SchedulerOptions so = scheduler_options(config_.options, max_model_len_, vocab_size_);

@@ -29,6 +29,7 @@
 #include "engine/activity.h"
 #include "engine/engine.h"
 #include "engine/engine_options.h"
+#include "engine/kv_event_log.h"
 #include "engine/metrics.h"
 #include "engine/output_processor.h"
 #include "engine/request_stream.h"
@@ -47,6 +48,9 @@ struct EngineCoreConfig {
   // Ids that end a sample unless ignore_eos; nullopt = default_stop_token_ids() of the
   // tokenizer (stop_rules.h: its end-of-generation ids plus BOS), none without a tokenizer.
   std::optional<std::vector<int32_t>> eos_token_ids;
+  // Optional: the prefix cache's changes are appended here after every step (the replica
+  // service's stream to routers). Must outlive the EngineCore.
+  KvEventLog* kv_events = nullptr;
 };
 
 class EngineCore final : public Engine {

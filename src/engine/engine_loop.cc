@@ -256,6 +256,7 @@ void EngineCore::publish_metrics() {
   metrics_.num_prefix_cache_query_tokens = st.kv.num_query_tokens;
   metrics_.num_prefix_cache_hit_tokens = st.kv.num_hit_tokens;
   num_free_blocks_ = kv_->num_free_blocks();
+  if (config_.kv_events != nullptr) config_.kv_events->append(kv_->take_kv_events());
   board_.publish(metrics_);
   publish_activity(st.kv);
   std::lock_guard<std::mutex> lock(mu_);

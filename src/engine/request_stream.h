@@ -66,6 +66,10 @@ class RequestStream {
   const std::string& request_id() const { return request_id_; }
   // Blocks for the next event; nullopt after the final event has been returned.
   std::optional<StreamEvent> next();
+  // Blocks at most timeout_s for the next event; nullopt when none came in time (or after the
+  // final event has been returned). For consumers that must look at something else meanwhile
+  // (a gRPC call's cancellation).
+  std::optional<StreamEvent> next_for(double timeout_s);
   // Never blocks: the next queued event, or nullopt when none is queued (or after the final
   // event has been returned). For consumers that wait with set_notify() instead of next().
   std::optional<StreamEvent> try_next();

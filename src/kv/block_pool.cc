@@ -21,6 +21,7 @@ const KvCacheBlock& BlockPool::block(BlockId id) const {
 void BlockPool::evict(KvCacheBlock& b) {
   const bool erased = cached_.erase(b.block_hash);
   ARBOR_CHECK(erased) << "cached block " << b.block_id << " was not in the hash map";
+  if (record_events_) events_.push_back(KvEvent{.hash = b.block_hash, .stored = false});
   b.is_cached = false;
   b.block_hash = BlockHash{};
   ++num_evictions_;
@@ -95,6 +96,7 @@ bool BlockPool::cache_block(BlockId id, const BlockHash& hash) {
   if (!cached_.insert(hash, id)) return false;
   b.is_cached = true;
   b.block_hash = hash;
+  if (record_events_) events_.push_back(KvEvent{.hash = hash, .stored = true});
   return true;
 }
 

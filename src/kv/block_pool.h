@@ -22,12 +22,21 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "kv/block_hash_map.h"
 #include "kv/kv_cache_utils.h"
 
 namespace arbor::kv {
+
+// A change to the set of cached hashes (the router's exact prefix index, docs/router.md): a
+// hash became cached (stored) or stopped being cached (removed: evicted, or the cache reset).
+struct KvEvent {
+  BlockHash hash;  // the pool's key (group_block_hash of the content hash)
+  bool stored = true;
+  friend bool operator==(const KvEvent&, const KvEvent&) = default;
+};
 
 class BlockPool {
  public:
@@ -76,6 +85,12 @@ class BlockPool {
   // how many hashes were dropped; they do not count as evictions. O(num_blocks).
   int32_t reset_prefix_cache();
 
+  // Starts (or, with false, stops) recording KvEvents in order; take_events() hands them over.
+  // Off by default: recording costs an append per cache change.
+  void record_events(bool on) { record_events_ = on; if (!on) events_.clear(); }
+  // The events recorded since the last call, oldest first. O(events).
+  std::vector<KvEvent> take_events() { return std::exchange(events_, {}); }
+
   // Free-queue contents front to back. O(num_free_blocks); for tests and debugging.
   std::vector<BlockId> free_queue_order() const;
   // CHECK-fails unless the sets, counters, queue links and hash map agree. O(num_blocks).
@@ -91,6 +106,8 @@ class BlockPool {
   int32_t num_cached_free_ = 0;
   int32_t num_shared_ = 0;  // ref_cnt > 1
   int64_t num_evictions_ = 0;
+  bool record_events_ = false;
+  std::vector<KvEvent> events_;
 };
 
 }  // namespace arbor::kv

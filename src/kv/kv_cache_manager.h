@@ -250,6 +250,10 @@ class KvCacheManager {
   double usage() const { return pool_.usage(); }
   KvCacheStats stats() const;
   const BlockPool& block_pool() const { return pool_; }
+  // The pool's cache changes (BlockPool::record_events / take_events): for the router's prefix
+  // index, published by the engine after every step.
+  void record_kv_events(bool on) { pool_.record_events(on); }
+  std::vector<KvEvent> take_kv_events() { return pool_.take_events(); }
 
   // CHECK-fails unless pool and tables agree: a request's tables have one length; the null
   // block appears only as a leading run of a sliding group's table; no block twice in one table

@@ -601,7 +601,8 @@ void ApiServer::State::metrics(Exchange& ex, std::string_view) {
   sm.active_requests = static_cast<int64_t>(active.size());
   for (const auto& [id, p] : preparing) sm.active_requests += p.route->generates ? 1 : 0;
   sm.responses_by_status = responses_by_status;
-  send(ex, 200, prometheus_text(engine->metrics(), sm), "text/plain; version=0.0.4");
+  send(ex, 200, prometheus_text(engine->metrics(), sm) + engine->extra_metrics(),
+       "text/plain; version=0.0.4");
 }
 
 void ApiServer::State::engine_events(const std::shared_ptr<Exchange>& ex) {

@@ -25,6 +25,7 @@
 #include <deque>
 #include <random>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "kv/kv_cache_manager.h"
@@ -69,14 +70,24 @@ class RandomRun {
         kv_(KvCacheManagerOptions{
             .num_blocks = num_blocks, .block_size = kBlockSize, .group_windows = windows_}),
         shadow_(windows_.size(),
-                std::vector<int32_t>(static_cast<size_t>(num_blocks) * kBlockSize, -1)) {}
+                std::vector<int32_t>(static_cast<size_t>(num_blocks) * kBlockSize, -1)) {
+    kv_.record_kv_events(true);
+  }
 
   void step_once();
   void check() const;
+  // The KvEvents since the last call, applied in order to a mirror of the cached hashes (as the
+  // router's prefix index applies them), must leave exactly the pool's cached hashes (compared
+  // in full when `compare`: every 16th operation, the scan costs as much as check()).
+  void check_events(bool compare);
   const Coverage& coverage() const { return cov_; }
   const KvCacheManager& kv() const { return kv_; }
 
  private:
+  struct HashOf {
+    size_t operator()(const BlockHash& h) const { return static_cast<size_t>(h.low ^ h.high); }
+  };
+  std::unordered_set<BlockHash, HashOf> mirror_;
   int64_t uniform(int64_t lo, int64_t hi) {  // inclusive
     return std::uniform_int_distribution<int64_t>(lo, hi)(rng_);
   }
@@ -384,6 +395,25 @@ void RandomRun::check() const {
   ASSERT_EQ(kv_.num_free_blocks(), s.num_cached_free_blocks + s.num_free_uncached_blocks);
 }
 
+void RandomRun::check_events(bool compare) {
+  for (const KvEvent& e : kv_.take_kv_events()) {
+    if (e.stored) {
+      ASSERT_TRUE(mirror_.insert(e.hash).second) << "stored twice without a removal";
+    } else {
+      ASSERT_EQ(mirror_.erase(e.hash), 1u) << "removed a hash that was not stored";
+    }
+  }
+  if (!compare) return;
+  const BlockPool& pool = kv_.block_pool();
+  size_t cached = 0;
+  for (BlockId b = 1; b < num_blocks_; ++b) {
+    if (!pool.block(b).is_cached) continue;
+    ++cached;
+    ASSERT_TRUE(mirror_.contains(pool.block(b).block_hash)) << "block " << b;
+  }
+  ASSERT_EQ(mirror_.size(), cached);
+}
+
 struct RunConfig {
   std::vector<int32_t> windows;
   int32_t num_blocks = 0;
@@ -402,6 +432,8 @@ TEST_P(KvRandomTest, InvariantsHoldOverManyOperations) {
     run.step_once();
     ASSERT_FALSE(HasFatalFailure());
     run.check();
+    ASSERT_FALSE(HasFatalFailure());
+    run.check_events(op % 16 == 0 || op + 1 == kNumOps);
     ASSERT_FALSE(HasFatalFailure());
   }
   // The run must have exercised every path, or it proves little.

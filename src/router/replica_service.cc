@@ -1,0 +1,198 @@
+#include "router/replica_service.h"
+
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+
+#include "base/log.h"
+#include "router/replica.grpc.pb.h"
+#include "router/wire.h"
+
+namespace arbor::router {
+namespace {
+
+grpc::Status version_error(uint32_t got) {
+  return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                      str_cat("replica protocol version ", got, ", this replica speaks ",
+                              kReplicaProtocolVersion));
+}
+
+// How long a call waits for an event before it looks at cancellation again.
+constexpr double kPollSeconds = 0.05;
+
+class Service final : public wire::Replica::Service {
+ public:
+  Service(engine::Engine& engine, engine::KvEventLog& log, ReplicaFacts facts)
+      : engine_(engine), log_(log), facts_(std::move(facts)) {}
+
+  void stop() {
+    stopping_ = true;
+    log_.close();
+  }
+
+  grpc::Status Generate(grpc::ServerContext* ctx, const wire::GenerateCall* call,
+                        grpc::ServerWriter<wire::GenerateEvent>* writer) override {
+    if (call->protocol_version() != kReplicaProtocolVersion) {
+      return version_error(call->protocol_version());
+    }
+    Result<engine::GenerateRequest> request = decode_request(*call);
+    Result<std::shared_ptr<engine::RequestStream>> stream =
+        request.ok() ? engine_.submit(std::move(*request))
+                     : Result<std::shared_ptr<engine::RequestStream>>(request.status());
+    if (!stream.ok()) {
+      engine::StreamEvent final_ev;
+      final_ev.final = true;
+      final_ev.error = stream.status();
+      wire::GenerateEvent m;
+      encode_event(final_ev, &m);
+      writer->Write(m);
+      return grpc::Status::OK;
+    }
+    relay(ctx, **stream, writer);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status KvEvents(grpc::ServerContext* ctx, const wire::KvEventsCall* call,
+                        grpc::ServerWriter<wire::KvEventBatch>* writer) override {
+    if (call->protocol_version() != kReplicaProtocolVersion) {
+      return version_error(call->protocol_version());
+    }
+    uint64_t seq = 0;
+    bool need_snapshot = true;
+    while (!ctx->IsCancelled() && !stopping_) {
+      wire::KvEventBatch m;
+      if (need_snapshot) {
+        const engine::KvEventLog::Snapshot s = log_.snapshot();
+        m.set_reset(true);
+        m.set_seq(s.seq);
+        for (const kv::BlockHash& h : s.hashes) {
+          m.add_low(h.low);
+          m.add_high(h.high);
+          m.add_stored(true);
+        }
+        seq = s.seq;
+        need_snapshot = false;
+      } else {
+        engine::KvEventLog::Batch b = log_.wait_after(seq, 0.5);
+        if (b.lost) {
+          need_snapshot = true;
+          continue;
+        }
+        if (b.events.empty()) continue;
+        seq = b.first_seq + b.events.size() - 1;
+        m.set_seq(seq);
+        encode_kv_events(b.events, &m);
+      }
+      if (!writer->Write(m)) break;
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Status(grpc::ServerContext*, const wire::StatusCall* call,
+                      wire::StatusReply* reply) override {
+    if (call->protocol_version() != kReplicaProtocolVersion) {
+      return version_error(call->protocol_version());
+    }
+    const engine::EngineMetricsSnapshot m = engine_.metrics();
+    reply->set_protocol_version(kReplicaProtocolVersion);
+    reply->set_model(facts_.model);
+    reply->set_vocab_size(facts_.vocab_size);
+    reply->set_max_model_len(engine_.max_model_len());
+    reply->set_block_size(facts_.block_size);
+    reply->set_num_kv_blocks(facts_.num_kv_blocks);
+    reply->set_prefix_caching(facts_.prefix_caching);
+    reply->set_max_spec_tokens(engine_.max_spec_tokens());
+    reply->set_max_tree_nodes(engine_.max_tree_nodes());
+    reply->set_num_running(m.num_running);
+    reply->set_num_waiting(m.num_waiting);
+    reply->set_num_free_blocks(engine_.num_free_blocks());
+    reply->set_executor_healthy(m.executor_healthy);
+    reply->set_executor_error(m.executor_error);
+    reply->set_pid(static_cast<int64_t>(::getpid()));
+    reply->set_num_steps(m.num_steps);
+    return grpc::Status::OK;
+  }
+
+ private:
+  // Writes the stream's events until its final one. A cancelled call or a failed write aborts
+  // the request; its remaining events are then drained unsent.
+  void relay(grpc::ServerContext* ctx, engine::RequestStream& stream,
+             grpc::ServerWriter<wire::GenerateEvent>* writer) {
+    bool aborted = false;
+    while (true) {
+      std::optional<engine::StreamEvent> ev = stream.next_for(kPollSeconds);
+      if (!ev) {
+        if (!aborted && (ctx->IsCancelled() || stopping_)) {
+          engine_.abort(stream.request_id());
+          aborted = true;
+        }
+        continue;
+      }
+      const bool final = ev->final;
+      if (!aborted) {
+        wire::GenerateEvent m;
+        encode_event(*ev, &m);
+        if (!writer->Write(m)) {
+          engine_.abort(stream.request_id());
+          aborted = true;
+        }
+      }
+      if (final) break;
+    }
+  }
+
+  engine::Engine& engine_;
+  engine::KvEventLog& log_;
+  const ReplicaFacts facts_;
+  std::atomic<bool> stopping_{false};
+};
+
+}  // namespace
+
+struct ReplicaServer::Impl {
+  std::unique_ptr<Service> service;
+  std::unique_ptr<grpc::Server> server;
+  std::string address;
+};
+
+ReplicaServer::ReplicaServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ReplicaServer::~ReplicaServer() { shutdown(); }
+
+const std::string& ReplicaServer::address() const { return impl_->address; }
+
+void ReplicaServer::shutdown() {
+  if (impl_->server == nullptr) return;
+  impl_->service->stop();
+  impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  impl_->server.reset();
+}
+
+Result<std::unique_ptr<ReplicaServer>> ReplicaServer::start(engine::Engine& engine,
+                                                            engine::KvEventLog& kv_events,
+                                                            const ReplicaFacts& facts,
+                                                            const std::string& listen) {
+  auto impl = std::make_unique<Impl>();
+  impl->service = std::make_unique<Service>(engine, kv_events, facts);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(impl->service.get());
+  builder.SetMaxReceiveMessageSize(-1);
+  builder.SetMaxSendMessageSize(-1);
+  impl->server = builder.BuildAndStart();
+  if (impl->server == nullptr || (!listen.starts_with("unix:") && port == 0)) {
+    return invalid_argument("--replica-listen: cannot listen on '", listen,
+                            "' (a Unix socket \"unix:/path\" whose folder exists and is "
+                            "writable, or \"host:port\")");
+  }
+  impl->address = listen;
+  if (!listen.starts_with("unix:") && listen.ends_with(":0")) {
+    impl->address = str_cat(listen.substr(0, listen.size() - 1), port);
+  }
+  ARBOR_LOG(kInfo) << "replica protocol on " << impl->address << " (for arbor router)";
+  return std::unique_ptr<ReplicaServer>(new ReplicaServer(std::move(impl)));
+}
+
+}  // namespace arbor::router
