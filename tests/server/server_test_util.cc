@@ -40,11 +40,8 @@ nlohmann::json HttpResult::json() const {
 ServerProcess::ServerProcess(std::vector<std::string> extra_args, int open_files,
                              const std::string& model, const std::string& log_file) {
   if (!test::expect_shared_file(test::kStories260K)) return;
-  const std::string port_file = dir_ / "port";
-  std::vector<std::string> args = {test::arbor_bin(), "--log-level",
-                                   log_file.empty() ? "warn" : "info", "serve", "-m",
+  std::vector<std::string> args = {"serve", "-m",
                                    model.empty() ? test::shared_path(test::kStories260K) : model,
-                                   "--host", "127.0.0.1", "--port", "0", "--port-file", port_file,
                                    "--threads", "1", "--num-kv-blocks", "4096"};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   // The shard passes (ARBOR_TEST_SHARDS, cmake/ArborTest.cmake): the model in launched shards.
@@ -54,6 +51,26 @@ ServerProcess::ServerProcess(std::vector<std::string> extra_args, int open_files
       std::find(args.begin(), args.end(), "--shard-uri") == args.end()) {
     args.insert(args.end(), {"--shards", shards});
   }
+  launch(std::move(args), open_files, log_file);
+}
+
+std::unique_ptr<ServerProcess> ServerProcess::router(std::vector<std::string> args,
+                                                     const std::string& log_file) {
+  std::unique_ptr<ServerProcess> p(new ServerProcess(Unstarted{}));
+  if (!test::expect_shared_file(test::kStories260K)) return p;
+  std::vector<std::string> all = {"router", "-m", test::shared_path(test::kStories260K)};
+  all.insert(all.end(), args.begin(), args.end());
+  p->launch(std::move(all), 0, log_file);
+  return p;
+}
+
+void ServerProcess::launch(std::vector<std::string> command_args, int open_files,
+                           const std::string& log_file) {
+  const std::string port_file = dir_ / "port";
+  std::vector<std::string> args = {test::arbor_bin(), "--log-level",
+                                   log_file.empty() ? "warn" : "info"};
+  args.insert(args.end(), command_args.begin(), command_args.end());
+  args.insert(args.end(), {"--host", "127.0.0.1", "--port", "0", "--port-file", port_file});
   pid_ = fork();
   if (pid_ == 0) {
     if (open_files > 0) {

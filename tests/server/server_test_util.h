@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -39,6 +40,10 @@ class ServerProcess {
   // its model in N launched shards (`--shards N`) unless extra_args choose shards themselves.
   explicit ServerProcess(std::vector<std::string> extra_args = {}, int open_files = 0,
                          const std::string& model = "", const std::string& log_file = "");
+  // `arbor router` (docs/router.md) for the stories260K model with `args` (its --replica
+  // addresses among them), started and awaited as above.
+  static std::unique_ptr<ServerProcess> router(std::vector<std::string> args,
+                                               const std::string& log_file = "");
   // Sends SIGKILL if still running.
   ~ServerProcess();
   ServerProcess(const ServerProcess&) = delete;
@@ -69,6 +74,10 @@ class ServerProcess {
   bool wait_no_blocks_used(double timeout_s = 10.0) const;
 
  private:
+  struct Unstarted {};
+  explicit ServerProcess(Unstarted) {}
+  // Runs arbor `command_args` --host 127.0.0.1 --port 0 --port-file F and waits for /health.
+  void launch(std::vector<std::string> command_args, int open_files, const std::string& log_file);
   int pid_ = -1;
   int port_ = 0;
   test::TempDir dir_{"srv_test"};  // port file and request bodies
