@@ -58,6 +58,11 @@ struct GenerateRequest {
   // follow are those the first engine would have produced, greedy or seeded. Needs n = best_of
   // = 1, sampling.seed set unless greedy, no prompt logprobs, fewer than max_tokens tokens.
   std::optional<ResumeFrom> resume;
+  // Every event carries at most one token (speculation commits several per step): a stream's
+  // events are then a function of its tokens alone, so a client that reconnects mid-stream can
+  // be sent exactly what follows the last event it received (docs/router.md, "Resumable
+  // streams").
+  bool one_token_per_event = false;
 };
 
 

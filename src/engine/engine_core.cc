@@ -322,6 +322,7 @@ Result<std::shared_ptr<RequestStream>> EngineCore::submit(GenerateRequest reques
   group.prompt_tail.assign(spec.prompt_token_ids.end() - static_cast<std::ptrdiff_t>(tail),
                            spec.prompt_token_ids.end());
   group.arrival_time = spec.arrival_time;
+  group.one_token_per_event = request.one_token_per_event;
   if (request.resume) {
     group.resumed_text = std::move(resumed_text);
     group.num_resumed_tokens = static_cast<int64_t>(request.resume->output_token_ids.size());

@@ -94,6 +94,10 @@ std::optional<sched::StopReason> OutputProcessor::process(const sched::RequestOu
   for (size_t i = 0; i < o.new_tokens.size() && !stop_string; ++i) {
     const bool text = !(last_is_stop_token && i + 1 == o.new_tokens.size());
     add_token(g, s, o.new_tokens[i], text, now, ev, stop_string);
+    if (g.spec.one_token_per_event && g.streaming && !stop_string &&
+        i + 1 < o.new_tokens.size()) {
+      g.spec.stream->push(std::exchange(ev, StreamEvent{.index = o.sample_index}));
+    }
   }
   std::optional<sched::StopReason> reason = o.stop_reason;
   std::optional<sched::StopReason> to_scheduler;

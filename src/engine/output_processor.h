@@ -59,6 +59,7 @@ struct OutputGroupSpec {
   std::optional<SampleText> resumed_text;
   int64_t num_resumed_tokens = 0;
   double resumed_cumulative_logprob = 0.0;
+  bool one_token_per_event = false;       // GenerateRequest::one_token_per_event
 };
 
 class OutputProcessor {

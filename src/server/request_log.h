@@ -56,6 +56,9 @@ class LoggedExchange final : public http::HttpExchange {
   void set_response_id(std::string id) { response_id_ = std::move(id); }
   // Successful answers are logged at debug (probe routes).
   void set_quiet_success(bool quiet) { quiet_success_ = quiet; }
+  // The request's Last-Event-ID header (a reconnecting SSE client), "" if none.
+  void set_last_event_id(std::string id) { last_event_id_ = std::move(id); }
+  const std::string& last_event_id() const { return last_event_id_; }
   // Put after the time ("prompt=24 completion=16").
   void set_detail(std::string detail) { detail_ = std::move(detail); }
   // Why the request failed, put at the end of the line.
@@ -69,6 +72,7 @@ class LoggedExchange final : public http::HttpExchange {
   std::string path_;
   std::string request_id_;
   std::string response_id_;
+  std::string last_event_id_;
   std::string detail_;
   std::string error_;
   std::chrono::steady_clock::time_point start_;

@@ -13,6 +13,7 @@
 #include <variant>
 
 #include "base/log.h"
+#include "sampling/rng.h"
 #include "server/messages_api.h"
 #include "server/embeddings_api.h"
 #include "server/models_api.h"
@@ -21,6 +22,7 @@
 #include "server/request_log.h"
 #include "server/response_store.h"
 #include "server/responses_api.h"
+#include "server/sse_ids.h"
 #include "server/tgi_api.h"
 #include "server/web_ui.h"
 #include "server/worker_pool.h"
@@ -302,9 +304,15 @@ struct ApiServer::State {
 // One generation request in flight: drains its RequestStream on the I/O thread.
 class Generation : public std::enable_shared_from_this<Generation> {
  public:
+  // sse_seed: the stream's events carry SSE ids (a resumable stream); resume_after: a
+  // reconnecting client's Last-Event-ID, through which events are not sent again.
   Generation(ApiServer::State& s, uint64_t id, std::shared_ptr<Exchange> ex,
-             PreparedRequest prepared)
-      : s_(s), id_(id), ex_(std::move(ex)), builder_(std::move(prepared.builder)) {}
+             PreparedRequest prepared, std::optional<uint64_t> sse_seed,
+             std::optional<SseEventId> resume_after)
+      : s_(s), id_(id), ex_(std::move(ex)), builder_(std::move(prepared.builder)),
+        sse_ids_(sse_seed.has_value()), resume_after_(resume_after) {
+    if (sse_seed) next_id_.seed = *sse_seed;
+  }
 
   // Registers the callbacks; the streams may already hold events. `n`: choices per prompt.
   void start(std::vector<std::shared_ptr<engine::RequestStream>> streams, int32_t n) {
@@ -360,7 +368,8 @@ class Generation : public std::enable_shared_from_this<Generation> {
           on_stream_final(p, *ev);
         } else if (builder_->streaming()) {
           start_stream();
-          ex_->write(builder_->on_event(*ev));
+          next_id_.tokens += static_cast<int64_t>(ev->token_ids.size());
+          ex_->write(with_event_ids(builder_->on_event(*ev)));
         } else {
           builder_->on_event(*ev);
         }
@@ -389,6 +398,13 @@ class Generation : public std::enable_shared_from_this<Generation> {
     }
   }
 
+  // A resumable stream's SSE events each get an id (sse_ids.h); those at or before the
+  // reconnecting client's Last-Event-ID are dropped. Other streams pass through.
+  std::string with_event_ids(std::string bytes) {
+    if (!sse_ids_) return bytes;
+    return label_sse_events(bytes, &next_id_, resume_after_);
+  }
+
   void start_stream() {
     if (started_) return;
     started_ = true;
@@ -412,7 +428,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
       }
     } else if (builder_->streaming()) {
       start_stream();
-      ex_->write(builder_->on_final(ev));
+      ex_->write(with_event_ids(builder_->on_final(ev)));
       ex_->finish_stream();
     } else {
       s_.send(*ex_, 200, builder_->on_final(ev));
@@ -432,6 +448,9 @@ class Generation : public std::enable_shared_from_this<Generation> {
   engine::StreamEvent total_;  // the combined final event
   bool started_ = false;
   bool done_ = false;
+  const bool sse_ids_;
+  const std::optional<SseEventId> resume_after_;
+  SseIdCursor next_id_;
 };
 
 void ApiServer::State::send(Exchange& ex, int status, std::string body,
@@ -532,6 +551,7 @@ void ApiServer::State::handle(http::HttpRequest req,
   std::string path = req.target.substr(0, req.target.find('?'));
   if (path.size() > 1 && path.back() == '/') path.pop_back();
   auto ex = std::make_shared<Exchange>(std::move(http_ex), req.method, path, request_id_for(req));
+  ex->set_last_event_id(std::string(req.header("Last-Event-ID")));
   ARBOR_LOG(kDebug) << req.method << " " << req.target << " " << ex->request_id() << " ("
                     << req.body.size() << " bytes)";
   // The web page's files need no API key (web_ui.h); Host and Origin rules still apply.
@@ -677,6 +697,39 @@ void ApiServer::State::on_prepared(uint64_t id, WorkResult result) {
 void ApiServer::State::generate(const Route& route, uint64_t id,
                                 const std::shared_ptr<Exchange>& ex, PreparedRequest prepared) {
   const int32_t n = prepared.request.n;
+  engine::GenerateRequest& first = prepared.request;
+  // Every request gets a seed, echoed to the client: its output is then a pure function of the
+  // request and the seed, which failover and reconnection rely on (docs/router.md).
+  const bool seed_given = first.sampling.seed.has_value();
+  if (!seed_given) first.sampling.seed = sampling::Rng::random_seed();
+  const uint64_t seed = *first.sampling.seed;
+  const bool resumable = prepared.builder->streaming() && prepared.more_prompts.empty() &&
+                         n == 1 && first.best_of <= 1 && !first.pooling;
+  std::optional<SseEventId> resume_after;
+  if (!ex->last_event_id().empty()) {
+    Result<SseEventId> last = parse_sse_event_id(ex->last_event_id());
+    std::optional<ApiError> refused;
+    if (!resumable) {
+      refused = invalid_param("Last-Event-ID", "Last-Event-ID resumes a streamed request with "
+                                               "one prompt and one sample (n = 1)");
+    } else if (!last.ok()) {
+      refused = invalid_param("Last-Event-ID", last.status().message());
+    } else if (seed_given && last->seed != seed) {
+      refused = invalid_param("Last-Event-ID",
+                              str_cat("Last-Event-ID '", ex->last_event_id(), "' names seed ",
+                                      last->seed, ", the request's seed is ", seed));
+    }
+    if (refused) {
+      send_error(*ex, *refused, route.flavor);
+      return;
+    }
+    first.sampling.seed = last->seed;
+    resume_after = *last;
+  }
+  ex->add_header("X-Arbor-Seed", std::to_string(*first.sampling.seed));
+  if (resumable) first.one_token_per_event = true;
+  const std::optional<uint64_t> sse_seed =
+      resumable ? std::optional<uint64_t>(*first.sampling.seed) : std::nullopt;
   std::vector<engine::GenerateRequest> requests;
   for (auto& prompt : prepared.more_prompts) {
     engine::GenerateRequest more = prepared.request;
@@ -699,7 +752,7 @@ void ApiServer::State::generate(const Route& route, uint64_t id,
   // The answer's id builds on the request id ("chatcmpl-<id>"), and the log line names it.
   prepared.builder->set_request_id(ex->request_id());
   ex->set_response_id(prepared.builder->response_id());
-  auto g = std::make_shared<Generation>(*this, id, ex, std::move(prepared));
+  auto g = std::make_shared<Generation>(*this, id, ex, std::move(prepared), sse_seed, resume_after);
   active.emplace(id, g);
   g->start(std::move(streams), n);
 }

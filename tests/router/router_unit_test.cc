@@ -204,6 +204,7 @@ TEST(ReplicaWire, RequestRoundTripsEveryField) {
   r.speculation = sched::SpecRequest{.mode = sched::SpecMode::kFixed, .k = 3, .tree_nodes = 8};
   r.resume = engine::ResumeFrom{.output_token_ids = {9, 8}, .text_bytes = 12,
                                 .cumulative_logprob = -1.5};
+  r.one_token_per_event = true;
   wire::GenerateCall m;
   encode_request(r, &m);
   EXPECT_EQ(m.protocol_version(), kReplicaProtocolVersion);
@@ -232,6 +233,7 @@ TEST(ReplicaWire, RequestRoundTripsEveryField) {
   EXPECT_EQ(back->resume->output_token_ids, (std::vector<int32_t>{9, 8}));
   EXPECT_EQ(back->resume->text_bytes, 12);
   EXPECT_EQ(back->resume->cumulative_logprob, -1.5);
+  EXPECT_TRUE(back->one_token_per_event);
   r.pooling = step::PoolingType::kRank;
   r.resume.reset();
   m.Clear();
