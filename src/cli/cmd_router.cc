@@ -110,7 +110,8 @@ void setup(CLI::App& app) {
       ->check(CLI::Range(0.1, 3600.0))
       ->capture_default_str();
   sub->add_option("--max-attempts", o->router.max_attempts,
-                  "Replicas a request is sent to, at most, before it ends with an error")
+                  "Attempts a request may make in a row without an event reaching its client "
+                  "(each on another replica where one is healthy) before it ends with an error")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
   sub->add_option("--no-replica-wait", o->router.no_replica_wait_s,

@@ -544,6 +544,10 @@ RouterEngine::Impl::Outcome RouterEngine::Impl::attempt(Call& c, Replica* r, int
 void RouterEngine::Impl::run_call(std::shared_ptr<Call> c) {
   std::unordered_set<Replica*> tried;
   Status last_fault = ok_status();
+  // Attempts since the request last made progress (an event reached the client): a request
+  // that keeps streaming between faults is never given up on; one that gets nowhere on
+  // max_attempts replicas in a row ends with an error.
+  int32_t fruitless = 0;
   for (int32_t attempt_no = 0;; ++attempt_no) {
     Replica* r = nullptr;
     int64_t new_tokens = 0;
@@ -553,10 +557,11 @@ void RouterEngine::Impl::run_call(std::shared_ptr<Call> c) {
         end_aborted(*c);
         break;
       }
-      if (attempt_no >= options.max_attempts) {
+      if (fruitless >= options.max_attempts) {
         ++stats.failed;
-        end_with_error(*c, failed_precondition("the request failed on ", attempt_no,
-                                               " replica(s); last: ", last_fault.message()));
+        end_with_error(*c, failed_precondition("the request failed on ", fruitless,
+                                               " replica(s) in a row; last: ",
+                                               last_fault.message()));
         break;
       }
       const double give_up = now_s() + options.no_replica_wait_s;
@@ -605,7 +610,13 @@ void RouterEngine::Impl::run_call(std::shared_ptr<Call> c) {
                        << " on " << r->address << " (" << last_fault.message() << ")";
     }
     Status fault = ok_status();
+    const int64_t tokens_before = c->num_tokens;
+    const bool events_before = c->any_event;
     const Outcome outcome = attempt(*c, r, attempt_no, &fault);
+    const bool progressed = c->num_tokens > tokens_before || (c->any_event && !events_before);
+    fruitless = progressed ? 0 : fruitless + 1;
+    // A replica that failed the request is tried again only when no other is healthy.
+    if (progressed) tried = {r};
     {
       std::lock_guard<std::mutex> lock(mu);
       --r->in_flight;

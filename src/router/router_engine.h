@@ -15,8 +15,9 @@
 //             (n = best_of = 1) is resumed there from prompt + the tokens already sent with the
 //             same seed (engine::GenerateRequest::resume), so the client's stream continues
 //             with exactly the tokens a fault-free run produces. A request that cannot be
-//             resumed (n > 1 after its first event) ends with an error event. Every request
-//             ends with one final event.
+//             resumed (n > 1 after its first event), or that gets no event from max_attempts
+//             replicas in a row, ends with an error event. Every request ends with one final
+//             event.
 //   seeds     a request without a seed gets one here, so a resumption is exact.
 //
 // Replicas come from options.replicas and options.replicas_file (one address per line, '#'
@@ -47,7 +48,7 @@ struct RouterOptions {
   double probe_interval_s = 0.25;
   double probe_timeout_s = 1.0;
   double stall_timeout_s = 30.0;      // running requests and no step for this long: unhealthy
-  int32_t max_attempts = 4;           // replicas a request is sent to, at most
+  int32_t max_attempts = 4;           // attempts in a row without progress, at most
   double no_replica_wait_s = 10.0;    // a request waits this long for a healthy replica
   double startup_timeout_s = 120.0;   // create() waits this long for a first healthy replica
 };

@@ -70,7 +70,10 @@ void ServerProcess::launch(std::vector<std::string> command_args, int open_files
   std::vector<std::string> args = {test::arbor_bin(), "--log-level",
                                    log_file.empty() ? "warn" : "info"};
   args.insert(args.end(), command_args.begin(), command_args.end());
-  args.insert(args.end(), {"--host", "127.0.0.1", "--port", "0", "--port-file", port_file});
+  args.insert(args.end(), {"--host", "127.0.0.1", "--port-file", port_file});
+  if (std::find(args.begin(), args.end(), "--port") == args.end()) {
+    args.insert(args.end(), {"--port", "0"});
+  }
   pid_ = fork();
   if (pid_ == 0) {
     if (open_files > 0) {

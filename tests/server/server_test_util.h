@@ -41,7 +41,8 @@ class ServerProcess {
   explicit ServerProcess(std::vector<std::string> extra_args = {}, int open_files = 0,
                          const std::string& model = "", const std::string& log_file = "");
   // `arbor router` (docs/router.md) for the stories260K model with `args` (its --replica
-  // addresses among them), started and awaited as above.
+  // addresses among them; "--port P" to bind P rather than any free port), started and awaited
+  // as above.
   static std::unique_ptr<ServerProcess> router(std::vector<std::string> args,
                                                const std::string& log_file = "");
   // Sends SIGKILL if still running.
