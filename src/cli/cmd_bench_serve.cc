@@ -36,7 +36,9 @@ struct Options {
   std::string model;  // "" = the first model of GET /v1/models
   std::string endpoint = "/v1/completions";
   std::string prompts_file;
+  std::string workload = "random";
   loadgen::SyntheticOptions synthetic;
+  loadgen::SharedPrefixOptions shared;  // --workload shared-prefix
   std::string prompt_format = "auto";  // ids for /v1/completions, text for chat
   std::vector<std::string> rates = {"inf"};
   double burstiness = 1.0;
@@ -82,7 +84,13 @@ Result<Batch> make_batch(const Options& o, const Prepared& p, uint64_t seed) {
   so.token_ids = token_id_prompts(o);
   so.seed = seed;
   std::vector<loadgen::RequestPlan> plans;
-  if (o.prompts_file.empty()) {
+  if (o.workload == "shared-prefix") {
+    loadgen::SharedPrefixOptions sp = o.shared;
+    sp.output_len = o.synthetic.output_len;
+    sp.vocab_size = o.synthetic.vocab_size;
+    sp.seed = seed;
+    ARBOR_ASSIGN_OR_RETURN(plans, loadgen::shared_prefix_plan(sp));
+  } else if (o.prompts_file.empty()) {
     ARBOR_ASSIGN_OR_RETURN(plans, loadgen::synthetic_plan(so));
   } else {
     ARBOR_ASSIGN_OR_RETURN(plans,
@@ -134,6 +142,10 @@ Result<std::string> discover_model(const loadgen::ServerUrl& server, const std::
 }
 
 Status validate(const Options& o) {
+  if (o.workload == "shared-prefix" && (o.endpoint != "/v1/completions" || !o.prompts_file.empty())) {
+    return invalid_argument("--workload shared-prefix sends token ids to /v1/completions "
+                            "(no --prompts-file, no chat endpoint)");
+  }
   if (o.endpoint != "/v1/completions" && o.endpoint != "/v1/chat/completions") {
     return invalid_argument("--endpoint '", o.endpoint,
                             "' must be /v1/completions or /v1/chat/completions");
@@ -342,6 +354,30 @@ void setup(CLI::App& bench) {
                   "JSONL file: {\"prompt\": string or [ids], \"max_tokens\": n} per line "
                   "(default: synthetic prompts)");
   sub->add_option("-n,--num-prompts", o->synthetic.num_prompts, "Requests per rate")
+      ->capture_default_str();
+  sub->add_option("--workload", o->workload,
+                  "random: independent synthetic prompts; shared-prefix: users in multi-turn "
+                  "chats under a few long system prompts (--num-users x --turns requests, token "
+                  "ids; docs/router.md)")
+      ->check(CLI::IsMember({"random", "shared-prefix"}))
+      ->capture_default_str();
+  sub->add_option("--num-system-prompts", o->shared.num_system_prompts,
+                  "shared-prefix: distinct system prompts")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  sub->add_option("--system-prompt-len", o->shared.system_prompt_len,
+                  "shared-prefix: tokens of each system prompt")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  sub->add_option("--num-users", o->shared.num_users, "shared-prefix: users, each one chat")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  sub->add_option("--turns", o->shared.turns, "shared-prefix: turns per chat")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  sub->add_option("--turn-len", o->shared.turn_len,
+                  "shared-prefix: tokens each turn adds to the chat's prompt")
+      ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   sub->add_option("--input-len", o->synthetic.input_len,
                   "Synthetic prompt length (tokens, or words with --prompt-format text)")

@@ -48,8 +48,9 @@ Status run(Options o) {
                            ? std::string()
                            : str_cat(", more from ", o.router.replicas_file))
                    << "; policy " << o.policy << " (load " << o.router.weights.load_tokens
-                   << " tokens per running request, imbalance " << o.router.weights.imbalance
-                   << ")";
+                   << " tokens per running request; imbalance beyond "
+                   << o.router.weights.imbalance << "x and +" << o.router.weights.balance_abs
+                   << " requests)";
   ARBOR_ASSIGN_OR_RETURN(auto engine, router::RouterEngine::create(o.router));
   const server::ApiServerOptions so = api_server_options(o.api, engine->num_free_blocks(), 0);
   ARBOR_ASSIGN_OR_RETURN(auto server, server::ApiServer::create(*engine, info, so));
@@ -91,9 +92,13 @@ void setup(CLI::App& app) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))
       ->capture_default_str();
   sub->add_option("--imbalance", o->router.weights.imbalance,
-                  "A replica with more than this x (the least loaded one's requests + 1) in "
-                  "flight gets no request (load takes over from affinity)")
+                  "A replica with more requests in flight than this x the least loaded one's "
+                  "(and than --balance-abs more) gets no request: load takes over from affinity")
       ->check(CLI::Range(1.0, 1000.0))
+      ->capture_default_str();
+  sub->add_option("--balance-abs", o->router.weights.balance_abs,
+                  "... and than this many more than the least loaded one's")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))
       ->capture_default_str();
   sub->add_option("--probe-interval", o->router.probe_interval_s,
                   "Seconds between health probes of each replica")

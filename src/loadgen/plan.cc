@@ -68,6 +68,50 @@ Result<std::vector<RequestPlan>> synthetic_plan(const SyntheticOptions& o) {
   return plans;
 }
 
+Result<std::vector<RequestPlan>> shared_prefix_plan(const SharedPrefixOptions& o) {
+  if (o.num_system_prompts < 1 || o.system_prompt_len < 1 || o.num_users < 1 || o.turns < 1 ||
+      o.turn_len < 1 || o.output_len < 1) {
+    return invalid_argument("the shared-prefix workload needs every count >= 1 (system prompts ",
+                            o.num_system_prompts, " of ", o.system_prompt_len, " tokens, ",
+                            o.num_users, " users, ", o.turns, " turns of ", o.turn_len,
+                            " tokens, output ", o.output_len, ")");
+  }
+  if (o.vocab_size < 4) return invalid_argument("--vocab-size ", o.vocab_size, " must be >= 4");
+  std::mt19937_64 rng(o.seed);
+  std::uniform_int_distribution<int32_t> tok(3, o.vocab_size - 1);
+  auto tokens = [&](int32_t n) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (int32_t& x : t) x = tok(rng);
+    return t;
+  };
+  std::vector<std::vector<int32_t>> systems;
+  for (int32_t i = 0; i < o.num_system_prompts; ++i) systems.push_back(tokens(o.system_prompt_len));
+  std::vector<std::vector<int32_t>> history(static_cast<size_t>(o.num_users));
+  for (int32_t u = 0; u < o.num_users; ++u) history[static_cast<size_t>(u)] = systems[static_cast<size_t>(u % o.num_system_prompts)];
+  std::vector<RequestPlan> plans;
+  for (int32_t t = 0; t < o.turns; ++t) {
+    std::vector<int32_t> order(static_cast<size_t>(o.num_users));
+    for (int32_t u = 0; u < o.num_users; ++u) order[static_cast<size_t>(u)] = u;
+    std::shuffle(order.begin(), order.end(), rng);
+    for (int32_t u : order) {
+      std::vector<int32_t>& h = history[static_cast<size_t>(u)];
+      const std::vector<int32_t> turn = tokens(o.turn_len);
+      h.insert(h.end(), turn.begin(), turn.end());
+      RequestPlan p;
+      p.prompt_json = "[";
+      for (size_t i = 0; i < h.size(); ++i) {
+        if (i > 0) p.prompt_json += ',';
+        p.prompt_json += std::to_string(h[i]);
+      }
+      p.prompt_json += "]";
+      p.prompt_len = static_cast<int64_t>(h.size());
+      p.max_tokens = o.output_len;
+      plans.push_back(std::move(p));
+    }
+  }
+  return plans;
+}
+
 Result<std::vector<RequestPlan>> load_jsonl_plan(const std::string& path, int32_t num_prompts,
                                                  int32_t default_max_tokens) {
   std::ifstream in(path);

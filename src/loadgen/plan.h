@@ -34,6 +34,24 @@ struct SyntheticOptions {
 // length is approximate; the server's usage gives the real count).
 Result<std::vector<RequestPlan>> synthetic_plan(const SyntheticOptions& o);
 
+// The shared-prefix workload (`--workload shared-prefix`; docs/router.md, "Benchmark"): many
+// users, a few long system prompts, multi-turn chats, as token ids. User u talks under system
+// prompt u % num_system_prompts; turn t of a user is the system prompt, then t + 1 blocks of
+// turn_len tokens (its earlier turns and the new one), so each turn extends the previous one's
+// prompt. Requests go in rounds (every user's turn 0, then every user's turn 1, ...), shuffled
+// within a round. num_users * turns requests of output_len tokens.
+struct SharedPrefixOptions {
+  int32_t num_system_prompts = 4;
+  int32_t system_prompt_len = 1024;
+  int32_t num_users = 32;
+  int32_t turns = 4;
+  int32_t turn_len = 64;
+  int32_t output_len = 16;
+  int32_t vocab_size = 512;
+  uint64_t seed = 0;
+};
+Result<std::vector<RequestPlan>> shared_prefix_plan(const SharedPrefixOptions& o);
+
 // A JSONL file: one object per non-blank line with "prompt" (string, or array of token ids) and
 // optional "max_tokens" (default `default_max_tokens`). Takes the first `num_prompts` lines, or
 // cycles through the file when it has fewer. Errors name the line.

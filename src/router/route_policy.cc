@@ -57,7 +57,10 @@ RouteChoice choose_replica(RoutePolicy policy, std::span<const RouteCandidate> c
     if (c.eligible) least_load = std::min(least_load, c.in_flight);
   }
   if (least_load == std::numeric_limits<int64_t>::max()) return choice;
-  const double limit = weights.imbalance * static_cast<double>(least_load + 1);
+  auto overloaded = [&](const RouteCandidate& c) {
+    return c.in_flight > least_load + weights.balance_abs &&
+           static_cast<double>(c.in_flight) > weights.imbalance * static_cast<double>(least_load);
+  };
   // The cheapest among the balanced, and the cheapest at all (to say why when they differ).
   auto better = [&](int64_t i, int64_t j, int64_t cost_i, int64_t cost_j) {
     if (j < 0) return true;
@@ -71,10 +74,10 @@ RouteChoice choose_replica(RoutePolicy policy, std::span<const RouteCandidate> c
   for (int64_t i = 0; i < n; ++i) {
     const RouteCandidate& c = candidates[static_cast<size_t>(i)];
     if (!c.eligible) continue;
-    const int64_t cost = new_tokens(c) + c.pending_tokens + c.in_flight * weights.load_tokens;
+    const int64_t cost = new_tokens(c) + c.in_flight * weights.load_tokens;
     any_hit = any_hit || c.matched_blocks > 0;
     if (better(i, best_any, cost, best_any_cost)) best_any = i, best_any_cost = cost;
-    if (static_cast<double>(c.in_flight) > limit) continue;
+    if (overloaded(c)) continue;
     if (better(i, best, cost, best_cost)) best = i, best_cost = cost;
   }
   choice.index = static_cast<int32_t>(best);

@@ -3,10 +3,13 @@
 //
 //   prefix       (the default) the least cost, where a replica's cost is the prompt tokens it
 //                would have to compute (the prompt minus the blocks its cache holds, exactly, from
-//                its KvEvents), plus the prompt tokens already routed to it and not yet
-//                computed, plus load_tokens for each request it is running. A replica with more
-//                than imbalance x (the least loaded one's requests + 1) in flight is passed over
-//                unless every one is (load takes over from affinity).
+//                its KvEvents, or that requests in flight there are computing) plus load_tokens
+//                for each request it is running. (Prompt tokens routed and not yet computed are
+//                not a cost of their own: a request that shares them would wait for them
+//                anywhere else too, computing them again.) A replica whose
+//                requests in flight exceed both the least loaded one's + balance_abs and
+//                imbalance x the least loaded one's is passed over (load takes over from
+//                affinity; SGLang's cache-aware router has the same two thresholds).
 //   round_robin  the next healthy replica in turn
 //   routed_text  the prefix policy over RoutedBlockSet (what was routed where, never told of
 //                evictions): the approximate tree of SGLang's cache-aware router, as a baseline
@@ -26,14 +29,14 @@ std::string_view route_policy_name(RoutePolicy policy);  // "prefix", "round_rob
 std::optional<RoutePolicy> parse_route_policy(std::string_view name);
 
 struct RouteWeights {
-  int64_t load_tokens = 256;  // prompt tokens one running request weighs
-  double imbalance = 2.0;     // > 1
+  int64_t load_tokens = 32;   // prompt tokens one running request weighs
+  double imbalance = 2.0;     // >= 1: the relative threshold
+  int64_t balance_abs = 4;    // >= 0: the absolute threshold (requests)
 };
 
 // One replica as the policy sees it.
 struct RouteCandidate {
   int64_t in_flight = 0;        // requests the router has running there
-  int64_t pending_tokens = 0;   // prompt tokens routed there and not yet computed (predicted)
   int64_t matched_blocks = 0;   // leading prompt blocks its cache holds (or was routed)
   bool eligible = true;         // healthy, and not excluded for this request
 };

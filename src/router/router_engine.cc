@@ -66,9 +66,11 @@ struct Replica {
   int64_t last_steps = -1;
   double steps_changed_at = 0.0;
   int64_t in_flight = 0;
-  int64_t pending_tokens = 0;
   CachedBlockSet cached;
   RoutedBlockSet routed{0};
+  // The prompt blocks of the requests the router has in flight here, counted: they are cached
+  // once computed, so a request that shares them is routed here before the events arrive.
+  std::unordered_map<kv::BlockHash, int32_t, HashOfBlock> inflight_blocks;
   std::unordered_set<Call*> calls;
   int64_t num_routed = 0;
   int64_t num_faults = 0;
@@ -92,7 +94,7 @@ struct Call {
   // Guarded by Impl::mu.
   grpc::ClientContext* ctx = nullptr;    // the attempt in progress
   Replica* replica = nullptr;            // ... on this replica
-  int64_t pending_tokens = 0;            // predicted prompt tokens not yet computed there
+  std::vector<kv::BlockHash> chain;      // the prompt's block hashes (prefix policy)
   bool client_aborted = false;
   bool failover = false;                 // the router cancelled the attempt to move it
 };
@@ -380,15 +382,25 @@ std::string RouterEngine::Impl::replica_states() const {
   return out.empty() ? std::string("no replica") : out;
 }
 
+// How many leading blocks of `chain` requests in flight on `r` share. mu held.
+int64_t inflight_matched(const Replica& r, const std::vector<kv::BlockHash>& chain) {
+  int64_t n = 0;
+  while (n < static_cast<int64_t>(chain.size()) &&
+         r.inflight_blocks.contains(chain[static_cast<size_t>(n)])) {
+    ++n;
+  }
+  return n;
+}
+
 Replica* RouterEngine::Impl::choose(Call& c, const std::unordered_set<Replica*>& tried,
                                     int64_t* new_tokens) {
   // mu held by the caller.
   std::vector<RouteCandidate> cands;
   std::vector<Replica*> order;
-  const std::vector<kv::BlockHash> chain =
-      options.policy == RoutePolicy::kRoundRobin
-          ? std::vector<kv::BlockHash>{}
-          : prompt_block_hashes(c.request.prompt_token_ids, block_size, c.request.cache_salt);
+  if (c.chain.empty() && options.policy != RoutePolicy::kRoundRobin) {
+    c.chain = prompt_block_hashes(c.request.prompt_token_ids, block_size, c.request.cache_salt);
+  }
+  const std::vector<kv::BlockHash>& chain = c.chain;
   // Untried replicas first; a tried one only when no other is healthy (it may have restarted).
   for (int pass = 0; pass < 2 && order.empty(); ++pass) {
     cands.clear();
@@ -397,9 +409,9 @@ Replica* RouterEngine::Impl::choose(Call& c, const std::unordered_set<Replica*>&
       RouteCandidate cand;
       cand.eligible = eligible;
       cand.in_flight = r->in_flight;
-      cand.pending_tokens = r->pending_tokens;
-      cand.matched_blocks = options.policy == RoutePolicy::kRoutedText ? r->routed.matched(chain)
-                                                                       : r->cached.matched(chain);
+      cand.matched_blocks = options.policy == RoutePolicy::kRoutedText
+                                ? r->routed.matched(chain)
+                                : std::max(r->cached.matched(chain), inflight_matched(*r, chain));
       cands.push_back(cand);
       if (eligible) order.push_back(r.get());
     }
@@ -440,10 +452,6 @@ void RouterEngine::Impl::deliver(Call& c, engine::StreamEvent ev) {
         metrics.inter_token_s.observe(now - c.last_token_s);
       }
       metrics.num_generation_tokens += static_cast<int64_t>(ev.token_ids.size());
-      if (c.replica != nullptr && c.pending_tokens > 0) {
-        c.replica->pending_tokens -= c.pending_tokens;
-        c.pending_tokens = 0;
-      }
     }
     c.last_token_s = now;
     c.num_tokens += static_cast<int64_t>(ev.token_ids.size());
@@ -598,10 +606,9 @@ void RouterEngine::Impl::run_call(std::shared_ptr<Call> c) {
       }
       tried.insert(r);
       ++r->in_flight;
-      r->pending_tokens += new_tokens;
       r->calls.insert(c.get());
+      for (const kv::BlockHash& h : c->chain) ++r->inflight_blocks[h];
       c->replica = r;
-      c->pending_tokens = new_tokens;
     }
     if (attempt_no > 0) {
       ARBOR_LOG(kInfo) << "router: request " << c->id << " "
@@ -620,9 +627,11 @@ void RouterEngine::Impl::run_call(std::shared_ptr<Call> c) {
     {
       std::lock_guard<std::mutex> lock(mu);
       --r->in_flight;
-      r->pending_tokens -= c->pending_tokens;
-      c->pending_tokens = 0;
       r->calls.erase(c.get());
+      for (const kv::BlockHash& h : c->chain) {
+        auto it = r->inflight_blocks.find(h);
+        if (--it->second == 0) r->inflight_blocks.erase(it);
+      }
       c->replica = nullptr;
     }
     if (outcome == Outcome::kDone) break;

@@ -16,7 +16,9 @@ namespace {
 constexpr int32_t kBlock = 4;
 
 RouteChoice choose(RoutePolicy p, std::vector<RouteCandidate> c, int64_t prompt,
-                   uint64_t rr = 0, RouteWeights w = RouteWeights{.load_tokens = 10, .imbalance = 2.0}) {
+                   uint64_t rr = 0,
+                   RouteWeights w = RouteWeights{.load_tokens = 10, .imbalance = 2.0,
+                                                 .balance_abs = 0}) {
   return choose_replica(p, c, prompt, kBlock, w, rr);
 }
 
@@ -30,9 +32,9 @@ TEST(RoutePolicy, PrefixGoesToTheLongestCachedPrefixWhenLoadsAreEqual) {
   EXPECT_EQ(c.new_tokens, 8);
 }
 
-TEST(RoutePolicy, CostIsNewTokensPlusPendingPlusLoad) {
-  // new tokens 40-32=8 + pending 0 + 3 running x 10 = 38 against 40 + 0 + 0 = 40: replica 0.
-  const RouteWeights no_cap{.load_tokens = 10, .imbalance = 100};
+TEST(RoutePolicy, CostIsNewTokensPlusLoad) {
+  // new tokens 40-32=8 + 3 running x 10 = 38 against 40 + 0 = 40: replica 0.
+  const RouteWeights no_cap{.load_tokens = 10, .imbalance = 100, .balance_abs = 100};
   EXPECT_EQ(choose(RoutePolicy::kPrefix,
                    {{.in_flight = 3, .matched_blocks = 8}, {.in_flight = 0, .matched_blocks = 0}}, 40,
                    0, no_cap)
@@ -43,29 +45,31 @@ TEST(RoutePolicy, CostIsNewTokensPlusPendingPlusLoad) {
       RoutePolicy::kPrefix, {{.in_flight = 4, .matched_blocks = 8}, {.in_flight = 0}}, 40, 0, no_cap);
   EXPECT_EQ(c.index, 1);
   EXPECT_EQ(c.reason, RouteReason::kLoad);
-  // Prompt tokens routed and not yet computed count like new tokens.
-  EXPECT_EQ(choose(RoutePolicy::kPrefix,
-                   {{.pending_tokens = 33, .matched_blocks = 8}, {.matched_blocks = 0}}, 40).index,
-            1);
 }
 
 TEST(RoutePolicy, ImbalanceOverridesAffinity) {
-  // Replica 0 has everything cached but 7 requests; the least loaded has 1: limit 2 x (1 + 1).
+  // Replica 0 has everything cached but 7 requests; the least loaded has 1: 7 > 1 + 4 and
+  // 7 > 2 x 1, so it is passed over.
+  const RouteWeights w{.load_tokens = 0, .imbalance = 2.0, .balance_abs = 4};
   const RouteChoice c = choose(
-      RoutePolicy::kPrefix, {{.in_flight = 7, .matched_blocks = 10}, {.in_flight = 1}}, 40, 0,
-      RouteWeights{.load_tokens = 0, .imbalance = 2.0});
+      RoutePolicy::kPrefix, {{.in_flight = 7, .matched_blocks = 10}, {.in_flight = 1}}, 40, 0, w);
   EXPECT_EQ(c.index, 1);
   EXPECT_EQ(c.reason, RouteReason::kImbalance);
-  // At the limit (4 <= 2 x 2) affinity holds.
-  EXPECT_EQ(choose(RoutePolicy::kPrefix, {{.in_flight = 4, .matched_blocks = 10}, {.in_flight = 1}},
-                   40, 0, RouteWeights{.load_tokens = 0, .imbalance = 2.0})
-                .index,
+  // Within either threshold affinity holds: 5 <= 1 + 4; 7 <= 2 x 4.
+  EXPECT_EQ(choose(RoutePolicy::kPrefix, {{.in_flight = 5, .matched_blocks = 10}, {.in_flight = 1}},
+                   40, 0, w).index,
             0);
+  EXPECT_EQ(choose(RoutePolicy::kPrefix, {{.in_flight = 8, .matched_blocks = 10}, {.in_flight = 4}},
+                   40, 0, w).index,
+            0);
+  EXPECT_EQ(choose(RoutePolicy::kPrefix, {{.in_flight = 9, .matched_blocks = 10}, {.in_flight = 4}},
+                   40, 0, w).reason,
+            RouteReason::kImbalance);
 }
 
 TEST(RoutePolicy, TiesGoToFewerInFlightThenTheLowerIndex) {
   EXPECT_EQ(choose(RoutePolicy::kPrefix, {{.in_flight = 1}, {.in_flight = 0}, {.in_flight = 0}}, 16,
-                   0, RouteWeights{.load_tokens = 0, .imbalance = 10})
+                   0, RouteWeights{.load_tokens = 0, .imbalance = 10, .balance_abs = 0})
                 .index,
             1);
   EXPECT_EQ(choose(RoutePolicy::kPrefix, {{}, {}, {}}, 16).index, 0);
