@@ -48,6 +48,7 @@ struct Options {
   TaskOptions task;   // --task, --pooling (serve_task.h)
   ShardFlags shards;  // --shards, --shard-uri, --recover-timeout (shard_flags.h)
   std::string replica_listen;  // --replica-listen: the replica protocol for `arbor router`
+  double stall_timeout_s = server::ApiServerOptions{}.stall_timeout_s;
 };
 
 
@@ -140,8 +141,8 @@ Status run(const Options& o) {
   if (!o.replica_listen.empty()) cfg.kv_events = &kv_events;
   ARBOR_RETURN_IF_ERROR(engine::EngineCore::validate_config(*exec, cfg));
   engine::EngineCore core(std::move(exec), cfg);
-  const server::ApiServerOptions so =
-      api_server_options(o.api, core.num_free_blocks(), eo.max_num_seqs);
+  server::ApiServerOptions so = api_server_options(o.api, core.num_free_blocks(), eo.max_num_seqs);
+  so.stall_timeout_s = o.stall_timeout_s;
   ARBOR_ASSIGN_OR_RETURN(auto server, server::ApiServer::create(core, info, so));
   log_configuration(o, local, core, info, server->port());
   std::unique_ptr<router::ReplicaServer> replica;
@@ -174,6 +175,11 @@ void setup(CLI::App& app) {
   sub->add_flag("--check-weights", o->check_weights,
                 "Scan every weight for NaN/Inf before serving (norms and the classifier are "
                 "always checked)");
+  sub->add_option("--stall-timeout", o->stall_timeout_s,
+                  "/health answers 503 when requests run and no engine step ended for this many "
+                  "seconds (a hung forward); 0 = never")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   sub->add_option("--replica-listen", o->replica_listen,
                   "Also serve the replica protocol for `arbor router` here: \"unix:/path\" or "
                   "\"host:port\" (port 0: any); default off (docs/router.md)");

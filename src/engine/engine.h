@@ -63,6 +63,10 @@ struct GenerateRequest {
   // be sent exactly what follows the last event it received (docs/router.md, "Resumable
   // streams").
   bool one_token_per_event = false;
+  // The client's session (OpenAI `user`, Anthropic metadata.user_id, or X-Session-Id): a router
+  // keeps a session's requests on one replica while the load allows (docs/router.md). Engines
+  // ignore it.
+  std::string session;
 };
 
 

@@ -167,6 +167,7 @@ void EngineCore::step() {
     observe_speculation(o);
   }
   ++metrics_.num_steps;
+  metrics_.last_step_time_s = engine_now();
   metrics_.batch_size.observe(static_cast<double>(out.requests.size()));
   metrics_.tokens_per_step.observe(out.total_num_scheduled_tokens);
   record_step(out, *outs, exec_s);

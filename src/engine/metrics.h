@@ -57,6 +57,9 @@ struct EngineMetricsSnapshot {
   int64_t num_preemptions = 0;
   int64_t num_priority_preemptions = 0;  // ... of those, for a more important waiting request
   int64_t num_steps = 0;
+  // When the last step's outputs were applied: std::chrono::steady_clock seconds since its epoch
+  // (0: no step yet). /health reads it: requests running and no step for long is a stuck engine.
+  double last_step_time_s = 0.0;
   int32_t num_running = 0;
   int32_t num_waiting = 0;
   double kv_usage = 0.0;               // used / usable blocks, after the last step

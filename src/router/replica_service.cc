@@ -112,6 +112,12 @@ class Service final : public wire::Replica::Service {
     reply->set_executor_error(m.executor_error);
     reply->set_pid(static_cast<int64_t>(::getpid()));
     reply->set_num_steps(m.num_steps);
+    reply->set_seconds_since_step(
+        m.last_step_time_s > 0
+            ? std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+                      .count() -
+                  m.last_step_time_s
+            : -1.0);
     return grpc::Status::OK;
   }
 

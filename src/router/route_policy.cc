@@ -27,6 +27,7 @@ std::string_view route_reason_name(RouteReason reason) {
     case RouteReason::kLoad: return "load";
     case RouteReason::kImbalance: return "imbalance";
     case RouteReason::kRoundRobin: return "round_robin";
+    case RouteReason::kSession: return "session";
   }
   return "?";
 }
@@ -79,6 +80,16 @@ RouteChoice choose_replica(RoutePolicy policy, std::span<const RouteCandidate> c
     if (better(i, best_any, cost, best_any_cost)) best_any = i, best_any_cost = cost;
     if (overloaded(c)) continue;
     if (better(i, best, cost, best_cost)) best = i, best_cost = cost;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const RouteCandidate& c = candidates[static_cast<size_t>(i)];
+    if (!c.sticky || !c.eligible || overloaded(c)) continue;
+    if (new_tokens(c) <= new_tokens(candidates[static_cast<size_t>(best)])) {
+      choice.index = static_cast<int32_t>(i);
+      choice.reason = RouteReason::kSession;
+      choice.new_tokens = new_tokens(c);
+      return choice;
+    }
   }
   choice.index = static_cast<int32_t>(best);
   const RouteCandidate& chosen = candidates[static_cast<size_t>(best)];

@@ -14,6 +14,8 @@
 //   routed_text  the prefix policy over RoutedBlockSet (what was routed where, never told of
 //                evictions): the approximate tree of SGLang's cache-aware router, as a baseline
 //
+// Sessions (prefix and routed_text): the replica a request's session went to last keeps it
+// while it is not overloaded and would compute no more of the prompt than the cheapest replica.
 // Ties go to fewer requests in flight, then to the lower index.
 #pragma once
 
@@ -39,6 +41,7 @@ struct RouteCandidate {
   int64_t in_flight = 0;        // requests the router has running there
   int64_t matched_blocks = 0;   // leading prompt blocks its cache holds (or was routed)
   bool eligible = true;         // healthy, and not excluded for this request
+  bool sticky = false;          // the replica the request's session last went to
 };
 
 // Why the policy chose as it did (the /metrics label).
@@ -47,6 +50,7 @@ enum class RouteReason : uint8_t {
   kLoad,        // no replica had a cached prefix worth more than the load difference
   kImbalance,   // the cheapest one was overloaded; the least loaded took it
   kRoundRobin,
+  kSession,     // its session's replica: not overloaded, and its cache no worse than the best's
 };
 std::string_view route_reason_name(RouteReason reason);
 

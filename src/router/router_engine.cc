@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <fstream>
+#include <list>
 #include <map>
 #include <mutex>
 #include <random>
@@ -111,6 +112,11 @@ struct RouterEngine::Impl {
   RouterStats stats;
   engine::EngineMetricsSnapshot metrics;
   uint64_t round_robin = 0;
+  // Sessions -> the replica each went to last; the least recently used dropped beyond
+  // kMaxSessions (a bound on the router's memory).
+  static constexpr size_t kMaxSessions = 100000;
+  std::list<std::string> session_order;  // least recent first
+  std::unordered_map<std::string, std::pair<Replica*, std::list<std::string>::iterator>> sessions;
   int32_t block_size = 0;
   int64_t max_model_len = 0;
   int32_t max_spec_tokens = 0;
@@ -134,6 +140,7 @@ struct RouterEngine::Impl {
   // Relay of one request: attempts until a final event reaches the client.
   void run_call(std::shared_ptr<Call> c);
   Replica* choose(Call& c, const std::unordered_set<Replica*>& tried, int64_t* new_tokens);
+  void remember_session(const std::string& session, Replica* r);  // mu held
   enum class Outcome { kDone, kFault, kBusy };
   Outcome attempt(Call& c, Replica* r, int32_t attempt_no, Status* fault);
   void deliver(Call& c, engine::StreamEvent ev);
@@ -401,6 +408,10 @@ Replica* RouterEngine::Impl::choose(Call& c, const std::unordered_set<Replica*>&
     c.chain = prompt_block_hashes(c.request.prompt_token_ids, block_size, c.request.cache_salt);
   }
   const std::vector<kv::BlockHash>& chain = c.chain;
+  Replica* sticky = nullptr;
+  if (!c.request.session.empty() && options.policy != RoutePolicy::kRoundRobin) {
+    if (auto it = sessions.find(c.request.session); it != sessions.end()) sticky = it->second.first;
+  }
   // Untried replicas first; a tried one only when no other is healthy (it may have restarted).
   for (int pass = 0; pass < 2 && order.empty(); ++pass) {
     cands.clear();
@@ -409,6 +420,7 @@ Replica* RouterEngine::Impl::choose(Call& c, const std::unordered_set<Replica*>&
       RouteCandidate cand;
       cand.eligible = eligible;
       cand.in_flight = r->in_flight;
+      cand.sticky = r.get() == sticky;
       cand.matched_blocks = options.policy == RoutePolicy::kRoutedText
                                 ? r->routed.matched(chain)
                                 : std::max(r->cached.matched(chain), inflight_matched(*r, chain));
@@ -430,6 +442,7 @@ Replica* RouterEngine::Impl::choose(Call& c, const std::unordered_set<Replica*>&
       case RouteReason::kLoad: ++stats.routed_load; break;
       case RouteReason::kImbalance: ++stats.routed_imbalance; break;
       case RouteReason::kRoundRobin: ++stats.routed_round_robin; break;
+      case RouteReason::kSession: ++stats.routed_session; break;
     }
     const auto prompt = static_cast<int64_t>(c.request.prompt_token_ids.size());
     stats.prompt_tokens += prompt;
@@ -437,7 +450,22 @@ Replica* RouterEngine::Impl::choose(Call& c, const std::unordered_set<Replica*>&
   }
   *new_tokens = choice.new_tokens;
   ++r->num_routed;
+  if (!c.request.session.empty()) remember_session(c.request.session, r);
   return r;
+}
+
+void RouterEngine::Impl::remember_session(const std::string& session, Replica* r) {
+  if (auto it = sessions.find(session); it != sessions.end()) {
+    it->second.first = r;
+    session_order.splice(session_order.end(), session_order, it->second.second);
+    return;
+  }
+  session_order.push_back(session);
+  sessions.emplace(session, std::pair{r, std::prev(session_order.end())});
+  if (sessions.size() > kMaxSessions) {
+    sessions.erase(session_order.front());
+    session_order.pop_front();
+  }
 }
 
 void RouterEngine::Impl::deliver(Call& c, engine::StreamEvent ev) {
@@ -792,7 +820,8 @@ std::string RouterEngine::extra_metrics() const {
   out << "# HELP arbor_router_routed_total Requests routed, by the reason for the replica chosen.\n"
          "# TYPE arbor_router_routed_total counter\n";
   for (auto [reason, n] : {std::pair{"prefix", st.routed_prefix}, {"load", st.routed_load},
-                           {"imbalance", st.routed_imbalance}, {"round_robin", st.routed_round_robin}}) {
+                           {"imbalance", st.routed_imbalance}, {"round_robin", st.routed_round_robin},
+                           {"session", st.routed_session}}) {
     out << "arbor_router_routed_total{reason=\"" << reason << "\"} " << n << "\n";
   }
   auto counter = [&](const char* name, const char* help, int64_t v) {

@@ -19,6 +19,9 @@
 //             replicas in a row, ends with an error event. Every request ends with one final
 //             event.
 //   seeds     a request without a seed gets one here, so a resumption is exact.
+//   sessions  a request's session (GenerateRequest::session) stays on its last replica while
+//             that is not overloaded and its cache is no worse (route_policy.h); at most
+//             100,000 sessions are remembered, the least recently used forgotten first.
 //
 // Replicas come from options.replicas and options.replicas_file (one address per line, '#'
 // comments), which is re-read when it changes: new addresses are added, missing ones stop
@@ -56,6 +59,7 @@ struct RouterOptions {
 // Counters of the router's decisions (published in /metrics: Engine::extra_metrics).
 struct RouterStats {
   int64_t routed_prefix = 0, routed_load = 0, routed_imbalance = 0, routed_round_robin = 0;
+  int64_t routed_session = 0;
   int64_t prompt_tokens = 0;           // of routed requests (first attempts)
   int64_t predicted_hit_tokens = 0;    // ... predicted to come from the chosen replica's cache
   int64_t retries = 0;                 // attempts that restarted a request that had received nothing

@@ -43,6 +43,7 @@ void encode_request(const engine::GenerateRequest& r, wire::GenerateCall* m) {
   m->mutable_speculation()->set_tree_nodes(r.speculation.tree_nodes);
   m->set_pooling(r.pooling ? static_cast<int32_t>(*r.pooling) : 0);
   m->set_one_token_per_event(r.one_token_per_event);
+  m->set_session(r.session);
   if (r.resume) {
     wire::Resume* w = m->mutable_resume();
     w->mutable_output_token_ids()->Assign(r.resume->output_token_ids.begin(),
@@ -81,6 +82,7 @@ Result<engine::GenerateRequest> decode_request(const wire::GenerateCall& m) {
     r.pooling = static_cast<step::PoolingType>(m.pooling());
   }
   r.one_token_per_event = m.one_token_per_event();
+  r.session = m.session();
   if (m.has_resume()) {
     engine::ResumeFrom resume;
     resume.output_token_ids.assign(m.resume().output_token_ids().begin(),

@@ -385,6 +385,14 @@ std::optional<ApiError> read_scheduling(const json& b, const ModelInfo& m,
     return invalid_param("priority", "'priority' needs a server started with "
                                      "--scheduling-policy priority (lower values go first)");
   }
+  // The session a router keeps on one replica: OpenAI's `user`, Anthropic's metadata.user_id
+  // (the X-Session-Id header, read by the server, takes precedence).
+  if (b.contains("user") && b["user"].is_string()) {
+    r->session = b["user"].get<std::string>();
+  } else if (b.contains("metadata") && b["metadata"].is_object() &&
+             b["metadata"].contains("user_id") && b["metadata"]["user_id"].is_string()) {
+    r->session = b["metadata"]["user_id"].get<std::string>();
+  }
   return std::nullopt;
 }
 

@@ -59,6 +59,9 @@ class LoggedExchange final : public http::HttpExchange {
   // The request's Last-Event-ID header (a reconnecting SSE client), "" if none.
   void set_last_event_id(std::string id) { last_event_id_ = std::move(id); }
   const std::string& last_event_id() const { return last_event_id_; }
+  // The request's X-Session-Id header, "" if none.
+  void set_session(std::string session) { session_ = std::move(session); }
+  const std::string& session() const { return session_; }
   // Put after the time ("prompt=24 completion=16").
   void set_detail(std::string detail) { detail_ = std::move(detail); }
   // Why the request failed, put at the end of the line.
@@ -73,6 +76,7 @@ class LoggedExchange final : public http::HttpExchange {
   std::string request_id_;
   std::string response_id_;
   std::string last_event_id_;
+  std::string session_;
   std::string detail_;
   std::string error_;
   std::chrono::steady_clock::time_point start_;

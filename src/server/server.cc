@@ -552,6 +552,7 @@ void ApiServer::State::handle(http::HttpRequest req,
   if (path.size() > 1 && path.back() == '/') path.pop_back();
   auto ex = std::make_shared<Exchange>(std::move(http_ex), req.method, path, request_id_for(req));
   ex->set_last_event_id(std::string(req.header("Last-Event-ID")));
+  ex->set_session(std::string(req.header("X-Session-Id")).substr(0, 256));
   ARBOR_LOG(kDebug) << req.method << " " << req.target << " " << ex->request_id() << " ("
                     << req.body.size() << " bytes)";
   // The web page's files need no API key (web_ui.h); Host and Origin rules still apply.
@@ -601,12 +602,22 @@ void ApiServer::State::handle(http::HttpRequest req,
   }
 }
 
+static double health_clock_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 void ApiServer::State::health(Exchange& ex, std::string_view) {
   if (draining) {
     send_error(ex, server_unavailable("the server is shutting down"), ApiFlavor::kOpenAi);
   } else if (const engine::EngineMetricsSnapshot m = engine->metrics(); !m.executor_healthy) {
     // A model shard is down and could not be restarted (docs/shards.md, "Faults").
     send_error(ex, server_unavailable(str_cat("the model executor is down: ", m.executor_error)),
+               ApiFlavor::kOpenAi);
+  } else if (const double stalled = health_clock_s() - m.last_step_time_s;
+             options.stall_timeout_s > 0 && m.num_running > 0 && m.last_step_time_s > 0 &&
+             stalled > options.stall_timeout_s) {
+    send_error(ex, server_unavailable(str_cat("no engine step in ", static_cast<int64_t>(stalled),
+                                              " s with ", m.num_running, " request(s) running")),
                ApiFlavor::kOpenAi);
   } else {
     send(ex, 200, "{}");
@@ -728,11 +739,13 @@ void ApiServer::State::generate(const Route& route, uint64_t id,
   }
   ex->add_header("X-Arbor-Seed", std::to_string(*first.sampling.seed));
   if (resumable) first.one_token_per_event = true;
+  if (!ex->session().empty()) first.session = ex->session();
   const std::optional<uint64_t> sse_seed =
       resumable ? std::optional<uint64_t>(*first.sampling.seed) : std::nullopt;
   std::vector<engine::GenerateRequest> requests;
   for (auto& prompt : prepared.more_prompts) {
     engine::GenerateRequest more = prepared.request;
+    if (!seed_given) more.sampling.seed.reset();  // each prompt of a batch its own random seed
     more.prompt_token_ids = std::move(prompt);
     more.request_id = str_cat("http-", id, "-", requests.size() + 1);
     requests.push_back(std::move(more));

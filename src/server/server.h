@@ -43,6 +43,9 @@ namespace arbor::server {
 struct ApiServerOptions {
   http::HttpServerOptions http{};
   double shutdown_timeout_s = 10.0;  // drain: running requests get this long to finish
+  // /health answers 503 when requests are running and the engine has not finished a step for
+  // this long (a forward that hangs); 0 = never. The router's probes read the same rule.
+  double stall_timeout_s = 60.0;
   int64_t kv_blocks_total = 0;       // usable KV blocks, for /metrics
   int32_t max_concurrent_requests = 64;  // reported by /info
   // --tokenizer-threads: worker threads that parse, template and tokenise request bodies (>= 1).

@@ -173,6 +173,28 @@ TEST_F(RouterE2e, ASharedPrefixGoesToTheReplicaThatHasItCached) {
   EXPECT_EQ(predicted, hit);
 }
 
+TEST_F(RouterE2e, ASessionStaysOnOneReplica) {
+  // Prompts that share nothing: only the session (OpenAI's `user`, or X-Session-Id) keeps them
+  // together.
+  const char* prompts[] = {"Once", "The dog", "A cat sat", "Tom ran", "Sue saw", "Lily had"};
+  for (const char* p : prompts) {
+    const HttpResult r = router_->post(
+        "/v1/completions", {{"prompt", p}, {"max_tokens", 2}, {"user", "alice"}});
+    ASSERT_EQ(r.status, 200) << r.body;
+  }
+  const double on0 = replica_metric(0, "arbor_router_replica_routed_total");
+  const double on1 = replica_metric(1, "arbor_router_replica_routed_total");
+  EXPECT_TRUE((on0 == 6 && on1 == 0) || (on0 == 0 && on1 == 6)) << on0 << " and " << on1;
+  EXPECT_EQ(router_metric("arbor_router_routed_total{reason=\"session\"}"), 5);
+  for (const char* p : prompts) {
+    const HttpResult r = router_->request(
+        "POST", "/v1/completions", json{{"prompt", p}, {"max_tokens", 2}}.dump(),
+        "-H 'X-Session-Id: bob'");
+    ASSERT_EQ(r.status, 200) << r.body;
+  }
+  EXPECT_GE(router_metric("arbor_router_routed_total{reason=\"session\"}"), 5 + 4);
+}
+
 // The fault-free run, then the same request with the serving replica killed or stopped
 // mid-stream: the client's text must be the same, byte for byte.
 class RouterFailover : public RouterE2e,

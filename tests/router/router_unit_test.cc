@@ -96,6 +96,25 @@ TEST(RoutePolicy, RoundRobinTakesTurnsOverEligibleReplicas) {
   EXPECT_EQ(got, (std::vector<int32_t>{0, 2, 0, 2, 0}));
 }
 
+TEST(RoutePolicy, ASessionStaysOnItsReplicaWhileItsCacheIsNoWorseAndLoadAllows) {
+  // Equal caches: the session's replica 2 keeps it (replica 0 would win the tie otherwise).
+  RouteChoice c = choose(RoutePolicy::kPrefix, {{}, {}, {.sticky = true}}, 40);
+  EXPECT_EQ(c.index, 2);
+  EXPECT_EQ(c.reason, RouteReason::kSession);
+  // Another replica holds more of the prompt: the cache wins.
+  c = choose(RoutePolicy::kPrefix, {{.matched_blocks = 5}, {.sticky = true}}, 40);
+  EXPECT_EQ(c.index, 0);
+  EXPECT_EQ(c.reason, RouteReason::kPrefix);
+  // Overloaded (6 > 0 + 4 and 6 > 2 x 0): load wins.
+  c = choose(RoutePolicy::kPrefix, {{}, {.in_flight = 6, .sticky = true}}, 40, 0,
+             RouteWeights{.load_tokens = 0, .imbalance = 2, .balance_abs = 4});
+  EXPECT_EQ(c.index, 0);
+  // Not eligible (unhealthy): ignored.
+  EXPECT_EQ(choose(RoutePolicy::kPrefix, {{}, {.eligible = false, .sticky = true}}, 40).index, 0);
+  // Round robin knows no sessions.
+  EXPECT_EQ(choose(RoutePolicy::kRoundRobin, {{}, {.sticky = true}}, 40).index, 0);
+}
+
 TEST(RoutePolicy, AFullPromptHitStillComputesOneToken) {
   EXPECT_EQ(choose(RoutePolicy::kPrefix, {{.matched_blocks = 10}}, 40).new_tokens, 1);
 }
