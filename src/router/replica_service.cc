@@ -5,6 +5,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
 
 #include "base/log.h"
 #include "router/replica.grpc.pb.h"
@@ -19,10 +22,130 @@ grpc::Status version_error(uint32_t got) {
                               kReplicaProtocolVersion));
 }
 
-// How long a call waits for an event before it looks at cancellation again.
-constexpr double kPollSeconds = 0.05;
+// One Generate call, on gRPC's callback API: the engine thread's notify starts each write and
+// gRPC's thread continues after it, so no thread waits for events (a thread hand-off fewer on
+// each leg than a blocking handler). A cancelled call (or a failed write) aborts the request;
+// its remaining events are drained unsent and the call finishes with the final one.
+class GenerateReactor final : public grpc::ServerWriteReactor<wire::GenerateEvent> {
+ public:
+  GenerateReactor(engine::Engine& engine, const wire::GenerateCall& call)
+      : engine_(engine), shared_(std::make_shared<Shared>()) {
+    shared_->reactor = this;
+    if (call.protocol_version() != kReplicaProtocolVersion) {
+      finish(version_error(call.protocol_version()));
+      return;
+    }
+    Result<engine::GenerateRequest> request = decode_request(call);
+    Result<std::shared_ptr<engine::RequestStream>> stream =
+        request.ok() ? engine_.submit(std::move(*request))
+                     : Result<std::shared_ptr<engine::RequestStream>>(request.status());
+    if (!stream.ok()) {
+      engine::StreamEvent final_ev;
+      final_ev.final = true;
+      final_ev.error = stream.status();
+      encode_event(final_ev, &msg_);
+      final_written_ = true;
+      shared_->writing = true;
+      StartWrite(&msg_);
+      return;
+    }
+    stream_ = std::move(*stream);
+    std::shared_ptr<Shared> shared = shared_;
+    stream_->set_notify([shared] { shared->pump(); });
+  }
 
-class Service final : public wire::Replica::Service {
+  void OnWriteDone(bool ok) override {
+    {
+      std::lock_guard<std::mutex> lock(shared_->mu);
+      shared_->writing = false;
+      if (!ok && !cancelled_) {
+        cancelled_ = true;
+        if (stream_) engine_.abort(stream_->request_id());
+      }
+      if (final_written_) {
+        finish_locked(ok ? grpc::Status::OK : grpc::Status::CANCELLED);
+        return;
+      }
+    }
+    shared_->pump();
+  }
+
+  void OnCancel() override {
+    {
+      std::lock_guard<std::mutex> lock(shared_->mu);
+      if (cancelled_ || stream_ == nullptr) return;
+      cancelled_ = true;
+      engine_.abort(stream_->request_id());
+    }
+    shared_->pump();
+  }
+
+  void OnDone() override {
+    {
+      std::lock_guard<std::mutex> lock(shared_->mu);
+      shared_->reactor = nullptr;
+    }
+    if (stream_) stream_->set_notify([] {});
+    delete this;
+  }
+
+ private:
+  // Shared with the stream's notify callback, which may run after the reactor is gone.
+  struct Shared {
+    std::mutex mu;
+    GenerateReactor* reactor = nullptr;  // null once done
+    bool writing = false;
+    // Takes the next event: written (one write at a time), or after a cancellation dropped,
+    // until the final one finishes the call. Any thread.
+    void pump() {
+      GenerateReactor* r = nullptr;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (reactor == nullptr || writing || reactor->finished_) return;
+        r = reactor;
+        while (true) {
+          std::optional<engine::StreamEvent> ev = r->stream_->try_next();
+          if (!ev) return;
+          if (r->cancelled_) {
+            if (ev->final) {
+              r->finish_locked(grpc::Status::CANCELLED);
+              return;
+            }
+            continue;
+          }
+          r->msg_.Clear();
+          encode_event(*ev, &r->msg_);
+          r->final_written_ = ev->final;
+          writing = true;
+          break;
+        }
+      }
+      // Outside the lock: the write may complete (OnWriteDone) on another thread at once. The
+      // reactor lives until OnDone, which needs Finish, which waits for this write.
+      r->StartWrite(&r->msg_);
+    }
+  };
+
+  void finish(grpc::Status status) {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    finish_locked(std::move(status));
+  }
+  void finish_locked(grpc::Status status) {  // shared_->mu held
+    if (finished_) return;
+    finished_ = true;
+    Finish(std::move(status));
+  }
+
+  engine::Engine& engine_;
+  std::shared_ptr<Shared> shared_;
+  std::shared_ptr<engine::RequestStream> stream_;
+  wire::GenerateEvent msg_;
+  bool final_written_ = false;
+  bool cancelled_ = false;
+  bool finished_ = false;
+};
+
+class Service final : public wire::Replica::WithCallbackMethod_Generate<wire::Replica::Service> {
  public:
   Service(engine::Engine& engine, engine::KvEventLog& log, ReplicaFacts facts)
       : engine_(engine), log_(log), facts_(std::move(facts)) {}
@@ -32,26 +155,9 @@ class Service final : public wire::Replica::Service {
     log_.close();
   }
 
-  grpc::Status Generate(grpc::ServerContext* ctx, const wire::GenerateCall* call,
-                        grpc::ServerWriter<wire::GenerateEvent>* writer) override {
-    if (call->protocol_version() != kReplicaProtocolVersion) {
-      return version_error(call->protocol_version());
-    }
-    Result<engine::GenerateRequest> request = decode_request(*call);
-    Result<std::shared_ptr<engine::RequestStream>> stream =
-        request.ok() ? engine_.submit(std::move(*request))
-                     : Result<std::shared_ptr<engine::RequestStream>>(request.status());
-    if (!stream.ok()) {
-      engine::StreamEvent final_ev;
-      final_ev.final = true;
-      final_ev.error = stream.status();
-      wire::GenerateEvent m;
-      encode_event(final_ev, &m);
-      writer->Write(m);
-      return grpc::Status::OK;
-    }
-    relay(ctx, **stream, writer);
-    return grpc::Status::OK;
+  grpc::ServerWriteReactor<wire::GenerateEvent>* Generate(grpc::CallbackServerContext* ctx,
+                                                          const wire::GenerateCall* call) override {
+    return new GenerateReactor(engine_, *call);
   }
 
   grpc::Status KvEvents(grpc::ServerContext* ctx, const wire::KvEventsCall* call,
@@ -122,33 +228,6 @@ class Service final : public wire::Replica::Service {
   }
 
  private:
-  // Writes the stream's events until its final one. A cancelled call or a failed write aborts
-  // the request; its remaining events are then drained unsent.
-  void relay(grpc::ServerContext* ctx, engine::RequestStream& stream,
-             grpc::ServerWriter<wire::GenerateEvent>* writer) {
-    bool aborted = false;
-    while (true) {
-      std::optional<engine::StreamEvent> ev = stream.next_for(kPollSeconds);
-      if (!ev) {
-        if (!aborted && (ctx->IsCancelled() || stopping_)) {
-          engine_.abort(stream.request_id());
-          aborted = true;
-        }
-        continue;
-      }
-      const bool final = ev->final;
-      if (!aborted) {
-        wire::GenerateEvent m;
-        encode_event(*ev, &m);
-        if (!writer->Write(m)) {
-          engine_.abort(stream.request_id());
-          aborted = true;
-        }
-      }
-      if (final) break;
-    }
-  }
-
   engine::Engine& engine_;
   engine::KvEventLog& log_;
   const ReplicaFacts facts_;

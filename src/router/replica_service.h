@@ -9,7 +9,9 @@
 //             the log's retention gets a new snapshot, flagged reset).
 //   Status    what the router's probes and routing read.
 //
-// Threading: gRPC's sync server, a thread per call; start/shutdown from the owner.
+// Threading: Generate runs on gRPC's callback API (the engine's notify starts each write; no
+// thread per call); KvEvents and Status on its sync server (a thread per KvEvents subscriber).
+// start/shutdown from the owner.
 #pragma once
 
 #include <cstdint>

@@ -7,6 +7,8 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
+#include <functional>
 #include <fstream>
 #include <list>
 #include <map>
@@ -100,6 +102,51 @@ struct Call {
   bool failover = false;                 // the router cancelled the attempt to move it
 };
 
+// Threads for relays: a request's relay runs on an idle one, or a new one when none is idle
+// (each relay blocks on its gRPC stream for the request's life); finished ones wait for the next.
+class RelayPool {
+ public:
+  ~RelayPool() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+  void run(std::function<void()> job) {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs_.push_back(std::move(job));
+    if (static_cast<int64_t>(jobs_.size()) > idle_) {
+      threads_.emplace_back([this] { loop(); });
+    } else {
+      cv_.notify_one();
+    }
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      ++idle_;
+      cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+      --idle_;
+      if (jobs_.empty()) return;  // stop
+      std::function<void()> job = std::move(jobs_.front());
+      jobs_.pop_front();
+      lock.unlock();
+      job();
+      lock.lock();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  int64_t idle_ = 0;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
 }  // namespace
 
 struct RouterEngine::Impl {
@@ -126,6 +173,8 @@ struct RouterEngine::Impl {
   std::thread watcher;
   std::mutex watcher_mu;
   std::condition_variable watcher_cv;
+  // Last member: joined first, once no relay runs (the destructor waits for calls to end).
+  std::unique_ptr<RelayPool> relays = std::make_unique<RelayPool>();
 
   ~Impl();
   void add_replica(const std::string& address);
@@ -746,7 +795,7 @@ Result<std::shared_ptr<engine::RequestStream>> RouterEngine::submit(engine::Gene
     s.metrics.num_prompt_tokens += static_cast<int64_t>(c->request.prompt_token_ids.size());
   }
   std::shared_ptr<engine::RequestStream> stream = c->stream;
-  std::thread([p = impl_.get(), c] { p->run_call(c); }).detach();
+  impl_->relays->run([p = impl_.get(), c] { p->run_call(c); });
   return stream;
 }
 
