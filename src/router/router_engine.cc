@@ -564,6 +564,42 @@ void RouterEngine::Impl::end_aborted(Call& c) {
   end_with_error(c, ok_status());
 }
 
+// One attempt's event stream on gRPC's callback API: each event is handed on from the gRPC
+// thread that read it (no relay-thread wake-up per event); the relay thread waits for the end.
+class EventReader final : public grpc::ClientReadReactor<wire::GenerateEvent> {
+ public:
+  explicit EventReader(std::function<bool(const wire::GenerateEvent&)> on_event)
+      : on_event_(std::move(on_event)) {}
+  void start(wire::Replica::Stub* stub, grpc::ClientContext* ctx, const wire::GenerateCall* call) {
+    stub->async()->Generate(ctx, call, this);
+    StartRead(&msg_);
+    StartCall();
+  }
+  void OnReadDone(bool ok) override {
+    if (ok && on_event_(msg_)) StartRead(&msg_);
+  }
+  void OnDone(const grpc::Status& status) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    status_ = status;
+    done_ = true;
+    cv_.notify_all();
+  }
+  // Blocks until the call is over (OnDone); its status.
+  grpc::Status wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return done_; });
+    return status_;
+  }
+
+ private:
+  std::function<bool(const wire::GenerateEvent&)> on_event_;
+  wire::GenerateEvent msg_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  grpc::Status status_;
+};
+
 RouterEngine::Impl::Outcome RouterEngine::Impl::attempt(Call& c, Replica* r, int32_t attempt_no,
                                                         Status* fault) {
   engine::GenerateRequest req = c.request;
@@ -583,31 +619,29 @@ RouterEngine::Impl::Outcome RouterEngine::Impl::attempt(Call& c, Replica* r, int
     c.ctx = &ctx;
     c.failover = false;
   }
-  std::unique_ptr<grpc::ClientReader<wire::GenerateEvent>> reader = r->stub->Generate(&ctx, call);
-  wire::GenerateEvent m;
   Outcome outcome = Outcome::kFault;
-  while (reader->Read(&m)) {
+  // Runs on gRPC's threads, one event at a time; false stops reading.
+  EventReader reader([&](const wire::GenerateEvent& m) {
     Result<engine::StreamEvent> ev = decode_event(m);
     if (!ev.ok()) {
       *fault = ev.status();
       ctx.TryCancel();
-      break;
+      return false;
     }
     if (ev->final && !ev->error.ok() && !request_error(ev->error)) {
       // The replica could not run it (shutting down, a dead executor, a full queue): elsewhere.
       *fault = ev->error;
       outcome = ev->error.code() == StatusCode::kResourceExhausted ? Outcome::kBusy
                                                                    : Outcome::kFault;
-      break;
+      return false;
     }
     const bool final = ev->final;
     deliver(c, std::move(*ev));
-    if (final) {
-      outcome = Outcome::kDone;
-      break;
-    }
-  }
-  const grpc::Status st = reader->Finish();
+    if (final) outcome = Outcome::kDone;
+    return !final;
+  });
+  reader.start(r->stub.get(), &ctx, &call);
+  const grpc::Status st = reader.wait();
   std::lock_guard<std::mutex> lock(mu);
   c.ctx = nullptr;
   if (outcome == Outcome::kDone) return outcome;
