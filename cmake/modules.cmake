@@ -77,3 +77,38 @@ function(arbor_module name)
     target_link_libraries(arbor_${name} PRIVATE ${M_PRIVATE_LIBS})
   endif()
 endfunction()
+
+# arbor_grpc_protocol(<proto> <gen_files_var>): the C++ messages and gRPC stubs of
+# src/<proto> (e.g. shard/shard.proto), generated at build time by Debian's protoc and
+# grpc_cpp_plugin into ${CMAKE_CURRENT_BINARY_DIR}/gen/<dir>/; <gen_files_var> gets the four
+# generated paths. `DEPENDS` more .proto files it imports. A module compiles the two .cc files
+# through one proto.cc (generated gRPC code is slow to compile) and adds gen/ to its includes.
+function(arbor_grpc_protocol proto out_var)
+  cmake_parse_arguments(P "" "" "DEPENDS" ${ARGN})
+  find_program(ARBOR_PROTOC protoc REQUIRED)
+  find_program(ARBOR_GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
+  set(gen_dir ${CMAKE_CURRENT_BINARY_DIR}/gen)
+  string(REGEX REPLACE "\\.proto$" "" stem ${proto})
+  set(files ${gen_dir}/${stem}.pb.cc ${gen_dir}/${stem}.pb.h ${gen_dir}/${stem}.grpc.pb.cc
+    ${gen_dir}/${stem}.grpc.pb.h)
+  set(deps ${PROJECT_SOURCE_DIR}/src/${proto})
+  foreach(d IN LISTS P_DEPENDS)
+    list(APPEND deps ${PROJECT_SOURCE_DIR}/src/${d})
+  endforeach()
+  add_custom_command(
+    OUTPUT ${files}
+    COMMAND ${CMAKE_COMMAND} -E make_directory ${gen_dir}
+    COMMAND ${ARBOR_PROTOC} -I ${PROJECT_SOURCE_DIR}/src --cpp_out=${gen_dir} --grpc_out=${gen_dir}
+      --plugin=protoc-gen-grpc=${ARBOR_GRPC_CPP_PLUGIN} ${PROJECT_SOURCE_DIR}/src/${proto}
+    DEPENDS ${deps}
+    COMMENT "protoc: src/${proto}"
+    VERBATIM)
+  set_source_files_properties(${files} PROPERTIES GENERATED ON)
+  # proto.cc includes the generated sources: compiled alone, quietly, and not instrumented in
+  # the sanitizer build (it was half of a module's compile time there).
+  set_source_files_properties(proto.cc PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON COMPILE_OPTIONS -w)
+  if(ARBOR_SANITIZE)
+    set_property(SOURCE proto.cc APPEND PROPERTY COMPILE_OPTIONS -fno-sanitize=all)
+  endif()
+  set(${out_var} ${files} PARENT_SCOPE)
+endfunction()

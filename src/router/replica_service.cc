@@ -12,6 +12,7 @@
 #include "base/log.h"
 #include "router/replica.grpc.pb.h"
 #include "router/wire.h"
+#include "shard/grpc_util.h"
 
 namespace arbor::router {
 namespace {
@@ -260,22 +261,10 @@ Result<std::unique_ptr<ReplicaServer>> ReplicaServer::start(engine::Engine& engi
                                                             const std::string& listen) {
   auto impl = std::make_unique<Impl>();
   impl->service = std::make_unique<Service>(engine, kv_events, facts);
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(impl->service.get());
-  builder.SetMaxReceiveMessageSize(-1);
-  builder.SetMaxSendMessageSize(-1);
-  impl->server = builder.BuildAndStart();
-  if (impl->server == nullptr || (!listen.starts_with("unix:") && port == 0)) {
-    return invalid_argument("--replica-listen: cannot listen on '", listen,
-                            "' (a Unix socket \"unix:/path\" whose folder exists and is "
-                            "writable, or \"host:port\")");
-  }
-  impl->address = listen;
-  if (!listen.starts_with("unix:") && listen.ends_with(":0")) {
-    impl->address = str_cat(listen.substr(0, listen.size() - 1), port);
-  }
+  ARBOR_ASSIGN_OR_RETURN(shard::StartedServer started,
+                         shard::start_server(impl->service.get(), listen, "--replica-listen"));
+  impl->server = std::move(started.server);
+  impl->address = std::move(started.address);
   ARBOR_LOG(kInfo) << "replica protocol on " << impl->address << " (for arbor router)";
   return std::unique_ptr<ReplicaServer>(new ReplicaServer(std::move(impl)));
 }

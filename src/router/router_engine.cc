@@ -23,6 +23,7 @@
 #include "router/prefix_index.h"
 #include "router/replica.grpc.pb.h"
 #include "router/wire.h"
+#include "shard/grpc_util.h"
 #include "sampling/rng.h"
 
 namespace arbor::router {
@@ -227,14 +228,8 @@ RouterEngine::Impl::~Impl() {
 void RouterEngine::Impl::add_replica(const std::string& address) {
   auto r = std::make_shared<Replica>();
   r->address = address;
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(-1);
-  args.SetMaxSendMessageSize(-1);
   // A replica that restarts is reconnected to quickly.
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 50);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
-  r->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  r->channel = shard::make_channel(address, 50, 500);
   r->stub = wire::Replica::NewStub(r->channel);
   Replica* raw = r.get();
   {

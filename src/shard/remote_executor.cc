@@ -24,6 +24,7 @@
 
 #include "base/log.h"
 #include "collective/group.h"
+#include "shard/grpc_util.h"
 #include "shard/process.h"
 #include "shard/shard.grpc.pb.h"
 #include "shard/wire.h"
@@ -98,14 +99,8 @@ class Session {
   // Connects to `uri` and starts the stream; fails when not connected by `until_s`.
   Status open(const std::string& uri, double until_s) {
     close();
-    grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(-1);
-    args.SetMaxSendMessageSize(-1);
     // A launched shard binds its socket after loading the model: retry fast.
-    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 20);
-    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 20);
-    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 100);
-    channel_ = grpc::CreateCustomChannel(uri, grpc::InsecureChannelCredentials(), args);
+    channel_ = make_channel(uri, 20, 100);
     if (!channel_->WaitForConnected(deadline_at(until_s))) {
       channel_.reset();
       return failed_precondition("cannot connect to ", uri);

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "base/log.h"
+#include "shard/grpc_util.h"
 #include "shard/shard.grpc.pb.h"
 #include "shard/wire.h"
 
@@ -220,23 +221,10 @@ Result<std::unique_ptr<ShardServer>> ShardServer::start(
                             " needs its group collective");
   }
   impl->service = std::make_unique<server_internal::ShardService>(std::move(executor), options);
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(impl->service.get());
-  // Steps carry whole prompts of new requests: no 4 MB cap.
-  builder.SetMaxReceiveMessageSize(-1);
-  builder.SetMaxSendMessageSize(-1);
-  impl->server = builder.BuildAndStart();
-  if (impl->server == nullptr || (!options.listen.starts_with("unix:") && port == 0)) {
-    return invalid_argument("shard: cannot listen on '", options.listen,
-                            "' (a Unix socket \"unix:/path\" whose folder exists and is writable, "
-                            "or \"host:port\")");
-  }
-  impl->address = options.listen;
-  if (!options.listen.starts_with("unix:") && options.listen.ends_with(":0")) {
-    impl->address = str_cat(options.listen.substr(0, options.listen.size() - 1), port);
-  }
+  ARBOR_ASSIGN_OR_RETURN(StartedServer started,
+                         start_server(impl->service.get(), options.listen, "shard"));
+  impl->server = std::move(started.server);
+  impl->address = std::move(started.address);
   return std::unique_ptr<ShardServer>(new ShardServer(std::move(impl)));
 }
 
