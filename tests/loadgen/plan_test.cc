@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -108,6 +110,65 @@ class TempFile {
  private:
   std::string path_;
 };
+
+std::vector<int32_t> ids_of(const RequestPlan& p) {
+  std::vector<int32_t> ids;
+  for (const auto& v : nlohmann::json::parse(p.prompt_json)) ids.push_back(v.get<int32_t>());
+  return ids;
+}
+
+TEST(SharedPrefixPlan, TurnsExtendTheirChatUnderASharedSystemPrompt) {
+  SharedPrefixOptions o;
+  o.num_system_prompts = 3;
+  o.system_prompt_len = 20;
+  o.num_users = 7;
+  o.turns = 3;
+  o.turn_len = 5;
+  o.output_len = 4;
+  o.vocab_size = 50;
+  o.seed = 9;
+  auto plans = shared_prefix_plan(o);
+  ASSERT_TRUE(plans.ok());
+  ASSERT_EQ(plans->size(), 21u);
+  // Round t holds every user's turn t (prompt length 20 + 5 (t + 1)); find each user's chat by
+  // its prefix chain: turn t + 1 extends exactly one turn-t prompt, by 5 tokens.
+  std::vector<std::vector<int32_t>> round0, round1, round2;
+  for (size_t i = 0; i < plans->size(); ++i) {
+    const std::vector<int32_t> ids = ids_of((*plans)[i]);
+    EXPECT_EQ((*plans)[i].prompt_len, static_cast<int64_t>(ids.size()));
+    EXPECT_EQ((*plans)[i].max_tokens, 4);
+    for (int32_t t : ids) EXPECT_TRUE(t >= 3 && t < 50) << t;
+    const size_t round = i / 7;
+    EXPECT_EQ(ids.size(), 20u + 5 * (round + 1)) << i;
+    (round == 0 ? round0 : round == 1 ? round1 : round2).push_back(ids);
+  }
+  auto extends = [](const std::vector<int32_t>& longer, const std::vector<int32_t>& shorter) {
+    return std::equal(shorter.begin(), shorter.end(), longer.begin());
+  };
+  for (const auto& [later, earlier] : {std::pair{&round1, &round0}, std::pair{&round2, &round1}}) {
+    for (const auto& p : *later) {
+      int parents = 0;
+      for (const auto& q : *earlier) parents += extends(p, q);
+      EXPECT_EQ(parents, 1) << "each turn extends its own chat's previous prompt";
+    }
+  }
+  // Users share one of 3 system prompts (the first 20 tokens): 3 distinct, user counts 3/2/2.
+  std::map<std::vector<int32_t>, int> systems;
+  for (const auto& p : round0) ++systems[std::vector<int32_t>(p.begin(), p.begin() + 20)];
+  ASSERT_EQ(systems.size(), 3u);
+  std::vector<int> counts;
+  for (const auto& [sys, n] : systems) counts.push_back(n);
+  std::sort(counts.begin(), counts.end());
+  EXPECT_EQ(counts, (std::vector<int>{2, 2, 3}));
+  // Seeded: the same seed gives the same plan, another seed another.
+  auto again = shared_prefix_plan(o);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)[5].prompt_json, (*plans)[5].prompt_json);
+  o.seed = 10;
+  EXPECT_NE((*shared_prefix_plan(o))[5].prompt_json, (*plans)[5].prompt_json);
+  o.turns = 0;
+  EXPECT_FALSE(shared_prefix_plan(o).ok());
+}
 
 TEST(JsonlPlan, ReadsAndCycles) {
   TempFile f(
