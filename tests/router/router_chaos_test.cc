@@ -156,8 +156,10 @@ TEST(RouterChaos, FaultsLoseNothing) {
   };
   for (int i = 0; i < 2; ++i) start_replica(i);
   Proxy proxies[2] = {Proxy(dir.path(), sock(0), 0), Proxy(dir.path(), sock(1), 1)};
-  ASSERT_GT(proxies[0].port(), 0);
-  ASSERT_GT(proxies[1].port(), 0);
+  for (const Proxy& p : proxies) {
+    ASSERT_GT(p.port(), 0) << "tests/router/chaos_proxy.py did not start (it needs "
+                              "/usr/bin/python3, installed by scripts/install_deps.sh --tests)";
+  }
   std::vector<std::string> router_args = {
       "--replica", "127.0.0.1:" + std::to_string(proxies[0].port()),
       "--replica", "127.0.0.1:" + std::to_string(proxies[1].port()),
