@@ -246,5 +246,38 @@ TEST(ShardServe, UnsupportedTensorParallelDegreeIsRefusedByName) {
   EXPECT_NE(r.err.find("1, 2 or 4"), std::string::npos) << r.output();
 }
 
+// /health answers 503 while requests run and no engine step ends (--stall-timeout): a stopped
+// shard holds the step until its deadline (1 s at least), long enough to see it; then the
+// engine restarts the shard and /health is 200 again, the request completing.
+TEST(ShardServe, HealthIs503WhileNoStepEnds) {
+  ServerProcess sharded({"--shards", "1", "--recover-timeout", "5", "--stall-timeout", "0.2"});
+  ASSERT_TRUE(sharded.ok());
+  const int pid = shard_pid(sharded);
+  ASSERT_GT(pid, 0) << "no shard process under the server";
+  EXPECT_EQ(sharded.get("/health").status, 200);
+  HttpResult long_request;
+  std::thread client([&] {
+    long_request = sharded.post("/v1/completions",
+                                {{"prompt", "Once upon a time"}, {"max_tokens", 1800},
+                                 {"ignore_eos", true}, {"temperature", 0}});
+  });
+  for (int i = 0; i < 200 && sharded.metric("arbor_num_requests_running") < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+  HttpResult stalled;
+  for (int i = 0; i < 100; ++i) {
+    stalled = sharded.get("/health");
+    if (stalled.status == 503) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(stalled.status, 503) << stalled.body;
+  EXPECT_NE(stalled.body.find("no engine step"), std::string::npos) << stalled.body;
+  client.join();
+  EXPECT_EQ(long_request.status, 200) << long_request.body;
+  EXPECT_EQ(sharded.get("/health").status, 200);
+  ::kill(pid, SIGKILL);  // the stopped shard, if the engine has not reaped it yet
+}
+
 }  // namespace
 }  // namespace arbor::server::testing
