@@ -24,10 +24,6 @@
 
 namespace arbor::engine {
 
-struct BlockHashHasher {
-  size_t operator()(const kv::BlockHash& h) const { return static_cast<size_t>(h.low ^ h.high); }
-};
-
 class KvEventLog {
  public:
   explicit KvEventLog(size_t max_retained = size_t{1} << 16) : max_retained_(max_retained) {}
@@ -58,7 +54,7 @@ class KvEventLog {
   const size_t max_retained_;
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
-  std::unordered_set<kv::BlockHash, BlockHashHasher> cached_;
+  std::unordered_set<kv::BlockHash, kv::BlockHashHasher> cached_;
   std::deque<kv::KvEvent> retained_;  // events (last_seq_ - retained_.size(), last_seq_]
   uint64_t last_seq_ = 0;
   bool closed_ = false;

@@ -36,6 +36,12 @@ struct BlockHash {
   friend bool operator==(const BlockHash&, const BlockHash&) = default;
 };
 
+// For hash containers of BlockHash (the router's prefix index, the engine's event log): the
+// digest's low half, already uniformly distributed.
+struct BlockHashHasher {
+  size_t operator()(const BlockHash& h) const { return static_cast<size_t>(h.low); }
+};
+
 // The parent hash of a request's first block.
 inline constexpr BlockHash kRootParentHash{0, 0};
 

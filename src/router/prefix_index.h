@@ -27,10 +27,6 @@
 
 namespace arbor::router {
 
-struct HashOfBlock {
-  size_t operator()(const kv::BlockHash& h) const { return static_cast<size_t>(h.low ^ h.high); }
-};
-
 // [num_tokens / block_size] hashes of the prompt's full blocks. O(num_tokens).
 std::vector<kv::BlockHash> prompt_block_hashes(std::span<const int32_t> tokens, int32_t block_size,
                                                std::string_view cache_salt);
@@ -50,7 +46,7 @@ class CachedBlockSet {
 
  private:
   int64_t max_blocks_;
-  std::unordered_set<kv::BlockHash, HashOfBlock> hashes_;
+  std::unordered_set<kv::BlockHash, kv::BlockHashHasher> hashes_;
 };
 
 class RoutedBlockSet {
@@ -65,7 +61,7 @@ class RoutedBlockSet {
  private:
   int64_t max_blocks_;
   std::list<kv::BlockHash> order_;  // least recent first
-  std::unordered_map<kv::BlockHash, std::list<kv::BlockHash>::iterator, HashOfBlock> where_;
+  std::unordered_map<kv::BlockHash, std::list<kv::BlockHash>::iterator, kv::BlockHashHasher> where_;
 };
 
 }  // namespace arbor::router

@@ -74,7 +74,7 @@ struct Replica {
   RoutedBlockSet routed{0};
   // The prompt blocks of the requests the router has in flight here, counted: they are cached
   // once computed, so a request that shares them is routed here before the events arrive.
-  std::unordered_map<kv::BlockHash, int32_t, HashOfBlock> inflight_blocks;
+  std::unordered_map<kv::BlockHash, int32_t, kv::BlockHashHasher> inflight_blocks;
   std::unordered_set<Call*> calls;
   int64_t num_routed = 0;
   int64_t num_faults = 0;

@@ -84,10 +84,7 @@ class RandomRun {
   const KvCacheManager& kv() const { return kv_; }
 
  private:
-  struct HashOf {
-    size_t operator()(const BlockHash& h) const { return static_cast<size_t>(h.low ^ h.high); }
-  };
-  std::unordered_set<BlockHash, HashOf> mirror_;
+  std::unordered_set<BlockHash, BlockHashHasher> mirror_;
   int64_t uniform(int64_t lo, int64_t hi) {  // inclusive
     return std::uniform_int_distribution<int64_t>(lo, hi)(rng_);
   }
