@@ -253,20 +253,40 @@ bool is_harmony(const ModelInfo& model) {
          model.chat->tool_support().format == chat::ToolCallFormat::kHarmony;
 }
 
+// The grammar gate's view of harmony (grammar/thinking.h): the analysis message is the thinking
+// block, read freely; after its <|end|> the gate skips `content_open` (the next message's
+// header) and the grammar applies to what follows. The output begins after the prompt's
+// "<|start|>assistant"; a model that skips the analysis message is held to writing one, since
+// only a prefix of START or content the grammar accepts may begin the output. Harmony's markers
+// are control tokens in gpt-oss's vocabulary: the gate reads them as their text.
+grammar::ThinkingSpec harmony_thinking(const ModelInfo& model, std::string content_open) {
+  grammar::ThinkingSpec spec;
+  spec.markers = {.start = "<|channel|>analysis<|message|>",
+                  .end = "<|end|>",
+                  .content_open = std::move(content_open)};
+  spec.start = grammar::ThinkingStart::kMaybe;
+  for (std::string_view marker : chat::kHarmonyMarkers) {
+    const int32_t id = model.tokenizer->token_id(marker);
+    if (id >= 0 && model.tokenizer->is_special(id)) {
+      spec.control_texts.push_back({.id = id, .text = std::string(marker)});
+    }
+  }
+  return spec;
+}
+
 // Harmony output is read whole (chat/harmony.h): its markers' text is kept in the output, the
 // analysis channel is reasoning (unless --reasoning-format none), the calls are read when the
-// request has tools. No grammar yet: one would have to follow the channels and the recipient.
+// request has tools. A grammar applies after the analysis message: structured output to the
+// body of a final message, forced calls (tool_call_grammar's harmony form) to a commentary
+// message addressed to one of the functions.
 std::optional<ApiError> read_harmony(const ModelInfo& model, const ToolRequest& tools,
                                      engine::GenerateRequest* r, ChatOutputOptions* out) {
   if (tools.forces_calls()) {
-    return invalid_param("tool_choice", "'tool_choice' \"required\" or a named function is not "
-                                        "supported with gpt-oss's harmony format yet; use "
-                                        "\"auto\"");
-  }
-  if (r->sampling.grammar) {
-    return invalid_param("response_format", "structured output (response_format, "
-                                            "structured_outputs, guided_*, grammar, json_schema) "
-                                            "is not supported with gpt-oss's harmony format yet");
+    ARBOR_API_TRY(force_tool_calls(tools, model, &r->sampling));
+    r->sampling.grammar->thinking = harmony_thinking(model, "<|start|>assistant");
+  } else if (r->sampling.grammar) {
+    r->sampling.grammar->thinking =
+        harmony_thinking(model, "<|start|>assistant<|channel|>final<|message|>");
   }
   ChatOutputOptions::HarmonyParsing h;
   const std::optional<chat::ReasoningSyntax>& syntax = model.chat->reasoning();

@@ -1,8 +1,11 @@
 #include "server/tool_calling_api.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
+#include <sstream>
 
+#include "grammar/gbnf_text.h"
 #include "grammar/json_schema_to_gbnf.h"
 
 namespace arbor::server {
@@ -78,17 +81,68 @@ std::optional<ApiError> read_tool_choice(const json& body, ToolRequest* out) {
 }
 
 // {"name": <const>, <args_key>: <parameters>} for one tool.
+// A tool's `parameters` schema (absent: an empty object).
+ojson parameters_schema(const ojson& tool) {
+  const ojson& f = tool["function"];
+  return f.contains("parameters") && f["parameters"].is_object()
+             ? f["parameters"]
+             : ojson{{"type", "object"}, {"properties", ojson::object()}};
+}
+
 ojson call_schema(const ojson& tool, std::string_view args_key) {
   const ojson& f = tool["function"];
-  ojson params = f.contains("parameters") && f["parameters"].is_object()
-                     ? f["parameters"]
-                     : ojson{{"type", "object"}, {"properties", ojson::object()}};
+  ojson params = parameters_schema(tool);
   ojson properties = ojson::object();
   properties["name"] = {{"const", f["name"]}};
   properties[std::string(args_key)] = std::move(params);
   return {{"type", "object"},
           {"properties", std::move(properties)},
           {"required", {"name", std::string(args_key)}}};
+}
+
+// Harmony (gpt-oss): one call, a commentary message to functions.NAME whose body is the
+// arguments (generation ends at its <|call|>, so a response holds one call), after
+// "<|start|>assistant", which the thinking gate skips (chat_prompt.cc, read_harmony). Each
+// tool's argument rules are converted under their own root (args-I); the shared rules (ws,
+// string, ...) come out identical from every conversion and are kept once.
+Result<std::string> harmony_call_grammar(const ToolRequest& request) {
+  std::string root = "root ::= ";
+  std::vector<std::string> rules;
+  std::map<std::string, std::string, std::less<>> defined;  // rule name -> its line
+  bool first = true;
+  for (size_t i = 0; i < request.names.size(); ++i) {
+    if (request.choice == ToolChoice::kNamed && request.names[i] != request.named) continue;
+    grammar::JsonGrammarOptions options;
+    options.root_rule = str_cat("args-", i);
+    Result<std::string> args = grammar::json_schema_to_gbnf(parameters_schema(request.tools[i]),
+                                                            options);
+    if (!args.ok()) {
+      return invalid_argument("the parameters of tool '", request.names[i],
+                              "' cannot be enforced: ", args.status().message());
+    }
+    root += str_cat(first ? "" : " | ",
+                    grammar::gbnf_literal_ascii(str_cat("<|channel|>commentary to=functions.",
+                                                        request.names[i],
+                                                        " <|constrain|>json<|message|>")),
+                    " ", options.root_rule);
+    first = false;
+    std::istringstream lines(*args);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.empty()) continue;
+      const std::string name = line.substr(0, line.find(" ::="));
+      auto [it, added] = defined.emplace(name, line);
+      if (added) {
+        rules.push_back(line);
+      } else if (it->second != line) {
+        return invalid_argument("the parameters of tool '", request.names[i], "' define rule '",
+                                name, "' differently from another tool's; give their $defs "
+                                "distinct names");
+      }
+    }
+  }
+  std::string out = root + "\n";
+  for (const std::string& r : rules) out += r + "\n";
+  return out;
 }
 
 }  // namespace
@@ -132,6 +186,7 @@ std::optional<ApiError> read_tools(const json& body, const ojson& ordered, ToolR
 }
 
 Result<std::string> tool_call_grammar(const ToolRequest& request, chat::ToolCallFormat format) {
+  if (format == chat::ToolCallFormat::kHarmony) return harmony_call_grammar(request);
   const bool hermes = format == chat::ToolCallFormat::kHermes;
   const std::string_view args_key = hermes ? "arguments" : "parameters";
   ojson branches = ojson::array();

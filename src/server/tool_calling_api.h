@@ -54,7 +54,9 @@ std::optional<ApiError> read_tools(const nlohmann::json& body,
 // The GBNF grammar for a request that forces calls, in `format`: one call (named, or parallel
 // off) or one or more, each naming one of the allowed tools with arguments valid under its
 // `parameters` schema (json_schema_to_gbnf.h's subset; absent parameters: an empty object).
-// kInvalidArgument names the tool whose schema cannot be compiled.
+// kInvalidArgument names the tool whose schema cannot be compiled. kHarmony: one call, written
+// as gpt-oss does after "<|start|>assistant": <|channel|>commentary to=functions.NAME
+// <|constrain|>json<|message|>ARGUMENTS (its <|call|> ends generation).
 Result<std::string> tool_call_grammar(const ToolRequest& request, chat::ToolCallFormat format);
 
 }  // namespace arbor::server

@@ -159,7 +159,7 @@ constexpr const char* kHarmonyCallHeader =
 
 std::string harmony_model(const std::string& name,
                           std::map<std::string, std::vector<std::string>> body,
-                          const std::string& header, const std::string& stop) {
+                          std::vector<std::string> headers, const std::string& stop) {
   static test::TempDir dir("script_model_harmony");
   const std::string out = dir.path() + "/" + name + ".gguf";
   EXPECT_TRUE(test::expect_shared_file("tokenizers/hf/qwen3/tokenizer.json"));
@@ -169,7 +169,7 @@ std::string harmony_model(const std::string& name,
   spec.chat_template = test::read_file(test::shared_path("templates/openai-gpt-oss-120b.jinja"));
   spec.added_control = {"<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|constrain|>",
                         "<|call|>", "<|return|>"};
-  spec.added_user_defined = {header};
+  spec.added_user_defined = std::move(headers);
   spec.next = std::move(body);
   spec.next["assistant"] = {"<|channel|>"};
   spec.next["<|channel|>"] = {"analysis"};
@@ -186,9 +186,11 @@ const std::string& harmony_answer_script_model() {
   static const std::string path = harmony_model(
       "harmony_answer",
       {{"<|message|>", {"Let"}}, {"Let", {" me"}}, {" me", {" think"}}, {" think", {"."}},
-       {".", {kHarmonyFinalHeader}}, {kHarmonyFinalHeader, {"Sure"}}, {"Sure", {"!"}},
-       {"!", {"<|return|>"}}},
-      kHarmonyFinalHeader, "<|return|>");
+       {".", {kHarmonyFinalHeader, kHarmonyCallHeader}}, {kHarmonyFinalHeader, {"Sure", "{\""}},
+       {"Sure", {"!"}}, {"!", {"<|return|>"}}, {kHarmonyCallHeader, {"{\""}},
+       {"{\"", {"answer", "city"}}, {"answer", {"\":"}}, {"city", {"\":"}}, {"\":", {" \""}},
+       {" \"", {"Paris"}}, {"Paris", {"\"}"}}, {"\"}", {"<|return|>"}}},
+      {kHarmonyFinalHeader, kHarmonyCallHeader}, "<|return|>");
   return path;
 }
 
@@ -199,7 +201,7 @@ const std::string& harmony_tool_script_model() {
        {".", {kHarmonyCallHeader}}, {kHarmonyCallHeader, {"{\""}}, {"{\"", {"city"}},
        {"city", {"\":"}}, {"\":", {" \""}}, {" \"", {"Paris"}}, {"Paris", {"\"}"}},
        {"\"}", {"<|call|>"}}},
-      kHarmonyCallHeader, "<|call|>");
+      {kHarmonyCallHeader}, "<|call|>");
   return path;
 }
 

@@ -48,7 +48,9 @@ const std::string& thinking_script_model();
 // shared gpt-oss template. The answer model's greedy output after "<|start|>assistant" is
 //   <|channel|>analysis<|message|>Let me think.<|end|><|start|>assistant<|channel|>final
 //   <|message|> Sure!<|return|>
-// and the tool model's
+// where a grammar refuses the final header (forced calls) it writes the commentary call below
+// instead, and where one refuses "Sure" (structured output) '{"answer": "Paris"}'; the tool
+// model's
 //   <|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary
 //   to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}<|call|>
 // (each second header one user-defined token: the script is one token in, one token out, and

@@ -4,8 +4,8 @@
 // functions.get_weather. The analysis channel becomes reasoning_content, final content, the call
 // tool_calls (finish_reason "tool_calls"), streamed and whole alike; reasoning_effort reaches the
 // template ("Reasoning: high" in the prompt) and is refused where the template does not read it;
-// forced calls and structured output are refused with harmony (no grammar follows its channels
-// yet). The official openai client runs harmony.test.mjs against both models.
+// forced calls and structured output apply after the analysis message (the grammar gate reads
+// it as a thinking block and the following header as the content's opening). The official openai client runs harmony.test.mjs against both models.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -128,17 +128,59 @@ TEST(ServerHarmony, CommentaryCallsAreToolCallsStreamedAndWhole) {
   const Message no_tools = whole(server, body(false));
   EXPECT_EQ(no_tools.content, "{\"city\": \"Paris\"}");
   EXPECT_TRUE(no_tools.calls.empty());
-  // No grammar follows harmony's channels yet: forced calls and structured output are refused.
-  json forced = body(true);
-  forced["tool_choice"] = "required";
-  HttpResult r = server.post("/v1/chat/completions", forced);
-  EXPECT_EQ(r.status, 400);
-  EXPECT_NE(r.body.find("harmony"), std::string::npos) << r.body;
-  json schema = body();
-  schema["response_format"] = {{"type", "json_object"}};
-  r = server.post("/v1/chat/completions", schema);
-  EXPECT_EQ(r.status, 400);
-  EXPECT_NE(r.body.find("harmony"), std::string::npos) << r.body;
+  EXPECT_TRUE(server.wait_no_blocks_used());
+  EXPECT_EQ(server.terminate(), 0);
+}
+
+// The answer model writes a final message unless a grammar refuses it: tool_choice "required"
+// or a named function turns it into the commentary call (its header is the model's second
+// choice), response_format into a JSON final message; the analysis is reasoning throughout, and
+// streamed equals whole.
+TEST(ServerHarmony, ForcedCallsAndStructuredOutputFollowTheAnalysis) {
+  ServerProcess server({}, 0, harmony_answer_script_model());
+  ASSERT_TRUE(server.ok());
+  const Message free = whole(server, body(true));
+  EXPECT_EQ(free.content, "Sure!");
+  EXPECT_TRUE(free.calls.empty());
+  const json want_calls =
+      json::parse(R"([{"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}])");
+  for (const json& choice :
+       {json("required"), json{{"type", "function"}, {"function", {{"name", "get_weather"}}}}}) {
+    json forced = body(true);
+    forced["tool_choice"] = choice;
+    const Message w = whole(server, forced);
+    EXPECT_EQ(w.reasoning, "Let me think.") << choice;
+    EXPECT_EQ(w.calls, want_calls) << choice;
+    EXPECT_EQ(w.finish, "tool_calls") << choice;
+    const Message s = streamed(server, forced);
+    EXPECT_EQ(s.reasoning, "Let me think.") << choice;
+    EXPECT_EQ(s.calls, want_calls) << choice;
+    EXPECT_EQ(s.content, "") << choice;
+  }
+  for (const json& format :
+       {json{{"type", "json_object"}},
+        json{{"type", "json_schema"},
+             {"json_schema",
+              {{"name", "a"},
+               {"schema",
+                {{"type", "object"},
+                 {"properties", {{"answer", {{"type", "string"}}}}},
+                 {"required", {"answer"}}}}}}}}) {
+    json constrained = body();
+    constrained["response_format"] = format;
+    const Message w = whole(server, constrained);
+    EXPECT_EQ(w.reasoning, "Let me think.") << format;
+    EXPECT_EQ(w.content, "{\"answer\": \"Paris\"}") << format;
+    EXPECT_EQ(w.finish, "stop") << format;
+    const Message s = streamed(server, constrained);
+    EXPECT_EQ(s.content, w.content) << format;
+    EXPECT_EQ(s.reasoning, w.reasoning) << format;
+  }
+  // Forced calls and another constraint together are refused, as for every model.
+  json both = body(true);
+  both["tool_choice"] = "required";
+  both["response_format"] = {{"type", "json_object"}};
+  EXPECT_EQ(server.post("/v1/chat/completions", both).status, 400);
   EXPECT_TRUE(server.wait_no_blocks_used());
   EXPECT_EQ(server.terminate(), 0);
 }

@@ -11,6 +11,9 @@
 #include <string>
 
 #include "chat/tool_calls.h"
+#include "grammar/grammar_spec.h"
+#include "grammar/matcher.h"
+#include "server/tool_calling_api.h"
 #include "server_test_util.h"
 #include "support/json_schema_validator.h"
 #include "support/shared_data.h"
@@ -133,6 +136,42 @@ void expect_valid_calls(const Message& m, const std::string& only = "", bool cut
     EXPECT_EQ(::arbor::test::validate_json(args, schema_of(c.name)), std::nullopt)
         << c.name << ": " << c.arguments;
   }
+}
+
+// gpt-oss's harmony form (no server): one commentary call to one of the tools, each name with
+// its own arguments' schema, the shared JSON rules once; a named choice allows that one only.
+TEST(ServerTools, HarmonyCallGrammarMatchesEachToolWithItsOwnArguments) {
+  ToolRequest request;
+  request.tools = nlohmann::ordered_json::parse(kTools.dump());
+  for (const json& t : kTools) request.names.push_back(t["function"]["name"]);
+  request.choice = ToolChoice::kRequired;
+  auto accepts = [](const ToolRequest& r, const std::string& text) {
+    Result<std::string> gbnf = tool_call_grammar(r, chat::ToolCallFormat::kHarmony);
+    EXPECT_TRUE(gbnf.ok()) << gbnf.status().to_string();
+    if (!gbnf.ok()) return false;
+    Result<grammar::Automaton> a =
+        grammar::compile_spec({grammar::GrammarKind::kGbnf, std::move(gbnf).value()});
+    EXPECT_TRUE(a.ok()) << a.status().to_string();
+    if (!a.ok()) return false;
+    grammar::Matcher m(std::make_shared<const grammar::Automaton>(std::move(a).value()));
+    return m.accept(text) && m.can_end();
+  };
+  const std::string head = "<|channel|>commentary to=functions.";
+  const std::string json_open = " <|constrain|>json<|message|>";
+  EXPECT_TRUE(accepts(request, head + "get_weather" + json_open +
+                                   R"({"city": "Paris", "unit": "celsius"})"));
+  EXPECT_TRUE(accepts(request, head + "add" + json_open + R"({"a": 3, "b": -4})"));
+  EXPECT_TRUE(accepts(request, head + "now" + json_open + "{}"));
+  // Another tool's arguments, an unknown name, two calls, a missing header: refused.
+  EXPECT_FALSE(accepts(request, head + "add" + json_open + R"({"city": "Paris", "unit": "celsius"})"));
+  EXPECT_FALSE(accepts(request, head + "get_weather" + json_open + R"({"a": 3, "b": -4})"));
+  EXPECT_FALSE(accepts(request, head + "sub" + json_open + R"({"a": 3, "b": -4})"));
+  EXPECT_FALSE(accepts(request, head + "now" + json_open + "{}" + head + "now" + json_open + "{}"));
+  EXPECT_FALSE(accepts(request, R"({"a": 3, "b": -4})"));
+  request.choice = ToolChoice::kNamed;
+  request.named = "add";
+  EXPECT_TRUE(accepts(request, head + "add" + json_open + R"({"a": 3, "b": -4})"));
+  EXPECT_FALSE(accepts(request, head + "now" + json_open + "{}"));
 }
 
 TEST(ServerTools, RequiredAndNamedCallsAreValidAndStreamAsTheyDoWhole) {
