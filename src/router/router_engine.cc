@@ -2,11 +2,13 @@
 
 #include <grpcpp/grpcpp.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <functional>
 #include <fstream>
@@ -150,8 +152,19 @@ class RelayPool {
 
 }  // namespace
 
+// What this router process puts before the ids it sends replicas: several routers (or one
+// restarted) in front of the same replicas must not send two requests under one id, and their
+// clients' ids (http-N, or the client's own) are unique per router only.
+std::string router_id_tag() {
+  std::random_device rd;
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%08x", static_cast<unsigned>(rd()));
+  return str_cat("rt", ::getpid(), "-", hex);
+}
+
 struct RouterEngine::Impl {
   RouterOptions options;
+  const std::string id_tag = router_id_tag();
   mutable std::mutex mu;
   std::condition_variable idle_cv;
   std::condition_variable health_cv;     // a replica became healthy
@@ -598,7 +611,7 @@ class EventReader final : public grpc::ClientReadReactor<wire::GenerateEvent> {
 RouterEngine::Impl::Outcome RouterEngine::Impl::attempt(Call& c, Replica* r, int32_t attempt_no,
                                                         Status* fault) {
   engine::GenerateRequest req = c.request;
-  req.request_id = attempt_no == 0 ? c.id : str_cat(c.id, "~", attempt_no);
+  req.request_id = str_cat(id_tag, "/", c.id, attempt_no == 0 ? "" : str_cat("~", attempt_no));
   if (!c.delivered.empty()) {
     req.resume = engine::ResumeFrom{.output_token_ids = c.delivered,
                                     .text_bytes = c.text_bytes,

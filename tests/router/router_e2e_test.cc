@@ -3,7 +3,8 @@
 // a replica killed (SIGKILL) or stopped (SIGSTOP) mid-stream loses nothing: the stream
 // continues on the other replica with exactly the tokens of a fault-free run, greedy and
 // seeded; the stopped replica's request is aborted when it wakes (no leaked KV block); /health
-// follows the replicas; a client that hangs up frees the replica's blocks.
+// follows the replicas; a client that hangs up frees the replica's blocks; two routers in front
+// of the same replicas neither collide on request ids nor disagree about the caches.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -242,6 +243,56 @@ INSTANTIATE_TEST_SUITE_P(KillAndStop, RouterFailover,
                            return std::string(std::get<0>(info.param) == SIGKILL ? "Kill" : "Stop") +
                                   (std::get<1>(info.param) == 0.0 ? "Greedy" : "Seeded");
                          });
+
+// Two routers (as two router pods behind one Service) in front of the same replicas: their
+// first requests carry the same local id and go to the same replica at once (an empty cache,
+// the tie goes to replica 0), and both answer as the replica itself would; the second router's
+// index holds what the first one's requests stored (it comes from the replicas' events), so a
+// shared prefix sent first through one router goes to its holder through the other.
+TEST_F(RouterE2e, TwoRoutersShareTheReplicasAndTheirCaches) {
+  std::unique_ptr<ServerProcess> second = ServerProcess::router(
+      {"--replica", socket(0), "--replica", socket(1), "--probe-interval", "0.1",
+       "--probe-timeout", "0.5", "--no-replica-wait", "1"},
+      dir_ / "router2.log");
+  ASSERT_TRUE(second->ok());
+  const json body = long_request(0.0, 64);
+  Streamed through[2];
+  std::thread other([&] { through[1] = stream_completion(*second, body); });
+  through[0] = stream_completion(*router_, body);
+  other.join();
+  const Streamed direct = stream_completion(*replicas_[1], body);
+  for (const Streamed& s : through) {
+    EXPECT_EQ(s.status, 200);
+    EXPECT_EQ(s.text, direct.text);
+    EXPECT_EQ(s.completion_tokens, 64);
+  }
+  std::string prefix = "Another long system prompt:";
+  for (int i = 0; i < 40; ++i) prefix += " the dog ran to the park and played with a ball.";
+  auto routed = [&](const ServerProcess& router, int i) {
+    return router.metric("arbor_router_replica_routed_total{replica=\"" + socket(i) + "\"}");
+  };
+  auto blocks_on = [&](int i) {
+    return second->metric("arbor_router_replica_index_blocks{replica=\"" + socket(i) + "\"}");
+  };
+  const double routed_before = routed(*router_, 0);
+  const double blocks_before[2] = {blocks_on(0), blocks_on(1)};
+  const HttpResult first =
+      router_->post("/v1/completions", {{"prompt", prefix}, {"max_tokens", 2}});
+  ASSERT_EQ(first.status, 200) << first.body;
+  const int holder = routed(*router_, 0) > routed_before ? 0 : 1;
+  for (int i = 0; i < 100 && blocks_on(holder) < blocks_before[holder] + 10; ++i) sleep_ms(20);
+  ASSERT_GE(blocks_on(holder), blocks_before[holder] + 10);
+  const double second_before = routed(*second, holder);
+  for (int i = 0; i < 4; ++i) {
+    const HttpResult r = second->post(
+        "/v1/completions",
+        {{"prompt", prefix + " Question " + std::to_string(i) + "?"}, {"max_tokens", 2}});
+    ASSERT_EQ(r.status, 200) << r.body;
+  }
+  EXPECT_EQ(routed(*second, holder), second_before + 4);
+  EXPECT_EQ(second->metric("arbor_router_routed_total{reason=\"prefix\"}"), 4);
+  EXPECT_EQ(second->terminate(), 0);
+}
 
 TEST_F(RouterE2e, HealthFollowsTheReplicas) {
   EXPECT_EQ(router_->get("/health").status, 200);
