@@ -3,8 +3,12 @@
 // shared-prefix workload of `arbor bench serve --workload shared-prefix`, once per policy
 // (prefix, round_robin, routed_text), against one replica serving everything with the pool of
 // all N; then the router's overhead: time to first token through the router minus direct.
+// Each policy runs behind one router and behind several (--routers 1,2: the clients split
+// evenly over R routers in front of the same replicas, as a Service spreads connections over
+// router pods; a chat's turns land on any of them).
 //
-//   arbor bench router -m MODEL [--replicas 4] [--num-kv-blocks 256] [--max-concurrency 8]
+//   arbor bench router -m MODEL [--replicas 4] [--routers 1,2] [--num-kv-blocks 400]
+//                      [--max-concurrency 8]
 //
 // Every configuration starts fresh processes (empty caches). Prints a table and the ratios the
 // router is held to: prefix throughput / round_robin >= 1.8, / routed_text >= 1.2; its prefix
@@ -39,8 +43,9 @@ namespace cmd_bench_router {  // named, not anonymous: the commands share unity 
 struct Options {
   std::string model;
   int32_t replicas = 4;
+  std::vector<int32_t> routers = {1, 2};  // router counts to run each policy behind
   int32_t threads = 1;
-  int64_t num_kv_blocks = 256;
+  int64_t num_kv_blocks = 400;
   int32_t max_concurrency = 8;
   std::vector<std::string> policies = {"prefix", "round_robin", "routed_text"};
   loadgen::SharedPrefixOptions workload;
@@ -59,7 +64,7 @@ struct Fleet {
   std::string dir;
   std::vector<shard::ChildProcess> children;
   std::vector<int> replica_ports;
-  int router_port = 0;
+  std::vector<int> router_ports;
   ~Fleet() {
     for (auto& c : children) c.kill_and_reap();
     std::error_code ec;
@@ -80,11 +85,13 @@ Result<int> wait_port(const std::string& file, shard::ChildProcess& child, const
   return failed_precondition(what, " did not listen within 60 s");
 }
 
-// `replicas` replicas of `blocks` KV blocks each, and a router with `policy` unless empty.
+// `replicas` replicas of `blocks` KV blocks each, and `routers` routers with `policy` in front
+// of all of them unless `policy` is empty.
 Result<std::unique_ptr<Fleet>> start_fleet(const Options& o, int32_t replicas, int64_t blocks,
-                                           const std::string& policy) {
+                                           const std::string& policy, int32_t routers) {
   auto fleet = std::make_unique<Fleet>();
-  fleet->dir = str_cat("/tmp/arbor-bench-router-", ::getpid(), "-", policy.empty() ? "single" : policy);
+  fleet->dir = str_cat("/tmp/arbor-bench-router-", ::getpid(), "-",
+                       policy.empty() ? "single" : str_cat(policy, "-", routers));
   std::filesystem::create_directories(fleet->dir);
   const std::string exe = self_exe();
   std::vector<std::string> sockets;
@@ -103,8 +110,8 @@ Result<std::unique_ptr<Fleet>> start_fleet(const Options& o, int32_t replicas, i
                                                 str_cat("replica ", i)));
     fleet->replica_ports.push_back(port);
   }
-  if (!policy.empty()) {
-    const std::string port_file = fleet->dir + "/pr";
+  for (int32_t k = 0; k < routers && !policy.empty(); ++k) {
+    const std::string port_file = str_cat(fleet->dir, "/pr", k);
     std::vector<std::string> argv = {exe, "--log-level", "warn", "router", "-m", o.model,
                                      "--port", "0", "--port-file", port_file, "--policy", policy,
                                      "--log-stats-interval", "0"};
@@ -112,8 +119,9 @@ Result<std::unique_ptr<Fleet>> start_fleet(const Options& o, int32_t replicas, i
     argv.insert(argv.end(), o.router_flags.begin(), o.router_flags.end());
     ARBOR_ASSIGN_OR_RETURN(shard::ChildProcess c, shard::ChildProcess::spawn(argv));
     fleet->children.push_back(std::move(c));
-    ARBOR_ASSIGN_OR_RETURN(fleet->router_port,
-                           wait_port(port_file, fleet->children.back(), "the router"));
+    ARBOR_ASSIGN_OR_RETURN(int port,
+                           wait_port(port_file, fleet->children.back(), str_cat("router ", k)));
+    fleet->router_ports.push_back(port);
   }
   return fleet;
 }
@@ -138,41 +146,72 @@ double scrape(int port, const std::string& name) {
 
 struct Row {
   std::string name;
+  std::string policy;  // "" for the one-replica reference
   int32_t replicas = 0;
+  int32_t routers = 0;
   double hit_rate = 0;
+  std::string decisions;  // the routers' decisions by reason: "prefix 120, load 8, ..."
   loadgen::ServingMetrics m;
 };
 
-Result<loadgen::ServingMetrics> run_workload(int port, const std::vector<loadgen::RequestPlan>& plans,
+// Request i goes to ports[i % ports.size()] (plans are shuffled within each round of turns, so
+// a chat's turns land on different ports); each port's clients keep concurrency / ports
+// requests in flight (at least one). Throughput is over the slowest port's duration.
+Result<loadgen::ServingMetrics> run_workload(const std::vector<int>& ports,
+                                             const std::vector<loadgen::RequestPlan>& plans,
                                              int32_t concurrency) {
-  ARBOR_ASSIGN_OR_RETURN(loadgen::ServerUrl server,
-                         loadgen::parse_server_url(str_cat("http://127.0.0.1:", port)));
-  std::vector<std::string> requests;
-  std::vector<int64_t> lens;
-  loadgen::BodyOptions body;
-  for (const loadgen::RequestPlan& p : plans) {
-    ARBOR_ASSIGN_OR_RETURN(std::string b, loadgen::request_body(p, body));
-    requests.push_back(loadgen::http_post_text(server, "/v1/completions", b));
-    lens.push_back(p.prompt_len);
+  const size_t n = ports.size();
+  std::vector<loadgen::LoadOptions> options(n);
+  std::vector<std::vector<std::string>> requests(n);
+  std::vector<std::vector<int64_t>> lens(n);
+  for (size_t k = 0; k < n; ++k) {
+    ARBOR_ASSIGN_OR_RETURN(options[k].server,
+                           loadgen::parse_server_url(str_cat("http://127.0.0.1:", ports[k])));
+    options[k].max_concurrency = std::max<int32_t>(1, concurrency / static_cast<int32_t>(n));
   }
-  loadgen::LoadOptions lo;
-  lo.server = server;
-  lo.max_concurrency = concurrency;
-  ARBOR_ASSIGN_OR_RETURN(loadgen::LoadResult r,
-                         loadgen::run_load(lo, requests, std::vector<double>(requests.size(), 0.0), lens));
-  return loadgen::compute_metrics(r.records, r.duration_s, loadgen::SloSpec{});
+  loadgen::BodyOptions body;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    ARBOR_ASSIGN_OR_RETURN(std::string b, loadgen::request_body(plans[i], body));
+    requests[i % n].push_back(loadgen::http_post_text(options[i % n].server, "/v1/completions", b));
+    lens[i % n].push_back(plans[i].prompt_len);
+  }
+  std::vector<Result<loadgen::LoadResult>> results(n, failed_precondition("not run"));
+  std::vector<std::thread> threads;
+  for (size_t k = 0; k < n; ++k) {
+    threads.emplace_back([&, k] {
+      results[k] = loadgen::run_load(options[k], requests[k],
+                                     std::vector<double>(requests[k].size(), 0.0), lens[k]);
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::vector<loadgen::RequestRecord> records;
+  double duration = 0;
+  for (auto& r : results) {
+    if (!r.ok()) return r.status();
+    records.insert(records.end(), r->records.begin(), r->records.end());
+    duration = std::max(duration, r->duration_s);
+  }
+  for (const loadgen::RequestRecord& r : records) {
+    if (r.outcome == loadgen::Outcome::kFailed) {
+      ARBOR_LOG(kWarn) << "a request failed: " << r.error;
+      break;
+    }
+  }
+  return loadgen::compute_metrics(records, duration, loadgen::SloSpec{});
 }
 
 Result<Row> measure(const Options& o, const std::vector<loadgen::RequestPlan>& plans,
-                    const std::string& policy) {
+                    const std::string& policy, int32_t routers) {
   const bool single = policy.empty();
   const int32_t replicas = single ? 1 : o.replicas;
   const int64_t blocks = single ? o.num_kv_blocks * o.replicas : o.num_kv_blocks;
-  ARBOR_ASSIGN_OR_RETURN(auto fleet, start_fleet(o, replicas, blocks, policy));
+  ARBOR_ASSIGN_OR_RETURN(auto fleet, start_fleet(o, replicas, blocks, policy, routers));
   Row row;
   row.name = single ? str_cat("one replica (", o.replicas, "x the pool)") : policy;
+  row.policy = policy;
   row.replicas = replicas;
-  ARBOR_ASSIGN_OR_RETURN(row.m, run_workload(single ? fleet->replica_ports[0] : fleet->router_port,
+  row.routers = single ? 0 : routers;
+  ARBOR_ASSIGN_OR_RETURN(row.m, run_workload(single ? fleet->replica_ports : fleet->router_ports,
                                              plans, o.max_concurrency));
   double queries = 0, hits = 0;
   for (int port : fleet->replica_ports) {
@@ -180,6 +219,13 @@ Result<Row> measure(const Options& o, const std::vector<loadgen::RequestPlan>& p
     hits += scrape(port, "arbor_prefix_cache_hits_total");
   }
   row.hit_rate = queries > 0 ? hits / queries : 0;
+  for (const char* reason : {"prefix", "load", "imbalance", "session"}) {
+    double n = 0;
+    for (int port : fleet->router_ports) {
+      n += scrape(port, str_cat("arbor_router_routed_total{reason=\"", reason, "\"}"));
+    }
+    if (n > 0) row.decisions += str_cat(row.decisions.empty() ? "" : ", ", reason, " ", n);
+  }
   if (row.m.failed > 0) {
     ARBOR_LOG(kWarn) << row.name << ": " << row.m.failed << " request(s) failed";
   }
@@ -189,7 +235,7 @@ Result<Row> measure(const Options& o, const std::vector<loadgen::RequestPlan>& p
 // Median TTFT of one short streamed request at a time, direct and through the router
 // (alternating, so both see the same machine).
 Result<std::pair<double, double>> overhead(const Options& o) {
-  ARBOR_ASSIGN_OR_RETURN(auto fleet, start_fleet(o, 1, o.num_kv_blocks, "prefix"));
+  ARBOR_ASSIGN_OR_RETURN(auto fleet, start_fleet(o, 1, o.num_kv_blocks, "prefix", 1));
   loadgen::RequestPlan plan;
   plan.prompt_json = "[10,11,12,13,14,15,16,17]";
   plan.prompt_len = 8;
@@ -199,7 +245,7 @@ Result<std::pair<double, double>> overhead(const Options& o) {
     for (int which = 0; which < 2; ++which) {
       ARBOR_ASSIGN_OR_RETURN(
           loadgen::ServingMetrics m,
-          run_workload(which == 0 ? fleet->replica_ports[0] : fleet->router_port, {plan}, 1));
+          run_workload({which == 0 ? fleet->replica_ports[0] : fleet->router_ports[0]}, {plan}, 1));
       if (m.completed == 1) (which == 0 ? direct : routed).push_back(m.ttft.median);
     }
   }
@@ -219,40 +265,47 @@ Status run(const Options& o) {
               static_cast<long long>(prompt_tokens), o.workload.output_len, o.max_concurrency,
               o.replicas, static_cast<long long>(o.num_kv_blocks), o.threads);
   std::vector<Row> rows;
-  std::vector<std::string> configs;
-  if (!o.skip_single) configs.push_back("");
-  configs.insert(configs.end(), o.policies.begin(), o.policies.end());
-  for (const std::string& policy : configs) {
-    std::fprintf(stderr, "running %s ...\n", policy.empty() ? "one replica" : policy.c_str());
-    ARBOR_ASSIGN_OR_RETURN(Row row, measure(o, plans, policy));
+  if (!o.skip_single) {
+    std::fprintf(stderr, "running one replica ...\n");
+    ARBOR_ASSIGN_OR_RETURN(Row row, measure(o, plans, "", 0));
     rows.push_back(std::move(row));
   }
-  std::printf("\n| configuration | replicas | prefix hit rate | req/s | prompt+output tok/s | "
-              "TTFT p50 ms | TTFT p90 ms | failed |\n|---|---|---|---|---|---|---|---|\n");
-  for (const Row& r : rows) {
-    std::printf("| %s | %d | %.1f %% | %.2f | %.0f | %.1f | %.1f | %lld |\n", r.name.c_str(),
-                r.replicas, 100 * r.hit_rate, r.m.request_throughput, r.m.total_token_throughput,
-                1e3 * r.m.ttft.median, 1e3 * r.m.ttft.p90, static_cast<long long>(r.m.failed));
+  for (int32_t routers : o.routers) {
+    for (const std::string& policy : o.policies) {
+      std::fprintf(stderr, "running %s behind %d router(s) ...\n", policy.c_str(), routers);
+      ARBOR_ASSIGN_OR_RETURN(Row row, measure(o, plans, policy, routers));
+      rows.push_back(std::move(row));
+    }
   }
-  auto find = [&](const std::string& name) -> const Row* {
+  std::printf("\n| configuration | replicas | routers | prefix hit rate | req/s | "
+              "prompt+output tok/s | TTFT p50 ms | TTFT p90 ms | failed | decisions |\n"
+              "|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const Row& r : rows) {
+    std::printf("| %s | %d | %d | %.1f %% | %.2f | %.0f | %.1f | %.1f | %lld | %s |\n",
+                r.name.c_str(), r.replicas, r.routers, 100 * r.hit_rate, r.m.request_throughput,
+                r.m.total_token_throughput, 1e3 * r.m.ttft.median, 1e3 * r.m.ttft.p90,
+                static_cast<long long>(r.m.failed), r.decisions.c_str());
+  }
+  auto find = [&](const std::string& policy, int32_t routers) -> const Row* {
     for (const Row& r : rows) {
-      if (r.name == name) return &r;
+      if (r.policy == policy && r.routers == routers) return &r;
     }
     return nullptr;
   };
-  const Row* prefix = find("prefix");
-  if (prefix != nullptr) {
-    if (const Row* rr = find("round_robin")) {
-      std::printf("prefix / round_robin throughput: %.2fx (target >= 1.8)\n",
-                  prefix->m.request_throughput / rr->m.request_throughput);
+  for (int32_t routers : o.routers) {
+    const Row* prefix = find("prefix", routers);
+    if (prefix == nullptr) continue;
+    if (const Row* rr = find("round_robin", routers)) {
+      std::printf("%d router(s): prefix / round_robin throughput: %.2fx (target >= 1.8)\n",
+                  routers, prefix->m.request_throughput / rr->m.request_throughput);
     }
-    if (const Row* rt = find("routed_text")) {
-      std::printf("prefix / routed_text throughput: %.2fx (target >= 1.2)\n",
-                  prefix->m.request_throughput / rt->m.request_throughput);
+    if (const Row* rt = find("routed_text", routers)) {
+      std::printf("%d router(s): prefix / routed_text throughput: %.2fx (target >= 1.2)\n",
+                  routers, prefix->m.request_throughput / rt->m.request_throughput);
     }
     if (!o.skip_single) {
-      std::printf("prefix hit rate / one replica's: %.1f %% (target >= 90 %%)\n",
-                  100 * prefix->hit_rate / std::max(rows[0].hit_rate, 1e-9));
+      std::printf("%d router(s): prefix hit rate / one replica's: %.1f %% (target >= 90 %%)\n",
+                  routers, 100 * prefix->hit_rate / std::max(rows[0].hit_rate, 1e-9));
     }
   }
   if (o.overhead_requests > 0) {
@@ -270,10 +323,23 @@ void setup(CLI::App& bench) {
       "router", "The router's throughput, prefix hit rate and overhead: replicas behind `arbor "
                 "router` under the shared-prefix workload, per routing policy (docs/router.md)");
   auto o = std::make_shared<Options>();
+  // The default workload (docs/benchmarks.md, "Router and replicas"): 8 system prompts of 1024
+  // tokens, 32 chats of 6 turns of 128 tokens; 4 replicas of 400 blocks hold the system prompts
+  // once and part of the chats, so the routing decides what is recomputed.
   o->workload.num_users = 32;
+  o->workload.num_system_prompts = 8;
+  o->workload.system_prompt_len = 1024;
+  o->workload.turns = 6;
+  o->workload.turn_len = 128;
   sub->add_option("-m,--model", o->model, "GGUF model every replica serves")->required();
   sub->add_option("--replicas", o->replicas, "Replicas behind the router")
       ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  sub->add_option("--routers", o->routers,
+                  "Router counts to run each policy behind, comma-separated (clients split "
+                  "evenly over the routers)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 16))
       ->capture_default_str();
   sub->add_option("-t,--threads", o->threads, "Threads per replica")
       ->check(CLI::Range(1, 256))

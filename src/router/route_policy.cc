@@ -68,6 +68,7 @@ RouteChoice choose_replica(RoutePolicy policy, std::span<const RouteCandidate> c
     if (cost_i != cost_j) return cost_i < cost_j;
     const auto& a = candidates[static_cast<size_t>(i)];
     const auto& b = candidates[static_cast<size_t>(j)];
+    if (a.affinity_blocks != b.affinity_blocks) return a.affinity_blocks > b.affinity_blocks;
     return a.in_flight < b.in_flight;  // then the lower index: i > j never wins a tie
   };
   int64_t best = -1, best_cost = 0, best_any = -1, best_any_cost = 0;

@@ -16,7 +16,9 @@
 //
 // Sessions (prefix and routed_text): the replica a request's session went to last keeps it
 // while it is not overloaded and would compute no more of the prompt than the cheapest replica.
-// Ties go to fewer requests in flight, then to the lower index.
+// Ties go to the longer affinity (the prompt's leading blocks this router sent there before:
+// where a conversation went last, even when its cache lost the blocks since), then to fewer
+// requests in flight, then to the lower index.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +42,7 @@ struct RouteWeights {
 struct RouteCandidate {
   int64_t in_flight = 0;        // requests the router has running there
   int64_t matched_blocks = 0;   // leading prompt blocks its cache holds (or was routed)
+  int64_t affinity_blocks = 0;  // leading prompt blocks this router sent there before (a tie-break)
   bool eligible = true;         // healthy, and not excluded for this request
   bool sticky = false;          // the replica the request's session last went to
 };

@@ -481,6 +481,7 @@ Replica* RouterEngine::Impl::choose(Call& c, const std::unordered_set<Replica*>&
       cand.matched_blocks = options.policy == RoutePolicy::kRoutedText
                                 ? r->routed.matched(chain)
                                 : std::max(r->cached.matched(chain), inflight_matched(*r, chain));
+      cand.affinity_blocks = r->routed.matched(chain);
       cands.push_back(cand);
       if (eligible) order.push_back(r.get());
     }
@@ -492,7 +493,7 @@ Replica* RouterEngine::Impl::choose(Call& c, const std::unordered_set<Replica*>&
   if (choice.index < 0) return nullptr;
   if (options.policy == RoutePolicy::kRoundRobin) round_robin = static_cast<uint64_t>(choice.index) + 1;
   Replica* r = replicas[static_cast<size_t>(choice.index)].get();
-  if (options.policy == RoutePolicy::kRoutedText) r->routed.add(chain);
+  if (options.policy != RoutePolicy::kRoundRobin) r->routed.add(chain);
   if (tried.empty()) {
     switch (choice.reason) {
       case RouteReason::kPrefix: ++stats.routed_prefix; break;

@@ -67,7 +67,21 @@ TEST(RoutePolicy, ImbalanceOverridesAffinity) {
             RouteReason::kImbalance);
 }
 
-TEST(RoutePolicy, TiesGoToFewerInFlightThenTheLowerIndex) {
+TEST(RoutePolicy, TiesGoToTheLongerAffinityThenFewerInFlightThenTheLowerIndex) {
+  // Equal cost (nothing cached anywhere, equal load): where the router sent the prompt's
+  // leading blocks before wins, even with more requests in flight (load_tokens 0 makes the
+  // costs equal); a longer cached prefix still beats any affinity.
+  const RouteWeights flat{.load_tokens = 0, .imbalance = 10, .balance_abs = 100};
+  EXPECT_EQ(choose(RoutePolicy::kPrefix,
+                   {{.in_flight = 0}, {.in_flight = 2, .affinity_blocks = 3},
+                    {.in_flight = 0, .affinity_blocks = 1}},
+                   40, 0, flat)
+                .index,
+            1);
+  EXPECT_EQ(choose(RoutePolicy::kPrefix,
+                   {{.matched_blocks = 1}, {.affinity_blocks = 9}}, 40, 0, flat)
+                .index,
+            0);
   EXPECT_EQ(choose(RoutePolicy::kPrefix, {{.in_flight = 1}, {.in_flight = 0}, {.in_flight = 0}}, 16,
                    0, RouteWeights{.load_tokens = 0, .imbalance = 10, .balance_abs = 0})
                 .index,
