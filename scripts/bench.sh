@@ -16,7 +16,7 @@
 #        doc), BENCH_NO_SERVE=1 (skip the serving section), BENCH_SERVE_ONLY=1 (only the
 #        serving section), BENCH_NO_SPEC=1 (skip the speculation sections, scripts/bench_spec.sh and
 #        scripts/bench_tree.sh), BENCH_NO_ARCH=1 (skip the architectures against llama.cpp,
-#        scripts/bench_arch.sh).
+#        scripts/bench_arch.sh), BENCH_NO_ROUTER=1 (skip `arbor bench router`).
 set -euo pipefail
 build=${1:?usage: scripts/bench.sh BUILD_DIR}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -226,6 +226,17 @@ serve_section() {
 
 if [ "${BENCH_NO_SERVE:-0}" != 1 ]; then
   serve_section || say "serving section failed (see $results/*.log)"
+fi
+
+# The router in front of 4 replicas, one and two routers, per policy, and its overhead (issue 37;
+# docs/router.md, "Benchmark"); BENCH_NO_ROUTER=1 skips it.
+if [ "${BENCH_NO_ROUTER:-0}" != 1 ] && [ "$serve_only" != 1 ]; then
+  s15r=$(synth stories15m f32 --context 2048)
+  say ""
+  say '```'
+  run "$arbor" --log-level error bench router -m "$s15r" --overhead-requests 200 ||
+    say "router section failed"
+  say '```'
 fi
 
 if [ "${BENCH_NO_DOC:-0}" != 1 ]; then
