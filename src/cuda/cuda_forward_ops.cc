@@ -114,6 +114,9 @@ class CudaForwardOps final : public model::ForwardOps {
                  const model::AttentionPlan& plan) override;
   using model::ForwardOps::attention;
   void add(float* y, const float* x, int64_t n) override;
+  void add_gated_rows(float*, const float*, const float*, int32_t, int) override {
+    refused("add_gated_rows");
+  }
   void silu_mul(float* gate, const float* up, int64_t n) override;
   // Refused at load (check_cuda_supports): never called.
   void gelu_mul(float*, const float*, int64_t) override { refused("gelu_mul"); }

@@ -197,7 +197,7 @@ void matmul_experts_each(std::span<const ExpertMatmul> mats, const float* x, con
 }  // namespace
 
 void route_softmax_top_k(const float* logits, int num_experts, int k, int32_t* ids,
-                         float* weights) {
+                         float* weights, bool renormalize) {
   ARBOR_CHECK(k >= 1 && k <= num_experts) << "top-" << k << " of " << num_experts;
   float max = logits[0];
   for (int e = 1; e < num_experts; ++e) max = std::max(max, logits[e]);
@@ -222,7 +222,11 @@ void route_softmax_top_k(const float* logits, int num_experts, int k, int32_t* i
   // the experts changes no bit). llama.cpp's clamp of the chosen probabilities' sum at 2^-14
   // never applies: the k largest of E probabilities sum to at least k / E >= 1 / 512.
   float total = 0.0f;
-  for (int j = 0; j < k; ++j) total += weights[j];
+  if (renormalize) {
+    for (int j = 0; j < k; ++j) total += weights[j];
+  } else {
+    for (int e = 0; e < num_experts; ++e) total += std::exp(logits[e] - max);
+  }
   for (int j = 0; j < k; ++j) weights[j] /= total;
 }
 

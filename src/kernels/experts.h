@@ -41,9 +41,12 @@ namespace arbor::kernels {
 // weight_j = e_j / (e_0 + ... + e_{k-1}) (summed in choice order). The weights depend only on
 // the chosen logits and the maximum, not on the order of the experts; one expert with k = 1
 // gets weight 1 exactly.
+// renormalize false (Qwen2-MoE: llama.cpp's norm_w off): the chosen experts' probabilities of
+// the softmax over all experts, weight_j = e_j / (e_0 + ... + e_{E-1}) with the sum over every
+// expert in id order (the weights then depend on that order in their last bits).
 // logits: [num_experts]; ids, weights: [k], in choice order (largest p first). 1 <= k <= E.
 void route_softmax_top_k(const float* logits, int num_experts, int k, int32_t* ids,
-                         float* weights);
+                         float* weights, bool renormalize = true);
 
 // Sorts the (token, slot) pairs of a step by expert (a counting sort: within an expert, by token,
 // then slot). ids: [num_tokens, k], each in [0, num_experts) (CHECKed) ->

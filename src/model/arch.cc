@@ -44,6 +44,12 @@ constexpr std::array kArchs = {
              .experts = Experts::kRequired, .attn_sinks = true,
              .ffn_norm_name = "post_attention_norm", .expert_biases = true,
              .swa_rope_is_global = true, .swa_key_required = true},
+    // Qwen1.5-MoE / Qwen2-MoE: Qwen2's attention, experts weighted by their full-softmax
+    // probabilities, and a gated shared expert.
+    ArchSpec{.name = "qwen2moe", .arch = Arch::kQwen2Moe, .rope_neox = true,
+             .qkv_bias_required = true, .output = OutputTensor::kRequired,
+             .experts = Experts::kRequired, .expert_weights_norm = false,
+             .shared_expert = true},
 };
 
 }  // namespace

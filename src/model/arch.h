@@ -17,7 +17,7 @@ namespace arbor::model {
 
 enum class Arch : uint8_t {
   kLlama, kQwen2, kQwen3, kQwen3Moe, kGemma2, kGemma3, kMistral3, kPhi3, kSmolLM3, kOlmo2,
-  kGranite, kGptOss,
+  kGranite, kGptOss, kQwen2Moe,
 };
 
 // Per-head or whole-projection RMS norm of q and k before RoPE.
@@ -134,6 +134,14 @@ struct ArchSpec {
   bool swa_rope_is_global = false;
   // attention.sliding_window is required (gpt-oss: llama.cpp refuses a file without it).
   bool swa_key_required = false;
+  // The routed experts' weights are their probabilities renormalised over the chosen (qwen3moe,
+  // Mixtral, gpt-oss's softmax over the chosen) or, false, the probabilities of the softmax over
+  // all experts (Qwen2-MoE; llama.cpp's norm_w).
+  bool expert_weights_norm = true;
+  // Qwen2-MoE's shared expert (required): blk.N.ffn_{gate,up,down}_shexp.weight, an FFN of
+  // <a>.expert_shared_feed_forward_length (default feed_forward_length) every token runs, added
+  // to the routed experts' sum times sigmoid(x . ffn_gate_inp_shexp.weight [dim]).
+  bool shared_expert = false;
 };
 
 // The row for `name`, or null.

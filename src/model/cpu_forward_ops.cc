@@ -187,7 +187,7 @@ void CpuForwardOps::route_experts(const ExpertRouting &r) {
     for (int64_t t = begin; t < end; ++t) {
       kernels::route_softmax_top_k(r.logits + t * r.num_experts, r.num_experts,
                                    k, r.slot_expert + t * k,
-                                   r.slot_weight + t * k);
+                                   r.slot_weight + t * k, r.renormalize);
     }
   };
   if (r.num_tokens < 2 * pool_.num_threads()) {
@@ -231,6 +231,21 @@ void CpuForwardOps::combine_experts(const float *pairs,
 
 void CpuForwardOps::add(float *y, const float *x, int64_t n) {
   kernels::add(y, x, n);
+}
+
+void CpuForwardOps::add_gated_rows(float *y, const float *x, const float *gate,
+                                   int32_t rows, int cols) {
+  auto run = [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) {
+      const float s = 1.0f / (1.0f + std::exp(-gate[t]));
+      kernels::axpy(y + t * cols, s, x + t * cols, cols);
+    }
+  };
+  if (rows < 2 * pool_.num_threads()) {
+    run(0, rows, 0);
+  } else {
+    pool_.parallel_for(rows, run);
+  }
 }
 
 void CpuForwardOps::silu_mul(float *gate, const float *up, int64_t n) {

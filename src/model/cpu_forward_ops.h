@@ -67,6 +67,8 @@ public:
                        const float *slot_weight, int32_t num_tokens, int k,
                        int dim, float *y) override;
   void add(float *y, const float *x, int64_t n) override;
+  void add_gated_rows(float *y, const float *x, const float *gate, int32_t rows,
+                      int cols) override;
   void silu_mul(float *gate, const float *up, int64_t n) override;
   void gelu_mul(float *gate, const float *up, int64_t n) override;
   void swiglu_oai(float *gate, const float *up, int64_t n, float alpha,

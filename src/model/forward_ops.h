@@ -125,6 +125,7 @@ struct ExpertRouting {
   int32_t num_tokens = 0;
   int num_experts = 0;
   int num_used = 0;                  // k, in [1, num_experts]
+  bool renormalize = true;           // kernels::route_softmax_top_k's (false: Qwen2-MoE)
   const float* logits = nullptr;     // [T, num_experts] the router's output
   int32_t* slot_expert = nullptr;    // [T, k] out: token t's j-th choice (largest weight first)
   float* slot_weight = nullptr;      // [T, k] out: its weight
@@ -225,6 +226,10 @@ class ForwardOps : public DeviceMemory {
 
   // y += x; [n].
   virtual void add(float* y, const float* x, int64_t n) = 0;
+  // y[t, :] += sigmoid(gate[t]) * x[t, :] for t < rows (kernels::axpy per row): a shared
+  // expert's output under its gate (Qwen2-MoE). y, x: [rows, cols]; gate: [rows].
+  virtual void add_gated_rows(float* y, const float* x, const float* gate, int32_t rows,
+                              int cols) = 0;
   // gate = silu(gate) * up; [n].
   virtual void silu_mul(float* gate, const float* up, int64_t n) = 0;
   // gate = gelu_tanh(gate) * up; [n] (kernels::gelu_mul).

@@ -56,7 +56,7 @@ LlamaForward::LlamaForward(const LlamaModel& model, ForwardOps& ops, int32_t res
 
 LlamaForward::~LlamaForward() {
   for (Scratch* s : {&x_, &xb_, &q_, &k_, &v_, &att_, &hb_, &hb2_, &router_, &slot_expert_,
-                     &slot_weight_, &slot_pair_, &pair_token_, &expert_indptr_, &pair_out_,
+                     &slot_weight_, &slot_pair_, &pair_token_, &expert_indptr_, &pair_out_, &shexp_out_,
                      &xl_, &xh_, &logits_, &argmax_, &top_scale_, &top_ids_, &top_logits_,
                      &flags_}) {
     ops_.release(s->p);
@@ -88,8 +88,10 @@ void LlamaForward::reserve(int32_t t, int32_t l) {
     ensure(v_, n * kv_dim);
     ensure(att_, n * q_dim);
     const int k = cfg_.num_experts_used;
-    const size_t ffn_cols = cfg_.is_moe() ? static_cast<size_t>(k) * cfg_.expert_ffn_dim
-                                          : static_cast<size_t>(ffn_dim_);
+    const size_t ffn_cols =
+        cfg_.is_moe() ? std::max(static_cast<size_t>(k) * cfg_.expert_ffn_dim,
+                                 static_cast<size_t>(cfg_.shared_expert_ffn_dim))
+                      : static_cast<size_t>(ffn_dim_);
     ensure(hb_, n * ffn_cols);
     ensure(hb2_, n * ffn_cols);
     if (cfg_.is_moe()) {
@@ -100,6 +102,7 @@ void LlamaForward::reserve(int32_t t, int32_t l) {
       ensure(pair_token_, n * k);
       ensure(expert_indptr_, (cfg_.num_experts + 1) * sizeof(int32_t));
       ensure(pair_out_, n * k * cfg_.dim);
+      if (cfg_.shared_expert_ffn_dim > 0) ensure(shexp_out_, n * cfg_.dim);
     }
     for (size_t r = 0; r < cfg_.ropes.size(); ++r) {
       ensure(ropes_[r].cos, n * std::max(1, cfg_.rope_dim / 2));
@@ -278,6 +281,7 @@ void LlamaForward::moe_block(int layer, int32_t nt) {
   r.num_tokens = nt;
   r.num_experts = cfg_.num_experts;
   r.num_used = k;
+  r.renormalize = cfg_.spec->expert_weights_norm;
   r.logits = router_.f();
   r.slot_expert = static_cast<int32_t*>(slot_expert_.p);
   r.slot_weight = slot_weight_.f();
@@ -299,8 +303,23 @@ void LlamaForward::moe_block(int layer, int32_t nt) {
   if (w.down_exps_bias != nullptr) {
     ops_.add_expert_bias(pair_out_.f(), rows, w.down_exps_bias, cfg_.dim);
   }
+  const bool shared = w.shexp_gate.w.data != nullptr;
+  if (shared) shared_expert(w, in, nt);  // reads `in` (xb), which the combine overwrites
   ops_.combine_experts(pair_out_.f(), r.slot_pair, r.slot_weight, nt, k, cfg_.dim, xb_.f());
+  if (shared) ops_.add_gated_rows(xb_.f(), shexp_out_.f(), router_.f(), nt, cfg_.dim);
   residual(w.post_ffn_norm, nt);
+}
+
+// Qwen2-MoE's shared expert of `in`, once the routed experts' outputs are in pair_out_:
+// down(silu(gate(in)) * up(in)) into shexp_out_ and its gate's logit in . gate_inp into router_
+// (free once routed); moe_block adds it under sigmoid(logit) after the routed sum, as llama.cpp.
+void LlamaForward::shared_expert(const LayerWeights& w, const float* in, int32_t nt) {
+  const kernels::WeightView* gate_up[] = {&w.shexp_gate.w, &w.shexp_up.w};
+  float* gate_up_out[] = {hb_.f(), hb2_.f()};
+  ops_.matmul_multi(gate_up, in, gate_up_out, nt);
+  ops_.silu_mul(hb_.f(), hb2_.f(), static_cast<int64_t>(nt) * cfg_.shared_expert_ffn_dim);
+  ops_.matmul(w.shexp_down.w, hb_.f(), shexp_out_.f(), nt);
+  ops_.matmul(w.shexp_gate_inp, in, router_.f(), nt);
 }
 
 void LlamaForward::ffn_block(int layer, int32_t nt) {

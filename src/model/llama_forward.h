@@ -10,7 +10,8 @@
 //   optional steps are the architecture row's (arch.h); a Llama model runs exactly the ops it
 //   always did. A mixture-of-experts FFN (ModelConfig::is_moe) is
 //   router -> route_experts -> the (token, slot) pairs through their experts' gate and up
-//   (matmul_experts) -> silu_mul -> down (matmul_experts) -> combine_experts, the pairs' outputs
+//   (matmul_experts) -> silu_mul -> down (matmul_experts) -> combine_experts (+ a shared expert's
+//   FFN under its sigmoid gate, add_gated_rows: Qwen2-MoE), the pairs' outputs
 //   weighted and summed per token (docs/kernels.md, "Mixture-of-experts FFN"); gpt-oss adds the
 //   router's and the experts' biases and runs its clamped SwiGLU (swiglu_oai).
 //
@@ -138,6 +139,7 @@ class LlamaForward {
   void ffn_block(int layer, int32_t num_tokens);
   void activation(float* gate, const float* up, int64_t n);
   void moe_block(int layer, int32_t num_tokens);
+  void shared_expert(const LayerWeights& w, const float* in, int32_t num_tokens);
   void compute_logits(const ForwardBatch& batch, const LogitsOut& out);
   // TP: the local vocabulary rows' logits gathered to rank 0 (compute_logits' TP half).
   void gather_logits(int32_t num_logits, const LogitsOut& out);
@@ -193,6 +195,7 @@ class LlamaForward {
   Scratch pair_token_;     // [T * k] int32
   Scratch expert_indptr_;  // [E + 1] int32
   Scratch pair_out_;       // [T * k, dim] each pair's expert output
+  Scratch shexp_out_;      // [T, dim] the shared expert's output (Qwen2-MoE)
   // One per RoPE variant of the config (ModelConfig::ropes).
   static constexpr size_t kMaxRopes = 2;
   struct Rope {

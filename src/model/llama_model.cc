@@ -169,6 +169,14 @@ Status bind_experts(Binder& b, const ModelConfig& c, const std::string& p, Layer
   ARBOR_ASSIGN_OR_RETURN(w.gate_exps, b.experts(p + "ffn_gate_exps.weight", n, ffn, c.dim));
   ARBOR_ASSIGN_OR_RETURN(w.up_exps, b.experts(p + "ffn_up_exps.weight", n, ffn, c.dim));
   ARBOR_ASSIGN_OR_RETURN(w.down_exps, b.experts(p + "ffn_down_exps.weight", n, c.dim, ffn));
+  if (c.spec->shared_expert) {
+    const int64_t sffn = c.shared_expert_ffn_dim;
+    ARBOR_ASSIGN_OR_RETURN(w.shexp_gate, linear(b, p + "ffn_gate_shexp", sffn, c.dim, false, false));
+    ARBOR_ASSIGN_OR_RETURN(w.shexp_up, linear(b, p + "ffn_up_shexp", sffn, c.dim, false, false));
+    ARBOR_ASSIGN_OR_RETURN(w.shexp_down, linear(b, p + "ffn_down_shexp", c.dim, sffn, false, false));
+    ARBOR_ASSIGN_OR_RETURN(const float* gate, b.vector(p + "ffn_gate_inp_shexp.weight", c.dim, true));
+    w.shexp_gate_inp = kernels::make_weight_view(gguf::GgmlType::kF32, gate, 1, c.dim);
+  }
   if (!c.spec->expert_biases) return ok_status();
   ARBOR_ASSIGN_OR_RETURN(w.router_bias, b.vector(p + "ffn_gate_inp.bias", n, true));
   ARBOR_ASSIGN_OR_RETURN(w.gate_exps_bias, b.vector(p + "ffn_gate_exps.bias", ffn, true, n));
@@ -290,6 +298,10 @@ void for_each_weight(LlamaWeights& w, const ModelConfig& c,
     for (const auto& [name, views] : sets) {
       for (size_t e = 0; e < views->size(); ++e) mat(str_cat(p, name, "[", e, "]"), (*views)[e]);
     }
+    mat(p + "ffn_gate_shexp.weight", lw.shexp_gate.w);
+    mat(p + "ffn_up_shexp.weight", lw.shexp_up.w);
+    mat(p + "ffn_down_shexp.weight", lw.shexp_down.w);
+    mat(p + "ffn_gate_inp_shexp.weight", lw.shexp_gate_inp);
     const int64_t ne = c.num_experts, eff = c.expert_ffn_dim;
     vec(p + "ffn_gate_inp.bias", lw.router_bias, ne);
     vec(p + "ffn_gate_exps.bias", lw.gate_exps_bias, ne * eff);
@@ -412,6 +424,10 @@ uint64_t LlamaModel::resident_weight_bytes() const {
       for (const kernels::WeightView& v : *e) view(v);
     }
     if (l.router.data != nullptr) view(l.router);
+    for (const Linear* m : {&l.shexp_gate, &l.shexp_up, &l.shexp_down}) {
+      if (m->w.data != nullptr) view(m->w);
+    }
+    if (l.shexp_gate_inp.data != nullptr) view(l.shexp_gate_inp);
   }
   return bytes;
 }

@@ -10,7 +10,9 @@
 //          post_ffw_norm, attn_sinks}.weight, the biases (.bias) and per-tensor scales (.scale, {1}) the row
 //   allows; in mixture-of-experts layers blk.N.ffn_gate_inp.weight (the router) and the 3-D
 //   blk.N.ffn_{gate,up,down}_exps.weight instead of ffn_gate / ffn_up / ffn_down, each bound as
-//   one 2-D matrix per expert (a slice of the tensor; packed per expert like any matrix). Fused attn_qkv ([q; k; v] rows) and Phi-3's fused ffn_up ([gate; up] rows) are bound
+//   one 2-D matrix per expert (a slice of the tensor; packed per expert like any matrix), and
+//   with a shared expert blk.N.ffn_{gate,up,down}_shexp.weight and the 1-D
+//   blk.N.ffn_gate_inp_shexp.weight (Qwen2-MoE). Fused attn_qkv ([q; k; v] rows) and Phi-3's fused ffn_up ([gate; up] rows) are bound
 //   as row slices of one tensor, so the kernels see separate matrices.
 // Matrices may be any type kernels::matmul_supported() accepts; norms, biases and scales must be
 // F32. load() checks every tensor's dims against the config and names the tensor on mismatch,
@@ -75,6 +77,13 @@ struct LayerWeights {
   const float* gate_exps_bias = nullptr;  // ffn_gate_exps.bias [num_experts, expert_ffn_dim]
   const float* up_exps_bias = nullptr;    // ffn_up_exps.bias [num_experts, expert_ffn_dim]
   const float* down_exps_bias = nullptr;  // ffn_down_exps.bias [num_experts, dim]
+  // Qwen2-MoE's shared expert (ArchSpec::shared_expert), beside the routed ones; data null
+  // without one. shexp_gate_inp is the 1-D F32 ffn_gate_inp_shexp.weight [dim] viewed as one
+  // row: the gate's logit per token.
+  Linear shexp_gate;                   // ffn_gate_shexp [shared_expert_ffn_dim, dim]
+  Linear shexp_up;                     // ffn_up_shexp [shared_expert_ffn_dim, dim]
+  Linear shexp_down;                   // ffn_down_shexp [dim, shared_expert_ffn_dim]
+  kernels::WeightView shexp_gate_inp;  // [1, dim], F32
   // gpt-oss (ArchSpec::attn_sinks): attn_sinks.weight [num_heads], or null.
   const float* attn_sinks = nullptr;
 };

@@ -319,7 +319,7 @@ Status read_experts(const gguf::GgufFile& f, const std::string& a, ModelConfig& 
   }
   if (kind == Experts::kNone) {
     return unimplemented(f.name(), ": ", count_key, " = ", count, "; arbor runs mixtures of "
-                         "experts on the qwen3moe, gpt-oss and llama rows, not on ", a);
+                         "experts on the qwen2moe, qwen3moe, gpt-oss and llama rows, not on ", a);
   }
   c.num_experts = static_cast<int>(count);
   if (f.find(used_key) == nullptr) {
@@ -338,6 +338,16 @@ Status read_experts(const gguf::GgufFile& f, const std::string& a, ModelConfig& 
     c.expert_ffn_dim = c.ffn_dim / c.num_experts_used;  // llama.cpp's fallback
   }
   if (c.expert_ffn_dim < 1) return invalid_argument(f.name(), ": the expert FFN length is 0");
+  if (c.spec->shared_expert) {
+    c.shared_expert_ffn_dim = c.ffn_dim;  // llama.cpp's fallback
+    const std::string shared_key = a + ".expert_shared_feed_forward_length";
+    if (f.find(shared_key) != nullptr) {
+      ARBOR_ASSIGN_OR_RETURN(c.shared_expert_ffn_dim, get_uniform_int(f, shared_key, c.num_layers));
+    }
+    if (c.shared_expert_ffn_dim < 1) {
+      return invalid_argument(f.name(), ": the shared expert's FFN length is 0");
+    }
+  }
   return ok_status();
 }
 

@@ -110,10 +110,14 @@ struct ModelConfig {
   // Mixture of experts (num_experts > 0; 0: dense FFN blocks). Every layer's FFN is
   // num_experts experts of expert_ffn_dim, num_experts_used of them per token, chosen and
   // weighted by the router (kernels::route_softmax_top_k: softmax, top-k, renormalised, as
-  // llama.cpp runs qwen3moe and Mixtral).
+  // llama.cpp runs qwen3moe and Mixtral; not renormalised on rows with
+  // ArchSpec::expert_weights_norm false, Qwen2-MoE).
   int num_experts = 0;
   int num_experts_used = 0;
   int expert_ffn_dim = 0;
+  // A shared expert every token runs beside the routed ones (ArchSpec::shared_expert): an FFN
+  // of this length whose output is added under a per-token sigmoid gate; 0: none.
+  int shared_expert_ffn_dim = 0;
 
   bool is_moe() const { return num_experts > 0; }
   int q_dim() const { return num_heads * head_dim; }

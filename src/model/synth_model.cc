@@ -72,6 +72,11 @@ std::vector<SynthShape> make_presets() {
   add({.name = "tiny-qwen3moe", .arch = "qwen3moe", .dim = 256, .ffn = 512, .layers = 4,
        .heads = 4, .kv_heads = 2, .context = 4096, .head_dim = 128, .rope_theta = 1e6f,
        .rms_eps = 1e-6f, .experts = 16, .experts_used = 4, .expert_ffn = 64});
+  // Qwen1.5-MoE-A2.7B's proportions at test size: 8 experts of 64 (top-4; the real file: 60 of
+  // 1408, top-4) and a shared expert 4x as wide.
+  add({.name = "tiny-qwen2moe", .arch = "qwen2moe", .dim = 256, .ffn = 512, .layers = 4,
+       .heads = 4, .kv_heads = 4, .context = 4096, .qkv_bias = true, .rope_theta = 1e6f,
+       .rms_eps = 1e-6f, .experts = 8, .experts_used = 4, .expert_ffn = 64, .shared_ffn = 256});
   add({.name = "tiny-mixtral", .dim = 256, .ffn = 512, .layers = 4, .heads = 4, .kv_heads = 2,
        .context = 4096, .rope_theta = 1e6f, .experts = 8, .experts_used = 2});
   // gpt-oss (OpenAI's config.json: 2880 wide, 64 heads of 64 with 8 kv heads, 128-token windows
@@ -194,6 +199,13 @@ void plan_layer(const SynthShape& s, const ArchSpec& a, GgmlType type, int64_t l
       t.push_back({p + "ffn_up_exps.bias", {eff, s.experts}, GgmlType::kF32, Init::kUniform,
                    0.5f});
     }
+    if (a.shared_expert) {  // llama.cpp's order: gate_inp, gate, down, up
+      const int64_t sffn = s.shared_ffn > 0 ? s.shared_ffn : s.ffn;
+      vec("ffn_gate_inp_shexp.weight", s.dim, Init::kUniform, fan_in(s.dim));
+      mat("ffn_gate_shexp.weight", s.dim, sffn);
+      mat("ffn_down_shexp.weight", sffn, s.dim);
+      mat("ffn_up_shexp.weight", s.dim, sffn);
+    }
     if (a.post_norms) vec("post_ffw_norm.weight", s.dim, norm);
     return;
   }
@@ -262,8 +274,11 @@ void set_arch_keys(gguf::GgufWriter& w, const SynthShape& s) {
   }
   u32(".expert_count", s.experts);
   u32(".expert_used_count", s.experts > 0 ? s.experts_used : 0);
-  if (s.experts > 0 && (s.arch == "qwen3moe" || s.arch == "gpt-oss")) {
+  if (s.experts > 0 && (s.arch == "qwen3moe" || s.arch == "gpt-oss" || s.arch == "qwen2moe")) {
     u32(".expert_feed_forward_length", s.expert_ffn > 0 ? s.expert_ffn : s.ffn);
+  }
+  if (s.experts > 0 && s.arch == "qwen2moe") {
+    u32(".expert_shared_feed_forward_length", s.shared_ffn > 0 ? s.shared_ffn : s.ffn);
   }
 }
 
@@ -309,6 +324,7 @@ SynthShape with_arch(const SynthShape& shape, const std::string& arch) {
     s.experts = shape.experts;
     s.experts_used = shape.experts_used;
     s.expert_ffn = shape.expert_ffn;
+    s.shared_ffn = shape.shared_ffn;
   }
   return s;
 }
@@ -321,7 +337,8 @@ Status validate_experts(const SynthShape& s, const ArchSpec& a) {
   }
   if (s.experts > 0 && a.experts == Experts::kNone) {
     return invalid_argument(s.arch,
-                            " has no experts (mixtures of experts: qwen3moe, gpt-oss, llama)");
+                            " has no experts (mixtures of experts: qwen2moe, qwen3moe, gpt-oss, "
+                            "llama)");
   }
   if (s.experts < 0 || s.experts > 512 || s.expert_ffn < 0 ||
       (s.experts > 0 && (s.experts_used < 1 || s.experts_used > s.experts))) {

@@ -64,12 +64,16 @@ struct SynthShape {
   // F32 (llama.cpp's quantizer keeps it) and the experts' 3-D tensors take the matrix type.
   // expert_ffn 0: ffn (Mixtral's experts are feed_forward_length wide).
   int64_t experts = 0, experts_used = 0, expert_ffn = 0;
+  // qwen2moe's shared expert: expert_shared_feed_forward_length (0: ffn); its gate
+  // ffn_gate_inp_shexp stays F32 (1-D, as llama.cpp's quantizer leaves it).
+  int64_t shared_ffn = 0;
 };
 
 // Real shapes: tinyllama-1.1b, stories110m, stories15m, qwen2.5-0.5b, qwen3-0.6b,
 // qwen3-30b-a3b (128 experts, 8 per token), gemma3-270m, gemma3-1b, gemma2-2b, ministral3-3b,
 // phi4-mini, smollm3-3b, olmo2-1b, granite3.3-2b, mixtral-8x7b; the test shapes tiny-qwen3moe
-// (dim 256, 4 layers, 16 experts of 64, top-4) and tiny-mixtral (llama, 8 experts of 512, top-2);
+// (dim 256, 4 layers, 16 experts of 64, top-4), tiny-qwen2moe (8 experts of 64, top-4, a
+// shared expert of 256) and tiny-mixtral (llama, 8 experts of 512, top-2);
 // and "custom" (dims from flags).
 const std::vector<SynthShape>& synth_presets();
 // The preset `name`, or null.

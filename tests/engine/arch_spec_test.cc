@@ -1,5 +1,6 @@
-// Every architecture of the table (with the mixtures of experts: qwen3moe, gpt-oss — sinks,
-// windows on even layers, YaRN, biased experts — and llama with experts as Mixtral) keeps arbor's guarantees: greedy output with n-gram and draft-model
+// Every architecture of the table (with the mixtures of experts: qwen3moe, qwen2moe — a shared
+// expert —, gpt-oss — sinks, windows on even layers, YaRN, biased experts — and llama with
+// experts as Mixtral) keeps arbor's guarantees: greedy output with n-gram and draft-model
 // speculation, token trees, prefix caching, chunked prefill and preemption equals plain greedy
 // output token for token, at block sizes 1 and 16, and for the sliding-window rows
 // at contexts several times their window (16 here; prompts + outputs reach 90 tokens).
@@ -53,7 +54,8 @@ std::string write_model(const Row& row, int64_t layers, uint64_t seed, const std
   if (row.arch == "olmo2") s.tied = false;
   s.experts = row.experts;
   s.experts_used = row.experts_used;
-  s.expert_ffn = row.arch == "qwen3moe" || row.arch == "gpt-oss" ? 128 : 0;
+  s.expert_ffn =
+      row.arch == "qwen3moe" || row.arch == "gpt-oss" || row.arch == "qwen2moe" ? 128 : 0;
   kernels::ThreadPool pool(2);
   auto w = model::synth_model(s, gguf::GgmlType::kQ8_0, seed, kVocab,
                               testing::stories260k_tokenizer_keys(), pool);
@@ -221,7 +223,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Row{"llama"}, Row{"qwen2"}, Row{"qwen3", 0, 128}, Row{"gemma2", 16, 128},
                       Row{"gemma3", 16, 128}, Row{"mistral3"}, Row{"phi3"}, Row{"smollm3"},
                       Row{"olmo2", 16}, Row{"granite"}, Row{"qwen3moe", 0, 128, 8, 2},
-                      Row{"llama", 0, 0, 4, 2, "mixtral"}, Row{"gpt-oss", 16, 64, 8, 2, "gpt_oss"}),
+                      Row{"llama", 0, 0, 4, 2, "mixtral"}, Row{"gpt-oss", 16, 64, 8, 2, "gpt_oss"},
+                      Row{"qwen2moe", 0, 0, 8, 2}),
     [](const ::testing::TestParamInfo<Row>& info) {
       return info.param.name.empty() ? info.param.arch : info.param.name;
     });

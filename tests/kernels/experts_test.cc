@@ -81,6 +81,33 @@ TEST(RouteSoftmaxTopK, MatchesADoubleReferenceAndNeverPrefersNaN) {
   EXPECT_EQ(ids[1], 1);
 }
 
+// Qwen2-MoE (renormalize false): the chosen experts' probabilities under the softmax over every
+// expert, the same choice as renormalised; a single expert still gets 1 exactly.
+TEST(RouteSoftmaxTopK, WithoutRenormalisingTheWeightsAreTheFullSoftmaxProbabilities) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> n(0.0f, 2.0f);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int experts = 2 + trial % 60, k = 1 + trial % std::min(experts, 8);
+    std::vector<float> logits(experts);
+    for (float& l : logits) l = n(rng);
+    std::vector<int32_t> ids(k), renorm_ids(k);
+    std::vector<float> w(k), renorm_w(k);
+    route_softmax_top_k(logits.data(), experts, k, ids.data(), w.data(), false);
+    route_softmax_top_k(logits.data(), experts, k, renorm_ids.data(), renorm_w.data());
+    EXPECT_EQ(ids, renorm_ids) << "trial " << trial;
+    double z = 0.0;
+    for (float l : logits) z += std::exp(double(l));
+    for (int j = 0; j < k; ++j) {
+      EXPECT_NEAR(w[j], std::exp(double(logits[ids[j]])) / z, 2e-6) << "trial " << trial;
+    }
+  }
+  const float one = 3.5f;
+  int32_t id = -1;
+  float w = 0.0f;
+  route_softmax_top_k(&one, 1, 1, &id, &w, false);
+  EXPECT_EQ(w, 1.0f);
+}
+
 TEST(SortPairsByExpert, CountingSortByExpertThenTokenThenSlot) {
   // 3 tokens, k = 2, 4 experts; expert 0 unused.
   const int32_t ids[] = {2, 1,   // token 0

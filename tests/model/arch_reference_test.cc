@@ -12,7 +12,8 @@
 // partial rotary dims, SmolLM3's NoPE layers, OLMo 2's whole-projection QK-norm without
 // pre-norms, Granite's multipliers, the llama row's optional biases, fused QKV and rope_freqs
 // (what llama.cpp's own fixture of the llama architecture carries), and mixtures of experts
-// (qwen3moe with 16 experts, top-4; llama with 8 experts, top-2, as Mixtral; gpt-oss with 8
+// (qwen3moe with 16 experts, top-4; qwen2moe with 8, top-4, unrenormalised weights and a gated
+// shared expert; llama with 8 experts, top-2, as Mixtral; gpt-oss with 8
 // experts, top-4, attention sinks, biased router and experts, the clamped SwiGLU with a few per
 // cent of its inputs beyond the clamps, windows on even layers and YaRN on all) — F32 routers,
 // experts in the file's type.
@@ -119,6 +120,10 @@ std::vector<SynthShape> test_shapes() {
   v.push_back(qwen3moe);
   SynthShape mixtral = preset("tiny-mixtral", "mixtral");  // llama with 8 experts, top-2
   v.push_back(mixtral);
+  // Qwen2-MoE: 8 experts, top-4, weighted by their full-softmax probabilities, and a gated
+  // shared expert 4x as wide.
+  SynthShape qwen2moe = preset("tiny-qwen2moe", "qwen2moe");
+  v.push_back(qwen2moe);
   // gpt-oss: 8 experts, top-4, sinks, windows of 16 on even layers, YaRN x4 over 16 positions.
   SynthShape gpt_oss = preset("tiny-gpt-oss", "gpt-oss");
   v.push_back(gpt_oss);
@@ -132,6 +137,10 @@ std::vector<SynthShape> test_shapes() {
   qwen3moe_all.name = "qwen3moe-all-experts";
   qwen3moe_all.experts = qwen3moe_all.experts_used = 4;
   v.push_back(qwen3moe_all);
+  SynthShape qwen2moe_all = qwen2moe;
+  qwen2moe_all.name = "qwen2moe-all-experts";
+  qwen2moe_all.experts = qwen2moe_all.experts_used = 4;
+  v.push_back(qwen2moe_all);
   SynthShape mixtral_all = mixtral;
   mixtral_all.name = "mixtral-all-experts";
   mixtral_all.experts = mixtral_all.experts_used = 4;

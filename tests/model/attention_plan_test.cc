@@ -107,6 +107,10 @@ class CountingOps final : public ForwardOps {
     cpu_.combine_experts(pairs, slot_pair, slot_weight, num_tokens, k, dim, y);
   }
   void add(float* y, const float* x, int64_t n) override { cpu_.add(y, x, n); }
+  void add_gated_rows(float* y, const float* x, const float* gate, int32_t rows,
+                      int cols) override {
+    cpu_.add_gated_rows(y, x, gate, rows, cols);
+  }
   void silu_mul(float* gate, const float* up, int64_t n) override { cpu_.silu_mul(gate, up, n); }
   void gelu_mul(float* gate, const float* up, int64_t n) override { cpu_.gelu_mul(gate, up, n); }
   void swiglu_oai(float* gate, const float* up, int64_t n, float alpha, float limit) override {

@@ -224,6 +224,13 @@ public:
     expect_device(x, n * sizeof(float), "add x");
     cpu_.add(y, x, n);
   }
+  void add_gated_rows(float *y, const float *x, const float *gate, int32_t rows,
+                      int cols) override {
+    expect_device(y, (size_t)rows * cols * sizeof(float), "gated y");
+    expect_device(x, (size_t)rows * cols * sizeof(float), "gated x");
+    expect_device(gate, (size_t)rows * sizeof(float), "gates");
+    cpu_.add_gated_rows(y, x, gate, rows, cols);
+  }
   void silu_mul(float *gate, const float *up, int64_t n) override {
     expect_device(gate, n * sizeof(float), "gate");
     expect_device(up, n * sizeof(float), "up");
