@@ -1,6 +1,7 @@
 // `arbor quantize IN.gguf OUT.gguf TYPE`: re-encodes a model's weight matrices to TYPE or a
 // K-quant mixture such as q4_K_M (see gguf/quantize_model.h for which tensors change) and writes
-// a new GGUF file.
+// a new GGUF file, converting one tensor at a time as it writes (a 30B model needs one tensor's
+// worth of memory, not the output's), on every core, with a progress bar.
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -17,6 +18,7 @@ struct Options {
   std::string input;
   std::string output;
   std::string type;
+  int threads = 0;
 };
 
 Status run(const Options& opts) {
@@ -30,7 +32,7 @@ Status run(const Options& opts) {
   gguf::QuantizeOptions options;
   options.target = target->type;
   options.mix = target->mix;
-  options.show_progress = true;
+  options.threads = opts.threads;
   gguf::QuantizeReport report;
   auto writer = gguf::quantize_model(*in, options, &report);
   if (!writer.ok()) return writer.status().with_context(opts.input);
@@ -59,6 +61,11 @@ void setup(CLI::App& app) {
                   "(output.weight q6_K, more bits for some attn_v / ffn_down / attn_output "
                   "layers), mxfp4_moe (expert tensors mxfp4, other matrices q8_0)")
       ->required();
+  sub->add_option("-t,--threads", opts->threads,
+                  "Threads encoding each tensor's rows (0: every core); the output does not "
+                  "depend on it")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
   sub->callback([opts] { exit_on_error(run(*opts)); });
 }
 ARBOR_REGISTER_COMMAND(setup);

@@ -193,9 +193,11 @@ class GgufWriter {
                       std::span<const uint8_t> data);
   // A tensor whose bytes `generate` makes when the file is written (each write or serialize
   // calls it once and drops the bytes after writing them): a large model is held one tensor at
-  // a time. The bytes must be ggml_nbytes(type, dims) long (CHECKed when written).
+  // a time. The bytes must be ggml_nbytes(type, dims) long (CHECKed when written). An error it
+  // returns ends write() with that error, naming the tensor (serialize() CHECKs).
+  using TensorGenerator = std::function<Result<std::vector<uint8_t>>()>;
   void add_tensor_generated(std::string name, GgmlType type, std::vector<int64_t> dims,
-                            std::function<std::vector<uint8_t>()> generate);
+                            TensorGenerator generate);
   size_t num_tensors() const { return tensors_.size(); }
 
   // The whole file as bytes (small files, tests), or streamed to `path` (written to
@@ -210,7 +212,7 @@ class GgufWriter {
     std::vector<int64_t> dims;
     std::vector<uint8_t> owned;
     std::span<const uint8_t> data;  // points at `owned` or at caller memory
-    std::function<std::vector<uint8_t>()> generate;  // instead of data (add_tensor_generated)
+    TensorGenerator generate;  // instead of data (add_tensor_generated)
     uint64_t nbytes = 0;
     uint64_t offset = 0;  // explicit offset (from_file) or computed when serialising
     bool fixed_offset = false;
@@ -220,8 +222,9 @@ class GgufWriter {
   // Magic, header, metadata and tensor infos, without the padding after them.
   std::string encode_meta(const std::vector<uint64_t>& offsets) const;
   void add_tensor(std::unique_ptr<PendingTensor> t);
+  // fn(the tensor's bytes); false when fn is, or when the generator failed (*error set).
   template <class Fn>
-  static bool with_bytes(const PendingTensor& t, const Fn& fn);
+  static bool with_bytes(const PendingTensor& t, const Fn& fn, Status* error);
 
   uint32_t version_ = 3;
   uint64_t alignment_ = kDefaultAlignment;

@@ -187,7 +187,7 @@ void GgufWriter::add_tensor_ref(std::string name, GgmlType type, std::vector<int
 }
 
 void GgufWriter::add_tensor_generated(std::string name, GgmlType type, std::vector<int64_t> dims,
-                                      std::function<std::vector<uint8_t>()> generate) {
+                                      TensorGenerator generate) {
   auto t = std::make_unique<PendingTensor>();
   t->name = std::move(name);
   t->type = type;
@@ -254,11 +254,15 @@ std::vector<size_t> data_order(const std::vector<uint64_t>& offsets) {
 
 // fn(the tensor's bytes): its data, or what its generator makes (checked against its size).
 template <class Fn>
-bool GgufWriter::with_bytes(const PendingTensor& t, const Fn& fn) {
+bool GgufWriter::with_bytes(const PendingTensor& t, const Fn& fn, Status* error) {
   if (!t.generate) return fn(t.data);
-  const std::vector<uint8_t> bytes = t.generate();
-  ARBOR_CHECK_EQ(bytes.size(), t.nbytes) << "generated tensor '" << t.name << "'";
-  return fn(std::span<const uint8_t>(bytes));
+  Result<std::vector<uint8_t>> bytes = t.generate();
+  if (!bytes.ok()) {
+    *error = bytes.status().with_context(str_cat("tensor '", t.name, "'"));
+    return false;
+  }
+  ARBOR_CHECK_EQ(bytes->size(), t.nbytes) << "generated tensor '" << t.name << "'";
+  return fn(std::span<const uint8_t>(*bytes));
 }
 
 std::string GgufWriter::serialize() const {
@@ -270,10 +274,12 @@ std::string GgufWriter::serialize() const {
     for (size_t i : data_order(offsets)) {
       ARBOR_CHECK_GE(data_start + offsets[i], out.size()) << "overlapping tensors";
       out.resize(data_start + offsets[i], '\0');
-      with_bytes(*tensors_[i], [&](std::span<const uint8_t> data) {
+      Status error;
+      const bool ok = with_bytes(*tensors_[i], [&](std::span<const uint8_t> data) {
         out.append(reinterpret_cast<const char*>(data.data()), data.size());
         return true;
-      });
+      }, &error);
+      ARBOR_CHECK(ok) << error.to_string();
     }
   }
   if (pad_end_) out.resize(align_up(out.size(), alignment_), '\0');
@@ -321,6 +327,7 @@ Status GgufWriter::write(const std::string& path) const {
   const std::string tmp = path + ".tmp";
   const std::vector<uint64_t> offsets = plan_offsets();
   bool ok = true;
+  Status generator_error;
   {
     FileSink sink(tmp);
     if (!sink.is_open()) return io_error("cannot create ", tmp, ": ", std::strerror(errno));
@@ -335,7 +342,7 @@ Status GgufWriter::write(const std::string& path) const {
         ok = ok && sink.zeros(data_start + offsets[i] - sink.size());
         ok = ok && with_bytes(*tensors_[i], [&](std::span<const uint8_t> data) {
           return sink.write(data.data(), data.size());
-        });
+        }, &generator_error);
         bar.add(1);
       }
       bar.finish();
@@ -346,6 +353,7 @@ Status GgufWriter::write(const std::string& path) const {
   if (!ok) {
     const int err = errno;
     std::remove(tmp.c_str());
+    if (!generator_error.ok()) return generator_error;
     return io_error("cannot write ", tmp, ": ", std::strerror(err));
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {

@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <optional>
+#include <thread>
 
 #include "base/progress.h"
 #include "gguf/quants.h"
@@ -200,35 +201,64 @@ GgmlType choose_tensor_type(std::string_view name, const std::vector<int64_t>& d
   return fits(fallback, dims[0]) ? fallback : GgmlType::kF16;
 }
 
-Result<std::vector<uint8_t>> convert_tensor_data(GgmlType src_type, std::span<const uint8_t> src,
-                                                 const std::vector<int64_t>& dims,
-                                                 GgmlType dst_type) {
-  const auto src_bytes = ggml_nbytes(src_type, dims);
-  ARBOR_CHECK(src_bytes.has_value() && *src_bytes == src.size())
-      << "tensor data of " << src.size() << " bytes does not match its dims";
-  if (src_type == dst_type) return std::vector<uint8_t>(src.begin(), src.end());
+namespace {
+
+// Whether a tensor of `dims` converts from src_type to dst_type (the checks convert_tensor_data
+// makes before it reads anything).
+Status check_convertible(GgmlType src_type, const std::vector<int64_t>& dims, GgmlType dst_type) {
+  if (src_type == dst_type) return ok_status();
   if (!can_dequantize(src_type)) {
     return unimplemented("cannot decode ", ggml_type_name(src_type), " tensors");
   }
   if (!can_quantize(dst_type)) {
     return unimplemented("cannot encode ", ggml_type_name(dst_type), " tensors");
   }
-  const auto dst_bytes = ggml_nbytes(dst_type, dims);
-  if (!dst_bytes) {
+  if (!ggml_nbytes(dst_type, dims)) {
     return invalid_argument("row length ", dims[0], " is not a multiple of the ",
                             ggml_type_name(dst_type), " block size ",
                             ggml_traits(dst_type).block_size);
   }
+  return ok_status();
+}
+
+}  // namespace
+
+Result<std::vector<uint8_t>> convert_tensor_data(GgmlType src_type, std::span<const uint8_t> src,
+                                                 const std::vector<int64_t>& dims,
+                                                 GgmlType dst_type, int threads) {
+  const auto src_bytes = ggml_nbytes(src_type, dims);
+  ARBOR_CHECK(src_bytes.has_value() && *src_bytes == src.size())
+      << "tensor data of " << src.size() << " bytes does not match its dims";
+  if (src_type == dst_type) return std::vector<uint8_t>(src.begin(), src.end());
+  ARBOR_RETURN_IF_ERROR(check_convertible(src_type, dims, dst_type));
+  const auto dst_bytes = ggml_nbytes(dst_type, dims);
   const int64_t row = dims[0];
   const int64_t rows = static_cast<int64_t>(*src_bytes / ggml_row_size(src_type, row));
   const uint64_t src_row_bytes = ggml_row_size(src_type, row);
   const uint64_t dst_row_bytes = ggml_row_size(dst_type, row);
   std::vector<uint8_t> out(*dst_bytes);
-  std::vector<float> buf(static_cast<size_t>(row));
-  for (int64_t r = 0; r < rows; ++r) {
-    ARBOR_RETURN_IF_ERROR(dequantize_row(src_type, src.data() + r * src_row_bytes, buf.data(), row));
-    ARBOR_RETURN_IF_ERROR(quantize_row(dst_type, buf.data(), out.data() + r * dst_row_bytes, row));
+  // Rows are independent: each thread converts a contiguous range of them.
+  auto convert = [&](int64_t begin, int64_t end) -> Status {
+    std::vector<float> buf(static_cast<size_t>(row));
+    for (int64_t r = begin; r < end; ++r) {
+      ARBOR_RETURN_IF_ERROR(
+          dequantize_row(src_type, src.data() + r * src_row_bytes, buf.data(), row));
+      ARBOR_RETURN_IF_ERROR(quantize_row(dst_type, buf.data(), out.data() + r * dst_row_bytes, row));
+    }
+    return ok_status();
+  };
+  const int64_t n = std::clamp<int64_t>(threads, 1, std::max<int64_t>(rows, 1));
+  if (n == 1) {
+    ARBOR_RETURN_IF_ERROR(convert(0, rows));
+    return out;
   }
+  std::vector<Status> status(static_cast<size_t>(n));
+  std::vector<std::thread> workers;
+  for (int64_t i = 0; i < n; ++i) {
+    workers.emplace_back([&, i] { status[i] = convert(rows * i / n, rows * (i + 1) / n); });
+  }
+  for (std::thread& w : workers) w.join();
+  for (const Status& st : status) ARBOR_RETURN_IF_ERROR(st);
   return out;
 }
 
@@ -262,8 +292,9 @@ Result<GgufWriter> quantize_model(const GgufFile& in, const QuantizeOptions& opt
     tied = tied && t.name != "output.weight";
   }
 
-  std::optional<ProgressBar> bar;
-  if (options.show_progress) bar.emplace("quantizing", in.tensors().size(), "tensors");
+  const int threads = options.threads > 0
+                          ? options.threads
+                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   for (const TensorInfo& t : in.tensors()) {
     const GgmlType type =
         choose_tensor_type(t.name, t.dims, t.type, options.target, options.mix, layers, tied);
@@ -272,19 +303,22 @@ Result<GgufWriter> quantize_model(const GgufFile& in, const QuantizeOptions& opt
       w.add_tensor_ref(t.name, t.type, t.dims, t.bytes());
       rep.bytes_out += t.size_bytes;
       ++rep.num_kept;
-    } else {
-      auto data = convert_tensor_data(t.type, t.bytes(), t.dims, type);
-      if (!data.ok()) return data.status().with_context(str_cat("tensor '", t.name, "'"));
-      rep.bytes_out += data->size();
-      w.add_tensor_owned(t.name, type, t.dims, std::move(data).value());
-      ++rep.num_converted;
-      if (type != intended_type(t.name, t.dims, options.target, options.mix, layers, tied)) {
-        ++rep.num_fallback;
-      }
+      continue;
     }
-    if (bar) bar->add(1);
+    if (Status s = check_convertible(t.type, t.dims, type); !s.ok()) {
+      return s.with_context(str_cat("tensor '", t.name, "'"));
+    }
+    // Converted when the writer writes it: one tensor in memory at a time.
+    const TensorInfo* src = &t;
+    w.add_tensor_generated(t.name, type, t.dims, [src, type, threads] {
+      return convert_tensor_data(src->type, src->bytes(), src->dims, type, threads);
+    });
+    rep.bytes_out += *ggml_nbytes(type, t.dims);
+    ++rep.num_converted;
+    if (type != intended_type(t.name, t.dims, options.target, options.mix, layers, tied)) {
+      ++rep.num_fallback;
+    }
   }
-  if (bar) bar->finish();
   return w;
 }
 

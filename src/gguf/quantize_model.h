@@ -79,15 +79,16 @@ GgmlType choose_tensor_type(std::string_view name, const std::vector<int64_t>& d
 
 // Re-encodes one tensor's data. src: ggml_nbytes(src_type, dims) bytes (CHECKed);
 // returns ggml_nbytes(dst_type, dims) bytes. kUnimplemented when a type has no codec,
-// kInvalidArgument when dims[0] is not a multiple of dst_type's block size.
+// kInvalidArgument when dims[0] is not a multiple of dst_type's block size. Rows are split over
+// `threads` threads (each row is encoded alone, so the bytes do not depend on the split).
 Result<std::vector<uint8_t>> convert_tensor_data(GgmlType src_type, std::span<const uint8_t> src,
                                                  const std::vector<int64_t>& dims,
-                                                 GgmlType dst_type);
+                                                 GgmlType dst_type, int threads = 1);
 
 struct QuantizeOptions {
   GgmlType target = GgmlType::kQ8_0;  // must satisfy is_quantize_target
   QuantMix mix = QuantMix::kPure;     // a mixture's base type is `target`
-  bool show_progress = false;         // a progress bar (tensors done) on stderr
+  int threads = 0;                    // threads converting each tensor's rows; 0: every core
 };
 
 struct QuantizeReport {
@@ -100,8 +101,11 @@ struct QuantizeReport {
 
 // A writer for `in` with its weights re-encoded: same version, alignment, metadata (plus
 // general.file_type and, for quantised targets, general.quantization_version = 2) and tensor
-// order. Unchanged tensors reference `in`'s mapping, so `in` must outlive the writer.
-// `report` may be null. Errors name the tensor.
+// order. Unchanged tensors reference `in`'s mapping, so `in` must outlive the writer; changed
+// ones are converted as the writer writes them (one tensor in memory at a time; the writer's
+// progress bar shows it), and a conversion error ends write() naming the tensor. `report`
+// (may be null) is complete on return: sizes come from the types. Errors the types decide
+// (no codec, a row that fits no block) are returned here, naming the tensor.
 Result<GgufWriter> quantize_model(const GgufFile& in, const QuantizeOptions& options,
                                   QuantizeReport* report);
 

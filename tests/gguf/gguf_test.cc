@@ -216,6 +216,18 @@ TEST(GgufWriter, GeneratedTensorsEqualOwnedOnes) {
   GgufWriter wrong;
   wrong.add_tensor_generated("c", GgmlType::kF32, {5}, [] { return std::vector<uint8_t>(12); });
   EXPECT_DEATH(wrong.serialize(), "generated tensor 'c'");
+  // A generator's error ends write() with it, naming the tensor, and leaves no file behind.
+  GgufWriter failing;
+  failing.add_tensor_owned("a", GgmlType::kQ8_0, {96}, a);
+  failing.add_tensor_generated("d", GgmlType::kF32, {5}, []() -> Result<std::vector<uint8_t>> {
+    return invalid_argument("no bytes today");
+  });
+  const Status st = failing.write(path);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("tensor 'd'"), std::string::npos) << st.to_string();
+  EXPECT_NE(st.message().find("no bytes today"), std::string::npos) << st.to_string();
+  EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
 }
 
 TEST(GgufWriter, SetReplacesInPlaceAndRemoveDeletes) {

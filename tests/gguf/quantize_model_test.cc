@@ -179,6 +179,22 @@ TEST(QuantizeModel, ConvertTensorData) {
   EXPECT_EQ(iq.status().code(), StatusCode::kUnimplemented);
 }
 
+// Rows are encoded alone: splitting them over threads gives the same bytes, for every split.
+TEST(QuantizeModel, ConvertTensorDataIsTheSameOnAnyNumberOfThreads) {
+  std::vector<float> x(256 * 7);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i)) * 3.0f;
+  std::span<const uint8_t> src(reinterpret_cast<const uint8_t*>(x.data()), x.size() * 4);
+  for (GgmlType t : {GgmlType::kQ4_K, GgmlType::kQ8_0, GgmlType::kQ6_K}) {
+    auto one = convert_tensor_data(GgmlType::kF32, src, {256, 7}, t, 1);
+    ASSERT_TRUE(one.ok()) << one.status().to_string();
+    for (int threads : {2, 3, 7, 16}) {
+      auto many = convert_tensor_data(GgmlType::kF32, src, {256, 7}, t, threads);
+      ASSERT_TRUE(many.ok());
+      EXPECT_EQ(*many, *one) << ggml_type_name(t) << " on " << threads << " threads";
+    }
+  }
+}
+
 TEST(QuantizeModel, Stories260KToQ8_0) {
   ASSERT_TRUE(test::require_shared_file("models/stories260K/stories260K.gguf"));
   const std::string path = test::shared_path("models/stories260K/stories260K.gguf");
