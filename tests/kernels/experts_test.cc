@@ -52,13 +52,29 @@ TEST(RouteSoftmaxTopK, OneExpertGetsWeightOneExactly) {
   }
 }
 
-TEST(RouteSoftmaxTopK, MatchesADoubleReferenceAndNeverPrefersNaN) {
-  std::mt19937 rng(5);
+// 200 seeded routing problems: 2-61 experts of normal(0, 2) logits, k in [1, min(E, 8)].
+struct RoutingCase {
+  std::vector<float> logits;
+  int k;
+};
+std::vector<RoutingCase> routing_cases(uint32_t seed) {
+  std::mt19937 rng(seed);
   std::normal_distribution<float> n(0.0f, 2.0f);
+  std::vector<RoutingCase> cases;
   for (int trial = 0; trial < 200; ++trial) {
-    const int experts = 2 + trial % 60, k = 1 + trial % std::min(experts, 8);
-    std::vector<float> logits(experts);
-    for (float& l : logits) l = n(rng);
+    const int experts = 2 + trial % 60;
+    RoutingCase c{std::vector<float>(experts), 1 + trial % std::min(experts, 8)};
+    for (float& l : c.logits) l = n(rng);
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+TEST(RouteSoftmaxTopK, MatchesADoubleReferenceAndNeverPrefersNaN) {
+  const std::vector<RoutingCase> cases = routing_cases(5);
+  for (size_t trial = 0; trial < cases.size(); ++trial) {
+    const std::vector<float>& logits = cases[trial].logits;
+    const int experts = static_cast<int>(logits.size()), k = cases[trial].k;
     std::vector<int32_t> ids(k);
     std::vector<float> w(k);
     route_softmax_top_k(logits.data(), experts, k, ids.data(), w.data());
@@ -84,12 +100,10 @@ TEST(RouteSoftmaxTopK, MatchesADoubleReferenceAndNeverPrefersNaN) {
 // Qwen2-MoE (renormalize false): the chosen experts' probabilities under the softmax over every
 // expert, the same choice as renormalised; a single expert still gets 1 exactly.
 TEST(RouteSoftmaxTopK, WithoutRenormalisingTheWeightsAreTheFullSoftmaxProbabilities) {
-  std::mt19937 rng(7);
-  std::normal_distribution<float> n(0.0f, 2.0f);
-  for (int trial = 0; trial < 200; ++trial) {
-    const int experts = 2 + trial % 60, k = 1 + trial % std::min(experts, 8);
-    std::vector<float> logits(experts);
-    for (float& l : logits) l = n(rng);
+  const std::vector<RoutingCase> cases = routing_cases(7);
+  for (size_t trial = 0; trial < cases.size(); ++trial) {
+    const std::vector<float>& logits = cases[trial].logits;
+    const int experts = static_cast<int>(logits.size()), k = cases[trial].k;
     std::vector<int32_t> ids(k), renorm_ids(k);
     std::vector<float> w(k), renorm_w(k);
     route_softmax_top_k(logits.data(), experts, k, ids.data(), w.data(), false);
