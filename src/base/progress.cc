@@ -8,11 +8,13 @@
 
 namespace arbor {
 
-ProgressBar::ProgressBar(std::string label, uint64_t total, std::string unit)
+ProgressBar::ProgressBar(std::string label, uint64_t total, std::string unit,
+                         std::chrono::milliseconds log_every)
     : label_(std::move(label)),
       total_(total),
       unit_(std::move(unit)),
       tty_(::isatty(STDERR_FILENO) == 1),
+      log_every_(log_every),
       start_(std::chrono::steady_clock::now()),
       last_draw_(start_) {}
 
@@ -20,8 +22,19 @@ ProgressBar::~ProgressBar() { finish(); }
 
 void ProgressBar::set(uint64_t done) {
   done_ = done;
-  if (!tty_ || finished_) return;
+  if (finished_) return;
   const auto now = std::chrono::steady_clock::now();
+  if (!tty_) {
+    if (now - last_draw_ < log_every_ || done_ >= total_) return;
+    last_draw_ = now;
+    const double secs = std::chrono::duration<double>(now - start_).count();
+    const double pct = total_ ? 100.0 * static_cast<double>(done_) / static_cast<double>(total_)
+                              : 100.0;
+    ARBOR_LOG(kInfo) << label_ << ": " << done_ << "/" << total_ << " " << unit_ << " ("
+                     << static_cast<int>(pct) << " %) after " << static_cast<int64_t>(secs)
+                     << " s";
+    return;
+  }
   if (now - last_draw_ < std::chrono::milliseconds(100) && done_ < total_) return;
   last_draw_ = now;
   draw(false);

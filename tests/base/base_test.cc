@@ -9,6 +9,7 @@
 #include "base/fp16.h"
 #include "base/log.h"
 #include "base/mapped_file.h"
+#include "base/progress.h"
 #include "base/status.h"
 
 namespace arbor {
@@ -106,6 +107,31 @@ TEST(LogTest, ParsesLevels) {
 }
 
 // Every finite half converts to float and back to the same bits.
+// Not on a terminal (gtest's captured stderr is a file): a line per interval with the count and
+// the share done, none once done, then finish()'s summary.
+TEST(ProgressBarTest, WithoutATerminalItLogsProgressLinesAndASummary) {
+  ::testing::internal::CaptureStderr();
+  {
+    ProgressBar bar("copying", 4, "files", std::chrono::milliseconds(0));
+    bar.add(1);
+    bar.add(1);
+    bar.add(2);
+  }
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("copying: 1/4 files (25 %) after 0 s"), std::string::npos) << err;
+  EXPECT_NE(err.find("copying: 2/4 files (50 %)"), std::string::npos) << err;
+  EXPECT_EQ(err.find("4/4 files (100 %)"), std::string::npos) << err;
+  EXPECT_NE(err.find("copying: 4/4 files in "), std::string::npos) << err;
+  ::testing::internal::CaptureStderr();
+  {
+    ProgressBar quiet("copying", 4, "files");  // the default interval: 30 s
+    quiet.add(1);
+  }
+  const std::string summary_only = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(summary_only.find("(25 %)"), std::string::npos) << summary_only;
+  EXPECT_NE(summary_only.find("copying: 1/4 files in "), std::string::npos) << summary_only;
+}
+
 TEST(Fp16Test, AllHalvesRoundTrip) {
   for (uint32_t h = 0; h < 65536; ++h) {
     const float f = fp16_to_fp32(static_cast<uint16_t>(h));
