@@ -4,17 +4,12 @@
 #include <chrono>
 #include <utility>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "engine/engine_core.h"
-#include "engine/engine_core_internal.h"
 #include "engine/stop_rules.h"
 
 namespace arbor::engine {
-
-double engine_now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 std::optional<StreamEvent> RequestStream::next() {
   std::unique_lock<std::mutex> lock(mu_);
@@ -276,7 +271,7 @@ Result<std::shared_ptr<RequestStream>> EngineCore::submit(GenerateRequest reques
   spec.n = request.n;
   spec.best_of = request.best_of;
   spec.priority = request.priority;
-  spec.arrival_time = engine_now();
+  spec.arrival_time = steady_seconds();
   spec.cache_salt = request.cache_salt;
   spec.speculation = request.speculation;
   if (!request.stop.empty() && config_.tokenizer == nullptr) {

@@ -1,9 +1,9 @@
 // The engine thread: inbox, the step protocol, and handing step outputs to the OutputProcessor.
 #include <utility>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "engine/engine_core.h"
-#include "engine/engine_core_internal.h"
 
 namespace arbor::engine {
 
@@ -22,7 +22,7 @@ EngineCore::Inbox EngineCore::wait_for_work() {
 void EngineCore::run() {
   while (true) {
     Inbox in = wait_for_work();
-    const double busy_from = engine_now();
+    const double busy_from = steady_seconds();
     for (auto& [group, request] : in.adds) handle_add(std::move(group), std::move(request));
     for (const std::string& name : in.aborts) handle_abort(name);
     if (in.stop) break;
@@ -31,7 +31,7 @@ void EngineCore::run() {
     } else if (scheduler_->has_unreported_finishes()) {
       forget_finished();
     }
-    metrics_.engine_busy_s += engine_now() - busy_from;
+    metrics_.engine_busy_s += steady_seconds() - busy_from;
     publish_metrics();
   }
   fail_all(failed_precondition("the engine shut down"));
@@ -125,9 +125,9 @@ void EngineCore::step() {
     fail_all(internal_error("the scheduler could not schedule any waiting request"));
     return;
   }
-  const double exec_from = engine_now();
+  const double exec_from = steady_seconds();
   Result<sched::StepResult> res = executor_->execute(out);
-  const double exec_s = engine_now() - exec_from;
+  const double exec_s = steady_seconds() - exec_from;
   metrics_.executor_s += exec_s;
   if (!res.ok() && executor_->faulted()) {
     handle_executor_fault(res.status());
@@ -152,7 +152,7 @@ void EngineCore::step() {
     }
     return;
   }
-  const double now = engine_now();
+  const double now = steady_seconds();
   for (const sched::RequestOutput& o : *outs) {
     if (!o.error.ok()) {  // the model failed for this request alone: end its user request
       const sched::RequestId gid = o.request_id & (sched::kMaxUserRequestId - 1);
@@ -167,7 +167,7 @@ void EngineCore::step() {
     observe_speculation(o);
   }
   ++metrics_.num_steps;
-  metrics_.last_step_time_s = engine_now();
+  metrics_.last_step_time_s = steady_seconds();
   metrics_.batch_size.observe(static_cast<double>(out.requests.size()));
   metrics_.tokens_per_step.observe(out.total_num_scheduled_tokens);
   record_step(out, *outs, exec_s);
@@ -177,7 +177,7 @@ void EngineCore::step() {
 void EngineCore::record_step(const sched::SchedulerOutput& out,
                              std::span<const sched::RequestOutput> outs, double exec_s) {
   last_step_ = summarize_step(metrics_.num_steps, out, outs, exec_s);
-  last_step_->end_time_s = engine_now();
+  last_step_->end_time_s = steady_seconds();
   step_drafts_.clear();
   for (const sched::RequestOutput& o : outs) {
     if (o.num_draft_tokens > 0) step_drafts_[o.request_id] += o.num_draft_tokens;
@@ -194,7 +194,7 @@ void EngineCore::publish_activity(const kv::KvCacheStats& kv) {
                              .shared_blocks = kv.num_shared_blocks,
                              .cached_blocks = kv.num_cached_blocks};
   activity_.publish(last_step_ ? &*last_step_ : nullptr,
-                    summarize_requests(*scheduler_, *outputs_, step_drafts_, engine_now()),
+                    summarize_requests(*scheduler_, *outputs_, step_drafts_, steady_seconds()),
                     kv_summary);
   last_step_.reset();
   step_drafts_.clear();

@@ -1,10 +1,10 @@
 #include "engine/output_processor.h"
 
-#include "engine/engine_core_internal.h"
-
 #include <algorithm>
 #include <numeric>
 #include <utility>
+
+#include "base/clock.h"
 
 namespace arbor::engine {
 
@@ -226,7 +226,7 @@ void OutputProcessor::finish_group(sched::RequestId id, Status error) {
     }
   }
   if (g.scheduled || !g.samples.empty()) {
-    metrics_.e2e_s.observe(engine_now() - g.spec.arrival_time);
+    metrics_.e2e_s.observe(steady_seconds() - g.spec.arrival_time);
     ++metrics_.num_requests_finished;
   }
   g.spec.stream->push(std::move(final_ev));

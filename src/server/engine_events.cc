@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "base/clock.h"
 #include "base/check.h"
 #include "base/status.h"
 
@@ -12,11 +13,6 @@ namespace arbor::server {
 using nlohmann::json;
 
 namespace {
-
-double steady_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 json step_json(const engine::StepSummary& s, double steady_now) {
   return json{{"step", s.step},

@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <variant>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "sampling/rng.h"
 #include "server/messages_api.h"
@@ -602,10 +603,6 @@ void ApiServer::State::handle(http::HttpRequest req,
   }
 }
 
-static double health_clock_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 void ApiServer::State::health(Exchange& ex, std::string_view) {
   if (draining) {
     send_error(ex, server_unavailable("the server is shutting down"), ApiFlavor::kOpenAi);
@@ -613,7 +610,7 @@ void ApiServer::State::health(Exchange& ex, std::string_view) {
     // A model shard is down and could not be restarted (docs/shards.md, "Faults").
     send_error(ex, server_unavailable(str_cat("the model executor is down: ", m.executor_error)),
                ApiFlavor::kOpenAi);
-  } else if (const double stalled = health_clock_s() - m.last_step_time_s;
+  } else if (const double stalled = steady_seconds() - m.last_step_time_s;
              options.stall_timeout_s > 0 && m.num_running > 0 && m.last_step_time_s > 0 &&
              stalled > options.stall_timeout_s) {
     send_error(ex, server_unavailable(str_cat("no engine step in ", static_cast<int64_t>(stalled),

@@ -21,7 +21,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -41,12 +40,6 @@ constexpr uint64_t kScheduleSeed = 20261129;
 
 void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path);
-  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  return s;
-}
-
 // A chaos_proxy.py child: TCP 127.0.0.1:port() -> the replica's Unix socket.
 class Proxy {
  public:
@@ -62,7 +55,7 @@ class Proxy {
       _exit(127);
     }
     for (int i = 0; i < 200 && port_ == 0; ++i) {
-      port_ = std::atoi(read_file(port_file).c_str());
+      port_ = std::atoi(test::read_file(port_file).c_str());
       if (port_ == 0) sleep_ms(25);
     }
     log_ = log;
@@ -75,7 +68,7 @@ class Proxy {
   }
   int port() const { return port_; }
   int resets() const {
-    const std::string s = read_file(log_);
+    const std::string s = test::read_file(log_);
     int n = 0;
     for (size_t at = s.find("reset"); at != std::string::npos; at = s.find("reset", at + 1)) ++n;
     return n;
