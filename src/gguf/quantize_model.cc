@@ -4,7 +4,6 @@
 #include <optional>
 #include <thread>
 
-#include "base/progress.h"
 #include "gguf/quants.h"
 
 namespace arbor::gguf {

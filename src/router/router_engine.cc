@@ -478,10 +478,10 @@ Replica* RouterEngine::Impl::choose(Call& c, const std::unordered_set<Replica*>&
       cand.eligible = eligible;
       cand.in_flight = r->in_flight;
       cand.sticky = r.get() == sticky;
+      cand.affinity_blocks = r->routed.matched(chain);  // what this router sent there
       cand.matched_blocks = options.policy == RoutePolicy::kRoutedText
-                                ? r->routed.matched(chain)
+                                ? cand.affinity_blocks
                                 : std::max(r->cached.matched(chain), inflight_matched(*r, chain));
-      cand.affinity_blocks = r->routed.matched(chain);
       cands.push_back(cand);
       if (eligible) order.push_back(r.get());
     }
