@@ -145,7 +145,8 @@ Result<GgmlType> parse_type(const std::string& name) {
 }
 
 // --inflate's target shape: the --shape preset when one was given (its GQA ratio as the
-// --kv-ratio), with --dim/--ffn/--layers/--kv-ratio overriding it.
+// --kv-ratio; a mixture's experts, experts used and expert FFN length), with --dim/--ffn/
+// --layers/--kv-ratio/--experts/--experts-used overriding it.
 Result<convert::InflateOptions> inflate_options(const Options& o) {
   convert::InflateOptions io;
   if (o.shape_given) {
@@ -155,10 +156,17 @@ Result<convert::InflateOptions> inflate_options(const Options& o) {
       io.ffn = p->ffn;
       io.layers = p->layers;
       io.kv_ratio = p->heads / p->kv_heads;
+      if (p->experts > 0) {  // a mixture: each expert as long as the preset's
+        io.experts = p->experts;
+        io.experts_used = p->experts_used;
+        io.ffn = p->expert_ffn > 0 ? p->expert_ffn : p->ffn;
+      }
     }
   }
   const std::pair<int64_t, int64_t*> overrides[] = {
-      {o.dim, &io.dim}, {o.ffn, &io.ffn}, {o.layers, &io.layers}, {o.kv_ratio, &io.kv_ratio}};
+      {o.dim, &io.dim},           {o.ffn, &io.ffn},
+      {o.layers, &io.layers},     {o.kv_ratio, &io.kv_ratio},
+      {o.experts, &io.experts},   {o.experts_used, &io.experts_used}};
   for (const auto& [flag, field] : overrides) {
     if (flag > 0) *field = flag;
   }
@@ -169,7 +177,6 @@ Result<convert::InflateOptions> inflate_options(const Options& o) {
   }
   ARBOR_ASSIGN_OR_RETURN(io.type, parse_type(o.type));
   io.seed = o.seed;
-  io.show_progress = true;
   return io;
 }
 
@@ -252,6 +259,10 @@ void setup(CLI::App& app) {
   sub->add_option("--dim", o->dim, "Override: embedding length");
   sub->add_option("--ffn", o->ffn, "Override: feed-forward length");
   sub->add_option("--layers", o->layers, "Override: number of layers");
+  sub->add_option("--experts", o->experts,
+                  "Override: experts per layer (qwen3moe; llama and --inflate: a Mixtral-style "
+                  "mixture)");
+  sub->add_option("--experts-used", o->experts_used, "Override: experts routed per token");
   const std::vector<CLI::Option*> synth_only = {
       vocab,
       sub->add_option("--heads", o->heads, "Override: attention heads"),
@@ -265,9 +276,6 @@ void setup(CLI::App& app) {
                           "with --shape, that shape's dims with this architecture's variants"),
       sub->add_option("--head-dim", o->head_dim, "Override: head size (default dim / heads)"),
       sub->add_option("--window", o->window, "Override: sliding window of the sliding layers"),
-      sub->add_option("--experts", o->experts,
-                      "Override: experts per layer (qwen3moe; llama: a Mixtral-style model)"),
-      sub->add_option("--experts-used", o->experts_used, "Override: experts routed per token"),
       sub->add_option("--expert-ffn", o->expert_ffn,
                       "Override: each expert's feed-forward length (qwen3moe; llama: --ffn)"),
       sub->add_flag("--qkv-bias", o->qkv_bias, "Add q/k/v biases (always on for qwen2)"),

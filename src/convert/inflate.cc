@@ -3,13 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <optional>
 #include <set>
 #include <vector>
 
 #include "base/bits.h"
 #include "base/log.h"
-#include "base/progress.h"
 #include "gguf/quantize_model.h"
 #include "gguf/quants.h"
 
@@ -27,6 +25,17 @@ constexpr const char* kLayerTensors[] = {"attn_norm", "attn_q",   "attn_k",    "
 
 std::string layer_name(int64_t l, const char* tensor) {
   return str_cat("blk.", l, ".", tensor, ".weight");
+}
+
+// The source tensor an inflated one grows from: an expert tensor's is the dense FFN's.
+std::string source_name(const std::string& name) {
+  for (const char* t : {"ffn_gate", "ffn_down", "ffn_up"}) {
+    const std::string exps = str_cat(".", t, "_exps.");
+    if (const size_t at = name.find(exps); at != std::string::npos) {
+      return name.substr(0, at) + "." + t + "." + name.substr(at + exps.size());
+    }
+  }
+  return name;
 }
 
 bool is_power_of_two(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
@@ -95,6 +104,11 @@ Status check_options(const InflateGeometry& g, const InflateOptions& o) {
                             " heads (--dim ", o.dim, " / head_dim ", g.head_dim,
                             ") and leave at least the model's ", g.kv_heads,
                             " kv heads; at most ", heads / g.kv_heads);
+  }
+  if (o.experts < 0 || (o.experts == 0 && o.experts_used != 0) ||
+      (o.experts > 0 && (o.experts_used < 1 || o.experts_used > o.experts))) {
+    return invalid_argument("--experts ", o.experts, " and --experts-used ", o.experts_used,
+                            ": a mixture needs 1 <= experts used <= experts (0 and 0: dense)");
   }
   if (o.type != GgmlType::kF32 && o.type != GgmlType::kF16 && o.type != GgmlType::kQ8_0 &&
       o.type != GgmlType::kQ4_0) {
@@ -174,7 +188,8 @@ void padded_row(float* out, int64_t n, const float* src, int64_t m) {
   std::fill(out + m, out + n, 0.0f);
 }
 
-// One output tensor: fill(r, out) writes row r, out: [dims[0]] floats.
+// One output tensor: fill(r, out) writes row r (of dims[1] x dims[2] ... rows), out: [dims[0]]
+// floats.
 struct TensorJob {
   std::string name;
   std::vector<int64_t> dims;  // ggml order
@@ -207,16 +222,19 @@ TensorJob norm_job(const LayerContext& c, std::string name, bool real) {
 }
 
 // Rows [0, live_rows) copy the source's rows (padded with zeros); the others are random over
-// `random_cols` columns (the rest zero). live_rows = 0: every row random.
+// `random_cols` columns (the rest zero). live_rows = 0: every row random. experts > 0: a 3-D
+// tensor of that many such matrices (every expert the same source rows, its own random rows).
 TensorJob grow_rows_job(const LayerContext& c, std::string name, int64_t rows, int64_t live_rows,
-                        int64_t random_cols) {
-  const float* w = live_rows > 0 ? f32_data(c.src, name) : nullptr;
+                        int64_t random_cols, int64_t experts = 0) {
+  const float* w = live_rows > 0 ? f32_data(c.src, source_name(name)) : nullptr;
   const uint64_t key = mix64(c.o.seed) ^ fnv1a(name);
   auto fill = [=, d = c.g.dim, n = c.g.new_dim, stddev = c.o.random_std](int64_t r, float* out) {
-    if (r < live_rows) return padded_row(out, n, w + r * d, d);
+    if (r % rows < live_rows) return padded_row(out, n, w + (r % rows) * d, d);
     random_row(out, n, random_cols, stddev, mix64(key + static_cast<uint64_t>(r)));
   };
-  return {std::move(name), {c.g.new_dim, rows}, c.o.type, fill};
+  std::vector<int64_t> dims = {c.g.new_dim, rows};
+  if (experts > 0) dims.push_back(experts);
+  return {std::move(name), std::move(dims), c.o.type, fill};
 }
 
 // attn_q: the source head h's rows at new head new_q_head(h); new heads random over the live
@@ -252,14 +270,18 @@ TensorJob o_job(const LayerContext& c, std::string name, bool real) {
   return {std::move(name), {g.new_heads * g.head_dim, g.new_dim}, c.o.type, fill};
 }
 
-// ffn_down: rows [0, d) hold the source's rows padded with zeros; all else 0.
-TensorJob down_job(const LayerContext& c, std::string name, bool real) {
-  const float* w = real ? f32_data(c.src, name) : nullptr;
-  auto fill = [=, f = c.g.ffn, d = c.g.dim, n = c.g.new_ffn](int64_t r, float* out) {
-    if (real && r < d) return padded_row(out, n, w + r * f, f);
+// ffn_down: rows [0, d) hold the source's rows padded with zeros; all else 0. experts > 0: a
+// 3-D tensor of that many copies.
+TensorJob down_job(const LayerContext& c, std::string name, bool real, int64_t experts = 0) {
+  const float* w = real ? f32_data(c.src, source_name(name)) : nullptr;
+  auto fill = [=, f = c.g.ffn, d = c.g.dim, D = c.g.new_dim, n = c.g.new_ffn](int64_t r,
+                                                                                float* out) {
+    if (real && r % D < d) return padded_row(out, n, w + (r % D) * f, f);
     std::fill(out, out + n, 0.0f);
   };
-  return {std::move(name), {c.g.new_ffn, c.g.new_dim}, c.o.type, fill};
+  std::vector<int64_t> dims = {c.g.new_ffn, c.g.new_dim};
+  if (experts > 0) dims.push_back(experts);
+  return {std::move(name), std::move(dims), c.o.type, fill};
 }
 
 void add_layer_jobs(const LayerContext& c, int64_t l, std::vector<TensorJob>* jobs) {
@@ -273,9 +295,16 @@ void add_layer_jobs(const LayerContext& c, int64_t l, std::vector<TensorJob>* jo
   jobs->push_back(grow_rows_job(c, layer_name(l, "attn_v"), kv_rows, live_kv, g.new_dim));
   jobs->push_back(o_job(c, layer_name(l, "attn_output"), real));
   jobs->push_back(norm_job(c, layer_name(l, "ffn_norm"), real));
-  jobs->push_back(grow_rows_job(c, layer_name(l, "ffn_gate"), g.new_ffn, live_ffn, g.new_dim));
-  jobs->push_back(down_job(c, layer_name(l, "ffn_down"), real));
-  jobs->push_back(grow_rows_job(c, layer_name(l, "ffn_up"), g.new_ffn, live_ffn, g.new_dim));
+  const int64_t e = g.new_experts;
+  if (e > 0) {  // the router reads the live columns only (the others are zero)
+    jobs->push_back(grow_rows_job(c, layer_name(l, "ffn_gate_inp"), e, 0, g.dim));
+  }
+  const char* gate = e > 0 ? "ffn_gate_exps" : "ffn_gate";
+  const char* down = e > 0 ? "ffn_down_exps" : "ffn_down";
+  const char* up = e > 0 ? "ffn_up_exps" : "ffn_up";
+  jobs->push_back(grow_rows_job(c, layer_name(l, gate), g.new_ffn, live_ffn, g.new_dim, e));
+  jobs->push_back(down_job(c, layer_name(l, down), real, e));
+  jobs->push_back(grow_rows_job(c, layer_name(l, up), g.new_ffn, live_ffn, g.new_dim, e));
 }
 
 std::vector<TensorJob> plan_jobs(const LayerContext& c) {
@@ -291,7 +320,8 @@ std::vector<TensorJob> plan_jobs(const LayerContext& c) {
 
 std::vector<uint8_t> make_tensor(const TensorJob& job, const ParallelFor& parallel_for) {
   const int64_t n = job.dims[0];
-  const int64_t rows = job.dims.size() > 1 ? job.dims[1] : 1;
+  int64_t rows = 1;
+  for (size_t i = 1; i < job.dims.size(); ++i) rows *= job.dims[i];
   const uint64_t row_bytes = gguf::ggml_row_size(job.type, n);
   std::vector<uint8_t> data(row_bytes * static_cast<uint64_t>(rows));
   auto body = [&](int64_t begin, int64_t end) {
@@ -326,6 +356,10 @@ void set_metadata(const GgufFile& src, const InflateGeometry& g, GgmlType type,
   const float eps = g.rms_eps * (static_cast<float>(g.dim) / static_cast<float>(g.new_dim));
   w->set("llama.attention.layer_norm_rms_epsilon", Value::f32(eps));
   w->set("llama.rope.dimension_count", Value::u32(static_cast<uint32_t>(g.head_dim)));
+  if (g.new_experts > 0) {
+    w->set("llama.expert_count", Value::u32(static_cast<uint32_t>(g.new_experts)));
+    w->set("llama.expert_used_count", Value::u32(static_cast<uint32_t>(g.new_experts_used)));
+  }
   w->set("general.file_type", Value::u32(gguf::llama_file_type(type)));
   if (gguf::ggml_traits(type).block_size > 1) {
     w->set("general.quantization_version", Value::u32(2));
@@ -343,34 +377,57 @@ Result<InflateGeometry> plan_inflation(const GgufFile& src, const InflateOptions
   g.new_layers = options.layers;
   g.new_heads = options.dim / g.head_dim;
   g.new_kv_heads = g.new_heads / options.kv_ratio;
+  g.new_experts = options.experts;
+  g.new_experts_used = options.experts_used;
   return g;
 }
 
-Result<gguf::GgufWriter> inflate_model(const GgufFile& src, const InflateOptions& options) {
-  ARBOR_ASSIGN_OR_RETURN(const InflateGeometry g, plan_inflation(src, options));
-  LayerContext c{src, g, options, std::vector<int64_t>(g.new_heads, -1),
-                 static_cast<float>(std::sqrt(static_cast<double>(g.dim) / g.new_dim))};
-  for (int64_t h = 0; h < g.heads; ++h) c.source_head[g.new_q_head(h)] = h;
-  const std::vector<TensorJob> jobs = plan_jobs(c);
-  uint64_t total = 0;
-  for (const TensorJob& j : jobs) total += *gguf::ggml_nbytes(j.type, j.dims);
-  ARBOR_LOG(kInfo) << "inflate " << src.name() << ": dim " << g.dim << " -> " << g.new_dim
-                   << ", ffn " << g.ffn << " -> " << g.new_ffn << ", layers " << g.layers << " -> "
-                   << g.new_layers << ", heads " << g.heads << " -> " << g.new_heads << " (kv "
-                   << g.kv_heads << " -> " << g.new_kv_heads << "), head_dim " << g.head_dim << ", "
-                   << gguf::ggml_type_name(options.type) << ", " << jobs.size() << " tensors, "
-                   << total / 1000000 << " MB, seed " << options.seed;
-  gguf::GgufWriter writer;
-  set_metadata(src, g, options.type, &writer);
-  std::optional<ProgressBar> bar;
-  if (options.show_progress) bar.emplace("inflating", total / 1000000, "MB");
-  uint64_t done = 0;
-  for (const TensorJob& j : jobs) {
-    writer.add_tensor_owned(j.name, j.type, j.dims, make_tensor(j, options.parallel_for));
-    done += *gguf::ggml_nbytes(j.type, j.dims);
-    if (bar) bar->set(done / 1000000);
+namespace {
+
+// What the writer's generators share: the plan and the jobs (LayerContext points into it).
+struct InflateState {
+  InflateState(const GgufFile& src, InflateGeometry geometry, InflateOptions options)
+      : g(std::move(geometry)),
+        o(std::move(options)),
+        c{src, g, o, std::vector<int64_t>(g.new_heads, -1),
+          static_cast<float>(std::sqrt(static_cast<double>(g.dim) / g.new_dim))} {
+    for (int64_t h = 0; h < g.heads; ++h) c.source_head[g.new_q_head(h)] = h;
+    jobs = plan_jobs(c);
   }
-  if (bar) bar->finish();
+  InflateGeometry g;
+  InflateOptions o;
+  LayerContext c;
+  std::vector<TensorJob> jobs;
+  uint64_t total = 0;  // bytes
+};
+
+}  // namespace
+
+Result<gguf::GgufWriter> inflate_model(const GgufFile& src, const InflateOptions& options) {
+  ARBOR_ASSIGN_OR_RETURN(InflateGeometry g, plan_inflation(src, options));
+  auto state = std::make_shared<InflateState>(src, std::move(g), options);
+  for (const TensorJob& j : state->jobs) state->total += *gguf::ggml_nbytes(j.type, j.dims);
+  const InflateGeometry& ng = state->g;
+  ARBOR_LOG(kInfo) << "inflate " << src.name() << ": dim " << ng.dim << " -> " << ng.new_dim
+                   << ", ffn " << ng.ffn << " -> " << ng.new_ffn << ", layers " << ng.layers
+                   << " -> " << ng.new_layers << ", heads " << ng.heads << " -> " << ng.new_heads
+                   << " (kv " << ng.kv_heads << " -> " << ng.new_kv_heads << "), head_dim "
+                   << ng.head_dim
+                   << (ng.new_experts > 0 ? str_cat(", ", ng.new_experts, " experts (",
+                                                    ng.new_experts_used, " used)")
+                                          : std::string())
+                   << ", " << gguf::ggml_type_name(options.type) << ", " << state->jobs.size()
+                   << " tensors, " << state->total / 1000000 << " MB, seed " << options.seed;
+  gguf::GgufWriter writer;
+  set_metadata(src, ng, options.type, &writer);
+  for (size_t i = 0; i < state->jobs.size(); ++i) {
+    const TensorJob& j = state->jobs[i];
+    writer.add_tensor_generated(j.name, j.type, j.dims,
+                                [state, i]() -> Result<std::vector<uint8_t>> {
+      const InflateState& s = *state;
+      return make_tensor(s.jobs[i], s.o.parallel_for);
+    });
+  }
   return writer;
 }
 

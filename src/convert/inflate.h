@@ -31,6 +31,14 @@
 //   * Tensors are written in the reference's order: token_embd, per layer attn_norm, attn_q,
 //     attn_k, attn_v, attn_output, ffn_norm, ffn_gate, ffn_down, ffn_up, then output_norm and
 //     output (absent when the source ties it to token_embd).
+//   * A mixture of experts (experts > 0; Mixtral's layout on `llama`: expert_count,
+//     expert_used_count, each expert feed_forward_length = F long): every expert is the source
+//     FFN grown as above (ffn_{gate,up}_exps [D, F, E], ffn_down_exps [F, D, E]; the dead units'
+//     random rows differ per expert), and the router ffn_gate_inp [D, E] is random over the live
+//     columns. The routed weights are a softmax over the chosen experts, so they sum to 1 and the
+//     layer adds the source FFN's output (to float rounding: the sum of K equal terms), while the
+//     experts each token touches follow its hidden state as in a trained mixture. Tensor order:
+//     ffn_gate_inp, ffn_gate_exps, ffn_down_exps, ffn_up_exps in place of the three ffn tensors.
 //
 // Thread-safety: pure functions; the source GgufFile is immutable. `parallel_for` is called from
 // the calling thread only.
@@ -56,10 +64,11 @@ struct InflateOptions {
   int64_t ffn = 0;       // F >= the source's feed_forward_length
   int64_t layers = 0;    // L' >= the source's block_count
   int64_t kv_ratio = 0;  // R: a multiple of the source's r; H / R >= n_kv
+  int64_t experts = 0;       // E: 0 = dense; else a mixture of E experts of `ffn` each
+  int64_t experts_used = 0;  // K: experts routed per token, 1 <= K <= E (with experts > 0)
   gguf::GgmlType type = gguf::GgmlType::kF32;  // matrices: f32, f16, q8_0 or q4_0; norms stay F32
   uint64_t seed = 0;          // the random rows; same options, same bytes (any thread count)
   float random_std = 0.02f;   // standard deviation of the random rows
-  bool show_progress = false;  // a progress bar (MB generated) on stderr
   ParallelFor parallel_for;    // rows of one tensor in parallel; empty: one thread
 };
 
@@ -70,6 +79,7 @@ struct InflateGeometry {
   bool tied = false;  // the source has no output.weight
   float rms_eps = 0.0f;
   int64_t new_dim = 0, new_ffn = 0, new_layers = 0, new_heads = 0, new_kv_heads = 0;
+  int64_t new_experts = 0, new_experts_used = 0;  // 0: dense
 
   int64_t kv_ratio() const { return heads / kv_heads; }              // r
   int64_t new_kv_ratio() const { return new_heads / new_kv_heads; }  // R
@@ -85,8 +95,10 @@ struct InflateGeometry {
 // fewer than the model's 4; at most 8").
 Result<InflateGeometry> plan_inflation(const gguf::GgufFile& src, const InflateOptions& options);
 
-// A writer holding the inflated model (every tensor owned, in its final type: the model is held
-// once; `src` may be closed afterwards). Errors as plan_inflation.
+// A writer for the inflated model. Its tensors are generated when it writes (one at a time, so a
+// model larger than memory can be made; GgufWriter::write shows the progress): `src` must outlive
+// the writer, and options.parallel_for must stay callable until it has written. Errors as
+// plan_inflation.
 Result<gguf::GgufWriter> inflate_model(const gguf::GgufFile& src, const InflateOptions& options);
 
 }  // namespace arbor::convert

@@ -245,6 +245,52 @@ TEST_F(InflateStructureTest, FeedForwardUnitsAndNewLayers) {
   }
 }
 
+TEST_F(InflateStructureTest, ExpertsAreTheGrownFeedForwardEachWithItsOwnDeadUnits) {
+  InflateOptions o = small();
+  o.experts = 4;
+  o.experts_used = 2;
+  const GgufFile f = inflated(o);
+  EXPECT_EQ(*f.get_u32("llama.expert_count"), 4u);
+  EXPECT_EQ(*f.get_u32("llama.expert_used_count"), 2u);
+  EXPECT_EQ(f.find_tensor(layer(2, "ffn_gate")), nullptr);
+  // Rows of the 3-D tensors run expert by expert: [4 x 512] gate/up rows, [4 x 256] down rows.
+  for (const char* name : {"ffn_gate", "ffn_up"}) {
+    const Matrix m = matrix(f, layer(2, (std::string(name) + "_exps").c_str()));
+    ASSERT_EQ(m.rows(), 4 * 512);
+    const std::vector<float> s = source(layer(2, name));
+    for (int64_t e = 0; e < 4; ++e) {
+      for (int64_t u = 0; u < 512; ++u) {
+        const int64_t r = e * 512 + u;
+        if (u < 172) {
+          for (int64_t c = 0; c < 64; ++c) ASSERT_EQ(m.at(r, c), s[u * 64 + c]) << name << r;
+          ASSERT_TRUE(zero(m, r, 64, 256)) << name << " row " << r;
+        } else {
+          ASSERT_TRUE(random(m, r, 0, 256)) << name << " row " << r;
+          // Each expert's dead units are its own rows, not copies of expert 0's.
+          if (e > 0) ASSERT_NE(m.at(r, 0), m.at(u, 0)) << name << " row " << r;
+        }
+      }
+    }
+  }
+  const Matrix down = matrix(f, layer(2, "ffn_down_exps"));
+  ASSERT_EQ(down.rows(), 4 * 256);
+  const std::vector<float> s = source(layer(2, "ffn_down"));
+  for (int64_t r = 0; r < 4 * 256; ++r) {
+    for (int64_t c = 0; c < 512; ++c) {
+      ASSERT_EQ(down.at(r, c), r % 256 < 64 && c < 172 ? s[(r % 256) * 172 + c] : 0.0f)
+          << r << ", " << c;
+    }
+  }
+  // The router: random over the live columns, zero beyond; in new layers too.
+  for (int64_t l : {2, 6}) {
+    const Matrix router = matrix(f, layer(l, "ffn_gate_inp"));
+    ASSERT_EQ(router.rows(), 4);
+    for (int64_t r = 0; r < 4; ++r) {
+      ASSERT_TRUE(random(router, r, 0, 64) && zero(router, r, 64, 256)) << l << " row " << r;
+    }
+  }
+}
+
 TEST_F(InflateStructureTest, DeterministicAcrossThreadsAndSeedsDiffer) {
   // Rows in chunks of 7 on three threads, each thread taking its chunks from the end.
   InflateOptions threaded = small();
@@ -322,6 +368,14 @@ TEST_F(InflateStructureTest, ImpossibleShapesNameTheLimit) {
   EXPECT_TRUE(has(e, "--dim 256 and --ffn 500 must be multiples of 32 for type q8_0")) << e;
   e = error(with([](InflateOptions& o) { o.type = GgmlType::kQ4_1; }));
   EXPECT_TRUE(has(e, "--type q4_1 is not supported")) << e;
+  e = error(with([](InflateOptions& o) {
+    o.experts = 4;
+    o.experts_used = 5;
+  }));
+  EXPECT_TRUE(has(e, "--experts 4 and --experts-used 5: a mixture needs 1 <= experts used <= "
+                     "experts")) << e;
+  e = error(with([](InflateOptions& o) { o.experts_used = 2; }));
+  EXPECT_TRUE(has(e, "--experts 0 and --experts-used 2")) << e;
   e = error(with([](InflateOptions& o) { o.kv_ratio = 0; }));
   EXPECT_TRUE(has(e, "must be > 0")) << e;
 }

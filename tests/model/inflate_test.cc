@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 
 #include "convert/inflate.h"
 #include "gguf/quantize_model.h"
@@ -164,6 +165,64 @@ TEST_F(InflateTest, F16LogitsEqualStories260KInF16) {
       all_logits(inflate(small_inflation(2, GgmlType::kF16), "r2_f16.gguf"));
   ASSERT_EQ(want.size(), 257u * 512u);
   EXPECT_EQ(max_abs_diff(got, want), 0.0f);
+}
+
+// A mixture of experts: 8 experts of the grown FFN, 2 routed per token (Mixtral's layout on
+// llama; softmax over the chosen, so the weights sum to 1).
+InflateOptions moe_inflation() {
+  InflateOptions o = small_inflation(2, GgmlType::kF32);
+  o.dim = 128;
+  o.ffn = 256;
+  o.layers = 6;
+  o.experts = 8;
+  o.experts_used = 2;
+  return o;
+}
+
+// llama.cpp's logits [ids.size(), vocab] for `path` (tests/reference/.llama/llama_ref).
+std::vector<float> llama_cpp_logits(const std::string& path, const std::vector<int32_t>& ids,
+                                    const test::TempDir& tmp, size_t vocab) {
+  const std::string bin = ARBOR_SOURCE_DIR "/tests/reference/.llama/llama_ref";
+  std::string list;
+  for (int32_t id : ids) list += (list.empty() ? "" : ",") + std::to_string(id);
+  const std::string out = tmp / "llama_cpp_logits.bin";
+  const test::CommandResult r = test::run_shell(bin + " logits " + path + " " + list + " " + out);
+  EXPECT_EQ(r.exit_code, 0) << r.output() << "(scripts/install_reference.sh installs " << bin
+                            << "; make test does)";
+  std::vector<float> logits(ids.size() * vocab);
+  std::ifstream in(out, std::ios::binary);
+  in.read(reinterpret_cast<char*>(logits.data()),
+          static_cast<std::streamsize>(logits.size() * sizeof(float)));
+  EXPECT_EQ(in.gcount(), static_cast<std::streamsize>(logits.size() * sizeof(float)));
+  return logits;
+}
+
+TEST_F(InflateTest, MixtureOfExpertsKeepsTheLogitsInArborAndInLlamaCpp) {
+  const std::string path = inflate(moe_inflation(), "moe.gguf");
+  auto file = gguf::GgufFile::open(path);
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
+  EXPECT_EQ(*file->get_i64("llama.expert_count"), 8);
+  EXPECT_EQ(*file->get_i64("llama.expert_used_count"), 2);
+  const gguf::TensorInfo* gate = file->find_tensor("blk.5.ffn_gate_exps.weight");
+  ASSERT_NE(gate, nullptr);
+  EXPECT_EQ(gate->dims, (std::vector<int64_t>{128, 256, 8}));
+  EXPECT_EQ(file->find_tensor("blk.0.ffn_down_exps.weight")->dims,
+            (std::vector<int64_t>{256, 128, 8}));
+  EXPECT_EQ(file->find_tensor("blk.0.ffn_gate_inp.weight")->dims,
+            (std::vector<int64_t>{128, 8}));
+  EXPECT_EQ(file->find_tensor("blk.0.ffn_gate.weight"), nullptr);
+  expect_golden(path, "MoE, 8 experts, top 2");
+  // Every position of the 257-token sequence: the source's logits, to the rounding of the
+  // routed weights' sum (K = 2 equal terms) — in arbor and in llama.cpp, which reads the
+  // mixture its own way (an independent check of the layout and the routing convention).
+  const std::vector<float> want = all_logits(shared_path(kStories260K));
+  ASSERT_EQ(want.size(), 257u * 512u);
+  EXPECT_LE(max_abs_diff(all_logits(path), want), 2e-4f);
+  auto probe = load(path, 4);
+  ASSERT_TRUE(probe);
+  const std::vector<GoldenCase> cases = load_stories260k_golden(probe->model().file());
+  ASSERT_FALSE(cases.empty());
+  EXPECT_LE(max_abs_diff(llama_cpp_logits(path, cases[0].ids, tmp_, 512), want), 2e-3f);
 }
 
 // The reference's file for the small inflation (kv-ratio 8), F32 or F16.
