@@ -128,7 +128,10 @@ class CudaForwardOps final : public model::ForwardOps {
   }
   void scale_bias(float*, int32_t, int, float, const float*) override { refused("scale_bias"); }
   void softcap(float*, int64_t, float) override { refused("softcap"); }
-  void route_experts(const model::ExpertRouting&) override { refused("route_experts"); }
+  int32_t route_experts(const model::ExpertRouting&) override {
+    refused("route_experts");
+    return -1;
+  }
   void matmul_experts(std::span<const kernels::ExpertMatmul>, const float*,
                       const kernels::ExpertRows&) override {
     refused("matmul_experts");

@@ -100,6 +100,33 @@ Status EngineCore::validate_config(const step::ModelExecutor& executor,
 
 namespace {
 
+// What the expert term was fitted from and to, or why it is off.
+void log_expert_term(const sched::SpecCostModel& model,
+                     std::span<const sched::ExpertCostPoint> distinct,
+                     std::span<const sched::ExpertCostPoint> repeated) {
+  std::string pairs;
+  for (const sched::ExpertCostPoint& r : repeated) {
+    for (const sched::ExpertCostPoint& d : distinct) {
+      if (d.num_tokens != r.num_tokens || d.num_tokens > 8) continue;
+      pairs += str_cat(" ", d.num_tokens, " rows: ", d.cost, " at ", d.touched, " experts vs ",
+                       r.cost, " at ", r.touched, ";");
+    }
+  }
+  const sched::SpecCostModel::Experts& e = model.experts;
+  if (!e.active()) {
+    ARBOR_LOG(kInfo) << "speculation: " << e.num_experts << " experts, " << e.num_used
+                     << " per token; no expert term (distinct and repeated tokens touched "
+                     << "about as many experts or cost the same:" << pairs
+                     << "); the curve alone prices drafts";
+    return;
+  }
+  ARBOR_LOG(kInfo) << "speculation: expert term " << e.cost_per_expert
+                   << " of a 1-token step per distinct expert per layer (" << e.num_experts
+                   << " experts, " << e.num_used << " per token; measured" << pairs
+                   << " routing spread rho " << model.measured_rho()
+                   << "); the policy prices drafts by the experts their rows add";
+}
+
 // The step sizes the SpecPolicy's cost curve is measured at: dense where drafts live, sparse
 // up to the step budget (at most 128 tokens: beyond, a step is compute-bound and the curve is
 // extrapolated linearly).
@@ -117,28 +144,53 @@ sched::SpecCostModel EngineCore::measure_spec_costs() {
   sched::SpecCostModel model;
   const std::vector<int32_t> sizes =
       cost_curve_sizes(config_.options.max_num_batched_tokens, max_model_len_);
-  Result<std::vector<double>> costs = executor_->measure_step_costs(sizes);
-  if (!costs.ok() || costs->empty() || (*costs)[0] <= 0) {
+  const step::ExpertShape shape = executor_->expert_shape();
+  std::vector<step::StepCostProbe> probes;
+  for (int32_t n : sizes) probes.push_back({.num_tokens = n});
+  // A mixture's second series: the same sizes with one token repeated (few experts), which
+  // separates the cost of an expert from the cost of a row.
+  if (shape.num_experts > shape.num_used) {
+    for (int32_t n : sizes) {
+      if (n >= 2 && n <= 32) probes.push_back({.num_tokens = n, .repeat_token = true});
+    }
+  }
+  Result<std::vector<step::StepCostSample>> costs = executor_->measure_step_costs(probes);
+  if (!costs.ok() || costs->size() != probes.size() || (*costs)[0].seconds <= 0) {
     ARBOR_LOG(kWarn) << "speculation: could not measure step costs ("
-                        << costs.status().to_string()
-                        << "); planning as if extra tokens were free";
+                     << (costs.ok() ? std::string("an incomplete answer")
+                                    : costs.status().to_string())
+                     << "); planning as if extra tokens were free";
     return model;
   }
+  const double one = (*costs)[0].seconds;
   std::string curve;
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    const double r = (*costs)[i] / (*costs)[0];
-    model.points.emplace_back(sizes[i], r);
-    if (sizes[i] <= 16 || i + 1 == sizes.size()) curve += str_cat(" r(", sizes[i], ")=", r);
+  std::vector<sched::ExpertCostPoint> distinct, repeated;
+  for (size_t i = 0; i < probes.size(); ++i) {
+    const step::StepCostSample& c = (*costs)[i];
+    const sched::ExpertCostPoint p{probes[i].num_tokens, c.seconds / one, c.experts_touched};
+    if (probes[i].repeat_token) {
+      repeated.push_back(p);
+      continue;
+    }
+    distinct.push_back(p);
+    model.points.emplace_back(p.num_tokens, p.cost);
+    model.experts.touched.push_back(c.experts_touched);
+    if (sizes[i] <= 16 || i + 1 == sizes.size()) curve += str_cat(" r(", sizes[i], ")=", p.cost);
   }
-  model.draft_cost = executor_->draft_token_cost() / (*costs)[0];
-  model.one_token_seconds = (*costs)[0];
+  model.draft_cost = executor_->draft_token_cost() / one;
+  model.one_token_seconds = one;
   const int32_t tree = executor_->max_tree_nodes();
   ARBOR_LOG(kInfo) << "speculation: up to " << config_.options.max_spec_tokens
                    << (tree > 0 ? str_cat(" levels of token trees of up to ", tree, " nodes")
                                 : std::string(" drafts"))
-                   << " per request, chosen each step by goodput; 1-token step "
-                   << (*costs)[0] * 1e3 << " ms, step cost" << curve << ", draft token cost "
-                   << model.draft_cost;
+                   << " per request, chosen each step by goodput; 1-token step " << one * 1e3
+                   << " ms, step cost" << curve << ", draft token cost " << model.draft_cost;
+  if (shape.num_experts > shape.num_used) {
+    model.experts.num_experts = shape.num_experts;
+    model.experts.num_used = shape.num_used;
+    model.experts.cost_per_expert = sched::fit_cost_per_expert(distinct, repeated);
+    log_expert_term(model, distinct, repeated);
+  }
   return model;
 }
 

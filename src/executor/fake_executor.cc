@@ -116,9 +116,12 @@ step::PromptLogprobsResult FakeExecutor::score_prompt(const step::ScheduledReque
   return r;
 }
 
-Result<std::vector<double>> FakeExecutor::measure_step_costs(std::span<const int32_t> num_tokens) {
-  std::vector<double> costs;
-  for (int32_t n : num_tokens) costs.push_back(options_.step_base_s + options_.step_token_s * n);
+Result<std::vector<step::StepCostSample>> FakeExecutor::measure_step_costs(
+    std::span<const step::StepCostProbe> probes) {
+  std::vector<step::StepCostSample> costs;
+  for (const step::StepCostProbe& p : probes) {
+    costs.push_back({.seconds = options_.step_base_s + options_.step_token_s * p.num_tokens});
+  }
   return costs;
 }
 

@@ -64,7 +64,8 @@ class FakeExecutor : public step::ModelExecutor {
   Status check_max_model_len(int64_t max_model_len) const override;
   int64_t num_kv_blocks() const override { return options_.num_kv_blocks; }
   int32_t block_size() const override { return options_.block_size; }
-  Result<std::vector<double>> measure_step_costs(std::span<const int32_t> num_tokens) override;
+  Result<std::vector<step::StepCostSample>> measure_step_costs(
+      std::span<const step::StepCostProbe> probes) override;
   bool has_proposer() const override { return options_.draft_correct_prefix >= 0; }
   int64_t num_steps() const { return num_steps_; }
   int64_t num_known_requests() const { return static_cast<int64_t>(states_.size()); }

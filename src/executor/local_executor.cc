@@ -48,6 +48,7 @@ Result<step::StepResult> LocalExecutor::execute(const step::SchedulerOutput& out
   hidden_.resize(static_cast<size_t>(builder_.num_hidden()) * runner_->config().dim);
   out.hidden = hidden_.data();
   ARBOR_RETURN_IF_ERROR(runner_->forward(builder_.batch(), out));
+  result.experts_touched = runner_->experts_touched();
   if (!tp_sync_.leader()) {
     ARBOR_RETURN_IF_ERROR(follow_verification(output));
     return result;  // rank 0 answers
@@ -287,12 +288,13 @@ std::vector<int32_t> LocalExecutor::kv_group_windows() const {
 // One sequence with kContext committed tokens (whatever K/V the blocks hold) and n new distinct
 // tokens, logits for every row: the shape of a verification step (for a mixture of experts, with
 // the distinct experts n rows of text touch). Median of three after a warm-up.
-Result<std::vector<double>> LocalExecutor::measure_step_costs(
-    std::span<const int32_t> num_tokens) {
-  std::vector<double> costs;
+Result<std::vector<step::StepCostSample>> LocalExecutor::measure_step_costs(
+    std::span<const step::StepCostProbe> probes) {
+  std::vector<step::StepCostSample> costs;
   const int32_t bs = block_size();
   const int64_t slots = (num_kv_blocks() - 1) * bs;
-  for (int32_t n : num_tokens) {
+  for (const step::StepCostProbe& probe : probes) {
+    const int32_t n = probe.num_tokens;
     // Up to 64 committed tokens of context, as much as the pool leaves.
     const auto context = static_cast<int32_t>(std::clamp<int64_t>(slots - n, 0, 64));
     const int32_t num_blocks = (context + n + bs - 1) / bs;
@@ -307,11 +309,12 @@ Result<std::vector<double>> LocalExecutor::measure_step_costs(
     const std::vector<std::vector<int32_t>> more(
         static_cast<size_t>(runner_->kv_layout().num_groups() - 1), blocks);
     // Distinct token ids, as text has: a mixture of experts routes each row by its hidden
-    // state, and a step's cost grows with the distinct experts its rows touch (n copies of one
-    // token would touch the same few and make many-token steps look cheap).
+    // state, and a step's cost grows with the distinct experts its rows touch. The repeated
+    // series (n copies of one token, routed to few experts) separates that expert term.
     tokens_.resize(static_cast<size_t>(n));
     for (int32_t i = 0; i < n; ++i) {
-      tokens_[static_cast<size_t>(i)] = static_cast<int32_t>((1 + int64_t{i} * 7919) % vocab_size());
+      const int64_t j = probe.repeat_token ? 0 : i;
+      tokens_[static_cast<size_t>(i)] = static_cast<int32_t>((1 + j * 7919) % vocab_size());
     }
     builder_.clear();
     builder_.add(model::SequenceInput{.block_table = blocks,
@@ -327,7 +330,7 @@ Result<std::vector<double>> LocalExecutor::measure_step_costs(
       runs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     std::sort(runs.begin() + 1, runs.end());
-    costs.push_back(runs[2]);
+    costs.push_back({.seconds = runs[2], .experts_touched = runner_->experts_touched()});
   }
   return costs;
 }

@@ -66,7 +66,11 @@ class LocalExecutor : public step::ModelExecutor {
   // ExecutorOptions::kv_reclaim and the model has sliding-window layers).
   std::vector<int32_t> kv_group_windows() const override;
 
-  Result<std::vector<double>> measure_step_costs(std::span<const int32_t> num_tokens) override;
+  Result<std::vector<step::StepCostSample>> measure_step_costs(
+      std::span<const step::StepCostProbe> probes) override;
+  step::ExpertShape expert_shape() const override {
+    return {runner_->config().num_experts, runner_->config().num_experts_used};
+  }
   double draft_token_cost() const override {
     return drafter_ ? drafter_->proposer().token_cost() : 0.0;
   }

@@ -181,7 +181,7 @@ void CpuForwardOps::attention(const kernels::PagedAttentionParams &p,
   kernels::paged_attention(p, cpu->plan, pool_);
 }
 
-void CpuForwardOps::route_experts(const ExpertRouting &r) {
+int32_t CpuForwardOps::route_experts(const ExpertRouting &r) {
   const int k = r.num_used;
   auto route = [&](int64_t begin, int64_t end, int) {
     for (int64_t t = begin; t < end; ++t) {
@@ -197,6 +197,11 @@ void CpuForwardOps::route_experts(const ExpertRouting &r) {
   }
   kernels::sort_pairs_by_expert(r.slot_expert, r.num_tokens, k, r.num_experts,
                                 r.expert_indptr, r.pair_token, r.slot_pair);
+  int32_t touched = 0;
+  for (int e = 0; e < r.num_experts; ++e) {
+    touched += r.expert_indptr[e + 1] > r.expert_indptr[e] ? 1 : 0;
+  }
+  return touched;
 }
 
 void CpuForwardOps::matmul_experts(std::span<const kernels::ExpertMatmul> mats,

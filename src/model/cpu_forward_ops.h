@@ -60,7 +60,7 @@ public:
   void attention(const kernels::PagedAttentionParams &p,
                  const AttentionPlan &plan) override;
   using ForwardOps::attention;
-  void route_experts(const ExpertRouting &r) override;
+  int32_t route_experts(const ExpertRouting &r) override;
   void matmul_experts(std::span<const kernels::ExpertMatmul> mats,
                       const float *x, const kernels::ExpertRows &rows) override;
   void combine_experts(const float *pairs, const int32_t *slot_pair,

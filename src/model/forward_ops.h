@@ -207,7 +207,10 @@ class ForwardOps : public DeviceMemory {
   }
 
   // Mixture-of-experts FFN (ExpertRouting above; docs/kernels.md, "Mixture-of-experts FFN").
-  virtual void route_experts(const ExpertRouting& r) = 0;
+  // Returns how many distinct experts the tokens were routed to (experts with at least one
+  // pair), or -1 where the device cannot tell without waiting for the routing (the step-cost
+  // model's expert term reads it: docs/speculation.md, "Policy").
+  virtual int32_t route_experts(const ExpertRouting& r) = 0;
   // kernels::matmul_experts' contract; every pointer (views' data / packed, x, y, the rows'
   // arrays) a device pointer.
   virtual void matmul_experts(std::span<const kernels::ExpertMatmul> mats, const float* x,

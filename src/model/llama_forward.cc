@@ -288,7 +288,13 @@ void LlamaForward::moe_block(int layer, int32_t nt) {
   r.expert_indptr = static_cast<int32_t*>(expert_indptr_.p);
   r.pair_token = static_cast<int32_t*>(pair_token_.p);
   r.slot_pair = static_cast<int32_t*>(slot_pair_.p);
-  ops_.route_experts(r);
+  const int32_t touched = ops_.route_experts(r);
+  if (touched >= 0 && experts_touched_ >= 0) {
+    experts_touched_ += touched;
+  } else {
+    experts_touched_ = -1;
+  }
+  ++moe_layers_run_;
   kernels::ExpertRows rows{cfg_.num_experts, r.expert_indptr, r.pair_token};
   const kernels::ExpertMatmul gate_up[] = {{w.gate_exps, hb_.f()}, {w.up_exps, hb2_.f()}};
   ops_.matmul_experts(gate_up, in, rows);
@@ -576,6 +582,8 @@ void LlamaForward::gather_logits(int32_t nl, const LogitsOut& out) {
 void LlamaForward::run(const ForwardBatch& host_batch, PagedKvCache& cache,
                        const LogitsOut& out) {
   status_ = ok_status();
+  experts_touched_ = 0;
+  moe_layers_run_ = 0;
   const KvCacheShape& s = cache.shape();
   ARBOR_CHECK(s.num_layers == cfg_.num_layers && s.num_kv_heads == num_kv_heads_ &&
               s.head_dim == cfg_.head_dim)

@@ -106,6 +106,13 @@ class LlamaForward {
   // ranks running different batches; collective.h). The step's outputs are then garbage, and
   // the group is broken: every later run() fails the same way.
   const Status& status() const { return status_; }
+  // After run(): the mean over the mixture-of-experts layers of the distinct experts the
+  // batch's rows were routed to (the step-cost model's expert term); 0 for a dense model, -1
+  // where the device did not tell (ForwardOps::route_experts).
+  double experts_touched() const {
+    if (experts_touched_ < 0) return -1.0;
+    return moe_layers_run_ > 0 ? static_cast<double>(experts_touched_) / moe_layers_run_ : 0.0;
+  }
 
   // Tokens the scratch currently holds.
   int32_t capacity_tokens() const { return cap_tokens_; }
@@ -168,6 +175,8 @@ class LlamaForward {
   uint64_t digest_ = 0;                            // this step's batch digest
   uint32_t op_ = 0;                                // collectives issued this step
   Status status_;
+  int64_t experts_touched_ = 0;  // summed over this run's MoE layers; -1: unknown
+  int32_t moe_layers_run_ = 0;
   std::vector<float> local_logits_;   // TP: [L, vocab_pad] this rank's rows (row stride vocab_rows)
   std::vector<float> gathered_;       // TP, rank 0: [tp, L, vocab_pad]
   // Attention layouts: one per distinct layer window, in order of first appearance.

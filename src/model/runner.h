@@ -102,6 +102,8 @@ class ModelRunner {
   // only the top-k candidates). A `want` of the wrong length, or kTopK rows with top_k outside
   // [1, min(kMaxDeviceTopK, vocab_size)] or without their arrays, is kInvalidArgument.
   Status forward(const ForwardBatch& batch, const LogitsOut& out);
+  // After forward(): LlamaForward::experts_touched() (mean distinct experts per MoE layer).
+  double experts_touched() const { return forward_->experts_touched(); }
   // After forward(): where logits row i first became non-finite, or "" (LlamaForward).
   const std::string& nonfinite_origin(int32_t i) const { return forward_->nonfinite_origin(i); }
 

@@ -198,7 +198,8 @@ void DraftPlanner::observe_verification(Request& req, std::span<const int32_t> p
   s.stats.num_accepted_tokens += accepted;
 }
 
-void DraftPlanner::observe_step(const step::SchedulerOutput& out, double seconds) {
+void DraftPlanner::observe_step(const step::SchedulerOutput& out, double seconds,
+                                double experts_touched) {
   constexpr double kWeight = 0.05;  // about the last 20 steps of each kind
   int64_t drafts = 0, proposals = 0;
   for (const step::ScheduledRequest& s : out.requests) {
@@ -207,9 +208,10 @@ void DraftPlanner::observe_step(const step::SchedulerOutput& out, double seconds
     proposals += s.max_next_draft_tokens;
   }
   if (out.requests.empty() || seconds <= 0) return;
+  policy_.observe_experts(out.total_num_scheduled_tokens, experts_touched);
   const SpecCostModel& cost = policy_.cost_model();
-  const double predicted =
-      cost.cost(out.total_num_scheduled_tokens) + cost.draft_cost * static_cast<double>(proposals);
+  const double predicted = policy_.step_cost(out.total_num_scheduled_tokens) +
+                           cost.draft_cost * static_cast<double>(proposals);
   const double scale = seconds / predicted;
   double& mean = drafts + proposals > 0 ? spec_step_scale_ : plain_step_scale_;
   mean = mean < 0 ? scale : (1 - kWeight) * mean + kWeight * scale;

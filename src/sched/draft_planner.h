@@ -79,10 +79,13 @@ class DraftPlanner {
   // none) and accepted `accepted`: one backoff step passes; with drafts, the acceptance
   // estimates and the request's counters learn from it.
   void observe_verification(Request& req, std::span<const int32_t> parents, int32_t accepted);
-  // The measured wall time of executing `out` (Scheduler::observe_step).
-  void observe_step(const step::SchedulerOutput& out, double seconds);
+  // The measured wall time of executing `out` and the distinct experts per layer its rows were
+  // routed to (StepResult::experts_touched; 0 for a dense model) (Scheduler::observe_step).
+  void observe_step(const step::SchedulerOutput& out, double seconds,
+                    double experts_touched = 0.0);
 
   double overhead() const { return policy_.overhead(); }
+  double rho() const { return policy_.rho(); }
   double acceptance() const { return policy_.acceptance(-1.0); }
   int64_t num_candidates() const { return num_candidates_; }
   int64_t num_declined() const { return num_declined_; }

@@ -158,8 +158,10 @@ class Scheduler {
   // (before any, by the cost model's one_token_seconds).
   // So whatever speculation costs beyond the curve (proposing, catch-ups, bookkeeping) makes
   // drafts pay less, and speculation turns itself down where it does not pay.
-  void observe_step(const SchedulerOutput& out, double seconds);
+  // experts_touched: StepResult::experts_touched (a mixture's expert term learns from it).
+  void observe_step(const SchedulerOutput& out, double seconds, double experts_touched = 0.0);
   double spec_overhead() const { return drafts_.overhead(); }
+  double spec_expert_rho() const { return drafts_.rho(); }
   // Checks `result` against `output` (step::validate_step_result: a malformed result is an error
   // and changes nothing); then appends each request's tokens in order, stopping at the first
   // that ends it (EOS, a stop id, max_tokens, max_model_len: nothing after it is committed),

@@ -299,8 +299,9 @@ kv::ComputedBlocks Scheduler::computed_blocks(const Request& req) const {
   return kv_.get_computed_blocks(req.kv_view(), req.next_prompt_logprob - 1);
 }
 
-void Scheduler::observe_step(const SchedulerOutput& out, double seconds) {
-  drafts_.observe_step(out, seconds);
+void Scheduler::observe_step(const SchedulerOutput& out, double seconds,
+                             double experts_touched) {
+  drafts_.observe_step(out, seconds, experts_touched);
 }
 
 // ---- update_from_output() ----

@@ -25,6 +25,88 @@ double SpecCostModel::cost(int64_t num_tokens) const {
   return points.back().second;
 }
 
+namespace {
+
+// Linear interpolation of ys over the curve's token counts (extrapolated from the last two).
+double interpolate(const std::vector<std::pair<int32_t, double>>& points,
+                   const std::vector<double>& ys, int64_t num_tokens) {
+  if (ys.empty()) return 0.0;
+  if (ys.size() == 1 || num_tokens <= points.front().first) return ys.front();
+  const auto n = static_cast<double>(num_tokens);
+  for (size_t i = 1; i < ys.size(); ++i) {
+    if (num_tokens <= points[i].first || i + 1 == ys.size()) {
+      const double x0 = points[i - 1].first, x1 = points[i].first;
+      return ys[i - 1] + (ys[i] - ys[i - 1]) * (n - x0) / (x1 - x0);
+    }
+  }
+  return ys.back();
+}
+
+}  // namespace
+
+double SpecCostModel::Experts::expected(double num_tokens, double rho) const {
+  if (num_experts <= 0) return 0.0;
+  const double e = num_experts;
+  return e * (1.0 - std::pow(1.0 - num_used / e, rho * num_tokens));
+}
+
+double SpecCostModel::Experts::rho_of(double num_tokens, double touched) const {
+  if (num_used >= num_experts || num_tokens < 2 || touched <= 0) return 1.0;
+  const double e = num_experts;
+  const double miss = std::log(1.0 - num_used / e);  // < 0 (K < E)
+  const double x = std::min(touched, e - 0.5);
+  return std::clamp(std::log(1.0 - x / e) / (num_tokens * miss), kMinRho, kMaxRho);
+}
+
+double SpecCostModel::measured_experts(int64_t num_tokens) const {
+  return interpolate(points, experts.touched, num_tokens);
+}
+
+double SpecCostModel::cost(int64_t num_tokens, double experts_touched) const {
+  const double c = cost(num_tokens);
+  if (!experts.active() || experts.touched.size() != points.size()) return c;
+  const double corrected =
+      c + experts.cost_per_expert * (experts_touched - measured_experts(num_tokens));
+  return std::max(corrected, 0.05 * c);
+}
+
+double SpecCostModel::measured_rho() const {
+  std::vector<double> rhos;
+  for (size_t i = 0; i < experts.touched.size() && i < points.size(); ++i) {
+    if (points[i].first >= 2) rhos.push_back(experts.rho_of(points[i].first, experts.touched[i]));
+  }
+  if (rhos.empty()) return 1.0;
+  std::nth_element(rhos.begin(), rhos.begin() + rhos.size() / 2, rhos.end());
+  return rhos[rhos.size() / 2];
+}
+
+double fit_cost_per_expert(std::span<const ExpertCostPoint> distinct,
+                           std::span<const ExpertCostPoint> repeated) {
+  std::vector<double> slopes;
+  for (const ExpertCostPoint& r : repeated) {
+    for (const ExpertCostPoint& d : distinct) {
+      if (d.num_tokens != r.num_tokens || d.touched - r.touched < 1.0) continue;
+      slopes.push_back(std::max(0.0, (d.cost - r.cost) / (d.touched - r.touched)));
+    }
+  }
+  if (slopes.empty()) return 0.0;
+  std::sort(slopes.begin(), slopes.end());
+  const size_t n = slopes.size();
+  return n % 2 == 1 ? slopes[n / 2] : 0.5 * (slopes[n / 2 - 1] + slopes[n / 2]);
+}
+
+double SpecPolicy::step_cost(int64_t num_tokens) const {
+  if (!cost_.experts.active()) return cost_.cost(num_tokens);
+  return cost_.cost(num_tokens, cost_.experts.expected(static_cast<double>(num_tokens), rho_));
+}
+
+void SpecPolicy::observe_experts(int64_t num_tokens, double experts_touched) {
+  if (!cost_.experts.active() || num_tokens < 2 || experts_touched <= 0) return;
+  constexpr double kWeight = 0.05;  // about the last 20 decode steps
+  const double rho = cost_.experts.rho_of(static_cast<double>(num_tokens), experts_touched);
+  rho_ = (1 - kWeight) * rho_ + kWeight * rho;
+}
+
 void SpecPolicy::set_overhead(double overhead) {
   overhead_ = std::clamp(overhead, 1.0, kMaxSpecOverhead);
 }
@@ -56,7 +138,10 @@ double acceptance_from_step(int32_t k, int32_t accepted) {
 }
 
 SpecPolicy::SpecPolicy(SpecCostModel cost, SpecPolicyOptions options)
-    : cost_(std::move(cost)), options_(options), global_(options.prior_acceptance) {}
+    : cost_(std::move(cost)),
+      rho_(cost_.measured_rho()),
+      options_(options),
+      global_(options.prior_acceptance) {}
 
 void SpecPolicy::observe(double& estimate, int32_t k, int32_t accepted) {
   ARBOR_CHECK(k >= 1 && accepted >= 0 && accepted <= k) << k << " drafts, " << accepted;
@@ -103,7 +188,7 @@ std::vector<int32_t> SpecPolicy::choose(int64_t base_tokens, int64_t base_emitte
   }
   const auto goodput = [&](double em, int64_t toks, double dcost) {
     const bool drafts = toks > base_tokens;
-    return (base_emitted + em) / (cost_.cost(toks) * (drafts ? overhead_ : 1.0) + dcost);
+    return (base_emitted + em) / (step_cost(toks) * (drafts ? overhead_ : 1.0) + dcost);
   };
   double best = goodput(emitted, tokens, drafts_cost);
   std::vector<size_t> order;  // the adaptive drafts in the order taken

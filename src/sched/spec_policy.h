@@ -10,6 +10,13 @@
 //     the geometric model), starting from the engine-wide average of all requests.
 //   * A step of T tokens costs cost(T) (SpecCostModel, measured at startup by the executor),
 //     and each draft costs draft_cost more (a draft model's forward; 0 for model-free proposers).
+//   * A mixture of experts adds the expert term: a step's cost also grows with the distinct
+//     experts X its rows are routed to (each expert's weights are read once per step), so the
+//     curve is corrected by cost_per_expert x (X - the measured step's X). X is predicted as
+//     E (1 - (1 - K/E)^(rho T)) for E experts, K per token: rho = 1 when rows route
+//     independently, < 1 when they share experts. rho starts at the measured steps' and
+//     follows the distinct experts the executor reports for each decode step (observe_experts),
+//     so drafts of a workload whose rows agree on experts are planned as cheap as they are.
 //   * A step with drafts costs `overhead` times what the curve says (>= 1: proposing, draft-model
 //     catch-ups, bookkeeping), learned from measured step times (Scheduler::observe_step).
 //   * Drafts are added one at a time to the request with the largest marginal gain a^(k+1);
@@ -31,12 +38,36 @@ struct SpecCostModel {
   // cost 1. Linear between points, extrapolated from the last two beyond. Empty = flat 1 (no
   // measurement: every extra token is free).
   std::vector<std::pair<int32_t, double>> points;
+  // A mixture of experts' term (num_experts > 0; see the model above).
+  struct Experts {
+    int32_t num_experts = 0;  // E per layer; 0: a dense model, no term
+    int32_t num_used = 0;     // K per token
+    // [points.size()]: the distinct experts per layer the measured steps were routed to.
+    std::vector<double> touched;
+    // The cost of one more distinct expert per layer, relative to a 1-token step (>= 0).
+    double cost_per_expert = 0.0;
+    bool active() const { return num_experts > 0 && cost_per_expert > 0; }
+    // E (1 - (1 - K/E)^(rho T)), in [0, E].
+    double expected(double num_tokens, double rho) const;
+    // The rho whose expected(T) is `touched` (clamped to [kMinRho, kMaxRho]); T >= 2, 0 < X < E.
+    double rho_of(double num_tokens, double touched) const;
+  } experts;
   double draft_cost = 0.0;  // per proposed draft token, relative to a 1-token target step
   // The measured 1-token step in seconds (0 = unknown): the reference for observed step times
   // until plain decode steps have been seen (Scheduler::observe_step).
   double one_token_seconds = 0.0;
   double cost(int64_t num_tokens) const;
+  // The curve corrected for a step whose rows touch `experts_touched` distinct experts per
+  // layer (the measured steps' count when the term is inactive).
+  double cost(int64_t num_tokens, double experts_touched) const;
+  // The measured steps' distinct experts at num_tokens (interpolated as the curve is).
+  double measured_experts(int64_t num_tokens) const;
+  // The median rho of the measured steps of >= 2 tokens (1 without the term).
+  double measured_rho() const;
 };
+
+inline constexpr double kMinRho = 0.02;
+inline constexpr double kMaxRho = 2.0;
 
 inline constexpr double kMaxSpecOverhead = 8.0;
 
@@ -72,6 +103,14 @@ class SpecPolicy {
   void observe(double& estimate, int32_t k, int32_t accepted);
 
   const SpecCostModel& cost_model() const { return cost_; }
+  // A step's relative cost as the policy predicts it: the curve, with the expert term at the
+  // current rho.
+  double step_cost(int64_t num_tokens) const;
+  // A decode step of num_tokens rows touched `experts_touched` distinct experts per layer
+  // (StepResult::experts_touched): rho learns from it (steps of >= 2 rows; no-op without the
+  // term).
+  void observe_experts(int64_t num_tokens, double experts_touched);
+  double rho() const { return rho_; }
 
   // The measured cost of a step with drafts relative to the curve's prediction (see the model
   // above); clamped to [1, kMaxSpecOverhead]. Starts at 1.
@@ -81,9 +120,25 @@ class SpecPolicy {
  private:
   SpecCostModel cost_;
   double overhead_ = 1.0;
+  double rho_ = 1.0;
   SpecPolicyOptions options_;
   double global_;
 };
+
+// One measured step for the expert term's fit: its tokens, its relative cost and the distinct
+// experts per layer its rows touched.
+struct ExpertCostPoint {
+  int32_t num_tokens = 0;
+  double cost = 0.0;
+  double touched = 0.0;
+};
+
+// The cost of one more distinct expert per layer, from two series of steps of equal sizes whose
+// rows touch many experts (`distinct`: distinct tokens) and few (`repeated`: one token
+// repeated): the median over the sizes present in both, with at least one more expert in
+// `distinct`, of cost difference / expert difference (>= 0); 0 when no size qualifies.
+double fit_cost_per_expert(std::span<const ExpertCostPoint> distinct,
+                           std::span<const ExpertCostPoint> repeated);
 
 // The expected tokens each node of a token tree adds (the policy's Candidate::gains): the
 // probability that it is accepted. A child is tried with odds o = a * p / max p over its

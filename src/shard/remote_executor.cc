@@ -691,6 +691,9 @@ double RemoteExecutor::draft_token_cost() const { return impl_->geometry().draft
 bool RemoteExecutor::has_proposer() const { return impl_->geometry().has_proposer(); }
 bool RemoteExecutor::proposer_writes_kv() const { return impl_->geometry().proposer_writes_kv(); }
 int32_t RemoteExecutor::max_tree_nodes() const { return impl_->geometry().max_tree_nodes(); }
+step::ExpertShape RemoteExecutor::expert_shape() const {
+  return {impl_->geometry().num_experts(), impl_->geometry().num_experts_used()};
+}
 uint64_t RemoteExecutor::incarnation() const { return impl_->incarnation; }
 
 int64_t RemoteExecutor::shard_pid(int32_t rank) const {
@@ -713,13 +716,16 @@ Status RemoteExecutor::check_max_model_len(int64_t max_model_len) const {
   return ok_status();
 }
 
-Result<std::vector<double>> RemoteExecutor::measure_step_costs(
-    std::span<const int32_t> num_tokens) {
+Result<std::vector<step::StepCostSample>> RemoteExecutor::measure_step_costs(
+    std::span<const step::StepCostProbe> probes) {
   Impl& m = *impl_;
   if (m.down) return failed_precondition(m.last_fault);
   m.msg.Clear();
   m.msg.mutable_measure()->set_incarnation(m.incarnation);
-  m.msg.mutable_measure()->mutable_num_tokens()->Add(num_tokens.begin(), num_tokens.end());
+  for (const step::StepCostProbe& p : probes) {
+    m.msg.mutable_measure()->add_num_tokens(p.num_tokens);
+    m.msg.mutable_measure()->add_repeat_token(p.repeat_token);
+  }
   // Every rank measures at once (their forwards meet in collectives); rank 0's times count.
   const Impl::Exchange sent = m.exchange_all(now_s() + m.options.start_timeout_s);
   if (!sent.status.ok()) {
@@ -729,14 +735,17 @@ Result<std::vector<double>> RemoteExecutor::measure_step_costs(
     const wire::FromShard& reply = m.replies[r];
     if (reply.has_error()) return invalid_argument(m.name(*m.shards[r]), ": ", reply.error().message());
     if (!reply.has_measure() ||
-        reply.measure().seconds_size() != static_cast<int>(num_tokens.size())) {
+        reply.measure().seconds_size() != static_cast<int>(probes.size()) ||
+        reply.measure().experts_touched_size() != static_cast<int>(probes.size())) {
       return m.fault(*m.shards[r], "answered the step-cost measurement with another message");
     }
   }
-  const wire::FromShard& reply = m.replies[0];
-  std::vector<double> costs(reply.measure().seconds().begin(), reply.measure().seconds().end());
-  for (size_t i = 0; i < costs.size(); ++i) {
-    m.per_token_s = std::max(m.per_token_s, costs[i] / std::max(num_tokens[i], 1));
+  const wire::MeasureReply& reply = m.replies[0].measure();
+  std::vector<step::StepCostSample> costs;
+  for (int i = 0; i < reply.seconds_size(); ++i) {
+    costs.push_back({.seconds = reply.seconds(i), .experts_touched = reply.experts_touched(i)});
+    m.per_token_s =
+        std::max(m.per_token_s, reply.seconds(i) / std::max(probes[static_cast<size_t>(i)].num_tokens, 1));
   }
   return costs;
 }

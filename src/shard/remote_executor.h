@@ -79,7 +79,9 @@ class RemoteExecutor : public step::ModelExecutor {
   int64_t num_kv_blocks() const override;
   int32_t block_size() const override;
   std::vector<int32_t> kv_group_windows() const override;
-  Result<std::vector<double>> measure_step_costs(std::span<const int32_t> num_tokens) override;
+  Result<std::vector<step::StepCostSample>> measure_step_costs(
+      std::span<const step::StepCostProbe> probes) override;
+  step::ExpertShape expert_shape() const override;
   double draft_token_cost() const override;
   bool has_proposer() const override;
   bool proposer_writes_kv() const override;

@@ -126,6 +126,8 @@ class ShardService final : public wire::Shard::Service {
     r->set_proposer_writes_kv(exec_->proposer_writes_kv());
     r->set_max_tree_nodes(exec_->max_tree_nodes());
     r->set_draft_token_cost(exec_->draft_token_cost());
+    r->set_num_experts(exec_->expert_shape().num_experts);
+    r->set_num_experts_used(exec_->expert_shape().num_used);
     r->set_rank(h.rank());
     r->set_world_size(h.world_size());
     ARBOR_LOG(kInfo) << "shard: session with incarnation " << h.incarnation()
@@ -164,10 +166,22 @@ class ShardService final : public wire::Shard::Service {
                        str_cat("is ", m.incarnation(), ", this shard runs incarnation ",
                                decoder_.incarnation()));
     }
-    const std::vector<int32_t> sizes(m.num_tokens().begin(), m.num_tokens().end());
-    Result<std::vector<double>> costs = exec_->measure_step_costs(sizes);
+    if (m.repeat_token_size() != 0 && m.repeat_token_size() != m.num_tokens_size()) {
+      return set_error(out, 0, "measure.repeat_token",
+                       str_cat("has ", m.repeat_token_size(), " entries for ",
+                               m.num_tokens_size(), " sizes"));
+    }
+    std::vector<step::StepCostProbe> probes;
+    for (int i = 0; i < m.num_tokens_size(); ++i) {
+      probes.push_back({.num_tokens = m.num_tokens(i),
+                        .repeat_token = m.repeat_token_size() > 0 && m.repeat_token(i)});
+    }
+    Result<std::vector<step::StepCostSample>> costs = exec_->measure_step_costs(probes);
     if (!costs.ok()) return set_error(out, 0, "measure", costs.status().message());
-    out->mutable_measure()->mutable_seconds()->Add(costs->begin(), costs->end());
+    for (const step::StepCostSample& c : *costs) {
+      out->mutable_measure()->add_seconds(c.seconds);
+      out->mutable_measure()->add_experts_touched(c.experts_touched);
+    }
   }
 
   // The executor forgets every request of the session (an empty step naming them finished).

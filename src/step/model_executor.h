@@ -47,6 +47,25 @@ struct ShardStats {
   std::string last_fault;         // "" when none
 };
 
+// One point to measure of the step-cost curve (ModelExecutor::measure_step_costs).
+struct StepCostProbe {
+  int32_t num_tokens = 1;  // >= 1
+  // false: n distinct token ids, whose rows a mixture routes as it routes text; true: one id n
+  // times, whose rows go to few experts — the second series that separates a mixture's expert
+  // term from its per-token one (docs/speculation.md, "Policy").
+  bool repeat_token = false;
+};
+
+struct StepCostSample {
+  double seconds = 0.0;
+  double experts_touched = 0.0;  // StepResult::experts_touched of the measured step
+};
+
+struct ExpertShape {
+  int32_t num_experts = 0;  // per layer; 0: a dense model
+  int32_t num_used = 0;     // routed per token
+};
+
 class ModelExecutor {
  public:
   virtual ~ModelExecutor() = default;
@@ -75,11 +94,14 @@ class ModelExecutor {
   // (ScheduledRequest::block_tables), over the one pool of num_kv_blocks() blocks. [num_groups]
   virtual std::vector<int32_t> kv_group_windows() const { return {0}; }
 
-  // The step-cost curve the SpecPolicy plans with: for each n in `num_tokens` (increasing,
-  // starting at 1), the seconds of a step that runs n new tokens of one sequence with logits for
-  // every row (a verification), measured on this machine. Call only before the first execute()
-  // (it may write any KV block). [num_tokens.size()]
-  virtual Result<std::vector<double>> measure_step_costs(std::span<const int32_t> num_tokens) = 0;
+  // The step-cost curve the SpecPolicy plans with: for each probe, the seconds of a step that
+  // runs probe.num_tokens new tokens of one sequence with logits for every row (a
+  // verification), measured on this machine, and the experts its rows were routed to. Call only
+  // before the first execute() (it may write any KV block). [probes.size()]
+  virtual Result<std::vector<StepCostSample>> measure_step_costs(
+      std::span<const StepCostProbe> probes) = 0;
+  // A mixture of experts' experts per layer and experts routed per token; {0, 0} when dense.
+  virtual ExpertShape expert_shape() const { return {}; }
   // The cost of proposing one draft token, in seconds (0 for model-free proposers or none).
   virtual double draft_token_cost() const { return 0.0; }
   // Whether the executor can propose drafts (it has a proposer), and whether proposing writes

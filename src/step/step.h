@@ -205,6 +205,10 @@ struct StepResult {
   std::vector<RequestResult> requests;
   std::vector<PromptLogprobsResult> prompt_logprobs;
   std::vector<PoolingResult> pooled;
+  // The mean over a mixture of experts' layers of the distinct experts the step's rows were
+  // routed to in the target's forward (the SpecPolicy's expert term learns from it); 0 for a
+  // dense model or an empty step, -1 when the executor could not tell.
+  double experts_touched = 0.0;
 };
 
 // ok when `result` answers `output`: exactly one result per sampling request and none for

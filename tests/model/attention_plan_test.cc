@@ -97,7 +97,7 @@ class CountingOps final : public ForwardOps {
     cpu_.matmul_multi(ws, x, ys, num_tokens);
   }
   void qkv_epilogue(const QkvEpilogue& p) override { cpu_.qkv_epilogue(p); }
-  void route_experts(const ExpertRouting& r) override { cpu_.route_experts(r); }
+  int32_t route_experts(const ExpertRouting& r) override { return cpu_.route_experts(r); }
   void matmul_experts(std::span<const kernels::ExpertMatmul> mats, const float* x,
                       const kernels::ExpertRows& rows) override {
     cpu_.matmul_experts(mats, x, rows);

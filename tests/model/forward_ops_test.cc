@@ -179,7 +179,7 @@ public:
     cpu_.attention(p, plan);
   }
   using ForwardOps::attention;
-  void route_experts(const ExpertRouting &r) override {
+  int32_t route_experts(const ExpertRouting &r) override {
     const size_t slots = (size_t)r.num_tokens * r.num_used;
     expect_device(r.logits, (size_t)r.num_tokens * r.num_experts * sizeof(float),
                   "router logits");
@@ -189,8 +189,8 @@ public:
                   "expert_indptr");
     expect_device(r.pair_token, slots * sizeof(int32_t), "pair tokens");
     expect_device(r.slot_pair, slots * sizeof(int32_t), "slot pairs");
-    cpu_.route_experts(r);
     ++route_calls_;
+    return cpu_.route_experts(r);
   }
   void matmul_experts(std::span<const kernels::ExpertMatmul> mats,
                       const float *x, const kernels::ExpertRows &rows) override {

@@ -437,6 +437,32 @@ void check_verify_step(ModelRunner& runner, const std::string& what) {
   expect_bits_equal(mixed, decoded, what + ": verify beside a prefill and a decode");
 }
 
+// ModelRunner::experts_touched: the mean over the MoE layers of the distinct experts a step's rows
+// were routed to (the speculation policy's expert term reads it).
+TEST(MoeRouting, ExpertsTouchedCountsTheDistinctExpertsPerLayer) {
+  test::TempDir dir("moe_touched");
+  auto touched = [&](const std::string& path, const std::vector<int32_t>& ids) {
+    auto runner = ModelRunner::load(path, {.block_size = 16, .num_blocks = 8, .num_threads = 2});
+    EXPECT_TRUE(runner.ok()) << runner.status().to_string();
+    if (!runner.ok()) return -2.0;
+    SingleSequence seq(**runner, SingleSequence::contiguous_blocks(0, 8));
+    EXPECT_TRUE(seq.append_all_logits(ids).ok());
+    return (*runner)->experts_touched();
+  };
+  const std::string top2 = write(synth(moe_shape("qwen3moe", 8, 2), GgmlType::kF32, 5),
+                                 dir / "top2.gguf");
+  EXPECT_EQ(touched(top2, {7}), 2.0);  // one row: exactly its k experts in every layer
+  const double many = touched(top2, prompt(40, 3));
+  EXPECT_GT(many, 4.0) << "40 distinct rows of random weights should spread over the experts";
+  EXPECT_LE(many, 8.0);
+  const std::string all = write(synth(moe_shape("llama", 8, 8), GgmlType::kF32, 5),
+                                dir / "all.gguf");
+  EXPECT_EQ(touched(all, {3, 4}), 8.0);
+  SynthShape dense = moe_shape("llama", 0, 0);
+  const std::string dense_path = write(synth(dense, GgmlType::kF32, 5), dir / "dense.gguf");
+  EXPECT_EQ(touched(dense_path, prompt(5, 1)), 0.0);
+}
+
 TEST(MoeBatchInvariance, VerifyStepEqualsDecodeStepsBitForBit) {
   test::TempDir dir("moe_invariance");
   const kernels::Isa saved = kernels::active_isa();

@@ -17,6 +17,14 @@
 //       llama-bench's two measurements, for side-by-side figures: prefill of N tokens in one
 //       batch, and decode of N tokens one at a time after it (F16 KV cache, flash attention
 //       off); prints one line per repetition: "pp N: T tok/s, tg N: T tok/s".
+//   llama_ref spec     TARGET.gguf PROMPTS.txt [--draft-model DRAFT.gguf --draft K --p-min P]
+//                      [-n N] [--threads N] [--ids OUT.txt]
+//       greedy decoding of N tokens after each line of PROMPTS.txt (tokenized with BOS), one
+//       prompt at a time; with a draft model, llama.cpp's speculative-simple loop: the draft
+//       model proposes up to K tokens greedily while its top probability is >= P (default 8 and
+//       0.75, llama.cpp's), the target verifies them in one batch and keeps the longest agreeing
+//       prefix plus its own next token. Prints one line: tokens, seconds, tok/s (prefill
+//       included), drafts proposed and accepted; --ids writes each prompt's generated ids.
 //   llama_ref quantize TYPE IN.f32 ROWS COLS OUT.bin
 //       ggml_quantize_chunk (what llama-quantize writes without an importance matrix) of the
 //       float32 matrix [ROWS, COLS] in IN.f32 into ggml type TYPE (its number, e.g. 39 mxfp4).
@@ -26,6 +34,7 @@
 // Exit status 0 on success; 2 with a message on any failure.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -306,10 +315,182 @@ int run_dequant(int argc, char** argv) {
   return 0;
 }
 
+// ---- spec: greedy speculative decoding on llama.cpp (llama.cpp's speculative-simple loop) ----
+
+llama_context* make_context(llama_model* model, int n_ctx, int threads) {
+  llama_context_params cp = llama_context_default_params();
+  cp.n_ctx = static_cast<uint32_t>(n_ctx);
+  cp.n_batch = cp.n_ubatch = static_cast<uint32_t>(n_ctx);
+  cp.n_seq_max = 1;
+  cp.n_threads = cp.n_threads_batch = threads;
+  cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+  cp.no_perf = true;
+  llama_context* ctx = llama_init_from_model(model, cp);
+  if (ctx == nullptr) die("cannot create a context");
+  return ctx;
+}
+
+// Decodes ids[0..n) at positions pos.. as one batch; logits for every row when all_logits, else
+// for the last. Returns nothing: llama_get_logits_ith reads them.
+void decode_ids(llama_context* ctx, llama_batch& batch, const llama_token* ids, int n, int pos,
+                bool all_logits) {
+  for (int i = 0; i < n; ++i) {
+    batch.token[i] = ids[i];
+    batch.pos[i] = pos + i;
+    batch.n_seq_id[i] = 1;
+    batch.seq_id[i][0] = 0;
+    batch.logits[i] = all_logits || i == n - 1;
+  }
+  batch.n_tokens = n;
+  if (llama_decode(ctx, batch) != 0) die("llama_decode failed");
+}
+
+llama_token argmax(const float* row, int n_vocab) {
+  return static_cast<llama_token>(std::max_element(row, row + n_vocab) - row);
+}
+
+// The greedy token of `row` and its softmax probability.
+std::pair<llama_token, float> top_with_prob(const float* row, int n_vocab) {
+  const llama_token best = argmax(row, n_vocab);
+  double sum = 0.0;
+  for (int i = 0; i < n_vocab; ++i) sum += std::exp(static_cast<double>(row[i] - row[best]));
+  return {best, static_cast<float>(1.0 / sum)};
+}
+
+struct SpecTotals {
+  int64_t generated = 0, drafted = 0, accepted = 0, verifications = 0;
+  double seconds = 0.0;
+};
+
+// One prompt, `n` tokens greedily; k = 0: plain decoding. Appends the generated ids to `out`.
+void generate(llama_context* tgt, llama_context* dft, llama_batch& batch, int n_vocab,
+              const std::vector<llama_token>& prompt, int n, int k, float p_min,
+              std::vector<llama_token>& out, SpecTotals& totals) {
+  llama_memory_clear(llama_get_memory(tgt), true);
+  if (dft != nullptr) llama_memory_clear(llama_get_memory(dft), true);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<llama_token> seq = prompt;  // committed tokens
+  decode_ids(tgt, batch, seq.data(), static_cast<int>(seq.size()), 0, false);
+  llama_token next = argmax(llama_get_logits_ith(tgt, -1), n_vocab);
+  int draft_seen = 0;  // tokens of seq the draft context holds
+  int made = 0;
+  while (made < n) {
+    seq.push_back(next);
+    out.push_back(next);
+    ++made;
+    if (made >= n) break;
+    std::vector<llama_token> drafts;
+    if (k > 0) {
+      // The draft model catches up on the committed tokens, then drafts greedily while it is
+      // confident (llama.cpp's --draft-p-min).
+      const int behind = static_cast<int>(seq.size()) - draft_seen;
+      decode_ids(dft, batch, seq.data() + draft_seen, behind, draft_seen, false);
+      draft_seen = static_cast<int>(seq.size());
+      const int room = std::min(k, n - made);
+      for (int j = 0; j < room; ++j) {
+        const auto [tok, p] = top_with_prob(llama_get_logits_ith(dft, -1), n_vocab);
+        if (p < p_min) break;
+        drafts.push_back(tok);
+        if (j + 1 < room) decode_ids(dft, batch, &tok, 1, draft_seen + j, false);
+      }
+      // Forget the drafts in the draft context (the accepted ones come back as committed).
+      llama_memory_seq_rm(llama_get_memory(dft), 0, draft_seen, -1);
+    }
+    // The target verifies [next, drafts...] in one batch: greedy tokens at every row.
+    std::vector<llama_token> rows = {next};
+    rows.insert(rows.end(), drafts.begin(), drafts.end());
+    const int pos = static_cast<int>(seq.size()) - 1;
+    // `next` is committed but not yet in the target's cache: it is the batch's first row.
+    decode_ids(tgt, batch, rows.data(), static_cast<int>(rows.size()), pos, true);
+    int accepted = 0;
+    llama_token sampled = argmax(llama_get_logits_ith(tgt, 0), n_vocab);
+    while (accepted < static_cast<int>(drafts.size()) && sampled == drafts[accepted] &&
+           made < n) {
+      seq.push_back(sampled);
+      out.push_back(sampled);
+      ++made;
+      ++accepted;
+      sampled = argmax(llama_get_logits_ith(tgt, accepted), n_vocab);
+    }
+    if (!drafts.empty()) {
+      ++totals.verifications;
+      totals.drafted += static_cast<int64_t>(drafts.size());
+      totals.accepted += accepted;
+    }
+    // Rejected rows leave the target's cache; the committed tokens stay.
+    llama_memory_seq_rm(llama_get_memory(tgt), 0, static_cast<int>(seq.size()), -1);
+    next = sampled;
+  }
+  totals.seconds += seconds_since(t0);
+  totals.generated += made;
+}
+
+std::vector<std::string> read_lines(const char* path) {
+  std::ifstream in(path);
+  if (!in) die(std::string("cannot read ") + path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) lines.push_back(line);
+  }
+  return lines;
+}
+
+int run_spec(int argc, char** argv) {
+  if (argc < 4) {
+    die("usage: llama_ref spec TARGET PROMPTS.txt [--draft-model DRAFT --draft K --p-min P] "
+        "[-n N] [--threads T] [--ids OUT.txt]");
+  }
+  const int n = std::atoi(flag_value(argc, argv, "-n", "128"));
+  const int threads = std::atoi(flag_value(argc, argv, "--threads", "2"));
+  const char* draft_path = flag_value(argc, argv, "--draft-model", nullptr);
+  const int k = draft_path == nullptr ? 0 : std::atoi(flag_value(argc, argv, "--draft", "8"));
+  const float p_min = static_cast<float>(std::atof(flag_value(argc, argv, "--p-min", "0.75")));
+  const std::vector<std::string> prompts = read_lines(argv[3]);
+  llama_model* target = load(argv[2], false);
+  llama_model* draft = draft_path != nullptr ? load(draft_path, false) : nullptr;
+  const llama_vocab* vocab = llama_model_get_vocab(target);
+  const int n_vocab = llama_vocab_n_tokens(vocab);
+  if (draft != nullptr && llama_vocab_n_tokens(llama_model_get_vocab(draft)) != n_vocab) {
+    die("the draft model's vocabulary differs from the target's");
+  }
+  const int n_ctx = 1024 + n + k + 8;
+  llama_context* tgt = make_context(target, n_ctx, threads);
+  llama_context* dft = draft != nullptr ? make_context(draft, n_ctx, threads) : nullptr;
+  llama_batch batch = llama_batch_init(n_ctx, 0, 1);
+  SpecTotals totals;
+  std::string ids_text;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    std::vector<llama_token> ids(prompts[p].size() + 16);
+    const int m = llama_tokenize(vocab, prompts[p].data(), static_cast<int32_t>(prompts[p].size()),
+                                 ids.data(), static_cast<int32_t>(ids.size()), true, false);
+    if (m <= 0 || m > 1024) die("cannot tokenize prompt " + std::to_string(p));
+    ids.resize(static_cast<size_t>(m));
+    std::vector<llama_token> out;
+    generate(tgt, dft, batch, n_vocab, ids, n, k, p_min, out, totals);
+    for (size_t i = 0; i < out.size(); ++i) ids_text += (i ? "," : "") + std::to_string(out[i]);
+    ids_text += "\n";
+  }
+  if (const char* ids_path = flag_value(argc, argv, "--ids", nullptr)) {
+    write_file(ids_path, ids_text.data(), ids_text.size());
+  }
+  std::printf("prompts %zu, generated %lld tokens in %.3f s: %.2f tok/s; drafts %lld, accepted "
+              "%lld in %lld verifications (k %d, p_min %.2f)\n",
+              prompts.size(), static_cast<long long>(totals.generated), totals.seconds,
+              totals.generated / totals.seconds, static_cast<long long>(totals.drafted),
+              static_cast<long long>(totals.accepted),
+              static_cast<long long>(totals.verifications), k, p_min);
+  llama_batch_free(batch);
+  if (dft != nullptr) llama_free(dft);
+  llama_free(tgt);
+  if (draft != nullptr) llama_model_free(draft);
+  llama_model_free(target);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) die("usage: llama_ref logits|embed|tokenize|bench|quantize|dequant ...");
+  if (argc < 2) die("usage: llama_ref logits|embed|tokenize|bench|spec|quantize|dequant ...");
   llama_log_set(quiet_log, nullptr);
   // The package's CPU backends (one per ISA level) sit beside libllama; the best one loads.
   const char* libdir = std::getenv("LLAMA_REF_LIBDIR");
@@ -321,6 +502,7 @@ int main(int argc, char** argv) {
   if (mode == "embed") return run_embed(argc, argv);
   if (mode == "tokenize") return run_tokenize(argc, argv);
   if (mode == "bench") return run_bench(argc, argv);
+  if (mode == "spec") return run_spec(argc, argv);
   if (mode == "quantize") return run_quantize(argc, argv);
   if (mode == "dequant") return run_dequant(argc, argv);
   die("unknown mode " + mode);

@@ -140,5 +140,111 @@ TEST(SpecPolicy, EstimatesFollowObservations) {
   EXPECT_DOUBLE_EQ(acceptance_from_step(5, 2), 2.0 / 3.0);
 }
 
+// ---- the expert term (a mixture of experts) -------------------------------------------------
+
+SpecCostModel::Experts experts_128_8() {
+  SpecCostModel::Experts e;
+  e.num_experts = 128;
+  e.num_used = 8;
+  return e;
+}
+
+TEST(SpecExpertTerm, ExpectedExpertsAndRhoAreInverses) {
+  const SpecCostModel::Experts e = experts_128_8();
+  EXPECT_DOUBLE_EQ(e.expected(1, 1.0), 8.0);  // one row: its K experts
+  EXPECT_NEAR(e.expected(1000, 1.0), 128.0, 1e-9);
+  for (double rho : {0.1, 0.3, 0.7, 1.0, 1.5}) {
+    for (int t : {2, 3, 5, 9, 17, 33}) {
+      const double x = e.expected(t, rho);
+      if (x > 127.5) continue;  // rho_of clamps X below E
+      EXPECT_NEAR(e.rho_of(t, x), rho, 1e-9) << "rho " << rho << ", T " << t;
+    }
+  }
+  EXPECT_EQ(e.rho_of(1, 8), 1.0);   // one row tells nothing
+  EXPECT_EQ(e.rho_of(5, 0), 1.0);   // no count (a device that did not tell)
+  EXPECT_EQ(e.rho_of(2, 8), 0.5);  // two rows on the same K experts: one row's worth (1 / T)
+}
+
+// Steps whose cost is 1 + 0.05 (T - 1) + 0.02 (X - 8): the fit recovers 0.02 from a distinct and a
+// repeated series, whatever X each happened to touch.
+TEST(SpecExpertTerm, FitRecoversTheCostPerExpert) {
+  const SpecCostModel::Experts e = experts_128_8();
+  auto cost = [](int t, double x) { return 1 + 0.05 * (t - 1) + 0.02 * (x - 8); };
+  std::vector<ExpertCostPoint> distinct, repeated;
+  for (int t : {1, 2, 4, 8, 16, 32}) {
+    const double xd = e.expected(t, 1.0), xr = 8 + 0.1 * t;
+    distinct.push_back({t, cost(t, xd), xd});
+    if (t >= 2) repeated.push_back({t, cost(t, xr), xr});
+  }
+  EXPECT_NEAR(fit_cost_per_expert(distinct, repeated), 0.02, 1e-12);
+  // No size in both series with a difference of at least one expert: no term.
+  repeated = {{2, 1.0, distinct[1].touched - 0.5}};
+  EXPECT_EQ(fit_cost_per_expert(distinct, repeated), 0.0);
+  EXPECT_EQ(fit_cost_per_expert(distinct, {}), 0.0);
+  // Repeated rows that cost more than distinct ones (noise): never a negative price.
+  repeated = {{4, 5.0, 8.0}};
+  EXPECT_EQ(fit_cost_per_expert(distinct, repeated), 0.0);
+}
+
+// A curve measured on rows that routed independently (rho 1), with an expert costing 0.02 of a
+// 1-token step per layer-expert and a row 0.01.
+SpecCostModel moe_curve() {
+  SpecCostModel m;
+  m.experts = experts_128_8();
+  m.experts.cost_per_expert = 0.02;
+  for (int t : {1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32}) {
+    const double x = m.experts.expected(t, 1.0);
+    m.points.emplace_back(t, 1 + 0.01 * (t - 1) + 0.02 * (x - 8));
+    m.experts.touched.push_back(x);
+  }
+  return m;
+}
+
+TEST(SpecExpertTerm, TheCurveStandsWhileRowsRouteAsMeasured) {
+  SpecPolicy p(moe_curve());
+  EXPECT_NEAR(p.rho(), 1.0, 1e-9);
+  for (int t : {1, 2, 5, 8, 16, 32}) EXPECT_NEAR(p.step_cost(t), p.cost_model().cost(t), 1e-9);
+  // Decode steps whose rows touch what the measurement's did keep it so.
+  for (int i = 0; i < 50; ++i) p.observe_experts(5, p.cost_model().experts.expected(5, 1.0));
+  EXPECT_NEAR(p.rho(), 1.0, 1e-9);
+  EXPECT_NEAR(p.step_cost(5), p.cost_model().cost(5), 1e-9);
+}
+
+TEST(SpecExpertTerm, RowsThatShareExpertsMakeDraftsCheaperAndThePolicyVerifiesMore) {
+  SpecPolicy independent(moe_curve());
+  SpecPolicy sharing(moe_curve());
+  // A workload whose rows agree on experts: 5-row steps touch what 1.5 independent rows would.
+  const SpecCostModel::Experts& e = sharing.cost_model().experts;
+  for (int i = 0; i < 200; ++i) sharing.observe_experts(5, e.expected(5, 0.3));
+  EXPECT_NEAR(sharing.rho(), 0.3, 1e-3);
+  EXPECT_LT(sharing.step_cost(5), 0.75 * independent.step_cost(5));
+  // The step cost follows the experts the rows add: exactly the curve's token part plus
+  // 0.02 per expert touched at the learned rho.
+  EXPECT_NEAR(sharing.step_cost(5), 1 + 0.04 + 0.02 * (e.expected(5, sharing.rho()) - 8), 1e-9);
+  // One request, acceptance 0.6, up to 8 drafts: more verified where drafts add few experts.
+  const SpecPolicy::Candidate c{.acceptance = 0.6, .max_k = 8};
+  const int32_t k_independent = independent.choose(1, 1, 64, {&c, 1})[0];
+  const int32_t k_sharing = sharing.choose(1, 1, 64, {&c, 1})[0];
+  EXPECT_GT(k_sharing, k_independent);
+  EXPECT_GE(k_sharing, 3);
+  // Rows that touch more experts than the measurement's (rho 1.5): drafts dearer, fewer taken.
+  SpecPolicy spreading(moe_curve());
+  for (int i = 0; i < 200; ++i) spreading.observe_experts(5, e.expected(5, 1.5));
+  EXPECT_GT(spreading.step_cost(5), independent.step_cost(5));
+  EXPECT_LE(spreading.choose(1, 1, 64, {&c, 1})[0], k_independent);
+}
+
+TEST(SpecExpertTerm, DenseModelsAndUnknownCountsLeaveTheCurveAlone) {
+  SpecCostModel dense{.points = {{1, 1.0}, {4, 1.3}, {8, 2.1}}};
+  SpecPolicy p(dense);
+  p.observe_experts(4, 3.0);
+  EXPECT_EQ(p.rho(), 1.0);
+  EXPECT_DOUBLE_EQ(p.step_cost(4), 1.3);
+  SpecPolicy moe(moe_curve());
+  moe.observe_experts(5, -1.0);  // the executor could not tell
+  moe.observe_experts(1, 8.0);   // one row tells nothing about sharing
+  EXPECT_NEAR(moe.rho(), 1.0, 1e-9);
+}
+
 }  // namespace
 }  // namespace arbor::sched
