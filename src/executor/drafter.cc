@@ -55,6 +55,12 @@ Result<sampling::TokenTree> Drafter::drafts_to_verify(const step::ScheduledReque
   return it->second.prefix(s.num_drafts);
 }
 
+std::optional<int32_t> Drafter::first_draft(step::RequestId id) const {
+  const auto it = trees_.find(id);
+  if (it == trees_.end() || it->second.num_nodes() == 0) return std::nullopt;
+  return it->second.node(0).token_id;
+}
+
 std::optional<sampling::SiblingDraws> Drafter::rule(const sampling::TokenTree& tree) const {
   if (tree.num_draft_dists() == 0) return std::nullopt;
   // A drawn chain has one node per group: both rules are the same rule for it.

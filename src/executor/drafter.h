@@ -60,6 +60,9 @@ class Drafter {
   // when 0). kInternal when fewer are kept.
   Result<sampling::TokenTree> drafts_to_verify(const step::ScheduledRequest& s) const;
 
+  // The token of the first draft kept for `id` (the proposer's best first token), if any.
+  std::optional<int32_t> first_draft(step::RequestId id) const;
+
   // The stochastic rule's sibling draws when `tree` holds drafts drawn from q; none: verify by
   // sample-and-compare.
   std::optional<sampling::SiblingDraws> rule(const sampling::TokenTree& tree) const;

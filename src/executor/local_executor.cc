@@ -113,6 +113,11 @@ step::RequestResult LocalExecutor::sample(const step::ScheduledRequest& s,
   step::RequestResult r =
       verifier_.verify(s, states_.at(s.request_id), tree, rule, *rows, grammars_);
   if (r.error.ok()) compact_kv(s, r.accepted_draft_indices);
+  if (r.error.ok() && s.num_drafts == 0 && drafter_ != nullptr && !r.tokens.empty()) {
+    if (const std::optional<int32_t> first = drafter_->first_draft(s.request_id)) {
+      r.unverified_first_draft_agreed = *first == r.tokens[0].token_id ? 1 : 0;
+    }
+  }
   return r;
 }
 

@@ -29,6 +29,11 @@ bool is_fixed(const Request& req) { return req.spec.params.mode == SpecMode::kFi
 
 }  // namespace
 
+bool DraftPlanner::negligible_draft_cost() const {
+  return options_.cost.draft_cost > 0 &&
+         options_.cost.draft_cost * options_.max_spec_tokens <= kNegligibleDraftCost;
+}
+
 DraftPlanner::DraftPlanner(DraftPlannerOptions options)
     : options_(std::move(options)), policy_(options_.cost, options_.policy) {}
 
@@ -100,6 +105,7 @@ void DraftPlanner::decline(Request& req, bool fixed) {
 int32_t DraftPlanner::next_depth(const Request& req, int32_t levels) const {
   const int32_t cap = max_drafts(req, 1);  // after this step at least one more token is committed
   if (options_.cost.draft_cost <= 0 || is_fixed(req)) return cap;
+  if (negligible_draft_cost()) return cap;
   if (req.spec.backoff_steps > 0) return 0;
   return std::min(cap, levels + 1);
 }
@@ -125,8 +131,9 @@ int32_t DraftPlanner::admission_lookahead(const Request& req, bool sample) const
   return std::max(depth, nodes > 0 ? nodes + 1 : 0);
 }
 
-// Whether a draft could pay in this step at all: the policy would give one draft to a request
-// with the engine-wide acceptance estimate. When not (a loaded step, or a costly draft model
+// Whether a draft could pay in this step at all: the policy would give drafts (up to
+// max_spec_tokens of a chain: on a steep cost curve, a mixture's, one draft may not pay where
+// several do) to a request with the engine-wide acceptance estimate. When not (a loaded step, or a costly draft model
 // whose drafts are rarely accepted), nobody proposes for the next step, so the draft model costs
 // nothing: no proposals and no catch-up over the tokens it skipped.
 bool DraftPlanner::drafts_may_pay(std::span<const RequestPlan> plans, int64_t budget) const {
@@ -135,7 +142,8 @@ bool DraftPlanner::drafts_may_pay(std::span<const RequestPlan> plans, int64_t bu
     tokens += p.num_new + p.num_drafts;
     emitted += p.sample ? 1 : 0;
   }
-  const SpecPolicy::Candidate best{.acceptance = policy_.acceptance(-1.0), .max_k = 1};
+  const SpecPolicy::Candidate best{.acceptance = policy_.acceptance(-1.0),
+                                   .max_k = std::max(options_.max_spec_tokens, 1)};
   return policy_.choose(tokens, emitted, std::max<int64_t>(budget, 1), {&best, 1})[0] > 0;
 }
 
@@ -146,6 +154,7 @@ bool DraftPlanner::drafts_may_pay(std::span<const RequestPlan> plans, int64_t bu
 // cheap (kMaxDraftCatchUpCost; early in a request's life with a small draft model).
 void DraftPlanner::limit_draft_model_asks(std::span<RequestPlan> plans, int64_t budget) {
   const bool may_pay = drafts_may_pay(plans, budget);
+  const bool negligible = negligible_draft_cost();
   int64_t num_sampling = 0;
   for (const RequestPlan& p : plans) num_sampling += p.sample ? 1 : 0;
   for (RequestPlan& p : plans) {
@@ -154,7 +163,9 @@ void DraftPlanner::limit_draft_model_asks(std::span<RequestPlan> plans, int64_t 
                             options_.cost.draft_cost;
     const bool costly_catch_up =
         !req.spec.draft_in_sync && num_sampling > 2 && catch_up > kMaxDraftCatchUpCost;
-    if (!is_fixed(req) && (!may_pay || costly_catch_up)) p.ask_depth = 0;
+    // A draft model of negligible cost keeps proposing where no draft pays (its first draft
+    // still teaches the acceptance estimates: observe_unverified).
+    if (!is_fixed(req) && ((!may_pay && !negligible) || costly_catch_up)) p.ask_depth = 0;
     if (!p.sample) continue;
     req.spec.draft_in_sync = p.ask_depth > 0;
     // The draft model will have seen everything up to this step's sampled token.
@@ -198,6 +209,10 @@ void DraftPlanner::observe_verification(Request& req, std::span<const int32_t> p
   s.stats.num_accepted_tokens += accepted;
 }
 
+void DraftPlanner::observe_unverified(Request& req, bool agreed) {
+  policy_.observe(req.spec.acceptance, 1, agreed ? 1 : 0);
+}
+
 void DraftPlanner::observe_step(const step::SchedulerOutput& out, double seconds,
                                 double experts_touched) {
   constexpr double kWeight = 0.05;  // about the last 20 steps of each kind
@@ -213,7 +228,11 @@ void DraftPlanner::observe_step(const step::SchedulerOutput& out, double seconds
   const double predicted = policy_.step_cost(out.total_num_scheduled_tokens) +
                            cost.draft_cost * static_cast<double>(proposals);
   const double scale = seconds / predicted;
-  double& mean = drafts + proposals > 0 ? spec_step_scale_ : plain_step_scale_;
+  // A draft model of negligible cost proposes in every step: its steps that verify nothing are
+  // the plain reference (their proposals are in the prediction).
+  const bool negligible = negligible_draft_cost();
+  const bool speculative = drafts > 0 || (proposals > 0 && !negligible);
+  double& mean = speculative ? spec_step_scale_ : plain_step_scale_;
   mean = mean < 0 ? scale : (1 - kWeight) * mean + kWeight * scale;
   // The plain reference: plain decode steps once seen, else the startup measurement (a loaded
   // engine may speculate in every step).

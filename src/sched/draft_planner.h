@@ -33,6 +33,11 @@ inline constexpr int32_t kSpecMaxBackoffSteps = 1024;
 // per token (an upper bound: the catch-up runs them as one prefill) — costs at most this much
 // of a 1-token target step.
 inline constexpr double kMaxDraftCatchUpCost = 0.25;
+// A draft model whose whole proposal (max_spec_tokens draft tokens) costs at most this much of a
+// 1-token target step proposes every step like a model-free proposer, with no backoff: while the
+// policy declines its drafts, its first draft still tells the acceptance estimate whether it
+// agreed with the target (observe_unverified), so the estimate can climb back.
+inline constexpr double kNegligibleDraftCost = 0.02;
 
 struct DraftPlannerOptions {
   int32_t max_spec_tokens = 0;  // levels verified per request per step; 0 = no speculation
@@ -79,6 +84,10 @@ class DraftPlanner {
   // none) and accepted `accepted`: one backoff step passes; with drafts, the acceptance
   // estimates and the request's counters learn from it.
   void observe_verification(Request& req, std::span<const int32_t> parents, int32_t accepted);
+  // A step of `req` verified none of its drafts, and its first draft was (agreed) or was not the
+  // token sampled: the acceptance estimates learn from it as from a verification of one draft,
+  // so a request whose estimate fell below what pays can climb back without paying to verify.
+  void observe_unverified(Request& req, bool agreed);
   // The measured wall time of executing `out` and the distinct experts per layer its rows were
   // routed to (StepResult::experts_touched; 0 for a dense model) (Scheduler::observe_step).
   void observe_step(const step::SchedulerOutput& out, double seconds,
@@ -94,6 +103,9 @@ class DraftPlanner {
   int32_t next_depth(const Request& req, int32_t levels) const;
   int32_t next_nodes(const Request& req, int32_t verified) const;
   bool drafts_may_pay(std::span<const RequestPlan> plans, int64_t budget) const;
+  // A draft model (not a model-free proposer) whose whole proposal costs at most
+  // kNegligibleDraftCost.
+  bool negligible_draft_cost() const;
   void limit_draft_model_asks(std::span<RequestPlan> plans, int64_t budget);
   void decline(Request& req, bool fixed);
 

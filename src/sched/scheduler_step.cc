@@ -357,6 +357,9 @@ void Scheduler::commit(Request& req, const ScheduledRequest& s, const RequestRes
   const auto parents =
       std::span<const int32_t>(verified.parent_ids).first(static_cast<size_t>(k));
   drafts_.observe_verification(req, parents, r->num_accepted);
+  if (k == 0 && r->unverified_first_draft_agreed >= 0) {
+    drafts_.observe_unverified(req, r->unverified_first_draft_agreed == 1);
+  }
   // The accepted drafts' K/V was computed in the context of committed tokens: it stays valid.
   req.num_computed_tokens += r->num_accepted;
   o.num_draft_tokens = k;

@@ -45,17 +45,17 @@ double interpolate(const std::vector<std::pair<int32_t, double>>& points,
 }  // namespace
 
 double SpecCostModel::Experts::expected(double num_tokens, double rho) const {
-  if (num_experts <= 0) return 0.0;
+  if (num_experts <= 0 || num_tokens <= 0) return 0.0;
   const double e = num_experts;
-  return e * (1.0 - std::pow(1.0 - num_used / e, rho * num_tokens));
+  return e * (1.0 - std::pow(1.0 - num_used / e, 1.0 + rho * (num_tokens - 1.0)));
 }
 
 double SpecCostModel::Experts::rho_of(double num_tokens, double touched) const {
   if (num_used >= num_experts || num_tokens < 2 || touched <= 0) return 1.0;
   const double e = num_experts;
   const double miss = std::log(1.0 - num_used / e);  // < 0 (K < E)
-  const double x = std::min(touched, e - 0.5);
-  return std::clamp(std::log(1.0 - x / e) / (num_tokens * miss), kMinRho, kMaxRho);
+  const double x = std::clamp(touched, static_cast<double>(num_used), e - 0.5);
+  return std::clamp((std::log(1.0 - x / e) / miss - 1.0) / (num_tokens - 1.0), kMinRho, kMaxRho);
 }
 
 double SpecCostModel::measured_experts(int64_t num_tokens) const {

@@ -13,8 +13,9 @@
 //   * A mixture of experts adds the expert term: a step's cost also grows with the distinct
 //     experts X its rows are routed to (each expert's weights are read once per step), so the
 //     curve is corrected by cost_per_expert x (X - the measured step's X). X is predicted as
-//     E (1 - (1 - K/E)^(rho T)) for E experts, K per token: rho = 1 when rows route
-//     independently, < 1 when they share experts. rho starts at the measured steps' and
+//     E (1 - (1 - K/E)^(1 + rho (T - 1))) for E experts, K per token: the first row brings K,
+//     each further row rho independent rows' worth (1 when rows route independently, 0 when
+//     they all share the first row's experts). rho starts at the measured steps' and
 //     follows the distinct experts the executor reports for each decode step (observe_experts),
 //     so drafts of a workload whose rows agree on experts are planned as cheap as they are.
 //   * A step with drafts costs `overhead` times what the curve says (>= 1: proposing, draft-model
@@ -47,7 +48,7 @@ struct SpecCostModel {
     // The cost of one more distinct expert per layer, relative to a 1-token step (>= 0).
     double cost_per_expert = 0.0;
     bool active() const { return num_experts > 0 && cost_per_expert > 0; }
-    // E (1 - (1 - K/E)^(rho T)), in [0, E].
+    // E (1 - (1 - K/E)^(1 + rho (T - 1))), in [K, E] for T >= 1.
     double expected(double num_tokens, double rho) const;
     // The rho whose expected(T) is `touched` (clamped to [kMinRho, kMaxRho]); T >= 2, 0 < X < E.
     double rho_of(double num_tokens, double touched) const;
@@ -66,7 +67,7 @@ struct SpecCostModel {
   double measured_rho() const;
 };
 
-inline constexpr double kMinRho = 0.02;
+inline constexpr double kMinRho = 0.0;
 inline constexpr double kMaxRho = 2.0;
 
 inline constexpr double kMaxSpecOverhead = 8.0;

@@ -535,6 +535,7 @@ void encode_result(const step::StepResult& result, wire::StepReply* m) {
     w->mutable_next_draft_parents()->Add(r.next_drafts.parent_ids.begin(),
                                          r.next_drafts.parent_ids.end());
     w->mutable_next_draft_probs()->Add(r.next_drafts.probs.begin(), r.next_drafts.probs.end());
+    w->set_unverified_first_draft_agreed_plus_1(r.unverified_first_draft_agreed + 1);
   }
   for (const step::PromptLogprobsResult& p : result.prompt_logprobs) {
     wire::PromptLogprobs* w = m->add_prompt_logprobs();
@@ -640,6 +641,12 @@ Result<step::StepResult> decode_result(const wire::StepReply& m) {
                                     w.accepted_draft_indices().end());
     r.next_drafts.parent_ids.assign(w.next_draft_parents().begin(), w.next_draft_parents().end());
     r.next_drafts.probs.assign(w.next_draft_probs().begin(), w.next_draft_probs().end());
+    if (w.unverified_first_draft_agreed_plus_1() < 0 ||
+        w.unverified_first_draft_agreed_plus_1() > 2) {
+      return invalid_argument("request ", w.request_id(), ": unverified_first_draft_agreed_plus_1 ",
+                              w.unverified_first_draft_agreed_plus_1(), " is not 0, 1 or 2");
+    }
+    r.unverified_first_draft_agreed = w.unverified_first_draft_agreed_plus_1() - 1;
     result.requests.push_back(std::move(r));
   }
   for (const wire::PromptLogprobs& w : m.prompt_logprobs()) {

@@ -141,6 +141,11 @@ Status check_result(const ScheduledRequest& s, const RequestResult& r, int32_t v
                             vocab_size);
     }
   }
+  const int32_t agreed = r.unverified_first_draft_agreed;
+  if (agreed < -1 || agreed > 1 || (agreed >= 0 && s.num_draft_tokens() > 0)) {
+    return internal_error("request ", id, ": unverified_first_draft_agreed ", agreed,
+                          " with ", s.num_draft_tokens(), " drafts verified");
+  }
   return check_next_drafts(s, r);
 }
 

@@ -40,6 +40,7 @@ class FakeModel {
  public:
   int32_t draft_correct = -1;
   bool trees = false;
+  bool report_unverified = true;  // set unverified_first_draft_agreed as the executor does
   std::vector<int32_t> kv_windows;  // empty: no K/V shadow
   int32_t kv_block_size = 0;
   int64_t kv_reads_checked = 0;     // positions checked so far
@@ -100,7 +101,15 @@ class FakeModel {
         for (int32_t i = 0; i < s.num_draft_tokens() && next < 0; ++i) {
           if (drafts.parents[i] == node && drafts.tokens[i] == t) next = i;
         }
-        if (next < 0) break;
+        if (next < 0) {
+          // Drafts kept but none verified: whether the first was the token sampled (the
+          // executor's unverified_first_draft_agreed).
+          if (report_unverified && s.num_draft_tokens() == 0 && !drafts.tokens.empty() &&
+              rr.tokens.size() == 1) {
+            rr.unverified_first_draft_agreed = drafts.tokens[0] == t ? 1 : 0;
+          }
+          break;
+        }
         if (!kv_windows.empty()) {
           compact(s, next, static_cast<int32_t>(rr.accepted_draft_indices.size()));
         }

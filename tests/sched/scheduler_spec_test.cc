@@ -225,6 +225,32 @@ TEST(SchedulerSpec, DraftModelStartsUnderLoadOnlyWhenItsCatchUpIsCheap) {
   EXPECT_GT(run(0.02, 40, 2), 0);
 }
 
+// A mixture's steep cost curve (one more row costs 60 % of a step, nine rows 3.5x) and an
+// engine-wide prior at which no number of drafts pays: the policy declines at first. A draft
+// model of negligible cost keeps proposing; each step tells whether its first draft was the
+// token sampled, so with a perfect draft the estimate climbs and the request speculates for the
+// rest of its life. Without that report it never verifies a draft (the estimate only learns from
+// verifications, which it never makes).
+TEST(SchedulerSpec, DeclinedDraftsStillTeachAcceptanceSoAPerfectDraftComesBack) {
+  const auto run = [](bool report) {
+    SchedulerOptions o = spec_opts(8, /*budget=*/256);
+    o.spec_cost.points = {{1, 1.0}, {2, 1.6}, {5, 2.6}, {9, 3.5}, {16, 5.0}};
+    o.spec_cost.draft_cost = 0.0005;  // under kNegligibleDraftCost for 8 drafts
+    o.spec_policy.prior_acceptance = 0.3;
+    Harness h(o, kopts(512));
+    h.model.draft_correct = 100;
+    h.model.report_unverified = report;
+    EXPECT_TRUE(h.add("A", iota_prompt(4), 120).ok());
+    h.run();
+    EXPECT_EQ(h.tokens["A"], testing::alone_tokens(iota_prompt(4), 120));
+    return h.num_accepted_tokens;
+  };
+  EXPECT_EQ(run(false), 0);
+  // The estimate passes the paying level within a few steps, then most of 120 tokens come as
+  // accepted drafts.
+  EXPECT_GE(run(true), 80);
+}
+
 // Measured step times: speculative decode steps that take twice what the curve predicts (relative
 // to plain decode steps) make the policy's overhead 2; prefill steps do not count; cheaper
 // speculative steps bring it back to 1 (its floor).
