@@ -100,10 +100,30 @@ Status EngineCore::validate_config(const step::ModelExecutor& executor,
 
 namespace {
 
-// What the expert term was fitted from and to, or why it is off.
-void log_expert_term(const sched::SpecCostModel& model,
+// The steps to measure: the curve's sizes with distinct tokens, and for a mixture a second series
+// of the same sizes (2..32) with one token repeated (few experts), which separates the cost of an
+// expert from the cost of a row (docs/speculation.md, "the expert term").
+std::vector<step::StepCostProbe> cost_probes(std::span<const int32_t> sizes,
+                                             const step::ExpertShape& shape) {
+  std::vector<step::StepCostProbe> probes;
+  for (int32_t n : sizes) probes.push_back({.num_tokens = n});
+  if (shape.num_experts > shape.num_used) {
+    for (int32_t n : sizes) {
+      if (n >= 2 && n <= 32) probes.push_back({.num_tokens = n, .repeat_token = true});
+    }
+  }
+  return probes;
+}
+
+// The mixture's expert term from the two measured series, logged with what it was fitted from
+// (or why it is off).
+void add_expert_term(const step::ExpertShape& shape,
                      std::span<const sched::ExpertCostPoint> distinct,
-                     std::span<const sched::ExpertCostPoint> repeated) {
+                     std::span<const sched::ExpertCostPoint> repeated,
+                     sched::SpecCostModel& model) {
+  model.experts.num_experts = shape.num_experts;
+  model.experts.num_used = shape.num_used;
+  model.experts.cost_per_expert = sched::fit_cost_per_expert(distinct, repeated);
   std::string pairs;
   for (const sched::ExpertCostPoint& r : repeated) {
     for (const sched::ExpertCostPoint& d : distinct) {
@@ -145,15 +165,7 @@ sched::SpecCostModel EngineCore::measure_spec_costs() {
   const std::vector<int32_t> sizes =
       cost_curve_sizes(config_.options.max_num_batched_tokens, max_model_len_);
   const step::ExpertShape shape = executor_->expert_shape();
-  std::vector<step::StepCostProbe> probes;
-  for (int32_t n : sizes) probes.push_back({.num_tokens = n});
-  // A mixture's second series: the same sizes with one token repeated (few experts), which
-  // separates the cost of an expert from the cost of a row.
-  if (shape.num_experts > shape.num_used) {
-    for (int32_t n : sizes) {
-      if (n >= 2 && n <= 32) probes.push_back({.num_tokens = n, .repeat_token = true});
-    }
-  }
+  const std::vector<step::StepCostProbe> probes = cost_probes(sizes, shape);
   Result<std::vector<step::StepCostSample>> costs = executor_->measure_step_costs(probes);
   if (!costs.ok() || costs->size() != probes.size() || (*costs)[0].seconds <= 0) {
     ARBOR_LOG(kWarn) << "speculation: could not measure step costs ("
@@ -185,12 +197,7 @@ sched::SpecCostModel EngineCore::measure_spec_costs() {
                                 : std::string(" drafts"))
                    << " per request, chosen each step by goodput; 1-token step " << one * 1e3
                    << " ms, step cost" << curve << ", draft token cost " << model.draft_cost;
-  if (shape.num_experts > shape.num_used) {
-    model.experts.num_experts = shape.num_experts;
-    model.experts.num_used = shape.num_used;
-    model.experts.cost_per_expert = sched::fit_cost_per_expert(distinct, repeated);
-    log_expert_term(model, distinct, repeated);
-  }
+  if (shape.num_experts > shape.num_used) add_expert_term(shape, distinct, repeated, model);
   return model;
 }
 
