@@ -126,17 +126,12 @@ done
 
 # row LABEL CONFIG BASE: output tok/s of CONFIG and BASE per round, and the median ratio.
 row() {
-  local label=$1 cfg=$2 base=$3 vals="" ratios=""
-  for r in $(seq 1 "$rounds"); do
-    vals+="$(printf '%.1f / %.1f' "${tps[${cfg}_$r]}" "${tps[${base}_$r]}"), "
-    ratios+="$(python3 -c "print(${tps[${cfg}_$r]} / ${tps[${base}_$r]})") "
-  done
+  local label=$1 cfg=$2 base=$3
   local acc
   acc=$(awk '/draft_tokens_total/{d+=$NF} /accepted_tokens_total/{a+=$NF} /verify_steps_total/{v+=$NF}
              END{if (d > 0) printf "%d/%d accepted in %d verifications", a, d, v; else print "none"}' \
         "$out/${cfg}"_*.metrics)
-  # shellcheck disable=SC2086
-  echo "| $label | ${vals%, } | **$(python3 -c "import statistics,sys; print('%.2f' % statistics.median(map(float, sys.argv[1:])))" $ratios)** | $acc |"
+  echo "| $label | $(ratio_cells "$cfg" "$base" "$rounds") | $acc |"
 }
 echo "Greedy decode through \`arbor serve -m inflated-1b-q8_0.gguf -t $threads [--spec draft --draft-model D --spec-k K]\`,"
 echo "driven by \`arbor bench serve --prompts-file prompts.jsonl -n N --max-concurrency C\` (256 tokens per"

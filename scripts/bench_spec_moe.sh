@@ -139,15 +139,7 @@ for r in $(seq 1 "$rounds"); do
 done
 
 # row LABEL CONFIG BASE: tok/s of CONFIG / BASE per round and the median ratio.
-row() {
-  local label=$1 cfg=$2 base=$3 vals="" ratios=""
-  for r in $(seq 1 "$rounds"); do
-    vals+="$(printf '%.1f / %.1f' "${tps[${cfg}_$r]}" "${tps[${base}_$r]}"), "
-    ratios+="$(python3 -c "print(${tps[${cfg}_$r]} / ${tps[${base}_$r]})") "
-  done
-  # shellcheck disable=SC2086
-  echo "| $label | ${vals%, } | **$(python3 -c "import statistics,sys; print('%.2f' % statistics.median(map(float, sys.argv[1:])))" $ratios)** |"
-}
+row() { echo "| $1 | $(ratio_cells "$2" "$3" "$rounds") |"; }
 cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
 echo "### Speculation on a mixture of experts (Qwen3-30B-A3B shape, $layers layers) — $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$root" rev-parse --short HEAD)"
 echo

@@ -24,3 +24,16 @@ stop_arbor_serve() {
   kill -TERM "$server_pid"
   wait "$server_pid" 2>/dev/null || true
 }
+
+# ratio_cells CONFIG BASE ROUNDS: two Markdown table cells from the caller's associative array
+# tps (keys NAME_ROUND, tokens/s): "C / B, C / B, ..." per round, then the median of the
+# per-round ratios C / B in bold.
+ratio_cells() {
+  local cfg=$1 base=$2 rounds=$3 vals="" ratios="" r
+  for r in $(seq 1 "$rounds"); do
+    vals+="$(printf '%.1f / %.1f' "${tps[${cfg}_$r]}" "${tps[${base}_$r]}"), "
+    ratios+="$(python3 -c "print(${tps[${cfg}_$r]} / ${tps[${base}_$r]})") "
+  done
+  # shellcheck disable=SC2086
+  echo "${vals%, } | **$(python3 -c "import statistics,sys; print('%.2f' % statistics.median(map(float, sys.argv[1:])))" $ratios)**"
+}
