@@ -47,18 +47,10 @@ weak="$models/stories260K-first4layers.gguf"
 # Story openings (the models were trained on TinyStories; random ids would make the weak draft
 # look worse than it is). 16 distinct prompts, cycled by the load generator.
 prompts="$out/prompts.jsonl"
-python3 - "$prompts" <<'EOF'
+python3 - "$prompts" "$root/scripts/story_prompts.txt" <<'EOF'
 import json, sys
-starts = ["Once upon a time, there was a little girl named Lily.", "One day, a big dog went to the park.",
-          "Tom and Sue were best friends. They liked to play", "The sun was shining and the birds were singing.",
-          "There was a small cat who lived in a house.", "Once upon a time, a boy named Tim had a red ball.",
-          "Mom said, \"Let's go to the store.\"", "In a big forest, there lived a little bear.",
-          "Lily wanted to help her mom in the kitchen.", "Ben found a shiny rock in the garden.",
-          "It was a rainy day and Sam was sad.", "Once upon a time, there was a happy frog.",
-          "Sara and her dad went to the beach.", "The little bird could not fly yet.",
-          "Max had a new toy car that was very fast.", "One night, Anna saw a big moon in the sky."]
 with open(sys.argv[1], "w") as f:
-    for s in starts:
+    for s in open(sys.argv[2]).read().splitlines():
         f.write(json.dumps({"prompt": s, "max_tokens": 256}) + "\n")
 EOF
 

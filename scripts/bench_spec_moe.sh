@@ -53,23 +53,16 @@ if [ ! -f "$target" ]; then
   rm -f "$q8"
 fi
 
-# 16 story openings (the models were trained on TinyStories), as JSON lines and as plain lines.
+# 16 story openings (scripts/story_prompts.txt; the models were trained on TinyStories), as JSON
+# lines and as plain lines.
 prompts="$out/prompts.jsonl" prompts_txt="$out/prompts.txt"
-python3 - "$prompts" "$prompts_txt" "$tokens" <<'EOF'
+python3 - "$prompts" "$tokens" "$root/scripts/story_prompts.txt" <<'EOF'
 import json, sys
-starts = ["Once upon a time, there was a little girl named Lily.", "One day, a big dog went to the park.",
-          "Tom and Sue were best friends. They liked to play", "The sun was shining and the birds were singing.",
-          "There was a small cat who lived in a house.", "Once upon a time, a boy named Tim had a red ball.",
-          "Mom said, \"Let's go to the store.\"", "In a big forest, there lived a little bear.",
-          "Lily wanted to help her mom in the kitchen.", "Ben found a shiny rock in the garden.",
-          "It was a rainy day and Sam was sad.", "Once upon a time, there was a happy frog.",
-          "Sara and her dad went to the beach.", "The little bird could not fly yet.",
-          "Max had a new toy car that was very fast.", "One night, Anna saw a big moon in the sky."]
-with open(sys.argv[1], "w") as f, open(sys.argv[2], "w") as g:
-    for s in starts:
-        f.write(json.dumps({"prompt": s, "max_tokens": int(sys.argv[3])}) + "\n")
-        g.write(s + "\n")
+with open(sys.argv[1], "w") as f:
+    for s in open(sys.argv[3]).read().splitlines():
+        f.write(json.dumps({"prompt": s, "max_tokens": int(sys.argv[2])}) + "\n")
 EOF
+cp "$root/scripts/story_prompts.txt" "$prompts_txt"
 
 # single URL N OUT.txt: the first N prompts one after another, greedy; writes their texts and
 # prints the output tokens/s over the whole run.
