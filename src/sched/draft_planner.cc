@@ -104,8 +104,7 @@ void DraftPlanner::decline(Request& req, bool fixed) {
 // probes again).
 int32_t DraftPlanner::next_depth(const Request& req, int32_t levels) const {
   const int32_t cap = max_drafts(req, 1);  // after this step at least one more token is committed
-  if (options_.cost.draft_cost <= 0 || is_fixed(req)) return cap;
-  if (negligible_draft_cost()) return cap;
+  if (options_.cost.draft_cost <= 0 || is_fixed(req) || negligible_draft_cost()) return cap;
   if (req.spec.backoff_steps > 0) return 0;
   return std::min(cap, levels + 1);
 }
@@ -133,9 +132,9 @@ int32_t DraftPlanner::admission_lookahead(const Request& req, bool sample) const
 
 // Whether a draft could pay in this step at all: the policy would give drafts (up to
 // max_spec_tokens of a chain: on a steep cost curve, a mixture's, one draft may not pay where
-// several do) to a request with the engine-wide acceptance estimate. When not (a loaded step, or a costly draft model
-// whose drafts are rarely accepted), nobody proposes for the next step, so the draft model costs
-// nothing: no proposals and no catch-up over the tokens it skipped.
+// several do) to a request with the engine-wide acceptance estimate. When not (a loaded step,
+// or a costly draft model whose drafts are rarely accepted), nobody proposes for the next step,
+// so the draft model costs nothing: no proposals and no catch-up over the tokens it skipped.
 bool DraftPlanner::drafts_may_pay(std::span<const RequestPlan> plans, int64_t budget) const {
   int64_t tokens = 0, emitted = 0;
   for (const RequestPlan& p : plans) {

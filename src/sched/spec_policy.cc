@@ -9,40 +9,34 @@
 
 namespace arbor::sched {
 
-double SpecCostModel::cost(int64_t num_tokens) const {
-  if (points.empty()) return 1.0;
-  const auto n = static_cast<double>(num_tokens);
-  if (points.size() == 1 || num_tokens <= points.front().first) {
-    return points.front().second * std::max(n, 1.0) / std::max(points.front().first, 1);
-  }
-  for (size_t i = 1; i < points.size(); ++i) {
-    if (num_tokens <= points[i].first || i + 1 == points.size()) {
-      const auto [x0, y0] = points[i - 1];
-      const auto [x1, y1] = points[i];
-      return y0 + (y1 - y0) * (n - x0) / static_cast<double>(x1 - x0);
-    }
-  }
-  return points.back().second;
-}
-
 namespace {
 
-// Linear interpolation of ys over the curve's token counts (extrapolated from the last two).
-double interpolate(const std::vector<std::pair<int32_t, double>>& points,
-                   const std::vector<double>& ys, int64_t num_tokens) {
-  if (ys.empty()) return 0.0;
-  if (ys.size() == 1 || num_tokens <= points.front().first) return ys.front();
+// y(i) at the curve's token counts, linear between them and extrapolated from the last two
+// beyond; num_tokens > points[0] and at least two points (the callers handle the rest).
+template <class Y>
+double interpolate(const std::vector<std::pair<int32_t, double>>& points, size_t num_points,
+                   const Y& y, int64_t num_tokens) {
   const auto n = static_cast<double>(num_tokens);
-  for (size_t i = 1; i < ys.size(); ++i) {
-    if (num_tokens <= points[i].first || i + 1 == ys.size()) {
+  for (size_t i = 1; i < num_points; ++i) {
+    if (num_tokens <= points[i].first || i + 1 == num_points) {
       const double x0 = points[i - 1].first, x1 = points[i].first;
-      return ys[i - 1] + (ys[i] - ys[i - 1]) * (n - x0) / (x1 - x0);
+      return y(i - 1) + (y(i) - y(i - 1)) * (n - x0) / (x1 - x0);
     }
   }
-  return ys.back();
+  return y(num_points - 1);
 }
 
 }  // namespace
+
+double SpecCostModel::cost(int64_t num_tokens) const {
+  if (points.empty()) return 1.0;
+  if (points.size() == 1 || num_tokens <= points.front().first) {
+    const auto n = static_cast<double>(num_tokens);
+    return points.front().second * std::max(n, 1.0) / std::max(points.front().first, 1);
+  }
+  return interpolate(points, points.size(), [&](size_t i) { return points[i].second; },
+                     num_tokens);
+}
 
 double SpecCostModel::Experts::expected(double num_tokens, double rho) const {
   if (num_experts <= 0 || num_tokens <= 0) return 0.0;
@@ -59,7 +53,11 @@ double SpecCostModel::Experts::rho_of(double num_tokens, double touched) const {
 }
 
 double SpecCostModel::measured_experts(int64_t num_tokens) const {
-  return interpolate(points, experts.touched, num_tokens);
+  const std::vector<double>& x = experts.touched;
+  const size_t m = std::min(x.size(), points.size());
+  if (m == 0) return 0.0;
+  if (m == 1 || num_tokens <= points.front().first) return x.front();
+  return interpolate(points, m, [&](size_t i) { return x[i]; }, num_tokens);
 }
 
 double SpecCostModel::cost(int64_t num_tokens, double experts_touched) const {
