@@ -72,8 +72,10 @@ void DraftPlanner::choose_drafts(std::span<RequestPlan> plans, int64_t& budget,
                            .first(req.spec.drafts.probs.empty() ? 0 : static_cast<size_t>(max_k));
     gains.push_back(step::is_chain(parents) ? std::vector<double>{}
                                             : tree_node_gains(a, parents, probs));
-    candidates.push_back(
-        SpecPolicy::Candidate{.acceptance = a, .max_k = max_k, .fixed = is_fixed(req)});
+    candidates.push_back(SpecPolicy::Candidate{.acceptance = a,
+                                               .later = policy_.later_acceptance(req.spec.acceptance),
+                                               .max_k = max_k,
+                                               .fixed = is_fixed(req)});
   }
   if (candidates.empty()) return;
   for (size_t c = 0; c < candidates.size(); ++c) candidates[c].gains = gains[c];
@@ -142,6 +144,7 @@ bool DraftPlanner::drafts_may_pay(std::span<const RequestPlan> plans, int64_t bu
     emitted += p.sample ? 1 : 0;
   }
   const SpecPolicy::Candidate best{.acceptance = policy_.acceptance(-1.0),
+                                   .later = policy_.later_acceptance(-1.0),
                                    .max_k = std::max(options_.max_spec_tokens, 1)};
   return policy_.choose(tokens, emitted, std::max<int64_t>(budget, 1), {&best, 1})[0] > 0;
 }
@@ -202,13 +205,20 @@ void DraftPlanner::observe_verification(Request& req, std::span<const int32_t> p
   if (s.backoff_steps > 0) --s.backoff_steps;
   if (parents.empty()) return;
   if (accepted > 0) s.backoff_next = 0;
-  policy_.observe(s.acceptance, step::draft_levels(parents), accepted);
+  const int32_t levels = step::draft_levels(parents);
+  // A chain's first draft is the one a declined step reports (a tree's first level has more).
+  if (levels == static_cast<int32_t>(parents.size())) {
+    policy_.observe_first_draft(s.acceptance, accepted > 0);
+    policy_.observe_later_drafts(s.acceptance, levels, accepted);
+  }
+  policy_.observe(s.acceptance, levels, accepted);
   ++s.stats.num_verify_steps;
   s.stats.num_draft_tokens += static_cast<int64_t>(parents.size());
   s.stats.num_accepted_tokens += accepted;
 }
 
 void DraftPlanner::observe_unverified(Request& req, bool agreed) {
+  policy_.observe_first_draft(req.spec.acceptance, agreed);
   policy_.observe(req.spec.acceptance, 1, agreed ? 1 : 0);
 }
 

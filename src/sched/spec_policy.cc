@@ -130,8 +130,39 @@ std::vector<double> tree_node_gains(double acceptance, std::span<const int32_t> 
   return gain;
 }
 
+AcceptanceCalibration::AcceptanceCalibration() = default;
+
+void AcceptanceCalibration::observe(double estimate, bool agreed) {
+  const double x = std::clamp(estimate, 0.0, 1.0), y = agreed ? 1.0 : 0.0;
+  const double keep = 1.0 - kWeight;
+  n_ = keep * n_ + 1;
+  sx_ = keep * sx_ + x;
+  sy_ = keep * sy_ + y;
+  sxx_ = keep * sxx_ + x * x;
+  sxy_ = keep * sxy_ + x * y;
+}
+
+AcceptanceCalibration::Sums AcceptanceCalibration::with_prior() const {
+  constexpr double kLow = 0.2, kHigh = 0.9, w = kPriorWeight;
+  const double sq = kLow * kLow + kHigh * kHigh;
+  return {n_ + 2 * w, sx_ + w * (kLow + kHigh), sy_ + w * (kLow + kHigh), sxx_ + w * sq,
+          sxy_ + w * sq};
+}
+
+double AcceptanceCalibration::slope() const {
+  const Sums s = with_prior();
+  const double var = s.xx - s.x * s.x / s.n;
+  const double cov = s.xy - s.x * s.y / s.n;
+  return var > 0 ? cov / var : 1.0;
+}
+
+double AcceptanceCalibration::map(double estimate) const {
+  const Sums s = with_prior();
+  return std::clamp(s.y / s.n + slope() * (estimate - s.x / s.n), 0.0, kMaxAcceptance);
+}
+
 double acceptance_from_step(int32_t k, int32_t accepted) {
-  if (accepted >= k) return 0.98;
+  if (accepted >= k) return kMaxAcceptance;
   return static_cast<double>(accepted) / (accepted + 1);
 }
 
@@ -149,12 +180,25 @@ void SpecPolicy::observe(double& estimate, int32_t k, int32_t accepted) {
   global_ = (1 - w / 2) * global_ + (w / 2) * a;
 }
 
+void SpecPolicy::observe_first_draft(double estimate, bool agreed) {
+  calibration_.observe(raw_acceptance(estimate), agreed);
+}
+
+void SpecPolicy::observe_later_drafts(double estimate, int32_t k, int32_t accepted) {
+  ARBOR_CHECK(k >= 1 && accepted >= 0 && accepted <= k) << k << " drafts, " << accepted;
+  // Drafts 2 .. min(accepted + 1, k) were reached (their predecessors accepted).
+  for (int32_t j = 2; j <= std::min(accepted + 1, k); ++j) {
+    later_calibration_.observe(raw_acceptance(estimate), accepted >= j);
+  }
+}
+
 namespace {
 
-// The expected tokens the (j+1)-th draft of `c` adds.
+// The expected tokens the (j+1)-th draft of `c` adds: a chain's first draft is accepted with
+// c.acceptance, each later one (given the earlier were) with c.later (c.acceptance if < 0).
 double gain_of(const SpecPolicy::Candidate& c, int32_t j) {
   if (!c.gains.empty()) return c.gains[static_cast<size_t>(j)];
-  return std::pow(c.acceptance, j + 1);
+  return c.acceptance * std::pow(c.later < 0 ? c.acceptance : c.later, j);
 }
 
 }  // namespace

@@ -4,10 +4,14 @@
 // cost grows with every token) and for requests whose drafts are rarely accepted.
 //
 // Model (docs/speculation.md, "Policy"):
-//   * A request whose drafts are each accepted with probability a (given the previous ones were)
-//     emits E(k) = 1 + a + a^2 + ... + a^k tokens when it verifies k drafts. a is a per-request
-//     exponential moving average of observed acceptance (accepted / drafted per step, fitted to
-//     the geometric model), starting from the engine-wide average of all requests.
+//   * A request whose first draft is accepted with probability a, and each later one (given the
+//     previous ones were) with probability c, emits E(k) = 1 + a (1 + c + ... + c^(k-1)) tokens
+//     when it verifies k drafts. The request's estimate is an exponential moving average of
+//     observed acceptance (accepted / drafted per step, fitted to the geometric model), starting
+//     from the engine-wide average of all requests; a and c are that estimate calibrated by what
+//     past estimates were worth (AcceptanceCalibration below) for first drafts and for later
+//     drafts (a draft that agrees with its target on most tokens gets past the first draft far
+//     more often than it passes the first: the uncertain tokens come first).
 //   * A step of T tokens costs cost(T) (SpecCostModel, measured at startup by the executor),
 //     and each draft costs draft_cost more (a draft model's forward; 0 for model-free proposers).
 //   * A mixture of experts adds the expert term: a step's cost also grows with the distinct
@@ -71,6 +75,41 @@ inline constexpr double kMinRho = 0.0;
 inline constexpr double kMaxRho = 2.0;
 
 inline constexpr double kMaxSpecOverhead = 8.0;
+// The highest acceptance rate the policy plans with (an estimate of 1 would make every chain
+// look free of risk).
+inline constexpr double kMaxAcceptance = 0.98;
+
+// What an acceptance estimate is worth: the probability that a request's next first draft is
+// accepted, as a linear function of the estimate the policy held for it, fitted by exponentially
+// weighted least squares to every observed first draft (verified or declined) — the engine's
+// own record of how well its estimates predict. An estimate is an exponential mean of few
+// outcomes; after a run of luck it stands high, and the policy acts exactly then, so without
+// this a weak draft (one whose outcomes do not cluster) would verify chains after its lucky runs
+// and lose on a steep cost curve. Drafts whose outcomes are independent get a flat fit at
+// their true rate; drafts that agree in runs (a good draft on familiar text) keep the slope that
+// lets the estimate follow them. Starts as the identity (two prior points on it, weight
+// kPriorWeight each).
+class AcceptanceCalibration {
+ public:
+  static constexpr double kWeight = 0.01;      // the newest outcome's weight (~100 outcomes)
+  static constexpr double kPriorWeight = 1.0;  // each of the prior points (0.2, 0.2), (0.9, 0.9)
+  AcceptanceCalibration();
+  // Folds in one first draft: the estimate held before the step and whether it was accepted.
+  void observe(double estimate, bool agreed);
+  // The fitted probability for `estimate`, within [0, kMaxAcceptance].
+  double map(double estimate) const;
+  double slope() const;
+
+ private:
+  // Weighted sums of 1, x, y, x^2, xy.
+  struct Sums {
+    double n, x, y, xx, xy;
+  };
+  // The outcomes' sums plus the prior points' (which do not decay: the fit keeps its anchor
+  // where outcomes are few, and outcomes outweigh it ~100:2 once there are many).
+  Sums with_prior() const;
+  double n_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;  // the outcomes' decayed sums
+};
 
 struct SpecPolicyOptions {
   double prior_acceptance = 0.7;  // the engine-wide estimate before any observation
@@ -82,7 +121,10 @@ class SpecPolicy {
   SpecPolicy(SpecCostModel cost, SpecPolicyOptions options = {});
 
   struct Candidate {
-    double acceptance = 0.0;  // the request's estimate (acceptance() of its state)
+    double acceptance = 0.0;  // its first draft's probability (acceptance() of its estimate)
+    // A chain's later drafts' probability given the earlier ones were accepted
+    // (later_acceptance() of its estimate); < 0: `acceptance`.
+    double later = -1.0;
     int32_t max_k = 0;        // drafts available and allowed, >= 0
     bool fixed = false;       // verify max_k whatever the cost (mode "fixed")
     // A token tree's nodes in order: [>= max_k] the expected tokens each adds (the probability
@@ -97,11 +139,26 @@ class SpecPolicy {
   std::vector<int32_t> choose(int64_t base_tokens, int64_t base_emitted, int64_t budget,
                               std::span<const Candidate> candidates) const;
 
-  // The estimate for a request: its own (`estimate` >= 0) or the engine-wide one.
-  double acceptance(double estimate) const { return estimate >= 0 ? estimate : global_; }
+  // The acceptance rate the policy plans with for a request: its estimate (`estimate` >= 0, else
+  // the engine-wide one), calibrated (AcceptanceCalibration).
+  double acceptance(double estimate) const { return calibration_.map(raw_acceptance(estimate)); }
+  // The estimate itself, uncalibrated.
+  double raw_acceptance(double estimate) const { return estimate >= 0 ? estimate : global_; }
   // Folds in one verification (k >= 1 drafts, `accepted` of them) into a request's `estimate`
   // (in/out; < 0 = none yet) and the engine-wide estimate.
   void observe(double& estimate, int32_t k, int32_t accepted);
+  // The first draft of a request whose estimate was `estimate` (< 0: none yet) when the step was
+  // planned was (`agreed`) or was not the token sampled: the calibration learns from it.
+  void observe_first_draft(double estimate, bool agreed);
+  const AcceptanceCalibration& calibration() const { return calibration_; }
+  // A verified chain of k drafts of which `accepted` were, planned with `estimate`: the later
+  // drafts' calibration learns from drafts 2 .. accepted + 1 (those reached).
+  void observe_later_drafts(double estimate, int32_t k, int32_t accepted);
+  // c of the model above for a request's estimate (< 0: the engine-wide one), calibrated.
+  double later_acceptance(double estimate) const {
+    return later_calibration_.map(raw_acceptance(estimate));
+  }
+  const AcceptanceCalibration& later_calibration() const { return later_calibration_; }
 
   const SpecCostModel& cost_model() const { return cost_; }
   // A step's relative cost as the policy predicts it: the curve, with the expert term at the
@@ -124,6 +181,8 @@ class SpecPolicy {
   double rho_ = 1.0;
   SpecPolicyOptions options_;
   double global_;
+  AcceptanceCalibration calibration_;
+  AcceptanceCalibration later_calibration_;
 };
 
 // One measured step for the expert term's fit: its tokens, its relative cost and the distinct

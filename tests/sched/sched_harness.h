@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -41,11 +42,25 @@ class FakeModel {
   int32_t draft_correct = -1;
   bool trees = false;
   bool report_unverified = true;  // set unverified_first_draft_agreed as the executor does
+  // Each chain draft before index draft_correct is the true token only with this probability
+  // (independently, from a generator seeded with draft_seed; the rest of the chain after a wrong
+  // one is wrong too): a draft of known acceptance rate.
+  double draft_agreement = 1.0;
+  uint64_t draft_seed = 1;
+  // With a period > 0, the agreement alternates with the text: draft_agreement over the first
+  // `period` tokens of a request, then agreement_alt over the next `period`, and so on (a draft
+  // that agrees in runs, as a good draft does on familiar text).
+  int32_t agreement_period = 0;
+  double agreement_alt = 1.0;
+  // >= 0: drafts after the first agree (given the earlier did) with this probability instead.
+  double later_agreement = -1.0;
   std::vector<int32_t> kv_windows;  // empty: no K/V shadow
   int32_t kv_block_size = 0;
   int64_t kv_reads_checked = 0;     // positions checked so far
 
   StepResult execute(const SchedulerOutput& out) {
+    if (!seeded_) rng_.seed(draft_seed);
+    seeded_ = true;
     for (RequestId id : out.finished_ids) forget(id);
     for (RequestId id : out.preempted_ids) forget(id);
     current_drafts_.clear();
@@ -135,10 +150,15 @@ class FakeModel {
         rr.next_drafts = {next.parents, next.probs};
       } else if (draft_correct >= 0) {
         upto.push_back(rr.tokens.back().token_id);
+        bool right = true;
         for (int32_t i = 0; i < s.max_next_draft_tokens; ++i) {
           const int32_t t = fake_next_token(upto);
           upto.push_back(t);
-          next.add(i >= draft_correct ? (t == 3 ? 4 : 3) : t, i - 1, 1.0f);
+          right = right && i < draft_correct &&
+                  uniform_(rng_) < (i > 0 && later_agreement >= 0
+                                        ? later_agreement
+                                        : agreement_at(static_cast<int64_t>(upto.size())));
+          next.add(right ? t : (t == 3 ? 4 : 3), i - 1, 1.0f);
         }
         rr.next_drafts = {next.parents, {}};
       }
@@ -166,6 +186,13 @@ class FakeModel {
       probs.push_back(prob);
     }
   };
+  double agreement_at(int64_t position) const {
+    if (agreement_period > 0 && (position / agreement_period) % 2 == 1) return agreement_alt;
+    return draft_agreement;
+  }
+  std::mt19937_64 rng_{draft_seed};
+  std::uniform_real_distribution<double> uniform_{0.0, 1.0};
+  bool seeded_ = false;
   void forget(RequestId id) {
     tokens_.erase(id);
     drafts_.erase(id);
