@@ -10,18 +10,28 @@
 # next-token function while each token's rows touch 8 experts chosen by its hidden state, as a
 # trained mixture's do), quantised to Q4_K_M (~18 GB; the Q8_0 intermediate is deleted). Draft:
 # stories260K itself (F32), a draft that agrees with the target except where 4-bit weights move
-# it. Greedy throughout. Each round:
+# it. A weak draft beside it: stories260K's first 4 layers (its first draft agrees ~45 % of the
+# time), which cannot pay on this curve: speculation must then cost nothing. Greedy throughout.
+# Each round:
 #   1. arbor serve, plain: 1 stream (the prompts one after another; their texts kept), then 4 and
 #      16 concurrent streams (`arbor bench serve`);
 #   2. the same with `--spec draft --draft-model stories260K.gguf --spec-k K` (the policy chooses
-#      how many of the K drafts each step verifies); the 1-stream texts must equal plain's;
+#      how many of the K drafts each step verifies), and with the weak draft (BENCH_WEAK=1, the
+#      default); the 1-stream texts must equal plain's. Each speculating server first runs the
+#      paired comparison (scripts/spec_paired.py): the same requests with speculation off per
+#      request, interleaved on the same server at 1, 4 and 16 streams — the figures to trust on a
+#      shared VM, whose drift between separate servers (10-20 %) exceeds a 3 % margin;
 #   3. llama.cpp (tests/reference/.llama/llama_ref spec: the prebuilt libllama, the
 #      speculative-simple loop): plain, and the same draft at its defaults (K 8, p_min 0.75) and
 #      at p_min 0; its speculative ids must equal its plain ids.
 # Prints a Markdown table: output tok/s per round and the median ratio to plain.
 #
 # Knobs: BENCH_MODELS (BUILD_DIR/bench-models), BENCH_THREADS (2), BENCH_ROUNDS (2), BENCH_SPEC_K
-# (8), BENCH_MOE_LAYERS (48), BENCH_TOKENS (128 per request), BENCH_SINGLE_N (6 prompts).
+# (8), BENCH_MOE_LAYERS (48), BENCH_TOKENS (128 per request), BENCH_SINGLE_N (6 prompts),
+# BENCH_WEAK (1: the weak-draft rows), BENCH_LLAMA (1: the llama.cpp rows), BENCH_PAIR_N (8
+# prompts of the paired single-stream run), BENCH_SEPARATE (1: also the runs against a separate
+# plain server).
+# Each round takes ~15 minutes on 2 Zen 4 cores (the target's first load from disk ~2 more).
 set -euo pipefail
 build=${1:?usage: scripts/bench_spec_moe.sh BUILD_DIR}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -33,6 +43,10 @@ spec_k=${BENCH_SPEC_K:-8}
 layers=${BENCH_MOE_LAYERS:-48}
 tokens=${BENCH_TOKENS:-128}
 single_n=${BENCH_SINGLE_N:-6}
+weak_rows=${BENCH_WEAK:-1}
+pair_n=${BENCH_PAIR_N:-8}
+separate=${BENCH_SEPARATE:-1}
+llama_rows=${BENCH_LLAMA:-1}
 arbor="$build/arbor"
 ref="$root/tests/reference/.llama/llama_ref"
 out="$build/bench-results/spec-moe"
@@ -45,6 +59,10 @@ source "$root/scripts/serve_lib.sh"
 small="$shared/models/stories260K/stories260K.gguf"
 [ -f "$small" ] || { echo "error: $small not found (ARBOR_SHARED_DIR?)" >&2; exit 2; }
 target="$models/inflated-q30b-${layers}l-q4_K_M.gguf"
+weak="$models/stories260K-first4layers.gguf"
+[ -f "$weak" ] || "$arbor" --log-level warn convert llama2c \
+  "$shared/models/stories260K/stories260K-first4layers.bin" \
+  "$shared/models/stories260K/tok512.bin" -o "$weak"
 if [ ! -f "$target" ]; then
   q8="$models/inflated-q30b-${layers}l-q8_0.gguf"
   [ -f "$q8" ] || "$arbor" --log-level warn synth --inflate "$small" --shape qwen3-30b-a3b \
@@ -84,7 +102,9 @@ print(made / (time.time() - t0))
 EOF
 }
 
-# arbor_round NAME [serve flags...]: one server, the 1-, 4- and 16-stream runs; sets tps[NAME_c$c_$r].
+# arbor_round NAME [serve flags...]: one server, the 1-, 4- and 16-stream runs; sets tps[NAME_c$c_$r]
+# (and, for a speculating server, tps[NAME_pair_c$c_$r] / tps[NAME_pairoff_c$c_$r]: the same
+# server with speculation off per request, paired — scripts/spec_paired.py).
 declare -A tps
 arbor_round() {
   local name=$1 r=$2; shift 2
@@ -94,6 +114,30 @@ arbor_round() {
   curl -sf "$server_url/v1/completions" -H 'Content-Type: application/json' \
     -d "$(python3 -c 'import json,sys; print(json.dumps({"prompt": " ".join(open(sys.argv[1]).read().splitlines()), "max_tokens": 8}))' "$prompts_txt")" \
     >/dev/null
+  if [ "$name" != plain ]; then
+    local pair c
+    for c in 1 4 16; do
+      pair=$(python3 "$root/scripts/spec_paired.py" "$server_url" "$prompts" --concurrency "$c" \
+        --requests "$pair_n" --tokens "$tokens" --texts "$out/${name}_pair_$r.txt" \
+        --off-texts "$out/${name}_pairoff_$r.txt")
+      tps[${name}_pairoff_c${c}_$r]=${pair% *}
+      tps[${name}_pair_c${c}_$r]=${pair#* }
+    done
+    cmp -s "$out/${name}_pair_$r.txt" "$out/${name}_pairoff_$r.txt" ||
+      mismatch+=" arbor $name paired(round $r)"
+  fi
+  if [ "$separate" = 1 ]; then
+    separate_runs "$name" "$r"
+  fi
+  curl -s "$server_url/metrics" | grep -E '^arbor_spec_(draft_tokens|accepted_tokens|verify_steps)_total' \
+    >"$out/${name}_$r.metrics" || true
+  stop_arbor_serve
+}
+
+# separate_runs NAME R: on the running server, the 1-stream run (texts kept) and the 4- and
+# 16-stream runs of `arbor bench serve`, each compared with the plain server's.
+separate_runs() {
+  local name=$1 r=$2 c
   tps[${name}_c1_$r]=$(single "$server_url" "$single_n" "$out/${name}_$r.txt")
   for c in 4 16; do
     "$arbor" --log-level warn bench serve --url "$server_url" --prompts-file "$prompts" \
@@ -102,9 +146,6 @@ arbor_round() {
     tps[${name}_c${c}_$r]=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['runs'][0]['output_throughput'])" \
       "$out/${name}_c${c}_$r.json")
   done
-  curl -s "$server_url/metrics" | grep -E '^arbor_spec_(draft_tokens|accepted_tokens|verify_steps)_total' \
-    >"$out/${name}_$r.metrics" || true
-  stop_arbor_serve
 }
 
 # llama_round NAME R [llama_ref spec flags]: llama.cpp, 1 stream; sets tps[NAME_c1_R].
@@ -121,9 +162,14 @@ head -n "$single_n" "$prompts_txt" >"$out/prompts_single.txt"
 prompts_txt="$out/prompts_single.txt"
 mismatch="" llama_mismatch=""
 for r in $(seq 1 "$rounds"); do
-  arbor_round plain "$r"
+  [ "$separate" = 1 ] && arbor_round plain "$r"
   arbor_round spec "$r" --spec draft --draft-model "$small" --spec-k "$spec_k"
-  cmp -s "$out/plain_$r.txt" "$out/spec_$r.txt" || mismatch+=" arbor(round $r)"
+  [ "$separate" = 1 ] && { cmp -s "$out/plain_$r.txt" "$out/spec_$r.txt" || mismatch+=" arbor(round $r)"; }
+  if [ "$weak_rows" = 1 ]; then
+    arbor_round weak "$r" --spec draft --draft-model "$weak" --spec-k "$spec_k"
+    [ "$separate" = 1 ] && { cmp -s "$out/plain_$r.txt" "$out/weak_$r.txt" || mismatch+=" arbor weak draft(round $r)"; }
+  fi
+  [ "$llama_rows" = 1 ] || continue
   llama_round lplain "$r"
   llama_round lspec "$r" --draft-model "$small" --draft 8 --p-min 0.75
   llama_round lspec0 "$r" --draft-model "$small" --draft "$spec_k" --p-min 0
@@ -143,22 +189,53 @@ echo "--max-concurrency C\`. arbor: \`--spec draft --draft-model stories260K.ggu
 echo "(the policy sizes each step). llama.cpp: \`llama_ref spec\` (prebuilt libllama 3.22.1,"
 echo "de3ff81; the speculative-simple loop), 1 stream. Each server answers one untimed warm-up"
 echo "request first. arbor's greedy outputs with speculation equal plain greedy: $([ -z "$mismatch" ] && echo 'yes, in every round' || echo "**NO:$mismatch**");"
-echo "llama.cpp's: $([ -z "$llama_mismatch" ] && echo 'yes' || echo "no at$llama_mismatch (its verification batch changes the logits)")."
+if [ "$llama_rows" = 1 ]; then
+  echo "llama.cpp's: $([ -z "$llama_mismatch" ] && echo 'yes' || echo "no at$llama_mismatch (its verification batch changes the logits)")."
+else
+  echo "llama.cpp not run (BENCH_LLAMA=0)."
+fi
 echo
 echo "| configuration | output tok/s: spec / plain, per round | ratio (median) |"
 echo "|---|---|---|"
-row "arbor, 1 stream" spec_c1 plain_c1
-row "arbor, 4 streams" spec_c4 plain_c4
-row "arbor, 16 streams" spec_c16 plain_c16
-row "llama.cpp, 1 stream, K 8, p_min 0.75 (its defaults)" lspec_c1 lplain_c1
-row "llama.cpp, 1 stream, K $spec_k, p_min 0" lspec0_c1 lplain_c1
-row "arbor plain / llama.cpp plain, 1 stream" plain_c1 lplain_c1
-row "arbor spec / llama.cpp spec at its defaults, 1 stream" spec_c1 lspec_c1
+for c in 1 4 16; do
+  row "arbor, $c stream(s), paired in one server (speculation off per request)" \
+    "spec_pair_c$c" "spec_pairoff_c$c"
+done
+if [ "$weak_rows" = 1 ]; then
+  for c in 1 4 16; do
+    row "arbor, weak draft (first 4 layers), $c stream(s), paired in one server" \
+      "weak_pair_c$c" "weak_pairoff_c$c"
+  done
+fi
+if [ "$separate" = 1 ]; then
+  row "arbor, 1 stream, against a separate plain server" spec_c1 plain_c1
+  row "arbor, 4 streams, against a separate plain server" spec_c4 plain_c4
+  row "arbor, 16 streams, against a separate plain server" spec_c16 plain_c16
+  if [ "$weak_rows" = 1 ]; then
+    row "arbor, weak draft, 1 stream, against a separate plain server" weak_c1 plain_c1
+    row "arbor, weak draft, 4 streams, against a separate plain server" weak_c4 plain_c4
+    row "arbor, weak draft, 16 streams, against a separate plain server" weak_c16 plain_c16
+  fi
+fi
+if [ "$llama_rows" = 1 ]; then
+  row "llama.cpp, 1 stream, K 8, p_min 0.75 (its defaults)" lspec_c1 lplain_c1
+  row "llama.cpp, 1 stream, K $spec_k, p_min 0" lspec0_c1 lplain_c1
+  if [ "$separate" = 1 ]; then
+    row "arbor plain / llama.cpp plain, 1 stream" plain_c1 lplain_c1
+    row "arbor spec / llama.cpp spec at its defaults, 1 stream" spec_c1 lspec_c1
+  fi
+fi
 echo
 awk '/draft_tokens_total/{d+=$NF} /accepted_tokens_total/{a+=$NF} /verify_steps_total/{v+=$NF}
      END{printf "arbor drafts (all rounds and stream counts): %d of %d accepted in %d verifications.\n", a, d, v}' \
   "$out"/spec_*.metrics
+if [ "$weak_rows" = 1 ]; then
+  awk '/draft_tokens_total/{d+=$NF} /accepted_tokens_total/{a+=$NF} /verify_steps_total/{v+=$NF}
+       END{printf "arbor weak draft: %d of %d accepted in %d verifications.\n", a, d, v}' \
+    "$out"/weak_*.metrics
+fi
 for r in $(seq 1 "$rounds"); do
+  [ "$llama_rows" = 1 ] || break
   echo "llama.cpp round $r: $(cat "$out/lspec_$r.line"); p_min 0: $(cat "$out/lspec0_$r.line")"
 done
 grep -h "speculation: expert term\|speculation: up to" "$out/spec_1.log" | sed 's/^.*\] /arbor log: /'
