@@ -247,12 +247,18 @@ void DraftPlanner::observe_step(const step::SchedulerOutput& out, double seconds
   // engine may speculate in every step).
   const double reference = plain_step_scale_ > 0 ? plain_step_scale_ : cost.one_token_seconds;
   if (reference > 0 && spec_step_scale_ > 0) {
-    const double before = policy_.overhead();
     policy_.set_overhead(spec_step_scale_ / reference);
-    const double after = policy_.overhead();
-    if ((before < 1.2) != (after < 1.2)) {
-      ARBOR_LOG(kInfo) << "speculation: a speculative step costs " << after
-                       << "x the measured curve" << (after >= 1.2 ? " (drafts pay less)" : "");
+    // Logged when it crosses 1.25 upwards or 1.15 downwards (an overhead hovering at one level
+    // would log every few steps).
+    const double now = policy_.overhead();
+    if (now >= kOverheadLogHigh && !overhead_high_) {
+      overhead_high_ = true;
+      ARBOR_LOG(kInfo) << "speculation: a speculative step costs " << now
+                       << "x the measured curve (drafts pay less)";
+    } else if (now <= kOverheadLogLow && overhead_high_) {
+      overhead_high_ = false;
+      ARBOR_LOG(kInfo) << "speculation: a speculative step costs " << now
+                       << "x the measured curve (back near it)";
     }
   }
 }

@@ -116,6 +116,9 @@ class DraftPlanner {
   // Exponential means of seconds / predicted relative cost (observe_step); < 0: none yet.
   double plain_step_scale_ = -1.0;
   double spec_step_scale_ = -1.0;
+  // The overhead was last logged at or above kOverheadLogHigh (observe_step).
+  bool overhead_high_ = false;
+  static constexpr double kOverheadLogHigh = 1.25, kOverheadLogLow = 1.15;
 };
 
 }  // namespace arbor::sched
