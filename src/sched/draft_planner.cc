@@ -72,10 +72,9 @@ void DraftPlanner::choose_drafts(std::span<RequestPlan> plans, int64_t& budget,
                            .first(req.spec.drafts.probs.empty() ? 0 : static_cast<size_t>(max_k));
     gains.push_back(step::is_chain(parents) ? std::vector<double>{}
                                             : tree_node_gains(a, parents, probs));
-    candidates.push_back(SpecPolicy::Candidate{.acceptance = a,
-                                               .later = policy_.later_acceptance(req.spec.acceptance),
-                                               .max_k = max_k,
-                                               .fixed = is_fixed(req)});
+    const double later = policy_.later_acceptance(req.spec.acceptance);
+    candidates.push_back(SpecPolicy::Candidate{
+        .acceptance = a, .later = later, .max_k = max_k, .fixed = is_fixed(req)});
   }
   if (candidates.empty()) return;
   for (size_t c = 0; c < candidates.size(); ++c) candidates[c].gains = gains[c];
@@ -206,10 +205,9 @@ void DraftPlanner::observe_verification(Request& req, std::span<const int32_t> p
   if (parents.empty()) return;
   if (accepted > 0) s.backoff_next = 0;
   const int32_t levels = step::draft_levels(parents);
-  // A chain's first draft is the one a declined step reports (a tree's first level has more).
+  // Chains only: a tree's first level has several chances.
   if (levels == static_cast<int32_t>(parents.size())) {
-    policy_.observe_first_draft(s.acceptance, accepted > 0);
-    policy_.observe_later_drafts(s.acceptance, levels, accepted);
+    policy_.calibrate(s.acceptance, levels, accepted);
   }
   policy_.observe(s.acceptance, levels, accepted);
   ++s.stats.num_verify_steps;
@@ -218,7 +216,7 @@ void DraftPlanner::observe_verification(Request& req, std::span<const int32_t> p
 }
 
 void DraftPlanner::observe_unverified(Request& req, bool agreed) {
-  policy_.observe_first_draft(req.spec.acceptance, agreed);
+  policy_.calibrate(req.spec.acceptance, 1, agreed ? 1 : 0);
   policy_.observe(req.spec.acceptance, 1, agreed ? 1 : 0);
 }
 

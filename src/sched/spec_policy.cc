@@ -130,8 +130,6 @@ std::vector<double> tree_node_gains(double acceptance, std::span<const int32_t> 
   return gain;
 }
 
-AcceptanceCalibration::AcceptanceCalibration() = default;
-
 void AcceptanceCalibration::observe(double estimate, bool agreed) {
   const double x = std::clamp(estimate, 0.0, 1.0), y = agreed ? 1.0 : 0.0;
   const double keep = 1.0 - kWeight;
@@ -149,16 +147,17 @@ AcceptanceCalibration::Sums AcceptanceCalibration::with_prior() const {
           sxy_ + w * sq};
 }
 
-double AcceptanceCalibration::slope() const {
-  const Sums s = with_prior();
-  const double var = s.xx - s.x * s.x / s.n;
-  const double cov = s.xy - s.x * s.y / s.n;
+double AcceptanceCalibration::Sums::slope() const {
+  const double var = xx - x * x / n;
+  const double cov = xy - x * y / n;
   return var > 0 ? cov / var : 1.0;
 }
 
+double AcceptanceCalibration::slope() const { return with_prior().slope(); }
+
 double AcceptanceCalibration::map(double estimate) const {
   const Sums s = with_prior();
-  return std::clamp(s.y / s.n + slope() * (estimate - s.x / s.n), 0.0, kMaxAcceptance);
+  return std::clamp(s.y / s.n + s.slope() * (estimate - s.x / s.n), 0.0, kMaxAcceptance);
 }
 
 double acceptance_from_step(int32_t k, int32_t accepted) {

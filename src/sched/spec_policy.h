@@ -93,7 +93,6 @@ class AcceptanceCalibration {
  public:
   static constexpr double kWeight = 0.01;      // the newest outcome's weight (~100 outcomes)
   static constexpr double kPriorWeight = 1.0;  // each of the prior points (0.2, 0.2), (0.9, 0.9)
-  AcceptanceCalibration();
   // Folds in one first draft: the estimate held before the step and whether it was accepted.
   void observe(double estimate, bool agreed);
   // The fitted probability for `estimate`, within [0, kMaxAcceptance].
@@ -104,6 +103,7 @@ class AcceptanceCalibration {
   // Weighted sums of 1, x, y, x^2, xy.
   struct Sums {
     double n, x, y, xx, xy;
+    double slope() const;
   };
   // The outcomes' sums plus the prior points' (which do not decay: the fit keeps its anchor
   // where outcomes are few, and outcomes outweigh it ~100:2 once there are many).
@@ -150,6 +150,13 @@ class SpecPolicy {
   // The first draft of a request whose estimate was `estimate` (< 0: none yet) when the step was
   // planned was (`agreed`) or was not the token sampled: the calibration learns from it.
   void observe_first_draft(double estimate, bool agreed);
+  // Both calibrations learn from a chain of k drafts (k = 1: a declined step's reported first
+  // draft) of which `accepted` were, planned with `estimate`: observe_first_draft and
+  // observe_later_drafts.
+  void calibrate(double estimate, int32_t k, int32_t accepted) {
+    observe_first_draft(estimate, accepted > 0);
+    observe_later_drafts(estimate, k, accepted);
+  }
   const AcceptanceCalibration& calibration() const { return calibration_; }
   // A verified chain of k drafts of which `accepted` were, planned with `estimate`: the later
   // drafts' calibration learns from drafts 2 .. accepted + 1 (those reached).
