@@ -140,6 +140,13 @@ class CudaForwardOps final : public model::ForwardOps {
                        float*) override {
     refused("combine_experts");
   }
+  void gated_delta_net(const kernels::GatedDeltaNetParams&) override {
+    refused("gated_delta_net");
+  }
+  void split_q_gate(const float*, int32_t, int, int, float*, float*) override {
+    refused("split_q_gate");
+  }
+  void sigmoid_mul(float*, const float*, int64_t) override { refused("sigmoid_mul"); }
   void flag_nonfinite(const float* x, const int32_t* rows, int32_t n, int dim,
                       uint8_t* flags) override;
   void argmax_rows(const float* x, int32_t n, int32_t cols, int32_t* ids) override;

@@ -191,7 +191,9 @@ uint32_t llama_file_type(const QuantRecipe& recipe) {
 GgmlType choose_tensor_type(std::string_view name, const std::vector<int64_t>& dims,
                             GgmlType source_type, GgmlType target, QuantMix mix, int layers,
                             bool tied_embeddings) {
-  if (dims.size() < 2 || !ends_with(name, "weight") || ends_with(name, "ffn_gate_inp.weight")) {
+  // As llama-quantize: vectors, routers and the Gated DeltaNet's conv taps ([K, C], K ~ 4) stay.
+  if (dims.size() < 2 || !ends_with(name, "weight") || ends_with(name, "ffn_gate_inp.weight") ||
+      ends_with(name, "ssm_conv1d.weight")) {
     return source_type;
   }
   target = intended_type(name, dims, target, mix, layers, tied_embeddings);

@@ -50,6 +50,17 @@ constexpr std::array kArchs = {
              .qkv_bias_required = true, .output = OutputTensor::kRequired,
              .experts = Experts::kRequired, .expert_weights_norm = false,
              .shared_expert = true},
+    // Qwen3.5 / 3.6 (llama.cpp's src/models/qwen35.cpp, qwen35moe.cpp): Gated DeltaNet layers
+    // and gated full attention with per-head QK-norm and partial NeoX RoPE (IMRoPE with text
+    // positions), the FFN's pre-norm named post_attention_norm; the MoE adds a gated shared
+    // expert to softmax-top-k-renormalised experts.
+    ArchSpec{.name = "qwen35", .arch = Arch::kQwen35, .rope_neox = true,
+             .qk_norm = QkNorm::kPerHead, .ffn_norm_name = "post_attention_norm",
+             .gated_delta_net = true, .attn_output_gate = true},
+    ArchSpec{.name = "qwen35moe", .arch = Arch::kQwen35Moe, .rope_neox = true,
+             .qk_norm = QkNorm::kPerHead, .experts = Experts::kRequired,
+             .ffn_norm_name = "post_attention_norm", .shared_expert = true,
+             .gated_delta_net = true, .attn_output_gate = true, .ffn_length_optional = true},
 };
 
 }  // namespace

@@ -17,7 +17,7 @@ namespace arbor::model {
 
 enum class Arch : uint8_t {
   kLlama, kQwen2, kQwen3, kQwen3Moe, kGemma2, kGemma3, kMistral3, kPhi3, kSmolLM3, kOlmo2,
-  kGranite, kGptOss, kQwen2Moe,
+  kGranite, kGptOss, kQwen2Moe, kQwen35, kQwen35Moe,
 };
 
 // Per-head or whole-projection RMS norm of q and k before RoPE.
@@ -142,6 +142,17 @@ struct ArchSpec {
   // <a>.expert_shared_feed_forward_length (default feed_forward_length) every token runs, added
   // to the routed experts' sum times sigmoid(x . ffn_gate_inp_shexp.weight [dim]).
   bool shared_expert = false;
+  // Qwen3.5's hybrid stack (docs/qwen35.md): Gated DeltaNet layers (ModelConfig::ssm, the
+  // <a>.ssm.* keys; layer l is recurrent per <a>.attention.recurrent_layers, else when
+  // (l + 1) % <a>.full_attention_interval != 0) between full-attention layers, and trailing
+  // multi-token-prediction blocks (<a>.nextn_predict_layers) that the trunk does not run.
+  bool gated_delta_net = false;
+  // attn_q holds, per head, [q (head_dim); gate (head_dim)] rows: the attention's output is
+  // multiplied by sigmoid(gate) before attn_output (Qwen3.5's gated attention).
+  bool attn_output_gate = false;
+  // <a>.feed_forward_length may be absent (Qwen3.5-MoE: the experts' and the shared expert's
+  // widths have their own keys).
+  bool ffn_length_optional = false;
 };
 
 // The row for `name`, or null.

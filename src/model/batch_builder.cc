@@ -19,7 +19,7 @@ void BatchBuilder::clear() {
   }
   any_mask_ = false;
   for (auto* v : {&tokens_, &positions_, &kv_page_indices_, &kv_len_, &slot_mapping_,
-                  &logits_indices_, &hidden_indices_}) {
+                  &logits_indices_, &hidden_indices_, &state_slots_}) {
     v->clear();
   }
   qo_indptr_.assign(1, 0);
@@ -87,6 +87,10 @@ int32_t BatchBuilder::add(const SequenceInput& seq) {
                  more_[g].slot_mapping);
   }
   kv_len_.push_back(kv_len);
+  ARBOR_CHECK(seq.state_slot >= 0 ? state_slots_.size() + 1 == kv_len_.size()
+                                   : state_slots_.empty())
+      << "every sequence of a batch has a state slot, or none";
+  if (seq.state_slot >= 0) state_slots_.push_back(seq.state_slot);
   append_mask(seq);
   return first_logit;
 }
@@ -126,6 +130,7 @@ ForwardBatch BatchBuilder::batch() const {
     more_views_.push_back(KvGroupArrays{g.kv_indptr, g.kv_page_indices, g.slot_mapping});
   }
   b.more_kv_groups = more_views_;
+  b.state_slots = state_slots_;
   return b;
 }
 

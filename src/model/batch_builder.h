@@ -40,6 +40,9 @@ struct SequenceInput {
   // [num_groups - 1] the tables of KV cache groups 1 .. G-1 (as long as block_table each);
   // empty with one group. The builder's group count must match.
   std::span<const std::vector<int32_t>> more_block_tables;
+  // The sequence's recurrent state slot (ForwardBatch::state_slots), or -1 for a model without
+  // recurrent layers. Every sequence of a batch gives one, or none does (CHECKed).
+  int32_t state_slot = -1;
 };
 
 class BatchBuilder {
@@ -79,6 +82,7 @@ class BatchBuilder {
   bool any_mask_ = false;
   std::vector<int32_t> tokens_, positions_, qo_indptr_{0}, kv_indptr_{0}, kv_page_indices_;
   std::vector<int32_t> kv_len_, slot_mapping_, logits_indices_, hidden_indices_, mask_indptr_{0};
+  std::vector<int32_t> state_slots_;
   std::vector<uint8_t> mask_bits_;
 };
 

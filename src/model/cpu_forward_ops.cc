@@ -234,6 +234,26 @@ void CpuForwardOps::combine_experts(const float *pairs,
   }
 }
 
+void CpuForwardOps::gated_delta_net(const kernels::GatedDeltaNetParams &p) {
+  kernels::gated_delta_net(p, pool_);
+}
+
+void CpuForwardOps::split_q_gate(const float *qg, int32_t num_tokens, int heads,
+                                 int head_dim, float *q, float *gate) {
+  const int64_t rows = int64_t{num_tokens} * heads;
+  const size_t bytes = static_cast<size_t>(head_dim) * sizeof(float);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(q + r * head_dim, qg + 2 * r * head_dim, bytes);
+    std::memcpy(gate + r * head_dim, qg + (2 * r + 1) * head_dim, bytes);
+  }
+}
+
+void CpuForwardOps::sigmoid_mul(float *x, const float *gate, int64_t n) {
+  pool_.parallel_for(n, [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end; ++i) x[i] *= 1.0f / (1.0f + std::exp(-gate[i]));
+  }, 4096);
+}
+
 void CpuForwardOps::add(float *y, const float *x, int64_t n) {
   kernels::add(y, x, n);
 }

@@ -66,6 +66,10 @@ public:
   void combine_experts(const float *pairs, const int32_t *slot_pair,
                        const float *slot_weight, int32_t num_tokens, int k,
                        int dim, float *y) override;
+  void gated_delta_net(const kernels::GatedDeltaNetParams &p) override;
+  void split_q_gate(const float *qg, int32_t num_tokens, int heads,
+                    int head_dim, float *q, float *gate) override;
+  void sigmoid_mul(float *x, const float *gate, int64_t n) override;
   void add(float *y, const float *x, int64_t n) override;
   void add_gated_rows(float *y, const float *x, const float *gate, int32_t rows,
                       int cols) override;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 
@@ -124,6 +125,40 @@ Status check_tokens(const ForwardBatch& bt, const BatchLimits& lim) {
   return ok_status();
 }
 
+Status check_state_slots(const ForwardBatch& bt, const BatchLimits& lim) {
+  const size_t nb = bt.qo_indptr.size() - 1;
+  if (lim.num_state_slots == 0) {
+    if (!bt.state_slots.empty()) {
+      return invalid_argument("batch has ", bt.state_slots.size(),
+                              " state slots, the model has no recurrent layers");
+    }
+    return ok_status();
+  }
+  if (bt.state_slots.size() != nb) {
+    return invalid_argument("state_slots has ", bt.state_slots.size(), " entries, expected ", nb,
+                            " (the model has recurrent layers)");
+  }
+  std::vector<bool> seen(static_cast<size_t>(lim.num_state_slots));
+  for (size_t b = 0; b < nb; ++b) {
+    const int32_t s = bt.state_slots[b];
+    if (s < 0 || s >= lim.num_state_slots) {
+      return invalid_argument("state_slots[", b, "] = ", s, ", the model has ",
+                              lim.num_state_slots, " state slots");
+    }
+    if (seen[static_cast<size_t>(s)]) {
+      return invalid_argument("state_slots[", b, "] = ", s, " is shared with another sequence");
+    }
+    seen[static_cast<size_t>(s)] = true;
+  }
+  for (size_t b = 0; !bt.mask_indptr.empty() && b < nb; ++b) {
+    if (bt.mask_indptr[b + 1] != bt.mask_indptr[b]) {
+      return unimplemented("sequence ", b, " has a custom mask (a token tree): the model's "
+                           "recurrent layers run plain sequences only");
+    }
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 Status validate_batch(const ForwardBatch& bt, const BatchLimits& lim) {
@@ -150,6 +185,10 @@ Status validate_batch(const ForwardBatch& bt, const BatchLimits& lim) {
   for (int g = 0; g < num_groups; ++g) {
     for (size_t b = 0; b < nb; ++b) ARBOR_RETURN_IF_ERROR(check_sequence(bt, lim, g, (int)b));
   }
+  if (!bt.mask_indptr.empty()) {
+    ARBOR_RETURN_IF_ERROR(check_indptr(bt.mask_indptr, nb + 1, -1, "mask_indptr"));
+  }
+  ARBOR_RETURN_IF_ERROR(check_state_slots(bt, lim));
   if (bt.mask_indptr.empty()) return ok_status();
   ARBOR_RETURN_IF_ERROR(check_indptr(bt.mask_indptr, nb + 1, -1, "mask_indptr"));
   if (((int64_t)bt.mask_indptr.back() + 7) / 8 > (int64_t)bt.mask_bits.size()) {

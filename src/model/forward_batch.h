@@ -56,6 +56,7 @@ struct ForwardBatch {
   std::span<const int32_t> mask_indptr;
   std::span<const uint8_t> mask_bits;
   std::span<const KvGroupArrays> more_kv_groups;
+  std::span<const int32_t> state_slots;
 
   int32_t num_kv_groups() const { return 1 + (int32_t)more_kv_groups.size(); }
   // Group g's arrays: g == 0 the fields above, else more_kv_groups[g - 1].
@@ -80,6 +81,9 @@ struct BatchLimits {
   // written to it, nor may the first new token's window (position kv_len - n - W + 1 on; every
   // position in a full-attention group) touch it.
   std::span<const int32_t> group_windows;
+  // The model's recurrent state slots (RecurrentStateCache::num_slots); 0: the model has no
+  // recurrent layers, and the batch must have no state_slots.
+  int32_t num_state_slots = 0;
 };
 
 // Checks every array's size, monotone indptrs, token ids, block ids, that block tables cover

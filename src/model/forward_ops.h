@@ -14,7 +14,10 @@
 //   scales, post-norms and soft-caps. A mixture-of-experts FFN is matmul(router) ->
 //   route_experts -> matmul_experts(gate, up) -> silu_mul -> matmul_experts(down) ->
 //   combine_experts -> add (gpt-oss: the router's bias by scale_bias, the experts' by
-//   add_expert_bias after each matmul_experts, swiglu_oai for silu_mul).
+//   add_expert_bias after each matmul_experts, swiglu_oai for silu_mul). A Gated DeltaNet layer
+//   (Qwen3.5) is rms_norm -> matmul_multi(qkv, z, beta, alpha) -> gated_delta_net ->
+//   matmul(out) -> add; its gated attention layers split_q_gate after matmul_multi and
+//   sigmoid_mul the attention's output before matmul(wo).
 //
 // Memory: every pointer an op takes or returns lives in the device's memory ("device pointers"),
 // including the model's weights as weights() returns them and the batch arrays as stage()
@@ -36,6 +39,7 @@
 #include "base/status.h"
 #include "kernels/attention.h"
 #include "kernels/experts.h"
+#include "kernels/gated_delta_net.h"
 #include "kernels/matmul.h"
 #include "model/forward_batch.h"
 #include "model/llama_model.h"
@@ -226,6 +230,17 @@ class ForwardOps : public DeviceMemory {
   // bias: [rows.num_experts, cols] (gpt-oss's per-expert biases). Device pointers.
   virtual void add_expert_bias(float* y, const kernels::ExpertRows& rows, const float* bias,
                                int cols) = 0;
+
+  // Gated DeltaNet layers (Qwen3.5): kernels::gated_delta_net's contract, every pointer a
+  // device pointer (the layer's conv and recurrent states included).
+  virtual void gated_delta_net(const kernels::GatedDeltaNetParams& p) = 0;
+  // Gated attention's [q; gate] rows apart: qg [T, heads, 2, head_dim] (per head head_dim q
+  // values, then head_dim gate values) into q and gate, [T, heads * head_dim] each.
+  virtual void split_q_gate(const float* qg, int32_t num_tokens, int heads, int head_dim,
+                            float* q, float* gate) = 0;
+  // x[i] *= sigmoid(gate[i]), sigmoid(g) = 1 / (1 + exp(-g)); [n]. Element i's bits depend
+  // only on x[i] and gate[i].
+  virtual void sigmoid_mul(float* x, const float* gate, int64_t n) = 0;
 
   // y += x; [n].
   virtual void add(float* y, const float* x, int64_t n) = 0;

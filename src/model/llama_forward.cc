@@ -42,6 +42,10 @@ LlamaForward::LlamaForward(const LlamaModel& model, ForwardOps& ops, int32_t res
   // The layers' attention layouts: a plan depends on the window, not on the KV cache group.
   std::vector<int32_t> windows;
   for (int layer = 0; layer < cfg_.num_layers; ++layer) {
+    if (cfg_.layers[layer].recurrent) {
+      layer_layout_.push_back(-1);
+      continue;
+    }
     const int32_t w = cfg_.layers[layer].window;
     auto it = std::find(windows.begin(), windows.end(), w);
     if (it == windows.end()) {
@@ -57,6 +61,8 @@ LlamaForward::LlamaForward(const LlamaModel& model, ForwardOps& ops, int32_t res
 LlamaForward::~LlamaForward() {
   for (Scratch* s : {&x_, &xb_, &q_, &k_, &v_, &att_, &hb_, &hb2_, &router_, &slot_expert_,
                      &slot_weight_, &slot_pair_, &pair_token_, &expert_indptr_, &pair_out_, &shexp_out_,
+                     &qg_, &gate_, &ssm_qkv_, &ssm_mixed_, &ssm_z_, &ssm_beta_, &ssm_alpha_,
+                     &ssm_out_,
                      &xl_, &xh_, &logits_, &argmax_, &top_scale_, &top_ids_, &top_logits_,
                      &flags_}) {
     ops_.release(s->p);
@@ -103,6 +109,19 @@ void LlamaForward::reserve(int32_t t, int32_t l) {
       ensure(expert_indptr_, (cfg_.num_experts + 1) * sizeof(int32_t));
       ensure(pair_out_, n * k * cfg_.dim);
       if (cfg_.shared_expert_ffn_dim > 0) ensure(shexp_out_, n * cfg_.dim);
+    }
+    if (cfg_.attn_output_gate) {
+      ensure(qg_, n * 2 * q_dim);
+      ensure(gate_, n * q_dim);
+    }
+    if (cfg_.has_recurrent_layers()) {
+      const SsmConfig& ssm = cfg_.ssm;
+      ensure(ssm_qkv_, n * ssm.conv_dim());
+      ensure(ssm_mixed_, n * ssm.conv_dim());
+      ensure(ssm_z_, n * ssm.value_dim());
+      ensure(ssm_beta_, n * ssm.num_v_heads);
+      ensure(ssm_alpha_, n * ssm.num_v_heads);
+      ensure(ssm_out_, n * ssm.value_dim());
     }
     for (size_t r = 0; r < cfg_.ropes.size(); ++r) {
       ensure(ropes_[r].cos, n * std::max(1, cfg_.rope_dim / 2));
@@ -200,14 +219,21 @@ void LlamaForward::plan_attention(const ForwardBatch& batch, PagedKvCache& cache
   }
 }
 
+void LlamaForward::project_qkv(const LayerWeights& w, const float* in, int32_t nt) {
+  const kernels::WeightView* qkv[] = {&w.q.w, &w.k.w, &w.v.w};
+  float* qkv_out[] = {cfg_.attn_output_gate ? qg_.f() : q_.f(), k_.f(), v_.f()};
+  ops_.matmul_multi(qkv, in, qkv_out, nt);
+  if (cfg_.attn_output_gate) {
+    ops_.split_q_gate(qg_.f(), nt, num_heads_, cfg_.head_dim, q_.f(), gate_.f());
+  }
+}
+
 void LlamaForward::attention_block(int layer, const ForwardBatch& batch, PagedKvCache& cache) {
   const LayerWeights& w = w_.layers[layer];
   const LayerSpec& spec = cfg_.layers[layer];
   const int32_t nt = batch.num_tokens();
   const float* in = block_input(w.attn_norm, nt);
-  const kernels::WeightView* qkv[] = {&w.q.w, &w.k.w, &w.v.w};
-  float* qkv_out[] = {q_.f(), k_.f(), v_.f()};
-  ops_.matmul_multi(qkv, in, qkv_out, nt);
+  project_qkv(w, in, nt);
 
   QkvEpilogue e;
   e.num_tokens = nt;
@@ -246,10 +272,49 @@ void LlamaForward::attention_block(int layer, const ForwardBatch& batch, PagedKv
   ops_.qkv_epilogue(e);
   const int layout = layer_layout_[layer];
   ops_.attention(attention_params(layer, batch, cache), *plans_[layout]);
+  if (cfg_.attn_output_gate) {
+    ops_.sigmoid_mul(att_.f(), gate_.f(), static_cast<int64_t>(nt) * num_heads_ * cfg_.head_dim);
+  }
 
   ops_.matmul_segmented(w.o.w, w.o_segs, att_.f(), xb_.f(), nt);
   all_reduce(xb_.f(), static_cast<int64_t>(nt) * cfg_.dim);
   finish_linear(w.o, xb_.f(), nt);
+  residual(w.post_attn_norm, nt);
+}
+
+void LlamaForward::delta_net_block(int layer, const ForwardBatch& batch) {
+  const LayerWeights& w = w_.layers[layer];
+  const SsmConfig& ssm = cfg_.ssm;
+  const int32_t nt = batch.num_tokens();
+  const float* in = block_input(w.attn_norm, nt);
+  const kernels::WeightView* proj[] = {&w.ssm_qkv.w, &w.ssm_z.w, &w.ssm_beta, &w.ssm_alpha};
+  float* proj_out[] = {ssm_qkv_.f(), ssm_z_.f(), ssm_beta_.f(), ssm_alpha_.f()};
+  ops_.matmul_multi(proj, in, proj_out, nt);
+  kernels::GatedDeltaNetParams p;
+  p.num_seqs = batch.num_seqs();
+  p.qo_indptr = batch.qo_indptr.data();
+  p.kv_len = batch.kv_len.data();
+  p.state_slots = batch.state_slots.data();
+  p.num_k_heads = ssm.num_k_heads;
+  p.num_v_heads = ssm.num_v_heads;
+  p.head_k_dim = ssm.state_size;
+  p.head_v_dim = ssm.state_size;
+  p.conv_kernel = ssm.conv_kernel;
+  p.eps = cfg_.rms_eps;
+  p.qkv = ssm_qkv_.f();
+  p.z = ssm_z_.f();
+  p.alpha = ssm_alpha_.f();
+  p.beta = ssm_beta_.f();
+  p.conv_w = w.ssm_conv;
+  p.dt_bias = w.ssm_dt_bias;
+  p.a = w.ssm_a;
+  p.norm_w = w.ssm_norm;
+  p.conv_state = states_->conv(layer);
+  p.ssm_state = states_->ssm(layer);
+  p.mixed = ssm_mixed_.f();
+  p.out = ssm_out_.f();
+  ops_.gated_delta_net(p);
+  ops_.matmul(w.ssm_out.w, ssm_out_.f(), xb_.f(), nt);
   residual(w.post_attn_norm, nt);
 }
 
@@ -477,7 +542,8 @@ uint64_t batch_digest(const ForwardBatch& b) {
   uint64_t h = 0xcbf29ce484222325ull;
   for (std::span<const int32_t> v : {b.tokens, b.positions, b.qo_indptr, b.kv_indptr,
                                      b.kv_page_indices, b.kv_len, b.slot_mapping,
-                                     b.logits_indices, b.hidden_indices, b.mask_indptr}) {
+                                     b.logits_indices, b.hidden_indices, b.mask_indptr,
+                                     b.state_slots}) {
     hash_span(h, v);
   }
   hash_span(h, b.mask_bits);
@@ -603,8 +669,15 @@ void LlamaForward::run(const ForwardBatch& host_batch, PagedKvCache& cache,
   if (!flags_host_.empty()) ops_.to_device(flags_.p, flags_host_.data(), flags_host_.size());
   embed(batch);
   flag_nonfinite(batch, 0);
+  ARBOR_CHECK(!cfg_.has_recurrent_layers() ||
+              (states_ != nullptr && batch.state_slots.size() == (size_t)batch.num_seqs()))
+      << "a model with recurrent layers runs with its states and a state slot per sequence";
   for (int layer = 0; layer < cfg_.num_layers; ++layer) {
-    attention_block(layer, batch, cache);
+    if (cfg_.layers[layer].recurrent) {
+      delta_net_block(layer, batch);
+    } else {
+      attention_block(layer, batch, cache);
+    }
     flag_nonfinite(batch, 1 + 2 * layer);
     ffn_block(layer, nt);
     flag_nonfinite(batch, 2 + 2 * layer);

@@ -37,6 +37,7 @@
 #include "model/kv_cache.h"
 #include "collective/collective.h"
 #include "model/llama_model.h"
+#include "model/recurrent_state.h"
 
 namespace arbor::model {
 
@@ -114,6 +115,10 @@ class LlamaForward {
     return moe_layers_run_ > 0 ? static_cast<double>(experts_touched_) / moe_layers_run_ : 0.0;
   }
 
+  // The recurrent layers' states (a model with Gated DeltaNet layers needs them before run();
+  // the batch's state_slots index them). Must outlive this object's runs.
+  void set_recurrent_states(RecurrentStateCache* states) { states_ = states; }
+
   // Tokens the scratch currently holds.
   int32_t capacity_tokens() const { return cap_tokens_; }
 
@@ -143,6 +148,10 @@ class LlamaForward {
   // Fills plans_ for the staged batch: one plan_attention per layout.
   void plan_attention(const ForwardBatch& batch, PagedKvCache& cache);
   void attention_block(int layer, const ForwardBatch& batch, PagedKvCache& cache);
+  // q (and gate_, with ArchSpec::attn_output_gate) of the normed input `in`, with k and v.
+  void project_qkv(const LayerWeights& w, const float* in, int32_t nt);
+  // A Gated DeltaNet layer's mixer and residual (kernels/gated_delta_net.h).
+  void delta_net_block(int layer, const ForwardBatch& batch);
   void ffn_block(int layer, int32_t num_tokens);
   void activation(float* gate, const float* up, int64_t n);
   void moe_block(int layer, int32_t num_tokens);
@@ -171,6 +180,7 @@ class LlamaForward {
   const int num_kv_heads_;
   const int ffn_dim_;
   collective::Collective* collective_ = nullptr;  // null without TP
+  RecurrentStateCache* states_ = nullptr;          // null without recurrent layers
   uint64_t step_ = 0;                              // run() calls so far
   uint64_t digest_ = 0;                            // this step's batch digest
   uint32_t op_ = 0;                                // collectives issued this step
@@ -182,7 +192,7 @@ class LlamaForward {
   // Attention layouts: one per distinct layer window, in order of first appearance.
   std::vector<std::unique_ptr<AttentionPlan>> plans_;  // [num_layouts], refilled every step
   std::vector<int> layout_first_layer_;                // [num_layouts] a layer planning it
-  std::vector<int> layer_layout_;                      // [num_layers] index into plans_
+  std::vector<int> layer_layout_;  // [num_layers] index into plans_; -1: a recurrent layer
   int32_t cap_tokens_ = 0;
   int32_t cap_logits_ = 0;
   int32_t cap_hidden_ = 0;
@@ -194,6 +204,15 @@ class LlamaForward {
   Scratch k_;         // [T, kv_dim]
   Scratch v_;         // [T, kv_dim]
   Scratch att_;       // [T, q_dim]
+  Scratch qg_;        // [T, 2 * q_dim] gated attention's [q; gate] rows
+  Scratch gate_;      // [T, q_dim] its gate
+  // Gated DeltaNet layers (C = conv_dim, Hv value heads of dv):
+  Scratch ssm_qkv_;    // [T, C]
+  Scratch ssm_mixed_;  // [T, C] the conv's output
+  Scratch ssm_z_;      // [T, Hv * dv]
+  Scratch ssm_beta_;   // [T, Hv]
+  Scratch ssm_alpha_;  // [T, Hv]
+  Scratch ssm_out_;    // [T, Hv * dv]
   Scratch hb_;        // [T, ffn_dim], or [T * k, expert_ffn_dim] (MoE: per pair)
   Scratch hb2_;       // likewise
   // Mixture of experts (k = num_experts_used, E = num_experts): ExpertRouting's arrays.

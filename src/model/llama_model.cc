@@ -97,6 +97,16 @@ class Binder {
     return *s;
   }
 
+  // Marks every tensor whose name starts with `prefix` as used (parts of the file the model
+  // knows and does not run). Returns how many.
+  int skip_prefix(const std::string& prefix) {
+    int n = 0;
+    for (const gguf::TensorInfo& t : f_.tensors()) {
+      if (t.name.starts_with(prefix)) used_.insert(t.name), ++n;
+    }
+    return n;
+  }
+
   // Every tensor of the file was used, or kUnimplemented naming the first that was not.
   Status check_all_used(const std::string& arch) const {
     for (const gguf::TensorInfo& t : f_.tensors()) {
@@ -204,6 +214,23 @@ Status bind_ffn(Binder& b, const ModelConfig& c, const std::string& p, LayerWeig
   return ok_status();
 }
 
+// A Gated DeltaNet layer's mixer (docs/qwen35.md §3.3).
+Status bind_gated_delta_net(Binder& b, const ModelConfig& c, const std::string& p,
+                            LayerWeights& w) {
+  const SsmConfig& s = c.ssm;
+  ARBOR_ASSIGN_OR_RETURN(w.ssm_qkv, linear(b, p + "attn_qkv", s.conv_dim(), c.dim, false, false));
+  ARBOR_ASSIGN_OR_RETURN(w.ssm_z, linear(b, p + "attn_gate", s.value_dim(), c.dim, false, false));
+  ARBOR_ASSIGN_OR_RETURN(w.ssm_beta, b.matrix(p + "ssm_beta.weight", s.num_v_heads, c.dim));
+  ARBOR_ASSIGN_OR_RETURN(w.ssm_alpha, b.matrix(p + "ssm_alpha.weight", s.num_v_heads, c.dim));
+  ARBOR_ASSIGN_OR_RETURN(w.ssm_dt_bias, b.vector(p + "ssm_dt.bias", s.num_v_heads, true));
+  ARBOR_ASSIGN_OR_RETURN(w.ssm_a, b.vector(p + "ssm_a", s.num_v_heads, true));
+  ARBOR_ASSIGN_OR_RETURN(w.ssm_conv,
+                         b.vector(p + "ssm_conv1d.weight", s.conv_kernel, true, s.conv_dim()));
+  ARBOR_ASSIGN_OR_RETURN(w.ssm_norm, b.vector(p + "ssm_norm.weight", s.state_size, true));
+  ARBOR_ASSIGN_OR_RETURN(w.ssm_out, linear(b, p + "ssm_out", c.dim, s.value_dim(), false, false));
+  return ok_status();
+}
+
 Status bind_layer(Binder& b, const ModelConfig& c, int l, LayerWeights& w) {
   const ArchSpec& s = *c.spec;
   const std::string p = str_cat("blk.", l, ".");
@@ -212,7 +239,18 @@ Status bind_layer(Binder& b, const ModelConfig& c, int l, LayerWeights& w) {
     ARBOR_ASSIGN_OR_RETURN(w.ffn_norm, b.vector(str_cat(p, s.ffn_norm_name, ".weight"), c.dim,
                                                 true));
   }
-  ARBOR_RETURN_IF_ERROR(bind_qkv(b, c, p, w));
+  if (c.layers[l].recurrent) {
+    ARBOR_RETURN_IF_ERROR(bind_gated_delta_net(b, c, p, w));
+    return bind_ffn(b, c, p, w);
+  }
+  if (c.attn_output_gate) {  // attn_q: [q; gate] per head, 2 x q_dim rows; no biases
+    ARBOR_ASSIGN_OR_RETURN(w.q, linear(b, p + "attn_q", 2 * int64_t{c.q_dim()}, c.dim, false,
+                                       false));
+    ARBOR_ASSIGN_OR_RETURN(w.k, linear(b, p + "attn_k", c.kv_dim(), c.dim, false, false));
+    ARBOR_ASSIGN_OR_RETURN(w.v, linear(b, p + "attn_v", c.kv_dim(), c.dim, false, false));
+  } else {
+    ARBOR_RETURN_IF_ERROR(bind_qkv(b, c, p, w));
+  }
   if (s.attn_sinks) {
     ARBOR_ASSIGN_OR_RETURN(w.attn_sinks, b.vector(p + "attn_sinks.weight", c.num_heads, true));
   }
@@ -307,6 +345,16 @@ void for_each_weight(LlamaWeights& w, const ModelConfig& c,
     vec(p + "ffn_gate_exps.bias", lw.gate_exps_bias, ne * eff);
     vec(p + "ffn_up_exps.bias", lw.up_exps_bias, ne * eff);
     vec(p + "ffn_down_exps.bias", lw.down_exps_bias, ne * c.dim);
+    const SsmConfig& ssm = c.ssm;
+    mat(p + "attn_qkv.weight", lw.ssm_qkv.w);
+    mat(p + "attn_gate.weight", lw.ssm_z.w);
+    mat(p + "ssm_beta.weight", lw.ssm_beta);
+    mat(p + "ssm_alpha.weight", lw.ssm_alpha);
+    vec(p + "ssm_dt.bias", lw.ssm_dt_bias, ssm.num_v_heads);
+    vec(p + "ssm_a", lw.ssm_a, ssm.num_v_heads);
+    vec(p + "ssm_conv1d.weight", lw.ssm_conv, int64_t{ssm.conv_dim()} * ssm.conv_kernel);
+    vec(p + "ssm_norm.weight", lw.ssm_norm, ssm.state_size);
+    mat(p + "ssm_out.weight", lw.ssm_out.w);
   }
   vec("output_norm.weight", w.output_norm, c.dim);
   if (!w.tied_output) mat("output.weight", w.output.w);
@@ -428,6 +476,10 @@ uint64_t LlamaModel::resident_weight_bytes() const {
       if (m->w.data != nullptr) view(m->w);
     }
     if (l.shexp_gate_inp.data != nullptr) view(l.shexp_gate_inp);
+    for (const kernels::WeightView* v : {&l.ssm_qkv.w, &l.ssm_z.w, &l.ssm_beta, &l.ssm_alpha,
+                                         &l.ssm_out.w}) {
+      if (v->data != nullptr) view(*v);
+    }
   }
   return bytes;
 }
@@ -543,6 +595,11 @@ Status LlamaModel::bind_weights(const ModelLoadOptions& options) {
   weights_.layers.resize(c.num_layers);
   for (int l = 0; l < c.num_layers; ++l) {
     ARBOR_RETURN_IF_ERROR(bind_layer(b, c, l, weights_.layers[l]));
+  }
+  for (int l = c.num_layers; l < c.num_layers + c.num_nextn_layers; ++l) {
+    const int n = b.skip_prefix(str_cat("blk.", l, "."));
+    ARBOR_LOG(kInfo) << file_.name() << ": multi-token-prediction block " << l << " (" << n
+                     << " tensors) is not run";
   }
   return b.check_all_used(c.arch_name);
 }

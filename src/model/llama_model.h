@@ -7,7 +7,8 @@
 //   rope_freqs / rope_factors_long / rope_factors_short (rows with ArchSpec::rope_freqs),
 //   blk.N.{attn_norm, attn_q, attn_k, attn_v | attn_qkv, attn_q_norm, attn_k_norm,
 //          attn_output, post_attention_norm, ffn_norm, ffn_gate, ffn_up, ffn_down,
-//          post_ffw_norm, attn_sinks}.weight, the biases (.bias) and per-tensor scales (.scale, {1}) the row
+//          post_ffw_norm, attn_sinks}.weight, Gated DeltaNet layers' blk.N.{attn_qkv, attn_gate,
+//          ssm_beta, ssm_alpha, ssm_a, ssm_conv1d, ssm_norm, ssm_out}(.weight) and ssm_dt.bias, the biases (.bias) and per-tensor scales (.scale, {1}) the row
 //   allows; in mixture-of-experts layers blk.N.ffn_gate_inp.weight (the router) and the 3-D
 //   blk.N.ffn_{gate,up,down}_exps.weight instead of ffn_gate / ffn_up / ffn_down, each bound as
 //   one 2-D matrix per expert (a slice of the tensor; packed per expert like any matrix), and
@@ -86,6 +87,17 @@ struct LayerWeights {
   kernels::WeightView shexp_gate_inp;  // [1, dim], F32
   // gpt-oss (ArchSpec::attn_sinks): attn_sinks.weight [num_heads], or null.
   const float* attn_sinks = nullptr;
+  // A Gated DeltaNet layer (LayerSpec::recurrent; docs/qwen35.md §3.3) instead of q, k, v, o
+  // and the QK-norms (Hk, Hv, dk = dv = state_size, C = conv_dim, K = conv_kernel):
+  Linear ssm_qkv;                  // attn_qkv [C, dim]: q, k, v before the conv
+  Linear ssm_z;                    // attn_gate [Hv * dv, dim]: the output gate's input
+  kernels::WeightView ssm_beta;    // ssm_beta [Hv, dim]
+  kernels::WeightView ssm_alpha;   // ssm_alpha [Hv, dim]
+  const float* ssm_dt_bias = nullptr;  // ssm_dt.bias [Hv]
+  const float* ssm_a = nullptr;        // ssm_a [Hv] (-exp(A_log))
+  const float* ssm_conv = nullptr;     // ssm_conv1d.weight [C, K]
+  const float* ssm_norm = nullptr;     // ssm_norm.weight [dv]
+  Linear ssm_out;                  // ssm_out [dim, Hv * dv]
 };
 
 struct LlamaWeights {

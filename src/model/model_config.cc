@@ -1,5 +1,6 @@
 #include "model/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <variant>
@@ -90,7 +91,10 @@ Status refuse_unsupported_keys(const gguf::GgufFile& f, const std::string& a, in
 Status read_shape(const gguf::GgufFile& f, const std::string& a, ModelConfig& c) {
   ARBOR_ASSIGN_OR_RETURN(c.dim, get_positive_int(f, a + ".embedding_length"));
   ARBOR_ASSIGN_OR_RETURN(c.num_layers, get_positive_int(f, a + ".block_count"));
-  ARBOR_ASSIGN_OR_RETURN(c.ffn_dim, get_uniform_int(f, a + ".feed_forward_length", c.num_layers));
+  if (!c.spec->ffn_length_optional || f.find(a + ".feed_forward_length") != nullptr) {
+    ARBOR_ASSIGN_OR_RETURN(c.ffn_dim,
+                           get_uniform_int(f, a + ".feed_forward_length", c.num_layers));
+  }
   ARBOR_ASSIGN_OR_RETURN(c.num_heads,
                          get_uniform_int(f, a + ".attention.head_count", c.num_layers));
   c.num_kv_heads = c.num_heads;
@@ -337,6 +341,10 @@ Status read_experts(const gguf::GgufFile& f, const std::string& a, ModelConfig& 
   } else if (kind == Experts::kRequired) {
     c.expert_ffn_dim = c.ffn_dim / c.num_experts_used;  // llama.cpp's fallback
   }
+  if (c.expert_ffn_dim < 1 && c.ffn_dim == 0) {
+    return not_found(f.name(), ": ", ffn_key, " is missing (and so is ", a,
+                     ".feed_forward_length)");
+  }
   if (c.expert_ffn_dim < 1) return invalid_argument(f.name(), ": the expert FFN length is 0");
   if (c.spec->shared_expert) {
     c.shared_expert_ffn_dim = c.ffn_dim;  // llama.cpp's fallback
@@ -345,7 +353,8 @@ Status read_experts(const gguf::GgufFile& f, const std::string& a, ModelConfig& 
       ARBOR_ASSIGN_OR_RETURN(c.shared_expert_ffn_dim, get_uniform_int(f, shared_key, c.num_layers));
     }
     if (c.shared_expert_ffn_dim < 1) {
-      return invalid_argument(f.name(), ": the shared expert's FFN length is 0");
+      return invalid_argument(f.name(), ": the shared expert's FFN length is 0 (",
+                              shared_key, " and ", a, ".feed_forward_length are missing)");
     }
   }
   return ok_status();
@@ -421,7 +430,81 @@ Status read_pooling(const gguf::GgufFile& f, const std::string& a, ModelConfig& 
   return ok_status();
 }
 
+// Qwen3.5's hybrid stack (ArchSpec::gated_delta_net; docs/qwen35.md §1-2): the trunk's layer
+// count without the MTP blocks, which layers are recurrent, the ssm shape and the IMRoPE
+// sections (text positions only: IMRoPE is then NeoX RoPE over rope.dimension_count dims).
+Status read_gated_delta_net(const gguf::GgufFile& f, const std::string& a, int block_count,
+                            ModelConfig& c) {
+  ARBOR_ASSIGN_OR_RETURN(const int nextn, get_int_or(f, a + ".nextn_predict_layers", 0));
+  if (f.find(a + ".nextn_predict_layers") != nullptr) {
+    ARBOR_ASSIGN_OR_RETURN(const int64_t v, f.get_i64(a + ".nextn_predict_layers"));
+    if (v < 0 || v >= block_count) {
+      return invalid_argument(f.name(), ": ", a, ".nextn_predict_layers = ", v, " of ",
+                              block_count, " blocks");
+    }
+  }
+  c.num_nextn_layers = nextn;
+  c.num_layers = block_count - nextn;
+  SsmConfig& s = c.ssm;
+  ARBOR_ASSIGN_OR_RETURN(s.conv_kernel, get_positive_int(f, a + ".ssm.conv_kernel"));
+  ARBOR_ASSIGN_OR_RETURN(s.state_size, get_positive_int(f, a + ".ssm.state_size"));
+  ARBOR_ASSIGN_OR_RETURN(s.num_k_heads, get_positive_int(f, a + ".ssm.group_count"));
+  ARBOR_ASSIGN_OR_RETURN(s.num_v_heads, get_positive_int(f, a + ".ssm.time_step_rank"));
+  ARBOR_ASSIGN_OR_RETURN(const int inner, get_positive_int(f, a + ".ssm.inner_size"));
+  if (s.state_size % 8 != 0 || s.state_size > 1024 || s.conv_kernel > 64) {
+    return unimplemented(f.name(), ": ", a, ".ssm.state_size = ", s.state_size, ", conv_kernel ",
+                         s.conv_kernel, " (arbor runs state sizes that are multiples of 8 up to "
+                         "1024 and kernels up to 64)");
+  }
+  if (inner != s.value_dim() || s.num_v_heads % s.num_k_heads != 0) {
+    return invalid_argument(f.name(), ": ", a, ".ssm.inner_size = ", inner, " must be ",
+                            a, ".ssm.time_step_rank x .state_size = ", s.value_dim(),
+                            ", and time_step_rank (", s.num_v_heads,
+                            ") a multiple of group_count (", s.num_k_heads, ")");
+  }
+  const std::string sections = a + ".rope.dimension_sections";
+  if (f.find(sections) == nullptr) {
+    return not_found(f.name(), ": ", sections, " is missing (", a, " runs IMRoPE)");
+  }
+  ARBOR_ASSIGN_OR_RETURN(const std::vector<int32_t> sec, f.get_i32_array(sections));
+  int64_t pairs = 0;
+  for (int32_t x : sec) pairs += x;
+  if (sec.empty() || pairs > c.rope_dim / 2 || *std::min_element(sec.begin(), sec.end()) < 0) {
+    return invalid_argument(f.name(), ": ", sections, " must be non-negative and sum to at most "
+                            "rope.dimension_count / 2 = ", c.rope_dim / 2);
+  }
+  c.layers.assign(c.num_layers, LayerSpec{});
+  const std::string pattern = a + ".attention.recurrent_layers";
+  if (const gguf::Value* pv = f.find(pattern); pv != nullptr) {
+    if (pv->type != gguf::ValueType::kArray) {
+      return invalid_argument(f.name(), ": ", pattern, " must be an array of bools");
+    }
+    const auto& items = std::get<gguf::Array>(pv->data).items;
+    if ((int)items.size() < c.num_layers) {
+      return invalid_argument(f.name(), ": ", pattern, " has ", items.size(), " entries for ",
+                              c.num_layers, " layers");
+    }
+    for (int l = 0; l < c.num_layers; ++l) {
+      if (items[l].type != gguf::ValueType::kBool) {
+        return invalid_argument(f.name(), ": ", pattern, " must be an array of bools");
+      }
+      c.layers[l].recurrent = std::get<bool>(items[l].data);
+    }
+  } else {
+    ARBOR_ASSIGN_OR_RETURN(const int interval, get_int_or(f, a + ".full_attention_interval", 4));
+    for (int l = 0; l < c.num_layers; ++l) c.layers[l].recurrent = (l + 1) % interval != 0;
+  }
+  c.attn_output_gate = c.spec->attn_output_gate;
+  return ok_status();
+}
+
 }  // namespace
+
+int ModelConfig::num_recurrent_layers() const {
+  int n = 0;
+  for (const LayerSpec& l : layers) n += l.recurrent;
+  return n;
+}
 
 bool ModelConfig::has_sliding_layers() const {
   for (const LayerSpec& l : layers) {
@@ -447,6 +530,9 @@ Result<ModelConfig> ModelConfig::from_gguf(const gguf::GgufFile& f) {
   ARBOR_RETURN_IF_ERROR(read_arch_keys(f, a, c));
   ARBOR_RETURN_IF_ERROR(read_pooling(f, a, c));
   ARBOR_RETURN_IF_ERROR(read_experts(f, a, c));
+  if (c.spec->gated_delta_net) {
+    ARBOR_RETURN_IF_ERROR(read_gated_delta_net(f, a, c.num_layers, c));
+  }
   const gguf::TensorInfo* embd = f.find_tensor("token_embd.weight");
   if (embd == nullptr) return not_found(f.name(), ": tensor token_embd.weight is missing");
   if (embd->dims.size() != 2 || embd->dims[1] < 1 || embd->dims[1] > (1 << 30)) {
@@ -476,6 +562,11 @@ std::string ModelConfig::summary() const {
     }
   }
   if (nope > 0) s += str_cat(", ", nope, " NoPE layers");
+  if (has_recurrent_layers()) {
+    s += str_cat(", ", num_recurrent_layers(), " Gated DeltaNet layers (", ssm.num_k_heads, "/",
+                 ssm.num_v_heads, " heads of ", ssm.state_size, ", conv ", ssm.conv_kernel, ")");
+  }
+  if (num_nextn_layers > 0) s += str_cat(", ", num_nextn_layers, " MTP block(s) not run");
   if (is_moe()) {
     s += str_cat(", ", num_experts, " experts (", num_experts_used, " per token, ffn ",
                  expert_ffn_dim, ")");

@@ -64,6 +64,28 @@ struct RopeVariant {
 struct LayerSpec {
   int window = 0;  // 0: full attention; W > 0: position p sees keys at p - W + 1 .. p
   int rope = 0;    // index into ModelConfig::ropes; -1: no RoPE (NoPE layer)
+  // A Gated DeltaNet layer (ArchSpec::gated_delta_net): no attention and no KV; its state is
+  // per sequence (kernels/gated_delta_net.h). window and rope are then unused.
+  bool recurrent = false;
+};
+
+// The Gated DeltaNet layers' shape (docs/qwen35.md §2): <a>.ssm.conv_kernel, .state_size (the
+// key and value head size), .group_count (key heads), .time_step_rank (value heads) and
+// .inner_size (value heads x state_size, checked).
+struct SsmConfig {
+  int conv_kernel = 0;  // K
+  int state_size = 0;   // dk = dv
+  int num_k_heads = 0;  // Hk
+  int num_v_heads = 0;  // Hv, a multiple of Hk
+  int key_dim() const { return num_k_heads * state_size; }
+  int value_dim() const { return num_v_heads * state_size; }
+  int conv_dim() const { return 2 * key_dim() + value_dim(); }  // channels of attn_qkv
+  // Floats of one sequence's state in one layer: the conv's K-1 inputs per channel and the
+  // recurrent state (Hv matrices of dk x dv).
+  int64_t conv_state_floats() const { return int64_t{conv_dim()} * (conv_kernel - 1); }
+  int64_t ssm_state_floats() const {
+    return int64_t{num_v_heads} * state_size * state_size;
+  }
 };
 
 struct ModelConfig {
@@ -119,7 +141,18 @@ struct ModelConfig {
   // of this length whose output is added under a per-token sigmoid gate; 0: none.
   int shared_expert_ffn_dim = 0;
 
+  // Gated DeltaNet layers (LayerSpec::recurrent), when the row has them (num_k_heads > 0).
+  SsmConfig ssm;
+  // Multi-token-prediction blocks after the trunk (<a>.nextn_predict_layers): blk.num_layers ..
+  // blk.num_layers + num_nextn_layers - 1 in the file, bound by nothing yet (the trunk never
+  // runs them; <a>.block_count counts them, num_layers does not).
+  int num_nextn_layers = 0;
+  // attn_q holds [q; gate] per head (ArchSpec::attn_output_gate).
+  bool attn_output_gate = false;
+
   bool is_moe() const { return num_experts > 0; }
+  bool has_recurrent_layers() const { return ssm.num_k_heads > 0; }
+  int num_recurrent_layers() const;
   int q_dim() const { return num_heads * head_dim; }
   int kv_dim() const { return num_kv_heads * head_dim; }
   // Layer l's sliding window (0: full attention).

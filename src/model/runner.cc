@@ -88,9 +88,14 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<LlamaMo
   }
   ARBOR_ASSIGN_OR_RETURN(r->cache_, PagedKvCache::create(shape, num_blocks, options.populate_kv,
                                                          r->ops_.get()));
+  if (c.has_recurrent_layers()) {
+    ARBOR_ASSIGN_OR_RETURN(r->states_,
+                           RecurrentStateCache::create(c, options.state_slots, *r->ops_));
+  }
   r->tp_ = tp;
   r->forward_ = std::make_unique<LlamaForward>(*r->model_, *r->ops_, options.reserve_tokens,
                                                tp.collective.get());
+  r->forward_->set_recurrent_states(r->states_.get());
   if (layout.num_groups() > 1 || layout.reclaims()) r->group_windows_ = layout.windows();
   r->layout_ = std::move(layout);
   return r;
@@ -108,6 +113,7 @@ Status ModelRunner::forward(const ForwardBatch& batch, const LogitsOut& out) {
   limits.block_size = cache_->block_size();
   limits.num_blocks = cache_->num_blocks();
   limits.group_windows = group_windows_;
+  limits.num_state_slots = states_ != nullptr ? states_->num_slots() : 0;
   ARBOR_RETURN_IF_ERROR(validate_batch(batch, limits));
   if (!out.want.empty() && static_cast<int32_t>(out.want.size()) != batch.num_logits()) {
     return invalid_argument("LogitsOut has ", out.want.size(), " row kinds for ",
@@ -152,6 +158,8 @@ int32_t SingleSequence::capacity() const {
 
 void SingleSequence::truncate(int32_t n) {
   ARBOR_CHECK(n >= 0 && n <= num_tokens_) << "truncate(" << n << ") of " << num_tokens_;
+  ARBOR_CHECK(runner_.recurrent_states() == nullptr || n == 0 || n == num_tokens_)
+      << "truncate(" << n << ") of " << num_tokens_ << ": recurrent layers cannot roll back";
   num_tokens_ = n;
 }
 
@@ -168,6 +176,7 @@ Result<std::span<const float>> SingleSequence::run_chunk(std::span<const int32_t
   in.num_committed = num_tokens_;
   in.tokens = tokens;
   in.logits = mode;
+  if (runner_.recurrent_states() != nullptr) in.state_slot = 0;
   builder_.add(in);
   const size_t vocab = runner_.config().vocab_size;
   logits_.resize(builder_.num_logits() * vocab);

@@ -65,6 +65,10 @@ struct RunnerOptions {
   TpContext tp;
   // ModelLoadOptions::max_segments (load() only).
   int max_segments = kMaxSegments;
+  // A model with recurrent layers (Gated DeltaNet): the RecurrentStateCache's slots, one per
+  // sequence a batch may run (the executor sets the engine's max_num_seqs; SingleSequence uses
+  // slot 0). Ignored for other models.
+  int32_t state_slots = 1;
 };
 
 class ModelRunner {
@@ -80,6 +84,8 @@ class ModelRunner {
   const ModelConfig& config() const { return model_->config(); }
   const LlamaModel& model() const { return *model_; }
   PagedKvCache& kv_cache() { return *cache_; }
+  // The recurrent layers' states, or null for a model without them.
+  RecurrentStateCache* recurrent_states() { return states_.get(); }
   // How the layers share block tables and pools (one group unless RunnerOptions::kv_reclaim and
   // the model has sliding-window layers).
   const KvCacheLayout& kv_layout() const { return layout_; }
@@ -117,6 +123,7 @@ class ModelRunner {
   std::shared_ptr<kernels::ThreadPool> pool_;
   std::unique_ptr<ForwardOps> ops_;
   std::unique_ptr<PagedKvCache> cache_;
+  std::unique_ptr<RecurrentStateCache> states_;
   std::unique_ptr<LlamaForward> forward_;
   KvCacheLayout layout_;
   std::vector<int32_t> group_windows_;  // BatchLimits::group_windows: empty with one full group
@@ -141,7 +148,8 @@ class SingleSequence {
   int32_t num_tokens() const { return num_tokens_; }
   int32_t capacity() const;
   // Forgets tokens from index n on (n <= num_tokens()), e.g. rejected draft tokens; their slots
-  // are overwritten by the next append.
+  // are overwritten by the next append. A model with recurrent layers cannot forget tokens its
+  // state has absorbed: only n == 0 (start over) or n == num_tokens() (CHECKed).
   void truncate(int32_t n);
 
  private:

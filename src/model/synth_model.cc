@@ -98,6 +98,29 @@ std::vector<SynthShape> make_presets() {
        .out_bias = true, .rope_theta = 150000.0f, .window = 16, .rope_scaling = "yarn",
        .rope_factor = 4.0f, .rope_original_context = 16, .experts = 8, .experts_used = 4,
        .expert_ffn = 128});
+  // Qwen3.5 (docs/qwen35.md: the 2B and 35B-A3B files' metadata): 3 of 4 layers Gated DeltaNet
+  // (16 key heads, 16 or 32 value heads, of 128), gated attention with 256-wide heads rotating
+  // 64 dims. The MTP block the real files carry is not written.
+  add({.name = "qwen3.5-2b", .arch = "qwen35", .dim = 2048, .ffn = 6144, .layers = 24,
+       .heads = 8, .kv_heads = 2, .context = 262144, .head_dim = 256, .rope_dim = 64,
+       .vocab = 248320, .tied = true, .rope_theta = 1e7f, .rms_eps = 1e-6f, .ssm_state = 128,
+       .ssm_k_heads = 16, .ssm_v_heads = 16});
+  add({.name = "qwen3.5-35b-a3b", .arch = "qwen35moe", .dim = 2048, .ffn = 512, .layers = 40,
+       .heads = 16, .kv_heads = 2, .context = 262144, .head_dim = 256, .rope_dim = 64,
+       .vocab = 248320, .rope_theta = 1e7f, .rms_eps = 1e-6f, .experts = 256, .experts_used = 8,
+       .expert_ffn = 512, .shared_ffn = 512, .ssm_state = 128, .ssm_k_heads = 16,
+       .ssm_v_heads = 32});
+  // Test shapes: twice as many value heads as key heads (the tiled head map shows), layer 3
+  // full attention with a partial rotary of 16 of 64 dims.
+  add({.name = "tiny-qwen35", .arch = "qwen35", .dim = 256, .ffn = 512, .layers = 4,
+       .heads = 4, .kv_heads = 2, .context = 4096, .head_dim = 64, .rope_dim = 16,
+       .rope_theta = 1e7f, .rms_eps = 1e-6f, .ssm_state = 32, .ssm_k_heads = 2,
+       .ssm_v_heads = 4});
+  add({.name = "tiny-qwen35moe", .arch = "qwen35moe", .dim = 256, .ffn = 128, .layers = 4,
+       .heads = 4, .kv_heads = 2, .context = 4096, .head_dim = 64, .rope_dim = 16,
+       .rope_theta = 1e7f, .rms_eps = 1e-6f, .experts = 8, .experts_used = 4,
+       .expert_ffn = 64, .shared_ffn = 128, .ssm_state = 32, .ssm_k_heads = 2,
+       .ssm_v_heads = 4});
   add({.name = "custom", .context = 2048});
   return p;
 }
@@ -125,6 +148,7 @@ void fill_row(float* row, int64_t n, const SynthTensor& t, uint64_t seed, size_t
   }
   RowRng rng(mix64(mix64(seed) ^ (uint64_t(tensor) << 40)) ^ uint64_t(r));
   const float stddev = t.init == Init::kUniform ? t.stddev : 0.2f / std::sqrt(3.0f);
+  // (kDecay: row in [-0.2, 0.2] mapped to [-0.4, -0.1] below)
   const float scale = stddev * std::sqrt(3.0f) * 0x1.0p-23f;  // 24-bit ints in [-2^23, 2^23)
   for (int64_t i = 0; i < n; i += 2) {
     const uint64_t bits = rng.next();
@@ -135,6 +159,8 @@ void fill_row(float* row, int64_t n, const SynthTensor& t, uint64_t seed, size_t
     for (int64_t i = 0; i < n; ++i) row[i] += 1.0f;
   } else if (t.init == Init::kFactors) {  // LongRoPE-like divisors in [1, 4]
     for (int64_t i = 0; i < n; ++i) row[i] = 2.5f + row[i] * 7.5f;
+  } else if (t.init == Init::kDecay) {
+    for (int64_t i = 0; i < n; ++i) row[i] = -0.25f + row[i] * 0.75f;
   }
 }
 
@@ -153,7 +179,25 @@ void plan_layer(const SynthShape& s, const ArchSpec& a, GgmlType type, int64_t l
     t.push_back({p + name, {cols, rows}, type, Init::kUniform, fan_in(cols)});
   };
   if (a.pre_norms) vec("attn_norm.weight", s.dim, norm);
-  if (s.fused_qkv) {
+  const bool recurrent = a.gated_delta_net && (l + 1) % s.full_attention_interval != 0;
+  if (recurrent) {  // llama.cpp's order (src/llama-arch.cpp's qwen35 tensors)
+    const int64_t kd = s.ssm_k_heads * s.ssm_state, vd = s.ssm_v_heads * s.ssm_state;
+    const int64_t conv = 2 * kd + vd;
+    mat("attn_qkv.weight", s.dim, conv);
+    mat("attn_gate.weight", s.dim, vd);
+    t.push_back({p + "ssm_conv1d.weight", {s.ssm_conv, conv}, GgmlType::kF32, Init::kUniform,
+                 fan_in(s.ssm_conv)});
+    vec("ssm_dt.bias", s.ssm_v_heads, Init::kUniform, 0.5f);
+    vec("ssm_a", s.ssm_v_heads, Init::kDecay);
+    mat("ssm_beta.weight", s.dim, s.ssm_v_heads);
+    mat("ssm_alpha.weight", s.dim, s.ssm_v_heads);
+    vec("ssm_norm.weight", s.ssm_state, Init::kNearOne);
+    mat("ssm_out.weight", vd, s.dim);
+  } else if (a.attn_output_gate) {  // [q; gate] per head
+    mat("attn_q.weight", s.dim, 2 * qd);
+    mat("attn_k.weight", s.dim, kvd);
+    mat("attn_v.weight", s.dim, kvd);
+  } else if (s.fused_qkv) {
     mat("attn_qkv.weight", s.dim, qd + 2 * kvd);
     if (s.qkv_bias) vec("attn_qkv.bias", qd + 2 * kvd, Init::kUniform, 0.02f);
   } else {
@@ -166,12 +210,12 @@ void plan_layer(const SynthShape& s, const ArchSpec& a, GgmlType type, int64_t l
       vec("attn_v.bias", kvd, Init::kUniform, 0.02f);
     }
   }
-  if (a.qk_norm != QkNorm::kNone) {
+  if (a.qk_norm != QkNorm::kNone && !recurrent) {
     const bool whole = a.qk_norm == QkNorm::kWhole;
     vec("attn_q_norm.weight", whole ? qd : hd, norm);
     vec("attn_k_norm.weight", whole ? kvd : hd, norm);
   }
-  mat("attn_output.weight", qd, s.dim);
+  if (!recurrent) mat("attn_output.weight", qd, s.dim);
   if (s.out_bias) vec("attn_output.bias", s.dim, Init::kUniform, 0.02f);
   if (a.post_norms) vec("post_attention_norm.weight", s.dim, norm);
   // gpt-oss: a sink logit per head, of the scores' scale, so it takes a real share.
@@ -277,8 +321,26 @@ void set_arch_keys(gguf::GgufWriter& w, const SynthShape& s) {
   if (s.experts > 0 && (s.arch == "qwen3moe" || s.arch == "gpt-oss" || s.arch == "qwen2moe")) {
     u32(".expert_feed_forward_length", s.expert_ffn > 0 ? s.expert_ffn : s.ffn);
   }
-  if (s.experts > 0 && s.arch == "qwen2moe") {
+  if (s.experts > 0 && (s.arch == "qwen2moe" || s.arch == "qwen35moe")) {
     u32(".expert_shared_feed_forward_length", s.shared_ffn > 0 ? s.shared_ffn : s.ffn);
+  }
+  if (s.experts > 0 && s.arch == "qwen35moe") {
+    u32(".expert_feed_forward_length", s.expert_ffn > 0 ? s.expert_ffn : s.ffn);
+  }
+  if (s.ssm_state > 0) {
+    u32(".ssm.conv_kernel", s.ssm_conv);
+    u32(".ssm.state_size", s.ssm_state);
+    u32(".ssm.group_count", s.ssm_k_heads);
+    u32(".ssm.time_step_rank", s.ssm_v_heads);
+    u32(".ssm.inner_size", s.ssm_v_heads * s.ssm_state);
+    u32(".full_attention_interval", s.full_attention_interval);
+    // IMRoPE's sections in rotary pairs (text positions make them irrelevant; llama.cpp
+    // requires the key): as the converter's default [11, 11, 10, 0] for 32 pairs.
+    const int64_t half = (s.rope_dim > 0 ? s.rope_dim : head_dim_of(s)) / 2;
+    const int64_t third = half / 3;
+    w.set(a + ".rope.dimension_sections",
+          Value::i32_array({static_cast<int32_t>(half - 2 * third), static_cast<int32_t>(third),
+                            static_cast<int32_t>(third), 0}));
   }
 }
 
@@ -320,6 +382,13 @@ SynthShape with_arch(const SynthShape& shape, const std::string& arch) {
   s.vocab = shape.vocab;
   s.tied = s.tied || shape.tied;
   s.qkv_bias = s.qkv_bias || shape.qkv_bias || arch == "qwen2";
+  if (shape.ssm_state > 0) {
+    s.ssm_state = shape.ssm_state;
+    s.ssm_k_heads = shape.ssm_k_heads;
+    s.ssm_v_heads = shape.ssm_v_heads;
+    s.ssm_conv = shape.ssm_conv;
+    s.full_attention_interval = shape.full_attention_interval;
+  }
   if (shape.experts > 0) {  // the shape's experts, else the architecture preset's (qwen3moe)
     s.experts = shape.experts;
     s.experts_used = shape.experts_used;
@@ -388,11 +457,25 @@ Status validate_synth_shape(const SynthShape& s, GgmlType type) {
   if (a->swa_key_required && s.window <= 0) {
     return invalid_argument(s.arch, " needs a sliding window (--window)");
   }
+  if (a->gated_delta_net &&
+      (s.ssm_state <= 0 || s.ssm_state % 8 != 0 || s.ssm_k_heads <= 0 ||
+       s.ssm_v_heads % std::max<int64_t>(1, s.ssm_k_heads) != 0 || s.ssm_v_heads <= 0 ||
+       s.ssm_conv < 1 || s.full_attention_interval < 1)) {
+    return invalid_argument(s.arch, " needs Gated DeltaNet dims: a state size that is a multiple "
+                            "of 8 (", s.ssm_state, "), key heads (", s.ssm_k_heads,
+                            ") dividing value heads (", s.ssm_v_heads, "), a conv kernel (",
+                            s.ssm_conv, ") and an attention interval (",
+                            s.full_attention_interval, ") >= 1");
+  }
+  if (!a->gated_delta_net && s.ssm_state != 0) {
+    return invalid_argument(s.arch, " has no Gated DeltaNet layers (ssm_state ", s.ssm_state, ")");
+  }
   if (a->output == OutputTensor::kRequired && s.tied) {
     return invalid_argument(s.arch, " cannot tie its classifier to the embedding");
   }
   const int64_t block = gguf::ggml_traits(type).block_size;
-  for (const int64_t n : {s.dim, s.ffn, s.heads * hd, s.expert_ffn}) {
+  for (const int64_t n : {s.dim, s.ffn, s.heads * hd, s.expert_ffn, s.shared_ffn,
+                          s.ssm_v_heads * s.ssm_state}) {
     if (n % block != 0) {
       return invalid_argument("--dim ", s.dim, ", --ffn ", s.ffn, ", --expert-ffn ", s.expert_ffn,
                               " and heads x head_dim ", s.heads * hd, " must be multiples of ",

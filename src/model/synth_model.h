@@ -67,13 +67,20 @@ struct SynthShape {
   // qwen2moe's shared expert: expert_shared_feed_forward_length (0: ffn); its gate
   // ffn_gate_inp_shexp stays F32 (1-D, as llama.cpp's quantizer leaves it).
   int64_t shared_ffn = 0;
+  // qwen35 / qwen35moe (docs/qwen35.md): Gated DeltaNet layers of ssm_k_heads key heads and
+  // ssm_v_heads value heads of ssm_state dims with a conv of ssm_conv taps, every layer but each
+  // full_attention_interval-th; the attention layers' q carries its gate. ssm_state 0: none.
+  int64_t ssm_state = 0, ssm_k_heads = 0, ssm_v_heads = 0, ssm_conv = 4;
+  int64_t full_attention_interval = 4;
 };
 
 // Real shapes: tinyllama-1.1b, stories110m, stories15m, qwen2.5-0.5b, qwen3-0.6b,
 // qwen3-30b-a3b (128 experts, 8 per token), gemma3-270m, gemma3-1b, gemma2-2b, ministral3-3b,
 // phi4-mini, smollm3-3b, olmo2-1b, granite3.3-2b, mixtral-8x7b; the test shapes tiny-qwen3moe
 // (dim 256, 4 layers, 16 experts of 64, top-4), tiny-qwen2moe (8 experts of 64, top-4, a
-// shared expert of 256) and tiny-mixtral (llama, 8 experts of 512, top-2);
+// shared expert of 256), tiny-mixtral (llama, 8 experts of 512, top-2), tiny-qwen35 and
+// tiny-qwen35moe (3 Gated DeltaNet layers of 2 key / 4 value heads, then gated attention);
+// qwen3.5-2b, qwen3.5-35b-a3b;
 // and "custom" (dims from flags).
 const std::vector<SynthShape>& synth_presets();
 // The preset `name`, or null.
@@ -92,7 +99,9 @@ struct SynthTensor {
   std::string name{};
   std::vector<int64_t> dims;  // ggml order: dims[0] is the row length
   gguf::GgmlType type = gguf::GgmlType::kF32;
-  enum class Init : uint8_t { kUniform, kOnes, kNearOne, kFactors } init = Init::kUniform;
+  // kDecay: in [-0.4, -0.1] (a Gated DeltaNet's ssm_a, -exp(A_log): decays of 0.3 .. 0.99 per
+  // token with the synthetic gates).
+  enum class Init : uint8_t { kUniform, kOnes, kNearOne, kFactors, kDecay } init = Init::kUniform;
   float stddev = 0.0f;  // kUniform
 };
 

@@ -8,7 +8,7 @@
 namespace arbor::model {
 
 int canonical_segments(const ModelConfig& c, const LlamaWeights& w) {
-  if (c.is_moe()) return 1;
+  if (c.is_moe() || c.has_recurrent_layers()) return 1;
   const auto fits = [&](int s) {
     if (c.num_kv_heads % s != 0 || c.ffn_dim % s != 0) return false;
     for (const LayerWeights& l : w.layers) {
@@ -42,6 +42,10 @@ Status check_tp(const ModelConfig& c, int num_segments, int size) {
   if (c.is_moe()) {
     return unimplemented(c.arch_name, " with ", c.num_experts,
                          " experts: tensor parallelism does not split mixture-of-experts layers");
+  }
+  if (c.has_recurrent_layers()) {
+    return unimplemented(c.arch_name, " has Gated DeltaNet layers: tensor parallelism does not "
+                         "split their heads and states yet");
   }
   if (c.spec != nullptr && c.spec->qk_norm == QkNorm::kWhole) {
     return unimplemented(c.arch_name, " normalises the whole q/k projection (QK-norm over all "

@@ -16,7 +16,8 @@
 // shared expert; llama with 8 experts, top-2, as Mixtral; gpt-oss with 8
 // experts, top-4, attention sinks, biased router and experts, the clamped SwiGLU with a few per
 // cent of its inputs beyond the clamps, windows on even layers and YaRN on all) — F32 routers,
-// experts in the file's type.
+// experts in the file's type — and Qwen3.5's hybrids (Gated DeltaNet layers with twice as many
+// value heads as key heads, gated attention with a partial rotary; dense and MoE).
 //
 // Tolerance (max |arbor - llama.cpp| over all positions and tokens, logits of unit scale): F32
 // 2e-3 (5e-3 for the GELU rows: llama.cpp's GELU is a table of f16 values); Q8_0 and Q4_K_M
@@ -145,6 +146,19 @@ std::vector<SynthShape> test_shapes() {
   mixtral_all.name = "mixtral-all-experts";
   mixtral_all.experts = mixtral_all.experts_used = 4;
   v.push_back(mixtral_all);
+  // Qwen3.5: three Gated DeltaNet layers (2 key heads, 4 value heads of 32: the tiled head map)
+  // then gated attention (QK-norm, 16 of 64 dims rotated); the MoE with 8 experts, top-4, and a
+  // gated shared expert, and its every-expert twin.
+  v.push_back(preset("tiny-qwen35", "qwen35"));
+  SynthShape qwen35_8 = preset("tiny-qwen35", "qwen35-8-layers");  // two attention layers
+  qwen35_8.layers = 8;
+  v.push_back(qwen35_8);
+  SynthShape qwen35moe = preset("tiny-qwen35moe", "qwen35moe");
+  v.push_back(qwen35moe);
+  SynthShape qwen35moe_all = qwen35moe;
+  qwen35moe_all.name = "qwen35moe-all-experts";
+  qwen35moe_all.experts = qwen35moe_all.experts_used = 4;
+  v.push_back(qwen35moe_all);
   return v;
 }
 
@@ -229,6 +243,7 @@ struct Agreement {
   int top1_checked = 0;
   int top1_mismatch = 0;
   int rows_over = 0;  // positions whose max |diff| exceeds the tolerance
+  float mean_row = 0.0f;  // the mean over positions of each row's max |diff|
 };
 
 Agreement compare(const std::vector<float>& a, const std::vector<float>& ref, int vocab,
@@ -250,6 +265,7 @@ Agreement compare(const std::vector<float>& a, const std::vector<float>& ref, in
       }
     }
     g.max_diff = std::max(g.max_diff, row_max);
+    g.mean_row += row_max / rows;
     g.rows_over += row_max > tol;
     if (y[best] - y[second] <= tol) continue;
     ++g.top1_checked;
@@ -291,7 +307,16 @@ TEST_P(ArchReferenceTest, LogitsMatchLlamaCpp) {
     // distance-from-F32 check below alone; F32 and the every-expert shapes (smooth weights)
     // everywhere.
     const bool flips = !ref_f32.empty() && s.experts_used < s.experts;
-    if (flips && path == files.q8_0) {
+    // Gated DeltaNet layers RMS-normalise each head's output S^T q, which after a token or two
+    // is nearly rank one (o = d (k . q)): the norm keeps only the sign of a small k . q, so the
+    // quantised files of both engines jump at a few positions (llama.cpp's own Q8_0 is up to
+    // 1.9 from its F32 here, against 0.13 for qwen3). Their quantised files are held to the
+    // mean over positions (Q8_0 0.25, Q4_K_M 0.6: llama.cpp's own Q4_K_M is 3.4 from its F32)
+    // and to the distance from F32 below; the F32 files everywhere.
+    const bool gdn = !ref_f32.empty() && s.ssm_state > 0;
+    if (gdn) {
+      EXPECT_LE(g.mean_row, path == files.q8_0 ? tol : 0.6f) << s.name;
+    } else if (flips && path == files.q8_0) {
       EXPECT_LE(g.rows_over, kPromptTokens / 8) << s.name << ": " << g.rows_over
                                                 << " positions beyond the tolerance";
     } else if (!flips) {
@@ -302,7 +327,8 @@ TEST_P(ArchReferenceTest, LogitsMatchLlamaCpp) {
     std::printf("%-16s %-28s max |diff| %.2e (tolerance %.0e), top-1 checked at %d/%d",
                 s.name.c_str(), path.substr(path.rfind('/') + 1).c_str(), g.max_diff, tol,
                 g.top1_checked, kPromptTokens);
-    if (flips) std::printf(", %d/%d positions beyond", g.rows_over, kPromptTokens);
+    if (flips || gdn) std::printf(", %d/%d positions beyond", g.rows_over, kPromptTokens);
+    if (gdn) std::printf(", mean %.2e", g.mean_row);
     if (ref_f32.empty()) {
       ref_f32 = ref;
       std::printf("\n");

@@ -106,6 +106,16 @@ class CountingOps final : public ForwardOps {
                        int32_t num_tokens, int k, int dim, float* y) override {
     cpu_.combine_experts(pairs, slot_pair, slot_weight, num_tokens, k, dim, y);
   }
+  void gated_delta_net(const kernels::GatedDeltaNetParams& p) override {
+    cpu_.gated_delta_net(p);
+  }
+  void split_q_gate(const float* qg, int32_t n, int heads, int head_dim, float* q,
+                    float* gate) override {
+    cpu_.split_q_gate(qg, n, heads, head_dim, q, gate);
+  }
+  void sigmoid_mul(float* x, const float* gate, int64_t n) override {
+    cpu_.sigmoid_mul(x, gate, n);
+  }
   void add(float* y, const float* x, int64_t n) override { cpu_.add(y, x, n); }
   void add_gated_rows(float* y, const float* x, const float* gate, int32_t rows,
                       int cols) override {

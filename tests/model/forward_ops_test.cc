@@ -219,6 +219,22 @@ public:
     cpu_.combine_experts(pairs, slot_pair, slot_weight, num_tokens, k, dim, y);
   }
   int route_calls() const { return route_calls_; }
+  void gated_delta_net(const kernels::GatedDeltaNetParams &p) override {
+    const int64_t T = p.qo_indptr[p.num_seqs];  // a host read of a device array is fine here
+    expect_device(p.qkv, T * p.conv_dim() * sizeof(float), "delta net qkv");
+    expect_device(p.out, T * p.num_v_heads * p.head_v_dim * sizeof(float), "delta net out");
+    cpu_.gated_delta_net(p);
+  }
+  void split_q_gate(const float *qg, int32_t n, int heads, int head_dim, float *q,
+                    float *gate) override {
+    expect_device(qg, (size_t)n * heads * head_dim * 2 * sizeof(float), "q and gate");
+    cpu_.split_q_gate(qg, n, heads, head_dim, q, gate);
+  }
+  void sigmoid_mul(float *x, const float *gate, int64_t n) override {
+    expect_device(x, n * sizeof(float), "sigmoid_mul x");
+    expect_device(gate, n * sizeof(float), "sigmoid_mul gate");
+    cpu_.sigmoid_mul(x, gate, n);
+  }
   void add(float *y, const float *x, int64_t n) override {
     expect_device(y, n * sizeof(float), "add y");
     expect_device(x, n * sizeof(float), "add x");

@@ -116,7 +116,7 @@ TEST(ModelConfigTest, RefusesWhatItWouldIgnore) {
                     "llama.expert_used_count is missing (llama.expert_count = 8)");
   expect_load_error(set_key("general.architecture", gguf::Value::str("deepseek2")),
                     "(supported: llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, mistral3, phi3, "
-                    "smollm3, olmo2, granite, gpt-oss, qwen2moe)");
+                    "smollm3, olmo2, granite, gpt-oss, qwen2moe, qwen35, qwen35moe)");
   expect_load_error(set_key("llama.attention.head_count",
                             gguf::Value::i32_array({8, 8, 4, 8, 8})),
                     "llama.attention.head_count differs between layers (8 and 4)");

@@ -1,0 +1,131 @@
+#include "kernels/gated_delta_net.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "base/check.h"
+
+namespace arbor::kernels {
+namespace {
+
+constexpr int kLanes = 8;           // partial sums of the dot products (vectorisable, fixed order)
+constexpr int64_t kConvChunk = 64;  // channels per conv work item
+
+float silu(float x) { return x / (1.0f + std::exp(-x)); }
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+// ggml's softplus: x above 20 as is, else log1p(exp(x)).
+float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+
+// sum_i a[i] * b[i] over n (a multiple of kLanes) in kLanes partial sums, then a fixed tree.
+float dot(const float* a, const float* b, int n) {
+  float acc[kLanes] = {};
+  for (int i = 0; i < n; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) acc[l] += a[i + l] * b[i + l];
+  }
+  return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+}
+
+float sum_squares(const float* x, int n) { return dot(x, x, n); }
+
+// The conv over channels [c0, c1) of sequence b, and its conv state.
+void conv_channels(const GatedDeltaNetParams& p, int32_t b, int64_t c0, int64_t c1) {
+  const int64_t C = p.conv_dim();
+  const int K = p.conv_kernel;
+  const int32_t r0 = p.qo_indptr[b], n = p.qo_indptr[b + 1] - r0;
+  const bool fresh = p.kv_len[b] == n;
+  float* state = p.conv_state + static_cast<int64_t>(p.state_slots[b]) * C * (K - 1);
+  float window[64];  // the K-1 previous inputs, then the current one (K <= 64, CHECKed)
+  for (int64_t c = c0; c < c1; ++c) {
+    float* cs = state + c * (K - 1);
+    if (fresh) std::fill(cs, cs + (K - 1), 0.0f);
+    const float* w = p.conv_w + c * K;
+    std::copy(cs, cs + (K - 1), window);
+    for (int32_t t = 0; t < n; ++t) {
+      window[K - 1] = p.qkv[(r0 + t) * C + c];
+      float sum = 0.0f;
+      for (int j = 0; j < K; ++j) sum += w[j] * window[j];
+      p.mixed[(r0 + t) * C + c] = silu(sum);
+      std::memmove(window, window + 1, (K - 1) * sizeof(float));
+    }
+    std::copy(window, window + (K - 1), cs);
+  }
+}
+
+// q and k of row t L2-normalised per head, q times 1 / sqrt(dk).
+void normalize_qk(const GatedDeltaNetParams& p, int64_t t) {
+  const int dk = p.head_k_dim;
+  float* row = p.mixed + t * p.conv_dim();
+  const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
+  for (int h = 0; h < 2 * p.num_k_heads; ++h) {
+    float* x = row + static_cast<int64_t>(h) * dk;
+    const float inv = 1.0f / std::sqrt(sum_squares(x, dk) + p.eps);
+    const float s = h < p.num_k_heads ? inv * q_scale : inv;
+    for (int i = 0; i < dk; ++i) x[i] *= s;
+  }
+}
+
+// Value head h of sequence b through its tokens: the delta rule, then the gated norm.
+void recur_head(const GatedDeltaNetParams& p, int32_t b, int h) {
+  const int64_t C = p.conv_dim();
+  const int dk = p.head_k_dim, dv = p.head_v_dim, hv = p.num_v_heads;
+  const int32_t r0 = p.qo_indptr[b], n = p.qo_indptr[b + 1] - r0;
+  float* S = p.ssm_state + (static_cast<int64_t>(p.state_slots[b]) * hv + h) * dv * dk;
+  if (p.kv_len[b] == n) std::fill(S, S + static_cast<int64_t>(dv) * dk, 0.0f);
+  const int kh = h % p.num_k_heads;
+  float o[1024];  // dv <= 1024 (CHECKed)
+  for (int32_t t = 0; t < n; ++t) {
+    const int64_t r = r0 + t;
+    const float* row = p.mixed + r * C;
+    const float* q = row + static_cast<int64_t>(kh) * dk;
+    const float* k = row + static_cast<int64_t>(p.num_k_heads + kh) * dk;
+    const float* v = row + 2 * static_cast<int64_t>(p.num_k_heads) * dk +
+                     static_cast<int64_t>(h) * dv;
+    const float g = softplus(p.alpha[r * hv + h] + p.dt_bias[h]) * p.a[h];
+    const float decay = std::exp(g);
+    const float beta = sigmoid(p.beta[r * hv + h]);
+    for (int j = 0; j < dv; ++j) {
+      float* m = S + static_cast<int64_t>(j) * dk;  // value column j of S
+      for (int i = 0; i < dk; ++i) m[i] *= decay;
+      const float d = (v[j] - dot(m, k, dk)) * beta;
+      for (int i = 0; i < dk; ++i) m[i] += k[i] * d;
+      o[j] = dot(m, q, dk);
+    }
+    const float inv = 1.0f / std::sqrt(sum_squares(o, dv) / static_cast<float>(dv) + p.eps);
+    const float* z = p.z + r * hv * dv + static_cast<int64_t>(h) * dv;
+    float* out = p.out + r * hv * dv + static_cast<int64_t>(h) * dv;
+    for (int j = 0; j < dv; ++j) out[j] = o[j] * inv * p.norm_w[j] * silu(z[j]);
+  }
+}
+
+}  // namespace
+
+void gated_delta_net(const GatedDeltaNetParams& p, ThreadPool& pool) {
+  ARBOR_CHECK(p.num_k_heads > 0 && p.num_v_heads % p.num_k_heads == 0 &&
+              p.head_k_dim % kLanes == 0 && p.head_k_dim > 0 && p.head_v_dim % kLanes == 0 &&
+              p.head_v_dim > 0 && p.head_v_dim <= 1024 && p.conv_kernel >= 1 &&
+              p.conv_kernel <= 64)
+      << "gated delta net shape: heads " << p.num_k_heads << "/" << p.num_v_heads << ", dims "
+      << p.head_k_dim << "/" << p.head_v_dim << ", conv kernel " << p.conv_kernel;
+  const int32_t B = p.num_seqs;
+  if (B == 0) return;
+  const int64_t T = p.qo_indptr[B];
+  const int64_t C = p.conv_dim();
+  const int64_t chunks = (C + kConvChunk - 1) / kConvChunk;
+  pool.parallel_for(B * chunks, [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t c0 = (i % chunks) * kConvChunk;
+      conv_channels(p, static_cast<int32_t>(i / chunks), c0, std::min(C, c0 + kConvChunk));
+    }
+  });
+  pool.parallel_for(T, [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) normalize_qk(p, t);
+  });
+  pool.parallel_for(int64_t{B} * p.num_v_heads, [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end; ++i) {
+      recur_head(p, static_cast<int32_t>(i / p.num_v_heads), static_cast<int>(i % p.num_v_heads));
+    }
+  }, 1);
+}
+
+}  // namespace arbor::kernels
