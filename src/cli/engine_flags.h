@@ -193,6 +193,7 @@ inline engine::EngineOptions engine_options(const ServingOptions& s) {
 inline executor::ExecutorOptions executor_options(const ServingOptions& s) {
   executor::ExecutorOptions e = s.executor;
   e.reserve_tokens = s.engine.max_num_batched_tokens;
+  e.max_num_seqs = s.engine.max_num_seqs;
   return e;
 }
 

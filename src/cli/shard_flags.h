@@ -22,6 +22,7 @@
 
 #include "base/log.h"
 #include "cli/engine_flags.h"
+#include "executor/local_executor.h"
 #include "shard/launch.h"
 #include "shard/remote_executor.h"
 
@@ -109,6 +110,7 @@ inline Result<std::unique_ptr<shard::RemoteExecutor>> start_shards(const std::st
     return unimplemented("--shards ", f.world(), " with --device cuda: tensor parallelism runs "
                          "on the CPU (docs/tensor_parallel.md); a GPU runs one rank");
   }
+  if (f.shards > 0) ARBOR_RETURN_IF_ERROR(executor::check_tp_launch(model, f.world()));
   shard::RemoteExecutorOptions o;
   o.recover_timeout_s = f.recover_timeout_s;
   o.tp_store = f.tp_store;

@@ -273,13 +273,24 @@ EngineCore::EngineCore(std::unique_ptr<step::ModelExecutor> executor, const Engi
   kv::KvCacheManagerOptions ko;
   ko.num_blocks = static_cast<int32_t>(executor_->num_kv_blocks());
   ko.block_size = executor_->block_size();
-  ko.enable_prefix_caching = config_.options.enable_prefix_caching;
+  const int32_t state_slots = executor_->recurrent_state_slots();
+  ko.enable_prefix_caching = config_.options.enable_prefix_caching && state_slots == 0;
+  if (state_slots > 0 && config_.options.enable_prefix_caching) {
+    ARBOR_LOG(kInfo) << "prefix caching: off, the model's recurrent layers keep one state per "
+                        "sequence and none at block boundaries (a cached prefix would have no "
+                        "state to continue from)";
+  }
   ko.group_windows = executor_->kv_group_windows();
   kv_ = std::make_unique<kv::KvCacheManager>(ko);
   if (config_.kv_events != nullptr) kv_->record_kv_events(true);
   if (kv_->num_groups() > 1 || ko.group_windows[0] > 0) log_kv_groups(*kv_, max_model_len_);
   num_free_blocks_ = kv_->num_free_blocks();
   sched::SchedulerOptions so = scheduler_options(config_.options, max_model_len_, vocab_size_);
+  if (state_slots > 0 && so.max_num_seqs > state_slots) {
+    ARBOR_LOG(kWarn) << "max_num_seqs " << so.max_num_seqs << " lowered to the executor's "
+                     << state_slots << " recurrent state slots";
+    so.max_num_seqs = state_slots;
+  }
   if (so.max_spec_tokens > 0) {
     so.spec_cost = measure_spec_costs();
     so.reserve_draft_slots = executor_->proposer_writes_kv();

@@ -19,6 +19,11 @@ Result<std::unique_ptr<DraftModelProposer>> DraftModelProposer::load(
   ro.make_ops = std::move(make_ops);
   Result<std::unique_ptr<model::ModelRunner>> runner = model::ModelRunner::load(path, ro);
   if (!runner.ok()) return runner.status().with_context(str_cat("draft model ", path));
+  if ((*runner)->recurrent_states() != nullptr) {
+    return unimplemented("draft model ", path, " (", (*runner)->config().arch_name,
+                         ") has recurrent layers, whose state a rejected draft would have to "
+                         "roll back: arbor does not run such a draft model yet");
+  }
   return std::unique_ptr<DraftModelProposer>(new DraftModelProposer(std::move(runner).value()));
 }
 

@@ -43,6 +43,9 @@ struct ExecutorOptions {
   // Activation scratch sized up front for this many tokens per step (the engine's
   // max_num_batched_tokens); grows on demand anyway.
   int32_t reserve_tokens = 2048;
+  // The engine's --max-num-seqs: a model with recurrent layers (Qwen3.5) holds this many
+  // requests' states (ModelExecutor::recurrent_state_slots).
+  int32_t max_num_seqs = 64;
   // --spec: who proposes drafts (the engine's --spec-k > 0 turns speculation on).
   SpecProposer proposer = SpecProposer::kNone;
   std::string draft_model;                // --draft-model: a GGUF with the target's vocabulary

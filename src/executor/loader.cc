@@ -7,6 +7,8 @@
 #include "executor/device.h"
 #include "executor/draft_proposer.h"
 #include "executor/local_executor.h"
+#include "model/model_config.h"
+#include "model/tp.h"
 #include "spec/ngram_proposer.h"
 #include "spec/suffix_proposer.h"
 #include "tokenizer/tokenizer.h"
@@ -113,8 +115,22 @@ Result<std::unique_ptr<LocalExecutor>> LocalExecutor::load(const std::string& pa
   ro.reserve_tokens = options.reserve_tokens;
   ro.kv_reclaim = options.kv_reclaim;
   ro.tp = options.tp;
+  // A recurrent model's speculation verifies in scratch slots: twice the slots.
+  ro.state_slots = options.max_num_seqs * (options.proposer != SpecProposer::kNone ? 2 : 1);
   ARBOR_ASSIGN_OR_RETURN(std::unique_ptr<model::ModelRunner> runner,
                          model::ModelRunner::load(path, ro));
+  if (model::RecurrentStateCache* states = runner->recurrent_states()) {
+    if (options.proposer != SpecProposer::kNone && options.tree_budget > 0) {
+      return unimplemented("--spec-tree-budget ", options.tree_budget, ": ",
+                           runner->config().arch_name, "'s Gated DeltaNet state would branch "
+                           "with the tree, which arbor does not run yet; verify chains "
+                           "(--spec-tree-budget 0)");
+    }
+    ARBOR_LOG(kInfo) << "recurrent state: " << states->num_slots() << " slots (--max-num-seqs) of "
+                     << (model::RecurrentStateCache::bytes_per_slot(runner->config()) >> 10)
+                     << " KiB over " << runner->config().num_recurrent_layers()
+                     << " Gated DeltaNet layers, committed as sequences use them";
+  }
   if (options.proposer == SpecProposer::kDraft && runner->kv_layout().groups[0].window > 0) {
     // A draft model writes and reads its K/V through the target's group-0 tables, which then
     // must keep every block: without a full-attention layer, no group does.
@@ -133,6 +149,9 @@ Result<std::unique_ptr<LocalExecutor>> LocalExecutor::load(const std::string& pa
   ARBOR_ASSIGN_OR_RETURN(std::optional<RankHead> rank_head,
                          rank_head_from_file(runner->model()));
   auto exec = std::make_unique<LocalExecutor>(std::move(runner), nullptr);
+  if (options.proposer != SpecProposer::kNone && exec->recurrent_state_slots() > 0) {
+    exec->split_state_slots_for_speculation();
+  }
   exec->set_top_k_candidates(top_k_candidates);
   if (rank_head) exec->set_rank_head(std::move(*rank_head));
   ARBOR_ASSIGN_OR_RETURN(std::unique_ptr<tokenizer::Tokenizer> tok,
@@ -143,6 +162,15 @@ Result<std::unique_ptr<LocalExecutor>> LocalExecutor::load(const std::string& pa
     ARBOR_ASSIGN_OR_RETURN(exec->drafter_, make_drafter(path, options, *exec, device));
   }
   return exec;
+}
+
+Status check_tp_launch(const std::string& path, int tp_size) {
+  if (tp_size <= 1) return ok_status();
+  ARBOR_ASSIGN_OR_RETURN(const gguf::GgufFile file, gguf::GgufFile::open(path));
+  ARBOR_ASSIGN_OR_RETURN(const model::ModelConfig config, model::ModelConfig::from_gguf(file));
+  const Status st = model::check_tp_config(config, tp_size);
+  if (!st.ok()) return st.with_context(str_cat(tp_size, " tensor-parallel shards"));
+  return ok_status();
 }
 
 std::string_view spec_proposer_name(SpecProposer p) {

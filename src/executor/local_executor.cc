@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <tuple>
+#include <unordered_map>
 #include <utility>
 
 #include "executor/prompt_scorer.h"
@@ -35,7 +36,11 @@ LocalExecutor::LocalExecutor(std::unique_ptr<model::ModelRunner> runner,
       builder_(runner_->kv_cache().block_size(), runner_->kv_layout().num_groups()),
       verifier_(runner_->config().vocab_size),
       pooler_(runner_->config().dim),
-      tp_sync_(runner_->tp().collective.get()) {}
+      tp_sync_(runner_->tp().collective.get()) {
+  if (model::RecurrentStateCache* states = runner_->recurrent_states()) {
+    for (int32_t s = states->num_slots() - 1; s >= 0; --s) free_state_slots_.push_back(s);
+  }
+}
 
 Result<step::StepResult> LocalExecutor::execute(const step::SchedulerOutput& output) {
   ARBOR_RETURN_IF_ERROR(apply_bookkeeping(output));
@@ -49,6 +54,12 @@ Result<step::StepResult> LocalExecutor::execute(const step::SchedulerOutput& out
   out.hidden = hidden_.data();
   ARBOR_RETURN_IF_ERROR(runner_->forward(builder_.batch(), out));
   result.experts_touched = runner_->experts_touched();
+  if (runner_->recurrent_states() != nullptr) {
+    for (const step::ScheduledRequest& s : output.requests) {
+      if (s.num_drafts > 0) continue;  // commit_states(), once verified
+      states_.at(s.request_id).state_tokens = s.num_computed_tokens + s.num_scheduled_tokens;
+    }
+  }
   if (!tp_sync_.leader()) {
     ARBOR_RETURN_IF_ERROR(follow_verification(output));
     return result;  // rank 0 answers
@@ -66,6 +77,7 @@ Result<step::StepResult> LocalExecutor::execute(const step::SchedulerOutput& out
     if (rows.sample[i] < 0) continue;
     result.requests.push_back(sample(output.requests[i], trees[i], rows.sample[i]));
   }
+  if (scratch_offset_ > 0) ARBOR_RETURN_IF_ERROR(commit_states(output, rows, result.requests));
   if (tp_sync_.active()) {
     std::vector<std::vector<int32_t>> accepted(output.requests.size());
     for (size_t i = 0, r = 0; i < output.requests.size(); ++i) {
@@ -88,11 +100,100 @@ Status LocalExecutor::apply_bookkeeping(const step::SchedulerOutput& output) {
     pooler_.forget(id);
     if (drafter_ != nullptr) drafter_->forget(id, st);
   }
+  if (runner_->recurrent_states() != nullptr) {
+    ARBOR_RETURN_IF_ERROR(assign_state_slots(output, forgotten));
+  }
   for (const step::BlockCopy& c : output.block_copies) {
     runner_->kv_cache().copy_block(c.src_block, c.dst_block);
     if (drafter_ != nullptr) drafter_->copy_block(c.src_block, c.dst_block);
   }
   return ok_status();
+}
+
+// A fork parent's slot is held until its children have copied it, then handed to its last
+// child, which continues the parent's state in place; no other request receives it meanwhile
+// (a copy writes its destination at once: a slot freed and refilled in the same step would
+// hand the next copy the wrong state).
+Status LocalExecutor::assign_state_slots(
+    const step::SchedulerOutput& output,
+    const std::vector<std::pair<step::RequestId, RequestState>>& forgotten) {
+  struct Parent {
+    int32_t slot = -1;
+    int64_t tokens = 0;
+    int32_t children = 0;  // in this output, not yet given a slot
+  };
+  std::unordered_map<step::RequestId, Parent> parents;
+  for (const step::NewRequestData& d : output.new_requests) {
+    if (d.fork_of != 0) ++parents[d.fork_of].children;
+  }
+  for (const auto& [id, st] : forgotten) {
+    if (st.state_slot < 0) continue;
+    auto p = parents.find(id);
+    if (p == parents.end()) {
+      free_state_slots_.push_back(st.state_slot);
+    } else {
+      p->second.slot = st.state_slot;
+      p->second.tokens = st.state_tokens;
+    }
+  }
+  model::RecurrentStateCache& cache = *runner_->recurrent_states();
+  for (const step::NewRequestData& d : output.new_requests) {
+    RequestState& st = states_.at(d.request_id);
+    st.state_tokens = 0;
+    Parent* parent = nullptr;
+    if (d.fork_of != 0) {
+      parent = &parents[d.fork_of];
+      if (parent->slot < 0) {
+        return internal_error("request ", d.request_id, " forks ", d.fork_of,
+                              ", which this step does not finish");
+      }
+      st.state_tokens = parent->tokens;
+      if (--parent->children == 0) {
+        st.state_slot = parent->slot;
+        continue;
+      }
+    }
+    if (free_state_slots_.empty()) {
+      return failed_precondition("request ", d.request_id, ": every one of the ",
+                                 cache.num_slots(), " recurrent state slots is taken "
+                                 "(--max-num-seqs bounds the running requests)");
+    }
+    st.state_slot = free_state_slots_.back();
+    free_state_slots_.pop_back();
+    if (parent != nullptr) cache.copy_slot(parent->slot, st.state_slot);
+  }
+  return ok_status();
+}
+
+void LocalExecutor::split_state_slots_for_speculation() {
+  model::RecurrentStateCache* states = runner_->recurrent_states();
+  ARBOR_CHECK(states != nullptr && scratch_offset_ == 0 && states->num_slots() % 2 == 0)
+      << "speculation's scratch slots: a recurrent model's even slot count, split once";
+  scratch_offset_ = states->num_slots() / 2;
+  free_state_slots_.clear();
+  for (int32_t s = scratch_offset_ - 1; s >= 0; --s) free_state_slots_.push_back(s);
+}
+
+// A chain's first token ran from the request's slot into its scratch slot, the drafts on in the
+// scratch (the slot untouched); the committed token and the accepted drafts (rows token + 0 ..
+// token + a) now advance the slot itself. A failed request keeps its old state: it ends.
+Status LocalExecutor::commit_states(const step::SchedulerOutput& output, const BatchRows& rows,
+                                    const std::vector<step::RequestResult>& results) {
+  std::vector<model::StateCommit> commits;
+  size_t r = 0;
+  for (size_t i = 0; i < output.requests.size(); ++i) {
+    if (rows.sample[i] < 0) continue;
+    const step::ScheduledRequest& s = output.requests[i];
+    const step::RequestResult& res = results[r++];
+    if (s.num_drafts == 0 || !res.error.ok()) continue;
+    RequestState& st = states_.at(s.request_id);
+    model::StateCommit c{st.state_slot, {rows.token[i]}};
+    for (int32_t d : res.accepted_draft_indices) c.rows.push_back(rows.token[i] + 1 + d);
+    st.state_tokens = s.num_computed_tokens + static_cast<int64_t>(c.rows.size());
+    commits.push_back(std::move(c));
+  }
+  if (commits.empty()) return ok_status();
+  return runner_->commit_states(commits);
 }
 
 // One request's sampling: its rows read back (a non-finite one fails this request only),
@@ -127,7 +228,8 @@ Result<LocalExecutor::BatchRows> LocalExecutor::build_batch(
   builder_.clear();
   BatchRows rows{std::vector<int32_t>(output.requests.size(), -1),
                  std::vector<int32_t>(output.requests.size(), -1),
-                 std::vector<HiddenRows>(output.requests.size())};
+                 std::vector<HiddenRows>(output.requests.size()),
+                 std::vector<int32_t>(output.requests.size(), -1)};
   trees.assign(output.requests.size(), sampling::TokenTree());
   for (size_t i = 0; i < output.requests.size() && tp_sync_.leader(); ++i) {
     const step::ScheduledRequest& s = output.requests[i];
@@ -140,6 +242,7 @@ Result<LocalExecutor::BatchRows> LocalExecutor::build_batch(
   }
   ARBOR_RETURN_IF_ERROR(tp_sync_.share_drafts(output, trees));
   for (size_t i = 0; i < output.requests.size(); ++i) {
+    rows.token[i] = builder_.num_tokens();
     ARBOR_RETURN_IF_ERROR(add_sequence(output.requests[i], trees[i], rows.sample[i],
                                        rows.prompt[i], rows.hidden[i]));
   }
@@ -192,11 +295,29 @@ Status LocalExecutor::add_sequence(const step::ScheduledRequest& s,
   tokens_.assign(st.token_ids.begin() + s.num_computed_tokens,
                  st.token_ids.begin() + s.num_computed_tokens + num_committed_run);
   model::SequenceInput in;
+  if (st.state_slot >= 0) {
+    if (k > 0 && (scratch_offset_ == 0 || !step::is_chain(tree.parents()))) {
+      return internal_error("request ", s.request_id, " verifies ", k, " drafts; the model's "
+                            "recurrent state rolls back chains verified in scratch slots only");
+    }
+    if (k > 0) in.state_scratch = st.state_slot + scratch_offset_;
+    if (st.state_tokens != s.num_computed_tokens) {
+      return failed_precondition("request ", s.request_id, " runs from token ",
+                                 s.num_computed_tokens, ", but its recurrent state holds ",
+                                 st.state_tokens, " tokens (a model with recurrent layers runs "
+                                 "without prefix caching)");
+    }
+    in.state_slot = st.state_slot;
+  }
   in.block_table = s.block_tables[0];
   in.more_block_tables = std::span<const std::vector<int32_t>>(s.block_tables).subspan(1);
   in.num_committed = static_cast<int32_t>(s.num_computed_tokens);
   if (k > 0) {
     for (const sampling::TreeNode& n : tree.nodes()) tokens_.push_back(n.token_id);
+  }
+  // A chain's positions and mask are the plain run's (causal); a recurrent model's batch takes
+  // no mask.
+  if (k > 0 && st.state_slot < 0) {
     positions_ = tree.positions(static_cast<int32_t>(s.num_computed_tokens));
     mask_.assign(static_cast<size_t>((tree.num_mask_bits() + 7) / 8), 0);
     tree.write_mask(mask_, 0);
@@ -326,7 +447,8 @@ Result<std::vector<step::StepCostSample>> LocalExecutor::measure_step_costs(
                                       .num_committed = context,
                                       .tokens = tokens_,
                                       .logits = model::LogitsMode::kAll,
-                                      .more_block_tables = more});
+                                      .more_block_tables = more,
+                                      .state_slot = recurrent_state_slots() > 0 ? 0 : -1});
     std::vector<float> logits(static_cast<size_t>(n) * vocab_size());
     std::vector<double> runs;
     for (int r = 0; r < 4; ++r) {

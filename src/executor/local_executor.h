@@ -42,6 +42,11 @@
 
 namespace arbor::executor {
 
+// Whether the GGUF at `path` can run as a tensor-parallel group of `tp_size` ranks (its
+// config's refusals, model::check_tp_config), from the file's metadata alone: for a launcher,
+// before it starts tp_size processes that would each refuse the model. tp_size 1: ok.
+Status check_tp_launch(const std::string& path, int tp_size);
+
 // ok when the draft model's tokenizer has the same ids as the target's (vocabulary size, BOS,
 // EOS, every token's text); otherwise kInvalidArgument naming both vocabularies.
 Status check_same_vocabulary(const std::string& target_path, const std::string& draft_path);
@@ -78,6 +83,14 @@ class LocalExecutor : public step::ModelExecutor {
   bool proposer_writes_kv() const override {
     return drafter_ != nullptr && drafter_->proposer().is_model();
   }
+  int32_t recurrent_state_slots() const override {
+    if (runner_->recurrent_states() == nullptr) return 0;
+    return runner_->recurrent_states()->num_slots() - scratch_offset_;
+  }
+  // A recurrent model with speculation: the upper half of the state slots become scratch slots,
+  // slot s's drafts verified in slot s + num_slots / 2 and the accepted ones replayed into s
+  // (ModelRunner::commit_states). Call before the first execute().
+  void split_state_slots_for_speculation();
   int32_t max_tree_nodes() const override {
     return drafter_ ? drafter_->options().tree_budget : 0;
   }
@@ -109,14 +122,24 @@ class LocalExecutor : public step::ModelExecutor {
     int32_t count = 0;
     int64_t first_position = 0;
   };
-  // The requests' sampling and prompt logprobs rows of the step's batch (-1: none) and hidden
-  // rows, [requests].
+  // The requests' sampling and prompt logprobs rows of the step's batch (-1: none), hidden
+  // rows and first token rows, [requests].
   struct BatchRows {
     std::vector<int32_t> sample, prompt;
     std::vector<HiddenRows> hidden;
+    std::vector<int32_t> token;
   };
+  // A recurrent model's requests that verified drafts: their accepted tokens replayed into
+  // their state slots.
+  Status commit_states(const step::SchedulerOutput& output, const BatchRows& rows,
+                       const std::vector<step::RequestResult>& results);
   // Forgets what the step's finished and preempted ids name; copies forked blocks.
   Status apply_bookkeeping(const step::SchedulerOutput& output);
+  // A model with recurrent layers: frees the forgotten requests' state slots and gives each new
+  // request one (a fork child a copy of its parent's state).
+  Status assign_state_slots(
+      const step::SchedulerOutput& output,
+      const std::vector<std::pair<step::RequestId, RequestState>>& forgotten);
   Result<BatchRows> build_batch(const step::SchedulerOutput& output,
                                 std::vector<sampling::TokenTree>& trees);
   // A TP rank other than 0, after the forward: the accepted paths from rank 0, compacted.
@@ -146,6 +169,8 @@ class LocalExecutor : public step::ModelExecutor {
   std::vector<int32_t> tokens_;     // scratch: one request's tokens run this step
   std::vector<int32_t> positions_;  // scratch: one tree's positions, [1 + k]
   std::vector<uint8_t> mask_;       // scratch: one tree's packed mask, [ceil((1 + k)^2 / 8)]
+  std::vector<int32_t> free_state_slots_;  // a recurrent model's unused state slots (a stack)
+  int32_t scratch_offset_ = 0;  // > 0: slot s verifies drafts in scratch slot s + this
 };
 
 }  // namespace arbor::executor

@@ -22,6 +22,10 @@ struct RequestState {
   sampling::SamplingParams sampling{};
   uint64_t seed = 0;
   std::optional<step::PoolingType> pooling;  // a pooling request (NewRequestData::pooling)
+  // A model with recurrent layers: the request's state slot (model::RecurrentStateCache) and
+  // how many of its tokens that state has absorbed; -1 / 0 otherwise.
+  int32_t state_slot = -1;
+  int64_t state_tokens = 0;
 
   std::span<const int32_t> prompt_ids() const {
     return std::span<const int32_t>(token_ids).first(static_cast<size_t>(num_prompt_tokens));

@@ -28,27 +28,52 @@ float dot(const float* a, const float* b, int n) {
 
 float sum_squares(const float* x, int n) { return dot(x, x, n); }
 
-// The conv over channels [c0, c1) of sequence b, and its conv state.
+// Sequence b's new token t reads the state of slot src(t) (-1: zero) and writes slot dst(t).
+struct Slots {
+  const GatedDeltaNetParams& p;
+  int32_t b, r0, n;
+  bool fresh;
+  Slots(const GatedDeltaNetParams& params, int32_t seq)
+      : p(params), b(seq), r0(params.qo_indptr[seq]), n(params.qo_indptr[seq + 1] - r0),
+        fresh(params.state_src == nullptr && params.kv_len[seq] == n) {}
+  int32_t src(int32_t t) const {
+    if (p.state_src != nullptr) return p.state_src[r0 + t];
+    return t == 0 && fresh ? -1 : p.state_slots[b];
+  }
+  int32_t dst(int32_t t) const {
+    return p.state_dst != nullptr ? p.state_dst[r0 + t] : p.state_slots[b];
+  }
+};
+
+// The conv over channels [c0, c1) of sequence b, and its conv states. The last K-1 inputs stay
+// in `window` while each token continues the previous one's slot; they are loaded from a slot
+// where a token continues another, and stored where the next one does not continue this one.
 void conv_channels(const GatedDeltaNetParams& p, int32_t b, int64_t c0, int64_t c1) {
   const int64_t C = p.conv_dim();
   const int K = p.conv_kernel;
-  const int32_t r0 = p.qo_indptr[b], n = p.qo_indptr[b + 1] - r0;
-  const bool fresh = p.kv_len[b] == n;
-  float* state = p.conv_state + static_cast<int64_t>(p.state_slots[b]) * C * (K - 1);
+  const Slots sl(p, b);
   float window[64];  // the K-1 previous inputs, then the current one (K <= 64, CHECKed)
+  const auto state = [&](int32_t slot, int64_t c) {
+    return p.conv_state + (static_cast<int64_t>(slot) * C + c) * (K - 1);
+  };
   for (int64_t c = c0; c < c1; ++c) {
-    float* cs = state + c * (K - 1);
-    if (fresh) std::fill(cs, cs + (K - 1), 0.0f);
     const float* w = p.conv_w + c * K;
-    std::copy(cs, cs + (K - 1), window);
-    for (int32_t t = 0; t < n; ++t) {
-      window[K - 1] = p.qkv[(r0 + t) * C + c];
+    for (int32_t t = 0; t < sl.n; ++t) {
+      const int32_t src = sl.src(t), dst = sl.dst(t);
+      if (t == 0 || src != sl.dst(t - 1)) {
+        if (src < 0) {
+          std::fill(window, window + (K - 1), 0.0f);
+        } else {
+          std::copy_n(state(src, c), K - 1, window);
+        }
+      }
+      window[K - 1] = p.qkv[(sl.r0 + t) * C + c];
       float sum = 0.0f;
       for (int j = 0; j < K; ++j) sum += w[j] * window[j];
-      p.mixed[(r0 + t) * C + c] = silu(sum);
+      p.mixed[(sl.r0 + t) * C + c] = silu(sum);
       std::memmove(window, window + 1, (K - 1) * sizeof(float));
+      if (t == sl.n - 1 || sl.src(t + 1) != dst) std::copy_n(window, K - 1, state(dst, c));
     }
-    std::copy(window, window + (K - 1), cs);
   }
 }
 
@@ -65,17 +90,19 @@ void normalize_qk(const GatedDeltaNetParams& p, int64_t t) {
   }
 }
 
-// Value head h of sequence b through its tokens: the delta rule, then the gated norm.
+// Value head h of sequence b through its tokens: the delta rule, then the gated norm. Each
+// token's decay reads its source state and writes its destination (in place when they agree).
 void recur_head(const GatedDeltaNetParams& p, int32_t b, int h) {
   const int64_t C = p.conv_dim();
   const int dk = p.head_k_dim, dv = p.head_v_dim, hv = p.num_v_heads;
-  const int32_t r0 = p.qo_indptr[b], n = p.qo_indptr[b + 1] - r0;
-  float* S = p.ssm_state + (static_cast<int64_t>(p.state_slots[b]) * hv + h) * dv * dk;
-  if (p.kv_len[b] == n) std::fill(S, S + static_cast<int64_t>(dv) * dk, 0.0f);
+  const Slots sl(p, b);
+  const auto state = [&](int32_t slot) {
+    return p.ssm_state + (static_cast<int64_t>(slot) * hv + h) * dv * dk;
+  };
   const int kh = h % p.num_k_heads;
   float o[1024];  // dv <= 1024 (CHECKed)
-  for (int32_t t = 0; t < n; ++t) {
-    const int64_t r = r0 + t;
+  for (int32_t t = 0; t < sl.n; ++t) {
+    const int64_t r = sl.r0 + t;
     const float* row = p.mixed + r * C;
     const float* q = row + static_cast<int64_t>(kh) * dk;
     const float* k = row + static_cast<int64_t>(p.num_k_heads + kh) * dk;
@@ -84,13 +111,22 @@ void recur_head(const GatedDeltaNetParams& p, int32_t b, int h) {
     const float g = softplus(p.alpha[r * hv + h] + p.dt_bias[h]) * p.a[h];
     const float decay = std::exp(g);
     const float beta = sigmoid(p.beta[r * hv + h]);
+    const int32_t src = sl.src(t);
+    float* S = state(sl.dst(t));
+    const float* from = src < 0 ? nullptr : state(src);
     for (int j = 0; j < dv; ++j) {
       float* m = S + static_cast<int64_t>(j) * dk;  // value column j of S
-      for (int i = 0; i < dk; ++i) m[i] *= decay;
+      if (from == nullptr) {
+        std::fill(m, m + dk, 0.0f);
+      } else {
+        const float* f = from + static_cast<int64_t>(j) * dk;
+        for (int i = 0; i < dk; ++i) m[i] = f[i] * decay;
+      }
       const float d = (v[j] - dot(m, k, dk)) * beta;
       for (int i = 0; i < dk; ++i) m[i] += k[i] * d;
-      o[j] = dot(m, q, dk);
+      if (p.out != nullptr) o[j] = dot(m, q, dk);
     }
+    if (p.out == nullptr) continue;
     const float inv = 1.0f / std::sqrt(sum_squares(o, dv) / static_cast<float>(dv) + p.eps);
     const float* z = p.z + r * hv * dv + static_cast<int64_t>(h) * dv;
     float* out = p.out + r * hv * dv + static_cast<int64_t>(h) * dv;

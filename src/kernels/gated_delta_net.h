@@ -19,6 +19,12 @@
 // A sequence whose new tokens start at position 0 (kv_len[b] == its token count) starts from a
 // zero state, whatever its slot held.
 //
+// Per-token slots (state_src / state_dst, for speculation): token t continues the state of slot
+// state_src[t] (-1: zero) and leaves its own in slot state_dst[t], instead of sequence b's
+// tokens updating state_slots[b] in place. A chain of drafts verified without touching the
+// request's slot is src = slot, dst = scratch for its first token, then src = dst = scratch;
+// the accepted tokens are then replayed into the slot (out == null: states only).
+//
 // Numerics: every (sequence, head) is computed on its own in a fixed order, token by token, so a
 // sequence's output and final state do not depend, bit for bit, on the other sequences of the
 // call nor on how its tokens are split over calls (one call of n tokens equals n calls of one:
@@ -35,7 +41,10 @@ struct GatedDeltaNetParams {
   int32_t num_seqs = 0;              // B
   const int32_t* qo_indptr = nullptr;  // [B+1]
   const int32_t* kv_len = nullptr;     // [B] tokens of b after the call (fresh: == its new tokens)
-  const int32_t* state_slots = nullptr;  // [B] distinct slots in [0, num_slots)
+  const int32_t* state_slots = nullptr;  // [B] distinct slots in [0, num_slots); or null with
+  const int32_t* state_src = nullptr;    // [T] (above): the slot token t continues, -1: zero
+  const int32_t* state_dst = nullptr;    // [T] the slot token t's state goes to (a sequence's
+                                         // rows write slots no other sequence reads or writes)
   int num_k_heads = 0;   // Hk
   int num_v_heads = 0;   // Hv, a multiple of Hk
   int head_k_dim = 0;    // dk
@@ -55,7 +64,7 @@ struct GatedDeltaNetParams {
   float* conv_state = nullptr;
   float* ssm_state = nullptr;
   float* mixed = nullptr;  // [T, C] scratch: the conv's output
-  float* out = nullptr;    // [T, Hv * dv]
+  float* out = nullptr;    // [T, Hv * dv]; null: only the states are computed (z unread)
 
   int64_t conv_dim() const {
     return 2 * int64_t{num_k_heads} * head_k_dim + int64_t{num_v_heads} * head_v_dim;

@@ -18,8 +18,10 @@ void BatchBuilder::clear() {
     g.slot_mapping.clear();
   }
   any_mask_ = false;
+  any_scratch_ = false;
   for (auto* v : {&tokens_, &positions_, &kv_page_indices_, &kv_len_, &slot_mapping_,
-                  &logits_indices_, &hidden_indices_, &state_slots_}) {
+                  &logits_indices_, &hidden_indices_, &state_slots_, &state_src_,
+                  &state_dst_}) {
     v->clear();
   }
   qo_indptr_.assign(1, 0);
@@ -90,7 +92,17 @@ int32_t BatchBuilder::add(const SequenceInput& seq) {
   ARBOR_CHECK(seq.state_slot >= 0 ? state_slots_.size() + 1 == kv_len_.size()
                                    : state_slots_.empty())
       << "every sequence of a batch has a state slot, or none";
-  if (seq.state_slot >= 0) state_slots_.push_back(seq.state_slot);
+  if (seq.state_slot >= 0) {
+    state_slots_.push_back(seq.state_slot);
+    const bool scratch = seq.state_scratch >= 0;
+    any_scratch_ = any_scratch_ || scratch;
+    for (int32_t i = 0; i < n; ++i) {
+      const int32_t prev = i > 0 ? (scratch ? seq.state_scratch : seq.state_slot)
+                                 : (seq.num_committed == 0 ? -1 : seq.state_slot);
+      state_src_.push_back(prev);
+      state_dst_.push_back(scratch ? seq.state_scratch : seq.state_slot);
+    }
+  }
   append_mask(seq);
   return first_logit;
 }
@@ -131,6 +143,10 @@ ForwardBatch BatchBuilder::batch() const {
   }
   b.more_kv_groups = more_views_;
   b.state_slots = state_slots_;
+  if (any_scratch_) {
+    b.state_src = state_src_;
+    b.state_dst = state_dst_;
+  }
   return b;
 }
 

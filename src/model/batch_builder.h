@@ -43,6 +43,11 @@ struct SequenceInput {
   // The sequence's recurrent state slot (ForwardBatch::state_slots), or -1 for a model without
   // recurrent layers. Every sequence of a batch gives one, or none does (CHECKed).
   int32_t state_slot = -1;
+  // >= 0: verify this sequence's tokens without touching state_slot (speculation): its first
+  // token reads state_slot (zero when num_committed is 0) and writes this scratch slot, the
+  // others continue in it (ForwardBatch::state_src / state_dst; ModelRunner::commit_states
+  // replays the accepted ones into state_slot afterwards).
+  int32_t state_scratch = -1;
 };
 
 class BatchBuilder {
@@ -61,6 +66,8 @@ class BatchBuilder {
   // Views into this builder: valid until the next add() or clear().
   ForwardBatch batch() const;
   int32_t num_logits() const { return (int32_t)logits_indices_.size(); }
+  // Token rows so far: the next sequence's first row.
+  int32_t num_tokens() const { return (int32_t)tokens_.size(); }
   // Hidden-state rows so far: the next sequence's first hidden row.
   int32_t num_hidden() const { return (int32_t)hidden_indices_.size(); }
   int32_t block_size() const { return block_size_; }
@@ -83,6 +90,8 @@ class BatchBuilder {
   std::vector<int32_t> tokens_, positions_, qo_indptr_{0}, kv_indptr_{0}, kv_page_indices_;
   std::vector<int32_t> kv_len_, slot_mapping_, logits_indices_, hidden_indices_, mask_indptr_{0};
   std::vector<int32_t> state_slots_;
+  bool any_scratch_ = false;
+  std::vector<int32_t> state_src_, state_dst_;  // [T] when any sequence has a scratch slot
   std::vector<uint8_t> mask_bits_;
 };
 

@@ -150,6 +150,27 @@ Status check_state_slots(const ForwardBatch& bt, const BatchLimits& lim) {
     }
     seen[static_cast<size_t>(s)] = true;
   }
+  if (bt.state_src.size() != bt.state_dst.size() ||
+      (!bt.state_src.empty() && bt.state_src.size() != bt.tokens.size())) {
+    return invalid_argument("state_src has ", bt.state_src.size(), " entries and state_dst ",
+                            bt.state_dst.size(), ", expected none or one per token (",
+                            bt.tokens.size(), ")");
+  }
+  std::vector<int32_t> writer(static_cast<size_t>(lim.num_state_slots), -1);
+  for (size_t b = 0; b < nb && !bt.state_dst.empty(); ++b) {
+    for (int32_t t = bt.qo_indptr[b]; t < bt.qo_indptr[b + 1]; ++t) {
+      const int32_t src = bt.state_src[t], dst = bt.state_dst[t];
+      if (src < -1 || src >= lim.num_state_slots || dst < 0 || dst >= lim.num_state_slots) {
+        return invalid_argument("token ", t, ": state_src ", src, ", state_dst ", dst,
+                                ", the model has ", lim.num_state_slots, " state slots");
+      }
+      int32_t& w = writer[static_cast<size_t>(dst)];
+      if (w >= 0 && w != static_cast<int32_t>(b)) {
+        return invalid_argument("state slot ", dst, " is written by sequences ", w, " and ", b);
+      }
+      w = static_cast<int32_t>(b);
+    }
+  }
   for (size_t b = 0; !bt.mask_indptr.empty() && b < nb; ++b) {
     if (bt.mask_indptr[b + 1] != bt.mask_indptr[b]) {
       return unimplemented("sequence ", b, " has a custom mask (a token tree): the model's "

@@ -26,6 +26,17 @@
 //                            with the meaning above; the fields above are group 0's. Empty: one
 //                            group. A layer reads the arrays of its group (KvCacheShape::
 //                            group_of); kv_len, qo_indptr and the mask are shared.
+//   state_slots     [B]      models with recurrent layers only (else empty): the
+//                            RecurrentStateCache slot holding sequence b's state after its
+//                            kv_len[b] - n_b computed tokens (a sequence starting at 0 starts
+//                            from zero), which the step leaves holding its state after its last
+//                            new token; distinct. Such a batch has no custom mask segments
+//                            (token trees over recurrent layers are not run).
+//   state_src       [T]      optional, with state_slots (speculation): token t continues the
+//   state_dst       [T]      state of slot state_src[t] (-1: zero) and leaves its own in slot
+//                            state_dst[t], instead of updating state_slots[b] in place; a
+//                            sequence's dst slots are its own (its state_slots[b] or a scratch
+//                            slot no other sequence names). Empty: in place.
 // Output of a forward: logits [L, vocab_size] f32 and hidden states [H, dim] f32.
 #pragma once
 
@@ -57,6 +68,8 @@ struct ForwardBatch {
   std::span<const uint8_t> mask_bits;
   std::span<const KvGroupArrays> more_kv_groups;
   std::span<const int32_t> state_slots;
+  std::span<const int32_t> state_src;
+  std::span<const int32_t> state_dst;
 
   int32_t num_kv_groups() const { return 1 + (int32_t)more_kv_groups.size(); }
   // Group g's arrays: g == 0 the fields above, else more_kv_groups[g - 1].

@@ -62,7 +62,7 @@ LlamaForward::~LlamaForward() {
   for (Scratch* s : {&x_, &xb_, &q_, &k_, &v_, &att_, &hb_, &hb2_, &router_, &slot_expert_,
                      &slot_weight_, &slot_pair_, &pair_token_, &expert_indptr_, &pair_out_, &shexp_out_,
                      &qg_, &gate_, &ssm_qkv_, &ssm_mixed_, &ssm_z_, &ssm_beta_, &ssm_alpha_,
-                     &ssm_out_,
+                     &ssm_out_, &saved_,
                      &xl_, &xh_, &logits_, &argmax_, &top_scale_, &top_ids_, &top_logits_,
                      &flags_}) {
     ops_.release(s->p);
@@ -295,6 +295,11 @@ void LlamaForward::delta_net_block(int layer, const ForwardBatch& batch) {
   p.qo_indptr = batch.qo_indptr.data();
   p.kv_len = batch.kv_len.data();
   p.state_slots = batch.state_slots.data();
+  if (!batch.state_src.empty()) {
+    p.state_src = batch.state_src.data();
+    p.state_dst = batch.state_dst.data();
+    save_recurrent_inputs(layer, nt);
+  }
   p.num_k_heads = ssm.num_k_heads;
   p.num_v_heads = ssm.num_v_heads;
   p.head_k_dim = ssm.state_size;
@@ -316,6 +321,77 @@ void LlamaForward::delta_net_block(int layer, const ForwardBatch& batch) {
   ops_.gated_delta_net(p);
   ops_.matmul(w.ssm_out.w, ssm_out_.f(), xb_.f(), nt);
   residual(w.post_attn_norm, nt);
+}
+
+int64_t LlamaForward::saved_row_floats() const {
+  return cfg_.ssm.conv_dim() + 2 * int64_t{cfg_.ssm.num_v_heads};
+}
+
+void LlamaForward::save_recurrent_inputs(int layer, int32_t nt) {
+  int r = 0;  // the layer's index among the recurrent layers
+  for (int l = 0; l < layer; ++l) r += cfg_.layers[l].recurrent;
+  const int64_t per_layer = saved_row_floats() * nt;
+  ensure(saved_, static_cast<size_t>(per_layer * cfg_.num_recurrent_layers()) * sizeof(float));
+  float* base = saved_.f() + r * per_layer;
+  const int64_t c = cfg_.ssm.conv_dim(), hv = cfg_.ssm.num_v_heads;
+  const DeviceMemory::Copy copies[] = {
+      {base, ssm_qkv_.p, static_cast<size_t>(nt * c) * sizeof(float)},
+      {base + nt * c, ssm_alpha_.p, static_cast<size_t>(nt * hv) * sizeof(float)},
+      {base + nt * (c + hv), ssm_beta_.p, static_cast<size_t>(nt * hv) * sizeof(float)}};
+  ops_.copy(copies);
+  saved_tokens_ = nt;
+}
+
+void LlamaForward::commit_states(std::span<const StateCommit> commits) {
+  ARBOR_CHECK(ops_.is_host()) << "commit_states runs on the host device";
+  ARBOR_CHECK(saved_tokens_ > 0) << "commit_states without a speculative run";
+  const int64_t c = cfg_.ssm.conv_dim(), hv = cfg_.ssm.num_v_heads;
+  const int32_t T = saved_tokens_;
+  std::vector<int32_t> qo_indptr{0}, slots;
+  for (const StateCommit& s : commits) {
+    for (int32_t row : s.rows) ARBOR_CHECK(row >= 0 && row < T) << "row " << row << " of " << T;
+    qo_indptr.push_back(qo_indptr.back() + static_cast<int32_t>(s.rows.size()));
+    slots.insert(slots.end(), s.rows.size(), s.slot);
+  }
+  const int32_t n = qo_indptr.back();
+  if (n == 0) return;
+  int r = 0;
+  for (int layer = 0; layer < cfg_.num_layers; ++layer) {
+    if (!cfg_.layers[layer].recurrent) continue;
+    const float* base = saved_.f() + r++ * saved_row_floats() * T;
+    int32_t i = 0;
+    for (const StateCommit& s : commits) {
+      for (int32_t row : s.rows) {
+        std::copy_n(base + row * c, c, ssm_qkv_.f() + i * c);
+        std::copy_n(base + T * c + row * hv, hv, ssm_alpha_.f() + i * hv);
+        std::copy_n(base + T * (c + hv) + row * hv, hv, ssm_beta_.f() + i * hv);
+        ++i;
+      }
+    }
+    const LayerWeights& w = w_.layers[layer];
+    kernels::GatedDeltaNetParams p;
+    p.num_seqs = static_cast<int32_t>(commits.size());
+    p.qo_indptr = qo_indptr.data();
+    p.state_src = slots.data();
+    p.state_dst = slots.data();
+    p.num_k_heads = cfg_.ssm.num_k_heads;
+    p.num_v_heads = cfg_.ssm.num_v_heads;
+    p.head_k_dim = cfg_.ssm.state_size;
+    p.head_v_dim = cfg_.ssm.state_size;
+    p.conv_kernel = cfg_.ssm.conv_kernel;
+    p.eps = cfg_.rms_eps;
+    p.qkv = ssm_qkv_.f();
+    p.alpha = ssm_alpha_.f();
+    p.beta = ssm_beta_.f();
+    p.conv_w = w.ssm_conv;
+    p.dt_bias = w.ssm_dt_bias;
+    p.a = w.ssm_a;
+    p.norm_w = w.ssm_norm;
+    p.conv_state = states_->conv(layer);
+    p.ssm_state = states_->ssm(layer);
+    p.mixed = ssm_mixed_.f();
+    ops_.gated_delta_net(p);
+  }
 }
 
 // The gated activation over n elements: gate = act(gate) * up (gpt-oss's clamped variant:
@@ -543,7 +619,7 @@ uint64_t batch_digest(const ForwardBatch& b) {
   for (std::span<const int32_t> v : {b.tokens, b.positions, b.qo_indptr, b.kv_indptr,
                                      b.kv_page_indices, b.kv_len, b.slot_mapping,
                                      b.logits_indices, b.hidden_indices, b.mask_indptr,
-                                     b.state_slots}) {
+                                     b.state_slots, b.state_src, b.state_dst}) {
     hash_span(h, v);
   }
   hash_span(h, b.mask_bits);
@@ -648,6 +724,7 @@ void LlamaForward::gather_logits(int32_t nl, const LogitsOut& out) {
 void LlamaForward::run(const ForwardBatch& host_batch, PagedKvCache& cache,
                        const LogitsOut& out) {
   status_ = ok_status();
+  saved_tokens_ = 0;
   experts_touched_ = 0;
   moe_layers_run_ = 0;
   const KvCacheShape& s = cache.shape();

@@ -79,6 +79,13 @@ struct LogitsOut {
   float* hidden = nullptr;
 };
 
+// One sequence's speculative rows to replay into its recurrent state (LlamaForward::
+// commit_states): rows of the last run, in order (the committed token, then the accepted drafts).
+struct StateCommit {
+  int32_t slot = 0;
+  std::vector<int32_t> rows;
+};
+
 class LlamaForward {
  public:
   // `model` and `ops` must outlive this object; ops runs on the device the cache lives on.
@@ -119,6 +126,13 @@ class LlamaForward {
   // the batch's state_slots index them). Must outlive this object's runs.
   void set_recurrent_states(RecurrentStateCache* states) { states_ = states; }
 
+  // After a run() whose batch had state_src / state_dst (speculation, which left every
+  // sequence's state_slots untouched where it verified into a scratch slot): advances each
+  // commit's slot by the rows it names, as if they had run in place — the same bits as a plain
+  // run over those tokens (the rows' recurrent-layer inputs are kept from the run). Host device
+  // only (CHECKed); rows must be of the last run (CHECKed).
+  void commit_states(std::span<const StateCommit> commits);
+
   // Tokens the scratch currently holds.
   int32_t capacity_tokens() const { return cap_tokens_; }
 
@@ -152,6 +166,10 @@ class LlamaForward {
   void project_qkv(const LayerWeights& w, const float* in, int32_t nt);
   // A Gated DeltaNet layer's mixer and residual (kernels/gated_delta_net.h).
   void delta_net_block(int layer, const ForwardBatch& batch);
+  // Keeps the layer's qkv, alpha and beta rows of a speculative run (saved_).
+  void save_recurrent_inputs(int layer, int32_t num_tokens);
+  // Floats one recurrent layer's saved rows take per token: C + 2 Hv.
+  int64_t saved_row_floats() const;
   void ffn_block(int layer, int32_t num_tokens);
   void activation(float* gate, const float* up, int64_t n);
   void moe_block(int layer, int32_t num_tokens);
@@ -213,6 +231,10 @@ class LlamaForward {
   Scratch ssm_beta_;   // [T, Hv]
   Scratch ssm_alpha_;  // [T, Hv]
   Scratch ssm_out_;    // [T, Hv * dv]
+  // A speculative run's recurrent-layer inputs, kept for commit_states: per recurrent layer
+  // [T, C] qkv, then [T, Hv] alpha and [T, Hv] beta.
+  Scratch saved_;
+  int32_t saved_tokens_ = 0;  // T of the run saved_ holds; 0: none
   Scratch hb_;        // [T, ffn_dim], or [T * k, expert_ffn_dim] (MoE: per pair)
   Scratch hb2_;       // likewise
   // Mixture of experts (k = num_experts_used, E = num_experts): ExpertRouting's arrays.

@@ -137,7 +137,30 @@ Status ModelRunner::forward(const ForwardBatch& batch, const LogitsOut& out) {
     }
   }
   forward_->run(batch, *cache_, out);
+  last_speculative_tokens_ = batch.state_src.empty() ? 0 : batch.num_tokens();
   return forward_->status();
+}
+
+Status ModelRunner::commit_states(std::span<const StateCommit> commits) {
+  if (states_ == nullptr) return invalid_argument("commit_states: the model has no recurrent state");
+  if (last_speculative_tokens_ == 0) {
+    return failed_precondition("commit_states: the last forward verified nothing into scratch "
+                               "state slots");
+  }
+  for (const StateCommit& c : commits) {
+    if (c.slot < 0 || c.slot >= states_->num_slots()) {
+      return invalid_argument("commit_states: slot ", c.slot, " of ", states_->num_slots());
+    }
+    for (int32_t r : c.rows) {
+      if (r < 0 || r >= last_speculative_tokens_) {
+        return invalid_argument("commit_states: row ", r, " of the last forward's ",
+                                last_speculative_tokens_);
+      }
+    }
+  }
+  forward_->commit_states(commits);
+  last_speculative_tokens_ = 0;
+  return ok_status();
 }
 
 SingleSequence::SingleSequence(ModelRunner& runner, std::vector<int32_t> blocks)

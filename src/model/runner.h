@@ -108,6 +108,11 @@ class ModelRunner {
   // only the top-k candidates). A `want` of the wrong length, or kTopK rows with top_k outside
   // [1, min(kMaxDeviceTopK, vocab_size)] or without their arrays, is kInvalidArgument.
   Status forward(const ForwardBatch& batch, const LogitsOut& out);
+  // After a forward() whose batch verified sequences into scratch state slots
+  // (SequenceInput::state_scratch): advances each commit's slot by the rows it names (the
+  // committed token and the accepted drafts; LlamaForward::commit_states). Errors: a slot or
+  // row out of range, or no such forward before.
+  Status commit_states(std::span<const StateCommit> commits);
   // After forward(): LlamaForward::experts_touched() (mean distinct experts per MoE layer).
   double experts_touched() const { return forward_->experts_touched(); }
   // After forward(): where logits row i first became non-finite, or "" (LlamaForward).
@@ -127,6 +132,7 @@ class ModelRunner {
   std::unique_ptr<LlamaForward> forward_;
   KvCacheLayout layout_;
   std::vector<int32_t> group_windows_;  // BatchLimits::group_windows: empty with one full group
+  int32_t last_speculative_tokens_ = 0;  // the last forward's tokens when it had state_src
 };
 
 class SingleSequence {

@@ -36,6 +36,19 @@ TpShape tp_shape(const ModelConfig& c, int rank, int size) {
 
 Status check_tp(const ModelConfig& c, int num_segments, int size) {
   if (size == 1) return ok_status();
+  ARBOR_RETURN_IF_ERROR(check_tp_config(c, size));
+  if (num_segments % size != 0) {
+    return unimplemented(
+        "tensor-parallel degree ", size, ": the model's row-parallel matrices have ",
+        num_segments, " canonical K segment(s) (", c.num_kv_heads, " kv heads, q_dim ",
+        c.q_dim(), ", ffn ", c.ffn_dim,
+        " against the weight types' block sizes), so the degree can be at most ", num_segments);
+  }
+  return ok_status();
+}
+
+Status check_tp_config(const ModelConfig& c, int size) {
+  if (size == 1) return ok_status();
   if (size != 2 && size != 4) {
     return invalid_argument("tensor-parallel degree ", size, ": arbor runs 1, 2 or 4");
   }
@@ -50,13 +63,6 @@ Status check_tp(const ModelConfig& c, int num_segments, int size) {
   if (c.spec != nullptr && c.spec->qk_norm == QkNorm::kWhole) {
     return unimplemented(c.arch_name, " normalises the whole q/k projection (QK-norm over all "
                          "heads): tensor parallelism splits heads across ranks and cannot");
-  }
-  if (num_segments % size != 0) {
-    return unimplemented(
-        "tensor-parallel degree ", size, ": the model's row-parallel matrices have ",
-        num_segments, " canonical K segment(s) (", c.num_kv_heads, " kv heads, q_dim ",
-        c.q_dim(), ", ffn ", c.ffn_dim,
-        " against the weight types' block sizes), so the degree can be at most ", num_segments);
   }
   return ok_status();
 }

@@ -63,5 +63,8 @@ TpShape tp_shape(const ModelConfig& c, int rank, int size);
 // Whether the model can run at TP degree `size`: kUnimplemented naming what prevents it
 // (experts, whole-projection QK-norm, a degree above the segment count or not in {1, 2, 4}).
 Status check_tp(const ModelConfig& c, int num_segments, int size);
+// check_tp's refusals that the config alone decides (before any weight is read): for a launcher
+// that would otherwise start `size` processes that each refuse the model.
+Status check_tp_config(const ModelConfig& c, int size);
 
 }  // namespace arbor::model

@@ -152,6 +152,9 @@ struct Request {
   RequestId request_id = 0;
   RequestId parent_id = 0;             // 0 for a user request; the parent for a fork child
   int32_t sample_index = 0;            // this child's index among the parent's best_of
+  // A fork child that continues its parent's computed tokens (Scheduler::fork_parent): its first
+  // NewRequestData names the parent (NewRequestData::fork_of), once.
+  bool fork_pending = false;
   RequestStatus status = RequestStatus::kWaiting;
   std::vector<int32_t> token_ids;      // [num_tokens] committed: prompt, then generated tokens
   int64_t num_prompt = 0;              // leading prompt tokens of token_ids

@@ -232,6 +232,7 @@ void Scheduler::fork_parent(Request& parent) {
       continue;
     }
     c->num_computed_tokens = shared;
+    c->fork_pending = true;
     c->status = RequestStatus::kRunning;
     insert_running(c);
     for (const kv::BlockCopy& cow : fr->copies_on_write) {
@@ -242,6 +243,12 @@ void Scheduler::fork_parent(Request& parent) {
   if (parent.known_to_executor()) finished_since_schedule_.push_back(parent.request_id);
   std::erase(running_, &parent);
   parent.status = RequestStatus::kForked;
+}
+
+int32_t Scheduler::num_running_seqs() const {
+  int32_t n = 0;
+  for (const Request* r : running_) n += r->is_fork_parent() ? r->best_of : 1;
+  return n;
 }
 
 const Request* Scheduler::find(RequestId id) const {

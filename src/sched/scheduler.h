@@ -186,6 +186,9 @@ class Scheduler {
   // finished_ids. An idle engine still runs that (empty) step so the executor drops their state.
   bool has_unreported_finishes() const { return !finished_since_schedule_.empty(); }
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
+  // The sequences the running requests will be: a fork parent counts as its best_of children
+  // (what max_num_seqs bounds: the parent forks into them without admission). O(running).
+  int32_t num_running_seqs() const;
   int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
   const Request* find(RequestId id) const;
   SchedulerStats stats() const;

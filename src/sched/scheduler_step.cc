@@ -119,7 +119,7 @@ void Scheduler::admit_waiting(std::vector<RequestPlan>& plans, int64_t& budget,
     const kv::ComputedBlocks hit = computed_blocks(req);
     const int64_t num_new =
         chunk_size(req, req.target_tokens() - hit.num_computed_tokens, budget);
-    if (num_running() + seqs > options_.max_num_seqs || !fits_new(req, num_new, hit, 0)) {
+    if (num_running_seqs() + seqs > options_.max_num_seqs || !fits_new(req, num_new, hit, 0)) {
       if (!preempt_for_waiting(req, hit, num_new, plans, budget, preempted)) break;
       // Preemption frees blocks but caches none, so `hit` is still valid.
       ARBOR_CHECK(fits_new(req, num_new, hit, 0))
@@ -175,13 +175,12 @@ std::optional<size_t> Scheduler::num_victims_needed(const Request& req,
   }
   int64_t available = free_blocks();
   std::unordered_map<kv::BlockId, int32_t> victim_refs;
+  int64_t running_seqs = num_running_seqs();
   for (size_t k = 0;; ++k) {
-    if (available >= need &&
-        static_cast<int64_t>(running_.size() - k) + seqs <= options_.max_num_seqs) {
-      return k;
-    }
+    if (available >= need && running_seqs + seqs <= options_.max_num_seqs) return k;
     if (k == running_.size()) return std::nullopt;
     const Request& victim = *running_[running_.size() - 1 - k];
+    running_seqs -= victim.is_fork_parent() ? victim.best_of : 1;
     if (victim.priority <= req.priority) return std::nullopt;
     for (const RequestPlan& p : plans) {
       if (p.req == &victim) available += p.reserved_blocks;
@@ -246,7 +245,9 @@ void Scheduler::emit(const RequestPlan& p, SchedulerOutput& out) {
         .sampling = req.sampling,
         .seed = req.seed,
         .pooling = req.pooling,
+        .fork_of = req.fork_pending ? req.parent_id : 0,
     });
+    req.fork_pending = false;
     req.num_tokens_sent = req.num_tokens();
   }
   ScheduledRequest s;

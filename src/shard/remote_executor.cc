@@ -694,6 +694,9 @@ int32_t RemoteExecutor::max_tree_nodes() const { return impl_->geometry().max_tr
 step::ExpertShape RemoteExecutor::expert_shape() const {
   return {impl_->geometry().num_experts(), impl_->geometry().num_experts_used()};
 }
+int32_t RemoteExecutor::recurrent_state_slots() const {
+  return impl_->geometry().recurrent_state_slots();
+}
 uint64_t RemoteExecutor::incarnation() const { return impl_->incarnation; }
 
 int64_t RemoteExecutor::shard_pid(int32_t rank) const {

@@ -82,6 +82,7 @@ class RemoteExecutor : public step::ModelExecutor {
   Result<std::vector<step::StepCostSample>> measure_step_costs(
       std::span<const step::StepCostProbe> probes) override;
   step::ExpertShape expert_shape() const override;
+  int32_t recurrent_state_slots() const override;
   double draft_token_cost() const override;
   bool has_proposer() const override;
   bool proposer_writes_kv() const override;

@@ -44,6 +44,7 @@ void StepEncoder::encode(const step::SchedulerOutput& output, uint64_t incarnati
     encode_sampling(d.sampling, n->mutable_sampling());
     n->set_seed(d.seed);
     n->set_pooling(d.pooling ? static_cast<int32_t>(*d.pooling) : 0);
+    n->set_fork_of(d.fork_of);
     known_[d.request_id] = Known{};
   }
   for (const step::ScheduledRequest& s : output.requests) {
@@ -259,6 +260,7 @@ std::optional<WireError> StepDecoder::check_new(const wire::Step& msg, step::Sch
     }
     d.seed = n.seed();
     if (n.pooling() != 0) d.pooling = static_cast<step::PoolingType>(n.pooling());
+    d.fork_of = n.fork_of();
     Known k;
     k.num_tokens = num_tokens;
     k.num_prompt_tokens = n.num_prompt_tokens();

@@ -100,6 +100,12 @@ class ModelExecutor {
   // before the first execute() (it may write any KV block). [probes.size()]
   virtual Result<std::vector<StepCostSample>> measure_step_costs(
       std::span<const StepCostProbe> probes) = 0;
+  // A model with recurrent layers (Qwen3.5's Gated DeltaNet): how many requests' states the
+  // executor holds at once (the engine runs at most this many sequences); 0: no recurrent
+  // state. Such a model's state cannot start mid-sequence from cached blocks, so the engine runs
+  // it without prefix caching (a request runs from its first token, or continues a fork
+  // parent's state: NewRequestData::fork_of).
+  virtual int32_t recurrent_state_slots() const { return 0; }
   // A mixture of experts' experts per layer and experts routed per token; {0, 0} when dense.
   virtual ExpertShape expert_shape() const { return {}; }
   // The cost of proposing one draft token, in seconds (0 for model-free proposers or none).

@@ -56,6 +56,10 @@ struct NewRequestData {
   uint64_t seed = 0;                // draws come from Rng::at(seed, position, stream)
   // A pooling request: it never samples; its prompt's hidden states are pooled (see `pool`).
   std::optional<PoolingType> pooling;
+  // A fork child entering with its parent's computed tokens: the parent's id (finished in the
+  // same SchedulerOutput); its per-request state in the executor (a recurrent model's state
+  // slot) continues this request's. 0 otherwise.
+  RequestId fork_of = 0;
 };
 
 // One request's work in a step. With c = num_computed_tokens and k = num_drafts, the step runs

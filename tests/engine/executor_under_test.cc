@@ -24,6 +24,7 @@ Result<std::unique_ptr<step::ModelExecutor>> load_executor(
   if (shards != 1 && shards != 2 && shards != 4) {
     return invalid_argument("ARBOR_TEST_SHARDS=", shards, ": 1, 2 or 4");
   }
+  ARBOR_RETURN_IF_ERROR(executor::check_tp_launch(path, shards));
   shard::RemoteExecutorOptions o;
   o.launch_argv = shard::shard_command_line(test::arbor_bin(), path, options, "warn");
   o.num_launched = shards;

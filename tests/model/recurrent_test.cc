@@ -218,6 +218,54 @@ TEST(Qwen35Runner, StateSlotsAreValidated) {
   EXPECT_NE(none.message().find("state_slots has 0 entries"), std::string::npos) << none.to_string();
 }
 
+// Speculation's rollback: a chain of 1 + 4 tokens verified in a scratch slot leaves the
+// sequence's slot untouched (its rows' logits equal a plain run's), and replaying the first
+// 1 + a of them (a = 0 .. 4 accepted) into the slot gives the state a plain run over those tokens
+// leaves: the next token's logits are equal, bit for bit.
+TEST(Qwen35Runner, ScratchVerificationAndCommitEqualAPlainRun) {
+  test::TempDir dir("qwen35_commit");
+  const std::string path = write_model("tiny-qwen35", GgmlType::kF32, dir);
+  auto runner = load(path, 2);
+  ASSERT_NE(runner, nullptr);
+  const std::vector<int32_t> ids = prompt(26, 8);  // 20 prompt, 5 verified, 1 next
+  const std::vector<int32_t> table = SingleSequence::contiguous_blocks(0, 8);
+  auto step = [&](int32_t committed, int32_t n, int32_t scratch, std::vector<float>& logits) {
+    BatchBuilder b(16);
+    SequenceInput in;
+    in.block_table = table;
+    in.num_committed = committed;
+    in.tokens = std::span<const int32_t>(ids).subspan(committed, n);
+    in.logits = LogitsMode::kAll;
+    in.state_slot = 1;
+    in.state_scratch = scratch;
+    b.add(in);
+    logits.resize(static_cast<size_t>(n) * kVocab);
+    return runner->forward(b.batch(), logits.data());
+  };
+  for (int32_t accepted = 0; accepted <= 4; ++accepted) {
+    SCOPED_TRACE(accepted);
+    std::vector<float> plain_verify, plain_next, verify, next, unused;
+    // Plain: the prompt, then the 5 tokens in place, then (from a fresh run) the prompt,
+    // 1 + accepted tokens and the next one.
+    ASSERT_TRUE(step(0, 20, -1, unused).ok());
+    ASSERT_TRUE(step(20, 5, -1, plain_verify).ok());
+    ASSERT_TRUE(step(0, 21 + accepted, -1, unused).ok());
+    ASSERT_TRUE(step(21 + accepted, 1, -1, plain_next).ok());
+    // Speculative: the prompt, the 5 tokens into scratch slot 3, the accepted rows committed.
+    ASSERT_TRUE(step(0, 20, -1, unused).ok());
+    ASSERT_TRUE(step(20, 5, 3, verify).ok());
+    EXPECT_EQ(std::memcmp(verify.data(), plain_verify.data(), verify.size() * sizeof(float)), 0);
+    StateCommit c{1, {}};
+    for (int32_t r = 0; r <= accepted; ++r) c.rows.push_back(r);
+    ASSERT_TRUE(runner->commit_states({&c, 1}).ok());
+    ASSERT_TRUE(step(21 + accepted, 1, -1, next).ok());
+    EXPECT_EQ(std::memcmp(next.data(), plain_next.data(), next.size() * sizeof(float)), 0);
+  }
+  // A commit needs a speculative forward before it, and rows of it.
+  StateCommit c{1, {0}};
+  EXPECT_EQ(runner->commit_states({&c, 1}).code(), StatusCode::kFailedPrecondition);
+}
+
 // The file's keys: what the loader refuses, naming the key.
 TEST(Qwen35Runner, RefusesInconsistentKeys) {
   test::TempDir dir("qwen35_keys");

@@ -1,0 +1,354 @@
+// Qwen3.5's hybrid models through the engine (docs/qwen35.md): every request's Gated DeltaNet
+// state lives in a slot of its own, so greedy output through the engine — four requests at
+// once, chunked prefill, block size 1, a pool small enough to preempt (the state is rebuilt by
+// the recompute), n > 1 forks (the children copy their parent's state), a second wave whose
+// prompts share prefixes with the first (prefix caching is turned off for these models: a cached
+// prefix has no state), speculation (n-gram and draft-model chains verified in scratch state
+// slots, the accepted tokens replayed into the request's slot) — equals a plain greedy loop over
+// one sequence on the runner, token for token. Token trees are refused at load with the reason.
+// Each run also shows that what it claims happened: preemptions, accepted drafts, no prefix
+// hits.
+//
+// Models: tiny random-weight qwen35 and qwen35moe files (model/synth_model.h presets, the
+// stories260K vocabulary): three Gated DeltaNet layers, then gated attention.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/engine_core.h"
+#include "engine_test_util.h"
+#include "executor/drafter.h"
+#include "executor/local_executor.h"
+#include "executor_under_test.h"
+#include "kernels/thread_pool.h"
+#include "model/runner.h"
+#include "model/synth_model.h"
+#include "spec/proposer.h"
+#include "support/temp_dir.h"
+
+namespace arbor::engine {
+namespace {
+
+constexpr int32_t kVocab = 512;
+constexpr int32_t kMaxTokens = 24;
+
+struct ModelFiles {
+  test::TempDir dir{"hybrid"};
+  std::map<std::string, std::string> path;  // preset -> file
+};
+
+const ModelFiles& models() {
+  static ModelFiles* m = [] {
+    auto* f = new ModelFiles;
+    for (const char* preset : {"tiny-qwen35", "tiny-qwen35moe"}) {
+      model::SynthShape s = *model::find_synth_preset(preset);
+      s.vocab = 0;
+      kernels::ThreadPool pool(2);
+      auto w = model::synth_model(s, gguf::GgmlType::kQ8_0, 31, kVocab,
+                                  testing::stories260k_tokenizer_keys(), pool);
+      EXPECT_TRUE(w.ok()) << w.status().to_string();
+      const std::string path = f->dir / (std::string(preset) + ".gguf");
+      if (w.ok()) {
+        EXPECT_TRUE(w->write(path).ok());
+      }
+      f->path[preset] = path;
+    }
+    // A dense draft model of the same vocabulary (qwen3, 2 layers).
+    model::SynthShape d = model::with_arch({.name = "draft", .dim = 128, .ffn = 256, .layers = 2,
+                                            .heads = 4, .kv_heads = 2, .context = 4096},
+                                           "qwen3");
+    d.vocab = 0;
+    kernels::ThreadPool pool(2);
+    auto w = model::synth_model(d, gguf::GgmlType::kQ8_0, 32, kVocab,
+                                testing::stories260k_tokenizer_keys(), pool);
+    EXPECT_TRUE(w.ok()) << w.status().to_string();
+    f->path["draft"] = f->dir / "draft.gguf";
+    if (w.ok()) {
+      EXPECT_TRUE(w->write(f->path["draft"]).ok());
+    }
+    return f;
+  }();
+  return *m;
+}
+
+// Wave 1: four prompts of 30-75 tokens; wave 2: prefixes of wave 1's with new tails, and one
+// prompt again.
+std::vector<std::vector<int32_t>> make_prompts() {
+  std::mt19937_64 rng(35);
+  std::vector<std::vector<int32_t>> p;
+  for (int32_t len : {30, 45, 60, 75}) p.push_back(testing::random_prompt(rng, len, kVocab));
+  for (size_t i = 0; i < 3; ++i) {
+    std::vector<int32_t> q(p[i].begin(), p[i].begin() + 24);
+    const std::vector<int32_t> tail = testing::random_prompt(rng, 9, kVocab);
+    q.insert(q.end(), tail.begin(), tail.end());
+    p.push_back(q);
+  }
+  p.push_back(p[3]);
+  return p;
+}
+
+// Plain greedy on the runner: one sequence, the prompt in one step, then one token per step.
+std::vector<int32_t> plain_greedy(const std::string& path, const std::vector<int32_t>& prompt) {
+  auto runner = model::ModelRunner::load(path, {.num_blocks = 16, .num_threads = 2});
+  EXPECT_TRUE(runner.ok()) << runner.status().to_string();
+  if (!runner.ok()) return {};
+  model::SingleSequence seq(**runner, model::SingleSequence::contiguous_blocks(1, 15));
+  std::vector<int32_t> out;
+  auto logits = seq.append(prompt);
+  while (logits.ok() && static_cast<int32_t>(out.size()) < kMaxTokens) {
+    const int32_t next =
+        static_cast<int32_t>(std::max_element(logits->begin(), logits->end()) - logits->begin());
+    out.push_back(next);
+    logits = seq.append(std::span<const int32_t>(&next, 1));
+  }
+  EXPECT_TRUE(logits.ok()) << logits.status().to_string();
+  return out;
+}
+
+struct HybridRun {
+  std::string preset = "tiny-qwen35";
+  int32_t n = 1;  // > 1: n greedy samples per request (fork children)
+  int32_t block_size = 16;
+  int64_t num_kv_blocks = 0;  // 0: plenty
+  int32_t chunk = 0;          // long_prefill_token_threshold
+  int32_t budget = 256;       // max_num_batched_tokens
+  int32_t max_num_seqs = 64;
+  executor::SpecProposer proposer = executor::SpecProposer::kNone;
+  int32_t k = 0;  // drafts per step (fixed)
+  bool oracle = false;  // drafts from the OracleProposer below (in process)
+};
+
+const std::vector<std::vector<int32_t>>& reference(const std::string& preset);
+
+// Drafts the plain greedy continuation (the reference) with one token corrupted: the draft at
+// depth (committed tokens % (k + 1)) is off by one, so the accepted counts cycle through 0 .. k
+// and every rollback length is exercised. A model-free proposer as far as the engine knows.
+class OracleProposer final : public spec::Proposer {
+ public:
+  explicit OracleProposer(std::string preset) : preset_(std::move(preset)) {}
+  std::string_view name() const override { return "oracle"; }
+  Status propose(std::span<const spec::DraftRequest> requests,
+                 std::vector<sampling::TokenTree>& out) override;
+  void forget(spec::RequestId, std::span<const int32_t>, int32_t) override {}
+
+ private:
+  std::string preset_;
+};
+
+struct Outcome {
+  std::vector<std::vector<int32_t>> tokens;  // per request, per sample: [requests * n]
+  int64_t preemptions = 0;
+  int64_t hit_tokens = 0;
+  int64_t accepted = 0;
+};
+
+Outcome run(const HybridRun& r) {
+  executor::ExecutorOptions cpu;
+  cpu.block_size = r.block_size;
+  cpu.num_kv_blocks = r.num_kv_blocks > 0 ? r.num_kv_blocks : 4096 / r.block_size + 2;
+  cpu.num_threads = 2;
+  cpu.max_num_seqs = r.max_num_seqs;
+  cpu.proposer = r.proposer;
+  if (r.proposer == executor::SpecProposer::kDraft) cpu.draft_model = models().path.at("draft");
+  // The oracle's drafter is set on an in-process executor, whatever ARBOR_TEST_SHARDS says.
+  Result<std::unique_ptr<step::ModelExecutor>> exec = [&]() -> decltype(exec) {
+    if (!r.oracle) return testing::load_executor(models().path.at(r.preset), cpu);
+    ARBOR_ASSIGN_OR_RETURN(auto local, executor::LocalExecutor::load(models().path.at(r.preset), cpu));
+    local->set_drafter(std::make_unique<executor::Drafter>(
+        std::make_unique<OracleProposer>(r.preset), executor::DrafterOptions{}));
+    return std::unique_ptr<step::ModelExecutor>(std::move(local));
+  }();
+  EXPECT_TRUE(exec.ok()) << exec.status().to_string();
+  if (!exec.ok()) return {};
+  EXPECT_EQ((*exec)->recurrent_state_slots(), r.max_num_seqs);
+  EngineCoreConfig cfg;
+  cfg.options.max_num_batched_tokens = r.budget;
+  cfg.options.long_prefill_token_threshold = r.chunk;
+  cfg.options.max_num_seqs = r.max_num_seqs;
+  cfg.options.max_spec_tokens = r.k;
+  cfg.eos_token_ids = std::vector<int32_t>{};  // run to max_tokens
+  EngineCore engine(std::move(exec).value(), cfg);
+  Outcome out;
+  const std::vector<std::vector<int32_t>> prompts = make_prompts();
+  for (size_t wave = 0; wave < 2; ++wave) {
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (size_t i = wave * 4; i < wave * 4 + 4; ++i) {
+      GenerateRequest g;
+      g.prompt_token_ids = prompts[i];
+      g.sampling.temperature = 0.0f;
+      g.n = r.n;
+      g.max_tokens = kMaxTokens;
+      if (r.k > 0) g.speculation = {.mode = sched::SpecMode::kFixed, .k = r.k};
+      auto s = engine.submit(std::move(g));
+      EXPECT_TRUE(s.ok()) << s.status().to_string();
+      if (s.ok()) streams.push_back(*s);
+    }
+    for (auto& s : streams) {
+      const testing::Collected c = testing::drain(*s, r.n);
+      EXPECT_TRUE(c.final_event.error.ok()) << c.final_event.error.to_string();
+      out.tokens.insert(out.tokens.end(), c.token_ids.begin(), c.token_ids.end());
+    }
+    engine.wait_idle();
+  }
+  const EngineMetricsSnapshot m = engine.metrics();
+  out.preemptions = m.num_preemptions;
+  out.hit_tokens = m.num_prefix_cache_hit_tokens;
+  out.accepted = m.num_accepted_draft_tokens;
+  std::printf("%s: preemptions %lld, prefix hit tokens %lld, accepted drafts %lld\n",
+              r.preset.c_str(), static_cast<long long>(out.preemptions),
+              static_cast<long long>(out.hit_tokens), static_cast<long long>(out.accepted));
+  return out;
+}
+
+const std::vector<std::vector<int32_t>>& reference(const std::string& preset) {
+  static std::map<std::string, std::vector<std::vector<int32_t>>> cache;
+  auto it = cache.find(preset);
+  if (it == cache.end()) {
+    std::vector<std::vector<int32_t>> want;
+    for (const std::vector<int32_t>& p : make_prompts()) {
+      want.push_back(plain_greedy(models().path.at(preset), p));
+    }
+    it = cache.emplace(preset, std::move(want)).first;
+  }
+  return it->second;
+}
+
+Status OracleProposer::propose(std::span<const spec::DraftRequest> requests,
+                               std::vector<sampling::TokenTree>& out) {
+  const std::vector<std::vector<int32_t>> prompts = make_prompts();
+  const std::vector<std::vector<int32_t>>& want = reference(preset_);
+  out.assign(requests.size(), sampling::TokenTree());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const spec::DraftRequest& q = requests[i];
+    for (size_t p = 0; p < prompts.size(); ++p) {
+      const std::vector<int32_t>& prompt = prompts[p];
+      if (static_cast<size_t>(q.num_prompt_tokens) != prompt.size() ||
+          !std::equal(prompt.begin(), prompt.end(), q.token_ids.begin())) {
+        continue;
+      }
+      const size_t done = q.token_ids.size() - prompt.size();
+      std::vector<int32_t> chain;
+      for (int32_t d = 0; d < q.max_depth && done + d < want[p].size(); ++d) {
+        int32_t t = want[p][done + d];
+        if (d == static_cast<int32_t>(q.token_ids.size() % (q.max_depth + 1))) t = (t + 1) % kVocab;
+        chain.push_back(t);
+      }
+      out[i] = sampling::TokenTree::from_chain(chain);
+      break;
+    }
+  }
+  return ok_status();
+}
+
+void expect_plain(const HybridRun& r, const Outcome& o) {
+  const std::vector<std::vector<int32_t>>& want = reference(r.preset);
+  ASSERT_EQ(o.tokens.size(), want.size() * r.n);
+  for (size_t i = 0; i < o.tokens.size(); ++i) {
+    EXPECT_EQ(o.tokens[i], want[i / r.n]) << "request " << i / r.n << " sample " << i % r.n;
+  }
+  EXPECT_EQ(o.hit_tokens, 0) << "prefix caching must be off for recurrent layers";
+}
+
+// The executor a test asks for (ARBOR_TEST_SHARDS): a TP group of two refuses these models.
+bool tp_refuses() {
+  if (testing::test_shards() <= 1) return false;
+  executor::ExecutorOptions cpu;
+  cpu.num_kv_blocks = 64;
+  auto exec = testing::load_executor(models().path.at("tiny-qwen35"), cpu);
+  EXPECT_FALSE(exec.ok());
+  if (!exec.ok()) {
+    EXPECT_NE(exec.status().message().find("Gated DeltaNet"), std::string::npos)
+        << exec.status().to_string();
+  }
+  return true;
+}
+
+TEST(Hybrid, BatchedGreedyEqualsPlainGreedy) {
+  if (tp_refuses()) return;
+  for (const char* preset : {"tiny-qwen35", "tiny-qwen35moe"}) {
+    for (int32_t bs : {16, 1}) {
+      SCOPED_TRACE(str_cat(preset, ", block size ", bs));
+      const HybridRun r{.preset = preset, .block_size = bs};
+      expect_plain(r, run(r));
+    }
+  }
+}
+
+TEST(Hybrid, ChunkedPrefillAndPreemption) {
+  if (tp_refuses()) return;
+  const HybridRun chunked{.chunk = 7, .budget = 20};
+  expect_plain(chunked, run(chunked));
+  // A pool for about two requests at a time: four running ones preempt each other, and each
+  // resumed request rebuilds its state from its first token.
+  const HybridRun small{.num_kv_blocks = 14, .chunk = 16, .budget = 32};
+  const Outcome o = run(small);
+  expect_plain(small, o);
+  EXPECT_GT(o.preemptions, 0);
+}
+
+// n = 3 greedy samples per request: the children continue the parent's prompt state (copied
+// into slots of their own) and must each equal plain greedy. Few slots: the parent's slot goes
+// to a child and the others copy from it.
+TEST(Hybrid, ForkChildrenContinueTheParentsState) {
+  if (tp_refuses()) return;
+  const HybridRun r{.n = 3, .chunk = 11, .budget = 64, .max_num_seqs = 6};
+  expect_plain(r, run(r));
+}
+
+// Drafts verified in scratch slots, the accepted ones replayed into the request's: n-gram chains
+// and a dense draft model's (a random model's text gives them little to accept), then, in
+// process, the oracle's chains (every accepted count from 0 to k, beside chunked prefill and
+// preemption, and n > 1 forks).
+TEST(Hybrid, SpeculationEqualsPlainGreedy) {
+  if (tp_refuses()) return;
+  using P = executor::SpecProposer;
+  for (const char* preset : {"tiny-qwen35", "tiny-qwen35moe"}) {
+    SCOPED_TRACE(preset);
+    const HybridRun ngram{.preset = preset, .proposer = P::kNgram, .k = 4};
+    expect_plain(ngram, run(ngram));
+    const HybridRun draft{.preset = preset, .block_size = 1, .proposer = P::kDraft, .k = 3};
+    expect_plain(draft, run(draft));
+  }
+}
+
+TEST(Hybrid, EveryRollbackLengthEqualsPlainGreedy) {
+  using P = executor::SpecProposer;
+  for (const char* preset : {"tiny-qwen35", "tiny-qwen35moe"}) {
+    SCOPED_TRACE(preset);
+    const HybridRun oracle{.preset = preset, .proposer = P::kNgram, .k = 4, .oracle = true};
+    const Outcome o = run(oracle);
+    expect_plain(oracle, o);
+    // 8 requests x 24 tokens, each step accepting 0 .. 4 of 4: about 2 per step.
+    EXPECT_GT(o.accepted, 8 * kMaxTokens / 4);
+  }
+  const HybridRun small{.num_kv_blocks = 14, .chunk = 16, .budget = 32, .proposer = P::kNgram,
+                        .k = 3, .oracle = true};
+  const Outcome o = run(small);
+  expect_plain(small, o);
+  EXPECT_GT(o.preemptions, 0);
+  EXPECT_GT(o.accepted, 0);
+  const HybridRun forks{.n = 3, .chunk = 11, .budget = 64, .max_num_seqs = 6,
+                        .proposer = P::kNgram, .k = 3, .oracle = true};
+  const Outcome f = run(forks);
+  expect_plain(forks, f);
+  EXPECT_GT(f.accepted, 0);
+}
+
+TEST(Hybrid, TokenTreesAreRefusedWithTheReason) {
+  executor::ExecutorOptions cpu;
+  cpu.num_kv_blocks = 64;
+  cpu.proposer = executor::SpecProposer::kNgram;
+  cpu.tree_budget = 8;
+  auto exec = executor::LocalExecutor::load(models().path.at("tiny-qwen35"), cpu);
+  ASSERT_FALSE(exec.ok());
+  EXPECT_EQ(exec.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(exec.status().message().find("--spec-tree-budget 0"), std::string::npos)
+      << exec.status().to_string();
+}
+
+}  // namespace
+}  // namespace arbor::engine
