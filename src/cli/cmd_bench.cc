@@ -140,10 +140,13 @@ Result<double> ModelBench::decode_rate() {
 Result<double> ModelBench::batch_rate(int32_t num_seqs) {
   std::vector<std::vector<int32_t>> tables(num_seqs), prompts(num_seqs);
   model::BatchBuilder builder(runner_.kv_cache().block_size());
+  const bool recurrent = runner_.recurrent_states() != nullptr;
   for (int32_t b = 0; b < num_seqs; ++b) {
     tables[b] = blocks_of(b);
     prompts[b] = random_tokens(o_.batch_prompt);
-    builder.add({tables[b], 0, prompts[b], {}, {}, model::LogitsMode::kLast});
+    model::SequenceInput in{tables[b], 0, prompts[b], {}, {}, model::LogitsMode::kLast};
+    if (recurrent) in.state_slot = b;
+    builder.add(in);
   }
   std::vector<float> logits(static_cast<size_t>(num_seqs) * runner_.config().vocab_size);
   ARBOR_RETURN_IF_ERROR(runner_.forward(builder.batch(), logits.data()));  // prefill, untimed
@@ -152,8 +155,10 @@ Result<double> ModelBench::batch_rate(int32_t num_seqs) {
   for (int32_t step = 0; step < o_.batch_steps; ++step) {
     builder.clear();
     for (int32_t b = 0; b < num_seqs; ++b) {
-      builder.add({tables[b], o_.batch_prompt + step, {&steps[step * num_seqs + b], 1}, {}, {},
-                   model::LogitsMode::kLast});
+      model::SequenceInput in{tables[b], o_.batch_prompt + step, {&steps[step * num_seqs + b], 1},
+                              {}, {}, model::LogitsMode::kLast};
+      if (recurrent) in.state_slot = b;
+      builder.add(in);
     }
     ARBOR_RETURN_IF_ERROR(runner_.forward(builder.batch(), logits.data()));
   }
@@ -167,13 +172,28 @@ Result<std::vector<double>> ModelBench::verify_round(const std::vector<int32_t>&
   ARBOR_ASSIGN_OR_RETURN(auto logits, seq.append(context));
   (void)logits;
   std::vector<double> seconds;
+  // A recurrent model verifies as the executor does: into scratch slot 1, its state (slot 0)
+  // untouched, so no truncation is needed (the K/V slots are simply written again).
+  const std::vector<int32_t> table = blocks_of(0);
+  model::BatchBuilder builder(runner_.kv_cache().block_size());
+  std::vector<float> logits_all;
   for (int32_t k : ks) {
     const std::vector<int32_t> drafts = random_tokens(k + 1);
     const Clock::time_point start = Clock::now();
     for (int32_t step = 0; step < kSteps; ++step) {
-      ARBOR_ASSIGN_OR_RETURN(auto all, seq.append_all_logits(drafts));
-      (void)all;
-      seq.truncate(o_.verify_context);
+      if (runner_.recurrent_states() == nullptr) {
+        ARBOR_ASSIGN_OR_RETURN(auto all, seq.append_all_logits(drafts));
+        (void)all;
+        seq.truncate(o_.verify_context);
+        continue;
+      }
+      builder.clear();
+      model::SequenceInput in{table, o_.verify_context, drafts, {}, {}, model::LogitsMode::kAll};
+      in.state_slot = 0;
+      in.state_scratch = 1;
+      builder.add(in);
+      logits_all.resize(static_cast<size_t>(k + 1) * runner_.config().vocab_size);
+      ARBOR_RETURN_IF_ERROR(runner_.forward(builder.batch(), logits_all.data()));
     }
     seconds.push_back(seconds_since(start) / kSteps);
   }
@@ -394,6 +414,8 @@ Result<std::unique_ptr<model::ModelRunner>> load_runner(const Options& o,
   r.num_threads = o.threads;
   r.reserve_tokens = std::max(o.prompt, max_batch * o.batch_prompt);
   r.make_ops = device.make_ops;
+  // A recurrent model: a state slot per batched sequence, and slot 1 the verify test's scratch.
+  r.state_slots = std::max(2, max_batch);
   return model::ModelRunner::create(std::move(model), r);
 }
 
