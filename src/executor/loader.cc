@@ -1,5 +1,6 @@
 // LocalExecutor::load: the device choice (executor/device.h), the runner and its KV pool, the
 // tokenizer's vocabulary for structured output, and the proposer with its tree options.
+#include <algorithm>
 #include <memory>
 #include <utility>
 
@@ -115,20 +116,21 @@ Result<std::unique_ptr<LocalExecutor>> LocalExecutor::load(const std::string& pa
   ro.reserve_tokens = options.reserve_tokens;
   ro.kv_reclaim = options.kv_reclaim;
   ro.tp = options.tp;
-  // A recurrent model's speculation verifies in scratch slots: twice the slots.
-  ro.state_slots = options.max_num_seqs * (options.proposer != SpecProposer::kNone ? 2 : 1);
+  // A recurrent model's speculation verifies in scratch slots: per running request one for a
+  // chain, up to one per node for a tree.
+  const int32_t scratch_per_seq =
+      options.proposer == SpecProposer::kNone ? 0 : std::max(1, options.tree_budget);
+  ro.state_slots = options.max_num_seqs * (1 + scratch_per_seq);
   ARBOR_ASSIGN_OR_RETURN(std::unique_ptr<model::ModelRunner> runner,
                          model::ModelRunner::load(path, ro));
   if (model::RecurrentStateCache* states = runner->recurrent_states()) {
-    if (options.proposer != SpecProposer::kNone && options.tree_budget > 0) {
-      return unimplemented("--spec-tree-budget ", options.tree_budget, ": ",
-                           runner->config().arch_name, "'s Gated DeltaNet state would branch "
-                           "with the tree, which arbor does not run yet; verify chains "
-                           "(--spec-tree-budget 0)");
-    }
-    ARBOR_LOG(kInfo) << "recurrent state: " << states->num_slots() << " slots (--max-num-seqs) of "
-                     << (model::RecurrentStateCache::bytes_per_slot(runner->config()) >> 10)
-                     << " KiB over " << runner->config().num_recurrent_layers()
+    ARBOR_LOG(kInfo) << "recurrent state: " << options.max_num_seqs << " slots (--max-num-seqs)"
+                     << (scratch_per_seq > 0
+                             ? str_cat(" + ", states->num_slots() - options.max_num_seqs,
+                                       " scratch slots for speculation's drafts")
+                             : std::string())
+                     << ", " << (model::RecurrentStateCache::bytes_per_slot(runner->config()) >> 10)
+                     << " KiB each over " << runner->config().num_recurrent_layers()
                      << " Gated DeltaNet layers, committed as sequences use them";
   }
   if (options.proposer == SpecProposer::kDraft && runner->kv_layout().groups[0].window > 0) {
@@ -150,7 +152,7 @@ Result<std::unique_ptr<LocalExecutor>> LocalExecutor::load(const std::string& pa
                          rank_head_from_file(runner->model()));
   auto exec = std::make_unique<LocalExecutor>(std::move(runner), nullptr);
   if (options.proposer != SpecProposer::kNone && exec->recurrent_state_slots() > 0) {
-    exec->split_state_slots_for_speculation();
+    exec->split_state_slots_for_speculation(options.max_num_seqs);
   }
   exec->set_top_k_candidates(top_k_candidates);
   if (rank_head) exec->set_rank_head(std::move(*rank_head));

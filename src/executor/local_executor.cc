@@ -77,7 +77,7 @@ Result<step::StepResult> LocalExecutor::execute(const step::SchedulerOutput& out
     if (rows.sample[i] < 0) continue;
     result.requests.push_back(sample(output.requests[i], trees[i], rows.sample[i]));
   }
-  if (scratch_offset_ > 0) ARBOR_RETURN_IF_ERROR(commit_states(output, rows, result.requests));
+  if (main_slots_ > 0) ARBOR_RETURN_IF_ERROR(commit_states(output, rows, result.requests));
   if (tp_sync_.active()) {
     std::vector<std::vector<int32_t>> accepted(output.requests.size());
     for (size_t i = 0, r = 0; i < output.requests.size(); ++i) {
@@ -165,18 +165,19 @@ Status LocalExecutor::assign_state_slots(
   return ok_status();
 }
 
-void LocalExecutor::split_state_slots_for_speculation() {
+void LocalExecutor::split_state_slots_for_speculation(int32_t main_slots) {
   model::RecurrentStateCache* states = runner_->recurrent_states();
-  ARBOR_CHECK(states != nullptr && scratch_offset_ == 0 && states->num_slots() % 2 == 0)
-      << "speculation's scratch slots: a recurrent model's even slot count, split once";
-  scratch_offset_ = states->num_slots() / 2;
+  ARBOR_CHECK(states != nullptr && main_slots_ == 0 && main_slots > 0 &&
+              main_slots < states->num_slots())
+      << "speculation's scratch slots: split a recurrent model's slots once";
+  main_slots_ = main_slots;
   free_state_slots_.clear();
-  for (int32_t s = scratch_offset_ - 1; s >= 0; --s) free_state_slots_.push_back(s);
+  for (int32_t s = main_slots_ - 1; s >= 0; --s) free_state_slots_.push_back(s);
 }
 
-// A chain's first token ran from the request's slot into its scratch slot, the drafts on in the
-// scratch (the slot untouched); the committed token and the accepted drafts (rows token + 0 ..
-// token + a) now advance the slot itself. A failed request keeps its old state: it ends.
+// The drafts ran from the request's slot into scratch slots (the slot untouched); the committed
+// token and the accepted path's nodes (rows token + 0, then token + 1 + node for each node of
+// the path) now advance the slot itself. A failed request keeps its old state: it ends.
 Status LocalExecutor::commit_states(const step::SchedulerOutput& output, const BatchRows& rows,
                                     const std::vector<step::RequestResult>& results) {
   std::vector<model::StateCommit> commits;
@@ -241,6 +242,12 @@ Result<LocalExecutor::BatchRows> LocalExecutor::build_batch(
     ARBOR_ASSIGN_OR_RETURN(trees[i], drafter_->drafts_to_verify(s));
   }
   ARBOR_RETURN_IF_ERROR(tp_sync_.share_drafts(output, trees));
+  free_scratch_.clear();
+  if (main_slots_ > 0) {
+    for (int32_t s = runner_->recurrent_states()->num_slots() - 1; s >= main_slots_; --s) {
+      free_scratch_.push_back(s);
+    }
+  }
   for (size_t i = 0; i < output.requests.size(); ++i) {
     rows.token[i] = builder_.num_tokens();
     ARBOR_RETURN_IF_ERROR(add_sequence(output.requests[i], trees[i], rows.sample[i],
@@ -296,11 +303,7 @@ Status LocalExecutor::add_sequence(const step::ScheduledRequest& s,
                  st.token_ids.begin() + s.num_computed_tokens + num_committed_run);
   model::SequenceInput in;
   if (st.state_slot >= 0) {
-    if (k > 0 && (scratch_offset_ == 0 || !step::is_chain(tree.parents()))) {
-      return internal_error("request ", s.request_id, " verifies ", k, " drafts; the model's "
-                            "recurrent state rolls back chains verified in scratch slots only");
-    }
-    if (k > 0) in.state_scratch = st.state_slot + scratch_offset_;
+    if (k > 0) ARBOR_RETURN_IF_ERROR(route_states(s, st, tree, in));
     if (st.state_tokens != s.num_computed_tokens) {
       return failed_precondition("request ", s.request_id, " runs from token ",
                                  s.num_computed_tokens, ", but its recurrent state holds ",
@@ -315,9 +318,7 @@ Status LocalExecutor::add_sequence(const step::ScheduledRequest& s,
   if (k > 0) {
     for (const sampling::TreeNode& n : tree.nodes()) tokens_.push_back(n.token_id);
   }
-  // A chain's positions and mask are the plain run's (causal); a recurrent model's batch takes
-  // no mask.
-  if (k > 0 && st.state_slot < 0) {
+  if (k > 0) {
     positions_ = tree.positions(static_cast<int32_t>(s.num_computed_tokens));
     mask_.assign(static_cast<size_t>((tree.num_mask_bits() + 7) / 8), 0);
     tree.write_mask(mask_, 0);
@@ -345,6 +346,49 @@ Status LocalExecutor::add_sequence(const step::ScheduledRequest& s,
                             : 0);
   }
   if (s.num_prompt_logprobs() > 0) prompt_row = row;
+  return ok_status();
+}
+
+// A recurrent model's verification: the committed token goes from the request's slot into a
+// scratch slot; each draft continues its parent's slot into a scratch slot of its own, except
+// its parent's last child, which continues the parent's in place (rows run in order, so every
+// other child has read it by then): a chain takes one scratch slot, a tree one per branch.
+Status LocalExecutor::route_states(const step::ScheduledRequest& s, const RequestState& st,
+                                   const sampling::TokenTree& tree, model::SequenceInput& in) {
+  const int32_t k = s.num_draft_tokens();
+  if (main_slots_ == 0) {
+    return internal_error("request ", s.request_id, " verifies ", k, " drafts without scratch "
+                          "state slots");
+  }
+  const auto take = [&]() -> Result<int32_t> {
+    if (free_scratch_.empty()) {
+      return failed_precondition("request ", s.request_id, ": the step's drafts need more "
+                                 "scratch state slots than the ", runner_->recurrent_states()->
+                                 num_slots() - main_slots_, " there are");
+    }
+    const int32_t slot = free_scratch_.back();
+    free_scratch_.pop_back();
+    return slot;
+  };
+  state_src_.assign(1, st.state_slot);
+  ARBOR_ASSIGN_OR_RETURN(const int32_t first, take());
+  state_dst_.assign(1, first);
+  // last_child[p + 1]: the last child of node p (p = -1: the committed token) in node order.
+  std::vector<int32_t> last_child(static_cast<size_t>(k) + 1, -1);
+  for (int32_t i = 0; i < k; ++i) last_child[static_cast<size_t>(tree.node(i).parent + 1)] = i;
+  for (int32_t i = 0; i < k; ++i) {
+    const int32_t parent = tree.node(i).parent;
+    const int32_t from = state_dst_[static_cast<size_t>(parent + 1)];
+    state_src_.push_back(from);
+    if (last_child[static_cast<size_t>(parent + 1)] == i) {
+      state_dst_.push_back(from);
+    } else {
+      ARBOR_ASSIGN_OR_RETURN(const int32_t own, take());
+      state_dst_.push_back(own);
+    }
+  }
+  in.state_src = state_src_;
+  in.state_dst = state_dst_;
   return ok_status();
 }
 

@@ -85,12 +85,13 @@ class LocalExecutor : public step::ModelExecutor {
   }
   int32_t recurrent_state_slots() const override {
     if (runner_->recurrent_states() == nullptr) return 0;
-    return runner_->recurrent_states()->num_slots() - scratch_offset_;
+    return main_slots_ > 0 ? main_slots_ : runner_->recurrent_states()->num_slots();
   }
-  // A recurrent model with speculation: the upper half of the state slots become scratch slots,
-  // slot s's drafts verified in slot s + num_slots / 2 and the accepted ones replayed into s
+  // A recurrent model with speculation: slots [main_slots, num_slots) become scratch slots,
+  // handed out per step to the drafts being verified (a chain one per request, a tree up to one
+  // per node), the request's own slot untouched until the accepted ones are replayed into it
   // (ModelRunner::commit_states). Call before the first execute().
-  void split_state_slots_for_speculation();
+  void split_state_slots_for_speculation(int32_t main_slots);
   int32_t max_tree_nodes() const override {
     return drafter_ ? drafter_->options().tree_budget : 0;
   }
@@ -153,6 +154,9 @@ class LocalExecutor : public step::ModelExecutor {
   step::RequestResult sample(const step::ScheduledRequest& s, const sampling::TokenTree& tree,
                              int32_t row);
   void compact_kv(const step::ScheduledRequest& s, std::span<const int32_t> accepted_nodes);
+  // A recurrent model's drafts: `in`'s per-token state routing through scratch slots.
+  Status route_states(const step::ScheduledRequest& s, const RequestState& st,
+                      const sampling::TokenTree& tree, model::SequenceInput& in);
   // The longest sequence the KV pool holds at one token per step, over every KV cache group.
   int64_t max_pool_tokens() const;
 
@@ -170,7 +174,9 @@ class LocalExecutor : public step::ModelExecutor {
   std::vector<int32_t> positions_;  // scratch: one tree's positions, [1 + k]
   std::vector<uint8_t> mask_;       // scratch: one tree's packed mask, [ceil((1 + k)^2 / 8)]
   std::vector<int32_t> free_state_slots_;  // a recurrent model's unused state slots (a stack)
-  int32_t scratch_offset_ = 0;  // > 0: slot s verifies drafts in scratch slot s + this
+  int32_t main_slots_ = 0;            // > 0: slots from here on are speculation's scratch
+  std::vector<int32_t> free_scratch_;  // this step's unused scratch slots (a stack)
+  std::vector<int32_t> state_src_, state_dst_;  // scratch: one sequence's per-token routing
 };
 
 }  // namespace arbor::executor

@@ -45,9 +45,10 @@ struct Slots {
   }
 };
 
-// The conv over channels [c0, c1) of sequence b, and its conv states. The last K-1 inputs stay
-// in `window` while each token continues the previous one's slot; they are loaded from a slot
-// where a token continues another, and stored where the next one does not continue this one.
+// The conv over channels [c0, c1) of sequence b, and its conv states. In place, the last K-1
+// inputs stay in `window` from token to token; with per-token slots (a token tree: a node's
+// state may be read after its siblings ran) each token loads its source and stores its
+// destination.
 void conv_channels(const GatedDeltaNetParams& p, int32_t b, int64_t c0, int64_t c1) {
   const int64_t C = p.conv_dim();
   const int K = p.conv_kernel;
@@ -60,7 +61,8 @@ void conv_channels(const GatedDeltaNetParams& p, int32_t b, int64_t c0, int64_t 
     const float* w = p.conv_w + c * K;
     for (int32_t t = 0; t < sl.n; ++t) {
       const int32_t src = sl.src(t), dst = sl.dst(t);
-      if (t == 0 || src != sl.dst(t - 1)) {
+      const bool routed = p.state_src != nullptr;
+      if (t == 0 || routed) {
         if (src < 0) {
           std::fill(window, window + (K - 1), 0.0f);
         } else {
@@ -72,7 +74,7 @@ void conv_channels(const GatedDeltaNetParams& p, int32_t b, int64_t c0, int64_t 
       for (int j = 0; j < K; ++j) sum += w[j] * window[j];
       p.mixed[(sl.r0 + t) * C + c] = silu(sum);
       std::memmove(window, window + 1, (K - 1) * sizeof(float));
-      if (t == sl.n - 1 || sl.src(t + 1) != dst) std::copy_n(window, K - 1, state(dst, c));
+      if (t == sl.n - 1 || routed) std::copy_n(window, K - 1, state(dst, c));
     }
   }
 }

@@ -21,9 +21,12 @@
 //
 // Per-token slots (state_src / state_dst, for speculation): token t continues the state of slot
 // state_src[t] (-1: zero) and leaves its own in slot state_dst[t], instead of sequence b's
-// tokens updating state_slots[b] in place. A chain of drafts verified without touching the
-// request's slot is src = slot, dst = scratch for its first token, then src = dst = scratch;
-// the accepted tokens are then replayed into the slot (out == null: states only).
+// tokens updating state_slots[b] in place; a sequence's tokens run in row order, so a token may
+// read any slot an earlier row of its sequence wrote. A chain of drafts verified without
+// touching the request's slot is src = slot, dst = scratch for its first token, then src = dst =
+// scratch; a token tree gives each node its parent's slot as src and its own as dst (its
+// parent's, in place, for the parent's last child). The accepted tokens are then replayed into
+// the slot (out == null: states only).
 //
 // Numerics: every (sequence, head) is computed on its own in a fixed order, token by token, so a
 // sequence's output and final state do not depend, bit for bit, on the other sequences of the

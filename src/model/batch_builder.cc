@@ -94,9 +94,16 @@ int32_t BatchBuilder::add(const SequenceInput& seq) {
       << "every sequence of a batch has a state slot, or none";
   if (seq.state_slot >= 0) {
     state_slots_.push_back(seq.state_slot);
-    const bool scratch = seq.state_scratch >= 0;
+    const bool routed = !seq.state_src.empty();
+    ARBOR_CHECK(!routed || ((int32_t)seq.state_src.size() == n && (int32_t)seq.state_dst.size() == n))
+        << "state routing for " << n << " tokens";
+    const bool scratch = seq.state_scratch >= 0 || routed;
     any_scratch_ = any_scratch_ || scratch;
-    for (int32_t i = 0; i < n; ++i) {
+    for (int32_t i = 0; i < n && routed; ++i) {
+      state_src_.push_back(seq.state_src[i]);
+      state_dst_.push_back(seq.state_dst[i]);
+    }
+    for (int32_t i = 0; i < n && !routed; ++i) {
       const int32_t prev = i > 0 ? (scratch ? seq.state_scratch : seq.state_slot)
                                  : (seq.num_committed == 0 ? -1 : seq.state_slot);
       state_src_.push_back(prev);

@@ -48,6 +48,10 @@ struct SequenceInput {
   // others continue in it (ForwardBatch::state_src / state_dst; ModelRunner::commit_states
   // replays the accepted ones into state_slot afterwards).
   int32_t state_scratch = -1;
+  // Or explicit per-token routing ([n] each; ForwardBatch::state_src / state_dst): a token tree's
+  // nodes each continue their parent's slot. Empty: state_scratch's chain, or in place.
+  std::span<const int32_t> state_src;
+  std::span<const int32_t> state_dst;
 };
 
 class BatchBuilder {

@@ -171,10 +171,11 @@ Status check_state_slots(const ForwardBatch& bt, const BatchLimits& lim) {
       w = static_cast<int32_t>(b);
     }
   }
-  for (size_t b = 0; !bt.mask_indptr.empty() && b < nb; ++b) {
+  for (size_t b = 0; !bt.mask_indptr.empty() && bt.state_src.empty() && b < nb; ++b) {
     if (bt.mask_indptr[b + 1] != bt.mask_indptr[b]) {
-      return unimplemented("sequence ", b, " has a custom mask (a token tree): the model's "
-                           "recurrent layers run plain sequences only");
+      return unimplemented("sequence ", b, " has a custom mask (a token tree) but no per-token "
+                           "state routing (state_src / state_dst): its recurrent state would "
+                           "not branch with the tree");
     }
   }
   return ok_status();

@@ -30,8 +30,8 @@
 //                            RecurrentStateCache slot holding sequence b's state after its
 //                            kv_len[b] - n_b computed tokens (a sequence starting at 0 starts
 //                            from zero), which the step leaves holding its state after its last
-//                            new token; distinct. Such a batch has no custom mask segments
-//                            (token trees over recurrent layers are not run).
+//                            new token; distinct. Custom mask segments (token trees) need
+//                            state_src / state_dst: each node continues its parent's state.
 //   state_src       [T]      optional, with state_slots (speculation): token t continues the
 //   state_dst       [T]      state of slot state_src[t] (-1: zero) and leaves its own in slot
 //                            state_dst[t], instead of updating state_slots[b] in place; a

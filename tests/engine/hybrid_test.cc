@@ -3,9 +3,9 @@
 // once, chunked prefill, block size 1, a pool small enough to preempt (the state is rebuilt by
 // the recompute), n > 1 forks (the children copy their parent's state), a second wave whose
 // prompts share prefixes with the first (prefix caching is turned off for these models: a cached
-// prefix has no state), speculation (n-gram and draft-model chains verified in scratch state
-// slots, the accepted tokens replayed into the request's slot) — equals a plain greedy loop over
-// one sequence on the runner, token for token. Token trees are refused at load with the reason.
+// prefix has no state), speculation (n-gram and draft-model chains and token trees verified in
+// scratch state slots, each node continuing its parent's, the accepted path replayed into the
+// request's slot) — equals a plain greedy loop over one sequence on the runner, token for token.
 // Each run also shows that what it claims happened: preemptions, accepted drafts, no prefix
 // hits.
 //
@@ -119,6 +119,7 @@ struct HybridRun {
   int32_t max_num_seqs = 64;
   executor::SpecProposer proposer = executor::SpecProposer::kNone;
   int32_t k = 0;  // drafts per step (fixed)
+  int32_t tree_budget = 0;  // > 0: token trees of at most this many nodes
   bool oracle = false;  // drafts from the OracleProposer below (in process)
 };
 
@@ -126,7 +127,10 @@ const std::vector<std::vector<int32_t>>& reference(const std::string& preset);
 
 // Drafts the plain greedy continuation (the reference) with one token corrupted: the draft at
 // depth (committed tokens % (k + 1)) is off by one, so the accepted counts cycle through 0 .. k
-// and every rollback length is exercised. A model-free proposer as far as the engine knows.
+// and every rollback length is exercised. Asked for a tree, it adds a wrong sibling (with a
+// child of its own where the budget allows) beside every node of that chain, before it at even
+// depths and after it at odd ones, so the path runs through first, middle and last children.
+// A model-free proposer as far as the engine knows.
 class OracleProposer final : public spec::Proposer {
  public:
   explicit OracleProposer(std::string preset) : preset_(std::move(preset)) {}
@@ -144,6 +148,7 @@ struct Outcome {
   int64_t preemptions = 0;
   int64_t hit_tokens = 0;
   int64_t accepted = 0;
+  int64_t tree_steps = 0;
 };
 
 Outcome run(const HybridRun& r) {
@@ -153,13 +158,16 @@ Outcome run(const HybridRun& r) {
   cpu.num_threads = 2;
   cpu.max_num_seqs = r.max_num_seqs;
   cpu.proposer = r.proposer;
+  cpu.tree_budget = r.tree_budget;
+  cpu.tree_width = 3;
   if (r.proposer == executor::SpecProposer::kDraft) cpu.draft_model = models().path.at("draft");
   // The oracle's drafter is set on an in-process executor, whatever ARBOR_TEST_SHARDS says.
   Result<std::unique_ptr<step::ModelExecutor>> exec = [&]() -> decltype(exec) {
     if (!r.oracle) return testing::load_executor(models().path.at(r.preset), cpu);
     ARBOR_ASSIGN_OR_RETURN(auto local, executor::LocalExecutor::load(models().path.at(r.preset), cpu));
     local->set_drafter(std::make_unique<executor::Drafter>(
-        std::make_unique<OracleProposer>(r.preset), executor::DrafterOptions{}));
+        std::make_unique<OracleProposer>(r.preset),
+        executor::DrafterOptions{.tree_budget = r.tree_budget, .tree_width = 3}));
     return std::unique_ptr<step::ModelExecutor>(std::move(local));
   }();
   EXPECT_TRUE(exec.ok()) << exec.status().to_string();
@@ -198,6 +206,7 @@ Outcome run(const HybridRun& r) {
   out.preemptions = m.num_preemptions;
   out.hit_tokens = m.num_prefix_cache_hit_tokens;
   out.accepted = m.num_accepted_draft_tokens;
+  out.tree_steps = m.num_tree_verify_steps;
   std::printf("%s: preemptions %lld, prefix hit tokens %lld, accepted drafts %lld\n",
               r.preset.c_str(), static_cast<long long>(out.preemptions),
               static_cast<long long>(out.hit_tokens), static_cast<long long>(out.accepted));
@@ -237,7 +246,29 @@ Status OracleProposer::propose(std::span<const spec::DraftRequest> requests,
         if (d == static_cast<int32_t>(q.token_ids.size() % (q.max_depth + 1))) t = (t + 1) % kVocab;
         chain.push_back(t);
       }
-      out[i] = sampling::TokenTree::from_chain(chain);
+      if (q.max_nodes == 0) {
+        out[i] = sampling::TokenTree::from_chain(chain);
+        break;
+      }
+      sampling::TokenTree& t = out[i];
+      const auto room = [&] { return t.num_nodes() < q.max_nodes; };
+      int32_t parent = sampling::TokenTree::kRoot;
+      for (size_t d = 0; d < chain.size() && room(); ++d) {
+        const int32_t wrong = (chain[d] + 7) % kVocab;
+        int32_t next = -1;
+        if (d % 2 == 0) {
+          const int32_t w = t.add_node(parent, wrong);
+          if (room() && static_cast<int32_t>(d) + 2 <= q.max_depth) {
+            t.add_node(w, (wrong + 1) % kVocab);
+          }
+          if (room()) next = t.add_node(parent, chain[d]);
+        } else {
+          next = t.add_node(parent, chain[d]);
+          if (room()) t.add_node(parent, wrong);
+        }
+        if (next < 0) break;
+        parent = next;
+      }
       break;
     }
   }
@@ -312,6 +343,12 @@ TEST(Hybrid, SpeculationEqualsPlainGreedy) {
     expect_plain(ngram, run(ngram));
     const HybridRun draft{.preset = preset, .block_size = 1, .proposer = P::kDraft, .k = 3};
     expect_plain(draft, run(draft));
+    const HybridRun ngram_trees{.preset = preset, .proposer = P::kNgram, .k = 3,
+                                .tree_budget = 6};
+    expect_plain(ngram_trees, run(ngram_trees));
+    const HybridRun draft_trees{.preset = preset, .proposer = P::kDraft, .k = 3,
+                                .tree_budget = 6};
+    expect_plain(draft_trees, run(draft_trees));
   }
 }
 
@@ -338,16 +375,31 @@ TEST(Hybrid, EveryRollbackLengthEqualsPlainGreedy) {
   EXPECT_GT(f.accepted, 0);
 }
 
-TEST(Hybrid, TokenTreesAreRefusedWithTheReason) {
-  executor::ExecutorOptions cpu;
-  cpu.num_kv_blocks = 64;
-  cpu.proposer = executor::SpecProposer::kNgram;
-  cpu.tree_budget = 8;
-  auto exec = executor::LocalExecutor::load(models().path.at("tiny-qwen35"), cpu);
-  ASSERT_FALSE(exec.ok());
-  EXPECT_EQ(exec.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(exec.status().message().find("--spec-tree-budget 0"), std::string::npos)
-      << exec.status().to_string();
+// Token trees: every node's state continues its parent's in a scratch slot of its own (the
+// parent's last child in place), the accepted path replayed. The oracle's trees put the right
+// path through first, middle and last children; with preemption and with forks too.
+TEST(Hybrid, TokenTreesEqualPlainGreedy) {
+  using P = executor::SpecProposer;
+  for (const char* preset : {"tiny-qwen35", "tiny-qwen35moe"}) {
+    SCOPED_TRACE(preset);
+    const HybridRun trees{.preset = preset, .proposer = P::kNgram, .k = 4, .tree_budget = 8,
+                          .oracle = true};
+    const Outcome o = run(trees);
+    expect_plain(trees, o);
+    EXPECT_GT(o.accepted, 8 * kMaxTokens / 4);
+    EXPECT_GT(o.tree_steps, 0);
+  }
+  const HybridRun small{.block_size = 1, .num_kv_blocks = 210, .chunk = 16, .budget = 32,
+                        .proposer = P::kNgram, .k = 3, .tree_budget = 7, .oracle = true};
+  const Outcome o = run(small);
+  expect_plain(small, o);
+  EXPECT_GT(o.preemptions, 0);
+  EXPECT_GT(o.accepted, 0);
+  const HybridRun forks{.n = 3, .chunk = 11, .budget = 64, .max_num_seqs = 6,
+                        .proposer = P::kNgram, .k = 3, .tree_budget = 6, .oracle = true};
+  const Outcome f = run(forks);
+  expect_plain(forks, f);
+  EXPECT_GT(f.accepted, 0);
 }
 
 }  // namespace
