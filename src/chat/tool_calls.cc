@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <regex>
 
 #include "chat/call_deltas.h"
@@ -225,6 +226,174 @@ ParsedToolOutput parse_hermes(std::string_view t, bool final, std::span<const st
   }
 }
 
+// `v` as a JSON string.
+std::string json_string(std::string_view v) {
+  std::string out = "\"";
+  for (const char c : v) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned>(c));
+          out += buf;
+        } else {
+          out.push_back(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+// One XML parameter value as JSON text, by the parameter's schema type (tool_calls.h): as
+// written (spaces around it dropped) when it is a JSON value of that type (any number, boolean,
+// null, object or array for an untyped one), else a JSON string of it.
+std::string xml_value_json(std::string_view v, std::string_view type) {
+  const size_t b = skip_space(v, 0);
+  size_t e = v.size();
+  while (e > b && is_space(v[e - 1])) --e;
+  const std::string_view body = v.substr(b, e - b);
+  if (type == "string") return json_string(v);
+  if (!type.empty() && !body.empty()) {
+    const nlohmann::json j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+    const bool fits = (type == "integer" && j.is_number_integer()) ||
+                      (type == "number" && j.is_number()) ||
+                      (type == "boolean" && j.is_boolean()) || (type == "null" && j.is_null()) ||
+                      (type == "object" && j.is_object()) || (type == "array" && j.is_array());
+    return fits ? std::string(body) : json_string(v);
+  }
+  if (!body.empty()) {
+    const std::string padded = std::string(body) + " ";  // a trailing space ends a number
+    const ScanResult s = scan_value(padded, 0);
+    const bool literal = body == "true" || body == "false" || body == "null";
+    const bool number = (body[0] == '-' || std::isdigit(static_cast<unsigned char>(body[0]))) &&
+                        std::all_of(body.begin(), body.end(), [](char c) {
+                          return std::isdigit(static_cast<unsigned char>(c)) || c == '-' ||
+                                 c == '+' || c == '.' || c == 'e' || c == 'E';
+                        });
+    const bool composite = body[0] == '{' || body[0] == '[';
+    if (s.state == Scan::kComplete && s.end == body.size() && (literal || number || composite)) {
+      return std::string(body);
+    }
+  }
+  return json_string(v);
+}
+
+constexpr std::string_view kFunctionOpen = "<function=";
+constexpr std::string_view kFunctionClose = "</function>";
+constexpr std::string_view kParameterOpen = "<parameter=";
+constexpr std::string_view kParameterClose = "</parameter>";
+
+// One XML call after its <tool_call>: the function's name, then its parameters. The arguments
+// grow a parameter at a time ("{", then each complete "\"P\": VALUE"), so every partial parse's
+// arguments are a prefix of the final ones; "}" once </function> is read.
+struct XmlCall {
+  Scan state = Scan::kInvalid;
+  size_t end = 0;  // kComplete: past </function>; kInvalid: where it went wrong
+  std::optional<std::string> name;
+  std::string arguments;
+};
+
+XmlCall scan_xml_call(std::string_view t, size_t i, const ToolParamTypes* types) {
+  XmlCall r;
+  const auto stop = [&](Scan s, size_t at) {
+    r.state = s;
+    r.end = at;
+    return r;
+  };
+  i = skip_space(t, i);
+  const std::string_view head = t.substr(i);
+  if (!head.starts_with(kFunctionOpen)) {
+    return stop(kFunctionOpen.starts_with(head) ? Scan::kIncomplete : Scan::kInvalid, i);
+  }
+  i += kFunctionOpen.size();
+  const size_t close = t.find('>', i);
+  if (close == kNone) return stop(Scan::kIncomplete, t.size());
+  r.name = std::string(t.substr(i, close - i));
+  r.arguments = "{";
+  i = close + 1;
+  for (bool first = true;; first = false) {
+    i = skip_space(t, i);
+    const std::string_view rest = t.substr(i);
+    if (rest.starts_with(kFunctionClose)) {
+      r.arguments += "}";
+      return stop(Scan::kComplete, i + kFunctionClose.size());
+    }
+    if (!rest.starts_with(kParameterOpen)) {
+      const bool may_be = kFunctionClose.starts_with(rest) || kParameterOpen.starts_with(rest);
+      if (may_be) return stop(Scan::kIncomplete, t.size());
+      r.arguments += "}";
+      return stop(Scan::kInvalid, i);
+    }
+    const size_t name_end = t.find('>', i + kParameterOpen.size());
+    if (name_end == kNone) return stop(Scan::kIncomplete, t.size());
+    const size_t value_begin = name_end + 1;
+    const size_t value_end = t.find(kParameterClose, value_begin);
+    if (value_end == kNone) return stop(Scan::kIncomplete, t.size());
+    std::string_view value = t.substr(value_begin, value_end - value_begin);
+    if (value.starts_with('\n')) value.remove_prefix(1);
+    if (value.ends_with('\n')) value.remove_suffix(1);
+    const std::string_view key = t.substr(i + kParameterOpen.size(),
+                                          name_end - i - kParameterOpen.size());
+    if (!first) r.arguments += ", ";
+    r.arguments += json_string(key);
+    r.arguments += ": ";
+    std::string_view type;
+    if (types != nullptr) {
+      if (auto tool = types->find(*r.name); tool != types->end()) {
+        if (auto p = tool->second.find(std::string(key)); p != tool->second.end()) type = p->second;
+      }
+    }
+    r.arguments += xml_value_json(value, type);
+    i = value_end + kParameterClose.size();
+  }
+}
+
+ParsedToolOutput parse_qwen3_coder(std::string_view t, bool final,
+                                   std::span<const std::string> names,
+                                   const ToolParamTypes* types) {
+  ParsedToolOutput out;
+  size_t pos = 0, search = 0;
+  for (;;) {
+    const size_t open = t.find(kHermesOpen, search);
+    if (open == kNone) {
+      std::string_view rest = t.substr(pos);
+      if (!final) rest.remove_suffix(partial_suffix(rest, kHermesOpen));
+      add_text(out, rest);
+      return out;
+    }
+    const XmlCall s = scan_xml_call(t, open + kHermesOpen.size(), types);
+    if (!known(names, s.name)) {
+      if (s.state == Scan::kIncomplete && !s.name && !final) {
+        add_text(out, t.substr(pos, open - pos));
+        return out;
+      }
+      search = open + 1;
+      continue;
+    }
+    add_text(out, t.substr(pos, open - pos));
+    out.calls.push_back({*s.name, s.arguments, s.state != Scan::kIncomplete});
+    if (s.state == Scan::kIncomplete) return out;
+    if (s.state == Scan::kInvalid) {
+      pos = search = s.end;
+      continue;
+    }
+    const size_t after = skip_space(t, s.end);
+    const std::string_view tail = t.substr(after);
+    if (tail.starts_with(kHermesClose)) {
+      pos = search = after + kHermesClose.size();
+    } else if (!final && kHermesClose.starts_with(tail)) {
+      return out;
+    } else {
+      pos = search = s.end;
+    }
+  }
+}
+
 ParsedToolOutput parse_llama3(std::string_view t, bool final, std::span<const std::string> names) {
   ParsedToolOutput out;
   size_t p = skip_space(t, 0);
@@ -269,6 +438,7 @@ std::string_view tool_call_format_name(ToolCallFormat format) {
     case ToolCallFormat::kHermes: return "hermes";
     case ToolCallFormat::kLlama3Json: return "llama3_json";
     case ToolCallFormat::kHarmony: return "harmony";
+    case ToolCallFormat::kQwen3Coder: return "qwen3_coder";
   }
   return "";
 }
@@ -277,6 +447,7 @@ std::optional<ToolCallFormat> parse_tool_call_format(std::string_view name) {
   if (name == "hermes") return ToolCallFormat::kHermes;
   if (name == "llama3_json") return ToolCallFormat::kLlama3Json;
   if (name == "harmony") return ToolCallFormat::kHarmony;
+  if (name == "qwen3_coder") return ToolCallFormat::kQwen3Coder;
   return std::nullopt;
 }
 
@@ -293,6 +464,10 @@ TemplateToolSupport detect_tool_support(std::string_view source) {
     s.format = ToolCallFormat::kHarmony;
     s.reason = "the chat template writes harmony messages (gpt-oss): calls are commentary "
                "messages to=functions.NAME";
+  } else if (source.find(kFunctionOpen) != kNone && source.find(kParameterOpen) != kNone) {
+    s.format = ToolCallFormat::kQwen3Coder;
+    s.reason = "the chat template writes <tool_call><function=NAME><parameter=P> (Qwen3-Coder, "
+               "Qwen3.5 XML calls)";
   } else if (source.find(kHermesOpen) != kNone) {
     s.reason = "the chat template writes <tool_call>";
   } else if (source.find(kPythonTag) != kNone || source.find("<|start_header_id|>") != kNone) {
@@ -305,11 +480,46 @@ TemplateToolSupport detect_tool_support(std::string_view source) {
   return s;
 }
 
+ToolParamTypes tool_param_types(const nlohmann::ordered_json& tools) {
+  ToolParamTypes out;
+  if (!tools.is_array()) return out;
+  for (const auto& t : tools) {
+    if (!t.is_object() || !t.contains("function") || !t["function"].is_object()) continue;
+    const auto& f = t["function"];
+    if (!f.contains("name") || !f["name"].is_string()) continue;
+    auto& params = out[f["name"].get<std::string>()];
+    if (!f.contains("parameters") || !f["parameters"].is_object()) continue;
+    const auto& p = f["parameters"];
+    if (!p.contains("properties") || !p["properties"].is_object()) continue;
+    for (const auto& [key, schema] : p["properties"].items()) {
+      std::string type;
+      if (schema.is_object() && schema.contains("type")) {
+        const auto& ty = schema["type"];
+        if (ty.is_string()) type = ty.get<std::string>();
+        for (const auto& x : ty.is_array() ? ty : nlohmann::ordered_json::array()) {
+          if (x.is_string() && x != "null") {
+            type = x.get<std::string>();
+            break;
+          }
+        }
+      } else if (schema.is_object() && schema.contains("enum") && schema["enum"].is_array() &&
+                 std::all_of(schema["enum"].begin(), schema["enum"].end(),
+                             [](const auto& e) { return e.is_string(); })) {
+        type = "string";
+      }
+      params[key] = type;
+    }
+  }
+  return out;
+}
+
 ParsedToolOutput parse_tool_calls(ToolCallFormat format, std::string_view text, bool final,
-                                  std::span<const std::string> tool_names) {
+                                  std::span<const std::string> tool_names,
+                                  const ToolParamTypes* types) {
   switch (format) {
     case ToolCallFormat::kHermes: return parse_hermes(text, final, tool_names);
     case ToolCallFormat::kLlama3Json: return parse_llama3(text, final, tool_names);
+    case ToolCallFormat::kQwen3Coder: return parse_qwen3_coder(text, final, tool_names, types);
     case ToolCallFormat::kHarmony: {
       // Every channel but the calls is content here; the server reads harmony whole
       // (parse_harmony), the analysis channel as reasoning.
@@ -321,7 +531,7 @@ ParsedToolOutput parse_tool_calls(ToolCallFormat format, std::string_view text, 
 }
 
 ToolCallStreamer::Step ToolCallStreamer::update(std::string_view text, bool final) {
-  const ParsedToolOutput p = parse_tool_calls(format_, text, final, tool_names_);
+  const ParsedToolOutput p = parse_tool_calls(format_, text, final, tool_names_, &types_);
   Step step;
   if (p.content.size() > sent_content_) {
     step.content = p.content.substr(sent_content_);

@@ -23,17 +23,27 @@
 // Pure functions; any thread.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace arbor::chat {
 
-enum class ToolCallFormat { kHermes, kLlama3Json, kHarmony };
+// kQwen3Coder: Qwen3-Coder's and Qwen3.5's XML calls (vLLM's qwen3_coder parser):
+//   <tool_call>\n<function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n...</function>\n</tool_call>
+// whose arguments become a JSON object: each VALUE (one leading and one trailing newline
+// dropped) typed by the parameter's schema type (ToolParamTypes): a "string" parameter's as a
+// JSON string, an "integer", "number", "boolean", "object", "array" or "null" one's as written
+// when it parses as that, else as a string; an untyped one's as written when it reads as a JSON
+// number, boolean, null, object or array, else as a string.
+enum class ToolCallFormat { kHermes, kLlama3Json, kHarmony, kQwen3Coder };
 
-// "hermes", "llama3_json", "harmony"
+// "hermes", "llama3_json", "harmony", "qwen3_coder"
 std::string_view tool_call_format_name(ToolCallFormat format);
 // nullopt for an unknown name.
 std::optional<ToolCallFormat> parse_tool_call_format(std::string_view name);
@@ -48,10 +58,18 @@ struct TemplateToolSupport {
   std::string reason;  // why, for the server's log: "the template writes <tool_call>"
 };
 
-// Reads the template's source: it renders tools when it uses a `tools` variable; kHermes when it
-// writes "<tool_call>", kLlama3Json when it writes "<|python_tag|>" or Llama 3 headers, and kHermes
+// Reads the template's source: it renders tools when it uses a `tools` variable; kQwen3Coder
+// when it writes "<function=" (Qwen3-Coder, Qwen3.5), kHermes when it writes "<tool_call>",
+// kLlama3Json when it writes "<|python_tag|>" or Llama 3 headers, and kHermes
 // (with a reason saying so) for other templates that render tools.
 TemplateToolSupport detect_tool_support(std::string_view template_source);
+
+// Each tool's parameters' JSON Schema types by name ("string", "integer", ...; "" when the schema
+// gives none), for formats whose values are untyped text (kQwen3Coder).
+using ToolParamTypes = std::map<std::string, std::map<std::string, std::string>, std::less<>>;
+// The types of `tools` (OpenAI's tool list: function.parameters.properties.P.type; an enum of
+// strings is "string"; a list of types, its first non-null one).
+ToolParamTypes tool_param_types(const nlohmann::ordered_json& tools);
 
 struct ParsedToolCall {
   std::string name;
@@ -70,7 +88,8 @@ struct ParsedToolOutput {
 // request's tools; a call naming another function is content. Never fails: what is not a call is
 // content.
 ParsedToolOutput parse_tool_calls(ToolCallFormat format, std::string_view text, bool final,
-                                  std::span<const std::string> tool_names);
+                                  std::span<const std::string> tool_names,
+                                  const ToolParamTypes* types = nullptr);
 
 // What a stream sends next: the difference between two parses of a growing output.
 struct ToolCallDelta {
@@ -85,8 +104,9 @@ struct ToolCallDelta {
 // final parse. One per choice of a streamed request.
 class ToolCallStreamer {
  public:
-  ToolCallStreamer(ToolCallFormat format, std::vector<std::string> tool_names)
-      : format_(format), tool_names_(std::move(tool_names)) {}
+  ToolCallStreamer(ToolCallFormat format, std::vector<std::string> tool_names,
+                   ToolParamTypes types = {})
+      : format_(format), tool_names_(std::move(tool_names)), types_(std::move(types)) {}
 
   struct Step {
     std::string content;                // more content text
@@ -100,6 +120,7 @@ class ToolCallStreamer {
  private:
   ToolCallFormat format_;
   std::vector<std::string> tool_names_;
+  ToolParamTypes types_;
   size_t sent_content_ = 0;
   std::vector<size_t> sent_args_;  // per call: argument bytes sent
 };

@@ -76,9 +76,10 @@ inline void add_api_flags(CLI::App& app, ApiFlags* o) {
                   "builtin chatml (with a warning) for a model that has none");
   app.add_option("--tool-call-parser", o->tool_call_parser,
                   "How the model writes tool calls: hermes (<tool_call> JSON), llama3_json, "
-                  "harmony (gpt-oss's commentary messages), or auto (read from the chat "
+                  "harmony (gpt-oss's commentary messages), qwen3_coder (Qwen3-Coder and Qwen3.5 "
+                  "XML calls), or auto (read from the chat "
                   "template; docs/tool_calling.md)")
-      ->check(CLI::IsMember({"auto", "hermes", "llama3_json", "harmony"}))
+      ->check(CLI::IsMember({"auto", "hermes", "llama3_json", "harmony", "qwen3_coder"}))
       ->capture_default_str();
   std::vector<std::string> reasoning_formats = {"none", "auto"};
   for (std::string_view n : chat::reasoning_syntax_names()) reasoning_formats.emplace_back(n);

@@ -22,7 +22,7 @@ ChatOutput read_chat_output(const ChatOutputOptions& o, std::string_view text) {
     return out;
   }
   chat::ParsedToolOutput parsed = chat::parse_tool_calls(o.tools->format, split.content, true,
-                                                         o.tools->names);
+                                                         o.tools->names, &o.tools->types);
   if (o.tools->single && parsed.calls.size() > 1) parsed.calls.resize(1);
   out.content = std::move(parsed.content);
   out.calls = std::move(parsed.calls);
@@ -34,7 +34,9 @@ ChatOutputStreamer::ChatOutputStreamer(const ChatOutputOptions& options) : optio
     splitter_ = std::make_unique<chat::ReasoningSplitter>(*options_.reasoning->syntax,
                                                           options_.reasoning->start);
   }
-  if (options_.tools) tools_.emplace(options_.tools->format, options_.tools->names);
+  if (options_.tools) {
+    tools_.emplace(options_.tools->format, options_.tools->names, options_.tools->types);
+  }
   if (options_.harmony) harmony_.emplace(options_.harmony->names, options_.harmony->reasoning);
 }
 

@@ -27,6 +27,7 @@ struct ChatOutputOptions {
   struct ToolParsing {
     chat::ToolCallFormat format = chat::ToolCallFormat::kHermes;
     std::vector<std::string> names;  // the request's functions; calls of others are content
+    chat::ToolParamTypes types;      // their parameters' types (formats with untyped values)
     bool single = false;             // parallel calls off: calls after the first are dropped
   };
   std::optional<ToolParsing> tools;

@@ -313,6 +313,9 @@ std::optional<ApiError> constrain_chat_output(const ModelInfo& model, const Tool
     out->tools.emplace();
     out->tools->format = model.chat->tool_support().format;
     out->tools->names = tools.names;
+    if (out->tools->format == chat::ToolCallFormat::kQwen3Coder) {
+      out->tools->types = chat::tool_param_types(tools.tools);
+    }
     out->tools->single = !tools.parallel;
   }
   return std::nullopt;

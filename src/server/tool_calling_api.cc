@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "grammar/gbnf_text.h"
+#include "grammar/json_number_gbnf.h"
 #include "grammar/json_schema_to_gbnf.h"
 
 namespace arbor::server {
@@ -145,6 +146,85 @@ Result<std::string> harmony_call_grammar(const ToolRequest& request) {
   return out;
 }
 
+// One XML parameter value's GBNF by its schema (the text chat::parse_tool_calls types back):
+// an enum of strings its members, an integer its range (minimum / maximum, else 16 digits), a
+// number a JSON number, a boolean true / false, a string up to maxLength characters (at least
+// minLength) of anything but '<', and anything else text without '<'.
+std::string xml_value_gbnf(const ojson& schema) {
+  if (!schema.is_object()) return "[^<]*";
+  if (schema.contains("enum") && schema["enum"].is_array() && !schema["enum"].empty() &&
+      std::all_of(schema["enum"].begin(), schema["enum"].end(),
+                  [](const ojson& e) { return e.is_string(); })) {
+    std::string alts;
+    for (const ojson& e : schema["enum"]) {
+      alts += str_cat(alts.empty() ? "" : " | ", grammar::gbnf_literal_ascii(e.get<std::string>()));
+    }
+    return "(" + alts + ")";
+  }
+  const std::string type = schema.value("type", ojson("")).is_string()
+                               ? schema.value("type", ojson("")).get<std::string>()
+                               : std::string();
+  const auto bound = [&](const char* key, int64_t fallback) {
+    const auto it = schema.find(key);
+    return it != schema.end() && it->is_number_integer() ? it->get<int64_t>() : fallback;
+  };
+  if (type == "integer") {
+    const int64_t lo = bound("minimum", -grammar::kMaxUnboundedInteger);
+    const int64_t hi = bound("maximum", grammar::kMaxUnboundedInteger);
+    if (lo <= hi) return grammar::integer_range_gbnf(lo, hi);
+  }
+  if (type == "number") return "\"-\"? [0-9]+ (\".\" [0-9]+)? ([eE] [-+]? [0-9]+)?";
+  if (type == "boolean") return "(\"true\" | \"false\")";
+  if (type == "string") {
+    const int64_t lo = std::max<int64_t>(0, bound("minLength", 0));
+    const int64_t hi = bound("maxLength", -1);
+    if (hi >= lo && hi <= 256) return str_cat("[^<]{", lo, ",", hi, "}");
+    if (lo > 0 && lo <= 256) return str_cat("[^<]{", lo, ",}");
+  }
+  return "[^<]*";
+}
+
+// Qwen3-Coder / Qwen3.5 XML calls (chat::ToolCallFormat::kQwen3Coder): per allowed tool its
+// <function=NAME> block with its schema's properties as <parameter=P> blocks, the required ones
+// in schema order, then each optional one at most once in order, each value by
+// xml_value_gbnf. Nested objects' and arrays' own schemas are not enforced (text without '<').
+std::string qwen3_coder_call_grammar(const ToolRequest& request) {
+  const bool many = request.parallel && request.choice == ToolChoice::kRequired;
+  std::string out = many ? "root ::= call (\"\\n\" call)*\n" : "root ::= call\n";
+  std::string functions, rules;
+  for (size_t i = 0; i < request.names.size(); ++i) {
+    if (request.choice == ToolChoice::kNamed && request.names[i] != request.named) continue;
+    const ojson params = parameters_schema(request.tools[i]);
+    std::set<std::string> required;
+    if (params.contains("required") && params["required"].is_array()) {
+      for (const ojson& r : params["required"]) {
+        if (r.is_string()) required.insert(r.get<std::string>());
+      }
+    }
+    const std::string fn = str_cat("fn-", i);
+    std::string must, may;
+    if (params.contains("properties") && params["properties"].is_object()) {
+      int j = 0;
+      for (const auto& [key, schema] : params["properties"].items()) {
+        const std::string p = str_cat(fn, "-p", j++);
+        rules += str_cat(p, " ::= ", grammar::gbnf_literal_ascii(str_cat("<parameter=", key, ">\n")),
+                         " ", xml_value_gbnf(schema), " \"\\n</parameter>\\n\"\n");
+        if (required.contains(key)) {
+          must += " " + p;
+        } else {
+          may += " " + p + "?";
+        }
+      }
+    }
+    functions += str_cat(functions.empty() ? "" : " | ", fn);
+    rules += str_cat(fn, " ::= ",
+                     grammar::gbnf_literal_ascii(str_cat("<function=", request.names[i], ">\n")),
+                     must, may, " \"</function>\\n\"\n");
+  }
+  out += str_cat("call ::= \"<tool_call>\\n\" (", functions, ") \"</tool_call>\"\n");
+  return out + rules;
+}
+
 }  // namespace
 
 bool valid_function_name(const std::string& name) {
@@ -187,6 +267,7 @@ std::optional<ApiError> read_tools(const json& body, const ojson& ordered, ToolR
 
 Result<std::string> tool_call_grammar(const ToolRequest& request, chat::ToolCallFormat format) {
   if (format == chat::ToolCallFormat::kHarmony) return harmony_call_grammar(request);
+  if (format == chat::ToolCallFormat::kQwen3Coder) return qwen3_coder_call_grammar(request);
   const bool hermes = format == chat::ToolCallFormat::kHermes;
   const std::string_view args_key = hermes ? "arguments" : "parameters";
   ojson branches = ojson::array();

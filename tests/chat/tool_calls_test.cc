@@ -95,6 +95,36 @@ TEST(ToolCallParse, Llama3Json) {
   expect_calls(parse(L, "{\"name\": \"f\", \"parameters\": {\"a\"", false), "", {{"f", "{\"a\""}});
 }
 
+// Qwen3-Coder / Qwen3.5 XML calls: values typed as JSON when they read as a JSON value, strings
+// otherwise (one newline each side dropped, the rest kept), parameters in order.
+TEST(ToolCallParse, Qwen3CoderXml) {
+  const ToolCallFormat Q = ToolCallFormat::kQwen3Coder;
+  expect_calls(parse(Q, "Let me check.\n<tool_call>\n<function=get_weather>\n<parameter=city>\n"
+                        "Paris\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n"
+                        "</tool_call>"),
+               "Let me check.\n", {{"get_weather", "{\"city\": \"Paris\", \"days\": 3}"}});
+  // Two calls, JSON values, a string with quotes and lines, no parameters.
+  expect_calls(parse(Q, "<tool_call>\n<function=f>\n<parameter=o>\n{\"a\": [1, true]}\n"
+                        "</parameter>\n<parameter=s>\nsay \"hi\"\nand go\n</parameter>\n"
+                        "<parameter=n>\n-2.5e3\n</parameter>\n<parameter=b>\nfalse\n</parameter>\n"
+                        "<parameter=t>\n12 apples\n</parameter>\n</function>\n</tool_call>\n"
+                        "<tool_call>\n<function=get_weather>\n</function>\n</tool_call>"),
+               "", {{"f", "{\"o\": {\"a\": [1, true]}, \"s\": \"say \\\"hi\\\"\\nand go\", "
+                          "\"n\": -2.5e3, \"b\": false, \"t\": \"12 apples\"}"},
+                    {"get_weather", "{}"}});
+  // An unknown function is text; a partial call holds back, then streams a parameter at a time.
+  expect_calls(parse(Q, "<tool_call>\n<function=g>\n</function>\n</tool_call>"),
+               "<tool_call>\n<function=g>\n</function>\n</tool_call>", {});
+  expect_calls(parse(Q, "ok <tool_call>\n<function=get_wea", false), "ok ", {});
+  expect_calls(parse(Q, "<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n<param", false),
+               "", {{"f", "{\"a\": 1"}});
+  const ParsedToolOutput p = parse(Q, "<tool_call>\n<function=f>\n<parameter=a>\n12", false);
+  ASSERT_EQ(p.calls.size(), 1u);
+  EXPECT_EQ(p.calls[0].arguments, "{");
+  EXPECT_FALSE(p.calls[0].complete);
+  EXPECT_EQ(parse_tool_call_format("qwen3_coder"), Q);
+}
+
 // `p` describes a prefix of `full` (tool_calls.h's promise).
 ::testing::AssertionResult is_prefix_parse(const ParsedToolOutput& p, const ParsedToolOutput& full) {
   if (!full.content.starts_with(p.content)) {
@@ -117,7 +147,11 @@ std::string random_output(std::mt19937& rng) {
       "<tool_call>", "</tool_call>", "\n", " ", "{", "}", "[", "]", "\"name\"", "\"arguments\"",
       "\"parameters\"", ":", ",", "\"f\"", "\"get_weather\"", "\"g\"", "\"x\"", "1", "-2.5",
       "hello", "<tool_c", ";", "<|python_tag|>", "\"a\\\"}\"", "true",
-      "<tool_call>\n{\"name\": \"f\", \"arguments\": ", "{\"name\": \"get_weather\", \"parameters\": "};
+      "<tool_call>\n{\"name\": \"f\", \"arguments\": ", "{\"name\": \"get_weather\", \"parameters\": ",
+      // Qwen3-Coder XML pieces.
+      "<function=f>", "<function=get_weather>\n", "<function=", "<parameter=a>", "<parameter=",
+      "</parameter>", "</function>", "<tool_call>\n<function=f>\n<parameter=x>\n", "\n</parameter>\n",
+      "</parame"};
   std::uniform_int_distribution<size_t> piece(0, kPieces.size() - 1);
   std::uniform_int_distribution<int> length(0, 24);
   std::string out;
@@ -131,7 +165,8 @@ TEST(ToolCallParse, EveryPrefixOfRandomOutputsIsAPrefixOfTheFinalParse) {
   int with_calls = 0;
   for (int i = 0; i < 20000; ++i) {
     const std::string text = random_output(rng);
-    for (ToolCallFormat format : {ToolCallFormat::kHermes, ToolCallFormat::kLlama3Json}) {
+    for (ToolCallFormat format : {ToolCallFormat::kHermes, ToolCallFormat::kLlama3Json,
+                                  ToolCallFormat::kQwen3Coder}) {
       const ParsedToolOutput full = parse(format, text, true);
       with_calls += !full.calls.empty();
       for (size_t n = 0; n <= text.size(); ++n) {
@@ -177,6 +212,14 @@ TEST(ToolSupport, DetectedFromTheTemplate) {
   s = detect_tool_support("{% for t in tools %}<|start_header_id|>ipython{% endfor %}");
   EXPECT_TRUE(s.renders_tools);
   EXPECT_EQ(s.format, ToolCallFormat::kLlama3Json);
+  s = detect_tool_support("{% if tools %}<tool_call>\n<function=x>\n<parameter=y>{% endif %}");
+  EXPECT_TRUE(s.renders_tools);
+  EXPECT_EQ(s.format, ToolCallFormat::kQwen3Coder);
+  // Qwen3.5's own template.
+  std::ifstream in(test::shared_path("templates/Qwen3.5-4B.jinja"));
+  ASSERT_TRUE(in.good()) << "templates/Qwen3.5-4B.jinja";
+  const std::string source((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(detect_tool_support(source).format, ToolCallFormat::kQwen3Coder);
   s = detect_tool_support("{{ toolset }}");  // a word that merely contains "tools"
   EXPECT_FALSE(s.renders_tools);
   EXPECT_EQ(parse_tool_call_format("llama3_json"), ToolCallFormat::kLlama3Json);

@@ -274,6 +274,35 @@ TEST(ServerTools, Llama3JsonFormat) {
   }
 }
 
+// Qwen3-Coder / Qwen3.5 XML calls (--tool-call-parser qwen3_coder; auto picks it for Qwen3.5's
+// template, tests/chat): the grammar writes <function=NAME> blocks whose <parameter=P> values
+// follow each property's schema (enum, integer range, string length), the parser types them back
+// into JSON arguments that validate against the tool's schema, streamed as they are whole.
+TEST(ServerTools, Qwen3CoderXmlFormat) {
+  ServerProcess server({"--tool-call-parser", "qwen3_coder", "--reasoning-format", "none"}, 0,
+                       random_qwen3_model());
+  ASSERT_TRUE(server.ok());
+  std::map<std::string, int> names;
+  for (const json& choice : {json("required"),
+                             json{{"type", "function"}, {"function", {{"name", "add"}}}},
+                             json{{"type", "function"}, {"function", {{"name", "get_weather"}}}}}) {
+    const std::string only = choice.is_object() ? choice["function"]["name"] : "";
+    for (int seed : {0, 1, 2, 3}) {
+      const HttpResult whole = server.post("/v1/chat/completions", chat_body(choice, seed));
+      ASSERT_EQ(whole.status, 200) << whole.body;
+      const Message m = message_of(whole);
+      expect_valid_calls(m, only, /*cut_allowed=*/true);
+      for (const Call& c : m.calls) ++names[c.name];
+      const Message s = assemble_stream(
+          server.post("/v1/chat/completions", chat_body(choice, seed, true)));
+      EXPECT_EQ(s.calls, m.calls) << "seed " << seed << " " << choice;
+      EXPECT_EQ(s.finish_reason, m.finish_reason);
+    }
+  }
+  EXPECT_GE(names.size(), 2u);
+  EXPECT_TRUE(server.wait_no_blocks_used());
+}
+
 // stories260K's llama2 template does not render tools: they reach the model as text, and the
 // grammar still makes the calls. Greedy output is the same with speculation as without.
 // (stories260K's 512-token context and its 512-token vocabulary leave room for one short tool.)
