@@ -32,6 +32,20 @@ std::vector<int32_t> layer_windows(const ModelConfig& c) {
   return w;
 }
 
+// Gated DeltaNet layers keep no K/V: with one KV cache group, the attention layers alone get
+// pools and the recurrent ones map to pool 0, which they never read or write, so a block holds
+// only what attention reads (Qwen3.5: a quarter of the layers).
+void drop_recurrent_pools(const ModelConfig& c, KvCacheLayout& layout, KvCacheShape& shape) {
+  if (!c.has_recurrent_layers() || layout.num_groups() != 1) return;
+  int next = 0;
+  for (int l = 0; l < c.num_layers; ++l) {
+    layout.layer_pool[static_cast<size_t>(l)] = c.layers[l].recurrent ? 0 : next++;
+  }
+  layout.num_pools = std::max(1, next);
+  shape.layer_pool = layout.layer_pool;
+  shape.layer_group.assign(static_cast<size_t>(c.num_layers), 0);
+}
+
 }  // namespace
 
 Result<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<LlamaModel> model,
@@ -66,6 +80,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<LlamaMo
   ARBOR_ASSIGN_OR_RETURN(KvCacheLayout layout,
                          plan_kv_cache_layout(layer_windows(c), options.kv_reclaim));
   apply_kv_cache_layout(layout, shape);
+  drop_recurrent_pools(c, layout, shape);
   int64_t num_blocks = options.num_blocks;
   if (num_blocks <= 0) {
     // GiB to bytes, clamped below 2^63 so the conversion cannot overflow.

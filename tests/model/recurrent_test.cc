@@ -80,6 +80,10 @@ TEST(Qwen35Runner, ChunkedPrefillEqualsOneStepBitForBit) {
     auto runner = load(path, 2);
     ASSERT_NE(runner, nullptr);
     EXPECT_EQ(runner->config().num_recurrent_layers(), 3);
+    // K/V pools for the one attention layer only: a block is a quarter of a 4-layer model's.
+    EXPECT_EQ(runner->kv_cache().shape().num_pools(), 1);
+    EXPECT_EQ(PagedKvCache::bytes_per_block(runner->kv_cache().shape()),
+              size_t{2} * 2 * 16 * 64 * sizeof(float));  // K and V, 2 kv heads, 16 tokens, 64
     const std::vector<int32_t> ids = prompt(70, 3);
     const std::vector<float> whole = chunked_logits(*runner, ids, 0);
     ASSERT_EQ(whole.size(), ids.size() * kVocab);
