@@ -116,6 +116,12 @@ inline void add_engine_flags(CLI::App& app, ServingOptions* serving) {
       ->transform(CLI::CheckedTransformer(kDtypes, CLI::ignore_case).description(""))
       ->type_name("f16|f32")
       ->default_str("f16");
+  app.add_option("--state-checkpoints", exec->state_checkpoints,
+                 "Models with recurrent layers (Qwen3.5): recurrent states kept at prompts' "
+                 "block boundaries for prefix-cache hits, each one sequence's state (the load "
+                 "logs its size); 0 turns prefix caching off for such models")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
   app.add_flag("!--no-kv-reclaim", exec->kv_reclaim,
                "Keep every KV block of sliding-window layers (default: blocks that left every "
                "query's window are released; docs/kv_layout.md)");

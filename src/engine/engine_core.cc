@@ -274,11 +274,20 @@ EngineCore::EngineCore(std::unique_ptr<step::ModelExecutor> executor, const Engi
   ko.num_blocks = static_cast<int32_t>(executor_->num_kv_blocks());
   ko.block_size = executor_->block_size();
   const int32_t state_slots = executor_->recurrent_state_slots();
-  ko.enable_prefix_caching = config_.options.enable_prefix_caching && state_slots == 0;
+  const int32_t checkpoints = state_slots > 0 ? executor_->state_checkpoints() : 0;
+  ko.enable_prefix_caching =
+      config_.options.enable_prefix_caching && (state_slots == 0 || checkpoints > 0);
   if (state_slots > 0 && config_.options.enable_prefix_caching) {
-    ARBOR_LOG(kInfo) << "prefix caching: off, the model's recurrent layers keep one state per "
-                        "sequence and none at block boundaries (a cached prefix would have no "
-                        "state to continue from)";
+    if (checkpoints == 0) {
+      ARBOR_LOG(kInfo) << "prefix caching: off, the model's recurrent layers keep no state at "
+                          "block boundaries (--state-checkpoints 0: a cached prefix would have no "
+                          "state to continue from)";
+    } else {
+      ARBOR_LOG(kInfo) << "prefix caching: hits end where a recurrent state is saved: each "
+                          "prompt's last full block boundary, "
+                       << checkpoints << " states kept (--state-checkpoints, least recently "
+                                         "used out)";
+    }
   }
   ko.group_windows = executor_->kv_group_windows();
   kv_ = std::make_unique<kv::KvCacheManager>(ko);
@@ -286,6 +295,7 @@ EngineCore::EngineCore(std::unique_ptr<step::ModelExecutor> executor, const Engi
   if (kv_->num_groups() > 1 || ko.group_windows[0] > 0) log_kv_groups(*kv_, max_model_len_);
   num_free_blocks_ = kv_->num_free_blocks();
   sched::SchedulerOptions so = scheduler_options(config_.options, max_model_len_, vocab_size_);
+  so.state_checkpoints = checkpoints;
   if (state_slots > 0 && so.max_num_seqs > state_slots) {
     ARBOR_LOG(kWarn) << "max_num_seqs " << so.max_num_seqs << " lowered to the executor's "
                      << state_slots << " recurrent state slots";

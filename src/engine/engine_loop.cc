@@ -96,6 +96,7 @@ void EngineCore::handle_executor_fault(const Status& fault) {
   ++consecutive_faults_;
   const int32_t preempted = scheduler_->preempt_all();
   const int32_t dropped = kv_->reset_prefix_cache();
+  scheduler_->reset_state_checkpoints();
   ARBOR_LOG(kWarn) << fault.message() << "; " << preempted
                    << " running requests preempted to recompute, " << dropped
                    << " prefix-cache blocks forgotten";

@@ -46,6 +46,9 @@ struct ExecutorOptions {
   // The engine's --max-num-seqs: a model with recurrent layers (Qwen3.5) holds this many
   // requests' states (ModelExecutor::recurrent_state_slots).
   int32_t max_num_seqs = 64;
+  // --state-checkpoints: a recurrent model's states kept at prompts' block boundaries for
+  // prefix-cache hits (ModelExecutor::state_checkpoints); 0: none (no prefix caching).
+  int32_t state_checkpoints = 8;
   // --spec: who proposes drafts (the engine's --spec-k > 0 turns speculation on).
   SpecProposer proposer = SpecProposer::kNone;
   std::string draft_model;                // --draft-model: a GGUF with the target's vocabulary

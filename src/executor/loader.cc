@@ -120,15 +120,17 @@ Result<std::unique_ptr<LocalExecutor>> LocalExecutor::load(const std::string& pa
   // chain, up to one per node for a tree.
   const int32_t scratch_per_seq =
       options.proposer == SpecProposer::kNone ? 0 : std::max(1, options.tree_budget);
-  ro.state_slots = options.max_num_seqs * (1 + scratch_per_seq);
+  ro.state_slots = options.max_num_seqs * (1 + scratch_per_seq) + options.state_checkpoints;
   ARBOR_ASSIGN_OR_RETURN(std::unique_ptr<model::ModelRunner> runner,
                          model::ModelRunner::load(path, ro));
   if (model::RecurrentStateCache* states = runner->recurrent_states()) {
     ARBOR_LOG(kInfo) << "recurrent state: " << options.max_num_seqs << " slots (--max-num-seqs)"
                      << (scratch_per_seq > 0
-                             ? str_cat(" + ", states->num_slots() - options.max_num_seqs,
+                             ? str_cat(" + ", options.max_num_seqs * scratch_per_seq,
                                        " scratch slots for speculation's drafts")
                              : std::string())
+                     << " + " << options.state_checkpoints
+                     << " checkpoints for prefix-cache hits (--state-checkpoints)"
                      << ", " << (model::RecurrentStateCache::bytes_per_slot(runner->config()) >> 10)
                      << " KiB each over " << runner->config().num_recurrent_layers()
                      << " Gated DeltaNet layers, committed as sequences use them";
@@ -151,6 +153,9 @@ Result<std::unique_ptr<LocalExecutor>> LocalExecutor::load(const std::string& pa
   ARBOR_ASSIGN_OR_RETURN(std::optional<RankHead> rank_head,
                          rank_head_from_file(runner->model()));
   auto exec = std::make_unique<LocalExecutor>(std::move(runner), nullptr);
+  if (exec->recurrent_state_slots() > 0 && options.state_checkpoints > 0) {
+    exec->reserve_state_checkpoints(options.state_checkpoints);
+  }
   if (options.proposer != SpecProposer::kNone && exec->recurrent_state_slots() > 0) {
     exec->split_state_slots_for_speculation(options.max_num_seqs);
   }

@@ -55,6 +55,7 @@ Result<step::StepResult> LocalExecutor::execute(const step::SchedulerOutput& out
   ARBOR_RETURN_IF_ERROR(runner_->forward(builder_.batch(), out));
   result.experts_touched = runner_->experts_touched();
   if (runner_->recurrent_states() != nullptr) {
+    for (const auto& [from, to] : post_copies_) runner_->recurrent_states()->copy_slot(from, to);
     for (const step::ScheduledRequest& s : output.requests) {
       if (s.num_drafts > 0) continue;  // commit_states(), once verified
       states_.at(s.request_id).state_tokens = s.num_computed_tokens + s.num_scheduled_tokens;
@@ -161,14 +162,25 @@ Status LocalExecutor::assign_state_slots(
     st.state_slot = free_state_slots_.back();
     free_state_slots_.pop_back();
     if (parent != nullptr) cache.copy_slot(parent->slot, st.state_slot);
+    if (d.state_checkpoint >= 0) ARBOR_RETURN_IF_ERROR(load_checkpoint(output, d, st));
   }
   return ok_status();
+}
+
+void LocalExecutor::reserve_state_checkpoints(int32_t n) {
+  model::RecurrentStateCache* states = runner_->recurrent_states();
+  ARBOR_CHECK(states != nullptr && num_checkpoints_ == 0 && main_slots_ == 0 && n > 0 &&
+              n < states->num_slots())
+      << "state checkpoints: reserve a recurrent model's last slots once";
+  num_checkpoints_ = n;
+  free_state_slots_.clear();
+  for (int32_t s = states->num_slots() - n - 1; s >= 0; --s) free_state_slots_.push_back(s);
 }
 
 void LocalExecutor::split_state_slots_for_speculation(int32_t main_slots) {
   model::RecurrentStateCache* states = runner_->recurrent_states();
   ARBOR_CHECK(states != nullptr && main_slots_ == 0 && main_slots > 0 &&
-              main_slots < states->num_slots())
+              main_slots < states->num_slots() - num_checkpoints_)
       << "speculation's scratch slots: split a recurrent model's slots once";
   main_slots_ = main_slots;
   free_state_slots_.clear();
@@ -195,6 +207,26 @@ Status LocalExecutor::commit_states(const step::SchedulerOutput& output, const B
   }
   if (commits.empty()) return ok_status();
   return runner_->commit_states(commits);
+}
+
+// A request admitted on a prefix hit continues the checkpoint's state: the state after the
+// first num_computed_tokens tokens of its first step.
+Status LocalExecutor::load_checkpoint(const step::SchedulerOutput& output,
+                                      const step::NewRequestData& d, RequestState& st) {
+  if (d.state_checkpoint >= num_checkpoints_) {
+    return internal_error("request ", d.request_id, " continues checkpoint ", d.state_checkpoint,
+                          " of ", num_checkpoints_);
+  }
+  const auto s = std::find_if(output.requests.begin(), output.requests.end(),
+                              [&](const step::ScheduledRequest& r) {
+                                return r.request_id == d.request_id;
+                              });
+  if (s == output.requests.end()) {
+    return internal_error("request ", d.request_id, " continues a checkpoint but is not run");
+  }
+  runner_->recurrent_states()->copy_slot(checkpoint_slot(d.state_checkpoint), st.state_slot);
+  st.state_tokens = s->num_computed_tokens;
+  return ok_status();
 }
 
 // One request's sampling: its rows read back (a non-finite one fails this request only),
@@ -243,10 +275,10 @@ Result<LocalExecutor::BatchRows> LocalExecutor::build_batch(
   }
   ARBOR_RETURN_IF_ERROR(tp_sync_.share_drafts(output, trees));
   free_scratch_.clear();
+  post_copies_.clear();
   if (main_slots_ > 0) {
-    for (int32_t s = runner_->recurrent_states()->num_slots() - 1; s >= main_slots_; --s) {
-      free_scratch_.push_back(s);
-    }
+    const int32_t end = runner_->recurrent_states()->num_slots() - num_checkpoints_;
+    for (int32_t s = end - 1; s >= main_slots_; --s) free_scratch_.push_back(s);
   }
   for (size_t i = 0; i < output.requests.size(); ++i) {
     rows.token[i] = builder_.num_tokens();
@@ -304,6 +336,7 @@ Status LocalExecutor::add_sequence(const step::ScheduledRequest& s,
   model::SequenceInput in;
   if (st.state_slot >= 0) {
     if (k > 0) ARBOR_RETURN_IF_ERROR(route_states(s, st, tree, in));
+    if (s.save_state_at > 0) ARBOR_RETURN_IF_ERROR(route_save(s, st, num_committed_run, in));
     if (st.state_tokens != s.num_computed_tokens) {
       return failed_precondition("request ", s.request_id, " runs from token ",
                                  s.num_computed_tokens, ", but its recurrent state holds ",
@@ -387,6 +420,33 @@ Status LocalExecutor::route_states(const step::ScheduledRequest& s, const Reques
       state_dst_.push_back(own);
     }
   }
+  in.state_src = state_src_;
+  in.state_dst = state_dst_;
+  return ok_status();
+}
+
+// The state after token save_state_at goes to the checkpoint slot: that row writes it there and
+// the next continues from it into the request's slot (in place around them); when it is the
+// step's last row, the checkpoint is copied into the request's slot after the forward.
+Status LocalExecutor::route_save(const step::ScheduledRequest& s, const RequestState& st,
+                                 int32_t n, model::SequenceInput& in) {
+  const int64_t j = s.save_state_at - 1 - s.num_computed_tokens;
+  if (s.num_drafts > 0 || j < 0 || j >= n || s.save_state_slot < 0 ||
+      s.save_state_slot >= num_checkpoints_) {
+    return internal_error("request ", s.request_id, " saves its state after token ",
+                          s.save_state_at, " into checkpoint ", s.save_state_slot, " (of ",
+                          num_checkpoints_, ") in a step running tokens [", s.num_computed_tokens,
+                          ", ", s.num_computed_tokens + n, ")");
+  }
+  const int32_t checkpoint = checkpoint_slot(s.save_state_slot);
+  state_src_.clear();
+  state_dst_.clear();
+  for (int32_t i = 0; i < n; ++i) {
+    state_src_.push_back(i > 0 ? state_dst_.back()
+                               : (s.num_computed_tokens == 0 ? -1 : st.state_slot));
+    state_dst_.push_back(i == j ? checkpoint : st.state_slot);
+  }
+  if (j == n - 1) post_copies_.emplace_back(checkpoint, st.state_slot);
   in.state_src = state_src_;
   in.state_dst = state_dst_;
   return ok_status();

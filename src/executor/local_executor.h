@@ -85,8 +85,13 @@ class LocalExecutor : public step::ModelExecutor {
   }
   int32_t recurrent_state_slots() const override {
     if (runner_->recurrent_states() == nullptr) return 0;
-    return main_slots_ > 0 ? main_slots_ : runner_->recurrent_states()->num_slots();
+    return main_slots_ > 0 ? main_slots_
+                           : runner_->recurrent_states()->num_slots() - num_checkpoints_;
   }
+  int32_t state_checkpoints() const override { return num_checkpoints_; }
+  // A recurrent model: the last `n` state slots become checkpoints (ModelExecutor::
+  // state_checkpoints). Call before split_state_slots_for_speculation and the first execute().
+  void reserve_state_checkpoints(int32_t n);
   // A recurrent model with speculation: slots [main_slots, num_slots) become scratch slots,
   // handed out per step to the drafts being verified (a chain one per request, a tree up to one
   // per node), the request's own slot untouched until the accepted ones are replayed into it
@@ -154,6 +159,15 @@ class LocalExecutor : public step::ModelExecutor {
   step::RequestResult sample(const step::ScheduledRequest& s, const sampling::TokenTree& tree,
                              int32_t row);
   void compact_kv(const step::ScheduledRequest& s, std::span<const int32_t> accepted_nodes);
+  // A recurrent model's prefix-hit admission and checkpoint save (ScheduledRequest::
+  // save_state_at): the checkpoint copied into the request's slot, the save's state routing.
+  Status load_checkpoint(const step::SchedulerOutput& output, const step::NewRequestData& d,
+                         RequestState& st);
+  Status route_save(const step::ScheduledRequest& s, const RequestState& st, int32_t n,
+                    model::SequenceInput& in);
+  int32_t checkpoint_slot(int32_t i) const {
+    return runner_->recurrent_states()->num_slots() - num_checkpoints_ + i;
+  }
   // A recurrent model's drafts: `in`'s per-token state routing through scratch slots.
   Status route_states(const step::ScheduledRequest& s, const RequestState& st,
                       const sampling::TokenTree& tree, model::SequenceInput& in);
@@ -175,6 +189,9 @@ class LocalExecutor : public step::ModelExecutor {
   std::vector<uint8_t> mask_;       // scratch: one tree's packed mask, [ceil((1 + k)^2 / 8)]
   std::vector<int32_t> free_state_slots_;  // a recurrent model's unused state slots (a stack)
   int32_t main_slots_ = 0;            // > 0: slots from here on are speculation's scratch
+  int32_t num_checkpoints_ = 0;       // the last ones of all: checkpoints (state_checkpoints)
+  // After the forward: checkpoint -> request slot copies (a save on the step's last row).
+  std::vector<std::pair<int32_t, int32_t>> post_copies_;
   std::vector<int32_t> free_scratch_;  // this step's unused scratch slots (a stack)
   std::vector<int32_t> state_src_, state_dst_;  // scratch: one sequence's per-token routing
 };

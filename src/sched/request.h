@@ -155,6 +155,9 @@ struct Request {
   // A fork child that continues its parent's computed tokens (Scheduler::fork_parent): its first
   // NewRequestData names the parent (NewRequestData::fork_of), once.
   bool fork_pending = false;
+  // Admitted on a prefix hit over a recurrent model: the checkpoint slot of the hit's state,
+  // named once in its NewRequestData (NewRequestData::state_checkpoint). -1: none.
+  int32_t load_checkpoint = -1;
   RequestStatus status = RequestStatus::kWaiting;
   std::vector<int32_t> token_ids;      // [num_tokens] committed: prompt, then generated tokens
   int64_t num_prompt = 0;              // leading prompt tokens of token_ids

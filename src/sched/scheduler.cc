@@ -52,6 +52,7 @@ std::unique_ptr<Request> make_child(const Request& parent, int32_t index) {
 Scheduler::Scheduler(const SchedulerOptions& options, kv::KvCacheManager& kv)
     : options_(options),
       kv_(kv),
+      checkpoints_(options.state_checkpoints),
       drafts_(DraftPlannerOptions{.max_spec_tokens = options.max_spec_tokens,
                                   .max_tree_nodes = options.max_tree_nodes,
                                   .max_model_len = options.max_model_len,
@@ -243,6 +244,11 @@ void Scheduler::fork_parent(Request& parent) {
   if (parent.known_to_executor()) finished_since_schedule_.push_back(parent.request_id);
   std::erase(running_, &parent);
   parent.status = RequestStatus::kForked;
+}
+
+void Scheduler::reset_state_checkpoints() {
+  checkpoints_.clear();
+  pending_saves_.clear();
 }
 
 int32_t Scheduler::num_running_seqs() const {

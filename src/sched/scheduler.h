@@ -60,6 +60,7 @@
 #include "sched/request.h"
 #include "sched/request_plan.h"
 #include "sched/spec_policy.h"
+#include "sched/state_checkpoints.h"
 #include "step/step.h"
 
 namespace arbor::sched {
@@ -89,6 +90,12 @@ struct SchedulerOptions {
   // The executor proposes token trees of at most this many nodes (ModelExecutor::
   // max_tree_nodes); 0 = chains. A tree's depth is capped like a chain's length.
   int32_t max_tree_nodes = 0;
+  // A model with recurrent layers (ModelExecutor::state_checkpoints): the executor's checkpoint
+  // slots. > 0: each prompt's state at its last full block boundary is saved into one (least
+  // recently used first out), and a prefix-cache hit is cut back to the longest prefix whose
+  // state is saved (sched/state_checkpoints.h). 0: prefix hits as they come (the engine turns
+  // prefix caching off for a recurrent model without checkpoints).
+  int32_t state_checkpoints = 0;
   // Token ids in a StepResult must be below this (the engine sets the executor's vocabulary).
   int32_t vocab_size = std::numeric_limits<int32_t>::max();
 };
@@ -189,6 +196,10 @@ class Scheduler {
   // The sequences the running requests will be: a fork parent counts as its best_of children
   // (what max_num_seqs bounds: the parent forks into them without admission). O(running).
   int32_t num_running_seqs() const;
+  // Forgets every recurrent-state checkpoint (the executor lost its state: a shard fault).
+  void reset_state_checkpoints();
+  // Recurrent-state checkpoints registered (sched/state_checkpoints.h).
+  int32_t num_state_checkpoints() const { return checkpoints_.size(); }
   int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
   const Request* find(RequestId id) const;
   SchedulerStats stats() const;
@@ -221,6 +232,14 @@ class Scheduler {
   void insert_running(Request* req);
   int64_t chunk_size(const Request& req, int64_t num_new, int64_t budget) const;
   void fork_parent(Request& parent);
+  // A recurrent model: the hit cut back to its longest prefix with a saved state.
+  kv::ComputedBlocks checkpointed(kv::ComputedBlocks hit) const;
+  // A recurrent model: the step `s` of `req` saves the state at the prompt's last full block
+  // boundary when it computes it.
+  void plan_state_save(const Request& req, ScheduledRequest& s);
+  // After a step: request `id`'s saves registered under their blocks' hashes (or given back
+  // when the block is not hashed); id 0: every save left, given back.
+  void resolve_state_saves(RequestId id);
   std::optional<StopReason> check_stop(const Request& req, int32_t token_id) const;
   void commit(Request& req, const ScheduledRequest& s, const RequestResult* r, RequestOutput& o);
   void commit_pooled(Request& req, const step::PoolingResult* r, RequestOutput& o);
@@ -237,6 +256,13 @@ class Scheduler {
   std::vector<Request*> running_;
   std::deque<Request*> waiting_;    // FCFS order, or (priority, arrival) with kPriority
   std::vector<step::BlockCopy> pending_copies_;
+  StateCheckpoints checkpoints_;
+  struct PendingSave {
+    RequestId request_id = 0;
+    int32_t slot = 0;
+    int64_t boundary = 0;  // the state after this many tokens
+  };
+  std::vector<PendingSave> pending_saves_;  // made by the step in flight
   std::vector<RequestId> finished_since_schedule_;
   int64_t next_admit_seq_ = 0;
   int64_t num_preemptions_ = 0;

@@ -144,6 +144,12 @@ RequestPlan Scheduler::admit(Request& req, const kv::ComputedBlocks& hit, int64_
   waiting_.erase(std::find(waiting_.begin(), waiting_.end(), &req));
   kv_.record_prefix_query(req.kv_view(), hit);  // once per admission, not per blocked step
   if (req.status == RequestStatus::kWaiting) req.num_cached_tokens = hit.num_computed_tokens;
+  if (options_.state_checkpoints > 0 && hit.num_blocks() > 0) {
+    // checkpointed() kept the hit only where its last block's state is saved.
+    const std::optional<int32_t> slot = checkpoints_.find(hit.block_hashes.back());
+    ARBOR_CHECK(slot.has_value()) << "request " << req.request_id << ": a hit without its state";
+    req.load_checkpoint = *slot;
+  }
   req.num_computed_tokens = hit.num_computed_tokens;
   req.status = RequestStatus::kRunning;
   req.admit_seq = next_admit_seq_++;
@@ -238,6 +244,8 @@ void Scheduler::allocate(RequestPlan& p) {
 void Scheduler::emit(const RequestPlan& p, SchedulerOutput& out) {
   Request& req = *p.req;
   if (!req.known_to_executor()) {
+    const int32_t checkpoint = req.load_checkpoint;
+    req.load_checkpoint = -1;
     out.new_requests.push_back(NewRequestData{
         .request_id = req.request_id,
         .token_ids = req.token_ids,
@@ -246,6 +254,7 @@ void Scheduler::emit(const RequestPlan& p, SchedulerOutput& out) {
         .seed = req.seed,
         .pooling = req.pooling,
         .fork_of = req.fork_pending ? req.parent_id : 0,
+        .state_checkpoint = checkpoint,
     });
     req.fork_pending = false;
     req.num_tokens_sent = req.num_tokens();
@@ -258,6 +267,7 @@ void Scheduler::emit(const RequestPlan& p, SchedulerOutput& out) {
   req.num_tokens_sent = req.num_tokens();
   s.num_drafts = p.num_drafts;
   set_block_tables(req, s);
+  plan_state_save(req, s);
   s.sample = p.sample;
   s.pool = req.pooling.has_value() && req.num_computed_tokens + p.num_new == req.num_prompt_tokens();
   if (req.sampling.prompt_logprobs) {
@@ -294,10 +304,51 @@ kv::ComputedBlocks Scheduler::computed_blocks(const Request& req) const {
     return kv_.get_computed_blocks(req.kv_view(), 0);
   }
   if (!req.sampling.prompt_logprobs || req.next_prompt_logprob >= req.num_prompt_tokens()) {
-    return kv_.get_computed_blocks(req.kv_view());
+    return checkpointed(kv_.get_computed_blocks(req.kv_view()));
   }
   // The KV manager cuts the hit (a sliding group's hit needs the window before its end).
-  return kv_.get_computed_blocks(req.kv_view(), req.next_prompt_logprob - 1);
+  return checkpointed(kv_.get_computed_blocks(req.kv_view(), req.next_prompt_logprob - 1));
+}
+
+kv::ComputedBlocks Scheduler::checkpointed(kv::ComputedBlocks hit) const {
+  if (options_.state_checkpoints == 0) return hit;
+  int64_t n = hit.num_blocks();
+  while (n > 0 && !checkpoints_.contains(hit.block_hashes[static_cast<size_t>(n - 1)])) --n;
+  if (n == hit.num_blocks()) return hit;
+  if (n == 0) return kv::ComputedBlocks{};
+  hit.block_hashes.resize(static_cast<size_t>(n));
+  for (std::vector<kv::BlockId>& ids : hit.group_block_ids) ids.resize(static_cast<size_t>(n));
+  hit.num_computed_tokens = n * kv_.block_size();
+  return hit;
+}
+
+// The prompt's last full block boundary B (the state a request with the same prompt, or one
+// extending it, can continue from), saved by the step that computes token B.
+void Scheduler::plan_state_save(const Request& req, ScheduledRequest& s) {
+  if (options_.state_checkpoints == 0 || s.num_drafts > 0) return;
+  const int64_t bs = kv_.block_size();
+  const int64_t boundary = (req.num_prompt_tokens() - 1) / bs * bs;
+  const int64_t c = s.num_computed_tokens;
+  if (boundary <= 0 || boundary <= c || boundary > c + s.num_scheduled_tokens) return;
+  const std::optional<int32_t> slot = checkpoints_.acquire();
+  if (!slot) return;
+  s.save_state_at = boundary;
+  s.save_state_slot = *slot;
+  pending_saves_.push_back({req.request_id, *slot, boundary});
+}
+
+void Scheduler::resolve_state_saves(RequestId id) {
+  std::erase_if(pending_saves_, [&](const PendingSave& p) {
+    if (id != 0 && p.request_id != id) return false;
+    const std::span<const kv::BlockHash> hashes = kv_.block_hashes(p.request_id);
+    const auto block = static_cast<size_t>(p.boundary / kv_.block_size());
+    if (id != 0 && hashes.size() >= block) {
+      checkpoints_.register_slot(hashes[block - 1], p.slot);
+    } else {
+      checkpoints_.release(p.slot);  // not hashed (prefix caching off): nothing finds it
+    }
+    return true;
+  });
 }
 
 void Scheduler::observe_step(const SchedulerOutput& out, double seconds,
@@ -421,6 +472,7 @@ Result<std::vector<RequestOutput>> Scheduler::update_from_output(const Scheduler
     commit(req, s, s.sample ? results.at(s.request_id) : nullptr, o);
     if (s.pool) commit_pooled(req, pooled.at(s.request_id), o);
     kv_.cache_full_blocks(req.kv_view());
+    if (!pending_saves_.empty()) resolve_state_saves(req.request_id);
     if (o.stop_reason) {
       finish(req, *o.stop_reason);
       done.push_back(req.request_id);
@@ -430,6 +482,7 @@ Result<std::vector<RequestOutput>> Scheduler::update_from_output(const Scheduler
     }
     outs.push_back(std::move(o));
   }
+  resolve_state_saves(0);  // saves of requests the step did not run to the end: given back
   for (RequestId id : done) requests_.erase(id);
   return outs;
 }

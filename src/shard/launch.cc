@@ -16,6 +16,7 @@ std::vector<std::string> shard_command_line(const std::string& binary, const std
                                    "-t", std::to_string(e.num_threads),
                                    "--max-num-batched-tokens", std::to_string(e.reserve_tokens),
                                    "--max-num-seqs", std::to_string(e.max_num_seqs),
+                                   "--state-checkpoints", std::to_string(e.state_checkpoints),
                                    "--spec", std::string(executor::spec_proposer_name(e.proposer)),
                                    "--spec-ngram-min", std::to_string(e.ngram_min),
                                    "--spec-ngram-max", std::to_string(e.ngram_max),

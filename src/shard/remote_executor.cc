@@ -697,6 +697,9 @@ step::ExpertShape RemoteExecutor::expert_shape() const {
 int32_t RemoteExecutor::recurrent_state_slots() const {
   return impl_->geometry().recurrent_state_slots();
 }
+int32_t RemoteExecutor::state_checkpoints() const {
+  return impl_->geometry().state_checkpoints();
+}
 uint64_t RemoteExecutor::incarnation() const { return impl_->incarnation; }
 
 int64_t RemoteExecutor::shard_pid(int32_t rank) const {

@@ -83,6 +83,7 @@ class RemoteExecutor : public step::ModelExecutor {
       std::span<const step::StepCostProbe> probes) override;
   step::ExpertShape expert_shape() const override;
   int32_t recurrent_state_slots() const override;
+  int32_t state_checkpoints() const override;
   double draft_token_cost() const override;
   bool has_proposer() const override;
   bool proposer_writes_kv() const override;

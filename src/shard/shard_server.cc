@@ -129,6 +129,7 @@ class ShardService final : public wire::Shard::Service {
     r->set_num_experts(exec_->expert_shape().num_experts);
     r->set_num_experts_used(exec_->expert_shape().num_used);
     r->set_recurrent_state_slots(exec_->recurrent_state_slots());
+    r->set_state_checkpoints(exec_->state_checkpoints());
     r->set_rank(h.rank());
     r->set_world_size(h.world_size());
     ARBOR_LOG(kInfo) << "shard: session with incarnation " << h.incarnation()

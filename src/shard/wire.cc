@@ -45,6 +45,7 @@ void StepEncoder::encode(const step::SchedulerOutput& output, uint64_t incarnati
     n->set_seed(d.seed);
     n->set_pooling(d.pooling ? static_cast<int32_t>(*d.pooling) : 0);
     n->set_fork_of(d.fork_of);
+    n->set_state_checkpoint(d.state_checkpoint + 1);
     known_[d.request_id] = Known{};
   }
   for (const step::ScheduledRequest& s : output.requests) {
@@ -62,6 +63,8 @@ void StepEncoder::encode(const step::SchedulerOutput& output, uint64_t incarnati
     m->set_pool(s.pool);
     m->set_is_prompt_chunk(s.is_prompt_chunk);
     m->set_is_new(s.is_new);
+    m->set_save_state_at(s.save_state_at);
+    m->set_save_state_slot(s.save_state_slot);
     encode_tables(s, known_[s.request_id], m);
   }
   for (const step::BlockCopy& c : output.block_copies) {
@@ -261,6 +264,7 @@ std::optional<WireError> StepDecoder::check_new(const wire::Step& msg, step::Sch
     d.seed = n.seed();
     if (n.pooling() != 0) d.pooling = static_cast<step::PoolingType>(n.pooling());
     d.fork_of = n.fork_of();
+    d.state_checkpoint = n.state_checkpoint() - 1;
     Known k;
     k.num_tokens = num_tokens;
     k.num_prompt_tokens = n.num_prompt_tokens();
@@ -336,6 +340,15 @@ std::optional<WireError> StepDecoder::check_scheduled(const wire::Scheduled& m,
   s->pool = m.pool();
   s->is_prompt_chunk = m.is_prompt_chunk();
   s->is_new = m.is_new();
+  if (m.save_state_at() != 0 &&
+      (m.save_state_at() <= m.num_computed_tokens() || m.save_state_at() > committed_end ||
+       m.save_state_slot() < 0)) {
+    return error(field + ".save_state_at",
+                 str_cat("is ", m.save_state_at(), " (slot ", m.save_state_slot(), "), outside the ",
+                         "tokens (", m.num_computed_tokens(), ", ", committed_end, "] this step runs"));
+  }
+  s->save_state_at = m.save_state_at();
+  s->save_state_slot = m.save_state_slot();
   return check_tables(m, field, st, s);
 }
 

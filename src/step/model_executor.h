@@ -106,6 +106,10 @@ class ModelExecutor {
   // it without prefix caching (a request runs from its first token, or continues a fork
   // parent's state: NewRequestData::fork_of).
   virtual int32_t recurrent_state_slots() const { return 0; }
+  // A model with recurrent layers: how many state checkpoints (the state at a prompt's block
+  // boundary) it holds for prefix-cache hits; 0: none (the engine then runs without prefix
+  // caching). NewRequestData::state_checkpoint and ScheduledRequest::save_state_slot index them.
+  virtual int32_t state_checkpoints() const { return 0; }
   // A mixture of experts' experts per layer and experts routed per token; {0, 0} when dense.
   virtual ExpertShape expert_shape() const { return {}; }
   // The cost of proposing one draft token, in seconds (0 for model-free proposers or none).

@@ -60,6 +60,10 @@ struct NewRequestData {
   // same SchedulerOutput); its per-request state in the executor (a recurrent model's state
   // slot) continues this request's. 0 otherwise.
   RequestId fork_of = 0;
+  // A model with recurrent layers, admitted on a prefix-cache hit: the checkpoint slot holding
+  // the state after the hit's tokens (ModelExecutor::state_checkpoints; its first
+  // ScheduledRequest's num_computed_tokens), which this request's state continues. -1: none.
+  int32_t state_checkpoint = -1;
 };
 
 // One request's work in a step. With c = num_computed_tokens and k = num_drafts, the step runs
@@ -106,6 +110,11 @@ struct ScheduledRequest {
   // PoolingResult. Earlier chunks of a mean (or cls) request feed the pooled state the executor
   // keeps for it; a preempted request starts that state over with its recompute.
   bool pool = false;
+  // A model with recurrent layers: save the state after the request's first save_state_at
+  // tokens (num_computed_tokens < save_state_at <= the committed tokens this step runs) into
+  // checkpoint slot save_state_slot, for later prefix-cache hits. 0 / -1: none.
+  int64_t save_state_at = 0;
+  int32_t save_state_slot = -1;
   bool is_prompt_chunk = false;        // informational: the step includes prompt tokens
   bool is_new = false;                 // informational: admitted (or resumed) this step
 

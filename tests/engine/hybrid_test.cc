@@ -2,12 +2,11 @@
 // state lives in a slot of its own, so greedy output through the engine — four requests at
 // once, chunked prefill, block size 1, a pool small enough to preempt (the state is rebuilt by
 // the recompute), n > 1 forks (the children copy their parent's state), a second wave whose
-// prompts share prefixes with the first (prefix caching is turned off for these models: a cached
-// prefix has no state), speculation (n-gram and draft-model chains and token trees verified in
+// prompts share prefixes with the first (a prefix-cache hit continues the state saved at the
+// first prompt's last block boundary; no hits without --state-checkpoints), speculation (n-gram and draft-model chains and token trees verified in
 // scratch state slots, each node continuing its parent's, the accepted path replayed into the
 // request's slot) — equals a plain greedy loop over one sequence on the runner, token for token.
-// Each run also shows that what it claims happened: preemptions, accepted drafts, no prefix
-// hits.
+// Each run also shows that what it claims happened: preemptions, accepted drafts, prefix hits.
 //
 // Models: tiny random-weight qwen35 and qwen35moe files (model/synth_model.h presets, the
 // stories260K vocabulary): three Gated DeltaNet layers, then gated attention.
@@ -121,6 +120,7 @@ struct HybridRun {
   int32_t k = 0;  // drafts per step (fixed)
   int32_t tree_budget = 0;  // > 0: token trees of at most this many nodes
   bool oracle = false;  // drafts from the OracleProposer below (in process)
+  int32_t checkpoints = 8;  // --state-checkpoints (0: no prefix caching)
 };
 
 const std::vector<std::vector<int32_t>>& reference(const std::string& preset);
@@ -157,6 +157,7 @@ Outcome run(const HybridRun& r) {
   cpu.num_kv_blocks = r.num_kv_blocks > 0 ? r.num_kv_blocks : 4096 / r.block_size + 2;
   cpu.num_threads = 2;
   cpu.max_num_seqs = r.max_num_seqs;
+  cpu.state_checkpoints = r.checkpoints;
   cpu.proposer = r.proposer;
   cpu.tree_budget = r.tree_budget;
   cpu.tree_width = 3;
@@ -281,7 +282,15 @@ void expect_plain(const HybridRun& r, const Outcome& o) {
   for (size_t i = 0; i < o.tokens.size(); ++i) {
     EXPECT_EQ(o.tokens[i], want[i / r.n]) << "request " << i / r.n << " sample " << i % r.n;
   }
-  EXPECT_EQ(o.hit_tokens, 0) << "prefix caching must be off for recurrent layers";
+  // Wave 2 continues wave 1's saved states (prompt 7, prompt 3 again, from its state at 64
+  // tokens — 74 with blocks of 1 — and, with blocks of 16, prompt 4 from prompt 0's at 16),
+  // unless a small pool evicted the blocks; none without checkpoints.
+  if (r.checkpoints == 0) {
+    EXPECT_EQ(o.hit_tokens, 0) << "prefix caching is off without state checkpoints";
+  } else if (r.num_kv_blocks == 0) {
+    EXPECT_GE(o.hit_tokens, r.block_size == 1 ? 74 : 16 + 64)
+        << "wave 2 continues wave 1's saved states";
+  }
 }
 
 // The executor a test asks for (ARBOR_TEST_SHARDS): a TP group of two refuses these models.
@@ -305,6 +314,8 @@ TEST(Hybrid, BatchedGreedyEqualsPlainGreedy) {
       SCOPED_TRACE(str_cat(preset, ", block size ", bs));
       const HybridRun r{.preset = preset, .block_size = bs};
       expect_plain(r, run(r));
+      const HybridRun off{.preset = preset, .block_size = bs, .checkpoints = 0};
+      expect_plain(off, run(off));
     }
   }
 }

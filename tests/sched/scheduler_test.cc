@@ -346,6 +346,56 @@ TEST(SchedulerTable, StopTokenAndEos) {
   EXPECT_EQ(h.tokens["?"].size(), 2u);
 }
 
+// max_num_seqs counts a running fork parent as the children it will fork into: two parents of
+// best_of 2 fill 4 sequences, so a third waits (before, each parent counted as one, and three
+// parents forked into 6 > 4 running sequences: a recurrent model's executor ran out of slots).
+TEST(SchedulerTable, ForkParentsCountAsTheirChildrenTowardMaxNumSeqs) {
+  Harness h(sopts(64, /*max_seqs=*/4), kopts(64));
+  ASSERT_TRUE(h.add("P", iota_prompt(6), 2, 0, /*best_of=*/2).ok());
+  ASSERT_TRUE(h.add("Q", iota_prompt(6, 20), 2, 0, /*best_of=*/2).ok());
+  ASSERT_TRUE(h.add("R", iota_prompt(6, 40), 2, 0, /*best_of=*/2).ok());
+  EXPECT_EQ(h.step(), "P:5 Q:5");
+  for (int i = 0; i < 12; ++i) {
+    const std::string row = h.step();
+    EXPECT_LE(h.sched.num_running_seqs(), 4) << row;
+  }
+  EXPECT_EQ(h.tokens["R.0"].size(), 2u);  // R ran once P's and Q's children finished
+}
+
+// The recurrent-state checkpoints' bookkeeping: slots handed out, registered under a hash,
+// found, least recently used out first, a hash registered again replaces its checkpoint.
+TEST(StateCheckpoints, LeastRecentlyUsedOutFirst) {
+  StateCheckpoints c(2);
+  const kv::BlockHash a{1, 1}, b{2, 2}, d{3, 3};
+  const std::optional<int32_t> s0 = c.acquire(), s1 = c.acquire();
+  ASSERT_TRUE(s0 && s1);
+  EXPECT_NE(*s0, *s1);
+  EXPECT_EQ(c.acquire(), std::nullopt);  // both being written
+  c.register_slot(a, *s0);
+  c.register_slot(b, *s1);
+  EXPECT_EQ(c.size(), 2);
+  EXPECT_EQ(c.find(a), s0);  // a is now the most recently used
+  const std::optional<int32_t> s2 = c.acquire();
+  EXPECT_EQ(s2, s1);  // b's slot: the least recently used
+  EXPECT_FALSE(c.contains(b));
+  c.register_slot(d, *s2);
+  EXPECT_EQ(c.find(d), s1);
+  // a registered again (a second save of the same prefix) replaces its old checkpoint.
+  const std::optional<int32_t> s3 = c.acquire();
+  ASSERT_TRUE(s3);
+  EXPECT_EQ(s3, s0);  // a's slot was the least recently used
+  c.register_slot(a, *s3);
+  EXPECT_EQ(c.size(), 2);
+  const std::optional<int32_t> s4 = c.acquire();
+  c.release(*s4);  // a failed save gives its slot back unregistered
+  EXPECT_EQ(c.size(), 1);
+  c.clear();
+  EXPECT_EQ(c.size(), 0);
+  EXPECT_FALSE(c.contains(a));
+  EXPECT_TRUE(c.acquire() && c.acquire());
+}
+
+
 }  // namespace
 }  // namespace arbor::sched
 
