@@ -186,7 +186,19 @@ void add_text(ParsedToolOutput& out, std::string_view text) {
   if (out.calls.empty() || !all_space(text)) out.content.append(text);
 }
 
-ParsedToolOutput parse_hermes(std::string_view t, bool final, std::span<const std::string> names) {
+// One call inside <tool_call> ... </tool_call>, as a format's scanner reads it.
+struct TaggedCall {
+  Scan state = Scan::kInvalid;
+  size_t end = 0;                   // as ScanResult
+  std::optional<std::string> name;  // once complete
+  ParsedToolCall call;              // when the name is set
+};
+
+// The formats that wrap each call in <tool_call> ... </tool_call> (hermes, qwen3_coder):
+// `scan(t, i)` reads the call starting at t[i], just past the opening tag.
+template <typename ScanFn>
+ParsedToolOutput parse_tagged(std::string_view t, bool final, std::span<const std::string> names,
+                              ScanFn scan) {
   ParsedToolOutput out;
   size_t pos = 0;     // start of the outside text not yet added
   size_t search = 0;  // where to look for the next <tool_call>
@@ -198,7 +210,7 @@ ParsedToolOutput parse_hermes(std::string_view t, bool final, std::span<const st
       add_text(out, rest);
       return out;
     }
-    const CallScan s = scan_call(t, open + kHermesOpen.size());
+    const TaggedCall s = scan(t, open + kHermesOpen.size());
     if (!known(names, s.name)) {
       if (s.state == Scan::kIncomplete && !s.name && !final) {
         add_text(out, t.substr(pos, open - pos));  // hold back the call that may be forming
@@ -208,7 +220,7 @@ ParsedToolOutput parse_hermes(std::string_view t, bool final, std::span<const st
       continue;
     }
     add_text(out, t.substr(pos, open - pos));
-    out.calls.push_back(make_call(t, s));
+    out.calls.push_back(s.call);
     if (s.state == Scan::kIncomplete) return out;
     if (s.state == Scan::kInvalid) {
       pos = search = s.end;
@@ -224,6 +236,13 @@ ParsedToolOutput parse_hermes(std::string_view t, bool final, std::span<const st
       pos = search = s.end;  // no closing tag: what follows is outside text
     }
   }
+}
+
+ParsedToolOutput parse_hermes(std::string_view t, bool final, std::span<const std::string> names) {
+  return parse_tagged(t, final, names, [](std::string_view text, size_t i) {
+    const CallScan s = scan_call(text, i);
+    return TaggedCall{s.state, s.end, s.name, s.name ? make_call(text, s) : ParsedToolCall{}};
+  });
 }
 
 // `v` as a JSON string.
@@ -356,42 +375,12 @@ XmlCall scan_xml_call(std::string_view t, size_t i, const ToolParamTypes* types)
 ParsedToolOutput parse_qwen3_coder(std::string_view t, bool final,
                                    std::span<const std::string> names,
                                    const ToolParamTypes* types) {
-  ParsedToolOutput out;
-  size_t pos = 0, search = 0;
-  for (;;) {
-    const size_t open = t.find(kHermesOpen, search);
-    if (open == kNone) {
-      std::string_view rest = t.substr(pos);
-      if (!final) rest.remove_suffix(partial_suffix(rest, kHermesOpen));
-      add_text(out, rest);
-      return out;
-    }
-    const XmlCall s = scan_xml_call(t, open + kHermesOpen.size(), types);
-    if (!known(names, s.name)) {
-      if (s.state == Scan::kIncomplete && !s.name && !final) {
-        add_text(out, t.substr(pos, open - pos));
-        return out;
-      }
-      search = open + 1;
-      continue;
-    }
-    add_text(out, t.substr(pos, open - pos));
-    out.calls.push_back({*s.name, s.arguments, s.state != Scan::kIncomplete});
-    if (s.state == Scan::kIncomplete) return out;
-    if (s.state == Scan::kInvalid) {
-      pos = search = s.end;
-      continue;
-    }
-    const size_t after = skip_space(t, s.end);
-    const std::string_view tail = t.substr(after);
-    if (tail.starts_with(kHermesClose)) {
-      pos = search = after + kHermesClose.size();
-    } else if (!final && kHermesClose.starts_with(tail)) {
-      return out;
-    } else {
-      pos = search = s.end;
-    }
-  }
+  return parse_tagged(t, final, names, [types](std::string_view text, size_t i) {
+    XmlCall x = scan_xml_call(text, i, types);
+    ParsedToolCall call;
+    if (x.name) call = {*x.name, std::move(x.arguments), x.state != Scan::kIncomplete};
+    return TaggedCall{x.state, x.end, std::move(x.name), std::move(call)};
+  });
 }
 
 ParsedToolOutput parse_llama3(std::string_view t, bool final, std::span<const std::string> names) {

@@ -284,7 +284,6 @@ void LlamaForward::attention_block(int layer, const ForwardBatch& batch, PagedKv
 
 void LlamaForward::delta_net_block(int layer, const ForwardBatch& batch) {
   const LayerWeights& w = w_.layers[layer];
-  const SsmConfig& ssm = cfg_.ssm;
   const int32_t nt = batch.num_tokens();
   const float* in = block_input(w.attn_norm, nt);
   const kernels::WeightView* proj[] = {&w.ssm_qkv.w, &w.ssm_z.w, &w.ssm_beta, &w.ssm_alpha};
@@ -300,6 +299,18 @@ void LlamaForward::delta_net_block(int layer, const ForwardBatch& batch) {
     p.state_dst = batch.state_dst.data();
     save_recurrent_inputs(layer, nt);
   }
+  set_layer_params(layer, p);
+  p.z = ssm_z_.f();
+  p.out = ssm_out_.f();
+  ops_.gated_delta_net(p);
+  ops_.matmul(w.ssm_out.w, ssm_out_.f(), xb_.f(), nt);
+  residual(w.post_attn_norm, nt);
+}
+
+// The layer's shape, weights, states and the qkv / alpha / beta / mixed scratch.
+void LlamaForward::set_layer_params(int layer, kernels::GatedDeltaNetParams& p) {
+  const LayerWeights& w = w_.layers[layer];
+  const SsmConfig& ssm = cfg_.ssm;
   p.num_k_heads = ssm.num_k_heads;
   p.num_v_heads = ssm.num_v_heads;
   p.head_k_dim = ssm.state_size;
@@ -307,7 +318,6 @@ void LlamaForward::delta_net_block(int layer, const ForwardBatch& batch) {
   p.conv_kernel = ssm.conv_kernel;
   p.eps = cfg_.rms_eps;
   p.qkv = ssm_qkv_.f();
-  p.z = ssm_z_.f();
   p.alpha = ssm_alpha_.f();
   p.beta = ssm_beta_.f();
   p.conv_w = w.ssm_conv;
@@ -317,10 +327,6 @@ void LlamaForward::delta_net_block(int layer, const ForwardBatch& batch) {
   p.conv_state = states_->conv(layer);
   p.ssm_state = states_->ssm(layer);
   p.mixed = ssm_mixed_.f();
-  p.out = ssm_out_.f();
-  ops_.gated_delta_net(p);
-  ops_.matmul(w.ssm_out.w, ssm_out_.f(), xb_.f(), nt);
-  residual(w.post_attn_norm, nt);
 }
 
 int64_t LlamaForward::saved_row_floats() const {
@@ -368,28 +374,12 @@ void LlamaForward::commit_states(std::span<const StateCommit> commits) {
         ++i;
       }
     }
-    const LayerWeights& w = w_.layers[layer];
     kernels::GatedDeltaNetParams p;
     p.num_seqs = static_cast<int32_t>(commits.size());
     p.qo_indptr = qo_indptr.data();
     p.state_src = slots.data();
     p.state_dst = slots.data();
-    p.num_k_heads = cfg_.ssm.num_k_heads;
-    p.num_v_heads = cfg_.ssm.num_v_heads;
-    p.head_k_dim = cfg_.ssm.state_size;
-    p.head_v_dim = cfg_.ssm.state_size;
-    p.conv_kernel = cfg_.ssm.conv_kernel;
-    p.eps = cfg_.rms_eps;
-    p.qkv = ssm_qkv_.f();
-    p.alpha = ssm_alpha_.f();
-    p.beta = ssm_beta_.f();
-    p.conv_w = w.ssm_conv;
-    p.dt_bias = w.ssm_dt_bias;
-    p.a = w.ssm_a;
-    p.norm_w = w.ssm_norm;
-    p.conv_state = states_->conv(layer);
-    p.ssm_state = states_->ssm(layer);
-    p.mixed = ssm_mixed_.f();
+    set_layer_params(layer, p);  // out stays null: states only
     ops_.gated_delta_net(p);
   }
 }

@@ -166,6 +166,8 @@ class LlamaForward {
   void project_qkv(const LayerWeights& w, const float* in, int32_t nt);
   // A Gated DeltaNet layer's mixer and residual (kernels/gated_delta_net.h).
   void delta_net_block(int layer, const ForwardBatch& batch);
+  // A Gated DeltaNet layer's params but the batch's geometry, z and out.
+  void set_layer_params(int layer, kernels::GatedDeltaNetParams& p);
   // Keeps the layer's qkv, alpha and beta rows of a speculative run (saved_).
   void save_recurrent_inputs(int layer, int32_t num_tokens);
   // Floats one recurrent layer's saved rows take per token: C + 2 Hv.
