@@ -4,7 +4,11 @@
 #include <cmath>
 #include <cstring>
 
+#include <immintrin.h>
+
 #include "base/check.h"
+#include "kernels/avx2_target.h"
+#include "kernels/cpu_features.h"
 
 namespace arbor::kernels {
 namespace {
@@ -92,6 +96,78 @@ void normalize_qk(const GatedDeltaNetParams& p, int64_t t) {
   }
 }
 
+// One token's delta rule for one head, row by row (row j = value column j of S, dk floats):
+// m = from * decay (zeros when from is null), d = (v[j] - m . k) * beta, m += k d, and, when o
+// is given, o[j] = m . q. Two passes over each row. dk: a multiple of kLanes.
+struct DeltaRows {
+  float* S;           // [dv, dk] destination
+  const float* from;  // [dv, dk] source (may equal S), or null: zero
+  const float* k;     // [dk]
+  const float* q;     // [dk]
+  const float* v;     // [dv]
+  float decay, beta;
+  int dk, dv;
+  float* o;           // [dv] or null
+};
+
+void delta_rows(const DeltaRows& r) {
+  for (int j = 0; j < r.dv; ++j) {
+    float* m = r.S + static_cast<int64_t>(j) * r.dk;
+    const float* f = r.from == nullptr ? nullptr : r.from + static_cast<int64_t>(j) * r.dk;
+    float acc[kLanes] = {};
+    for (int i = 0; i < r.dk; i += kLanes) {
+      for (int l = 0; l < kLanes; ++l) {
+        m[i + l] = f == nullptr ? 0.0f : f[i + l] * r.decay;
+        acc[l] += m[i + l] * r.k[i + l];
+      }
+    }
+    const float kv = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+    const float d = (r.v[j] - kv) * r.beta;
+    float out[kLanes] = {};
+    for (int i = 0; i < r.dk; i += kLanes) {
+      for (int l = 0; l < kLanes; ++l) {
+        m[i + l] += r.k[i + l] * d;
+        out[l] += m[i + l] * r.q[i + l];
+      }
+    }
+    if (r.o != nullptr) {
+      r.o[j] = ((out[0] + out[4]) + (out[2] + out[6])) + ((out[1] + out[5]) + (out[3] + out[7]));
+    }
+  }
+}
+
+ARBOR_AVX2 float hsum_avx2(__m256 v) {
+  // Lanes (l, l + 4) first, then as the scalar path: ((0 + 2) + (1 + 3)) of those.
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));      // (0+2, 1+3, ...)
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+}
+
+// delta_rows with AVX2 + FMA: the same passes, 8 lanes a vector (rounding differs from the
+// scalar path by FMA; each is deterministic and batch invariant).
+ARBOR_AVX2 void delta_rows_avx2(const DeltaRows& r) {
+  const __m256 decay = _mm256_set1_ps(r.decay);
+  for (int j = 0; j < r.dv; ++j) {
+    float* m = r.S + static_cast<int64_t>(j) * r.dk;
+    const float* f = r.from == nullptr ? nullptr : r.from + static_cast<int64_t>(j) * r.dk;
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < r.dk; i += 8) {
+      const __m256 x = f == nullptr ? _mm256_setzero_ps() : _mm256_mul_ps(_mm256_loadu_ps(f + i), decay);
+      _mm256_storeu_ps(m + i, x);
+      acc = _mm256_fmadd_ps(x, _mm256_loadu_ps(r.k + i), acc);
+    }
+    const float d = (r.v[j] - hsum_avx2(acc)) * r.beta;
+    const __m256 dd = _mm256_set1_ps(d);
+    __m256 out = _mm256_setzero_ps();
+    for (int i = 0; i < r.dk; i += 8) {
+      const __m256 x = _mm256_fmadd_ps(_mm256_loadu_ps(r.k + i), dd, _mm256_loadu_ps(m + i));
+      _mm256_storeu_ps(m + i, x);
+      out = _mm256_fmadd_ps(x, _mm256_loadu_ps(r.q + i), out);
+    }
+    if (r.o != nullptr) r.o[j] = hsum_avx2(out);
+  }
+}
+
 // Value head h of sequence b through its tokens: the delta rule, then the gated norm. Each
 // token's decay reads its source state and writes its destination (in place when they agree).
 void recur_head(const GatedDeltaNetParams& p, int32_t b, int h) {
@@ -102,6 +178,7 @@ void recur_head(const GatedDeltaNetParams& p, int32_t b, int h) {
     return p.ssm_state + (static_cast<int64_t>(slot) * hv + h) * dv * dk;
   };
   const int kh = h % p.num_k_heads;
+  const bool avx2 = active_isa() >= Isa::kAvx2;
   float o[1024];  // dv <= 1024 (CHECKed)
   for (int32_t t = 0; t < sl.n; ++t) {
     const int64_t r = sl.r0 + t;
@@ -114,19 +191,12 @@ void recur_head(const GatedDeltaNetParams& p, int32_t b, int h) {
     const float decay = std::exp(g);
     const float beta = sigmoid(p.beta[r * hv + h]);
     const int32_t src = sl.src(t);
-    float* S = state(sl.dst(t));
-    const float* from = src < 0 ? nullptr : state(src);
-    for (int j = 0; j < dv; ++j) {
-      float* m = S + static_cast<int64_t>(j) * dk;  // value column j of S
-      if (from == nullptr) {
-        std::fill(m, m + dk, 0.0f);
-      } else {
-        const float* f = from + static_cast<int64_t>(j) * dk;
-        for (int i = 0; i < dk; ++i) m[i] = f[i] * decay;
-      }
-      const float d = (v[j] - dot(m, k, dk)) * beta;
-      for (int i = 0; i < dk; ++i) m[i] += k[i] * d;
-      if (p.out != nullptr) o[j] = dot(m, q, dk);
+    const DeltaRows rows{state(sl.dst(t)), src < 0 ? nullptr : state(src), k, q, v, decay, beta,
+                         dk, dv, p.out != nullptr ? o : nullptr};
+    if (avx2) {
+      delta_rows_avx2(rows);
+    } else {
+      delta_rows(rows);
     }
     if (p.out == nullptr) continue;
     const float inv = 1.0f / std::sqrt(sum_squares(o, dv) / static_cast<float>(dv) + p.eps);
