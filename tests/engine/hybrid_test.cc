@@ -121,6 +121,8 @@ struct HybridRun {
   int32_t tree_budget = 0;  // > 0: token trees of at most this many nodes
   bool oracle = false;  // drafts from the OracleProposer below (in process)
   int32_t checkpoints = 8;  // --state-checkpoints (0: no prefix caching)
+  bool seeded = false;  // temperature 0.8 with a seed per request instead of greedy
+  const std::vector<std::vector<int32_t>>* oracle_want = nullptr;  // the oracle's text (null: greedy)
 };
 
 const std::vector<std::vector<int32_t>>& reference(const std::string& preset);
@@ -133,7 +135,9 @@ const std::vector<std::vector<int32_t>>& reference(const std::string& preset);
 // A model-free proposer as far as the engine knows.
 class OracleProposer final : public spec::Proposer {
  public:
-  explicit OracleProposer(std::string preset) : preset_(std::move(preset)) {}
+  // want: each prompt's continuation to draft (make_prompts order); null: the plain greedy one.
+  OracleProposer(std::string preset, const std::vector<std::vector<int32_t>>* want)
+      : preset_(std::move(preset)), want_(want) {}
   std::string_view name() const override { return "oracle"; }
   Status propose(std::span<const spec::DraftRequest> requests,
                  std::vector<sampling::TokenTree>& out) override;
@@ -141,6 +145,7 @@ class OracleProposer final : public spec::Proposer {
 
  private:
   std::string preset_;
+  const std::vector<std::vector<int32_t>>* want_;
 };
 
 struct Outcome {
@@ -167,7 +172,7 @@ Outcome run(const HybridRun& r) {
     if (!r.oracle) return testing::load_executor(models().path.at(r.preset), cpu);
     ARBOR_ASSIGN_OR_RETURN(auto local, executor::LocalExecutor::load(models().path.at(r.preset), cpu));
     local->set_drafter(std::make_unique<executor::Drafter>(
-        std::make_unique<OracleProposer>(r.preset),
+        std::make_unique<OracleProposer>(r.preset, r.oracle_want),
         executor::DrafterOptions{.tree_budget = r.tree_budget, .tree_width = 3}));
     return std::unique_ptr<step::ModelExecutor>(std::move(local));
   }();
@@ -189,6 +194,10 @@ Outcome run(const HybridRun& r) {
       GenerateRequest g;
       g.prompt_token_ids = prompts[i];
       g.sampling.temperature = 0.0f;
+      if (r.seeded) {
+        g.sampling.temperature = 0.8f;
+        g.sampling.seed = 100 + i;
+      }
       g.n = r.n;
       g.max_tokens = kMaxTokens;
       if (r.k > 0) g.speculation = {.mode = sched::SpecMode::kFixed, .k = r.k};
@@ -230,7 +239,7 @@ const std::vector<std::vector<int32_t>>& reference(const std::string& preset) {
 Status OracleProposer::propose(std::span<const spec::DraftRequest> requests,
                                std::vector<sampling::TokenTree>& out) {
   const std::vector<std::vector<int32_t>> prompts = make_prompts();
-  const std::vector<std::vector<int32_t>>& want = reference(preset_);
+  const std::vector<std::vector<int32_t>>& want = want_ != nullptr ? *want_ : reference(preset_);
   out.assign(requests.size(), sampling::TokenTree());
   for (size_t i = 0; i < requests.size(); ++i) {
     const spec::DraftRequest& q = requests[i];
@@ -411,6 +420,37 @@ TEST(Hybrid, TokenTreesEqualPlainGreedy) {
   const Outcome f = run(forks);
   expect_plain(forks, f);
   EXPECT_GT(f.accepted, 0);
+}
+
+// Seeded sampling (temperature 0.8, a seed per request): draws come from Rng::at(seed, position),
+// and drafts are verified by sample-and-compare, so the tokens with speculation (n-gram chains,
+// draft-model trees, the oracle's chains and trees), prefix hits and preemption equal those of
+// the same requests without speculation.
+TEST(Hybrid, SeededSamplingWithSpeculationEqualsWithout) {
+  if (tp_refuses()) return;
+  using P = executor::SpecProposer;
+  const Outcome plain = run(HybridRun{.seeded = true});
+  ASSERT_EQ(plain.tokens.size(), 8u);
+  EXPECT_NE(plain.tokens[0], reference("tiny-qwen35")[0]);  // sampled: not the greedy text
+  const HybridRun runs[] = {
+      {.proposer = P::kNgram, .k = 4, .seeded = true},
+      {.proposer = P::kDraft, .k = 3, .tree_budget = 6, .seeded = true},
+      {.num_kv_blocks = 14, .chunk = 16, .budget = 32, .proposer = P::kNgram, .k = 3,
+       .seeded = true},
+  };
+  for (const HybridRun& r : runs) {
+    const Outcome o = run(r);
+    EXPECT_EQ(o.tokens, plain.tokens) << "k " << r.k << ", tree budget " << r.tree_budget;
+  }
+  // The oracle drafting the seeded text itself (one token wrong per chain, right paths through
+  // every child position of its trees): drafts accepted, rolled back at every length.
+  for (int32_t budget : {0, 8}) {
+    const HybridRun r{.proposer = P::kNgram, .k = 4, .tree_budget = budget, .oracle = true,
+                      .seeded = true, .oracle_want = &plain.tokens};
+    const Outcome o = run(r);
+    EXPECT_EQ(o.tokens, plain.tokens) << "tree budget " << budget;
+    EXPECT_GT(o.accepted, 8 * kMaxTokens / 4);
+  }
 }
 
 }  // namespace
