@@ -257,6 +257,9 @@ void EngineCore::publish_metrics() {
   metrics_.prefix_cache_hit_rate = st.kv.prefix_hit_rate;
   metrics_.num_prefix_cache_query_tokens = st.kv.num_query_tokens;
   metrics_.num_prefix_cache_hit_tokens = st.kv.num_hit_tokens;
+  metrics_.num_state_checkpoints = st.num_state_checkpoints;
+  metrics_.num_state_checkpoint_saves = st.num_state_checkpoint_saves;
+  metrics_.num_state_checkpoint_hits = st.num_state_checkpoint_hits;
   num_free_blocks_ = kv_->num_free_blocks();
   if (config_.kv_events != nullptr) config_.kv_events->append(kv_->take_kv_events());
   board_.publish(metrics_);

@@ -73,6 +73,11 @@ struct EngineMetricsSnapshot {
   double prefix_cache_hit_rate = 0.0;  // hit tokens / queried tokens
   int64_t num_prefix_cache_query_tokens = 0;  // prompt tokens looked up in the prefix cache
   int64_t num_prefix_cache_hit_tokens = 0;    // ... of which served from cached blocks
+  // A recurrent model's state checkpoints (prefix caching's saved states): held, saved, and
+  // admissions that continued one.
+  int32_t num_state_checkpoints = 0;
+  int64_t num_state_checkpoint_saves = 0;
+  int64_t num_state_checkpoint_hits = 0;
   // Engine-thread time, seconds: all of it (taking requests in, steps, output processing) and
   // the part spent inside ModelExecutor::execute. The difference is the engine's own overhead.
   double engine_busy_s = 0.0;

@@ -272,6 +272,9 @@ SchedulerStats Scheduler::stats() const {
       .num_spec_declined = drafts_.num_declined(),
       .spec_acceptance = drafts_.acceptance(),
       .num_steps = num_steps_,
+      .num_state_checkpoints = checkpoints_.size(),
+      .num_state_checkpoint_saves = num_checkpoint_saves_,
+      .num_state_checkpoint_hits = num_checkpoint_hits_,
       .kv = kv_.stats(),
   };
 }

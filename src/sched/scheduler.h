@@ -143,6 +143,11 @@ struct SchedulerStats {
   int64_t num_spec_declined = 0;     // ... for which the policy chose k = 0
   double spec_acceptance = 0.0;      // the policy's engine-wide acceptance estimate
   int64_t num_steps = 0;
+  // A recurrent model's state checkpoints (SchedulerOptions::state_checkpoints): held now,
+  // saved and continued from since construction.
+  int32_t num_state_checkpoints = 0;
+  int64_t num_state_checkpoint_saves = 0;
+  int64_t num_state_checkpoint_hits = 0;
   kv::KvCacheStats kv{};
 };
 
@@ -263,6 +268,8 @@ class Scheduler {
     int64_t boundary = 0;  // the state after this many tokens
   };
   std::vector<PendingSave> pending_saves_;  // made by the step in flight
+  int64_t num_checkpoint_saves_ = 0;        // registered since construction
+  int64_t num_checkpoint_hits_ = 0;         // admissions that continued one
   std::vector<RequestId> finished_since_schedule_;
   int64_t next_admit_seq_ = 0;
   int64_t num_preemptions_ = 0;

@@ -149,6 +149,7 @@ RequestPlan Scheduler::admit(Request& req, const kv::ComputedBlocks& hit, int64_
     const std::optional<int32_t> slot = checkpoints_.find(hit.block_hashes.back());
     ARBOR_CHECK(slot.has_value()) << "request " << req.request_id << ": a hit without its state";
     req.load_checkpoint = *slot;
+    ++num_checkpoint_hits_;
   }
   req.num_computed_tokens = hit.num_computed_tokens;
   req.status = RequestStatus::kRunning;
@@ -344,6 +345,7 @@ void Scheduler::resolve_state_saves(RequestId id) {
     const auto block = static_cast<size_t>(p.boundary / kv_.block_size());
     if (id != 0 && hashes.size() >= block) {
       checkpoints_.register_slot(hashes[block - 1], p.slot);
+      ++num_checkpoint_saves_;
     } else {
       checkpoints_.release(p.slot);  // not hashed (prefix caching off): nothing finds it
     }

@@ -215,6 +215,13 @@ std::string prometheus_text(const engine::EngineMetricsSnapshot& m, const Server
          "Prompt tokens looked up in the prefix cache.", m.num_prefix_cache_query_tokens);
   scalar(out, "arbor_prefix_cache_hits_total", "counter",
          "Prompt tokens served from cached KV blocks.", m.num_prefix_cache_hit_tokens);
+  scalar(out, "arbor_state_checkpoints", "gauge",
+         "Recurrent states held at prompts' block boundaries (hybrid models' prefix caching).",
+         m.num_state_checkpoints);
+  scalar(out, "arbor_state_checkpoint_saves_total", "counter",
+         "Recurrent states saved at a prompt's block boundary.", m.num_state_checkpoint_saves);
+  scalar(out, "arbor_state_checkpoint_hits_total", "counter",
+         "Admissions that continued a saved recurrent state.", m.num_state_checkpoint_hits);
   scalar(out, "arbor_http_active_requests", "gauge", "Generation requests being answered.",
          s.active_requests);
   scalar(out, "arbor_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.",

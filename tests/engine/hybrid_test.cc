@@ -154,6 +154,8 @@ struct Outcome {
   int64_t hit_tokens = 0;
   int64_t accepted = 0;
   int64_t tree_steps = 0;
+  int64_t checkpoint_hits = 0;
+  int64_t checkpoint_saves = 0;
 };
 
 Outcome run(const HybridRun& r) {
@@ -217,6 +219,8 @@ Outcome run(const HybridRun& r) {
   out.hit_tokens = m.num_prefix_cache_hit_tokens;
   out.accepted = m.num_accepted_draft_tokens;
   out.tree_steps = m.num_tree_verify_steps;
+  out.checkpoint_hits = m.num_state_checkpoint_hits;
+  out.checkpoint_saves = m.num_state_checkpoint_saves;
   std::printf("%s: preemptions %lld, prefix hit tokens %lld, accepted drafts %lld\n",
               r.preset.c_str(), static_cast<long long>(out.preemptions),
               static_cast<long long>(out.hit_tokens), static_cast<long long>(out.accepted));
@@ -299,6 +303,8 @@ void expect_plain(const HybridRun& r, const Outcome& o) {
   } else if (r.num_kv_blocks == 0) {
     EXPECT_GE(o.hit_tokens, r.block_size == 1 ? 74 : 16 + 64)
         << "wave 2 continues wave 1's saved states";
+    EXPECT_GE(o.checkpoint_hits, r.block_size == 1 ? 1 : 2);
+    EXPECT_GE(o.checkpoint_saves, 4);  // wave 1's prompts each saved theirs
   }
 }
 
