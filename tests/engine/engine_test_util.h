@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
@@ -79,6 +81,39 @@ inline std::vector<int32_t> random_prompt(std::mt19937_64& rng, int32_t length, 
   std::vector<int32_t> p(length);
   for (int32_t& t : p) t = tok(rng);
   return p;
+}
+
+// Whether two runs' tokens have one distribution at each of the first kLen positions (counts:
+// [kLen][vocab]; unseeded speculation must not change the target's distribution). Two-sample
+// chi-square over the tokens with >= 10 expected occurrences (rarer ones pooled); the statistic
+// must stay below df + 6 sqrt(2 df) + 10 (a 6-sigma bound on a chi-square with df degrees of
+// freedom: a false alarm is far rarer than 1 in 10^6 runs).
+inline void expect_same_distribution(const std::vector<std::vector<int64_t>>& a,
+                                     const std::vector<std::vector<int64_t>>& b, int32_t kLen) {
+  for (int32_t p = 0; p < kLen; ++p) {
+    double chi2 = 0;
+    int64_t df = -1, pooled_a = 0, pooled_b = 0;
+    for (size_t t = 0; t < a[p].size(); ++t) {
+      if (a[p][t] + b[p][t] >= 20) {
+        const double d = static_cast<double>(a[p][t] - b[p][t]);
+        chi2 += d * d / static_cast<double>(a[p][t] + b[p][t]);
+        ++df;
+      } else {
+        pooled_a += a[p][t];
+        pooled_b += b[p][t];
+      }
+    }
+    if (pooled_a + pooled_b > 0) {
+      const double d = static_cast<double>(pooled_a - pooled_b);
+      chi2 += d * d / static_cast<double>(pooled_a + pooled_b);
+      ++df;
+    }
+    const double bound = df + 6 * std::sqrt(2.0 * df) + 10;
+    std::printf("position %d: chi2 %.1f with %lld degrees of freedom (bound %.1f)\n", p, chi2,
+                static_cast<long long>(df), bound);
+    EXPECT_GT(df, 3) << "position " << p << ": too few distinct tokens to compare";
+    EXPECT_LT(chi2, bound) << "position " << p;
+  }
 }
 
 }  // namespace arbor::engine::testing

@@ -459,5 +459,63 @@ TEST(Hybrid, SeededSamplingWithSpeculationEqualsWithout) {
   }
 }
 
+// Counts of the token sampled at each of the first `len` positions over `n` unseeded
+// temperature-1 requests from BOS: [len][vocab]; with speculation, a dense draft model's chains
+// or trees verified by the model rule through the scratch state slots.
+// min_accepted: drafts that must have been accepted (chains drawn from the draft model's q and
+// accepted by min(1, p/q): ~7,600 of 4,096 x 6 tokens; one-hot top-k trees accepted by
+// sample-and-compare, i.e. with the target's probability of the draft: ~100).
+std::vector<std::vector<int64_t>> token_counts(bool spec, int32_t tree_budget, int32_t n,
+                                               int32_t len, int64_t min_accepted = 0) {
+  executor::ExecutorOptions cpu;
+  cpu.num_kv_blocks = 1024;
+  cpu.num_threads = 2;
+  cpu.max_num_seqs = 64;
+  if (spec) {
+    cpu.proposer = executor::SpecProposer::kDraft;
+    cpu.draft_model = models().path.at("draft");
+    cpu.tree_budget = tree_budget;
+    cpu.tree_width = 3;
+  }
+  auto exec = testing::load_executor(models().path.at("tiny-qwen35"), cpu);
+  EXPECT_TRUE(exec.ok()) << exec.status().to_string();
+  if (!exec.ok()) return {};
+  EngineCoreConfig cfg;
+  cfg.options.max_spec_tokens = spec ? 3 : 0;
+  cfg.eos_token_ids = std::vector<int32_t>{};
+  EngineCore engine(std::move(exec).value(), cfg);
+  std::vector<std::vector<int64_t>> counts(len, std::vector<int64_t>(kVocab, 0));
+  for (int32_t done = 0; done < n; done += 64) {
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (int32_t i = done; i < std::min(n, done + 64); ++i) {
+      GenerateRequest g;
+      g.prompt_token_ids = {1};
+      g.sampling.temperature = 1.0f;
+      g.max_tokens = len;
+      if (spec) g.speculation = {.mode = sched::SpecMode::kFixed, .k = 3};
+      streams.push_back(*engine.submit(std::move(g)));
+    }
+    for (auto& st : streams) {
+      const std::vector<int32_t> ids = testing::drain(*st, 1).token_ids[0];
+      for (int32_t p = 0; p < len && p < static_cast<int32_t>(ids.size()); ++p) ++counts[p][ids[p]];
+    }
+  }
+  const EngineMetricsSnapshot m = engine.metrics();
+  std::printf("tree budget %d: %lld drafts accepted\n", tree_budget,
+              static_cast<long long>(m.num_accepted_draft_tokens));
+  EXPECT_GE(m.num_accepted_draft_tokens, min_accepted) << "drafts were accepted";
+  return counts;
+}
+
+// Unseeded temperature-1 sampling: the target's distribution at each position, with the state
+// rolled back after every rejection (chains and trees), by a two-sample chi-square.
+TEST(Hybrid, UnseededDistributionIsTheTargets) {
+  if (tp_refuses()) return;
+  constexpr int32_t kN = 4096, kLen = 6;
+  const auto plain = token_counts(false, 0, kN, kLen);
+  testing::expect_same_distribution(plain, token_counts(true, 0, kN, kLen, kN), kLen);
+  testing::expect_same_distribution(plain, token_counts(true, 6, kN, kLen, 32), kLen);
+}
+
 }  // namespace
 }  // namespace arbor::engine

@@ -392,16 +392,11 @@ std::vector<std::vector<int64_t>> token_counts(
 }
 
 // Unseeded sampling with a draft model verifies by the model rule (accept with min(1, p/q),
-// recover from the residual): the tokens at each position must have the same distribution as
-// without speculation. Two-sample chi-square over the tokens with >= 10 expected occurrences
-// (rarer ones pooled); the statistic must stay below df + 6 sqrt(2 df) + 10 (a 6-sigma bound on
-// a chi-square with df degrees of freedom: a false alarm is far rarer than 1 in 10^6 runs).
-void expect_same_distribution(const std::vector<std::vector<int64_t>>& a,
-                              const std::vector<std::vector<int64_t>>& b, int32_t kLen);
-
+// recover from the residual): the tokens at each position keep the target's distribution.
 TEST(SpecSampled, UnseededDistributionIsTheTargetsWithADraftModel) {
   constexpr int32_t kN = 4096, kLen = 6;
-  expect_same_distribution(token_counts(false, kN, kLen), token_counts(true, kN, kLen), kLen);
+  testing::expect_same_distribution(token_counts(false, kN, kLen), token_counts(true, kN, kLen),
+                                    kLen);
 }
 
 TEST(SpecSampled, UnseededDistributionIsTheTargetsWithTokenTrees) {
@@ -410,37 +405,10 @@ TEST(SpecSampled, UnseededDistributionIsTheTargetsWithTokenTrees) {
   for (auto ts : {executor::TreeSampling::kTopK, executor::TreeSampling::kSpecInfer,
                   executor::TreeSampling::kSequoia}) {
     SCOPED_TRACE(str_cat("tree sampling ", static_cast<int>(ts)));
-    expect_same_distribution(plain, token_counts(true, kN, kLen, 12, ts), kLen);
+    testing::expect_same_distribution(plain, token_counts(true, kN, kLen, 12, ts), kLen);
   }
 }
 
-void expect_same_distribution(const std::vector<std::vector<int64_t>>& a,
-                              const std::vector<std::vector<int64_t>>& b, int32_t kLen) {
-  for (int32_t p = 0; p < kLen; ++p) {
-    double chi2 = 0;
-    int64_t df = -1, pooled_a = 0, pooled_b = 0;
-    for (size_t t = 0; t < a[p].size(); ++t) {
-      if (a[p][t] + b[p][t] >= 20) {
-        const double d = static_cast<double>(a[p][t] - b[p][t]);
-        chi2 += d * d / static_cast<double>(a[p][t] + b[p][t]);
-        ++df;
-      } else {
-        pooled_a += a[p][t];
-        pooled_b += b[p][t];
-      }
-    }
-    if (pooled_a + pooled_b > 0) {
-      const double d = static_cast<double>(pooled_a - pooled_b);
-      chi2 += d * d / static_cast<double>(pooled_a + pooled_b);
-      ++df;
-    }
-    const double bound = df + 6 * std::sqrt(2.0 * df) + 10;
-    std::printf("position %d: chi2 %.1f with %lld degrees of freedom (bound %.1f)\n", p, chi2,
-                static_cast<long long>(df), bound);
-    EXPECT_GT(df, 3) << "position " << p << ": too few distinct tokens to compare";
-    EXPECT_LT(chi2, bound) << "position " << p;
-  }
-}
 
 // A greedy chain draft comes back from the draft model's device as its argmax only
 // (DraftModelProposer::argmax_drafts); it must be the token the sampler picks from the whole
