@@ -340,8 +340,8 @@ Status LocalExecutor::add_sequence(const step::ScheduledRequest& s,
     if (st.state_tokens != s.num_computed_tokens) {
       return failed_precondition("request ", s.request_id, " runs from token ",
                                  s.num_computed_tokens, ", but its recurrent state holds ",
-                                 st.state_tokens, " tokens (a model with recurrent layers runs "
-                                 "without prefix caching)");
+                                 st.state_tokens, " tokens (a prefix-cache hit must name the "
+                                 "state checkpoint it continues)");
     }
     in.state_slot = st.state_slot;
   }
@@ -350,8 +350,6 @@ Status LocalExecutor::add_sequence(const step::ScheduledRequest& s,
   in.num_committed = static_cast<int32_t>(s.num_computed_tokens);
   if (k > 0) {
     for (const sampling::TreeNode& n : tree.nodes()) tokens_.push_back(n.token_id);
-  }
-  if (k > 0) {
     positions_ = tree.positions(static_cast<int32_t>(s.num_computed_tokens));
     mask_.assign(static_cast<size_t>((tree.num_mask_bits() + 7) / 8), 0);
     tree.write_mask(mask_, 0);
@@ -422,6 +420,7 @@ Status LocalExecutor::route_states(const step::ScheduledRequest& s, const Reques
   }
   in.state_src = state_src_;
   in.state_dst = state_dst_;
+  in.replayable = true;
   return ok_status();
 }
 

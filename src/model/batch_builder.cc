@@ -21,7 +21,7 @@ void BatchBuilder::clear() {
   any_scratch_ = false;
   for (auto* v : {&tokens_, &positions_, &kv_page_indices_, &kv_len_, &slot_mapping_,
                   &logits_indices_, &hidden_indices_, &state_slots_, &state_src_,
-                  &state_dst_}) {
+                  &state_dst_, &replay_rows_}) {
     v->clear();
   }
   qo_indptr_.assign(1, 0);
@@ -99,6 +99,9 @@ int32_t BatchBuilder::add(const SequenceInput& seq) {
         << "state routing for " << n << " tokens";
     const bool scratch = seq.state_scratch >= 0 || routed;
     any_scratch_ = any_scratch_ || scratch;
+    if (seq.replayable || seq.state_scratch >= 0) {
+      for (int32_t i = 0; i < n; ++i) replay_rows_.push_back(row0 + i);
+    }
     for (int32_t i = 0; i < n && routed; ++i) {
       state_src_.push_back(seq.state_src[i]);
       state_dst_.push_back(seq.state_dst[i]);
@@ -153,6 +156,7 @@ ForwardBatch BatchBuilder::batch() const {
   if (any_scratch_) {
     b.state_src = state_src_;
     b.state_dst = state_dst_;
+    b.replay_rows = replay_rows_;
   }
   return b;
 }

@@ -52,6 +52,9 @@ struct SequenceInput {
   // nodes each continue their parent's slot. Empty: state_scratch's chain, or in place.
   std::span<const int32_t> state_src;
   std::span<const int32_t> state_dst;
+  // The sequence's rows may be replayed into its state after verification (drafts:
+  // ForwardBatch::replay_rows); implied by state_scratch.
+  bool replayable = false;
 };
 
 class BatchBuilder {
@@ -96,6 +99,7 @@ class BatchBuilder {
   std::vector<int32_t> state_slots_;
   bool any_scratch_ = false;
   std::vector<int32_t> state_src_, state_dst_;  // [T] when any sequence has a scratch slot
+  std::vector<int32_t> replay_rows_;            // [R] rows of replayable sequences
   std::vector<uint8_t> mask_bits_;
 };
 

@@ -156,6 +156,14 @@ Status check_state_slots(const ForwardBatch& bt, const BatchLimits& lim) {
                             bt.state_dst.size(), ", expected none or one per token (",
                             bt.tokens.size(), ")");
   }
+  for (size_t i = 0; i < bt.replay_rows.size(); ++i) {
+    const int32_t r = bt.replay_rows[i];
+    if (bt.state_src.empty() || r < 0 || static_cast<size_t>(r) >= bt.tokens.size() ||
+        (i > 0 && r <= bt.replay_rows[i - 1])) {
+      return invalid_argument("replay_rows[", i, "] = ", r, ": rows must increase, stay below ",
+                              bt.tokens.size(), " and come with state_src");
+    }
+  }
   std::vector<int32_t> writer(static_cast<size_t>(lim.num_state_slots), -1);
   for (size_t b = 0; b < nb && !bt.state_dst.empty(); ++b) {
     for (int32_t t = bt.qo_indptr[b]; t < bt.qo_indptr[b + 1]; ++t) {

@@ -37,6 +37,10 @@
 //                            state_dst[t], instead of updating state_slots[b] in place; a
 //                            sequence's dst slots are its own (its state_slots[b] or a scratch
 //                            slot no other sequence names). Empty: in place.
+//   replay_rows     [R]      optional, increasing rows < T (with state_src): the rows of the
+//                            sequences that verify drafts, whose recurrent-layer inputs the
+//                            forward keeps for ModelRunner::commit_states (only these: a prompt
+//                            chunk beside them is not copied).
 // Output of a forward: logits [L, vocab_size] f32 and hidden states [H, dim] f32.
 #pragma once
 
@@ -70,6 +74,7 @@ struct ForwardBatch {
   std::span<const int32_t> state_slots;
   std::span<const int32_t> state_src;
   std::span<const int32_t> state_dst;
+  std::span<const int32_t> replay_rows;
 
   int32_t num_kv_groups() const { return 1 + (int32_t)more_kv_groups.size(); }
   // Group g's arrays: g == 0 the fields above, else more_kv_groups[g - 1].

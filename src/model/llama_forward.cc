@@ -297,8 +297,8 @@ void LlamaForward::delta_net_block(int layer, const ForwardBatch& batch) {
   if (!batch.state_src.empty()) {
     p.state_src = batch.state_src.data();
     p.state_dst = batch.state_dst.data();
-    save_recurrent_inputs(layer, nt);
   }
+  if (!saved_rows_.empty()) save_recurrent_inputs(layer);
   set_layer_params(layer, p);
   p.z = ssm_z_.f();
   p.out = ssm_out_.f();
@@ -333,29 +333,39 @@ int64_t LlamaForward::saved_row_floats() const {
   return cfg_.ssm.conv_dim() + 2 * int64_t{cfg_.ssm.num_v_heads};
 }
 
-void LlamaForward::save_recurrent_inputs(int layer, int32_t nt) {
+void LlamaForward::save_recurrent_inputs(int layer) {
   int r = 0;  // the layer's index among the recurrent layers
   for (int l = 0; l < layer; ++l) r += cfg_.layers[l].recurrent;
-  const int64_t per_layer = saved_row_floats() * nt;
+  const auto n = static_cast<int64_t>(saved_rows_.size());
+  const int64_t per_layer = saved_row_floats() * n;
   ensure(saved_, static_cast<size_t>(per_layer * cfg_.num_recurrent_layers()) * sizeof(float));
   float* base = saved_.f() + r * per_layer;
   const int64_t c = cfg_.ssm.conv_dim(), hv = cfg_.ssm.num_v_heads;
-  const DeviceMemory::Copy copies[] = {
-      {base, ssm_qkv_.p, static_cast<size_t>(nt * c) * sizeof(float)},
-      {base + nt * c, ssm_alpha_.p, static_cast<size_t>(nt * hv) * sizeof(float)},
-      {base + nt * (c + hv), ssm_beta_.p, static_cast<size_t>(nt * hv) * sizeof(float)}};
+  std::vector<DeviceMemory::Copy> copies;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t row = saved_rows_[static_cast<size_t>(i)];
+    copies.push_back({base + i * c, ssm_qkv_.f() + row * c, static_cast<size_t>(c) * sizeof(float)});
+    copies.push_back({base + n * c + i * hv, ssm_alpha_.f() + row * hv,
+                      static_cast<size_t>(hv) * sizeof(float)});
+    copies.push_back({base + n * (c + hv) + i * hv, ssm_beta_.f() + row * hv,
+                      static_cast<size_t>(hv) * sizeof(float)});
+  }
   ops_.copy(copies);
-  saved_tokens_ = nt;
 }
 
 void LlamaForward::commit_states(std::span<const StateCommit> commits) {
   ARBOR_CHECK(ops_.is_host()) << "commit_states runs on the host device";
-  ARBOR_CHECK(saved_tokens_ > 0) << "commit_states without a speculative run";
+  ARBOR_CHECK(!saved_rows_.empty()) << "commit_states without a speculative run";
   const int64_t c = cfg_.ssm.conv_dim(), hv = cfg_.ssm.num_v_heads;
-  const int32_t T = saved_tokens_;
+  const auto T = static_cast<int64_t>(saved_rows_.size());
   std::vector<int32_t> qo_indptr{0}, slots;
+  std::vector<int64_t> at;  // each commit row's index among the saved rows, in commit order
   for (const StateCommit& s : commits) {
-    for (int32_t row : s.rows) ARBOR_CHECK(row >= 0 && row < T) << "row " << row << " of " << T;
+    for (int32_t row : s.rows) {
+      const auto it = std::lower_bound(saved_rows_.begin(), saved_rows_.end(), row);
+      ARBOR_CHECK(it != saved_rows_.end() && *it == row) << "row " << row << " was not kept";
+      at.push_back(it - saved_rows_.begin());
+    }
     qo_indptr.push_back(qo_indptr.back() + static_cast<int32_t>(s.rows.size()));
     slots.insert(slots.end(), s.rows.size(), s.slot);
   }
@@ -365,14 +375,10 @@ void LlamaForward::commit_states(std::span<const StateCommit> commits) {
   for (int layer = 0; layer < cfg_.num_layers; ++layer) {
     if (!cfg_.layers[layer].recurrent) continue;
     const float* base = saved_.f() + r++ * saved_row_floats() * T;
-    int32_t i = 0;
-    for (const StateCommit& s : commits) {
-      for (int32_t row : s.rows) {
-        std::copy_n(base + row * c, c, ssm_qkv_.f() + i * c);
-        std::copy_n(base + T * c + row * hv, hv, ssm_alpha_.f() + i * hv);
-        std::copy_n(base + T * (c + hv) + row * hv, hv, ssm_beta_.f() + i * hv);
-        ++i;
-      }
+    for (size_t i = 0; i < at.size(); ++i) {
+      std::copy_n(base + at[i] * c, c, ssm_qkv_.f() + i * c);
+      std::copy_n(base + T * c + at[i] * hv, hv, ssm_alpha_.f() + i * hv);
+      std::copy_n(base + T * (c + hv) + at[i] * hv, hv, ssm_beta_.f() + i * hv);
     }
     kernels::GatedDeltaNetParams p;
     p.num_seqs = static_cast<int32_t>(commits.size());
@@ -714,7 +720,7 @@ void LlamaForward::gather_logits(int32_t nl, const LogitsOut& out) {
 void LlamaForward::run(const ForwardBatch& host_batch, PagedKvCache& cache,
                        const LogitsOut& out) {
   status_ = ok_status();
-  saved_tokens_ = 0;
+  saved_rows_.assign(host_batch.replay_rows.begin(), host_batch.replay_rows.end());
   experts_touched_ = 0;
   moe_layers_run_ = 0;
   const KvCacheShape& s = cache.shape();

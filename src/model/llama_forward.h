@@ -130,7 +130,7 @@ class LlamaForward {
   // sequence's state_slots untouched where it verified into a scratch slot): advances each
   // commit's slot by the rows it names, as if they had run in place — the same bits as a plain
   // run over those tokens (the rows' recurrent-layer inputs are kept from the run). Host device
-  // only (CHECKed); rows must be of the last run (CHECKed).
+  // only (CHECKed); rows must be the last run's replay_rows (CHECKed).
   void commit_states(std::span<const StateCommit> commits);
 
   // Tokens the scratch currently holds.
@@ -169,7 +169,7 @@ class LlamaForward {
   // A Gated DeltaNet layer's params but the batch's geometry, z and out.
   void set_layer_params(int layer, kernels::GatedDeltaNetParams& p);
   // Keeps the layer's qkv, alpha and beta rows of a speculative run (saved_).
-  void save_recurrent_inputs(int layer, int32_t num_tokens);
+  void save_recurrent_inputs(int layer);
   // Floats one recurrent layer's saved rows take per token: C + 2 Hv.
   int64_t saved_row_floats() const;
   void ffn_block(int layer, int32_t num_tokens);
@@ -233,10 +233,10 @@ class LlamaForward {
   Scratch ssm_beta_;   // [T, Hv]
   Scratch ssm_alpha_;  // [T, Hv]
   Scratch ssm_out_;    // [T, Hv * dv]
-  // A speculative run's recurrent-layer inputs, kept for commit_states: per recurrent layer
-  // [T, C] qkv, then [T, Hv] alpha and [T, Hv] beta.
+  // A speculative run's recurrent-layer inputs of its replay rows (R of them), kept for
+  // commit_states: per recurrent layer [R, C] qkv, then [R, Hv] alpha and [R, Hv] beta.
   Scratch saved_;
-  int32_t saved_tokens_ = 0;  // T of the run saved_ holds; 0: none
+  std::vector<int32_t> saved_rows_;  // [R] the last run's ForwardBatch::replay_rows (host)
   Scratch hb_;        // [T, ffn_dim], or [T * k, expert_ffn_dim] (MoE: per pair)
   Scratch hb2_;       // likewise
   // Mixture of experts (k = num_experts_used, E = num_experts): ExpertRouting's arrays.

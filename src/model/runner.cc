@@ -152,13 +152,13 @@ Status ModelRunner::forward(const ForwardBatch& batch, const LogitsOut& out) {
     }
   }
   forward_->run(batch, *cache_, out);
-  last_speculative_tokens_ = batch.state_src.empty() ? 0 : batch.num_tokens();
+  last_replay_rows_.assign(batch.replay_rows.begin(), batch.replay_rows.end());
   return forward_->status();
 }
 
 Status ModelRunner::commit_states(std::span<const StateCommit> commits) {
   if (states_ == nullptr) return invalid_argument("commit_states: the model has no recurrent state");
-  if (last_speculative_tokens_ == 0) {
+  if (last_replay_rows_.empty()) {
     return failed_precondition("commit_states: the last forward verified nothing into scratch "
                                "state slots");
   }
@@ -167,14 +167,14 @@ Status ModelRunner::commit_states(std::span<const StateCommit> commits) {
       return invalid_argument("commit_states: slot ", c.slot, " of ", states_->num_slots());
     }
     for (int32_t r : c.rows) {
-      if (r < 0 || r >= last_speculative_tokens_) {
-        return invalid_argument("commit_states: row ", r, " of the last forward's ",
-                                last_speculative_tokens_);
+      if (!std::binary_search(last_replay_rows_.begin(), last_replay_rows_.end(), r)) {
+        return invalid_argument("commit_states: row ", r, " is not one of the last forward's ",
+                                last_replay_rows_.size(), " replayable rows");
       }
     }
   }
   forward_->commit_states(commits);
-  last_speculative_tokens_ = 0;
+  last_replay_rows_.clear();
   return ok_status();
 }
 

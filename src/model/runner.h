@@ -132,7 +132,7 @@ class ModelRunner {
   std::unique_ptr<LlamaForward> forward_;
   KvCacheLayout layout_;
   std::vector<int32_t> group_windows_;  // BatchLimits::group_windows: empty with one full group
-  int32_t last_speculative_tokens_ = 0;  // the last forward's tokens when it had state_src
+  std::vector<int32_t> last_replay_rows_;  // the last forward's ForwardBatch::replay_rows
 };
 
 class SingleSequence {

@@ -268,6 +268,30 @@ TEST(Qwen35Runner, ScratchVerificationAndCommitEqualAPlainRun) {
   // A commit needs a speculative forward before it, and rows of it.
   StateCommit c{1, {0}};
   EXPECT_EQ(runner->commit_states({&c, 1}).code(), StatusCode::kFailedPrecondition);
+  // Only the verifying sequence's rows are kept: a prompt beside it is not (its rows are not
+  // copied, so they cannot be committed).
+  BatchBuilder b(16);
+  const std::vector<int32_t> other = SingleSequence::contiguous_blocks(8, 8);
+  SequenceInput verify;
+  verify.block_table = table;
+  verify.num_committed = 20;
+  verify.tokens = std::span<const int32_t>(ids).subspan(20, 5);
+  verify.state_slot = 1;
+  verify.state_scratch = 3;
+  b.add(verify);
+  SequenceInput prompt_in;
+  prompt_in.block_table = other;
+  prompt_in.tokens = std::span<const int32_t>(ids).first(12);
+  prompt_in.state_slot = 2;
+  b.add(prompt_in);
+  EXPECT_EQ(b.batch().replay_rows.size(), 5u);
+  std::vector<float> logits(2 * kVocab);
+  ASSERT_TRUE(runner->forward(b.batch(), logits.data()).ok());
+  StateCommit stray{2, {5}};
+  const Status refused = runner->commit_states({&stray, 1});
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument) << refused.to_string();
+  StateCommit kept{1, {0, 1}};
+  EXPECT_TRUE(runner->commit_states({&kept, 1}).ok());
 }
 
 // The file's keys: what the loader refuses, naming the key.
