@@ -685,6 +685,18 @@ void RouterEngine::Impl::run_call(std::shared_ptr<Call> c) {
         end_aborted(*c);
         break;
       }
+      // The replica died after the last token but before its final event: the client has every
+      // token, so the request ends here as it would have (nothing is left to resume).
+      if (attempt_no > 0 && c->resumable && c->any_event && !c->sample_done[0] &&
+          static_cast<int64_t>(c->delivered.size()) >= c->request.max_tokens) {
+        engine::StreamEvent last;
+        last.stop_reason = sched::StopReason{.kind = sched::StopKind::kMaxTokens};
+        last.cumulative_logprob = c->cumulative_logprob;
+        c->stream->push(std::move(last));
+        c->sample_done[0] = true;
+        end_with_error(*c, ok_status());
+        break;
+      }
       if (fruitless >= options.max_attempts) {
         ++stats.failed;
         end_with_error(*c, failed_precondition("the request failed on ", fruitless,
