@@ -45,6 +45,10 @@ struct Options {
   std::string arch;
   bool qkv_bias = false;
   bool tied = false;
+  bool untied = false;
+  int64_t nextn = -1;         // --nextn (-1: the shape's)
+  float residual_damp = 1.0f;  // --residual-damp
+  bool mtp_echo = false;       // --mtp-echo
   std::string pooling_type;  // --pooling-type: none, mean, cls, last, rank ("" = not written)
   int64_t rank_classes = 0;  // --rank-classes
   int threads = 0;
@@ -76,7 +80,10 @@ Result<model::SynthShape> resolve_shape(const Options& o, GgmlType type) {
     if (flag > 0) *field = flag;
   }
   if (s.kv_heads == 0) s.kv_heads = s.heads;
-  s.tied = s.tied || o.tied;
+  s.tied = (s.tied || o.tied) && !o.untied;
+  if (o.nextn >= 0) s.nextn = o.nextn;
+  s.residual_damp = o.residual_damp;
+  s.mtp_echo = o.mtp_echo;
   s.qkv_bias = s.qkv_bias || o.qkv_bias || s.arch == "qwen2";
   if (!o.pooling_type.empty()) {
     const std::vector<std::string> names = {"none", "mean", "cls", "last", "rank"};
@@ -280,6 +287,21 @@ void setup(CLI::App& app) {
                       "Override: each expert's feed-forward length (qwen3moe; llama: --ffn)"),
       sub->add_flag("--qkv-bias", o->qkv_bias, "Add q/k/v biases (always on for qwen2)"),
       sub->add_flag("--tied", o->tied, "No output.weight: the classifier is token_embd"),
+      sub->add_flag("--untied", o->untied, "Write output.weight even where the shape ties it"),
+      sub->add_option("--nextn", o->nextn,
+                      "Multi-token-prediction blocks after the trunk (qwen35 / qwen35moe; "
+                      "default: the shape's, 1 for the Qwen3.5 shapes)")
+          ->check(CLI::Range(0, 1)),
+      sub->add_option("--residual-damp", o->residual_damp,
+                      "Scale the stddev of every matrix writing into the trunk's residual "
+                      "stream (a constructed file whose next token depends mostly on the "
+                      "current one; for speculation runs)")
+          ->check(CLI::Range(1e-6, 1.0))
+          ->capture_default_str(),
+      sub->add_flag("--mtp-echo", o->mtp_echo,
+                    "Make the MTP block compute the damped trunk's function of the current "
+                    "token (eh_proj = [I | 0], its outputs zero): MTP drafts that agree with the "
+                    "target; needs --untied (docs/qwen35.md)"),
       sub->add_option("--pooling-type", o->pooling_type,
                       "Write <arch>.pooling_type (an embedding or rerank file, as llama.cpp's "
                       "converter writes Qwen3-Embedding: last, Qwen3-Reranker: rank)")

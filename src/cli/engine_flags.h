@@ -140,12 +140,14 @@ inline void add_engine_flags(CLI::App& app, ServingOptions* serving) {
       {"off", executor::SpecProposer::kNone},
       {"ngram", executor::SpecProposer::kNgram},
       {"suffix", executor::SpecProposer::kSuffix},
-      {"draft", executor::SpecProposer::kDraft}};
+      {"draft", executor::SpecProposer::kDraft},
+      {"mtp", executor::SpecProposer::kMtp}};
   app.add_option("--spec", exec->proposer,
                  "Speculative decoding proposer: off, ngram (prompt lookup), suffix (suffix "
-                 "trees over this and recent requests), draft (--draft-model)")
+                 "trees over this and recent requests), draft (--draft-model), mtp (the "
+                 "model's own multi-token-prediction head: Qwen3.5 files with nextn layers)")
       ->transform(CLI::CheckedTransformer(kProposers, CLI::ignore_case).description(""))
-      ->type_name("off|ngram|suffix|draft")
+      ->type_name("off|ngram|suffix|draft|mtp")
       ->default_str("off");
   app.add_option("--spec-k", serving->spec_k,
                  "Drafts verified per request per step, at most (the policy chooses 0..k)")
@@ -173,14 +175,14 @@ inline void add_engine_flags(CLI::App& app, ServingOptions* serving) {
       {"specinfer", executor::TreeSampling::kSpecInfer},
       {"sequoia", executor::TreeSampling::kSequoia}};
   app.add_option("--spec-tree-sampling", exec->tree_sampling,
-                 "Draft-model trees for unseeded sampling requests: topk (most probable "
+                 "Draft-model and MTP trees for unseeded sampling requests: topk (most probable "
                  "children), specinfer (drawn with replacement), sequoia (drawn without "
                  "replacement); greedy and seeded requests always use topk")
       ->transform(CLI::CheckedTransformer(kTreeSampling, CLI::ignore_case).description(""))
       ->type_name("topk|specinfer|sequoia")
       ->default_str("topk");
   app.add_option("--spec-tree-shape", exec->tree_static_widths,
-                 "Static draft-model trees: children per node at each depth, e.g. 4,2,2,1 "
+                 "Static draft-model or MTP trees: children per node at each depth, e.g. 4,2,2,1 "
                  "(default: dynamic trees, the most probable branches within the budget)")
       ->delimiter(',')
       ->check(CLI::Range(1, executor::kMaxTreeWidth))

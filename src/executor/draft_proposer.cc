@@ -5,6 +5,7 @@
 #include <chrono>
 #include <utility>
 
+#include "base/bits.h"
 #include "sampling/rng.h"
 
 namespace arbor::executor {
@@ -27,20 +28,149 @@ Result<std::unique_ptr<DraftModelProposer>> DraftModelProposer::load(
   return std::unique_ptr<DraftModelProposer>(new DraftModelProposer(std::move(runner).value()));
 }
 
+Result<std::unique_ptr<DraftModelProposer>> DraftModelProposer::load_mtp(
+    const model::LlamaModel& target, int64_t num_blocks, int32_t block_size,
+    std::shared_ptr<kernels::ThreadPool> pool) {
+  ARBOR_ASSIGN_OR_RETURN(std::unique_ptr<model::LlamaModel> head, target.mtp_model());
+  model::RunnerOptions ro;
+  ro.block_size = block_size;
+  ro.num_blocks = num_blocks;
+  ro.pool = std::move(pool);
+  Result<std::unique_ptr<model::ModelRunner>> runner =
+      model::ModelRunner::create(std::move(head), ro);
+  if (!runner.ok()) return runner.status().with_context("the MTP head");
+  std::unique_ptr<DraftModelProposer> p(new DraftModelProposer(std::move(runner).value()));
+  p->mtp_ = std::make_unique<Mtp>();
+  p->mtp_->dim = p->runner_->config().dim;
+  return p;
+}
+
 DraftModelProposer::DraftModelProposer(std::unique_ptr<model::ModelRunner> runner)
     : runner_(std::move(runner)), builder_(runner_->kv_cache().block_size()) {}
+
+namespace {
+
+// The running hash of a request's tokens that keys an MTP head's kept block rows.
+uint64_t hash_step(uint64_t h, int32_t token) {
+  return mix64(h ^ (0x9e3779b97f4a7c15ULL + static_cast<uint32_t>(token)));
+}
+
+}  // namespace
+
+const float* DraftModelProposer::target_row(const MtpSeq& q, const DraftInput& in,
+                                            int64_t position) const {
+  const int32_t d = mtp_->dim;
+  const int64_t kept = static_cast<int64_t>(q.rows.size()) / d;
+  if (position >= q.first && position < q.first + kept) return q.rows.data() + (position - q.first) * d;
+  const int64_t given = static_cast<int64_t>(in.hidden.size()) / d;
+  if (position >= in.hidden_position && position < in.hidden_position + given) {
+    return in.hidden.data() + (position - in.hidden_position) * d;
+  }
+  return nullptr;
+}
+
+// The head's K/V in the cached blocks is trusted (every request the head kept up with wrote
+// its rows there); the target's hidden row before the first new position comes from the row
+// kept for the last cached block, when it holds these tokens.
+int64_t DraftModelProposer::mtp_resume(const DraftInput& in, MtpSeq& q) {
+  const int32_t bs = builder_.block_size();
+  const int64_t c = std::min<int64_t>(in.hidden_position, static_cast<int64_t>(in.token_ids.size()));
+  for (int64_t t = 0; t < c; ++t) q.hash = hash_step(q.hash, in.token_ids[t]);
+  q.hash_end = c;
+  if (c % bs == 0 && c / bs <= static_cast<int64_t>(in.block_ids.size())) {
+    const auto it = mtp_->block_rows.find(in.block_ids[c / bs - 1]);
+    if (it != mtp_->block_rows.end() && it->second.prefix_hash == q.hash) {
+      q.first = c - 1;
+      q.rows = it->second.row;
+    }
+  }
+  return c;
+}
+
+int64_t DraftModelProposer::mtp_rows(const DraftInput& in, size_t i, int64_t& valid) {
+  const int32_t d = mtp_->dim;
+  const auto n = static_cast<int64_t>(in.token_ids.size());
+  auto [it, fresh] = mtp_->seqs.try_emplace(in.request_id);
+  MtpSeq& q = it->second;
+  if (fresh && valid == 0 && in.hidden_position > 0) valid = mtp_resume(in, q);
+  // The rows given this step join the kept ones (a gap, or an earlier start, restarts them).
+  if (!in.hidden.empty()) {
+    const int64_t kept_end = q.first + static_cast<int64_t>(q.rows.size()) / d;
+    if (q.rows.empty() || in.hidden_position < q.first || in.hidden_position > kept_end) {
+      q.first = in.hidden_position;
+      q.rows.assign(in.hidden.begin(), in.hidden.end());
+    } else {
+      q.rows.resize(static_cast<size_t>(in.hidden_position - q.first) * d);
+      q.rows.insert(q.rows.end(), in.hidden.begin(), in.hidden.end());
+    }
+  }
+  // Row p reads the target's row p - 1: rows up to one past the newest known row (and within
+  // the block table); a drafting request runs up to its last committed token, at least that.
+  const int64_t known_end = q.first + static_cast<int64_t>(q.rows.size()) / d;
+  const int64_t capacity = static_cast<int64_t>(in.block_ids.size()) * builder_.block_size();
+  int64_t end = std::min({n, known_end + 1, capacity});
+  if (in.max_depth > 0) {
+    end = n;
+    valid = std::min(valid, n - 1);
+  }
+  valid = std::min(valid, end);
+  std::vector<float>& x = mtp_->inputs[i];
+  x.assign(static_cast<size_t>(end - valid) * d, 0.0f);
+  for (int64_t p = std::max<int64_t>(valid, 1); p < end; ++p) {
+    const float* h = target_row(q, in, p - 1);
+    if (h == nullptr) {
+      ++mtp_->missing_rows;
+      continue;
+    }
+    std::copy(h, h + d, x.begin() + (p - valid) * d);
+  }
+  return end;
+}
+
+void DraftModelProposer::mtp_advance(const DraftInput& in, int64_t valid, int64_t end) {
+  const int32_t d = mtp_->dim;
+  const int32_t bs = builder_.block_size();
+  MtpSeq& q = mtp_->seqs[in.request_id];
+  // Keep the target's row at each block end consumed (a later request resumes there).
+  for (int64_t p = std::max<int64_t>(valid, 1); p < end; ++p) {
+    const int64_t last = p - 1;
+    if ((last + 1) % bs != 0) continue;
+    const float* h = target_row(q, in, last);
+    if (h == nullptr) continue;
+    if (q.hash_end > last + 1) {  // recomputed rows: rehash from the start
+      q.hash = 0;
+      q.hash_end = 0;
+    }
+    for (; q.hash_end < last + 1; ++q.hash_end) q.hash = hash_step(q.hash, in.token_ids[q.hash_end]);
+    BlockRow& r = mtp_->block_rows[in.block_ids[static_cast<size_t>(last / bs)]];
+    r.prefix_hash = q.hash;
+    r.row.assign(h, h + d);
+  }
+  // Keep from the row the last row read (a re-run of it reads it again).
+  const int64_t from = std::max<int64_t>(q.first, end - 2);
+  const int64_t kept_end = q.first + static_cast<int64_t>(q.rows.size()) / d;
+  if (from >= kept_end) {
+    q.rows.clear();
+    q.first = from;
+  } else if (from > q.first) {
+    q.rows.erase(q.rows.begin(), q.rows.begin() + (from - q.first) * d);
+    q.first = from;
+  }
+}
 
 Result<double> DraftModelProposer::measure_token_cost() {
   const std::vector<int32_t> blocks{1};
   const int32_t token = 1;
   std::vector<double> runs;
   logits_.resize(static_cast<size_t>(vocab_size()));
+  const std::vector<float> zeros(mtp_ != nullptr ? static_cast<size_t>(mtp_->dim) : 0, 0.0f);
   for (int r = 0; r < 4; ++r) {
     builder_.clear();
     builder_.add(model::SequenceInput{.block_table = blocks,
                                       .num_committed = 0,
                                       .tokens = std::span<const int32_t>(&token, 1),
-                                      .logits = model::LogitsMode::kLast});
+                                      .logits = model::LogitsMode::kLast,
+                                      .input_hidden = zeros});
     const auto t0 = std::chrono::steady_clock::now();
     ARBOR_RETURN_IF_ERROR(runner_->forward(builder_.batch(), logits_.data()));
     runs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -75,36 +205,74 @@ Status DraftModelProposer::forward_rows(std::span<const model::RowOut> want) {
   const auto rows = static_cast<size_t>(builder_.num_logits());
   logits_.resize(rows * static_cast<size_t>(vocab_size()));
   argmax_.assign(rows, 0);
-  return runner_->forward(builder_.batch(), model::LogitsOut{.logits = logits_.data(),
-                                                             .want = want,
-                                                             .argmax = argmax_.data()});
+  model::LogitsOut out{.logits = logits_.data(), .want = want, .argmax = argmax_.data()};
+  if (mtp_ != nullptr) {
+    mtp_->out.resize(static_cast<size_t>(builder_.num_hidden()) * mtp_->dim);
+    out.hidden = mtp_->out.data();
+  }
+  return runner_->forward(builder_.batch(), out);
 }
 
 Status DraftModelProposer::catch_up(std::span<const DraftInput> inputs,
                                     std::span<const model::RowOut> want) {
   builder_.clear();
   chunks_.resize(inputs.size());
+  std::vector<int64_t> valids(inputs.size()), ends(inputs.size());
+  std::vector<int32_t> hidden_row(inputs.size(), -1);  // MTP: a drafting input's output row
+  if (mtp_ != nullptr) {
+    mtp_->inputs.resize(inputs.size());
+    mtp_->chain.resize(inputs.size());
+  }
   for (size_t i = 0; i < inputs.size(); ++i) {
     const DraftInput& in = inputs[i];
     std::vector<int32_t>& run = states_[in.request_id];
     const auto n = static_cast<int64_t>(in.token_ids.size());
+    const bool drafts = in.max_depth > 0;
     auto [a, b] = std::mismatch(run.begin(), run.end(), in.token_ids.begin(), in.token_ids.end());
-    const int64_t valid = std::min<int64_t>(a - run.begin(), n - 1);
-    run.resize(static_cast<size_t>(valid));
-    chunks_[i].assign(in.token_ids.begin() + valid, in.token_ids.end());
-    builder_.add(model::SequenceInput{.block_table = in.block_ids,
-                                      .num_committed = static_cast<int32_t>(valid),
-                                      .tokens = chunks_[i],
-                                      .logits = model::LogitsMode::kLast});
+    int64_t valid = a - run.begin();
+    if (drafts) valid = std::min(valid, n - 1);  // the last committed token's row drafts
+    int64_t end = n;
+    if (mtp_ != nullptr) end = mtp_rows(in, i, valid);
+    if (valid <= static_cast<int64_t>(run.size())) {
+      run.resize(static_cast<size_t>(valid));
+    } else {  // an MTP head resumed on a prefix-cache hit
+      run.assign(in.token_ids.begin(), in.token_ids.begin() + valid);
+    }
+    valids[i] = valid;
+    ends[i] = end;
+    chunks_[i].assign(in.token_ids.begin() + valid, in.token_ids.begin() + end);
+    if (chunks_[i].empty()) continue;  // an MTP head with nothing new to keep up with
+    model::SequenceInput seq{.block_table = in.block_ids,
+                             .num_committed = static_cast<int32_t>(valid),
+                             .tokens = chunks_[i],
+                             .logits = drafts ? model::LogitsMode::kLast : model::LogitsMode::kNone};
+    if (mtp_ != nullptr) {
+      seq.input_hidden = mtp_->inputs[i];
+      if (drafts) {
+        seq.hidden_begin = static_cast<int32_t>(end - valid) - 1;
+        seq.hidden_end = static_cast<int32_t>(end - valid);
+        hidden_row[i] = builder_.num_hidden();
+      }
+    }
+    builder_.add(seq);
   }
-  const Status st = forward_rows(want);
+  const Status st = builder_.num_tokens() > 0 ? forward_rows(want) : ok_status();
   if (!st.ok()) {
-    for (const DraftInput& in : inputs) states_.erase(in.request_id);
+    for (const DraftInput& in : inputs) {
+      states_.erase(in.request_id);
+      if (mtp_ != nullptr) mtp_->seqs.erase(in.request_id);
+    }
     return st;
   }
   for (size_t i = 0; i < inputs.size(); ++i) {
     std::vector<int32_t>& run = states_[inputs[i].request_id];
     run.insert(run.end(), chunks_[i].begin(), chunks_[i].end());
+    if (mtp_ == nullptr) continue;
+    mtp_advance(inputs[i], valids[i], ends[i]);
+    if (hidden_row[i] >= 0) {
+      const float* h = mtp_->out.data() + static_cast<size_t>(hidden_row[i]) * mtp_->dim;
+      mtp_->chain[i].assign(h, h + mtp_->dim);
+    }
   }
   return ok_status();
 }
@@ -114,15 +282,17 @@ Result<std::vector<DraftOutput>> DraftModelProposer::propose_chains(
   const int32_t vocab = vocab_size();
   std::vector<DraftOutput> outs(inputs.size());
   // Round 0: catch up on committed tokens not yet run (at least the last one) and draft 1 token.
-  want_.clear();
+  want_.clear();  // [inputs]; a row of catch_up's for the drafting ones
+  std::vector<model::RowOut> want;
   for (const DraftInput& in : inputs) {
     want_.push_back(argmax_drafts(in) ? model::RowOut::kArgmax : model::RowOut::kRow);
+    if (in.max_depth > 0) want.push_back(want_.back());
   }
-  ARBOR_RETURN_IF_ERROR(catch_up(inputs, want_));
+  ARBOR_RETURN_IF_ERROR(catch_up(inputs, want));
   int32_t max_drafts = 0;
   for (const DraftInput& in : inputs) max_drafts = std::max(max_drafts, in.max_depth);
   for (int32_t round = 0; round < max_drafts; ++round) {
-    std::vector<model::RowOut> want;  // the rows of this round, in order
+    want.clear();  // the rows of this round, in order
     for (size_t i = 0; i < inputs.size(); ++i) {
       if (inputs[i].max_depth > round) want.push_back(want_[i]);
     }
@@ -133,14 +303,23 @@ Result<std::vector<DraftOutput>> DraftModelProposer::propose_chains(
         if (in.max_depth <= round) continue;
         const std::vector<int32_t>& run = states_[in.request_id];
         chunks_[i].assign(1, outs[i].tokens.back());
-        builder_.add(model::SequenceInput{.block_table = in.block_ids,
-                                          .num_committed = static_cast<int32_t>(run.size()),
-                                          .tokens = chunks_[i],
-                                          .logits = model::LogitsMode::kLast});
+        model::SequenceInput seq{.block_table = in.block_ids,
+                                 .num_committed = static_cast<int32_t>(run.size()),
+                                 .tokens = chunks_[i],
+                                 .logits = model::LogitsMode::kLast};
+        if (mtp_ != nullptr) {  // the head's K/V keeps committed rows only: drafts go after
+          seq.num_committed = static_cast<int32_t>(run.size()) + round - 1;
+          seq.input_hidden = mtp_->chain[i];
+          seq.hidden_end = 1;
+        }
+        builder_.add(seq);
       }
       const Status st = forward_rows(want);
       if (!st.ok()) {
-        for (const DraftInput& in : inputs) states_.erase(in.request_id);
+        for (const DraftInput& in : inputs) {
+          states_.erase(in.request_id);
+          if (mtp_ != nullptr) mtp_->seqs.erase(in.request_id);
+        }
         return st;
       }
     }
@@ -149,7 +328,11 @@ Result<std::vector<DraftOutput>> DraftModelProposer::propose_chains(
       const DraftInput& in = inputs[i];
       if (in.max_depth <= round) continue;
       std::vector<int32_t>& run = states_[in.request_id];
-      if (round > 0) run.insert(run.end(), chunks_[i].begin(), chunks_[i].end());
+      if (round > 0 && mtp_ == nullptr) run.insert(run.end(), chunks_[i].begin(), chunks_[i].end());
+      if (round > 0 && mtp_ != nullptr) {  // this round's hidden rows are its logits rows
+        const float* h = mtp_->out.data() + row * mtp_->dim;
+        mtp_->chain[i].assign(h, h + mtp_->dim);
+      }
       std::span<const float> logits(logits_.data() + row * vocab, static_cast<size_t>(vocab));
       const int64_t position = static_cast<int64_t>(in.token_ids.size()) + round;
       if (want_[i] == model::RowOut::kArgmax) {
@@ -203,7 +386,9 @@ struct DraftModelProposer::TreeBuild {
   struct Cand {
     int32_t token = 0, parent = -1, depth = 1;
     double prob = 0.0, path = 1.0;
+    std::vector<float> h;  // MTP mode: the head's hidden row at this node, once run
   };
+  std::vector<float> root_h;    // MTP mode: the head's hidden row at the last committed token
   std::vector<Cand> cands;
   sampling::TokenTree drawn;    // a drawn tree: the same nodes as cands, with their q groups
   std::vector<int32_t> draws_at_depth;  // a drawn tree's draw counters, by depth
@@ -292,7 +477,9 @@ Result<std::vector<sampling::TokenTree>> DraftModelProposer::propose_tree(
   for (size_t i = 0; i < inputs.size(); ++i) {
     builds[i].expand = {-1};
     builds[i].run.clear();
+    if (mtp_ != nullptr) builds[i].root_h = mtp_->chain[i];
   }
+  std::vector<int32_t> hidden_rows(inputs.size(), -1);  // MTP: each input's first hidden row
   std::vector<int32_t> rows(inputs.size());  // first logits row of each input this round
   for (size_t i = 0; i < inputs.size(); ++i) rows[i] = static_cast<int32_t>(i);
   std::vector<int32_t> positions;
@@ -364,20 +551,43 @@ Result<std::vector<sampling::TokenTree>> DraftModelProposer::propose_tree(
           mask[(a * n + j) >> 3] |= static_cast<uint8_t>(1u << ((a * n + j) & 7));
         }
       }
-      rows[i] = builder_.add(model::SequenceInput{.block_table = inputs[i].block_ids,
-                                                  .num_committed = committed,
-                                                  .tokens = chunks_[i],
-                                                  .positions = positions,
-                                                  .mask_bits = mask,
-                                                  .logits = model::LogitsMode::kAll});
+      model::SequenceInput seq{.block_table = inputs[i].block_ids,
+                               .num_committed = committed,
+                               .tokens = chunks_[i],
+                               .positions = positions,
+                               .mask_bits = mask,
+                               .logits = model::LogitsMode::kAll};
+      if (mtp_ != nullptr) {  // each node reads its parent's hidden row of the head
+        std::vector<float>& x = mtp_->inputs[i];
+        x.clear();
+        for (size_t a = 0; a < n; ++a) {
+          const int32_t parent = t.cands[t.run[a]].parent;
+          const std::vector<float>& h = parent < 0 ? t.root_h : t.cands[parent].h;
+          x.insert(x.end(), h.begin(), h.end());
+        }
+        seq.input_hidden = x;
+        seq.hidden_end = static_cast<int32_t>(n);
+        hidden_rows[i] = builder_.num_hidden();
+      }
+      rows[i] = builder_.add(seq);
       any = true;
     }
     if (!any) break;
-    logits_.resize(static_cast<size_t>(builder_.num_logits()) * vocab);
-    const Status st = runner_->forward(builder_.batch(), logits_.data());
+    const Status st = forward_rows({});
     if (!st.ok()) {
-      for (const DraftInput& in : inputs) states_.erase(in.request_id);
+      for (const DraftInput& in : inputs) {
+        states_.erase(in.request_id);
+        if (mtp_ != nullptr) mtp_->seqs.erase(in.request_id);
+      }
       return st;
+    }
+    for (size_t i = 0; i < inputs.size() && mtp_ != nullptr; ++i) {
+      if (rows[i] < 0) continue;
+      TreeBuild& t = builds[i];
+      for (size_t a = 0; a < t.run.size(); ++a) {
+        const float* h = mtp_->out.data() + (hidden_rows[i] + a) * mtp_->dim;
+        t.cands[t.run[a]].h.assign(h, h + mtp_->dim);
+      }
     }
   }
   std::vector<sampling::TokenTree> trees;
@@ -395,9 +605,11 @@ Status DraftModelProposer::propose(std::span<const spec::DraftRequest> requests,
   std::vector<DraftInput> chains, trees;
   std::vector<size_t> chain_at, tree_at;
   for (size_t i = 0; i < requests.size(); ++i) {
-    if (requests[i].max_depth <= 0) continue;
-    (requests[i].max_nodes > 0 ? trees : chains).push_back(requests[i]);
-    (requests[i].max_nodes > 0 ? tree_at : chain_at).push_back(i);
+    // An MTP head keeps up with requests that do not draft (beside the chains: one forward).
+    if (requests[i].max_depth <= 0 && mtp_ == nullptr) continue;
+    const bool tree = requests[i].max_nodes > 0 && requests[i].max_depth > 0;
+    (tree ? trees : chains).push_back(requests[i]);
+    (tree ? tree_at : chain_at).push_back(i);
   }
   if (!chains.empty()) {
     ARBOR_ASSIGN_OR_RETURN(std::vector<DraftOutput> drafts, propose_chains(chains));

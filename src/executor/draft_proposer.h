@@ -15,6 +15,16 @@
 // the request's transforms at draw site Rng::at(seed, position, kDraft), and q is returned when
 // asked for (the rejection sampler needs it).
 //
+// MTP mode (load_mtp; --spec mtp): the drafter is the target file's own multi-token-prediction
+// head, a one-layer model over the target's weights (model::LlamaModel::mtp_model) with its own
+// KV cache of the target's geometry. Its row at position p reads token p and the target's final
+// hidden row at p - 1 (docs/qwen35.md §8), so it keeps up with every request every step
+// (Proposer::reads_hidden: the executor hands it each step's hidden rows, DraftRequest::hidden)
+// and its K/V only ever holds rows computed from the target's hidden rows; drafts chain the
+// head's own hidden row instead and are never kept. A request admitted on a prefix-cache hit
+// continues from the head's K/V in the shared blocks and the target's hidden row at the last
+// cached block's end, which the head keeps per block (keyed by a hash of the tokens up to it).
+//
 // Threading: the engine thread (inside the executor's execute()).
 #pragma once
 
@@ -55,17 +65,29 @@ class DraftModelProposer final : public spec::Proposer {
       const std::string& path, int64_t num_blocks, int32_t block_size,
       std::shared_ptr<kernels::ThreadPool> pool, model::RunnerOptions::OpsFactory make_ops = {});
 
+  // The MTP head of `target` (loaded with ModelLoadOptions::load_mtp; it must outlive the
+  // proposer), on the CPU with `pool`, with a one-layer KV pool of `num_blocks` blocks of
+  // `block_size` tokens. Errors: the target has no MTP head loaded.
+  static Result<std::unique_ptr<DraftModelProposer>> load_mtp(
+      const model::LlamaModel& target, int64_t num_blocks, int32_t block_size,
+      std::shared_ptr<kernels::ThreadPool> pool);
+
   int32_t vocab_size() const { return runner_->config().vocab_size; }
 
   // spec::Proposer. Chains (max_nodes == 0) come from propose_chains, trees from propose_tree
   // with the shape set_tree_shape() chose; a drawn chain keeps each node's q (one group each).
-  std::string_view name() const override { return "draft"; }
+  std::string_view name() const override { return mtp_ != nullptr ? "mtp" : "draft"; }
   Status propose(std::span<const spec::DraftRequest> requests,
                  std::vector<sampling::TokenTree>& out) override;
   void forget(spec::RequestId id, std::span<const int32_t>, int32_t) override {
     states_.erase(id);
+    if (mtp_ != nullptr) mtp_->seqs.erase(id);
   }
   bool is_model() const override { return true; }
+  bool reads_hidden() const override { return mtp_ != nullptr; }
+  // MTP mode: rows run with zeros for a target hidden row the head never received (a request
+  // resumed inside a cached prefix the head holds no row for), since load.
+  int64_t mtp_missing_rows() const { return mtp_ != nullptr ? mtp_->missing_rows : 0; }
   // Mirror of the target's copy-on-write copies.
   void copy_block(int32_t src, int32_t dst) override { runner_->kv_cache().copy_block(src, dst); }
   // measure_token_cost()'s figure, once measured (0 before).
@@ -113,12 +135,47 @@ class DraftModelProposer final : public spec::Proposer {
 
  private:
   explicit DraftModelProposer(std::unique_ptr<model::ModelRunner> runner);
+  // MTP mode's state.
+  struct MtpSeq {
+    // The target's hidden rows of positions [first, first + rows / dim) kept: from the row the
+    // head's last catch-up row read on (a re-run reads it again) to the newest.
+    int64_t first = 0;
+    std::vector<float> rows;
+    // The hash of the request's tokens [0, hash_end) (block_rows' key).
+    uint64_t hash = 0;
+    int64_t hash_end = 0;
+  };
+  struct BlockRow {
+    uint64_t prefix_hash = 0;  // of the tokens up to the block's end
+    std::vector<float> row;    // the target's hidden row at the block's last position
+  };
+  struct Mtp {
+    int32_t dim = 0;
+    std::unordered_map<step::RequestId, MtpSeq> seqs;
+    std::unordered_map<int32_t, BlockRow> block_rows;  // by block id
+    std::vector<std::vector<float>> inputs;  // per input: this forward's input hidden rows
+    std::vector<std::vector<float>> chain;   // per input: the head's newest hidden row
+    std::vector<float> out;                  // [H, dim] the last forward's hidden rows
+    int64_t missing_rows = 0;
+  };
+  // The target's hidden row at `position` for `in` (null: none kept or given).
+  const float* target_row(const MtpSeq& q, const DraftInput& in, int64_t position) const;
+  // A request first seen after position 0 (a prefix-cache hit): where the head's K/V and a
+  // kept hidden row let it continue; returns the rows it may keep.
+  int64_t mtp_resume(const DraftInput& in, MtpSeq& q);
   int32_t pick(const DraftInput& in, std::span<const float> logits, int64_t position,
                std::span<const int32_t> drafted, DraftOutput& out);
   // Runs the committed tokens each input's draft K/V lacks (at least the last one); logits_
-  // gets one row per input, the distribution after its last committed token, or argmax_ its
-  // argmax where want[i] is kArgmax (empty want: every row whole).
+  // gets one row per input that drafts (max_depth > 0), the distribution after its last
+  // committed token, or argmax_ its argmax where want[row] is kArgmax (empty want: every row
+  // whole). MTP mode: inputs that do not draft only keep up (no row when nothing is new), and
+  // mtp_->chain[i] gets each drafting input's hidden row of the head.
   Status catch_up(std::span<const DraftInput> inputs, std::span<const model::RowOut> want = {});
+  // MTP mode: the rows [valid, end) input i runs now and their input hidden rows (into
+  // mtp_->inputs[i]); may lower `valid` (a resumed request, a re-run last row).
+  int64_t mtp_rows(const DraftInput& in, size_t i, int64_t& valid);
+  // MTP mode: after a successful catch-up of rows [valid, end) of `in`.
+  void mtp_advance(const DraftInput& in, int64_t valid, int64_t end);
   // runner_->forward of builder_'s batch into logits_ (and argmax_ for kArgmax rows).
   Status forward_rows(std::span<const model::RowOut> want);
   struct TreeBuild;
@@ -140,6 +197,7 @@ class DraftModelProposer final : public spec::Proposer {
   std::vector<float> work_;
   std::vector<int32_t> history_;
   std::vector<std::vector<int32_t>> chunks_;  // per input: the tokens of this forward
+  std::unique_ptr<Mtp> mtp_;                  // MTP mode, else null
 };
 
 }  // namespace arbor::executor

@@ -101,30 +101,48 @@ spec::DraftRequest Drafter::request(const step::ScheduledRequest& s, const Reque
 }
 
 Status Drafter::propose(const step::SchedulerOutput& output, step::StepResult& result,
-                        RequestStates& states, GrammarStates& grammars) {
+                        RequestStates& states, GrammarStates& grammars,
+                        std::span<const TargetHidden> hidden) {
   for (const step::RequestResult& r : result.requests) {
     if (r.num_draft_tokens > 0) proposer_->observe(r.request_id, r.num_draft_tokens, r.num_accepted);
   }
   std::unordered_map<step::RequestId, step::RequestResult*> results;
   for (step::RequestResult& r : result.requests) results.emplace(r.request_id, &r);
+  const bool feed = proposer_->reads_hidden();
   std::vector<spec::DraftRequest> requests;
-  std::vector<step::RequestResult*> targets;
+  std::vector<step::RequestResult*> targets;  // null: the request only keeps the proposer up
   std::vector<std::vector<int32_t>> contexts;
   contexts.reserve(output.requests.size());
-  for (const step::ScheduledRequest& s : output.requests) {
+  for (size_t i = 0; i < output.requests.size(); ++i) {
+    const step::ScheduledRequest& s = output.requests[i];
     trees_.erase(s.request_id);
     const auto r = results.find(s.request_id);
-    if (s.max_next_draft_tokens <= 0 || r == results.end() || !r->second->error.ok()) continue;
+    const bool sampled = r != results.end();
+    if (sampled && !r->second->error.ok()) continue;
+    const bool drafts = s.max_next_draft_tokens > 0 && sampled;
     const RequestState& st = states.at(s.request_id);
+    if (!drafts && (!feed || st.pooling)) continue;
     std::vector<int32_t>& ctx = contexts.emplace_back(st.token_ids);
-    for (const step::SampledToken& t : r->second->tokens) ctx.push_back(t.token_id);
-    requests.push_back(request(s, st, ctx));
-    targets.push_back(r->second);
+    if (sampled) {
+      for (const step::SampledToken& t : r->second->tokens) ctx.push_back(t.token_id);
+    }
+    spec::DraftRequest req = request(s, st, ctx);
+    if (!drafts) {
+      req.max_depth = 0;
+      req.max_nodes = 0;
+    }
+    if (feed && i < hidden.size()) {
+      req.hidden = hidden[i].rows;
+      req.hidden_position = hidden[i].position;
+    }
+    requests.push_back(req);
+    targets.push_back(drafts ? r->second : nullptr);
   }
   if (requests.empty()) return ok_status();
   std::vector<sampling::TokenTree> trees;
   ARBOR_RETURN_IF_ERROR(proposer_->propose(requests, trees));
   for (size_t i = 0; i < requests.size(); ++i) {
+    if (targets[i] == nullptr) continue;
     step::RequestResult& r = *targets[i];
     std::vector<int32_t> emitted;
     for (const step::SampledToken& t : r.tokens) emitted.push_back(t.token_id);

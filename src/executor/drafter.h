@@ -36,6 +36,14 @@
 
 namespace arbor::executor {
 
+// The target's hidden rows of one scheduled request's committed positions the step computed,
+// for a proposer that reads them (spec::Proposer::reads_hidden): [rows, dim] at positions
+// [position, position + rows); empty when none.
+struct TargetHidden {
+  std::span<const float> rows;
+  int64_t position = 0;
+};
+
 // Proposers may propose this many levels; the scheduler asks for at most --spec-k.
 inline constexpr int32_t kMaxProposedTokens = 16;
 
@@ -70,9 +78,12 @@ class Drafter {
   // Proposes for every request of `output` that asks for drafts and has a successful result in
   // `result` (its context: st.token_ids + the result's tokens), keeps the trees and writes each
   // result's next_drafts; every other request's kept tree is dropped. Tells the proposer how
-  // many drafts each verification accepted first.
+  // many drafts each verification accepted first. A proposer that reads the target's hidden
+  // states also gets every other running (non-pooling) request the step ran without an error,
+  // with max_depth 0, and each request's rows of `hidden` ([output.requests]).
   Status propose(const step::SchedulerOutput& output, step::StepResult& result,
-                 RequestStates& states, GrammarStates& grammars);
+                 RequestStates& states, GrammarStates& grammars,
+                 std::span<const TargetHidden> hidden = {});
 
   void forget(step::RequestId id, const RequestState& st);
   void copy_block(int32_t src, int32_t dst) { proposer_->copy_block(src, dst); }

@@ -12,8 +12,10 @@
 
 namespace arbor::executor {
 
-enum class SpecProposer : uint8_t { kNone, kNgram, kSuffix, kDraft };
-std::string_view spec_proposer_name(SpecProposer p);  // "off", "ngram", "suffix", "draft"
+// kMtp: the target file's own multi-token-prediction head (nextn_predict_layers; Qwen3.5).
+enum class SpecProposer : uint8_t { kNone, kNgram, kSuffix, kDraft, kMtp };
+// "off", "ngram", "suffix", "draft", "mtp"
+std::string_view spec_proposer_name(SpecProposer p);
 
 // How a draft model builds token trees for unseeded sampling requests (greedy and seeded ones
 // always get top-k trees verified by sample-and-compare, which keeps their tokens exactly):

@@ -59,6 +59,22 @@ Result<std::unique_ptr<spec::Proposer>> make_proposer(const std::string& path,
       draft->set_tree_shape(options.tree_width, options.tree_static_widths);
       return std::unique_ptr<spec::Proposer>(std::move(draft));
     }
+    case SpecProposer::kMtp: {
+      if (!exec.runner().on_host()) {
+        return unimplemented("--spec mtp runs the MTP head on the CPU; the target runs on ",
+                             exec.runner().device_name(), " (use --device cpu)");
+      }
+      ARBOR_ASSIGN_OR_RETURN(
+          std::unique_ptr<DraftModelProposer> mtp,
+          DraftModelProposer::load_mtp(exec.runner().model(), exec.num_kv_blocks(),
+                                       exec.block_size(), exec.runner().shared_pool()));
+      ARBOR_ASSIGN_OR_RETURN(const double cost, mtp->measure_token_cost());
+      ARBOR_LOG(kInfo) << "spec: the MTP head of " << path << " (one layer, its own KV cache of "
+                       << exec.num_kv_blocks() << " blocks) drafts at " << cost * 1e3
+                       << " ms per token";
+      mtp->set_tree_shape(options.tree_width, options.tree_static_widths);
+      return std::unique_ptr<spec::Proposer>(std::move(mtp));
+    }
     case SpecProposer::kNgram:
       if (options.ngram_min > options.ngram_max) {
         return invalid_argument("--spec-ngram-min is ", options.ngram_min,
@@ -83,8 +99,10 @@ Result<std::unique_ptr<Drafter>> make_drafter(const std::string& path,
     return invalid_argument("--spec-tree-budget is ", options.tree_budget,
                             " but no proposer is chosen (--spec)");
   }
-  if (!options.tree_static_widths.empty() && options.proposer != SpecProposer::kDraft) {
-    return invalid_argument("--spec-tree-shape shapes a draft model's trees; --spec is ",
+  if (!options.tree_static_widths.empty() && options.proposer != SpecProposer::kDraft &&
+      options.proposer != SpecProposer::kMtp) {
+    return invalid_argument("--spec-tree-shape shapes a draft model's or an MTP head's trees; "
+                            "--spec is ",
                             spec_proposer_name(options.proposer));
   }
   const DrafterOptions drafter{.tree_budget = options.tree_budget,
@@ -121,6 +139,7 @@ Result<std::unique_ptr<LocalExecutor>> LocalExecutor::load(const std::string& pa
   const int32_t scratch_per_seq =
       options.proposer == SpecProposer::kNone ? 0 : std::max(1, options.tree_budget);
   ro.state_slots = options.max_num_seqs * (1 + scratch_per_seq) + options.state_checkpoints;
+  ro.load_mtp = options.proposer == SpecProposer::kMtp;
   ARBOR_ASSIGN_OR_RETURN(std::unique_ptr<model::ModelRunner> runner,
                          model::ModelRunner::load(path, ro));
   if (model::RecurrentStateCache* states = runner->recurrent_states()) {
@@ -135,11 +154,14 @@ Result<std::unique_ptr<LocalExecutor>> LocalExecutor::load(const std::string& pa
                      << " KiB each over " << runner->config().num_recurrent_layers()
                      << " Gated DeltaNet layers, committed as sequences use them";
   }
-  if (options.proposer == SpecProposer::kDraft && runner->kv_layout().groups[0].window > 0) {
+  const bool model_drafter =
+      options.proposer == SpecProposer::kDraft || options.proposer == SpecProposer::kMtp;
+  if (model_drafter && runner->kv_layout().groups[0].window > 0) {
     // A draft model writes and reads its K/V through the target's group-0 tables, which then
     // must keep every block: without a full-attention layer, no group does.
     ARBOR_LOG(kInfo) << "kv cache: every layer of " << path << " has a sliding window and "
-                     << "--spec draft shares the target's block tables, so no block is released "
+                     << "--spec " << spec_proposer_name(options.proposer)
+                     << " shares the target's block tables, so no block is released "
                      << "(as with --no-kv-reclaim)";
     ro.kv_reclaim = false;
     ARBOR_ASSIGN_OR_RETURN(runner, model::ModelRunner::load(path, ro));
@@ -186,6 +208,7 @@ std::string_view spec_proposer_name(SpecProposer p) {
     case SpecProposer::kNgram: return "ngram";
     case SpecProposer::kSuffix: return "suffix";
     case SpecProposer::kDraft: return "draft";
+    case SpecProposer::kMtp: return "mtp";
   }
   return "?";
 }

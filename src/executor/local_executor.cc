@@ -89,9 +89,41 @@ Result<step::StepResult> LocalExecutor::execute(const step::SchedulerOutput& out
     ARBOR_RETURN_IF_ERROR(tp_sync_.share_accepted(output, accepted));
   }
   if (drafter_ != nullptr) {
-    ARBOR_RETURN_IF_ERROR(drafter_->propose(output, result, states_, grammars_));
+    ARBOR_RETURN_IF_ERROR(drafter_->propose(output, result, states_, grammars_,
+                                            committed_hidden(output, rows, result.requests)));
   }
   return result;
+}
+
+// Each request's hidden rows of its committed positions: a chunk's every row; a verification's
+// committed token and accepted drafts, gathered.
+std::vector<TargetHidden> LocalExecutor::committed_hidden(
+    const step::SchedulerOutput& output, const BatchRows& rows,
+    const std::vector<step::RequestResult>& results) {
+  std::vector<TargetHidden> out(output.requests.size());
+  if (!drafter_->proposer().reads_hidden()) return out;
+  const auto dim = static_cast<size_t>(runner_->config().dim);
+  gathered_.resize(output.requests.size());
+  size_t r = 0;
+  for (size_t i = 0; i < output.requests.size(); ++i) {
+    const step::ScheduledRequest& s = output.requests[i];
+    const step::RequestResult* res = rows.sample[i] >= 0 ? &results[r++] : nullptr;
+    const HiddenRows& h = rows.hidden[i];
+    if (h.count == 0 || (res != nullptr && !res->error.ok())) continue;
+    const std::span<const float> all(hidden_.data() + h.row * dim, h.count * dim);
+    if (s.num_drafts == 0) {
+      out[i] = {all, h.first_position};
+      continue;
+    }
+    if (res == nullptr) continue;  // (drafts are verified by a sampling row)
+    std::vector<float>& g = gathered_[i];
+    g.assign(all.begin(), all.begin() + dim);
+    for (const int32_t d : res->accepted_draft_indices) {
+      g.insert(g.end(), all.begin() + (1 + d) * dim, all.begin() + (2 + d) * dim);
+    }
+    out[i] = {g, h.first_position};
+  }
+  return out;
 }
 
 Status LocalExecutor::apply_bookkeeping(const step::SchedulerOutput& output) {
@@ -366,6 +398,10 @@ Status LocalExecutor::add_sequence(const step::ScheduledRequest& s,
   if (st.pooling) {
     std::tie(in.hidden_begin, in.hidden_end) = Pooler::hidden_rows(
         *st.pooling, s.num_computed_tokens, num_committed_run, st.num_prompt_tokens);
+  } else if (drafter_ != nullptr && drafter_->proposer().reads_hidden()) {
+    in.hidden_end = static_cast<int32_t>(tokens_.size());  // every row, the drafts' too
+  }
+  if (in.hidden_end > in.hidden_begin) {
     hidden = HiddenRows{.row = builder_.num_hidden(),
                         .count = in.hidden_end - in.hidden_begin,
                         .first_position = s.num_computed_tokens + in.hidden_begin};

@@ -13,7 +13,8 @@
 //   Verifier        masks, verification, emitted tokens' logprobs (executor/verifier.h)
 //   KV compaction   the accepted path's K/V moved into place (compact_kv, below)
 //   Drafter         the next step's drafts, kept here; only their shape is returned
-//                   (executor/drafter.h)
+//                   (executor/drafter.h); an MTP head also reads every request's hidden
+//                   rows of its committed positions (committed_hidden)
 //   TpSync          a tensor-parallel rank's share of what rank 0 alone knows: the drafts to
 //                   verify and the accepted paths (executor/tp_sync.h). Ranks other than 0
 //                   run the forward and the KV bookkeeping only: they sample, score, pool and
@@ -139,6 +140,11 @@ class LocalExecutor : public step::ModelExecutor {
   // their state slots.
   Status commit_states(const step::SchedulerOutput& output, const BatchRows& rows,
                        const std::vector<step::RequestResult>& results);
+  // A proposer reading the target's hidden states: [requests] each one's rows of its committed
+  // positions (into hidden_ or gathered_).
+  std::vector<TargetHidden> committed_hidden(const step::SchedulerOutput& output,
+                                             const BatchRows& rows,
+                                             const std::vector<step::RequestResult>& results);
   // Forgets what the step's finished and preempted ids name; copies forked blocks.
   Status apply_bookkeeping(const step::SchedulerOutput& output);
   // A model with recurrent layers: frees the forgotten requests' state slots and gives each new
@@ -184,6 +190,7 @@ class LocalExecutor : public step::ModelExecutor {
   Pooler pooler_;
   TpSync tp_sync_;
   std::vector<float> hidden_;       // [hidden rows, dim] the step's hidden-state rows
+  std::vector<std::vector<float>> gathered_;  // per request: a verification's committed rows
   std::vector<int32_t> tokens_;     // scratch: one request's tokens run this step
   std::vector<int32_t> positions_;  // scratch: one tree's positions, [1 + k]
   std::vector<uint8_t> mask_;       // scratch: one tree's packed mask, [ceil((1 + k)^2 / 8)]

@@ -28,6 +28,7 @@ void BatchBuilder::clear() {
   kv_indptr_.assign(1, 0);
   mask_indptr_.assign(1, 0);
   mask_bits_.clear();
+  input_hidden_.clear();
 }
 
 // The segment goes at bit `start` of mask_bits_: a byte copy when start is byte-aligned, else
@@ -113,6 +114,14 @@ int32_t BatchBuilder::add(const SequenceInput& seq) {
       state_dst_.push_back(scratch ? seq.state_scratch : seq.state_slot);
     }
   }
+  ARBOR_CHECK(n == 0 || seq.input_hidden.size() % static_cast<size_t>(n) == 0)
+      << seq.input_hidden.size() << " input hidden floats for " << n << " tokens";
+  ARBOR_CHECK((row0 == 0 || !input_hidden_.empty() == !seq.input_hidden.empty()) &&
+              (input_hidden_.empty() || row0 == 0 ||
+               input_hidden_.size() / static_cast<size_t>(row0) ==
+                   seq.input_hidden.size() / static_cast<size_t>(std::max(n, 1))))
+      << "every sequence of a batch gives input hidden rows of one width, or none does";
+  input_hidden_.insert(input_hidden_.end(), seq.input_hidden.begin(), seq.input_hidden.end());
   append_mask(seq);
   return first_logit;
 }
@@ -158,6 +167,7 @@ ForwardBatch BatchBuilder::batch() const {
     b.state_dst = state_dst_;
     b.replay_rows = replay_rows_;
   }
+  b.input_hidden = input_hidden_;
   return b;
 }
 

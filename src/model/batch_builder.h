@@ -55,6 +55,9 @@ struct SequenceInput {
   // The sequence's rows may be replayed into its state after verification (drafts:
   // ForwardBatch::replay_rows); implied by state_scratch.
   bool replayable = false;
+  // An MTP head's batch (ForwardBatch::input_hidden): [n, dim] the target's hidden row before
+  // each new token. Every sequence of a batch gives them, or none does (CHECKed).
+  std::span<const float> input_hidden;
 };
 
 class BatchBuilder {
@@ -100,6 +103,7 @@ class BatchBuilder {
   bool any_scratch_ = false;
   std::vector<int32_t> state_src_, state_dst_;  // [T] when any sequence has a scratch slot
   std::vector<int32_t> replay_rows_;            // [R] rows of replayable sequences
+  std::vector<float> input_hidden_;             // [T, dim] when the sequences give them
   std::vector<uint8_t> mask_bits_;
 };
 

@@ -219,6 +219,14 @@ Status validate_batch(const ForwardBatch& bt, const BatchLimits& lim) {
     ARBOR_RETURN_IF_ERROR(check_indptr(bt.mask_indptr, nb + 1, -1, "mask_indptr"));
   }
   ARBOR_RETURN_IF_ERROR(check_state_slots(bt, lim));
+  const size_t t = bt.tokens.size();
+  const size_t hidden = t * static_cast<size_t>(lim.input_hidden_dim);
+  if (bt.input_hidden.size() != hidden) {
+    return invalid_argument("input_hidden has ", bt.input_hidden.size(), " floats, expected ",
+                            hidden, lim.input_hidden_dim > 0
+                                        ? str_cat(" (", t, " tokens x ", lim.input_hidden_dim, ")")
+                                        : std::string(" (the model reads no hidden rows)"));
+  }
   if (bt.mask_indptr.empty()) return ok_status();
   ARBOR_RETURN_IF_ERROR(check_indptr(bt.mask_indptr, nb + 1, -1, "mask_indptr"));
   if (((int64_t)bt.mask_indptr.back() + 7) / 8 > (int64_t)bt.mask_bits.size()) {

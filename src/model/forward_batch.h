@@ -41,6 +41,10 @@
 //                            sequences that verify drafts, whose recurrent-layer inputs the
 //                            forward keeps for ModelRunner::commit_states (only these: a prompt
 //                            chunk beside them is not copied).
+//   input_hidden    [T, dim] an MTP head's batch only (LlamaModel::mtp_model(); else empty):
+//                            row t = the target's final hidden state (after its output norm)
+//                            at the position before token t's, zeros where there is none
+//                            (position 0), which the head mixes with token t's embedding.
 // Output of a forward: logits [L, vocab_size] f32 and hidden states [H, dim] f32.
 #pragma once
 
@@ -75,6 +79,7 @@ struct ForwardBatch {
   std::span<const int32_t> state_src;
   std::span<const int32_t> state_dst;
   std::span<const int32_t> replay_rows;
+  std::span<const float> input_hidden;
 
   int32_t num_kv_groups() const { return 1 + (int32_t)more_kv_groups.size(); }
   // Group g's arrays: g == 0 the fields above, else more_kv_groups[g - 1].
@@ -102,6 +107,8 @@ struct BatchLimits {
   // The model's recurrent state slots (RecurrentStateCache::num_slots); 0: the model has no
   // recurrent layers, and the batch must have no state_slots.
   int32_t num_state_slots = 0;
+  // > 0: an MTP head's batch, which must carry input_hidden rows of this width; 0: none.
+  int32_t input_hidden_dim = 0;
 };
 
 // Checks every array's size, monotone indptrs, token ids, block ids, that block tables cover

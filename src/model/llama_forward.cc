@@ -62,7 +62,7 @@ LlamaForward::~LlamaForward() {
   for (Scratch* s : {&x_, &xb_, &q_, &k_, &v_, &att_, &hb_, &hb2_, &router_, &slot_expert_,
                      &slot_weight_, &slot_pair_, &pair_token_, &expert_indptr_, &pair_out_, &shexp_out_,
                      &qg_, &gate_, &ssm_qkv_, &ssm_mixed_, &ssm_z_, &ssm_beta_, &ssm_alpha_,
-                     &ssm_out_, &saved_,
+                     &ssm_out_, &saved_, &hin_, &mix_,
                      &xl_, &xh_, &logits_, &argmax_, &top_scale_, &top_ids_, &top_logits_,
                      &flags_}) {
     ops_.release(s->p);
@@ -110,6 +110,10 @@ void LlamaForward::reserve(int32_t t, int32_t l) {
       ensure(pair_out_, n * k * cfg_.dim);
       if (cfg_.shared_expert_ffn_dim > 0) ensure(shexp_out_, n * cfg_.dim);
     }
+    if (w_.is_mtp_view) {
+      ensure(hin_, n * cfg_.dim);
+      ensure(mix_, n * 2 * cfg_.dim);
+    }
     if (cfg_.attn_output_gate) {
       ensure(qg_, n * 2 * q_dim);
       ensure(gate_, n * q_dim);
@@ -153,6 +157,26 @@ void LlamaForward::embed(const ForwardBatch& batch) {
     ops_.rope_tables(batch.positions.data(), nt, ropes_[r].inv_freq.f(), cfg_.rope_dim / 2,
                      cfg_.ropes[r].mscale, ropes_[r].cos.f(), ropes_[r].sin.f());
   }
+}
+
+// An MTP head's input (docs/qwen35.md §8): x = eh_proj [rms_norm(x) * enorm ;
+// rms_norm(h_prev) * hnorm], the two halves of each row side by side in mix_.
+void LlamaForward::mix_mtp_input(std::span<const float> host_hidden, int32_t nt) {
+  const MtpInput& m = w_.mtp_input;
+  const auto d = static_cast<size_t>(cfg_.dim);
+  ARBOR_CHECK_EQ(host_hidden.size(), d * nt) << "an MTP head's batch carries its hidden rows";
+  ops_.to_device(hin_.p, host_hidden.data(), host_hidden.size() * sizeof(float));
+  ops_.rms_norm_rows(x_.f(), nullptr, nt, m.enorm, xb_.f(), cfg_.dim, cfg_.rms_eps);
+  ops_.rms_norm_rows(hin_.f(), nullptr, nt, m.hnorm, hin_.f(), cfg_.dim, cfg_.rms_eps);
+  std::vector<DeviceMemory::Copy> copies;
+  copies.reserve(2 * static_cast<size_t>(nt));
+  for (int32_t t = 0; t < nt; ++t) {
+    copies.push_back({mix_.f() + 2 * d * t, xb_.f() + d * t, d * sizeof(float)});
+    copies.push_back({mix_.f() + 2 * d * t + d, hin_.f() + d * t, d * sizeof(float)});
+  }
+  ops_.copy(copies);
+  ops_.matmul(m.eh_proj.w, mix_.f(), x_.f(), nt);
+  finish_linear(m.eh_proj, x_.f(), nt);
 }
 
 // y = y * l.scale + l.bias over [nt, l.w.rows], when the file gives either.
@@ -741,6 +765,7 @@ void LlamaForward::run(const ForwardBatch& host_batch, PagedKvCache& cache,
   flags_host_.assign((size_t)nl * num_checkpoints(cfg_), 0);
   if (!flags_host_.empty()) ops_.to_device(flags_.p, flags_host_.data(), flags_host_.size());
   embed(batch);
+  if (w_.is_mtp_view) mix_mtp_input(host_batch.input_hidden, nt);
   flag_nonfinite(batch, 0);
   ARBOR_CHECK(!cfg_.has_recurrent_layers() ||
               (states_ != nullptr && batch.state_slots.size() == (size_t)batch.num_seqs()))

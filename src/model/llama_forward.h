@@ -15,6 +15,10 @@
 //   weighted and summed per token (docs/kernels.md, "Mixture-of-experts FFN"); gpt-oss adds the
 //   router's and the experts' biases and runs its clamped SwiGLU (swiglu_oai).
 //
+// An MTP head (LlamaModel::mtp_model(), LlamaWeights::is_mtp_view) runs the same forward over
+// its one layer, with the embedding replaced by the input mix of MtpInput: each token's
+// embedding beside the target's hidden row before it (ForwardBatch::input_hidden).
+//
 // Attention is planned once per step: after staging the batch, one ForwardOps::plan_attention
 // per distinct attention layout among the layers (layouts differ only by window: layers of
 // different KV cache groups but one window share a plan, the block tables not being part of
@@ -153,6 +157,8 @@ class LlamaForward {
   void ensure(Scratch& s, size_t bytes);
   void reserve(int32_t num_tokens, int32_t num_logits);
   void embed(const ForwardBatch& batch);
+  // An MTP view's input mix over x (the tokens' embeddings) and the batch's host hidden rows.
+  void mix_mtp_input(std::span<const float> host_hidden, int32_t nt);
   void finish_linear(const Linear& l, float* y, int32_t nt);
   void residual(const float* post_norm, int32_t nt);
   const float* block_input(const float* norm, int32_t nt);
@@ -237,6 +243,8 @@ class LlamaForward {
   // commit_states: per recurrent layer [R, C] qkv, then [R, Hv] alpha and [R, Hv] beta.
   Scratch saved_;
   std::vector<int32_t> saved_rows_;  // [R] the last run's ForwardBatch::replay_rows (host)
+  Scratch hin_;       // [T, dim] an MTP head's input hidden rows
+  Scratch mix_;       // [T, 2 * dim] its [e; h] rows
   Scratch hb_;        // [T, ffn_dim], or [T * k, expert_ffn_dim] (MoE: per pair)
   Scratch hb2_;       // likewise
   // Mixture of experts (k = num_experts_used, E = num_experts): ExpertRouting's arrays.

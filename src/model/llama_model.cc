@@ -27,6 +27,7 @@ class Binder {
   explicit Binder(const gguf::GgufFile& f) : f_(f) {}
 
   bool has(const std::string& name) const { return f_.find_tensor(name) != nullptr; }
+  const std::string& file_name() const { return f_.name(); }
 
   // `name` with ggml-order `dims`; null when absent and not required.
   Result<const gguf::TensorInfo*> find(const std::string& name, const std::vector<int64_t>& dims,
@@ -231,15 +232,17 @@ Status bind_gated_delta_net(Binder& b, const ModelConfig& c, const std::string& 
   return ok_status();
 }
 
+// Layer `l` of the file (an MTP block: l >= num_layers, a full-attention layer).
 Status bind_layer(Binder& b, const ModelConfig& c, int l, LayerWeights& w) {
   const ArchSpec& s = *c.spec;
   const std::string p = str_cat("blk.", l, ".");
+  const bool recurrent = l < c.num_layers && c.layers[l].recurrent;
   if (s.pre_norms) {
     ARBOR_ASSIGN_OR_RETURN(w.attn_norm, b.vector(p + "attn_norm.weight", c.dim, true));
     ARBOR_ASSIGN_OR_RETURN(w.ffn_norm, b.vector(str_cat(p, s.ffn_norm_name, ".weight"), c.dim,
                                                 true));
   }
-  if (c.layers[l].recurrent) {
+  if (recurrent) {
     ARBOR_RETURN_IF_ERROR(bind_gated_delta_net(b, c, p, w));
     return bind_ffn(b, c, p, w);
   }
@@ -269,6 +272,31 @@ Status bind_layer(Binder& b, const ModelConfig& c, int l, LayerWeights& w) {
     ARBOR_ASSIGN_OR_RETURN(w.post_ffn_norm, b.vector(p + "post_ffw_norm.weight", c.dim, true));
   }
   return bind_ffn(b, c, p, w);
+}
+
+// The file's one MTP block: its layer and nextn.* tensors (docs/qwen35.md §3.6).
+Status bind_mtp(Binder& b, const ModelConfig& c, LlamaWeights& w) {
+  if (c.num_nextn_layers != 1) {
+    return invalid_argument(b.file_name(), ": ", c.arch_name, ".nextn_predict_layers is ",
+                            c.num_nextn_layers, "; MTP speculation runs a file's single "
+                            "multi-token-prediction block (llama.cpp's qwen35 mode)");
+  }
+  const int l = c.num_layers;
+  ARBOR_RETURN_IF_ERROR(bind_layer(b, c, l, w.mtp_layers.emplace_back()));
+  const std::string p = str_cat("blk.", l, ".nextn.");
+  ARBOR_ASSIGN_OR_RETURN(w.mtp_input.eh_proj,
+                         linear(b, p + "eh_proj", c.dim, 2 * int64_t{c.dim}, false, false));
+  ARBOR_ASSIGN_OR_RETURN(w.mtp_input.enorm, b.vector(p + "enorm.weight", c.dim, true));
+  ARBOR_ASSIGN_OR_RETURN(w.mtp_input.hnorm, b.vector(p + "hnorm.weight", c.dim, true));
+  ARBOR_ASSIGN_OR_RETURN(w.mtp_head_norm, b.vector(p + "shared_head_norm.weight", c.dim, false));
+  if (b.has(p + "shared_head_head.weight")) {
+    ARBOR_ASSIGN_OR_RETURN(w.mtp_head.w,
+                           b.matrix(p + "shared_head_head.weight", c.vocab_size, c.dim));
+  }
+  if (b.has(p + "embed_tokens.weight")) {
+    ARBOR_ASSIGN_OR_RETURN(w.mtp_embed, b.matrix(p + "embed_tokens.weight", c.vocab_size, c.dim));
+  }
+  return ok_status();
 }
 
 // The full-attention layers' frequency divisors: rope_freqs.weight, or (LongRoPE) the long or
@@ -303,9 +331,7 @@ void for_each_weight(LlamaWeights& w, const ModelConfig& c,
   };
   const bool whole = c.spec != nullptr && c.spec->qk_norm == QkNorm::kWhole;
   mat("token_embd.weight", w.token_embd);
-  for (size_t l = 0; l < w.layers.size(); ++l) {
-    LayerWeights& lw = w.layers[l];
-    const std::string p = str_cat("blk.", l, ".");
+  const auto layer = [&](LayerWeights& lw, const std::string& p) {
     vec(p + "attn_norm.weight", lw.attn_norm, c.dim);
     mat(p + "attn_q.weight", lw.q.w);
     mat(p + "attn_k.weight", lw.k.w);
@@ -355,6 +381,21 @@ void for_each_weight(LlamaWeights& w, const ModelConfig& c,
     vec(p + "ssm_conv1d.weight", lw.ssm_conv, int64_t{ssm.conv_dim()} * ssm.conv_kernel);
     vec(p + "ssm_norm.weight", lw.ssm_norm, ssm.state_size);
     mat(p + "ssm_out.weight", lw.ssm_out.w);
+  };
+  for (size_t l = 0; l < w.layers.size(); ++l) layer(w.layers[l], str_cat("blk.", l, "."));
+  // The MTP block (a target loaded with load_mtp) and its head's tensors, or an MTP view's mix.
+  const size_t mtp = w.layers.size();
+  for (size_t l = 0; l < w.mtp_layers.size(); ++l) {
+    layer(w.mtp_layers[l], str_cat("blk.", mtp + l, "."));
+  }
+  const std::string n = str_cat("blk.", w.is_mtp_view ? 0 : mtp, ".nextn.");
+  mat(n + "eh_proj.weight", w.mtp_input.eh_proj.w);
+  vec(n + "enorm.weight", w.mtp_input.enorm, c.dim);
+  vec(n + "hnorm.weight", w.mtp_input.hnorm, c.dim);
+  if (!w.is_mtp_view) {  // the view's are its token_embd / output_norm / output
+    vec(n + "shared_head_norm.weight", w.mtp_head_norm, c.dim);
+    mat(n + "shared_head_head.weight", w.mtp_head.w);
+    mat(n + "embed_tokens.weight", w.mtp_embed);
   }
   vec("output_norm.weight", w.output_norm, c.dim);
   if (!w.tied_output) mat("output.weight", w.output.w);
@@ -448,6 +489,16 @@ Status LlamaModel::shard_and_segment(const ModelLoadOptions& options) {
       l.down_segs = segments_of(l.down.w, local_segments);
     }
   }
+  if (!weights_.mtp_layers.empty() && tp_size_ > 1) {
+    return unimplemented(file_.name(), ": MTP speculation with tensor parallelism (", tp_size_,
+                         " ranks)");
+  }
+  for (LayerWeights& l : weights_.mtp_layers) {
+    if (num_segments_ > 1) {
+      l.o_segs = segments_of(l.o.w, local_segments);
+      l.down_segs = segments_of(l.down.w, local_segments);
+    }
+  }
   if (tp_size_ > 1) weights_.output.w = row_slice(weights_.output.w, t.vocab_begin, t.vocab_rows);
   return ok_status();
 }
@@ -461,7 +512,15 @@ uint64_t LlamaModel::resident_weight_bytes() const {
   };
   view(weights_.token_embd);
   if (!weights_.tied_output) view(weights_.output.w);
-  for (const LayerWeights& l : weights_.layers) {
+  for (const kernels::WeightView* v : {&weights_.mtp_input.eh_proj.w, &weights_.mtp_head.w,
+                                       &weights_.mtp_embed}) {
+    if (v->data != nullptr) view(*v);
+  }
+  std::vector<const LayerWeights*> layers;
+  for (const LayerWeights& l : weights_.layers) layers.push_back(&l);
+  for (const LayerWeights& l : weights_.mtp_layers) layers.push_back(&l);
+  for (const LayerWeights* lp : layers) {
+    const LayerWeights& l = *lp;
     for (const Linear* m : {&l.q, &l.k, &l.v, &l.gate, &l.up}) view(m->w);
     if (l.o_segs.empty()) view(l.o.w);
     if (l.down_segs.empty()) view(l.down.w);
@@ -488,7 +547,11 @@ void LlamaModel::pack_matrices() {
   std::vector<kernels::WeightView*> views;
   // o and down are read as their segments when they have them (LayerWeights::o_segs).
   std::vector<const kernels::WeightView*> segmented;
-  for (LayerWeights& l : weights_.layers) {
+  std::vector<LayerWeights*> layers;
+  for (LayerWeights& l : weights_.layers) layers.push_back(&l);
+  for (LayerWeights& l : weights_.mtp_layers) layers.push_back(&l);
+  for (LayerWeights* lp : layers) {
+    LayerWeights& l = *lp;
     if (!l.o_segs.empty()) segmented.push_back(&l.o.w);
     if (!l.down_segs.empty()) segmented.push_back(&l.down.w);
     for (auto* segs : {&l.o_segs, &l.down_segs}) {
@@ -513,7 +576,8 @@ void LlamaModel::pack_matrices() {
   for_each_weight(
       weights_, config_,
       [&](const MatrixRef& m) {
-        if (m.w != &weights_.token_embd && kernels::packing_available(m.w->type) &&
+        if (m.w != &weights_.token_embd && m.w != &weights_.mtp_embed &&
+            kernels::packing_available(m.w->type) &&
             std::find(segmented.begin(), segmented.end(), m.w) == segmented.end()) {
           views.push_back(m.w);
         }
@@ -596,12 +660,45 @@ Status LlamaModel::bind_weights(const ModelLoadOptions& options) {
   for (int l = 0; l < c.num_layers; ++l) {
     ARBOR_RETURN_IF_ERROR(bind_layer(b, c, l, weights_.layers[l]));
   }
-  for (int l = c.num_layers; l < c.num_layers + c.num_nextn_layers; ++l) {
-    const int n = b.skip_prefix(str_cat("blk.", l, "."));
-    ARBOR_LOG(kInfo) << file_.name() << ": multi-token-prediction block " << l << " (" << n
-                     << " tensors) is not run";
+  if (options.load_mtp) {
+    ARBOR_RETURN_IF_ERROR(bind_mtp(b, c, weights_));
+  } else {
+    for (int l = c.num_layers; l < c.num_layers + c.num_nextn_layers; ++l) {
+      const int n = b.skip_prefix(str_cat("blk.", l, "."));
+      ARBOR_LOG(kInfo) << file_.name() << ": multi-token-prediction block " << l << " (" << n
+                       << " tensors) is not run";
+    }
   }
   return b.check_all_used(c.arch_name);
+}
+
+Result<std::unique_ptr<LlamaModel>> LlamaModel::mtp_model() const {
+  const LlamaWeights& w = weights_;
+  if (w.mtp_layers.empty()) {
+    return failed_precondition(file_.name(), ": the MTP head was not loaded (load_mtp)");
+  }
+  if (tp_size_ > 1) return unimplemented("an MTP head under tensor parallelism");
+  // The MTP block is one full-attention layer with the trunk's attention layers' RoPE.
+  const auto attn = std::find_if(config_.layers.begin(), config_.layers.end(),
+                                 [](const LayerSpec& l) { return !l.recurrent; });
+  ModelConfig c = config_;
+  c.num_layers = 1;
+  c.layers = {LayerSpec{.window = 0, .rope = attn != config_.layers.end() ? attn->rope : 0}};
+  c.ssm = SsmConfig{};
+  c.num_nextn_layers = 0;
+  std::unique_ptr<LlamaModel> m(new LlamaModel(file_, std::move(c)));
+  LlamaWeights& v = m->weights_;
+  v.token_embd = w.mtp_embed.data != nullptr ? w.mtp_embed : w.token_embd;
+  v.layers = w.mtp_layers;
+  v.output_norm = w.mtp_head_norm != nullptr ? w.mtp_head_norm : w.output_norm;
+  v.output = w.mtp_head.w.data != nullptr ? w.mtp_head : w.output;
+  v.tied_output = w.mtp_head.w.data == nullptr && w.tied_output;
+  v.rope_freqs = w.rope_freqs;
+  v.mtp_input = w.mtp_input;
+  v.is_mtp_view = true;
+  m->num_segments_ = num_segments_;
+  m->tp_shape_ = tp_shape_;
+  return m;
 }
 
 }  // namespace arbor::model

@@ -100,6 +100,15 @@ struct LayerWeights {
   Linear ssm_out;                  // ssm_out [dim, Hv * dv]
 };
 
+// A multi-token-prediction (NextN) head's input mix (docs/qwen35.md §8): before its one layer,
+// x = eh_proj [rms_norm(embed(token)) * enorm ; rms_norm(h_prev) * hnorm], h_prev the target's
+// final hidden state at the previous position (ForwardBatch::input_hidden).
+struct MtpInput {
+  Linear eh_proj;                 // [dim, 2 * dim]
+  const float* enorm = nullptr;   // [dim]
+  const float* hnorm = nullptr;   // [dim]
+};
+
 struct LlamaWeights {
   kernels::WeightView token_embd;    // [vocab, dim]
   std::vector<LayerWeights> layers;  // [num_layers]
@@ -113,6 +122,17 @@ struct LlamaWeights {
   // them, as llama.cpp) or data null: the rank head (ArchSpec::rank_head). Read on the host by
   // the executor's pooler, so for_each_weight leaves it out (never packed or uploaded).
   kernels::WeightView cls_out;
+  // The file's MTP block (ModelLoadOptions::load_mtp; empty otherwise): blk.{num_layers}, a
+  // full-attention layer, with its nextn.* tensors; the head's own norm / classifier / embedding
+  // where the file has them (data null: output_norm, output, token_embd).
+  std::vector<LayerWeights> mtp_layers;  // [0 or 1]
+  MtpInput mtp_input;                    // in the target model: the block's; in the MTP view too
+  const float* mtp_head_norm = nullptr;  // nextn.shared_head_norm [dim]
+  Linear mtp_head;                       // nextn.shared_head_head [vocab, dim]
+  kernels::WeightView mtp_embed;         // nextn.embed_tokens [vocab, dim]
+  // An MTP view (LlamaModel::mtp_model): layers = {the MTP block}, and the forward mixes
+  // mtp_input before it.
+  bool is_mtp_view = false;
 };
 
 // Every matrix and F32 vector of a LlamaWeights, named, in a fixed order (token_embd, per layer
@@ -156,6 +176,9 @@ struct ModelLoadOptions {
   // the single f32 matmul over K of a file without segments (tests that compare the dense FFN
   // with a path that has no segments, e.g. one expert of a mixture). TP needs the default.
   int max_segments = kMaxSegments;
+  // Bind the file's multi-token-prediction block (nextn_predict_layers = 1; packed like the
+  // trunk) for mtp_model(), instead of skipping it. A file without one, or with more, is an error.
+  bool load_mtp = false;
 };
 
 class LlamaModel {
@@ -179,6 +202,12 @@ class LlamaModel {
   // Bytes of weights this process holds for the forward: packed copies plus the mapped views it
   // reads (its slices; token_embd counted whole, one row per token is read).
   uint64_t resident_weight_bytes() const;
+  // The model's MTP head as a model of its own (loaded with load_mtp): one full-attention layer
+  // (the MTP block) after the input mix, the head's norm and classifier, the config's other
+  // fields the target's; its weights point into this model, which must outlive it. A
+  // ModelRunner over it keeps the head's own one-layer KV cache. Errors: not loaded with
+  // load_mtp, tensor parallelism.
+  Result<std::unique_ptr<LlamaModel>> mtp_model() const;
 
  private:
   LlamaModel(gguf::GgufFile file, ModelConfig config)

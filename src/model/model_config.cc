@@ -566,7 +566,7 @@ std::string ModelConfig::summary() const {
     s += str_cat(", ", num_recurrent_layers(), " Gated DeltaNet layers (", ssm.num_k_heads, "/",
                  ssm.num_v_heads, " heads of ", ssm.state_size, ", conv ", ssm.conv_kernel, ")");
   }
-  if (num_nextn_layers > 0) s += str_cat(", ", num_nextn_layers, " MTP block(s) not run");
+  if (num_nextn_layers > 0) s += str_cat(", ", num_nextn_layers, " MTP block(s) (--spec mtp)");
   if (is_moe()) {
     s += str_cat(", ", num_experts, " experts (", num_experts_used, " per token, ffn ",
                  expert_ffn_dim, ")");

@@ -144,8 +144,8 @@ struct ModelConfig {
   // Gated DeltaNet layers (LayerSpec::recurrent), when the row has them (num_k_heads > 0).
   SsmConfig ssm;
   // Multi-token-prediction blocks after the trunk (<a>.nextn_predict_layers): blk.num_layers ..
-  // blk.num_layers + num_nextn_layers - 1 in the file, bound by nothing yet (the trunk never
-  // runs them; <a>.block_count counts them, num_layers does not).
+  // blk.num_layers + num_nextn_layers - 1 in the file; the trunk never runs them (an MTP head,
+  // LlamaModel::mtp_model, does: --spec mtp); <a>.block_count counts them, num_layers does not.
   int num_nextn_layers = 0;
   // attn_q holds [q; gate] per head (ArchSpec::attn_output_gate).
   bool attn_output_gate = false;

@@ -14,6 +14,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::load(const std::string& path,
   lo.tp_rank = options.tp.rank;
   lo.tp_size = options.tp.size;
   lo.max_segments = options.max_segments;
+  lo.load_mtp = options.load_mtp;
   if (options.tp.size > 1 && options.make_ops != nullptr) {
     return unimplemented("tensor parallelism (", options.tp.size,
                          " ranks) runs on the CPU only; the GPU executor runs one rank "
@@ -129,6 +130,7 @@ Status ModelRunner::forward(const ForwardBatch& batch, const LogitsOut& out) {
   limits.num_blocks = cache_->num_blocks();
   limits.group_windows = group_windows_;
   limits.num_state_slots = states_ != nullptr ? states_->num_slots() : 0;
+  limits.input_hidden_dim = model_->weights().is_mtp_view ? config().dim : 0;
   ARBOR_RETURN_IF_ERROR(validate_batch(batch, limits));
   if (!out.want.empty() && static_cast<int32_t>(out.want.size()) != batch.num_logits()) {
     return invalid_argument("LogitsOut has ", out.want.size(), " row kinds for ",

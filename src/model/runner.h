@@ -69,6 +69,9 @@ struct RunnerOptions {
   // sequence a batch may run (the executor sets the engine's max_num_seqs; SingleSequence uses
   // slot 0). Ignored for other models.
   int32_t state_slots = 1;
+  // ModelLoadOptions::load_mtp (load() only): bind the file's MTP block for
+  // LlamaModel::mtp_model() (--spec mtp).
+  bool load_mtp = false;
 };
 
 class ModelRunner {

@@ -100,27 +100,27 @@ std::vector<SynthShape> make_presets() {
        .expert_ffn = 128});
   // Qwen3.5 (docs/qwen35.md: the 2B and 35B-A3B files' metadata): 3 of 4 layers Gated DeltaNet
   // (16 key heads, 16 or 32 value heads, of 128), gated attention with 256-wide heads rotating
-  // 64 dims. The MTP block the real files carry is not written.
+  // 64 dims, and the one multi-token-prediction block the real files carry.
   add({.name = "qwen3.5-2b", .arch = "qwen35", .dim = 2048, .ffn = 6144, .layers = 24,
        .heads = 8, .kv_heads = 2, .context = 262144, .head_dim = 256, .rope_dim = 64,
        .vocab = 248320, .tied = true, .rope_theta = 1e7f, .rms_eps = 1e-6f, .ssm_state = 128,
-       .ssm_k_heads = 16, .ssm_v_heads = 16});
+       .ssm_k_heads = 16, .ssm_v_heads = 16, .nextn = 1});
   add({.name = "qwen3.5-35b-a3b", .arch = "qwen35moe", .dim = 2048, .ffn = 512, .layers = 40,
        .heads = 16, .kv_heads = 2, .context = 262144, .head_dim = 256, .rope_dim = 64,
        .vocab = 248320, .rope_theta = 1e7f, .rms_eps = 1e-6f, .experts = 256, .experts_used = 8,
        .expert_ffn = 512, .shared_ffn = 512, .ssm_state = 128, .ssm_k_heads = 16,
-       .ssm_v_heads = 32});
+       .ssm_v_heads = 32, .nextn = 1});
   // Test shapes: twice as many value heads as key heads (the tiled head map shows), layer 3
   // full attention with a partial rotary of 16 of 64 dims.
   add({.name = "tiny-qwen35", .arch = "qwen35", .dim = 256, .ffn = 512, .layers = 4,
        .heads = 4, .kv_heads = 2, .context = 4096, .head_dim = 64, .rope_dim = 16,
        .rope_theta = 1e7f, .rms_eps = 1e-6f, .ssm_state = 32, .ssm_k_heads = 2,
-       .ssm_v_heads = 4});
+       .ssm_v_heads = 4, .nextn = 1});
   add({.name = "tiny-qwen35moe", .arch = "qwen35moe", .dim = 256, .ffn = 128, .layers = 4,
        .heads = 4, .kv_heads = 2, .context = 4096, .head_dim = 64, .rope_dim = 16,
        .rope_theta = 1e7f, .rms_eps = 1e-6f, .experts = 8, .experts_used = 4,
        .expert_ffn = 64, .shared_ffn = 128, .ssm_state = 32, .ssm_k_heads = 2,
-       .ssm_v_heads = 4});
+       .ssm_v_heads = 4, .nextn = 1});
   add({.name = "custom", .context = 2048});
   return p;
 }
@@ -142,8 +142,9 @@ class RowRng {
 // stddev 0.2 / sqrt(3), kFactors in [1, 4]), or ones.
 void fill_row(float* row, int64_t n, const SynthTensor& t, uint64_t seed, size_t tensor,
               int64_t r) {
-  if (t.init == Init::kOnes) {
-    std::fill(row, row + n, 1.0f);
+  if (t.init == Init::kOnes || t.init == Init::kZero || t.init == Init::kEye) {
+    std::fill(row, row + n, t.init == Init::kOnes ? 1.0f : 0.0f);
+    if (t.init == Init::kEye && r < n) row[r] = 1.0f;
     return;
   }
   RowRng rng(mix64(mix64(seed) ^ (uint64_t(tensor) << 40)) ^ uint64_t(r));
@@ -167,8 +168,11 @@ void fill_row(float* row, int64_t n, const SynthTensor& t, uint64_t seed, size_t
 int64_t head_dim_of(const SynthShape& s) { return s.head_dim > 0 ? s.head_dim : s.dim / s.heads; }
 
 // The tensors of one layer, as model/arch.h's row binds them.
+// An MTP block (l >= s.layers) is a full-attention layer; with mtp_echo its attention and FFN
+// outputs are zero. The trunk's residual writers take residual_damp.
 void plan_layer(const SynthShape& s, const ArchSpec& a, GgmlType type, int64_t l, Init norm,
                 std::vector<SynthTensor>& t) {
+  const bool mtp = l >= s.layers;
   const int64_t hd = head_dim_of(s), qd = s.heads * hd, kvd = s.kv_heads * hd;
   auto fan_in = [](int64_t n) { return static_cast<float>(1.0 / std::sqrt(double(n))); };
   const std::string p = "blk." + std::to_string(l) + ".";
@@ -178,8 +182,16 @@ void plan_layer(const SynthShape& s, const ArchSpec& a, GgmlType type, int64_t l
   auto mat = [&](const std::string& name, int64_t cols, int64_t rows) {
     t.push_back({p + name, {cols, rows}, type, Init::kUniform, fan_in(cols)});
   };
+  // A matrix writing into the residual stream ([dim] rows).
+  const bool echo = mtp && s.mtp_echo;
+  const float damp = mtp ? 1.0f : s.residual_damp;
+  auto out_mat = [&](const std::string& name, int64_t cols, int64_t experts = 0) {
+    std::vector<int64_t> dims{cols, s.dim};
+    if (experts > 0) dims.push_back(experts);
+    t.push_back({p + name, dims, type, echo ? Init::kZero : Init::kUniform, damp * fan_in(cols)});
+  };
   if (a.pre_norms) vec("attn_norm.weight", s.dim, norm);
-  const bool recurrent = a.gated_delta_net && (l + 1) % s.full_attention_interval != 0;
+  const bool recurrent = !mtp && a.gated_delta_net && (l + 1) % s.full_attention_interval != 0;
   if (recurrent) {  // llama.cpp's order (src/llama-arch.cpp's qwen35 tensors)
     const int64_t kd = s.ssm_k_heads * s.ssm_state, vd = s.ssm_v_heads * s.ssm_state;
     const int64_t conv = 2 * kd + vd;
@@ -192,7 +204,7 @@ void plan_layer(const SynthShape& s, const ArchSpec& a, GgmlType type, int64_t l
     mat("ssm_beta.weight", s.dim, s.ssm_v_heads);
     mat("ssm_alpha.weight", s.dim, s.ssm_v_heads);
     vec("ssm_norm.weight", s.ssm_state, Init::kNearOne);
-    mat("ssm_out.weight", vd, s.dim);
+    out_mat("ssm_out.weight", vd);
   } else if (a.attn_output_gate) {  // [q; gate] per head
     mat("attn_q.weight", s.dim, 2 * qd);
     mat("attn_k.weight", s.dim, kvd);
@@ -215,7 +227,7 @@ void plan_layer(const SynthShape& s, const ArchSpec& a, GgmlType type, int64_t l
     vec("attn_q_norm.weight", whole ? qd : hd, norm);
     vec("attn_k_norm.weight", whole ? kvd : hd, norm);
   }
-  if (!recurrent) mat("attn_output.weight", qd, s.dim);
+  if (!recurrent) out_mat("attn_output.weight", qd);
   if (s.out_bias) vec("attn_output.bias", s.dim, Init::kUniform, 0.02f);
   if (a.post_norms) vec("post_attention_norm.weight", s.dim, norm);
   // gpt-oss: a sink logit per head, of the scores' scale, so it takes a real share.
@@ -230,8 +242,7 @@ void plan_layer(const SynthShape& s, const ArchSpec& a, GgmlType type, int64_t l
                  fan_in(s.dim)});
     t.push_back({p + "ffn_gate_exps.weight", {s.dim, eff, s.experts}, type, Init::kUniform,
                  wide * fan_in(s.dim)});
-    t.push_back({p + "ffn_down_exps.weight", {eff, s.dim, s.experts}, type, Init::kUniform,
-                 fan_in(eff)});
+    out_mat("ffn_down_exps.weight", eff, s.experts);
     t.push_back({p + "ffn_up_exps.weight", {s.dim, eff, s.experts}, type, Init::kUniform,
                  wide * fan_in(s.dim)});
     if (a.expert_biases) {  // the router's bias wide enough to move the choice of experts
@@ -247,7 +258,7 @@ void plan_layer(const SynthShape& s, const ArchSpec& a, GgmlType type, int64_t l
       const int64_t sffn = s.shared_ffn > 0 ? s.shared_ffn : s.ffn;
       vec("ffn_gate_inp_shexp.weight", s.dim, Init::kUniform, fan_in(s.dim));
       mat("ffn_gate_shexp.weight", s.dim, sffn);
-      mat("ffn_down_shexp.weight", sffn, s.dim);
+      out_mat("ffn_down_shexp.weight", sffn);
       mat("ffn_up_shexp.weight", s.dim, sffn);
     }
     if (a.post_norms) vec("post_ffw_norm.weight", s.dim, norm);
@@ -259,7 +270,7 @@ void plan_layer(const SynthShape& s, const ArchSpec& a, GgmlType type, int64_t l
     mat("ffn_gate.weight", s.dim, s.ffn);
     mat("ffn_up.weight", s.dim, s.ffn);
   }
-  mat("ffn_down.weight", s.ffn, s.dim);
+  out_mat("ffn_down.weight", s.ffn);
   if (s.ffn_bias) {
     if (!a.fused_gate_up) vec("ffn_gate.bias", s.ffn, Init::kUniform, 0.02f);
     vec("ffn_up.bias", s.ffn, Init::kUniform, 0.02f);
@@ -388,7 +399,10 @@ SynthShape with_arch(const SynthShape& shape, const std::string& arch) {
     s.ssm_v_heads = shape.ssm_v_heads;
     s.ssm_conv = shape.ssm_conv;
     s.full_attention_interval = shape.full_attention_interval;
+    s.nextn = shape.nextn;
   }
+  s.residual_damp = shape.residual_damp;
+  s.mtp_echo = shape.mtp_echo;
   if (shape.experts > 0) {  // the shape's experts, else the architecture preset's (qwen3moe)
     s.experts = shape.experts;
     s.experts_used = shape.experts_used;
@@ -467,6 +481,17 @@ Status validate_synth_shape(const SynthShape& s, GgmlType type) {
                             s.ssm_conv, ") and an attention interval (",
                             s.full_attention_interval, ") >= 1");
   }
+  if (s.nextn < 0 || s.nextn > 1 || (s.nextn > 0 && !a->gated_delta_net)) {
+    return invalid_argument("--nextn is ", s.nextn, ": one multi-token-prediction block, on "
+                            "qwen35 / qwen35moe only");
+  }
+  if (s.mtp_echo && (s.nextn == 0 || s.tied)) {
+    return invalid_argument("--mtp-echo needs an MTP block (--nextn 1) and an untied classifier "
+                            "(--untied)");
+  }
+  if (!(s.residual_damp > 0.0f && s.residual_damp <= 1.0f)) {
+    return invalid_argument("--residual-damp is ", s.residual_damp, ", must be in (0, 1]");
+  }
   if (!a->gated_delta_net && s.ssm_state != 0) {
     return invalid_argument(s.arch, " has no Gated DeltaNet layers (ssm_state ", s.ssm_state, ")");
   }
@@ -498,6 +523,15 @@ std::vector<SynthTensor> plan_synth_tensors(const SynthShape& s, GgmlType type, 
     t.push_back({"rope_factors_short.weight", {half}, GgmlType::kF32, Init::kFactors});
   }
   for (int64_t l = 0; l < s.layers; ++l) plan_layer(s, a, type, l, norm, t);
+  for (int64_t l = s.layers; l < s.layers + s.nextn; ++l) {
+    plan_layer(s, a, type, l, norm, t);
+    const std::string p = "blk." + std::to_string(l) + ".nextn.";
+    t.push_back({p + "eh_proj.weight", {2 * s.dim, s.dim}, type,
+                 s.mtp_echo ? Init::kEye : Init::kUniform, fan_in(2 * s.dim)});
+    t.push_back({p + "enorm.weight", {s.dim}, GgmlType::kF32, s.mtp_echo ? Init::kOnes : norm});
+    t.push_back({p + "hnorm.weight", {s.dim}, GgmlType::kF32, norm});
+    if (!s.mtp_echo) t.push_back({p + "shared_head_norm.weight", {s.dim}, GgmlType::kF32, norm});
+  }
   t.push_back({"output_norm.weight", {s.dim}, GgmlType::kF32, norm});
   if (!s.tied && a.output != OutputTensor::kTied) {
     t.push_back({"output.weight", {s.dim, vocab}, type, Init::kUniform, fan_in(s.dim)});
@@ -521,7 +555,8 @@ void set_synth_metadata(gguf::GgufWriter& w, const SynthShape& s, GgmlType type,
   }
   w.set(a + ".context_length", Value::u32(uint32_t(s.context)));
   w.set(a + ".embedding_length", Value::u32(uint32_t(s.dim)));
-  w.set(a + ".block_count", Value::u32(uint32_t(s.layers)));
+  w.set(a + ".block_count", Value::u32(uint32_t(s.layers + s.nextn)));
+  if (s.nextn > 0) w.set(a + ".nextn_predict_layers", Value::u32(uint32_t(s.nextn)));
   w.set(a + ".feed_forward_length", Value::u32(uint32_t(s.ffn)));
   w.set(a + ".rope.dimension_count", Value::u32(uint32_t(s.rope_dim > 0 ? s.rope_dim : hd)));
   w.set(a + ".rope.freq_base", Value::f32(s.rope_theta));

@@ -72,6 +72,21 @@ struct SynthShape {
   // full_attention_interval-th; the attention layers' q carries its gate. ssm_state 0: none.
   int64_t ssm_state = 0, ssm_k_heads = 0, ssm_v_heads = 0, ssm_conv = 4;
   int64_t full_attention_interval = 4;
+  // Multi-token-prediction blocks after the trunk (<arch>.nextn_predict_layers; qwen35 /
+  // qwen35moe): blk.{layers + i} is a full-attention layer plus nextn.eh_proj {2 dim, dim},
+  // nextn.enorm, nextn.hnorm and nextn.shared_head_norm, as llama.cpp's converter writes them;
+  // block_count counts them.
+  int64_t nextn = 0;
+  // A constructed file for speculation runs (not a real model's weights): every matrix that
+  // writes into the trunk's residual stream (attn_output, ssm_out, ffn_down and the experts'
+  // and shared expert's down) has its stddev multiplied by residual_damp, so the trunk's
+  // next-token function stays close to a function of the current token alone; with mtp_echo
+  // the MTP block computes that function too (eh_proj = [I | 0], its attention and FFN outputs
+  // zero, enorm ones, no shared_head_norm): its drafts agree with the target as often as the
+  // damped layers leave the argmax alone. mtp_echo needs an untied classifier (a tied one makes
+  // that function the identity: the text repeats one token).
+  float residual_damp = 1.0f;
+  bool mtp_echo = false;
 };
 
 // Real shapes: tinyllama-1.1b, stories110m, stories15m, qwen2.5-0.5b, qwen3-0.6b,
@@ -80,7 +95,7 @@ struct SynthShape {
 // (dim 256, 4 layers, 16 experts of 64, top-4), tiny-qwen2moe (8 experts of 64, top-4, a
 // shared expert of 256), tiny-mixtral (llama, 8 experts of 512, top-2), tiny-qwen35 and
 // tiny-qwen35moe (3 Gated DeltaNet layers of 2 key / 4 value heads, then gated attention);
-// qwen3.5-2b, qwen3.5-35b-a3b;
+// qwen3.5-2b, qwen3.5-35b-a3b (the Qwen3.5 shapes with their one MTP block);
 // and "custom" (dims from flags).
 const std::vector<SynthShape>& synth_presets();
 // The preset `name`, or null.
@@ -101,7 +116,10 @@ struct SynthTensor {
   gguf::GgmlType type = gguf::GgmlType::kF32;
   // kDecay: in [-0.4, -0.1] (a Gated DeltaNet's ssm_a, -exp(A_log): decays of 0.3 .. 0.99 per
   // token with the synthetic gates).
-  enum class Init : uint8_t { kUniform, kOnes, kNearOne, kFactors, kDecay } init = Init::kUniform;
+  // kZero: zeros; kEye: row r is 1 at column r, 0 elsewhere (mtp_echo's eh_proj).
+  enum class Init : uint8_t {
+    kUniform, kOnes, kNearOne, kFactors, kDecay, kZero, kEye
+  } init = Init::kUniform;
   float stddev = 0.0f;  // kUniform
 };
 

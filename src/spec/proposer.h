@@ -50,6 +50,11 @@ struct DraftRequest {
   // nodes are chosen (a chain sampled with the request's params, a tree of the most probable
   // children) and one-hot.
   std::optional<sampling::SiblingDraws> draw;
+  // Drafters that read the target's hidden states (Proposer::reads_hidden()): the target's final
+  // hidden rows (after its output norm) the step just run computed for this request's committed
+  // positions [hidden_position, hidden_position + rows), [rows, dim]; empty when none.
+  std::span<const float> hidden;
+  int64_t hidden_position = 0;
 };
 
 class Proposer {
@@ -77,6 +82,10 @@ class Proposer {
   // K/V into the request's slots past its committed tokens (the scheduler reserves lookahead),
   // mirrors the target's copy-on-write copies, and costs token_cost() seconds per draft token.
   virtual bool is_model() const { return false; }
+  // A drafter that reads the target's hidden states (an MTP head): it is called every step for
+  // every running request the step computed rows of, with those rows (DraftRequest::hidden) and
+  // max_depth 0 where the request is not to draft, so that it keeps up with every request.
+  virtual bool reads_hidden() const { return false; }
   virtual void copy_block(int32_t src_block, int32_t dst_block) {}
   virtual double token_cost() const { return 0.0; }
 };

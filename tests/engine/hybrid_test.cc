@@ -20,6 +20,7 @@
 
 #include "engine/engine_core.h"
 #include "engine_test_util.h"
+#include "executor/draft_proposer.h"
 #include "executor/drafter.h"
 #include "executor/local_executor.h"
 #include "executor_under_test.h"
@@ -55,6 +56,23 @@ const ModelFiles& models() {
         EXPECT_TRUE(w->write(path).ok());
       }
       f->path[preset] = path;
+    }
+    // A constructed file whose MTP head drafts what the target says (docs/qwen35.md: the
+    // residual writers damped, the head computing the damped trunk's function of the token).
+    {
+      model::SynthShape s = *model::find_synth_preset("tiny-qwen35");
+      s.vocab = 0;
+      s.tied = false;
+      s.residual_damp = 0.002f;
+      s.mtp_echo = true;
+      kernels::ThreadPool pool(2);
+      auto w = model::synth_model(s, gguf::GgmlType::kQ8_0, 33, kVocab,
+                                  testing::stories260k_tokenizer_keys(), pool);
+      EXPECT_TRUE(w.ok()) << w.status().to_string();
+      f->path["tiny-qwen35-echo"] = f->dir / "tiny-qwen35-echo.gguf";
+      if (w.ok()) {
+        EXPECT_TRUE(w->write(f->path["tiny-qwen35-echo"]).ok());
+      }
     }
     // A dense draft model of the same vocabulary (qwen3, 2 layers).
     model::SynthShape d = model::with_arch({.name = "draft", .dim = 128, .ffn = 256, .layers = 2,
@@ -123,6 +141,40 @@ struct HybridRun {
   int32_t checkpoints = 8;  // --state-checkpoints (0: no prefix caching)
   bool seeded = false;  // temperature 0.8 with a seed per request instead of greedy
   const std::vector<std::vector<int32_t>>* oracle_want = nullptr;  // the oracle's text (null: greedy)
+  // Set (with proposer kMtp): the MTP head's first draft after each committed sequence it
+  // drafted for is recorded here (in process, whatever ARBOR_TEST_SHARDS says).
+  std::map<std::vector<int32_t>, int32_t>* mtp_first = nullptr;
+};
+
+// The MTP head, recording the first token of each tree it drafts by the committed tokens.
+class RecordingMtp final : public spec::Proposer {
+ public:
+  RecordingMtp(std::unique_ptr<executor::DraftModelProposer> inner,
+               std::map<std::vector<int32_t>, int32_t>* first)
+      : inner_(std::move(inner)), first_(first) {}
+  std::string_view name() const override { return "recording mtp"; }
+  Status propose(std::span<const spec::DraftRequest> requests,
+                 std::vector<sampling::TokenTree>& out) override {
+    ARBOR_RETURN_IF_ERROR(inner_->propose(requests, out));
+    for (size_t i = 0; i < requests.size(); ++i) {
+      if (requests[i].max_depth == 0 || out[i].empty()) continue;
+      const std::vector<int32_t> key(requests[i].token_ids.begin(), requests[i].token_ids.end());
+      const auto [it, fresh] = first_->emplace(key, out[i].node(0).token_id);
+      EXPECT_EQ(it->second, out[i].node(0).token_id) << "two first drafts after one sequence";
+    }
+    return ok_status();
+  }
+  void forget(spec::RequestId id, std::span<const int32_t> t, int32_t n) override {
+    inner_->forget(id, t, n);
+  }
+  bool is_model() const override { return true; }
+  bool reads_hidden() const override { return true; }
+  void copy_block(int32_t src, int32_t dst) override { inner_->copy_block(src, dst); }
+  double token_cost() const override { return inner_->token_cost(); }
+
+ private:
+  std::unique_ptr<executor::DraftModelProposer> inner_;
+  std::map<std::vector<int32_t>, int32_t>* first_;
 };
 
 const std::vector<std::vector<int32_t>>& reference(const std::string& preset);
@@ -171,6 +223,18 @@ Outcome run(const HybridRun& r) {
   if (r.proposer == executor::SpecProposer::kDraft) cpu.draft_model = models().path.at("draft");
   // The oracle's drafter is set on an in-process executor, whatever ARBOR_TEST_SHARDS says.
   Result<std::unique_ptr<step::ModelExecutor>> exec = [&]() -> decltype(exec) {
+    if (r.mtp_first != nullptr) {
+      ARBOR_ASSIGN_OR_RETURN(auto local,
+                             executor::LocalExecutor::load(models().path.at(r.preset), cpu));
+      ARBOR_ASSIGN_OR_RETURN(auto mtp, executor::DraftModelProposer::load_mtp(
+                                           local->runner().model(), local->num_kv_blocks(),
+                                           local->block_size(), local->runner().shared_pool()));
+      mtp->set_tree_shape(3, {});
+      local->set_drafter(std::make_unique<executor::Drafter>(
+          std::make_unique<RecordingMtp>(std::move(mtp), r.mtp_first),
+          executor::DrafterOptions{.tree_budget = r.tree_budget, .tree_width = 3}));
+      return std::unique_ptr<step::ModelExecutor>(std::move(local));
+    }
     if (!r.oracle) return testing::load_executor(models().path.at(r.preset), cpu);
     ARBOR_ASSIGN_OR_RETURN(auto local, executor::LocalExecutor::load(models().path.at(r.preset), cpu));
     local->set_drafter(std::make_unique<executor::Drafter>(
@@ -428,6 +492,133 @@ TEST(Hybrid, TokenTreesEqualPlainGreedy) {
   EXPECT_GT(f.accepted, 0);
 }
 
+// The file's own MTP head as the proposer (--spec mtp): it keeps up with every request from the
+// target's hidden rows, drafts chains and trees, and continues on prefix-cache hits, through
+// chunked prefill, preemption and forks. On the random files it rarely agrees with the target;
+// on the constructed echo file it mostly does, so accepted drafts' hidden rows feed it too.
+TEST(Hybrid, MtpSpeculationEqualsPlainGreedy) {
+  if (tp_refuses()) return;
+  using P = executor::SpecProposer;
+  for (const char* preset : {"tiny-qwen35", "tiny-qwen35moe"}) {
+    SCOPED_TRACE(preset);
+    const HybridRun chains{.preset = preset, .proposer = P::kMtp, .k = 3};
+    expect_plain(chains, run(chains));
+    const HybridRun trees{.preset = preset, .proposer = P::kMtp, .k = 3, .tree_budget = 6};
+    expect_plain(trees, run(trees));
+  }
+  const char* echo = "tiny-qwen35-echo";
+  for (int32_t budget : {0, 8}) {
+    SCOPED_TRACE(str_cat("echo, tree budget ", budget));
+    const HybridRun r{.preset = echo, .proposer = P::kMtp, .k = 4, .tree_budget = budget};
+    const Outcome o = run(r);
+    expect_plain(r, o);
+    // 8 requests x 24 tokens; the head agrees with the damped trunk most of the time.
+    EXPECT_GT(o.accepted, 8 * kMaxTokens / 2);
+    const HybridRun small{.preset = echo, .num_kv_blocks = 14, .chunk = 16, .budget = 32,
+                          .proposer = P::kMtp, .k = 3, .tree_budget = budget};
+    const Outcome s = run(small);
+    expect_plain(small, s);
+    EXPECT_GT(s.preemptions, 0);
+    EXPECT_GT(s.accepted, 8 * kMaxTokens / 3);
+  }
+  const HybridRun chunked{.preset = echo, .block_size = 1, .chunk = 7, .budget = 20,
+                          .proposer = P::kMtp, .k = 3};
+  const Outcome c = run(chunked);
+  expect_plain(chunked, c);
+  EXPECT_GT(c.accepted, 8 * kMaxTokens / 3);
+  const HybridRun forks{.preset = echo, .n = 3, .chunk = 11, .budget = 64, .max_num_seqs = 6,
+                        .proposer = P::kMtp, .k = 3};
+  const Outcome f = run(forks);
+  expect_plain(forks, f);
+  EXPECT_GT(f.accepted, 0);
+}
+
+// What the MTP head must draft first after each prefix of `seq` (greedy): the argmax of its row
+// at position N - 1, that row reading token N - 1 and the target's hidden row at N - 2 — both
+// computed here by plain forwards over the whole sequence, apart from the proposer's
+// bookkeeping. [seq.size()]: index N - 1.
+std::vector<int32_t> mtp_expected_first(const std::string& path, const std::vector<int32_t>& seq) {
+  auto target = model::ModelRunner::load(path, {.num_blocks = 16, .num_threads = 2,
+                                                .load_mtp = true});
+  EXPECT_TRUE(target.ok()) << target.status().to_string();
+  if (!target.ok()) return {};
+  const auto n = static_cast<int32_t>(seq.size());
+  const int32_t dim = (*target)->config().dim;
+  const std::vector<int32_t> blocks = model::SingleSequence::contiguous_blocks(1, 15);
+  model::BatchBuilder b(16);
+  b.add({.block_table = blocks, .tokens = seq, .logits = model::LogitsMode::kNone,
+         .hidden_begin = 0, .hidden_end = n, .state_slot = 0});
+  std::vector<float> hidden(static_cast<size_t>(n) * dim);
+  EXPECT_TRUE((*target)->forward(b.batch(), model::LogitsOut{.hidden = hidden.data()}).ok());
+  auto head_model = (*target)->model().mtp_model();
+  EXPECT_TRUE(head_model.ok()) << head_model.status().to_string();
+  auto head = model::ModelRunner::create(std::move(head_model).value(),
+                                         {.num_blocks = 16, .pool = (*target)->shared_pool()});
+  EXPECT_TRUE(head.ok()) << head.status().to_string();
+  std::vector<float> shifted(static_cast<size_t>(n) * dim, 0.0f);  // row p: the target's p - 1
+  std::copy(hidden.begin(), hidden.end() - dim, shifted.begin() + dim);
+  model::BatchBuilder hb(16);
+  hb.add({.block_table = blocks, .tokens = seq, .logits = model::LogitsMode::kAll,
+          .input_hidden = shifted});
+  const int32_t vocab = (*head)->config().vocab_size;
+  std::vector<float> logits(static_cast<size_t>(n) * vocab);
+  EXPECT_TRUE((*head)->forward(hb.batch(), logits.data()).ok());
+  std::vector<int32_t> first(static_cast<size_t>(n));
+  for (int32_t p = 0; p < n; ++p) {
+    const float* row = logits.data() + static_cast<size_t>(p) * vocab;
+    first[static_cast<size_t>(p)] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+  }
+  return first;
+}
+
+// The MTP head's bookkeeping: whatever the schedule (one prompt step or chunks of 7, blocks of
+// 16 or 1, preemption and recomputation, a continuation on a prefix-cache hit, chains or trees),
+// its first draft after every committed sequence is the one plain forwards give (on the random
+// file, where the head's output depends on the target's hidden rows).
+TEST(Hybrid, MtpDraftsReadTheTargetsHiddenRows) {
+  if (tp_refuses()) return;
+  using P = executor::SpecProposer;
+  const std::string preset = "tiny-qwen35";
+  const std::vector<std::vector<int32_t>> prompts = make_prompts();
+  const std::vector<std::vector<int32_t>>& want = reference(preset);
+  std::vector<std::vector<int32_t>> expected;  // per prompt, per N - 1
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    std::vector<int32_t> seq = prompts[i];
+    seq.insert(seq.end(), want[i].begin(), want[i].end());
+    expected.push_back(mtp_expected_first(models().path.at(preset), seq));
+  }
+  const HybridRun runs[] = {
+      {.preset = preset, .proposer = P::kMtp, .k = 3},
+      {.preset = preset, .block_size = 1, .chunk = 7, .budget = 20, .proposer = P::kMtp, .k = 3},
+      {.preset = preset, .num_kv_blocks = 14, .chunk = 16, .budget = 32, .proposer = P::kMtp,
+       .k = 3},
+      {.preset = preset, .proposer = P::kMtp, .k = 3, .tree_budget = 6},
+  };
+  for (const HybridRun& base : runs) {
+    std::map<std::vector<int32_t>, int32_t> first;
+    HybridRun r = base;
+    r.mtp_first = &first;
+    const Outcome o = run(r);
+    expect_plain(r, o);
+    int64_t checked = 0;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      std::vector<int32_t> seq = prompts[i];
+      for (size_t t = 0; t < want[i].size(); ++t) {
+        seq.push_back(want[i][t]);
+        const auto it = first.find(seq);
+        if (it == first.end()) continue;
+        ++checked;
+        EXPECT_EQ(it->second, expected[i][seq.size() - 1])
+            << "prompt " << i << " after " << seq.size() << " tokens, block size "
+            << r.block_size << ", chunk " << r.chunk << ", tree budget " << r.tree_budget;
+      }
+    }
+    // Drafts after most of the 8 x 24 committed sequences (the last token's is never asked).
+    EXPECT_GT(checked, 8 * (kMaxTokens - 6));
+    if (r.num_kv_blocks == 14) EXPECT_GT(o.preemptions, 0);
+  }
+}
+
 // Seeded sampling (temperature 0.8, a seed per request): draws come from Rng::at(seed, position),
 // and drafts are verified by sample-and-compare, so the tokens with speculation (n-gram chains,
 // draft-model trees, the oracle's chains and trees), prefix hits and preemption equal those of
@@ -443,6 +634,8 @@ TEST(Hybrid, SeededSamplingWithSpeculationEqualsWithout) {
       {.proposer = P::kDraft, .k = 3, .tree_budget = 6, .seeded = true},
       {.num_kv_blocks = 14, .chunk = 16, .budget = 32, .proposer = P::kNgram, .k = 3,
        .seeded = true},
+      {.proposer = P::kMtp, .k = 3, .seeded = true},
+      {.proposer = P::kMtp, .k = 3, .tree_budget = 6, .seeded = true},
   };
   for (const HybridRun& r : runs) {
     const Outcome o = run(r);
@@ -465,19 +658,22 @@ TEST(Hybrid, SeededSamplingWithSpeculationEqualsWithout) {
 // min_accepted: drafts that must have been accepted (chains drawn from the draft model's q and
 // accepted by min(1, p/q): ~7,600 of 4,096 x 6 tokens; one-hot top-k trees accepted by
 // sample-and-compare, i.e. with the target's probability of the draft: ~100).
+// mtp: the file's MTP head drafts instead (on the echo file, whose head agrees with it).
 std::vector<std::vector<int64_t>> token_counts(bool spec, int32_t tree_budget, int32_t n,
-                                               int32_t len, int64_t min_accepted = 0) {
+                                               int32_t len, int64_t min_accepted = 0,
+                                               const std::string& preset = "tiny-qwen35",
+                                               bool mtp = false) {
   executor::ExecutorOptions cpu;
   cpu.num_kv_blocks = 1024;
   cpu.num_threads = 2;
   cpu.max_num_seqs = 64;
   if (spec) {
-    cpu.proposer = executor::SpecProposer::kDraft;
-    cpu.draft_model = models().path.at("draft");
+    cpu.proposer = mtp ? executor::SpecProposer::kMtp : executor::SpecProposer::kDraft;
+    if (!mtp) cpu.draft_model = models().path.at("draft");
     cpu.tree_budget = tree_budget;
     cpu.tree_width = 3;
   }
-  auto exec = testing::load_executor(models().path.at("tiny-qwen35"), cpu);
+  auto exec = testing::load_executor(models().path.at(preset), cpu);
   EXPECT_TRUE(exec.ok()) << exec.status().to_string();
   if (!exec.ok()) return {};
   EngineCoreConfig cfg;
@@ -515,6 +711,10 @@ TEST(Hybrid, UnseededDistributionIsTheTargets) {
   const auto plain = token_counts(false, 0, kN, kLen);
   testing::expect_same_distribution(plain, token_counts(true, 0, kN, kLen, kN), kLen);
   testing::expect_same_distribution(plain, token_counts(true, 6, kN, kLen, 32), kLen);
+  // The MTP head's chains drawn from its q (the model rule), on the file where it agrees.
+  const auto echo_plain = token_counts(false, 0, kN, kLen, 0, "tiny-qwen35-echo");
+  testing::expect_same_distribution(
+      echo_plain, token_counts(true, 0, kN, kLen, kN, "tiny-qwen35-echo", /*mtp=*/true), kLen);
 }
 
 }  // namespace

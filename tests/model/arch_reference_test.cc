@@ -35,6 +35,7 @@
 #include <fstream>
 #include <unistd.h>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -349,6 +350,128 @@ INSTANTIATE_TEST_SUITE_P(EveryArchitecture, ArchReferenceTest, ::testing::Values
                            std::string n = info.param.name;
                            std::replace_if(n.begin(), n.end(),
                                            [](char c) { return !std::isalnum(c); }, '_');
+                           return n;
+                         });
+
+// ---- The MTP head (docs/qwen35.md §8) against llama.cpp's MTP context ----
+
+std::vector<float> read_floats(const std::string& path, size_t n) {
+  std::vector<float> v(n);
+  std::ifstream in(path, std::ios::binary);
+  in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n * sizeof(float)));
+  EXPECT_EQ(in.gcount(), static_cast<std::streamsize>(n * sizeof(float))) << path;
+  return v;
+}
+
+float max_abs_diff(std::span<const float> a, std::span<const float> b) {
+  float m = 0.0f;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]));
+  return m;
+}
+
+// The head's logits at every position of a prompt (row p: token p and the target's hidden row at
+// p - 1, zeros at 0), then kMtpDrafts chained draft rows (the argmax token, the head's own hidden
+// row), from arbor and from `llama_ref mtp` (llama.cpp's MTP context over the same file).
+constexpr int kMtpDrafts = 3;
+
+class MtpReferenceTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MtpReferenceTest, HeadMatchesLlamaCpp) {
+  ASSERT_TRUE(test::require_shared_file(test::kStories260K));
+  ASSERT_EQ(access(reference_bin().c_str(), X_OK), 0)
+      << reference_bin() << " is missing: run scripts/install_reference.sh (make test does)";
+  SynthShape s = *find_synth_preset(GetParam());
+  s.vocab = 0;
+  ASSERT_EQ(s.nextn, 1);
+  test::TempDir dir("mtp_ref");
+  kernels::ThreadPool pool(2);
+  const std::string path = dir / (s.name + "-f32.gguf");
+  {
+    auto w = synth_model(s, gguf::GgmlType::kF32, 5, 512, tokenizer_keys(), pool);
+    ASSERT_TRUE(w.ok()) << w.status().to_string();
+    ASSERT_TRUE(w->write(path).ok());
+  }
+  const std::vector<int32_t> ids = prompt_ids();
+  const int t = static_cast<int>(ids.size()), vocab = 512;
+  std::string list;
+  for (int32_t id : ids) list += (list.empty() ? "" : ",") + std::to_string(id);
+  const std::string out = dir / "mtp.bin", hid = dir / "h.bin";
+  const test::CommandResult r =
+      test::run_shell(str_cat(reference_bin(), " mtp ", path, " ", list, " ", out, " --draft ",
+                              kMtpDrafts, " --hidden ", hid));
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  const int rows = t + kMtpDrafts;
+  const std::vector<float> ref_logits = read_floats(out, static_cast<size_t>(rows) * vocab);
+
+  auto target = ModelRunner::load(path, {.num_blocks = 8, .kv_dtype = kernels::KvDtype::kF32,
+                                         .num_threads = 2, .load_mtp = true});
+  ASSERT_TRUE(target.ok()) << target.status().to_string();
+  const int dim = (*target)->config().dim;
+  const std::vector<float> ref_h = read_floats(hid, static_cast<size_t>(t + rows) * dim);
+  const std::vector<int32_t> blocks = SingleSequence::contiguous_blocks(0, 8);
+  BatchBuilder tb(16);
+  tb.add({.block_table = blocks, .tokens = ids, .logits = LogitsMode::kNone, .hidden_begin = 0,
+          .hidden_end = t, .state_slot = 0});
+  std::vector<float> h(static_cast<size_t>(t) * dim);
+  ASSERT_TRUE((*target)->forward(tb.batch(), LogitsOut{.hidden = h.data()}).ok());
+  // The target's hidden rows (post output norm) the head reads.
+  const float h_diff = max_abs_diff(h, std::span<const float>(ref_h).first(h.size()));
+  EXPECT_LE(h_diff, 1e-3f) << "the target's hidden rows";
+
+  auto head_model = (*target)->model().mtp_model();
+  ASSERT_TRUE(head_model.ok()) << head_model.status().to_string();
+  auto head = ModelRunner::create(std::move(head_model).value(),
+                                  {.num_blocks = 8, .kv_dtype = kernels::KvDtype::kF32,
+                                   .pool = (*target)->shared_pool()});
+  ASSERT_TRUE(head.ok()) << head.status().to_string();
+  std::vector<float> shifted(static_cast<size_t>(t) * dim, 0.0f);
+  std::copy(h.begin(), h.end() - dim, shifted.begin() + dim);
+  std::vector<float> logits(static_cast<size_t>(rows) * vocab);
+  std::vector<float> head_h(static_cast<size_t>(rows) * dim);
+  BatchBuilder mb(16);
+  mb.add({.block_table = blocks, .tokens = ids, .logits = LogitsMode::kAll, .hidden_begin = 0,
+          .hidden_end = t, .input_hidden = shifted});
+  ASSERT_TRUE((*head)->forward(mb.batch(), LogitsOut{.logits = logits.data(),
+                                                      .hidden = head_h.data()}).ok());
+  for (int d = 0; d < kMtpDrafts; ++d) {  // the draft chain, one row at a time
+    const float* last = logits.data() + static_cast<size_t>(t - 1 + d) * vocab;
+    const int32_t token = static_cast<int32_t>(std::max_element(last, last + vocab) - last);
+    const std::vector<float> in(head_h.begin() + static_cast<size_t>(t - 1 + d) * dim,
+                                head_h.begin() + static_cast<size_t>(t + d) * dim);
+    BatchBuilder db(16);
+    db.add({.block_table = blocks, .num_committed = t + d,
+            .tokens = std::span<const int32_t>(&token, 1), .logits = LogitsMode::kAll,
+            .hidden_begin = 0, .hidden_end = 1, .input_hidden = in});
+    ASSERT_TRUE((*head)->forward(db.batch(),
+                                 LogitsOut{.logits = logits.data() + static_cast<size_t>(t + d) * vocab,
+                                           .hidden = head_h.data() + static_cast<size_t>(t + d) * dim})
+                    .ok());
+  }
+  const Agreement prompt_rows =
+      compare(std::vector<float>(logits.begin(), logits.begin() + static_cast<size_t>(t) * vocab),
+              std::vector<float>(ref_logits.begin(),
+                                 ref_logits.begin() + static_cast<size_t>(t) * vocab),
+              vocab, 2e-3f);
+  const Agreement draft_rows =
+      compare(std::vector<float>(logits.begin() + static_cast<size_t>(t) * vocab, logits.end()),
+              std::vector<float>(ref_logits.begin() + static_cast<size_t>(t) * vocab,
+                                 ref_logits.end()),
+              vocab, 2e-3f);
+  const float head_h_diff = max_abs_diff(
+      head_h, std::span<const float>(ref_h).subspan(static_cast<size_t>(t) * dim));
+  std::printf("%-16s MTP rows max |diff| %.2e, draft rows %.2e, target h %.2e, head h %.2e\n",
+              s.name.c_str(), prompt_rows.max_diff, draft_rows.max_diff, h_diff, head_h_diff);
+  EXPECT_LE(prompt_rows.max_diff, 2e-3f);
+  EXPECT_EQ(prompt_rows.top1_mismatch, 0);
+  EXPECT_LE(draft_rows.max_diff, 2e-3f);
+  EXPECT_LE(head_h_diff, 1e-3f) << "the head's own hidden rows, which the drafts chain";
+}
+
+INSTANTIATE_TEST_SUITE_P(Qwen35, MtpReferenceTest,
+                         ::testing::Values("tiny-qwen35", "tiny-qwen35moe"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string n = info.param;
+                           std::replace(n.begin(), n.end(), '-', '_');
                            return n;
                          });
 

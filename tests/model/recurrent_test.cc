@@ -299,6 +299,7 @@ TEST(Qwen35Runner, RefusesInconsistentKeys) {
   test::TempDir dir("qwen35_keys");
   SynthShape s = *find_synth_preset("tiny-qwen35");
   s.vocab = 0;
+  s.nextn = 0;  // 4 blocks, all trunk
   kernels::ThreadPool pool(2);
   struct Case {
     std::string key;
@@ -335,6 +336,37 @@ TEST(Qwen35Runner, RefusesInconsistentKeys) {
   EXPECT_EQ((*m)->config().num_layers, 3);
   EXPECT_EQ((*m)->config().num_nextn_layers, 1);
   EXPECT_EQ((*m)->config().num_recurrent_layers(), 3);
+  // Bound for --spec mtp: blk.3 is then the MTP block, a full-attention layer — and this
+  // file's blk.3 is a trunk layer's attention shape too, so it binds; a Gated DeltaNet block
+  // there would not (its tensors are not an attention layer's).
+  auto mtp = LlamaModel::load(path, {.load_mtp = true});
+  EXPECT_FALSE(mtp.ok()) << "blk.3 has no nextn.* tensors";
+  if (!mtp.ok()) {
+    EXPECT_NE(mtp.status().message().find("nextn.eh_proj"), std::string::npos)
+        << mtp.status().to_string();
+  }
+  // A file written with its MTP block (the preset's) loads with and without it.
+  SynthShape with = *find_synth_preset("tiny-qwen35");
+  with.vocab = 0;
+  auto f = synth_model(with, GgmlType::kF32, 1, kVocab, {}, pool);
+  ASSERT_TRUE(f.ok());
+  const std::string mtp_path = dir / "with_mtp.gguf";
+  ASSERT_TRUE(f->write(mtp_path).ok());
+  auto plain = LlamaModel::load(mtp_path);
+  ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+  EXPECT_TRUE(plain->get()->weights().mtp_layers.empty());
+  EXPECT_FALSE(plain->get()->mtp_model().ok()) << "not loaded with load_mtp";
+  auto loaded = LlamaModel::load(mtp_path, {.load_mtp = true});
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  auto head = loaded->get()->mtp_model();
+  ASSERT_TRUE(head.ok()) << head.status().to_string();
+  EXPECT_EQ(head->get()->config().num_layers, 1);
+  EXPECT_FALSE(head->get()->config().layers[0].recurrent);
+  EXPECT_FALSE(head->get()->config().has_recurrent_layers());
+  EXPECT_TRUE(head->get()->weights().is_mtp_view);
+  // A file without MTP blocks refuses --spec mtp, naming the key.
+  auto none = LlamaModel::load(dir / "edited.gguf", {.load_mtp = true});
+  EXPECT_FALSE(none.ok());
 }
 
 }  // namespace

@@ -25,6 +25,26 @@
 //       0.75, llama.cpp's), the target verifies them in one batch and keeps the longest agreeing
 //       prefix plus its own next token. Prints one line: tokens, seconds, tok/s (prefill
 //       included), drafts proposed and accepted; --ids writes each prompt's generated ids.
+//   llama_ref spec     TARGET.gguf PROMPTS.txt --mtp [--draft K --p-min P] [-n N] [--threads N]
+//                      [--ids OUT.txt]
+//       the same greedy loop with the model's own MTP (NextN) head as the drafter, following
+//       llama.cpp's draft-mtp driver (common/speculative.cpp, the single-head mode of
+//       qwen35/qwen35moe): after every target decode (the prompt, each verification batch) the
+//       MTP context decodes the same rows with the target's h_nextn shifted by one (the first
+//       row pairs with the h carried over from the previous batch, zeros at the start), keeping
+//       only committed positions; then it drafts from (last committed token, target h of the
+//       position before it), chaining its own h_nextn, up to K tokens while its top probability
+//       is >= P. The target is created with n_rs_seq = K + 1 (recurrent-state snapshots) so that
+//       a hybrid model can roll back rejected drafts; a failed rollback is an error.
+//   llama_ref mtp      MODEL.gguf TOKENS OUT.bin [--draft N] [--hidden H.bin] [--threads N]
+//       the MTP head on its own (model loaded with load_mtp, F32 KV caches, flash attention
+//       off): the target decodes TOKENS (T of them) in one batch, giving its h_nextn rows
+//       h_0..h_{T-1} (post-final-norm hidden); the MTP context then decodes one batch of T rows,
+//       row p = (TOKENS[p], position p, h_{p-1}), row 0 with h = zeros (as llama.cpp's driver
+//       starts); then N chained draft steps, step i = (argmax of the previous row's MTP logits,
+//       position T + i, the previous row's MTP h_nextn). OUT.bin: float32 [T + N, n_vocab], the
+//       MTP logits of every row; H.bin: float32 [T, n_embd] target h rows, then [T + N, n_embd]
+//       MTP h_nextn rows.
 //   llama_ref quantize TYPE IN.f32 ROWS COLS OUT.bin
 //       ggml_quantize_chunk (what llama-quantize writes without an importance matrix) of the
 //       float32 matrix [ROWS, COLS] in IN.f32 into ggml type TYPE (its number, e.g. 39 mxfp4).
@@ -39,12 +59,20 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "ggml-backend.h"
 #include "llama.h"
+
+// llama.cpp's staging MTP API (src/llama-ext.h, not in the installed llama.h): exported from
+// libllama with C++ linkage, so declared here with the identical signatures (same mangled names).
+// masked == false: a row for every token of the batch (index = batch row); true: rows only for
+// the outputs (batch.logits != 0). The rows are the post-final-norm hidden states (h_nextn).
+void llama_set_embeddings_nextn(struct llama_context* ctx, bool value, bool masked);
+float* llama_get_embeddings_nextn_ith(struct llama_context* ctx, int32_t i);
 
 namespace {
 
@@ -81,10 +109,11 @@ void quiet_log(ggml_log_level level, const char* text, void*) {
   if (level == GGML_LOG_LEVEL_ERROR) std::fputs(text, stderr);
 }
 
-llama_model* load(const char* path, bool vocab_only) {
+llama_model* load(const char* path, bool vocab_only, bool load_mtp = false) {
   llama_model_params mp = llama_model_default_params();
   mp.n_gpu_layers = 0;
   mp.vocab_only = vocab_only;
+  mp.load_mtp = load_mtp;
   llama_model* model = llama_model_load_from_file(path, mp);
   if (model == nullptr) die(std::string("cannot load ") + path);
   return model;
@@ -317,16 +346,26 @@ int run_dequant(int argc, char** argv) {
 
 // ---- spec: greedy speculative decoding on llama.cpp (llama.cpp's speculative-simple loop) ----
 
-llama_context* make_context(llama_model* model, int n_ctx, int threads) {
+// n_rs_seq: recurrent-state snapshots per sequence (rollback of that many tokens on a hybrid
+// model); mtp_of: create the MTP (NextN) context of that target context instead of a plain one.
+llama_context* make_context(llama_model* model, int n_ctx, int threads, uint32_t n_rs_seq = 0,
+                            llama_context* mtp_of = nullptr) {
   llama_context_params cp = llama_context_default_params();
   cp.n_ctx = static_cast<uint32_t>(n_ctx);
   cp.n_batch = cp.n_ubatch = static_cast<uint32_t>(n_ctx);
   cp.n_seq_max = 1;
+  cp.n_rs_seq = n_rs_seq;
   cp.n_threads = cp.n_threads_batch = threads;
   cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
   cp.no_perf = true;
+  if (mtp_of != nullptr) {
+    cp.ctx_type = LLAMA_CONTEXT_TYPE_MTP;
+    cp.ctx_other = mtp_of;
+  }
   llama_context* ctx = llama_init_from_model(model, cp);
-  if (ctx == nullptr) die("cannot create a context");
+  if (ctx == nullptr) {
+    die(mtp_of != nullptr ? "cannot create the MTP context" : "cannot create a context");
+  }
   return ctx;
 }
 
@@ -349,12 +388,68 @@ llama_token argmax(const float* row, int n_vocab) {
   return static_cast<llama_token>(std::max_element(row, row + n_vocab) - row);
 }
 
+// The greedy token of `row` and its probability renormalised over the 10 most probable tokens,
+// as llama.cpp's draft-mtp driver judges p_min (its sampler is top-k 10).
+std::pair<llama_token, float> top10_with_prob(const float* row, int n_vocab) {
+  std::vector<int> ids(static_cast<size_t>(n_vocab));
+  for (int i = 0; i < n_vocab; ++i) ids[static_cast<size_t>(i)] = i;
+  const int k = std::min(10, n_vocab);
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
+                    [&](int a, int b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+  double sum = 0.0;
+  for (int i = 0; i < k; ++i) sum += std::exp(static_cast<double>(row[ids[i]] - row[ids[0]]));
+  return {static_cast<llama_token>(ids[0]), static_cast<float>(1.0 / sum)};
+}
+
 // The greedy token of `row` and its softmax probability.
 std::pair<llama_token, float> top_with_prob(const float* row, int n_vocab) {
   const llama_token best = argmax(row, n_vocab);
   double sum = 0.0;
   for (int i = 0; i < n_vocab; ++i) sum += std::exp(static_cast<double>(row[i] - row[best]));
   return {best, static_cast<float>(1.0 / sum)};
+}
+
+// A batch for the MTP context: llama_batch_init allocates either token or embd, the MTP graph
+// takes both (the token x_p and the hidden row h_{p-1}), so token is allocated as well, as
+// llama.cpp's driver does; llama_batch_free frees both.
+struct MtpBatch {
+  llama_batch b;
+  int n_embd;
+  MtpBatch(int capacity, int embd) : b(llama_batch_init(capacity, embd, 1)), n_embd(embd) {
+    b.token = static_cast<llama_token*>(std::malloc(sizeof(llama_token) * capacity));
+    if (b.token == nullptr) die("out of memory");
+  }
+  ~MtpBatch() { llama_batch_free(b); }
+  MtpBatch(const MtpBatch&) = delete;
+  MtpBatch& operator=(const MtpBatch&) = delete;
+  // Row i: token at position pos with hidden row h (n_embd floats).
+  void set(int i, llama_token token, int pos, const float* h, bool logits) {
+    b.token[i] = token;
+    b.pos[i] = pos;
+    b.n_seq_id[i] = 1;
+    b.seq_id[i][0] = 0;
+    b.logits[i] = logits;
+    std::memcpy(b.embd + static_cast<size_t>(i) * n_embd, h, sizeof(float) * n_embd);
+  }
+};
+
+void mtp_enable(llama_context* tgt, llama_context* mtp) {
+  llama_set_embeddings_nextn(tgt, true, /*masked=*/false);  // h_nextn of every target row
+  llama_set_embeddings_nextn(mtp, true, /*masked=*/true);   // h_nextn of the MTP's output rows
+}
+
+// The target's h_nextn row i (batch row) of its last decode.
+const float* target_h(llama_context* tgt, int i) {
+  const float* h = llama_get_embeddings_nextn_ith(tgt, i);
+  if (h == nullptr) die("no target h_nextn row " + std::to_string(i));
+  return h;
+}
+
+void remove_from(llama_context* ctx, int p0, const char* what) {
+  if (!llama_memory_seq_rm(llama_get_memory(ctx), 0, p0, -1)) {
+    die(std::string("llama_memory_seq_rm cannot roll ") + what + " back to position " +
+        std::to_string(p0) + " (a hybrid model needs n_rs_seq >= the rows rejected)");
+  }
 }
 
 struct SpecTotals {
@@ -425,6 +520,107 @@ void generate(llama_context* tgt, llama_context* dft, llama_batch& batch, int n_
   totals.generated += made;
 }
 
+// llama.cpp's draft-mtp driver (common_speculative_impl_draft_mtp, single trained head) in the
+// greedy loop of generate(): one prompt, `n` tokens, up to k drafts per verification.
+struct MtpState {
+  std::vector<float> pending_h;  // target h of the last committed position (zeros at first)
+  std::vector<float> verify_h;   // target h rows of the last target batch
+};
+
+// process(): after a target decode of ids[0..n) at positions pos.., the MTP context decodes the
+// same rows, row i paired with the target h of row i - 1 (row 0 with the carried pending h);
+// no outputs. Keeps the batch's target h rows; pending h = its last row (accept() fixes it up).
+void mtp_process(llama_context* tgt, llama_context* mtp, MtpBatch& mb, MtpState& st,
+                 const llama_token* ids, int n, int pos) {
+  const size_t w = static_cast<size_t>(mb.n_embd);
+  st.verify_h.resize(static_cast<size_t>(n) * w);
+  for (int i = 0; i < n; ++i) {
+    std::memcpy(st.verify_h.data() + i * w, target_h(tgt, i), sizeof(float) * w);
+  }
+  for (int i = 0; i < n; ++i) {
+    mb.set(i, ids[i], pos + i, i == 0 ? st.pending_h.data() : st.verify_h.data() + (i - 1) * w,
+           false);
+  }
+  mb.b.n_tokens = n;
+  if (llama_decode(mtp, mb.b) != 0) die("llama_decode (MTP process) failed");
+  std::copy(st.verify_h.end() - static_cast<std::ptrdiff_t>(w), st.verify_h.end(),
+            st.pending_h.begin());
+}
+
+void generate_mtp(llama_context* tgt, llama_context* mtp, llama_batch& batch, MtpBatch& mb,
+                  int n_vocab, const std::vector<llama_token>& prompt, int n, int k, float p_min,
+                  std::vector<llama_token>& out, SpecTotals& totals) {
+  llama_memory_clear(llama_get_memory(tgt), true);
+  llama_memory_clear(llama_get_memory(mtp), true);
+  MtpState st;
+  st.pending_h.assign(static_cast<size_t>(mb.n_embd), 0.0f);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<llama_token> seq = prompt;  // committed tokens
+  decode_ids(tgt, batch, seq.data(), static_cast<int>(seq.size()), 0, false);
+  mtp_process(tgt, mtp, mb, st, seq.data(), static_cast<int>(seq.size()), 0);
+  llama_token next = argmax(llama_get_logits_ith(tgt, -1), n_vocab);
+  int made = 0;
+  while (made < n) {
+    seq.push_back(next);
+    out.push_back(next);
+    ++made;
+    if (made >= n) break;
+    // `next` is committed, in neither cache yet: position pos0. The MTP holds 0..pos0-1.
+    const int pos0 = static_cast<int>(seq.size()) - 1;
+    std::vector<llama_token> drafts;
+    if (k > 0) {
+      // draft(): (next, pos0, pending h = target h at pos0 - 1), then each drafted token with
+      // the MTP's own h_nextn of the row before, while the top probability is >= p_min.
+      const int room = std::min(k, n - made);
+      mb.set(0, next, pos0, st.pending_h.data(), true);
+      mb.b.n_tokens = 1;
+      for (int j = 0; j < room; ++j) {
+        if (llama_decode(mtp, mb.b) != 0) die("llama_decode (MTP draft) failed");
+        const auto [tok, p] = top10_with_prob(llama_get_logits_ith(mtp, 0), n_vocab);
+        if (p < p_min) break;
+        drafts.push_back(tok);
+        if (j + 1 < room) {
+          const float* h = llama_get_embeddings_nextn_ith(mtp, 0);
+          if (h == nullptr) die("no MTP h_nextn row");
+          mb.set(0, tok, pos0 + j + 1, h, true);
+        }
+      }
+      // The draft rows leave the MTP cache: process() re-adds the verified rows.
+      remove_from(mtp, pos0, "the MTP cache");
+    }
+    std::vector<llama_token> rows = {next};
+    rows.insert(rows.end(), drafts.begin(), drafts.end());
+    const int n_rows = static_cast<int>(rows.size());
+    decode_ids(tgt, batch, rows.data(), n_rows, pos0, true);
+    mtp_process(tgt, mtp, mb, st, rows.data(), n_rows, pos0);
+    int accepted = 0;
+    llama_token sampled = argmax(llama_get_logits_ith(tgt, 0), n_vocab);
+    while (accepted < static_cast<int>(drafts.size()) && sampled == drafts[accepted] &&
+           made < n) {
+      seq.push_back(sampled);
+      out.push_back(sampled);
+      ++made;
+      ++accepted;
+      sampled = argmax(llama_get_logits_ith(tgt, accepted), n_vocab);
+    }
+    if (!drafts.empty()) {
+      ++totals.verifications;
+      totals.drafted += static_cast<int64_t>(drafts.size());
+      totals.accepted += accepted;
+    }
+    // accept(): the pending h is the target h of the last committed row.
+    const size_t w = static_cast<size_t>(mb.n_embd);
+    std::copy(st.verify_h.begin() + accepted * w, st.verify_h.begin() + (accepted + 1) * w,
+              st.pending_h.begin());
+    // Rejected rows leave both caches (the target's recurrent state through its snapshots).
+    remove_from(tgt, static_cast<int>(seq.size()), "the target");
+    remove_from(mtp, static_cast<int>(seq.size()), "the MTP cache");
+    next = sampled;
+  }
+  totals.seconds += seconds_since(t0);
+  totals.generated += made;
+}
+
 std::vector<std::string> read_lines(const char* path) {
   std::ifstream in(path);
   if (!in) die(std::string("cannot read ") + path);
@@ -435,18 +631,115 @@ std::vector<std::string> read_lines(const char* path) {
   return lines;
 }
 
+// ---- mtp: the MTP (NextN) head on its own, fed as llama.cpp's draft-mtp driver feeds it ----
+
+int run_mtp(int argc, char** argv) {
+  if (argc < 5) {
+    die("usage: llama_ref mtp MODEL TOKENS OUT.bin [--draft N] [--hidden H.bin] [--threads N]");
+  }
+  const std::vector<llama_token> ids = parse_ids(argv[3]);
+  if (ids.empty()) die("no tokens");
+  const int t = static_cast<int>(ids.size());
+  const int n_draft = std::atoi(flag_value(argc, argv, "--draft", "0"));
+  if (n_draft < 0) die("--draft must be >= 0");
+  const int threads = std::atoi(flag_value(argc, argv, "--threads", "2"));
+  llama_model* model = load(argv[2], false, true);
+  if (llama_model_n_layer_nextn(model) <= 0) die("the model has no MTP layers");
+  const int n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
+  const int n_embd = llama_model_n_embd_out(model);
+  const int rows = t + n_draft;
+  llama_context_params cp = llama_context_default_params();
+  cp.n_ctx = static_cast<uint32_t>(rows < 256 ? 256 : rows);
+  cp.n_batch = cp.n_ubatch = cp.n_ctx;
+  cp.n_seq_max = 1;
+  cp.n_threads = cp.n_threads_batch = threads;
+  cp.type_k = cp.type_v = GGML_TYPE_F32;
+  cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+  cp.swa_full = true;
+  cp.no_perf = true;
+  llama_context* tgt = llama_init_from_model(model, cp);
+  if (tgt == nullptr) die("cannot create a context");
+  // The MTP context as llama.cpp creates it: its own KV cache for the NextN layer, no
+  // recurrent-state snapshots, the target as ctx_other.
+  llama_context_params mp = cp;
+  mp.ctx_type = LLAMA_CONTEXT_TYPE_MTP;
+  mp.ctx_other = tgt;
+  mp.n_rs_seq = 0;
+  llama_context* mtp = llama_init_from_model(model, mp);
+  if (mtp == nullptr) die("cannot create the MTP context");
+  mtp_enable(tgt, mtp);
+
+  // The target: all T tokens in one batch, h_nextn rows h_0..h_{T-1}.
+  llama_batch batch = llama_batch_init(t, 0, 1);
+  decode_ids(tgt, batch, ids.data(), t, 0, true);
+  std::vector<float> h_tgt(static_cast<size_t>(t) * n_embd);
+  for (int i = 0; i < t; ++i) {
+    std::memcpy(h_tgt.data() + static_cast<size_t>(i) * n_embd, target_h(tgt, i),
+                sizeof(float) * n_embd);
+  }
+  // The MTP: row p = (x_p, position p, h_{p-1}), row 0 with zeros; logits at every row.
+  MtpBatch mb(t, n_embd);
+  const std::vector<float> zeros(static_cast<size_t>(n_embd), 0.0f);
+  for (int p = 0; p < t; ++p) {
+    mb.set(p, ids[p], p, p == 0 ? zeros.data() : h_tgt.data() + static_cast<size_t>(p - 1) * n_embd,
+           true);
+  }
+  mb.b.n_tokens = t;
+  if (llama_decode(mtp, mb.b) != 0) die("llama_decode (MTP) failed");
+  std::vector<float> logits(static_cast<size_t>(rows) * n_vocab);
+  std::vector<float> h_mtp(static_cast<size_t>(rows) * n_embd);
+  auto keep_row = [&](int dst, int src) {
+    const float* l = llama_get_logits_ith(mtp, src);
+    const float* h = llama_get_embeddings_nextn_ith(mtp, src);
+    if (l == nullptr || h == nullptr) die("no MTP output for row " + std::to_string(dst));
+    std::memcpy(logits.data() + static_cast<size_t>(dst) * n_vocab, l, sizeof(float) * n_vocab);
+    std::memcpy(h_mtp.data() + static_cast<size_t>(dst) * n_embd, h, sizeof(float) * n_embd);
+  };
+  for (int p = 0; p < t; ++p) keep_row(p, p);
+  // Chained drafts: the previous row's greedy token and its own h_nextn, one row at a time.
+  for (int i = 0; i < n_draft; ++i) {
+    const int prev = t + i - 1;
+    const llama_token tok = argmax(logits.data() + static_cast<size_t>(prev) * n_vocab, n_vocab);
+    mb.set(0, tok, t + i, h_mtp.data() + static_cast<size_t>(prev) * n_embd, true);
+    mb.b.n_tokens = 1;
+    if (llama_decode(mtp, mb.b) != 0) die("llama_decode (MTP draft) failed");
+    keep_row(t + i, 0);
+  }
+  write_file(argv[4], logits.data(), logits.size() * sizeof(float));
+  if (const char* hidden = flag_value(argc, argv, "--hidden", nullptr)) {
+    std::ofstream out(hidden, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(h_tgt.data()),
+              static_cast<std::streamsize>(h_tgt.size() * sizeof(float)));
+    out.write(reinterpret_cast<const char*>(h_mtp.data()),
+              static_cast<std::streamsize>(h_mtp.size() * sizeof(float)));
+    if (!out) die(std::string("cannot write ") + hidden);
+  }
+  std::fprintf(stderr, "mtp: n_embd %d, vocab %d, rows %d (%d tokens + %d drafts)\n", n_embd,
+               n_vocab, rows, t, n_draft);
+  llama_batch_free(batch);
+  llama_free(mtp);
+  llama_free(tgt);
+  llama_model_free(model);
+  return 0;
+}
+
 int run_spec(int argc, char** argv) {
   if (argc < 4) {
-    die("usage: llama_ref spec TARGET PROMPTS.txt [--draft-model DRAFT --draft K --p-min P] "
-        "[-n N] [--threads T] [--ids OUT.txt]");
+    die("usage: llama_ref spec TARGET PROMPTS.txt [--draft-model DRAFT | --mtp] [--draft K] "
+        "[--p-min P] [-n N] [--threads T] [--ids OUT.txt]");
   }
   const int n = std::atoi(flag_value(argc, argv, "-n", "128"));
   const int threads = std::atoi(flag_value(argc, argv, "--threads", "2"));
   const char* draft_path = flag_value(argc, argv, "--draft-model", nullptr);
-  const int k = draft_path == nullptr ? 0 : std::atoi(flag_value(argc, argv, "--draft", "8"));
+  const bool use_mtp = has_flag(argc, argv, "--mtp");
+  if (use_mtp && draft_path != nullptr) die("--mtp and --draft-model exclude each other");
+  const int k = draft_path == nullptr && !use_mtp
+                    ? 0 : std::atoi(flag_value(argc, argv, "--draft", "8"));
+  if (k < 0) die("--draft must be >= 0");
   const float p_min = static_cast<float>(std::atof(flag_value(argc, argv, "--p-min", "0.75")));
   const std::vector<std::string> prompts = read_lines(argv[3]);
-  llama_model* target = load(argv[2], false);
+  llama_model* target = load(argv[2], false, use_mtp);
+  if (use_mtp && llama_model_n_layer_nextn(target) <= 0) die("--mtp: the model has no MTP layers");
   llama_model* draft = draft_path != nullptr ? load(draft_path, false) : nullptr;
   const llama_vocab* vocab = llama_model_get_vocab(target);
   const int n_vocab = llama_vocab_n_tokens(vocab);
@@ -454,8 +747,14 @@ int run_spec(int argc, char** argv) {
     die("the draft model's vocabulary differs from the target's");
   }
   const int n_ctx = 1024 + n + k + 8;
-  llama_context* tgt = make_context(target, n_ctx, threads);
+  // With --mtp the target keeps k + 1 recurrent-state snapshots (a verification batch has at
+  // most k + 1 rows, at most k of them rejected), llama.cpp's n_rs_seq rollback.
+  llama_context* tgt = make_context(target, n_ctx, threads, use_mtp ? k + 1 : 0);
   llama_context* dft = draft != nullptr ? make_context(draft, n_ctx, threads) : nullptr;
+  llama_context* mtp = use_mtp ? make_context(target, n_ctx, threads, 0, tgt) : nullptr;
+  if (mtp != nullptr) mtp_enable(tgt, mtp);
+  std::unique_ptr<MtpBatch> mtp_batch;
+  if (mtp != nullptr) mtp_batch = std::make_unique<MtpBatch>(n_ctx, llama_model_n_embd_out(target));
   llama_batch batch = llama_batch_init(n_ctx, 0, 1);
   SpecTotals totals;
   std::string ids_text;
@@ -466,7 +765,11 @@ int run_spec(int argc, char** argv) {
     if (m <= 0 || m > 1024) die("cannot tokenize prompt " + std::to_string(p));
     ids.resize(static_cast<size_t>(m));
     std::vector<llama_token> out;
-    generate(tgt, dft, batch, n_vocab, ids, n, k, p_min, out, totals);
+    if (mtp != nullptr) {
+      generate_mtp(tgt, mtp, batch, *mtp_batch, n_vocab, ids, n, k, p_min, out, totals);
+    } else {
+      generate(tgt, dft, batch, n_vocab, ids, n, k, p_min, out, totals);
+    }
     for (size_t i = 0; i < out.size(); ++i) ids_text += (i ? "," : "") + std::to_string(out[i]);
     ids_text += "\n";
   }
@@ -480,6 +783,8 @@ int run_spec(int argc, char** argv) {
               static_cast<long long>(totals.accepted),
               static_cast<long long>(totals.verifications), k, p_min);
   llama_batch_free(batch);
+  mtp_batch.reset();
+  if (mtp != nullptr) llama_free(mtp);
   if (dft != nullptr) llama_free(dft);
   llama_free(tgt);
   if (draft != nullptr) llama_model_free(draft);
@@ -490,7 +795,7 @@ int run_spec(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) die("usage: llama_ref logits|embed|tokenize|bench|spec|quantize|dequant ...");
+  if (argc < 2) die("usage: llama_ref logits|embed|tokenize|bench|spec|mtp|quantize|dequant ...");
   llama_log_set(quiet_log, nullptr);
   // The package's CPU backends (one per ISA level) sit beside libllama; the best one loads.
   const char* libdir = std::getenv("LLAMA_REF_LIBDIR");
@@ -503,6 +808,7 @@ int main(int argc, char** argv) {
   if (mode == "tokenize") return run_tokenize(argc, argv);
   if (mode == "bench") return run_bench(argc, argv);
   if (mode == "spec") return run_spec(argc, argv);
+  if (mode == "mtp") return run_mtp(argc, argv);
   if (mode == "quantize") return run_quantize(argc, argv);
   if (mode == "dequant") return run_dequant(argc, argv);
   die("unknown mode " + mode);
