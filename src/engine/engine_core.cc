@@ -304,6 +304,7 @@ EngineCore::EngineCore(std::unique_ptr<step::ModelExecutor> executor, const Engi
   if (so.max_spec_tokens > 0) {
     so.spec_cost = measure_spec_costs();
     so.reserve_draft_slots = executor_->proposer_writes_kv();
+    so.draft_keeps_up = executor_->proposer_keeps_up();
     so.max_tree_nodes = executor_->max_tree_nodes();
   }
   scheduler_ = std::make_unique<sched::Scheduler>(so, *kv_);

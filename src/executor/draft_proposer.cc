@@ -18,6 +18,7 @@ Result<std::unique_ptr<DraftModelProposer>> DraftModelProposer::load(
   ro.num_blocks = num_blocks;
   ro.pool = std::move(pool);
   ro.make_ops = std::move(make_ops);
+  ro.populate_kv = true;
   Result<std::unique_ptr<model::ModelRunner>> runner = model::ModelRunner::load(path, ro);
   if (!runner.ok()) return runner.status().with_context(str_cat("draft model ", path));
   if ((*runner)->recurrent_states() != nullptr) {
@@ -36,6 +37,7 @@ Result<std::unique_ptr<DraftModelProposer>> DraftModelProposer::load_mtp(
   ro.block_size = block_size;
   ro.num_blocks = num_blocks;
   ro.pool = std::move(pool);
+  ro.populate_kv = true;  // as the target's: no page faults mid-serving
   Result<std::unique_ptr<model::ModelRunner>> runner =
       model::ModelRunner::create(std::move(head), ro);
   if (!runner.ok()) return runner.status().with_context("the MTP head");

@@ -84,6 +84,9 @@ class LocalExecutor : public step::ModelExecutor {
   bool proposer_writes_kv() const override {
     return drafter_ != nullptr && drafter_->proposer().is_model();
   }
+  bool proposer_keeps_up() const override {
+    return drafter_ != nullptr && drafter_->proposer().reads_hidden();
+  }
   int32_t recurrent_state_slots() const override {
     if (runner_->recurrent_states() == nullptr) return 0;
     return main_slots_ > 0 ? main_slots_

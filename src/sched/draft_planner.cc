@@ -158,15 +158,34 @@ void DraftPlanner::limit_draft_model_asks(std::span<RequestPlan> plans, int64_t 
   const bool negligible = negligible_draft_cost();
   int64_t num_sampling = 0;
   for (const RequestPlan& p : plans) num_sampling += p.sample ? 1 : 0;
+  bool probe = false;
+  if (may_pay || negligible) {
+    steps_since_probe_ = 0;
+  } else if (num_sampling > 0 && ++steps_since_probe_ >= kProbeInterval) {
+    probe = true;
+  }
   for (RequestPlan& p : plans) {
     Request& req = *p.req;
-    const double catch_up = static_cast<double>(req.num_tokens() - req.spec.draft_synced_tokens) *
-                            options_.cost.draft_cost;
-    const bool costly_catch_up =
-        !req.spec.draft_in_sync && num_sampling > 2 && catch_up > kMaxDraftCatchUpCost;
+    // An MTP head keeps up by itself: nobody is behind it.
+    const double catch_up =
+        options_.draft_keeps_up
+            ? 0.0
+            : static_cast<double>(req.num_tokens() - req.spec.draft_synced_tokens) *
+                  options_.cost.draft_cost;
+    const bool costly_catch_up = !options_.draft_keeps_up && !req.spec.draft_in_sync &&
+                                 num_sampling > 2 && catch_up > kMaxDraftCatchUpCost;
     // A draft model of negligible cost keeps proposing where no draft pays (its first draft
-    // still teaches the acceptance estimates: observe_unverified).
-    if (!is_fixed(req) && ((!may_pay && !negligible) || costly_catch_up)) p.ask_depth = 0;
+    // still teaches the acceptance estimates: observe_unverified); a costly one probes.
+    if (!is_fixed(req) && ((!may_pay && !negligible) || costly_catch_up)) {
+      if (probe && p.sample && p.ask_depth > 0 && catch_up <= kMaxDraftCatchUpCost) {
+        probe = false;
+        steps_since_probe_ = 0;
+        ++num_probes_;
+        p.ask_depth = 1;
+      } else {
+        p.ask_depth = 0;
+      }
+    }
     if (!p.sample) continue;
     req.spec.draft_in_sync = p.ask_depth > 0;
     // The draft model will have seen everything up to this step's sampled token.

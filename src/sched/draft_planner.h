@@ -38,6 +38,10 @@ inline constexpr double kMaxDraftCatchUpCost = 0.25;
 // policy declines its drafts, its first draft still tells the acceptance estimate whether it
 // agreed with the target (observe_unverified), so the estimate can climb back.
 inline constexpr double kNegligibleDraftCost = 0.02;
+// In steps where no draft could pay (a costly drafter), one request still proposes one draft
+// every this many steps — a probe: its first draft and its step's cost keep the acceptance and
+// overhead estimates current, so one unlucky estimate cannot stop speculation for good.
+inline constexpr int64_t kProbeInterval = 16;
 
 struct DraftPlannerOptions {
   int32_t max_spec_tokens = 0;  // levels verified per request per step; 0 = no speculation
@@ -45,6 +49,9 @@ struct DraftPlannerOptions {
   int64_t max_model_len = 0;    // 0 = unbounded
   // The proposer writes K/V for its drafts (a draft model): reserve lookahead slots for them.
   bool reserve_draft_slots = false;
+  // The proposer keeps up with every request every step by itself (an MTP head): no request is
+  // ever behind it, so none waits for a cheap catch-up.
+  bool draft_keeps_up = false;
   SpecCostModel cost{};
   SpecPolicyOptions policy{};
 };
@@ -98,6 +105,8 @@ class DraftPlanner {
   double acceptance() const { return policy_.acceptance(-1.0); }
   int64_t num_candidates() const { return num_candidates_; }
   int64_t num_declined() const { return num_declined_; }
+  // Probes made (kProbeInterval).
+  int64_t num_probes() const { return num_probes_; }
 
  private:
   int32_t next_depth(const Request& req, int32_t levels) const;
@@ -113,6 +122,8 @@ class DraftPlanner {
   SpecPolicy policy_;
   int64_t num_candidates_ = 0;
   int64_t num_declined_ = 0;
+  int64_t num_probes_ = 0;
+  int64_t steps_since_probe_ = 0;  // steps where no draft could pay, since the last probe
   // Exponential means of seconds / predicted relative cost (observe_step); < 0: none yet.
   double plain_step_scale_ = -1.0;
   double spec_step_scale_ = -1.0;

@@ -57,6 +57,7 @@ Scheduler::Scheduler(const SchedulerOptions& options, kv::KvCacheManager& kv)
                                   .max_tree_nodes = options.max_tree_nodes,
                                   .max_model_len = options.max_model_len,
                                   .reserve_draft_slots = options.reserve_draft_slots,
+                                  .draft_keeps_up = options.draft_keeps_up,
                                   .cost = options.spec_cost,
                                   .policy = options.spec_policy}) {
   ARBOR_CHECK_GE(options_.max_num_seqs, 1);
@@ -270,6 +271,7 @@ SchedulerStats Scheduler::stats() const {
       .num_priority_preemptions = num_priority_preemptions_,
       .num_spec_candidates = drafts_.num_candidates(),
       .num_spec_declined = drafts_.num_declined(),
+      .num_spec_probes = drafts_.num_probes(),
       .spec_acceptance = drafts_.acceptance(),
       .num_steps = num_steps_,
       .num_state_checkpoints = checkpoints_.size(),

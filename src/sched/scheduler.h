@@ -87,6 +87,8 @@ struct SchedulerOptions {
   // lookahead slots past each sampling request's step (dropped, not preempted for, when the
   // pool is short).
   bool reserve_draft_slots = false;
+  // The proposer keeps up with every request by itself (ModelExecutor::proposer_keeps_up).
+  bool draft_keeps_up = false;
   // The executor proposes token trees of at most this many nodes (ModelExecutor::
   // max_tree_nodes); 0 = chains. A tree's depth is capped like a chain's length.
   int32_t max_tree_nodes = 0;
@@ -141,6 +143,7 @@ struct SchedulerStats {
   int64_t num_priority_preemptions = 0;  // ... of those, made for a waiting request (kPriority)
   int64_t num_spec_candidates = 0;   // decoding requests that had drafts to verify (total)
   int64_t num_spec_declined = 0;     // ... for which the policy chose k = 0
+  int64_t num_spec_probes = 0;       // costly drafters' probes (kProbeInterval), total
   double spec_acceptance = 0.0;      // the policy's engine-wide acceptance estimate
   int64_t num_steps = 0;
   // A recurrent model's state checkpoints (SchedulerOptions::state_checkpoints): held now,

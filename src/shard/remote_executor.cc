@@ -690,6 +690,7 @@ std::vector<int32_t> RemoteExecutor::kv_group_windows() const {
 double RemoteExecutor::draft_token_cost() const { return impl_->geometry().draft_token_cost(); }
 bool RemoteExecutor::has_proposer() const { return impl_->geometry().has_proposer(); }
 bool RemoteExecutor::proposer_writes_kv() const { return impl_->geometry().proposer_writes_kv(); }
+bool RemoteExecutor::proposer_keeps_up() const { return impl_->geometry().proposer_keeps_up(); }
 int32_t RemoteExecutor::max_tree_nodes() const { return impl_->geometry().max_tree_nodes(); }
 step::ExpertShape RemoteExecutor::expert_shape() const {
   return {impl_->geometry().num_experts(), impl_->geometry().num_experts_used()};

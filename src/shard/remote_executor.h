@@ -87,6 +87,7 @@ class RemoteExecutor : public step::ModelExecutor {
   double draft_token_cost() const override;
   bool has_proposer() const override;
   bool proposer_writes_kv() const override;
+  bool proposer_keeps_up() const override;
   int32_t max_tree_nodes() const override;
   bool faulted() const override;
   Status recover() override;

@@ -124,6 +124,7 @@ class ShardService final : public wire::Shard::Service {
     for (int32_t w : exec_->kv_group_windows()) r->add_kv_group_windows(w);
     r->set_has_proposer(exec_->has_proposer());
     r->set_proposer_writes_kv(exec_->proposer_writes_kv());
+    r->set_proposer_keeps_up(exec_->proposer_keeps_up());
     r->set_max_tree_nodes(exec_->max_tree_nodes());
     r->set_draft_token_cost(exec_->draft_token_cost());
     r->set_num_experts(exec_->expert_shape().num_experts);

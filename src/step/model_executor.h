@@ -119,6 +119,10 @@ class ModelExecutor {
   // then reserves max_next_draft_tokens lookahead slots).
   virtual bool has_proposer() const { return false; }
   virtual bool proposer_writes_kv() const { return false; }
+  // Whether the proposer keeps up with every request every step whether or not it was asked
+  // to propose (an MTP head, fed the target's hidden rows): a request that did not ask is never
+  // behind, so starting to propose costs no catch-up.
+  virtual bool proposer_keeps_up() const { return false; }
   // > 0 when the proposer returns token trees: their most nodes per request (the scheduler
   // reserves this many lookahead slots for a draft model's tree forwards); 0 = chains.
   virtual int32_t max_tree_nodes() const { return 0; }

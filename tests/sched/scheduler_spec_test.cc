@@ -251,6 +251,53 @@ TEST(SchedulerSpec, DeclinedDraftsStillTeachAcceptanceSoAPerfectDraftComesBack) 
   EXPECT_GE(run(true), 80);
 }
 
+// A costly drafter that keeps up by itself (an MTP head: 30 % of a step per draft) and a prior
+// at which no draft pays: nobody proposes, so no estimate would ever change — except that one
+// request proposes one draft every kProbeInterval such steps (a probe; a draft model only where
+// its catch-up is cheap), whose first draft tells the estimate whether it agreed. So a perfect
+// drafter comes back; one that never agrees costs only the probes.
+TEST(SchedulerSpec, ACostlyDrafterProbesSoAPerfectOneComesBack) {
+  const auto run = [](int32_t correct, int64_t* probes) {
+    SchedulerOptions o = spec_opts(4, /*budget=*/256);
+    o.spec_cost.points = {{1, 1.0}, {2, 1.1}, {4, 1.3}, {8, 1.8}, {16, 3.0}};
+    o.spec_cost.draft_cost = 0.3;
+    o.spec_policy.prior_acceptance = 0.1;
+    o.draft_keeps_up = true;
+    Harness h(o, kopts(512));
+    h.model.draft_correct = correct;
+    h.model.report_unverified = true;
+    EXPECT_TRUE(h.add("A", iota_prompt(4), 240).ok());
+    h.run();
+    EXPECT_EQ(h.tokens["A"], testing::alone_tokens(iota_prompt(4), 240));
+    *probes = h.sched.stats().num_spec_probes;
+    return h.num_accepted_tokens;
+  };
+  int64_t probes = 0;
+  EXPECT_GE(run(100, &probes), 120) << "the perfect drafter speculates once probes found it";
+  EXPECT_GE(probes, 1);
+  EXPECT_EQ(run(0, &probes), 0);
+  // A useless drafter is probed at most once every kProbeInterval of its ~239 decode steps (less
+  // often once the request's own backoff after each declined probe grows), but again and again.
+  EXPECT_GE(probes, 3);
+  EXPECT_LE(probes, 239 / kProbeInterval + 1);
+}
+
+// A proposer that keeps up by itself (an MTP head) is never behind a request: under load it
+// starts where a draft model's catch-up would be too costly (the test above's 0 case).
+TEST(SchedulerSpec, AProposerThatKeepsUpStartsUnderLoad) {
+  SchedulerOptions o = spec_opts(4, /*budget=*/256);
+  o.spec_cost.points = {{1, 1.0}, {4, 1.05}, {8, 1.1}, {32, 1.4}, {64, 2.5}};
+  o.spec_cost.draft_cost = 0.02;
+  o.draft_keeps_up = true;
+  Harness h(o, kopts(512));
+  h.model.draft_correct = 100;
+  for (int32_t i = 0; i < 4; ++i) {
+    EXPECT_TRUE(h.add(std::string(1, static_cast<char>('A' + i)), iota_prompt(40, 3 + i), 24).ok());
+  }
+  h.run();
+  EXPECT_GE(h.num_draft_tokens, 4 * 12);
+}
+
 // Simulated time of a run on a mixture's steep step-cost curve (the 30B-A3B shape's, measured
 // on Zen 4: one more row costs 67 % of a step), speculative against plain: one engine serves
 // `num_requests` requests one after another (what it learns carries over), with a negligible
