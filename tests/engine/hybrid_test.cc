@@ -44,49 +44,34 @@ struct ModelFiles {
 const ModelFiles& models() {
   static ModelFiles* m = [] {
     auto* f = new ModelFiles;
-    for (const char* preset : {"tiny-qwen35", "tiny-qwen35moe"}) {
-      model::SynthShape s = *model::find_synth_preset(preset);
+    kernels::ThreadPool pool(2);
+    // Writes `s` (Q8_0, the stories260K vocabulary) as f->path[name].
+    const auto write = [&](const std::string& name, model::SynthShape s, uint64_t seed) {
       s.vocab = 0;
-      kernels::ThreadPool pool(2);
-      auto w = model::synth_model(s, gguf::GgmlType::kQ8_0, 31, kVocab,
+      auto w = model::synth_model(s, gguf::GgmlType::kQ8_0, seed, kVocab,
                                   testing::stories260k_tokenizer_keys(), pool);
       EXPECT_TRUE(w.ok()) << w.status().to_string();
-      const std::string path = f->dir / (std::string(preset) + ".gguf");
+      f->path[name] = f->dir / (name + ".gguf");
       if (w.ok()) {
-        EXPECT_TRUE(w->write(path).ok());
+        EXPECT_TRUE(w->write(f->path[name]).ok());
       }
-      f->path[preset] = path;
+    };
+    for (const char* preset : {"tiny-qwen35", "tiny-qwen35moe"}) {
+      write(preset, *model::find_synth_preset(preset), 31);
     }
     // A constructed file whose MTP head drafts what the target says (docs/qwen35.md: the
     // residual writers damped, the head computing the damped trunk's function of the token).
-    {
-      model::SynthShape s = *model::find_synth_preset("tiny-qwen35");
-      s.vocab = 0;
-      s.tied = false;
-      s.residual_damp = 0.002f;
-      s.mtp_echo = true;
-      kernels::ThreadPool pool(2);
-      auto w = model::synth_model(s, gguf::GgmlType::kQ8_0, 33, kVocab,
-                                  testing::stories260k_tokenizer_keys(), pool);
-      EXPECT_TRUE(w.ok()) << w.status().to_string();
-      f->path["tiny-qwen35-echo"] = f->dir / "tiny-qwen35-echo.gguf";
-      if (w.ok()) {
-        EXPECT_TRUE(w->write(f->path["tiny-qwen35-echo"]).ok());
-      }
-    }
+    model::SynthShape echo = *model::find_synth_preset("tiny-qwen35");
+    echo.tied = false;
+    echo.residual_damp = 0.002f;
+    echo.mtp_echo = true;
+    write("tiny-qwen35-echo", echo, 33);
     // A dense draft model of the same vocabulary (qwen3, 2 layers).
-    model::SynthShape d = model::with_arch({.name = "draft", .dim = 128, .ffn = 256, .layers = 2,
-                                            .heads = 4, .kv_heads = 2, .context = 4096},
-                                           "qwen3");
-    d.vocab = 0;
-    kernels::ThreadPool pool(2);
-    auto w = model::synth_model(d, gguf::GgmlType::kQ8_0, 32, kVocab,
-                                testing::stories260k_tokenizer_keys(), pool);
-    EXPECT_TRUE(w.ok()) << w.status().to_string();
-    f->path["draft"] = f->dir / "draft.gguf";
-    if (w.ok()) {
-      EXPECT_TRUE(w->write(f->path["draft"]).ok());
-    }
+    write("draft",
+          model::with_arch({.name = "draft", .dim = 128, .ffn = 256, .layers = 2, .heads = 4,
+                            .kv_heads = 2, .context = 4096},
+                           "qwen3"),
+          32);
     return f;
   }();
   return *m;

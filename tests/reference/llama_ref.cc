@@ -457,6 +457,30 @@ struct SpecTotals {
   double seconds = 0.0;
 };
 
+// Greedy verification after a target batch whose row 0 is the last committed token and rows
+// 1.. the drafts: accepts drafts while each equals the target's argmax before it (at most n
+// tokens in all), appending them to seq and out; `sampled` gets the target's token after them.
+// Returns how many were accepted.
+int accept_greedy(llama_context* tgt, const std::vector<llama_token>& drafts, int n_vocab, int n,
+                  int& made, std::vector<llama_token>& seq, std::vector<llama_token>& out,
+                  SpecTotals& totals, llama_token& sampled) {
+  int accepted = 0;
+  sampled = argmax(llama_get_logits_ith(tgt, 0), n_vocab);
+  while (accepted < static_cast<int>(drafts.size()) && sampled == drafts[accepted] && made < n) {
+    seq.push_back(sampled);
+    out.push_back(sampled);
+    ++made;
+    ++accepted;
+    sampled = argmax(llama_get_logits_ith(tgt, accepted), n_vocab);
+  }
+  if (!drafts.empty()) {
+    ++totals.verifications;
+    totals.drafted += static_cast<int64_t>(drafts.size());
+    totals.accepted += accepted;
+  }
+  return accepted;
+}
+
 // One prompt, `n` tokens greedily; k = 0: plain decoding. Appends the generated ids to `out`.
 void generate(llama_context* tgt, llama_context* dft, llama_batch& batch, int n_vocab,
               const std::vector<llama_token>& prompt, int n, int k, float p_min,
@@ -497,21 +521,8 @@ void generate(llama_context* tgt, llama_context* dft, llama_batch& batch, int n_
     const int pos = static_cast<int>(seq.size()) - 1;
     // `next` is committed but not yet in the target's cache: it is the batch's first row.
     decode_ids(tgt, batch, rows.data(), static_cast<int>(rows.size()), pos, true);
-    int accepted = 0;
-    llama_token sampled = argmax(llama_get_logits_ith(tgt, 0), n_vocab);
-    while (accepted < static_cast<int>(drafts.size()) && sampled == drafts[accepted] &&
-           made < n) {
-      seq.push_back(sampled);
-      out.push_back(sampled);
-      ++made;
-      ++accepted;
-      sampled = argmax(llama_get_logits_ith(tgt, accepted), n_vocab);
-    }
-    if (!drafts.empty()) {
-      ++totals.verifications;
-      totals.drafted += static_cast<int64_t>(drafts.size());
-      totals.accepted += accepted;
-    }
+    llama_token sampled = 0;
+    accept_greedy(tgt, drafts, n_vocab, n, made, seq, out, totals, sampled);
     // Rejected rows leave the target's cache; the committed tokens stay.
     llama_memory_seq_rm(llama_get_memory(tgt), 0, static_cast<int>(seq.size()), -1);
     next = sampled;
@@ -593,21 +604,8 @@ void generate_mtp(llama_context* tgt, llama_context* mtp, llama_batch& batch, Mt
     const int n_rows = static_cast<int>(rows.size());
     decode_ids(tgt, batch, rows.data(), n_rows, pos0, true);
     mtp_process(tgt, mtp, mb, st, rows.data(), n_rows, pos0);
-    int accepted = 0;
-    llama_token sampled = argmax(llama_get_logits_ith(tgt, 0), n_vocab);
-    while (accepted < static_cast<int>(drafts.size()) && sampled == drafts[accepted] &&
-           made < n) {
-      seq.push_back(sampled);
-      out.push_back(sampled);
-      ++made;
-      ++accepted;
-      sampled = argmax(llama_get_logits_ith(tgt, accepted), n_vocab);
-    }
-    if (!drafts.empty()) {
-      ++totals.verifications;
-      totals.drafted += static_cast<int64_t>(drafts.size());
-      totals.accepted += accepted;
-    }
+    llama_token sampled = 0;
+    const int accepted = accept_greedy(tgt, drafts, n_vocab, n, made, seq, out, totals, sampled);
     // accept(): the pending h is the target h of the last committed row.
     const size_t w = static_cast<size_t>(mb.n_embd);
     std::copy(st.verify_h.begin() + accepted * w, st.verify_h.begin() + (accepted + 1) * w,
