@@ -193,10 +193,33 @@ void DraftPlanner::limit_draft_model_asks(std::span<RequestPlan> plans, int64_t 
   }
 }
 
+// A drafter whose tokens cost (not negligible): each request asks for no more levels than the
+// policy would verify for it in a step like this one with its own estimate — a draft token
+// proposed and never verified is paid for nothing (the MTP head's: a third of a step), and a
+// rising estimate raises the ask by itself.
+void DraftPlanner::limit_to_policy(std::span<RequestPlan> plans, int64_t budget) const {
+  int64_t tokens = 0, emitted = 0;
+  for (const RequestPlan& p : plans) {
+    tokens += p.num_new + p.num_drafts;
+    emitted += p.sample ? 1 : 0;
+  }
+  for (RequestPlan& p : plans) {
+    if (p.ask_depth <= 0 || is_fixed(*p.req)) continue;
+    const SpecPolicy::Candidate c{.acceptance = policy_.acceptance(p.req->spec.acceptance),
+                                  .later = policy_.later_acceptance(p.req->spec.acceptance),
+                                  .max_k = p.ask_depth};
+    const int32_t k = policy_.choose(tokens, emitted, std::max<int64_t>(budget, 1), {&c, 1})[0];
+    p.ask_depth = std::max(1, k);  // 0 where none pays: limit_draft_model_asks decides those
+  }
+}
+
 void DraftPlanner::plan_next(std::span<RequestPlan> plans, int64_t budget_left,
                              const FitsFn& fits) {
   for (RequestPlan& p : plans) {
     p.ask_depth = p.sample ? next_depth(*p.req, levels_of(*p.req, p.num_drafts)) : 0;
+  }
+  if (options_.cost.draft_cost > 0 && !negligible_draft_cost() && options_.max_tree_nodes == 0) {
+    limit_to_policy(plans, budget_left);
   }
   if (options_.cost.draft_cost > 0) {
     limit_draft_model_asks(plans, budget_left);
@@ -259,7 +282,15 @@ void DraftPlanner::observe_step(const step::SchedulerOutput& out, double seconds
   const bool negligible = negligible_draft_cost();
   const bool speculative = drafts > 0 || (proposals > 0 && !negligible);
   double& mean = speculative ? spec_step_scale_ : plain_step_scale_;
-  mean = mean < 0 ? scale : (1 - kWeight) * mean + kWeight * scale;
+  // A server's first steps of each kind touch pages and scratch for the first time (the first
+  // speculative ones were 1.5x the rest on the Qwen3.5-2B + MTP head): they are not the
+  // overhead, and with a costly drafter one of them would keep speculation off until probes
+  // corrected it. So the first kWarmupSteps of each kind are skipped, and a step more than
+  // kMaxJump times the mean so far counts as kMaxJump (a noisy neighbour's stall).
+  int64_t& seen = speculative ? spec_steps_seen_ : plain_steps_seen_;
+  if (++seen <= kWarmupSteps) return;
+  const double sample = mean < 0 ? scale : std::min(scale, kMaxJump * mean);
+  mean = mean < 0 ? sample : (1 - kWeight) * mean + kWeight * sample;
   // The plain reference: plain decode steps once seen, else the startup measurement (a loaded
   // engine may speculate in every step).
   const double reference = plain_step_scale_ > 0 ? plain_step_scale_ : cost.one_token_seconds;

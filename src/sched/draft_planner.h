@@ -116,6 +116,7 @@ class DraftPlanner {
   // kNegligibleDraftCost.
   bool negligible_draft_cost() const;
   void limit_draft_model_asks(std::span<RequestPlan> plans, int64_t budget);
+  void limit_to_policy(std::span<RequestPlan> plans, int64_t budget) const;
   void decline(Request& req, bool fixed);
 
   DraftPlannerOptions options_;
@@ -127,6 +128,9 @@ class DraftPlanner {
   // Exponential means of seconds / predicted relative cost (observe_step); < 0: none yet.
   double plain_step_scale_ = -1.0;
   double spec_step_scale_ = -1.0;
+  int64_t plain_steps_seen_ = 0, spec_steps_seen_ = 0;
+  static constexpr int64_t kWarmupSteps = 2;
+  static constexpr double kMaxJump = 1.5;
   // The overhead was last logged at or above kOverheadLogHigh (observe_step).
   bool overhead_high_ = false;
   static constexpr double kOverheadLogHigh = 1.25, kOverheadLogLow = 1.15;
