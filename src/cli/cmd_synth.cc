@@ -291,7 +291,8 @@ void setup(CLI::App& app) {
       sub->add_option("--nextn", o->nextn,
                       "Multi-token-prediction blocks after the trunk (qwen35 / qwen35moe; "
                       "default: the shape's, 1 for the Qwen3.5 shapes)")
-          ->check(CLI::Range(0, 1)),
+          ->check(CLI::Range(0, 1))
+          ->default_str("the shape's"),
       sub->add_option("--residual-damp", o->residual_damp,
                       "Scale the stddev of every matrix writing into the trunk's residual "
                       "stream (a constructed file whose next token depends mostly on the "
