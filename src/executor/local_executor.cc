@@ -89,8 +89,9 @@ Result<step::StepResult> LocalExecutor::execute(const step::SchedulerOutput& out
     ARBOR_RETURN_IF_ERROR(tp_sync_.share_accepted(output, accepted));
   }
   if (drafter_ != nullptr) {
-    ARBOR_RETURN_IF_ERROR(drafter_->propose(output, result, states_, grammars_,
-                                            committed_hidden(output, rows, result.requests)));
+    std::vector<TargetHidden> hidden;  // only an MTP head reads them
+    if (drafter_->proposer().reads_hidden()) hidden = committed_hidden(output, rows, result.requests);
+    ARBOR_RETURN_IF_ERROR(drafter_->propose(output, result, states_, grammars_, hidden));
   }
   return result;
 }
@@ -101,7 +102,6 @@ std::vector<TargetHidden> LocalExecutor::committed_hidden(
     const step::SchedulerOutput& output, const BatchRows& rows,
     const std::vector<step::RequestResult>& results) {
   std::vector<TargetHidden> out(output.requests.size());
-  if (!drafter_->proposer().reads_hidden()) return out;
   const auto dim = static_cast<size_t>(runner_->config().dim);
   gathered_.resize(output.requests.size());
   size_t r = 0;

@@ -3,8 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -114,6 +116,33 @@ inline void expect_same_distribution(const std::vector<std::vector<int64_t>>& a,
     EXPECT_GT(df, 3) << "position " << p << ": too few distinct tokens to compare";
     EXPECT_LT(chi2, bound) << "position " << p;
   }
+}
+
+// Counts of the token sampled at each of the first `len` positions ([len][vocab]) over `n`
+// unseeded temperature-1 requests from BOS (token 1) through `engine`, 64 in flight at a time;
+// with spec, each verifies a fixed k = 3 drafts per step.
+inline std::vector<std::vector<int64_t>> sampled_token_counts(EngineCore& engine, int32_t n,
+                                                             int32_t len, int32_t vocab,
+                                                             bool spec) {
+  std::vector<std::vector<int64_t>> counts(len, std::vector<int64_t>(vocab, 0));
+  for (int32_t done = 0; done < n; done += 64) {
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (int32_t i = done; i < std::min(n, done + 64); ++i) {
+      GenerateRequest g;
+      g.prompt_token_ids = {1};  // BOS: the start of a text, many first words
+      g.sampling.temperature = 1.0f;
+      g.max_tokens = len;
+      if (spec) g.speculation = {.mode = sched::SpecMode::kFixed, .k = 3};
+      auto st = engine.submit(std::move(g));
+      EXPECT_TRUE(st.ok()) << st.status().to_string();
+      if (st.ok()) streams.push_back(*st);
+    }
+    for (auto& s : streams) {
+      const std::vector<int32_t> ids = drain(*s, 1).token_ids[0];
+      for (int32_t p = 0; p < len && p < static_cast<int32_t>(ids.size()); ++p) ++counts[p][ids[p]];
+    }
+  }
+  return counts;
 }
 
 }  // namespace arbor::engine::testing

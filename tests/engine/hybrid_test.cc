@@ -665,22 +665,7 @@ std::vector<std::vector<int64_t>> token_counts(bool spec, int32_t tree_budget, i
   cfg.options.max_spec_tokens = spec ? 3 : 0;
   cfg.eos_token_ids = std::vector<int32_t>{};
   EngineCore engine(std::move(exec).value(), cfg);
-  std::vector<std::vector<int64_t>> counts(len, std::vector<int64_t>(kVocab, 0));
-  for (int32_t done = 0; done < n; done += 64) {
-    std::vector<std::shared_ptr<RequestStream>> streams;
-    for (int32_t i = done; i < std::min(n, done + 64); ++i) {
-      GenerateRequest g;
-      g.prompt_token_ids = {1};
-      g.sampling.temperature = 1.0f;
-      g.max_tokens = len;
-      if (spec) g.speculation = {.mode = sched::SpecMode::kFixed, .k = 3};
-      streams.push_back(*engine.submit(std::move(g)));
-    }
-    for (auto& st : streams) {
-      const std::vector<int32_t> ids = testing::drain(*st, 1).token_ids[0];
-      for (int32_t p = 0; p < len && p < static_cast<int32_t>(ids.size()); ++p) ++counts[p][ids[p]];
-    }
-  }
+  const auto counts = testing::sampled_token_counts(engine, n, len, kVocab, spec);
   const EngineMetricsSnapshot m = engine.metrics();
   std::printf("tree budget %d: %lld drafts accepted\n", tree_budget,
               static_cast<long long>(m.num_accepted_draft_tokens));

@@ -366,22 +366,7 @@ std::vector<std::vector<int64_t>> token_counts(
   cfg.options.max_spec_tokens = spec ? 3 : 0;
   cfg.eos_token_ids = std::vector<int32_t>{};
   EngineCore engine(std::move(exec).value(), cfg);
-  std::vector<std::vector<int64_t>> counts(len, std::vector<int64_t>(vocab, 0));
-  for (int32_t done = 0; done < n; done += 64) {
-    std::vector<std::shared_ptr<RequestStream>> streams;
-    for (int32_t i = done; i < std::min(n, done + 64); ++i) {
-      GenerateRequest g;
-      g.prompt_token_ids = {1};  // BOS: the start of a story, many first words
-      g.sampling.temperature = 1.0f;
-      g.max_tokens = len;
-      if (spec) g.speculation = {.mode = sched::SpecMode::kFixed, .k = 3};
-      streams.push_back(*engine.submit(std::move(g)));
-    }
-    for (auto& s : streams) {
-      const std::vector<int32_t> ids = testing::drain(*s, 1).token_ids[0];
-      for (int32_t p = 0; p < len && p < static_cast<int32_t>(ids.size()); ++p) ++counts[p][ids[p]];
-    }
-  }
+  const auto counts = ::arbor::engine::testing::sampled_token_counts(engine, n, len, vocab, spec);
   if (spec) {
     EXPECT_GT(engine.metrics().num_accepted_draft_tokens, n / 4) << "drafts were verified";
   }
