@@ -332,37 +332,59 @@ ARBOR_HD inline float affine_weight_at(gguf::GgmlType type, const uint8_t* row, 
 
 // ---- One block of 32 columns against one token's int8 activations. ----
 
-// What the kernels keep per (token, block of 32 activations) besides the int8 values: the
-// block's scale d and d * f32(sum) of the int8 values of its halves and of the whole block
-// (each product rounded once), as kernels::internal::ActBlockAffine forms them.
+// What the kernels keep per (token, block of 32 activations) besides the int8 values, as
+// kernels::internal::ActBlockAffine forms them: the activation scale d (the block's; for the
+// K-quants, whose activations share one scale per super-block of 256, the super-block's) and
+// what a weight offset M multiplies for each half and the whole block: d * f32(sum of the int8
+// values), each product rounded once, or for the K-quants f32(sum) (their d multiplies a
+// super-block's sum at its end, affine_unit_end).
 struct alignas(16) ActSums {
   float d = 0.0f;
-  float dsum0 = 0.0f;  // d * sum(q[0..15])
-  float dsum1 = 0.0f;  // d * sum(q[16..31])
-  float dsum = 0.0f;   // d * sum(q[0..31])
+  float msum0 = 0.0f;  // for q[0..15]
+  float msum1 = 0.0f;  // for q[16..31]
+  float msum = 0.0f;   // for q[0..31]
 };
+
+// True for the types whose activations share one scale per super-block (the K-quants): their
+// blocks sum into a partial sum that the scale multiplies once (kernels::internal::
+// scales_per_unit).
+ARBOR_HD constexpr bool scales_per_unit(const AffineTraits& t) { return t.block_elems > 32; }
 
 // acc plus one block's contribution, in exactly the f32 operations of the CPU's
 // kernels::internal::affine_block_step. lo, hi: the exact integer dots of v with the int8
 // activations of columns 0..15 and 16..31 of the block (for a type that is not split only
-// lo + hi matters); run_lo, run_hi: runs of either half (their scale and offset).
+// lo + hi matters); run_lo, run_hi: runs of either half (their scale and offset). For the
+// K-quants acc is the super-block's partial sum (started at 0; affine_unit_end adds it).
 template <gguf::GgmlType T>
 ARBOR_HD inline float affine_step(int32_t lo, int32_t hi, const WeightRun& run_lo,
                                   const WeightRun& run_hi, const ActSums& a, float acc) {
   constexpr AffineTraits kT = affine_traits(T);
+  constexpr bool kPerUnit = scales_per_unit(kT);
   if constexpr (kT.split) {
-    const float t = fma_rn(static_cast<float>(lo), run_lo.scale,
-                           mul_rn(static_cast<float>(hi), run_hi.scale));
-    acc = fma_rn(t, a.d, acc);
+    if constexpr (kPerUnit) {
+      acc = fma_rn(static_cast<float>(lo), run_lo.scale, acc);
+      acc = fma_rn(static_cast<float>(hi), run_hi.scale, acc);
+    } else {
+      const float t = fma_rn(static_cast<float>(lo), run_lo.scale,
+                             mul_rn(static_cast<float>(hi), run_hi.scale));
+      acc = fma_rn(t, a.d, acc);
+    }
     if constexpr (kT.has_min) {
-      acc = fma_rn(run_lo.offset, a.dsum0, acc);
-      acc = fma_rn(run_hi.offset, a.dsum1, acc);
+      acc = fma_rn(run_lo.offset, a.msum0, acc);
+      acc = fma_rn(run_hi.offset, a.msum1, acc);
     }
   } else {
-    acc = fma_rn(static_cast<float>(lo + hi), mul_rn(run_lo.scale, a.d), acc);
-    if constexpr (kT.has_min) acc = fma_rn(run_lo.offset, a.dsum, acc);
+    const float s = kPerUnit ? run_lo.scale : mul_rn(run_lo.scale, a.d);
+    acc = fma_rn(static_cast<float>(lo + hi), s, acc);
+    if constexpr (kT.has_min) acc = fma_rn(run_lo.offset, a.msum, acc);
   }
   return acc;
+}
+
+// The K-quants: the running sum after a super-block whose blocks summed to `part`
+// (kernels::internal::affine_unit_end).
+ARBOR_HD inline float affine_unit_end(const ActSums& a, float part, float acc) {
+  return fma_rn(part, a.d, acc);
 }
 
 }  // namespace arbor::cuda::ggml

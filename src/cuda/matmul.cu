@@ -114,7 +114,9 @@ void matmul(const kernels::WeightView& w, const float* x, float* y, int32_t num_
   a.cols = cols;
   a.num_tokens = num_tokens;
   a.y = y;
-  a.plan = internal::slice_plan(cols);
+  // The K-quants' activations share a scale per super-block: their slices hold whole ones.
+  const bool per_unit = ggml::is_affine(w.type) && ggml::scales_per_unit(ggml::affine_traits(w.type));
+  a.plan = internal::slice_plan(cols, per_unit ? internal::kUnitChunks : internal::kUnroll);
   switch (w.type) {
     case GgmlType::kF32:
       internal::launch_f32(wdata, w.row_stride, rows, cols, x, num_tokens, y, stream);
@@ -133,7 +135,7 @@ void matmul(const kernels::WeightView& w, const float* x, float* y, int32_t num_
       auto* base = static_cast<uint8_t*>(workspace);
       auto* qs = reinterpret_cast<int8_t*>(base);
       auto* d = reinterpret_cast<float*>(base + quant_scales_offset(w, num_tokens));
-      internal::launch_quantize_acts(x, num_tokens, cols, qs, d, nullptr, stream);
+      internal::launch_quantize_acts(x, num_tokens, cols, qs, d, nullptr, false, stream);
       a.acts = qs;
       a.act_scales = d;
       internal::launch_mma(w.type, a, stream);
@@ -143,7 +145,7 @@ void matmul(const kernels::WeightView& w, const float* x, float* y, int32_t num_
       auto* base = static_cast<uint8_t*>(workspace);
       auto* qs = reinterpret_cast<int8_t*>(base);
       auto* sums = reinterpret_cast<ggml::ActSums*>(base + quant_scales_offset(w, num_tokens));
-      internal::launch_quantize_acts(x, num_tokens, cols, qs, nullptr, sums, stream);
+      internal::launch_quantize_acts(x, num_tokens, cols, qs, nullptr, sums, per_unit, stream);
       a.acts = qs;
       a.act_sums = sums;
       internal::launch_affine(w.type, a, stream);

@@ -11,7 +11,9 @@
 // (k 16 + 4 q..) of both rows: their v (int8) are the A fragment, their S and M stay in
 // registers. A split type (sub-blocks of 16: Q2_K, Q3_K, Q6_K) takes two m16n8k16 MMAs, one per
 // half; the others one m16n8k32. The exact int32 dots then enter ggml::affine_step, the f32
-// operations of kernels::internal::affine_block_step, with the token's ggml::ActSums.
+// operations of kernels::internal::affine_block_step, with the token's ggml::ActSums; the
+// K-quants' activations share one scale per super-block, which multiplies the super-block's
+// partial sum at its last chunk (ggml::affine_unit_end), as the CPU kernels do.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -67,12 +69,24 @@ __device__ __forceinline__ ggml::ActSums load_sums(const ggml::ActSums* p, bool 
   if (!ok) return s;
   s.d = __ldg(&p->d);
   if constexpr (kT.has_min && kT.split) {
-    s.dsum0 = __ldg(&p->dsum0);
-    s.dsum1 = __ldg(&p->dsum1);
+    s.msum0 = __ldg(&p->msum0);
+    s.msum1 = __ldg(&p->msum1);
   } else if constexpr (kT.has_min) {
-    s.dsum = __ldg(&p->dsum);
+    s.msum = __ldg(&p->msum);
   }
   return s;
+}
+
+// The four (row, token) sums of a lane for chunk b: rows g (fa) and g + 8 (fb) x tokens s0, s1.
+template <GgmlType T>
+__device__ __forceinline__ void affine_steps(const int32_t (&lo)[4], const int32_t (&hi)[4],
+                                             const AffineFrag& fa, const AffineFrag& fb,
+                                             const ggml::ActSums& s0, const ggml::ActSums& s1,
+                                             float (&sum)[4]) {
+  sum[0] = ggml::affine_step<T>(lo[0], hi[0], fa.lo, fa.hi, s0, sum[0]);
+  sum[1] = ggml::affine_step<T>(lo[1], hi[1], fa.lo, fa.hi, s1, sum[1]);
+  sum[2] = ggml::affine_step<T>(lo[2], hi[2], fb.lo, fb.hi, s0, sum[2]);
+  sum[3] = ggml::affine_step<T>(lo[3], hi[3], fb.lo, fb.hi, s1, sum[3]);
 }
 
 template <GgmlType T, int NT>
@@ -95,9 +109,16 @@ __global__ void __launch_bounds__(kMaxThreads, NT == 1 ? 2 : 1) mma_affine_kerne
   const int64_t tc = tok0 + 2 * q;
   const int tok_left = static_cast<int>(min64(a.num_tokens - tc, NT * kTokTile));
   const ggml::ActSums* xs = a.act_sums + min64(tc, a.num_tokens - 1) * nb;
-  float acc[NT][4];
+  // The K-quants sum a super-block's chunks into part, which the activations' super-block
+  // scale multiplies at its last chunk (slice_plan keeps slices whole super-blocks); the other
+  // types add every chunk to acc itself.
+  constexpr bool kPerUnit = ggml::scales_per_unit(ggml::affine_traits(T));
+  float acc[NT][4], part[NT][4];
 #pragma unroll
-  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+  for (int j = 0; j < NT; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[j][e] = part[j][e] = 0.0f;
+  }
 
   const int c_begin = slice * a.plan.chunks_per_slice;
   const int c_end = min(c_begin + a.plan.chunks_per_slice, a.plan.chunks);
@@ -131,10 +152,18 @@ __global__ void __launch_bounds__(kMaxThreads, NT == 1 ? 2 : 1) mma_affine_kerne
         const ggml::ActSums* xsj = xs + j * kTokTile * nb + b;
         const ggml::ActSums s0 = load_sums<T>(xsj, j * kTokTile < tok_left);
         const ggml::ActSums s1 = load_sums<T>(xsj + nb, j * kTokTile + 1 < tok_left);
-        acc[j][0] = ggml::affine_step<T>(lo[0], hi[0], fa[u].lo, fa[u].hi, s0, acc[j][0]);
-        acc[j][1] = ggml::affine_step<T>(lo[1], hi[1], fa[u].lo, fa[u].hi, s1, acc[j][1]);
-        acc[j][2] = ggml::affine_step<T>(lo[2], hi[2], fb[u].lo, fb[u].hi, s0, acc[j][2]);
-        acc[j][3] = ggml::affine_step<T>(lo[3], hi[3], fb[u].lo, fb[u].hi, s1, acc[j][3]);
+        if constexpr (kPerUnit) {
+          affine_steps<T>(lo, hi, fa[u], fb[u], s0, s1, part[j]);
+        } else {
+          affine_steps<T>(lo, hi, fa[u], fb[u], s0, s1, acc[j]);
+        }
+        if (kPerUnit && b % kUnitChunks == kUnitChunks - 1) {
+          acc[j][0] = ggml::affine_unit_end(s0, part[j][0], acc[j][0]);
+          acc[j][1] = ggml::affine_unit_end(s1, part[j][1], acc[j][1]);
+          acc[j][2] = ggml::affine_unit_end(s0, part[j][2], acc[j][2]);
+          acc[j][3] = ggml::affine_unit_end(s1, part[j][3], acc[j][3]);
+          part[j][0] = part[j][1] = part[j][2] = part[j][3] = 0.0f;
+        }
       }
     }
   }

@@ -25,15 +25,20 @@ inline constexpr int kMaxSlices = 16;
 // multiple of it.
 inline constexpr int kUnroll = 4;
 
-// How a row's `cols` are cut into K slices. A function of cols alone: every call on a matrix,
-// whatever its token count, sums the same chunks in each slice and the slices in the same order
-// (the batch invariance of the tensor-core kernels).
+// Chunks per K-quant super-block (256 columns): the affine kernel's slices hold whole ones.
+inline constexpr int kUnitChunks = 8;
+
+// How a row's `cols` are cut into K slices. A function of cols and the weight type alone: every
+// call on a matrix, whatever its token count, sums the same chunks in each slice and the slices
+// in the same order (the batch invariance of the tensor-core kernels).
 struct SlicePlan {
   int32_t chunks = 0;            // ceil(cols / kChunk)
-  int32_t chunks_per_slice = 0;  // a multiple of kUnroll; the last slice may have fewer
+  int32_t chunks_per_slice = 0;  // a multiple of `align`; the last slice may have fewer
   int32_t slices = 0;            // ceil(chunks / chunks_per_slice), 1..kMaxSlices
 };
-SlicePlan slice_plan(int64_t cols);
+// align: a multiple of kUnroll (kUnitChunks for the K-quants, whose super-blocks a slice must
+// not cut).
+SlicePlan slice_plan(int64_t cols, int32_t align = kUnroll);
 
 // Tokens per block of the tensor-core kernels: kTokTile * token_tiles(num_tokens), with
 // token_tiles 1 (1..8 tokens, decode), 2 (9..16) or 4 (more).
@@ -60,10 +65,10 @@ void launch_round_acts(const float* x, int64_t n, bool bf16, uint16_t* out, cuda
 // Quantises x [num_tokens, cols] per block of 32 exactly as the CPU does
 // (kernels::internal::quantize_act_row_scalar): qs [num_tokens, cols], and either the scales
 // d [num_tokens, cols / 32] (sums null) or, for the affine types, sums [num_tokens, cols / 32]
-// (d null): each block's d with d times the sums of its halves' and its int8 values, as
-// kernels::internal::pack_act_row_affine forms them.
+// (d null) as kernels::internal::pack_act_row_affine forms them. per_unit (the K-quants; cols a
+// multiple of 256): one scale per 256 columns, and the sums without it (ggml::ActSums).
 void launch_quantize_acts(const float* x, int32_t num_tokens, int32_t cols, int8_t* qs, float* d,
-                          ggml::ActSums* sums, cudaStream_t stream);
+                          ggml::ActSums* sums, bool per_unit, cudaStream_t stream);
 
 // y = x W^T on tensor cores for F16/BF16 (args.acts rounded by launch_round_acts) and Q8_0/Q4_0
 // (args.acts quantised by launch_quantize_acts).

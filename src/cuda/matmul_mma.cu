@@ -310,13 +310,53 @@ __global__ void quantize_acts_kernel(const float* x, int64_t num_blocks, int8_t*
     if (lane == 0) {
       ggml::ActSums s;
       s.d = db;
-      s.dsum0 = __fmul_rn(db, static_cast<float>(half));
-      s.dsum1 = __fmul_rn(db, static_cast<float>(hi));
-      s.dsum = __fmul_rn(db, static_cast<float>(half + hi));
+      s.msum0 = __fmul_rn(db, static_cast<float>(half));
+      s.msum1 = __fmul_rn(db, static_cast<float>(hi));
+      s.msum = __fmul_rn(db, static_cast<float>(half + hi));
       static_cast<ggml::ActSums*>(out)[blk] = s;
     }
   } else {
     if (lane == 0) static_cast<float*>(out)[blk] = db;
+  }
+}
+
+// The K-quants' activations: one warp per super-block of 256 (kUnitChunks blocks of 32, lane l
+// holding column 32 j + l of block j): d = max|x| over the 256 / 127, q as above, and per block
+// ActSums {d, f32(sum(q[0..15])), f32(sum(q[16..31])), f32(sum(q))} (kernels::internal::
+// pack_act_row_affine with per-unit scales).
+__global__ void quantize_acts_unit_kernel(const float* x, int64_t num_units, int8_t* qs,
+                                          ggml::ActSums* out) {
+  const int64_t unit = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  if (unit >= num_units) return;
+  const int64_t base = unit * kUnitChunks * kChunk;
+  float v[kUnitChunks];
+  float amax = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kUnitChunks; ++j) {
+    v[j] = x[base + j * kChunk + lane];
+    amax = fmaxf(amax, fabsf(v[j]));
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+  const float db = __fdiv_rn(amax, 127.0f);
+  const float id = db != 0.0f ? __frcp_rn(db) : 0.0f;
+#pragma unroll
+  for (int j = 0; j < kUnitChunks; ++j) {
+    const int q = __float2int_rn(__fmul_rn(v[j], id));
+    qs[base + j * kChunk + lane] = static_cast<int8_t>(q);
+    int half = q;
+#pragma unroll
+    for (int off = 8; off > 0; off /= 2) half += __shfl_xor_sync(0xffffffffu, half, off);
+    const int hi = __shfl_sync(0xffffffffu, half, 16);
+    if (lane == 0) {
+      ggml::ActSums s;
+      s.d = db;
+      s.msum0 = static_cast<float>(half);
+      s.msum1 = static_cast<float>(hi);
+      s.msum = static_cast<float>(half + hi);
+      out[unit * kUnitChunks + j] = s;
+    }
   }
 }
 
@@ -355,11 +395,12 @@ void launch_tiles(gguf::GgmlType type, const MmaArgs& a, cudaStream_t stream) {
 
 }  // namespace
 
-SlicePlan slice_plan(int64_t cols) {
+SlicePlan slice_plan(int64_t cols, int32_t align) {
+  ARBOR_CHECK(align > 0 && align % kUnroll == 0) << "slice alignment " << align;
   SlicePlan p;
   p.chunks = static_cast<int32_t>((cols + kChunk - 1) / kChunk);
   const int32_t per = (p.chunks + kMaxSlices - 1) / kMaxSlices;
-  p.chunks_per_slice = std::max(kUnroll, (per + kUnroll - 1) / kUnroll * kUnroll);
+  p.chunks_per_slice = std::max(align, (per + align - 1) / align * align);
   p.slices = (p.chunks + p.chunks_per_slice - 1) / p.chunks_per_slice;
   return p;
 }
@@ -380,8 +421,16 @@ void launch_round_acts(const float* x, int64_t n, bool bf16, uint16_t* out, cuda
 }
 
 void launch_quantize_acts(const float* x, int32_t num_tokens, int32_t cols, int8_t* qs, float* d,
-                          ggml::ActSums* sums, cudaStream_t stream) {
+                          ggml::ActSums* sums, bool per_unit, cudaStream_t stream) {
   constexpr int kWarps = 8;
+  if (per_unit) {
+    ARBOR_CHECK(sums != nullptr && cols % (kUnitChunks * kChunk) == 0) << cols << " columns";
+    const int64_t num_units = static_cast<int64_t>(num_tokens) * (cols / (kUnitChunks * kChunk));
+    const auto grid = static_cast<unsigned>((num_units + kWarps - 1) / kWarps);
+    quantize_acts_unit_kernel<<<grid, kWarps * 32, 0, stream>>>(x, num_units, qs, sums);
+    check_launch("quantize_acts_unit_kernel");
+    return;
+  }
   const int64_t num_blocks = static_cast<int64_t>(num_tokens) * (cols / kChunk);
   const auto grid = static_cast<unsigned>((num_blocks + kWarps - 1) / kWarps);
   if (sums != nullptr) {

@@ -144,10 +144,10 @@ void matmul_experts_packed(std::span<const ExpertMatmul> mats, const float* x,
   if (internal::is_affine_type(w0.type)) {
     auto* acts = static_cast<internal::ActBlockAffine*>(
         pool.workspace(0, records * sizeof(internal::ActBlockAffine)));
-    const int zero = internal::affine_format(w0.type).zero;
+    const internal::AffineFormat f = internal::affine_format(w0.type);
     pack_pair_acts(x, r, cols, acts, pool,
                    [&](const float* row, internal::ActBlockAffine* out, int64_t stride) {
-                     internal::pack_act_row_affine(row, cols, zero, out, stride, /*avx2=*/true);
+                     internal::pack_act_row_affine(row, cols, f, out, stride, /*avx2=*/true);
                    });
     run_units(mats, r, acts, pool,
               active_isa() >= Isa::kAvx512 ? internal::affine_rows_avx512

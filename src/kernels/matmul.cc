@@ -244,17 +244,21 @@ void generic_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
 
 namespace internal {
 
+float act_absmax_scalar(const float* x, int64_t n) {
+  float amax = 0.0f;
+  for (int64_t j = 0; j < n; ++j) amax = std::max(amax, std::fabs(x[j]));
+  return amax;
+}
+
+void quantize_act_block_scalar(const float* x, float id, int8_t* qs) {
+  for (int j = 0; j < kQBlock; ++j) qs[j] = static_cast<int8_t>(std::nearbyint(x[j] * id));
+}
+
 void quantize_act_row_scalar(const float* x, int64_t cols, int8_t* qs, float* d) {
   for (int64_t b = 0; b < cols / kQBlock; ++b) {
-    const float* xb = x + b * kQBlock;
-    float amax = 0.0f;
-    for (int j = 0; j < kQBlock; ++j) amax = std::max(amax, std::fabs(xb[j]));
-    const float db = amax / 127.0f;
-    const float id = db != 0.0f ? 1.0f / db : 0.0f;
+    const float db = act_absmax_scalar(x + b * kQBlock, kQBlock) / 127.0f;
     d[b] = db;
-    for (int j = 0; j < kQBlock; ++j) {
-      qs[b * kQBlock + j] = static_cast<int8_t>(std::nearbyint(xb[j] * id));
-    }
+    quantize_act_block_scalar(x + b * kQBlock, db != 0.0f ? 1.0f / db : 0.0f, qs + b * kQBlock);
   }
 }
 
@@ -397,9 +401,9 @@ void matmul_packed(std::span<const WeightView* const> ws, const float* x,
   if (internal::is_affine_type(w0.type)) {
     auto* acts = static_cast<internal::ActBlockAffine*>(pool.workspace(
         0, static_cast<size_t>(num_tokens * nb) * sizeof(internal::ActBlockAffine)));
-    const int zero = internal::affine_format(w0.type).zero;
+    const internal::AffineFormat f = internal::affine_format(w0.type);
     for_each_token(num_tokens, cols, pool, [&](int64_t t) {
-      internal::pack_act_row_affine(x + t * cols, cols, zero, acts + t, num_tokens, /*avx2=*/true);
+      internal::pack_act_row_affine(x + t * cols, cols, f, acts + t, num_tokens, /*avx2=*/true);
     });
     run_packed_rows(ws, acts, ys, num_tokens, pool,
                     active_isa() >= Isa::kAvx512 ? internal::affine_rows_avx512
@@ -424,9 +428,9 @@ void matmul_affine_scalar(const WeightView& w, const float* x, float* y, int64_t
   const int64_t cols = w.cols, nb = cols / kQBlock;
   auto* acts = static_cast<internal::ActBlockAffine*>(pool.workspace(
       0, static_cast<size_t>(num_tokens * nb) * sizeof(internal::ActBlockAffine)));
-  const int zero = internal::affine_format(w.type).zero;
+  const internal::AffineFormat f = internal::affine_format(w.type);
   for (int64_t t = 0; t < num_tokens; ++t) {
-    internal::pack_act_row_affine(x + t * cols, cols, zero, acts + t, num_tokens, /*avx2=*/false);
+    internal::pack_act_row_affine(x + t * cols, cols, f, acts + t, num_tokens, /*avx2=*/false);
   }
   if (pool.num_threads() == 1 || w.rows * cols * num_tokens < kMinParallelMacs) {
     internal::affine_rows_scalar(w, acts, num_tokens, y, 0, w.rows);
@@ -575,7 +579,7 @@ void affine_ref(const WeightView& w, const float* x, float* y, int64_t num_token
   const int64_t nb = w.cols / kQBlock;
   std::vector<internal::ActBlockAffine> acts(static_cast<size_t>(num_tokens * nb));
   for (int64_t t = 0; t < num_tokens; ++t) {
-    internal::pack_act_row_affine(x + t * w.cols, w.cols, f.zero, acts.data() + t * nb, 1, false);
+    internal::pack_act_row_affine(x + t * w.cols, w.cols, f, acts.data() + t * nb, 1, false);
   }
   internal::AffineBlock blk;
   for (int64_t r = 0; r < w.rows; ++r) {

@@ -381,34 +381,39 @@ ARBOR_AVX2 void type_kernel(const MatmulArgs& a, int64_t row_begin, int64_t row_
 
 }  // namespace
 
-ARBOR_AVX2 void quantize_act_row_avx2(const float* x, int64_t cols, int8_t* qs, float* d) {
+ARBOR_AVX2 float act_absmax_avx2(const float* x, int64_t n) {
   const __m256 sign_mask = _mm256_set1_ps(-0.0f);
+  __m256 amax = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n; i += 8) {
+    amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign_mask, _mm256_loadu_ps(x + i)));
+  }
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  return _mm_cvtss_f32(m);
+}
+
+ARBOR_AVX2 void quantize_act_block_avx2(const float* x, float id, int8_t* qs) {
+  const __m256 idv = _mm256_set1_ps(id);
+  __m256i q[4];
+  for (int i = 0; i < 4; ++i) {
+    q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * i), idv));  // nearest-even
+  }
+  // Pack 32 x int32 to int8; packs interleave 128-bit lanes, the permute restores order.
+  const __m256i q01 = _mm256_packs_epi32(q[0], q[1]);
+  const __m256i q23 = _mm256_packs_epi32(q[2], q[3]);
+  const __m256i q0123 = _mm256_packs_epi16(q01, q23);
+  const __m256i ordered =
+      _mm256_permutevar8x32_epi32(q0123, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs), ordered);
+}
+
+ARBOR_AVX2 void quantize_act_row_avx2(const float* x, int64_t cols, int8_t* qs, float* d) {
   for (int64_t b = 0; b < cols / kQBlock; ++b) {
-    const float* xb = x + b * kQBlock;
-    __m256 v[4];
-    __m256 amax = _mm256_setzero_ps();
-    for (int i = 0; i < 4; ++i) {
-      v[i] = _mm256_loadu_ps(xb + 8 * i);
-      amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign_mask, v[i]));
-    }
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_movehdup_ps(m));
     // Same scalar arithmetic as quantize_act_row_scalar, so both paths give identical bytes.
-    const float db = _mm_cvtss_f32(m) / 127.0f;
-    const float id = db != 0.0f ? 1.0f / db : 0.0f;
+    const float db = act_absmax_avx2(x + b * kQBlock, kQBlock) / 127.0f;
     d[b] = db;
-    const __m256 idv = _mm256_set1_ps(id);
-    __m256i q[4];
-    for (int i = 0; i < 4; ++i)
-      q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], idv));  // nearest-even
-    // Pack 32 x int32 to int8; packs interleave 128-bit lanes, the permute restores order.
-    const __m256i q01 = _mm256_packs_epi32(q[0], q[1]);
-    const __m256i q23 = _mm256_packs_epi32(q[2], q[3]);
-    const __m256i q0123 = _mm256_packs_epi16(q01, q23);
-    const __m256i ordered =
-        _mm256_permutevar8x32_epi32(q0123, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs + b * kQBlock), ordered);
+    quantize_act_block_avx2(x + b * kQBlock, db != 0.0f ? 1.0f / db : 0.0f, qs + b * kQBlock);
   }
 }
 

@@ -39,6 +39,13 @@ struct QuantizedActs {
 // d = max|x| / 127, q = round-half-even(x * (1 / d)); a zero block gets d = 0 and q = 0.
 void quantize_act_row_scalar(const float* x, int64_t cols, int8_t* qs, float* d);
 void quantize_act_row_avx2(const float* x, int64_t cols, int8_t* qs, float* d);
+// The pieces of those, for a scale shared by several blocks (the affine super-block types
+// share one per 256): max|x| over n (a multiple of 8), and q = round-half-even(x * id) for one
+// block of 32, where d = amax / 127 and id = 1 / d (or 0). The twins give the same values.
+float act_absmax_scalar(const float* x, int64_t n);
+float act_absmax_avx2(const float* x, int64_t n);
+void quantize_act_block_scalar(const float* x, float id, int8_t* qs);
+void quantize_act_block_avx2(const float* x, float id, int8_t* qs);
 // The q4_sums entries of one token row: qs: [cols], out: [cols / 32, 8].
 void act_q4_sums_avx2(const int8_t* qs, int64_t cols, int16_t* out);
 // sums[0] = qs[0] + .. + qs[15], sums[1] = qs[16] + .. + qs[31] (one block of 32).

@@ -292,29 +292,46 @@ void pack_affine(const WeightView& w, uint8_t* dst) {
 
 // ---- Activations and the scalar kernel ----
 
-void pack_act_row_affine(const float* x, int64_t cols, int zero, ActBlockAffine* out,
+void pack_act_row_affine(const float* x, int64_t cols, const AffineFormat& f, ActBlockAffine* out,
                          int64_t out_stride, bool avx2) {
-  for (int64_t b = 0; b < cols / kQBlock; ++b) {
-    ActBlockAffine& a = out[b * out_stride];
-    if (avx2) {
-      quantize_act_row_avx2(x + b * kQBlock, kQBlock, a.qs, &a.d);
-      act_half_sums_avx2(a.qs, a.sum);
-    } else {
-      quantize_act_row_scalar(x + b * kQBlock, kQBlock, a.qs, &a.d);
-      // Sums in locals: a.qs is int8_t, which may alias a.sum, so accumulating into a.sum
-      // would go through memory once per element.
-      int32_t s0 = 0, s1 = 0;
-      for (int l = 0; l < 16; ++l) {
-        s0 += a.qs[l];
-        s1 += a.qs[16 + l];
+  const int64_t group = act_scale_blocks(f);
+  const bool per_unit = scales_per_unit(f);
+  ARBOR_CHECK_EQ(cols % (kQBlock * group), 0) << "activations of " << cols << " columns";
+  for (int64_t g0 = 0; g0 < cols / kQBlock; g0 += group) {
+    const float* xg = x + g0 * kQBlock;
+    const float amax = avx2 ? act_absmax_avx2(xg, kQBlock * group)
+                            : act_absmax_scalar(xg, kQBlock * group);
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int64_t j = 0; j < group; ++j) {
+      ActBlockAffine& a = out[(g0 + j) * out_stride];
+      if (avx2) {
+        quantize_act_block_avx2(xg + j * kQBlock, id, a.qs);
+      } else {
+        quantize_act_block_scalar(xg + j * kQBlock, id, a.qs);
       }
-      a.sum[0] = s0;
-      a.sum[1] = s1;
-    }
-    a.dsum = a.d * static_cast<float>(a.sum[0] + a.sum[1]);
-    for (int h = 0; h < 2; ++h) {
-      a.init[h] = -zero * a.sum[h];
-      a.dsum_half[h] = a.d * static_cast<float>(a.sum[h]);
+      a.d = d;
+      if (avx2) {
+        act_half_sums_avx2(a.qs, a.sum);
+      } else {
+        // Sums in locals: a.qs is int8_t, which may alias a.sum, so accumulating into a.sum
+        // would go through memory once per element.
+        int32_t s0 = 0, s1 = 0;
+        for (int l = 0; l < 16; ++l) {
+          s0 += a.qs[l];
+          s1 += a.qs[16 + l];
+        }
+        a.sum[0] = s0;
+        a.sum[1] = s1;
+      }
+      // What an offset M multiplies: with the activation scale, or without it (per unit: d
+      // multiplies the unit's sum at its end).
+      const float scale = per_unit ? 1.0f : d;
+      a.msum = scale * static_cast<float>(a.sum[0] + a.sum[1]);
+      for (int h = 0; h < 2; ++h) {
+        a.init[h] = -f.zero * a.sum[h];
+        a.msum_half[h] = scale * static_cast<float>(a.sum[h]);
+      }
     }
   }
 }
@@ -330,51 +347,72 @@ float affine_block_step(const AffineFormat& f, const AffineBlock& blk, const Act
     lo -= f.zero * a.sum[0];
     hi -= f.zero * a.sum[1];
   }
+  const bool per_unit = scales_per_unit(f);
   if (f.split) {
-    const float t = std::fma(static_cast<float>(lo), affine_scale(f, blk, 0),
-                             static_cast<float>(hi) * affine_scale(f, blk, 1));
-    acc = std::fma(t, a.d, acc);
+    if (per_unit) {
+      acc = std::fma(static_cast<float>(lo), affine_scale(f, blk, 0), acc);
+      acc = std::fma(static_cast<float>(hi), affine_scale(f, blk, 1), acc);
+    } else {
+      const float t = std::fma(static_cast<float>(lo), affine_scale(f, blk, 0),
+                               static_cast<float>(hi) * affine_scale(f, blk, 1));
+      acc = std::fma(t, a.d, acc);
+    }
     if (f.has_min) {
-      acc = std::fma(affine_offset(f, blk, 0), a.d * static_cast<float>(a.sum[0]), acc);
-      acc = std::fma(affine_offset(f, blk, 1), a.d * static_cast<float>(a.sum[1]), acc);
+      acc = std::fma(affine_offset(f, blk, 0), a.msum_half[0], acc);
+      acc = std::fma(affine_offset(f, blk, 1), a.msum_half[1], acc);
     }
     return acc;
   }
-  acc = std::fma(static_cast<float>(lo + hi), affine_scale(f, blk, 0) * a.d, acc);
-  if (f.has_min) acc = std::fma(affine_offset(f, blk, 0), a.dsum, acc);
+  const float s = per_unit ? affine_scale(f, blk, 0) : affine_scale(f, blk, 0) * a.d;
+  acc = std::fma(static_cast<float>(lo + hi), s, acc);
+  if (f.has_min) acc = std::fma(affine_offset(f, blk, 0), a.msum, acc);
   return acc;
 }
 
 double affine_block_ref(const AffineFormat& f, const AffineBlock& blk, const ActBlockAffine& a) {
   int32_t dot[2] = {0, 0};
   for (int l = 0; l < 32; ++l) dot[l / 16] += affine_value(f, blk.u[l]) * a.qs[l];
+  const bool per_unit = scales_per_unit(f);
   double sum = 0.0;
   for (int h = 0; h < 2; ++h) {
     const int s = f.split ? h : 0;
     if (!f.has_min) dot[h] -= f.zero * a.sum[h];
-    sum += static_cast<double>(dot[h]) * static_cast<double>(affine_scale(f, blk, s) * a.d);
+    // The f32 products the kernels form: S * d per block, or S alone (d after the unit).
+    const float scale = per_unit ? affine_scale(f, blk, s) : affine_scale(f, blk, s) * a.d;
+    sum += static_cast<double>(dot[h]) * static_cast<double>(scale);
     if (f.has_min) {
-      sum += static_cast<double>(affine_offset(f, blk, s)) *
-             static_cast<double>(a.d * static_cast<float>(a.sum[h]));
+      sum += static_cast<double>(affine_offset(f, blk, s)) * static_cast<double>(a.msum_half[h]);
     }
   }
-  return sum;
+  return per_unit ? sum * static_cast<double>(a.d) : sum;
 }
 
 void affine_rows_scalar(const WeightView& w, const ActBlockAffine* acts, int64_t num_tokens,
                         float* y, int64_t row_begin, int64_t row_end) {
   const AffineFormat f = affine_format(w.type);
   const int64_t nb = w.cols / kQBlock;
-  thread_local std::vector<float> acc;
+  const bool per_unit = scales_per_unit(f);
+  thread_local std::vector<float> acc, unit;
   acc.resize(static_cast<size_t>(num_tokens));
+  unit.resize(static_cast<size_t>(num_tokens));
   AffineBlock blk;
   for (int64_t r = row_begin; r < row_end; ++r) {
     const uint8_t* row = static_cast<const uint8_t*>(w.data) + r * w.row_stride;
     std::fill(acc.begin(), acc.end(), 0.0f);
+    std::fill(unit.begin(), unit.end(), 0.0f);
     for (int64_t b = 0; b < nb; ++b) {
       decode_affine_block(w.type, row, b, &blk);
+      const ActBlockAffine* ab = acts + b * num_tokens;
       for (int64_t t = 0; t < num_tokens; ++t) {
-        acc[t] = affine_block_step(f, blk, acts[b * num_tokens + t], acc[t]);
+        if (!per_unit) {
+          acc[t] = affine_block_step(f, blk, ab[t], acc[t]);
+          continue;
+        }
+        unit[t] = affine_block_step(f, blk, ab[t], unit[t]);
+        if ((b + 1) % f.blocks_per_unit == 0) {
+          acc[t] = affine_unit_end(ab[t], unit[t], acc[t]);
+          unit[t] = 0.0f;
+        }
       }
     }
     for (int64_t t = 0; t < num_tokens; ++t) y[t * w.rows + r] = acc[t];

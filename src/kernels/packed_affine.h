@@ -6,9 +6,14 @@
 // the type's sub-blocks are 16 wide: "split"), M its offset (0 for types without mins).
 // matmul() multiplies them against activations quantised to int8 blocks of 32 (ActBlockAffine),
 // so each output is a sum of integer dot products with one or two f32 scales per block pair.
+// For the super-block types (the K-quants and IQ4_XS: blocks_per_unit 8) the activations share
+// one scale per 256 columns, as llama.cpp's Q8_K: a unit's blocks are summed with the weights'
+// scales only, and the activation scale multiplies that sum once (affine_unit_end) — one f32
+// product fewer per (row, token, block), which multi-token steps (verification) pay for.
 // Layout, arithmetic and the per-type table: docs/kernels.md, "Affine packed types".
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -143,38 +148,57 @@ size_t affine_packed_bytes(const WeightView& w);
 // Writes the packed layout of w into dst (affine_packed_bytes(w) bytes).
 void pack_affine(const WeightView& w, uint8_t* dst);
 
-// One activation block: the int8 values (quantised exactly like quantize_act_row_avx2), their
-// scale d, the sums of the two halves (elements 0..15, 16..31), d * float(sum0 + sum1), the
-// halves' initial integer dots for the weight type's zero (-zero * sum[h]; 0 for types with
-// mins) and d * float(sum[h]). 64 bytes, a cache line's size.
+// One activation block: the int8 values (quantised like quantize_act_row_avx2, with one scale
+// per act_scale_blocks(f) blocks), their scale d (the unit's, repeated in each of its blocks),
+// the sums of the two halves (elements 0..15, 16..31), what a weight offset M multiplies for the
+// whole block and for each half (msum, msum_half: d * float(sum) for the types scaled per
+// block; float(sum) for the per-unit ones, whose d comes in at the unit's end) and the halves'
+// initial integer dots for the weight type's zero (-zero * sum[h]; 0 for types with mins).
+// 64 bytes, a cache line's size.
 struct ActBlockAffine {
   int8_t qs[32];
   float d;
   int32_t sum[2];
-  float dsum;
+  float msum;
   int32_t init[2];
-  float dsum_half[2];
+  float msum_half[2];
 };
 static_assert(sizeof(ActBlockAffine) == 64);
 
+// Blocks of 32 activations sharing one scale for weights of format f: blocks_per_unit (8 for
+// the super-block types, 1 for the others).
+constexpr int act_scale_blocks(const AffineFormat& f) { return f.blocks_per_unit; }
+// True when the kernels sum a unit's blocks before its activation scale (act_scale_blocks > 1).
+constexpr bool scales_per_unit(const AffineFormat& f) { return f.blocks_per_unit > 1; }
+
 // x: [cols] -> out[b * out_stride] for b in [0, cols / 32) (block-major like the Q4_0 packed
-// path), for weights whose AffineFormat has this `zero`. `avx2`: quantise with
-// quantize_act_row_avx2 (else the scalar twin; both give the same bytes).
-void pack_act_row_affine(const float* x, int64_t cols, int zero, ActBlockAffine* out,
+// path), for weights of format f (cols a multiple of 32 * act_scale_blocks(f)). `avx2`: quantise
+// with quantize_act_group_avx2 (else the scalar twin; both give the same bytes).
+void pack_act_row_affine(const float* x, int64_t cols, const AffineFormat& f, ActBlockAffine* out,
                          int64_t out_stride, bool avx2);
 
-// The contribution of one (row, block) to one token's output, added to acc in the kernels'
-// order (every kernel, scalar or SIMD, does exactly these f32 operations per block):
+// The contribution of one (row, block) to one token's partial sum, added to acc in the kernels'
+// order (every kernel, scalar or SIMD, does exactly these f32 operations per block), where lo /
+// hi are the integer dots of u - zero with the halves of qs:
+// Per-block scales (scales_per_unit false; acc is the output's running sum):
 //   split:   t = hi * S1; t = fma(lo, S0, t); acc = fma(t, d, acc);
-//            with mins: acc = fma(M0, d*sum0, acc); acc = fma(M1, d*sum1, acc)
-//   else:    acc = fma(lo + hi, S*d, acc); with a min: acc = fma(M, dsum, acc)
-// where lo / hi are the integer dots of u - zero with the halves of qs. (The split form keeps
-// the activation scale out of the per-half products: one multiply by d per block, not two.)
+//            with mins: acc = fma(M0, msum0, acc); acc = fma(M1, msum1, acc)
+//   else:    acc = fma(lo + hi, S*d, acc); with a min: acc = fma(M, msum, acc)
+// Per-unit scales (acc is the unit's partial sum, started at 0; affine_unit_end adds it):
+//   split:   acc = fma(lo, S0, acc); acc = fma(hi, S1, acc);
+//            with mins: acc = fma(M0, msum0, acc); acc = fma(M1, msum1, acc)
+//   else:    acc = fma(lo + hi, S, acc); with a min: acc = fma(M, msum, acc)
 float affine_block_step(const AffineFormat& f, const AffineBlock& blk, const ActBlockAffine& a,
                         float acc);
+// Per-unit scales: the output's running sum after a unit whose blocks summed to `unit`
+// (fma(unit, a.d, acc); a: any of the unit's activation blocks).
+inline float affine_unit_end(const ActBlockAffine& a, float unit, float acc) {
+  return std::fma(unit, a.d, acc);
+}
 
-// affine_block_step's contribution summed in double (the naive twin of matmul_ref_quantized_act:
-// the same integer dots and f32 scale products, exact sums).
+// affine_block_step's contribution to the output (with the activation scale) summed in double
+// (the naive twin of matmul_ref_quantized_act: the same integer dots and f32 scale products,
+// exact sums).
 double affine_block_ref(const AffineFormat& f, const AffineBlock& blk, const ActBlockAffine& a);
 
 // The scalar kernel (ISA scalar): y for rows [row_begin, row_end) from the ggml bytes,

@@ -3,7 +3,9 @@
 // two ops per pair; each bit plane: one masked byte add per zmm from a 64-bit mask), the
 // scales S (and offsets M) of the 16 rows come from the int8 sub-block scales times the unit's
 // fp16 d; then per token 8 vpdpbusd against broadcast activation dwords (two chains of 4,
-// interleaved across up to 5 tokens so 10 chains are in flight) and one or two FMAs.
+// interleaved across up to 5 tokens so 10 chains are in flight) and one or two FMAs; the
+// super-block types add a unit's blocks without the activation scale, which multiplies once per
+// unit.
 // Unpacking is shared by every token of a tile, so multi-token steps pay it once per weight.
 // The f32 operations per (row, token, block) are affine_block_step's, in its order.
 #include <immintrin.h>
@@ -54,6 +56,7 @@ struct AffineKernel {
   using Act = ActBlockAffine;
   static constexpr AffineFormat kF = affine_format_of(kType);
   static constexpr int kSubs = kF.sub_blocks();
+  static constexpr bool kPerUnit = scales_per_unit(kF);
   // 4-bit types at one token: the high nibbles stay in place (16 u, still a byte), their chain
   // is shifted right by 4 once per token instead of every register once per record (exact).
   template <int T>
@@ -154,6 +157,11 @@ struct AffineKernel {
         d[g] = kF.e8m0 ? load_e8m0_half(unit) : load_ph(unit);
         dm[g] = kF.has_min ? load_ph(unit + 32) : _mm512_setzero_ps();
       }
+      // Per-unit activation scales: the unit's blocks sum into `part`, which the activation
+      // scale multiplies once at the unit's end; else every block adds to acc itself.
+      __m512 part[G][T];
+      if constexpr (kPerUnit) zero_tile(part);
+      __m512 (&sum)[G][T] = kPerUnit ? part : acc;
       for (int64_t jb = 0; jb < kBpu; ++jb, ab += n) {
 #pragma GCC unroll 4
         for (int g = 0; g < G; ++g) {
@@ -169,7 +177,17 @@ struct AffineKernel {
           scales(d[g], dm[g], rec, s, m);
           __m512i z[8];
           unpack<kHighInPlace<T>>(rec, z);
-          record_tokens<T>(ab, z, s, m, acc[g]);
+          record_tokens<T>(ab, z, s, m, sum[g]);
+        }
+      }
+      if constexpr (kPerUnit) {
+        const Act* last = ab - n;  // the unit's last block: every block of it has the same d
+#pragma GCC unroll 4
+        for (int g = 0; g < G; ++g) {
+#pragma GCC unroll 16
+          for (int t = 0; t < T; ++t) {
+            acc[g][t] = _mm512_fmadd_ps(part[g][t], _mm512_set1_ps(last[t].d), acc[g][t]);
+          }
         }
       }
     }
@@ -194,25 +212,35 @@ struct AffineKernel {
     }
   }
 
-  // affine_block_step's f32 operations for 16 rows and one token, from its two dots.
+  // affine_block_step's f32 operations for 16 rows and one token, from its two dots (acc: the
+  // unit's partial sum with per-unit scales).
   template <int T>
   ARBOR_AVX512_INLINE static __m512 finish(const Act& at, __m512i lo, __m512i hi,
                                            const __m512 (&s)[2], const __m512 (&m)[2],
                                            __m512 acc) {
     if constexpr (kF.split) {
-      const __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), s[0],
-                                       _mm512_mul_ps(_mm512_cvtepi32_ps(hi), s[1]));
-      acc = _mm512_fmadd_ps(t, _mm512_set1_ps(at.d), acc);
+      if constexpr (kPerUnit) {
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), s[0], acc);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), s[1], acc);
+      } else {
+        const __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), s[0],
+                                         _mm512_mul_ps(_mm512_cvtepi32_ps(hi), s[1]));
+        acc = _mm512_fmadd_ps(t, _mm512_set1_ps(at.d), acc);
+      }
       if constexpr (kF.has_min) {
-        acc = _mm512_fmadd_ps(m[0], _mm512_set1_ps(at.dsum_half[0]), acc);
-        acc = _mm512_fmadd_ps(m[1], _mm512_set1_ps(at.dsum_half[1]), acc);
+        acc = _mm512_fmadd_ps(m[0], _mm512_set1_ps(at.msum_half[0]), acc);
+        acc = _mm512_fmadd_ps(m[1], _mm512_set1_ps(at.msum_half[1]), acc);
       }
       return acc;
     } else {
       if constexpr (kHighInPlace<T>) hi = _mm512_srai_epi32(hi, 4);
       const __m512 dot = _mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi));
-      acc = _mm512_fmadd_ps(dot, _mm512_mul_ps(s[0], _mm512_set1_ps(at.d)), acc);
-      if constexpr (kF.has_min) acc = _mm512_fmadd_ps(m[0], _mm512_set1_ps(at.dsum), acc);
+      if constexpr (kPerUnit) {
+        acc = _mm512_fmadd_ps(dot, s[0], acc);
+      } else {
+        acc = _mm512_fmadd_ps(dot, _mm512_mul_ps(s[0], _mm512_set1_ps(at.d)), acc);
+      }
+      if constexpr (kF.has_min) acc = _mm512_fmadd_ps(m[0], _mm512_set1_ps(at.msum), acc);
       return acc;
     }
   }

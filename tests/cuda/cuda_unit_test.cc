@@ -613,8 +613,9 @@ TEST(GgmlDequant, RunsEqualGgufAndCpuDecodingBitForBit) {
   }
 }
 
-// affine_step<T> against the CPU kernels' affine_block_step over random quantised rows and
-// activations, the integer dots formed from the runs as the GPU's MMAs form them.
+// affine_step<T> (and the K-quants' affine_unit_end) against the CPU kernels' affine_block_step
+// over random quantised rows and activations, the integer dots formed from the runs as the GPU's
+// MMAs form them.
 template <GgmlType T>
 void check_affine_steps(std::mt19937& rng) {
   constexpr dq::AffineTraits kT = dq::affine_traits(T);
@@ -626,15 +627,23 @@ void check_affine_steps(std::mt19937& rng) {
   for (float& v : x) v = dist(rng);
   std::fill(x.begin() + 64, x.begin() + 96, 0.0f);  // an all-zero activation block (d = 0)
   std::vector<kernels::internal::ActBlockAffine> acts(kCols / 32);
-  kernels::internal::pack_act_row_affine(x.data(), kCols, f.zero, acts.data(), 1, false);
+  kernels::internal::pack_act_row_affine(x.data(), kCols, f, acts.data(), 1, false);
+  // The K-quants' activations share a scale per super-block, and their offsets multiply the
+  // bare sums (the scale comes in at the super-block's end).
+  ASSERT_EQ(dq::scales_per_unit(kT), kernels::internal::scales_per_unit(f));
+  const bool per_unit = dq::scales_per_unit(kT);
   for (int64_t b = 0; b < kCols / 32; ++b) {
     const kernels::internal::ActBlockAffine& a = acts[static_cast<size_t>(b)];
+    if (per_unit) ASSERT_TRUE(same_bits(a.d, acts[static_cast<size_t>(b / 8 * 8)].d));
+    const float m = per_unit ? 1.0f : a.d;
     dq::ActSums s;
     s.d = a.d;
-    s.dsum0 = a.d * static_cast<float>(a.sum[0]);
-    s.dsum1 = a.d * static_cast<float>(a.sum[1]);
-    s.dsum = a.d * static_cast<float>(a.sum[0] + a.sum[1]);
-    ASSERT_TRUE(same_bits(s.dsum, a.dsum));
+    s.msum0 = m * static_cast<float>(a.sum[0]);
+    s.msum1 = m * static_cast<float>(a.sum[1]);
+    s.msum = m * static_cast<float>(a.sum[0] + a.sum[1]);
+    ASSERT_TRUE(same_bits(s.msum, a.msum));
+    ASSERT_TRUE(same_bits(s.msum0, a.msum_half[0]));
+    ASSERT_TRUE(same_bits(s.msum1, a.msum_half[1]));
     int32_t dot[2] = {0, 0};
     for (int run = 0; run < 8; ++run) {
       const dq::WeightRun r = dq::decode_run<T>(row.data(), static_cast<int32_t>(32 * b + 4 * run));
@@ -650,6 +659,10 @@ void check_affine_steps(std::mt19937& rng) {
       ASSERT_TRUE(same_bits(got, want)) << "block " << b << ": " << got << " vs " << want;
       if (!kT.split) {  // the MMA of a whole block gives only lo + hi
         ASSERT_TRUE(same_bits(dq::affine_step<T>(dot[0] + dot[1], 0, lo, hi, s, acc), want));
+      }
+      if (per_unit) {
+        ASSERT_TRUE(same_bits(dq::affine_unit_end(s, acc, 1.5f),
+                              kernels::internal::affine_unit_end(a, acc, 1.5f)));
       }
     }
   }

@@ -117,7 +117,7 @@ TEST(CodebookKernels, EveryIsaEqualsTheScalarTwinOnRawBlocks) {
       // Both AVX2 dot products called directly (IQ4 without VNNI takes vpmaddubsw on |v|).
       std::vector<internal::ActBlockAffine> acts(static_cast<size_t>(nt * cols / 32));
       for (int64_t t = 0; t < nt; ++t) {
-        internal::pack_act_row_affine(x.data() + t * cols, cols, internal::affine_format(type).zero,
+        internal::pack_act_row_affine(x.data() + t * cols, cols, internal::affine_format(type),
                                       acts.data() + t, nt, true);
       }
       for (const bool vnni : {false, true}) {

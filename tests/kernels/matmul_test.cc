@@ -13,7 +13,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -357,7 +359,7 @@ TEST(Matmul, AffineScalarKernelEqualsPackedBitForBit) {
       // Both AVX2 dot products, called directly (matmul() picks one by the CPU's AVX-VNNI).
       std::vector<internal::ActBlockAffine> acts(static_cast<size_t>(nt * cols / 32));
       for (int64_t t = 0; t < nt; ++t) {
-        internal::pack_act_row_affine(x.data() + t * cols, cols, internal::affine_format(type).zero,
+        internal::pack_act_row_affine(x.data() + t * cols, cols, internal::affine_format(type),
                                       acts.data() + t, nt, true);
       }
       const int64_t groups = (rows + 15) / 16;
@@ -369,6 +371,59 @@ TEST(Matmul, AffineScalarKernelEqualsPackedBitForBit) {
         ASSERT_EQ(simd, scalar) << gguf::ggml_type_name(type) << (vnni ? " avx-vnni" : " avx2")
                                 << " tokens " << nt;
       }
+    }
+  }
+}
+
+// The super-block types (the K-quants, IQ4_XS) quantise activations with one scale per 256
+// columns, as llama.cpp's Q8_K; the others per 32. Each record's d, int8 values, sums, initial
+// dots and what an offset multiplies (bare sums per 256, d * sum per 32), exactly, from both
+// quantisers: an outlier in one block sets the scale of its whole super-block, and an all-zero
+// super-block gets d = 0.
+TEST(Matmul, AffineActivationsShareAScalePerSuperBlock) {
+  std::mt19937 rng(77);
+  constexpr int64_t kCols = 768;
+  std::vector<float> x = testing::random_floats(rng, kCols);
+  x[300] = 40.0f;                                       // super-block 1, block 9
+  std::fill(x.begin() + 512, x.end(), 0.0f);            // super-block 2: all zero
+  for (GgmlType type : {GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ2_K,
+                        GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K,
+                        GgmlType::kIQ4_NL, GgmlType::kIQ4_XS, GgmlType::kMXFP4}) {
+    const internal::AffineFormat f = internal::affine_format(type);
+    const bool per_unit = internal::scales_per_unit(f);
+    const bool k_quant = f.blocks_per_unit == 8;
+    ASSERT_EQ(per_unit, k_quant) << gguf::ggml_type_name(type);
+    const int64_t group = per_unit ? 256 : 32;
+    for (const bool avx2 : {false, true}) {
+      if (avx2 && best_isa() < Isa::kAvx2) continue;
+      SCOPED_TRACE(::testing::Message() << gguf::ggml_type_name(type) << (avx2 ? " avx2" : ""));
+      std::vector<internal::ActBlockAffine> acts(kCols / 32);
+      internal::pack_act_row_affine(x.data(), kCols, f, acts.data(), 1, avx2);
+      for (int64_t b = 0; b < kCols / 32; ++b) {
+        const int64_t g0 = b * 32 / group * group;
+        float amax = 0.0f;
+        for (int64_t c = g0; c < g0 + group; ++c) amax = std::max(amax, std::fabs(x[c]));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const internal::ActBlockAffine& a = acts[static_cast<size_t>(b)];
+        ASSERT_EQ(std::bit_cast<uint32_t>(a.d), std::bit_cast<uint32_t>(d)) << "block " << b;
+        int32_t sum[2] = {0, 0};
+        for (int l = 0; l < 32; ++l) {
+          const int q = static_cast<int>(std::nearbyint(x[b * 32 + l] * id));
+          ASSERT_EQ(a.qs[l], q) << "block " << b << " element " << l;
+          sum[l / 16] += q;
+        }
+        const float m = per_unit ? 1.0f : d;
+        for (int h = 0; h < 2; ++h) {
+          ASSERT_EQ(a.sum[h], sum[h]);
+          ASSERT_EQ(a.init[h], -f.zero * sum[h]);
+          ASSERT_EQ(a.msum_half[h], m * static_cast<float>(sum[h]));
+        }
+        ASSERT_EQ(a.msum, m * static_cast<float>(sum[0] + sum[1]));
+      }
+      // The outlier: per 256 it scales all of super-block 1, per 32 only its own block.
+      EXPECT_EQ(acts[8].d == acts[9].d, per_unit);
+      EXPECT_EQ(acts[16].d, 0.0f);
     }
   }
 }
