@@ -115,7 +115,8 @@ void matmul(const kernels::WeightView& w, const float* x, float* y, int32_t num_
   a.num_tokens = num_tokens;
   a.y = y;
   // The K-quants' activations share a scale per super-block: their slices hold whole ones.
-  const bool per_unit = ggml::is_affine(w.type) && ggml::scales_per_unit(ggml::affine_traits(w.type));
+  const bool per_unit =
+      ggml::is_affine(w.type) && ggml::scales_per_unit(ggml::affine_traits(w.type));
   a.plan = internal::slice_plan(cols, per_unit ? internal::kUnitChunks : internal::kUnroll);
   switch (w.type) {
     case GgmlType::kF32:

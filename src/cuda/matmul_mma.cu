@@ -286,6 +286,32 @@ __global__ void round_acts_kernel(const float* x, int64_t n, uint16_t* out) {
   }
 }
 
+// The warp's max of a, in every lane.
+__device__ __forceinline__ float warp_max(float a) {
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, off));
+  return a;
+}
+
+// The sums of q over lanes 0..15 (x) and 16..31 (y), in lane 0.
+__device__ __forceinline__ int2 warp_half_sums(int q) {
+  int half = q;  // lanes 0..15 end with the sum of the first half, 16..31 of the second
+#pragma unroll
+  for (int off = 8; off > 0; off /= 2) half += __shfl_xor_sync(0xffffffffu, half, off);
+  return make_int2(half, __shfl_sync(0xffffffffu, half, 16));
+}
+
+// A block's ActSums: its scale d and its sums times m (d, or 1 for the K-quants, whose scale
+// multiplies a super-block's sum at its end), each product rounded once.
+__device__ __forceinline__ ggml::ActSums block_sums(float d, float m, int2 sums) {
+  ggml::ActSums s;
+  s.d = d;
+  s.msum0 = __fmul_rn(m, static_cast<float>(sums.x));
+  s.msum1 = __fmul_rn(m, static_cast<float>(sums.y));
+  s.msum = __fmul_rn(m, static_cast<float>(sums.x + sums.y));
+  return s;
+}
+
 // One warp per block of 32 activations: d = max|x| / 127, q = round_half_even(x * (1 / d)),
 // each step rounded as the CPU's scalar quantiser rounds it. kSums (the affine types): instead of
 // d, out gets ggml::ActSums {d, d * sum(q[0..15]), d * sum(q[16..31]), d * sum(q)}.
@@ -295,26 +321,13 @@ __global__ void quantize_acts_kernel(const float* x, int64_t num_blocks, int8_t*
   const int lane = static_cast<int>(threadIdx.x) & 31;
   if (blk >= num_blocks) return;
   const float v = x[blk * kChunk + lane];
-  float amax = fabsf(v);
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-  const float db = __fdiv_rn(amax, 127.0f);
+  const float db = __fdiv_rn(warp_max(fabsf(v)), 127.0f);
   const float id = db != 0.0f ? __frcp_rn(db) : 0.0f;
   const int q = __float2int_rn(__fmul_rn(v, id));
   qs[blk * kChunk + lane] = static_cast<int8_t>(q);
   if constexpr (kSums) {
-    int half = q;  // lanes 0..15 end with the sum of the first half, 16..31 of the second
-#pragma unroll
-    for (int off = 8; off > 0; off /= 2) half += __shfl_xor_sync(0xffffffffu, half, off);
-    const int hi = __shfl_sync(0xffffffffu, half, 16);
-    if (lane == 0) {
-      ggml::ActSums s;
-      s.d = db;
-      s.msum0 = __fmul_rn(db, static_cast<float>(half));
-      s.msum1 = __fmul_rn(db, static_cast<float>(hi));
-      s.msum = __fmul_rn(db, static_cast<float>(half + hi));
-      static_cast<ggml::ActSums*>(out)[blk] = s;
-    }
+    const int2 sums = warp_half_sums(q);
+    if (lane == 0) static_cast<ggml::ActSums*>(out)[blk] = block_sums(db, db, sums);
   } else {
     if (lane == 0) static_cast<float*>(out)[blk] = db;
   }
@@ -337,26 +350,14 @@ __global__ void quantize_acts_unit_kernel(const float* x, int64_t num_units, int
     v[j] = x[base + j * kChunk + lane];
     amax = fmaxf(amax, fabsf(v[j]));
   }
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-  const float db = __fdiv_rn(amax, 127.0f);
+  const float db = __fdiv_rn(warp_max(amax), 127.0f);
   const float id = db != 0.0f ? __frcp_rn(db) : 0.0f;
 #pragma unroll
   for (int j = 0; j < kUnitChunks; ++j) {
     const int q = __float2int_rn(__fmul_rn(v[j], id));
     qs[base + j * kChunk + lane] = static_cast<int8_t>(q);
-    int half = q;
-#pragma unroll
-    for (int off = 8; off > 0; off /= 2) half += __shfl_xor_sync(0xffffffffu, half, off);
-    const int hi = __shfl_sync(0xffffffffu, half, 16);
-    if (lane == 0) {
-      ggml::ActSums s;
-      s.d = db;
-      s.msum0 = static_cast<float>(half);
-      s.msum1 = static_cast<float>(hi);
-      s.msum = static_cast<float>(half + hi);
-      out[unit * kUnitChunks + j] = s;
-    }
+    const int2 sums = warp_half_sums(q);
+    if (lane == 0) out[unit * kUnitChunks + j] = block_sums(db, 1.0f, sums);
   }
 }
 
