@@ -5,6 +5,7 @@
 // decoders. Built with and without ARBOR_CUDA.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -17,6 +18,9 @@
 #include "cuda/cuda_forward_ops.h"
 #include "cuda/ggml_dequant.h"
 #include "cuda/host_plan.h"
+#ifdef ARBOR_HAVE_CUDA
+#include "cuda/matmul_internal.cuh"
+#endif
 #include "cuda/runtime.h"
 #include "gguf/quants.h"
 #include "kernels/packed_affine.h"
@@ -667,6 +671,38 @@ void check_affine_steps(std::mt19937& rng) {
     }
   }
 }
+
+#ifdef ARBOR_HAVE_CUDA
+// The tensor-core kernels' K slices, for every row length up to 16,384 columns in steps of 32
+// and both alignments: whole aligned groups of chunks per slice (the K-quants' super-blocks of
+// kUnitChunks: the affine kernel multiplies a super-block's partial sum by its activation scale
+// at the super-block's last chunk, so a slice that cut one would drop or double that product),
+// at most kMaxSlices slices, every chunk in exactly one slice.
+TEST(CudaSlicePlan, SlicesHoldWholeAlignedGroupsAndCoverEveryChunk) {
+  for (const int32_t align : {internal::kUnroll, internal::kUnitChunks}) {
+    for (int64_t cols = 32; cols <= 16384; cols += 32) {
+      SCOPED_TRACE(::testing::Message() << "align " << align << " cols " << cols);
+      const internal::SlicePlan p = internal::slice_plan(cols, align);
+      ASSERT_EQ(p.chunks, cols / 32);
+      ASSERT_EQ(p.chunks_per_slice % align, 0);
+      ASSERT_GE(p.slices, 1);
+      ASSERT_LE(p.slices, internal::kMaxSlices);
+      ASSERT_GE(p.slices * p.chunks_per_slice, p.chunks);
+      ASSERT_LT((p.slices - 1) * p.chunks_per_slice, p.chunks);
+    }
+  }
+  // The K-quants' rows are whole super-blocks, so every slice (the last one too) starts and
+  // ends on one.
+  for (int64_t cols = 256; cols <= 16384; cols += 256) {
+    const internal::SlicePlan p = internal::slice_plan(cols, internal::kUnitChunks);
+    for (int32_t s = 0; s < p.slices; ++s) {
+      const int32_t end = std::min(p.chunks, (s + 1) * p.chunks_per_slice);
+      ASSERT_EQ(s * p.chunks_per_slice % internal::kUnitChunks, 0) << cols;
+      ASSERT_EQ(end % internal::kUnitChunks, 0) << cols;
+    }
+  }
+}
+#endif
 
 TEST(GgmlDequant, AffineStepEqualsTheCpuBlockStep) {
   const uint32_t seed = std::random_device{}();
