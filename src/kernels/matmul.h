@@ -68,6 +68,11 @@ class PackedWeights {
 bool packing_available(gguf::GgmlType type);
 // Repacks w (any row_stride). CHECKs packing_available(w.type).
 PackedWeights pack_weights(const WeightView& w);
+// The bytes of w's packed layout, and the same repacking into memory the caller owns (dst:
+// packed_weight_bytes(w) bytes, 64-byte aligned; a model packs all its matrices into one
+// huge-page buffer this way). CHECK packing_available(w.type).
+size_t packed_weight_bytes(const WeightView& w);
+void pack_weights_into(const WeightView& w, uint8_t* dst);
 
 // True for the weight types matmul() and get_row() accept (see above).
 bool matmul_supported(gguf::GgmlType type);

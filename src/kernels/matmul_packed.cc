@@ -66,30 +66,37 @@ uint8_t* allocate_packed(size_t bytes) {
 
 }  // namespace
 
-PackedWeights pack_weights(const WeightView& w) {
+size_t packed_weight_bytes(const WeightView& w) {
   ARBOR_CHECK(packing_available(w.type))
       << "no packed kernel for " << gguf::ggml_type_name(w.type) << " on this CPU";
   ARBOR_CHECK(w.cols % kQBlock == 0 && w.rows > 0);
+  if (internal::is_affine_type(w.type)) return internal::affine_packed_bytes(w);
+  const int64_t groups = (w.rows + kPackRows - 1) / kPackRows;
+  return static_cast<size_t>(groups * (w.cols / kQBlock)) * internal::packed_block_bytes(w.type);
+}
+
+void pack_weights_into(const WeightView& w, uint8_t* dst) {
+  ARBOR_CHECK(reinterpret_cast<uintptr_t>(dst) % 64 == 0) << "packed weights at " << dst;
+  (void)packed_weight_bytes(w);  // the checks
   if (internal::is_affine_type(w.type)) {
-    PackedWeights p;
-    p.bytes_ = internal::affine_packed_bytes(w);
-    p.data_.reset(allocate_packed(p.bytes_));
-    internal::pack_affine(w, p.data_.get());
-    return p;
+    internal::pack_affine(w, dst);
+    return;
   }
   const int64_t nb = w.cols / kQBlock;
   const int64_t groups = (w.rows + kPackRows - 1) / kPackRows;
   const size_t block_bytes = internal::packed_block_bytes(w.type);
-  const size_t bytes = static_cast<size_t>(groups * nb) * block_bytes;
-  uint8_t* data = allocate_packed(bytes);
   for (int64_t g = 0; g < groups; ++g) {
     for (int64_t b = 0; b < nb; ++b) {
-      pack_group_block(w, g * kPackRows, b, data + static_cast<size_t>(g * nb + b) * block_bytes);
+      pack_group_block(w, g * kPackRows, b, dst + static_cast<size_t>(g * nb + b) * block_bytes);
     }
   }
+}
+
+PackedWeights pack_weights(const WeightView& w) {
   PackedWeights p;
-  p.data_.reset(data);
-  p.bytes_ = bytes;
+  p.bytes_ = packed_weight_bytes(w);
+  p.data_.reset(allocate_packed(p.bytes_));
+  pack_weights_into(w, p.data_.get());
   return p;
 }
 

@@ -429,7 +429,7 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::from_file(gguf::GgufFile file,
   ARBOR_RETURN_IF_ERROR(model->bind_weights(options));
   ARBOR_RETURN_IF_ERROR(model->check_cheap_weights());
   ARBOR_RETURN_IF_ERROR(model->shard_and_segment(options));
-  if (options.pack_for_cpu) model->pack_matrices();
+  if (options.pack_for_cpu) ARBOR_RETURN_IF_ERROR(model->pack_matrices());
   return model;
 }
 
@@ -505,7 +505,7 @@ Status LlamaModel::shard_and_segment(const ModelLoadOptions& options) {
 
 uint64_t LlamaModel::resident_weight_bytes() const {
   uint64_t bytes = 0;
-  for (const kernels::PackedWeights& p : packed_) bytes += p.bytes();
+  bytes += packed_.size();
   // (the dense segment copies are counted below as the segments' views)
   const auto view = [&](const kernels::WeightView& v) {
     if (v.packed == nullptr) bytes += v.rows * kernels::weight_row_bytes(v.type, v.cols);
@@ -543,7 +543,7 @@ uint64_t LlamaModel::resident_weight_bytes() const {
   return bytes;
 }
 
-void LlamaModel::pack_matrices() {
+Status LlamaModel::pack_matrices() {
   std::vector<kernels::WeightView*> views;
   // o and down are read as their segments when they have them (LayerWeights::o_segs).
   std::vector<const kernels::WeightView*> segmented;
@@ -590,7 +590,7 @@ void LlamaModel::pack_matrices() {
     for (const kernels::WeightView* whole : segmented) {
       release_mapped_pages(whole->data, static_cast<size_t>(whole->rows) * whole->row_stride);
     }
-    return;
+    return ok_status();
   }
   // The bytes a view spans in the mapping (a column slice's last row ends before the stride).
   const auto span_bytes = [](const kernels::WeightView& v) {
@@ -599,12 +599,21 @@ void LlamaModel::pack_matrices() {
                              kernels::weight_row_bytes(v.type, v.cols);
   };
   uint64_t total = 0, done = 0;  // bytes (an expert's slice is often under 1 MiB)
-  for (const kernels::WeightView* v : views) total += span_bytes(*v);
+  // Each matrix's offset in the one buffer, 64-byte aligned (a cache line).
+  std::vector<size_t> offsets;
+  size_t packed_bytes = 0;
+  for (const kernels::WeightView* v : views) {
+    total += span_bytes(*v);
+    offsets.push_back(packed_bytes);
+    packed_bytes += (kernels::packed_weight_bytes(*v) + 63) / 64 * 64;
+  }
+  ARBOR_ASSIGN_OR_RETURN(packed_, HugePageBuffer::allocate(packed_bytes));
   // Reads the whole file once (page faults on a cold cache dominate), so it shows progress.
   ProgressBar bar("packing weights", total >> 20, "MiB");
-  for (kernels::WeightView* v : views) {
-    packed_.push_back(kernels::pack_weights(*v));
-    v->packed = packed_.back().data();
+  for (size_t i = 0; i < views.size(); ++i) {
+    kernels::WeightView* v = views[i];
+    kernels::pack_weights_into(*v, packed_.data() + offsets[i]);
+    v->packed = packed_.data() + offsets[i];
     // The embedding's rows are still read from the mapping when the classifier is tied to it;
     // a segment's rows interleave with its neighbours': released with the whole matrix below.
     const bool segment = kernels::weight_row_bytes(v->type, v->cols) != v->row_stride;
@@ -616,6 +625,9 @@ void LlamaModel::pack_matrices() {
   }
   for (const kernels::WeightView* whole : segmented) release_mapped_pages(whole->data, span_bytes(*whole));
   bar.finish();
+  ARBOR_LOG(kDebug) << "packed weights: " << (packed_bytes >> 20) << " MiB in "
+                    << (packed_.advised() ? "transparent huge pages" : "4 KiB pages (no THP advice)");
+  return ok_status();
 }
 
 // The weights every load checks (weight_check.h): the 1-D F32 tensors (norms, biases, scales)

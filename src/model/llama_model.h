@@ -21,8 +21,9 @@
 // silently ignored.
 //
 // Q8_0, Q4_0, K-quant, Q4_1 and Q5_x matrices are repacked at load for the CPU's packed kernels
-// when it has them (kernels::pack_weights; each view's `packed` points into this model) and their
-// mmapped pages are released, so the resident copy is the packed one. Immutable after load; any
+// when it has them (kernels::pack_weights_into, all of them into one huge-page buffer: each
+// view's `packed` points into this model) and their mmapped pages are released, so the resident
+// copy is the packed one. Immutable after load; any
 // thread may read it.
 #pragma once
 
@@ -32,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "base/huge_buffer.h"
 #include "base/status.h"
 #include "gguf/gguf.h"
 #include "kernels/matmul.h"
@@ -216,10 +218,12 @@ class LlamaModel {
   Status check_cheap_weights() const;
   // Cuts the weights to this rank's share (tp_size > 1) and o / down into their segments.
   Status shard_and_segment(const ModelLoadOptions& options);
-  // Packs every matrix matmul() reads that has a packed kernel on this CPU.
-  void pack_matrices();
+  // Packs every matrix matmul() reads that has a packed kernel on this CPU, into packed_.
+  Status pack_matrices();
 
-  std::vector<kernels::PackedWeights> packed_;
+  // Every packed matrix, each at a 64-byte aligned offset, in transparent huge pages where the
+  // kernel grants them (base/huge_buffer.h): decode streams the whole of it every token.
+  HugePageBuffer packed_;
   // Dense copies of the segments of types without a packed kernel (pack_matrices).
   std::vector<std::vector<uint8_t>> segment_copies_;
   gguf::GgufFile file_;

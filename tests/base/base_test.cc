@@ -3,10 +3,15 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <utility>
 #include <random>
 
 #include "base/check.h"
 #include "base/fp16.h"
+#include "base/huge_buffer.h"
 #include "base/log.h"
 #include "base/mapped_file.h"
 #include "base/progress.h"
@@ -191,6 +196,39 @@ TEST(MappedFileTest, MapsAndReportsErrors) {
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("/nonexistent/x.gguf"), std::string::npos);
   EXPECT_EQ(*read_file(path), "hello gguf");
+}
+
+// The packed weights' buffer: 2 MiB-aligned, zero-filled, writable to its last byte, the size
+// asked for (not the rounded mapping), moves without a second unmap; 0 bytes is an error; and
+// where transparent huge pages may be advised ("always" or "madvise" in the kernel's setting)
+// the advice was taken.
+TEST(HugePageBufferTest, AlignedZeroedWritableAndMovable) {
+  EXPECT_FALSE(HugePageBuffer::allocate(0).ok());
+  for (const size_t bytes : {size_t{1}, size_t{4096}, HugePageBuffer::kHugePage,
+                             HugePageBuffer::kHugePage + 1, size_t{5} << 20}) {
+    SCOPED_TRACE(bytes);
+    auto b = HugePageBuffer::allocate(bytes);
+    ASSERT_TRUE(b.ok()) << b.status().to_string();
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(b->data()) % HugePageBuffer::kHugePage, 0u);
+    EXPECT_EQ(b->size(), bytes);
+    for (size_t i = 0; i < bytes; i += 4093) ASSERT_EQ(b->data()[i], 0) << i;
+    EXPECT_EQ(b->data()[bytes - 1], 0);
+    std::memset(b->data(), 0xA5, bytes);
+    HugePageBuffer moved = std::move(*b);
+    EXPECT_EQ(b->data(), nullptr);
+    EXPECT_EQ(moved.data()[bytes - 1], 0xA5);
+    HugePageBuffer assigned;
+    assigned = std::move(moved);
+    EXPECT_EQ(assigned.size(), bytes);
+    EXPECT_EQ(assigned.data()[0], 0xA5);
+  }
+  std::ifstream thp("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string setting((std::istreambuf_iterator<char>(thp)), std::istreambuf_iterator<char>());
+  if (setting.find("[never]") == std::string::npos && !setting.empty()) {
+    auto b = HugePageBuffer::allocate(size_t{4} << 20);
+    ASSERT_TRUE(b.ok());
+    EXPECT_TRUE(b->advised()) << "THP setting: " << setting;
+  }
 }
 
 }  // namespace
