@@ -625,8 +625,9 @@ Status LlamaModel::pack_matrices() {
   }
   for (const kernels::WeightView* whole : segmented) release_mapped_pages(whole->data, span_bytes(*whole));
   bar.finish();
-  ARBOR_LOG(kDebug) << "packed weights: " << (packed_bytes >> 20) << " MiB in "
-                    << (packed_.advised() ? "transparent huge pages" : "4 KiB pages (no THP advice)");
+  ARBOR_LOG(kDebug) << "packed weights: " << (packed_bytes >> 20) << " MiB, "
+                    << (packed_.advised() ? "advised as transparent huge pages"
+                                          : "in 4 KiB pages (the kernel refused THP advice)");
   return ok_status();
 }
 

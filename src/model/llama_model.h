@@ -23,8 +23,7 @@
 // Q8_0, Q4_0, K-quant, Q4_1 and Q5_x matrices are repacked at load for the CPU's packed kernels
 // when it has them (kernels::pack_weights_into, all of them into one huge-page buffer: each
 // view's `packed` points into this model) and their mmapped pages are released, so the resident
-// copy is the packed one. Immutable after load; any
-// thread may read it.
+// copy is the packed one. Immutable after load; any thread may read it.
 #pragma once
 
 #include <functional>
