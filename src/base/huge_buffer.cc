@@ -41,7 +41,7 @@ HugePageBuffer::HugePageBuffer(HugePageBuffer&& other) noexcept
 
 HugePageBuffer& HugePageBuffer::operator=(HugePageBuffer&& other) noexcept {
   if (this != &other) {
-    this->~HugePageBuffer();
+    release();
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
     mapped_ = std::exchange(other.mapped_, 0);
@@ -50,7 +50,9 @@ HugePageBuffer& HugePageBuffer::operator=(HugePageBuffer&& other) noexcept {
   return *this;
 }
 
-HugePageBuffer::~HugePageBuffer() {
+HugePageBuffer::~HugePageBuffer() { release(); }
+
+void HugePageBuffer::release() {
   if (data_ != nullptr) ::munmap(data_, mapped_);
   data_ = nullptr;
 }

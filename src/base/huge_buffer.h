@@ -36,6 +36,8 @@ class HugePageBuffer {
   bool advised() const { return advised_; }
 
  private:
+  void release();  // unmaps (if mapped)
+
   uint8_t* data_ = nullptr;
   size_t size_ = 0;
   size_t mapped_ = 0;  // size_ rounded up to kHugePage

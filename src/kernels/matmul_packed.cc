@@ -66,18 +66,26 @@ uint8_t* allocate_packed(size_t bytes) {
 
 }  // namespace
 
-size_t packed_weight_bytes(const WeightView& w) {
+namespace {
+
+void check_packable(const WeightView& w) {
   ARBOR_CHECK(packing_available(w.type))
       << "no packed kernel for " << gguf::ggml_type_name(w.type) << " on this CPU";
   ARBOR_CHECK(w.cols % kQBlock == 0 && w.rows > 0);
+}
+
+}  // namespace
+
+size_t packed_weight_bytes(const WeightView& w) {
+  check_packable(w);
   if (internal::is_affine_type(w.type)) return internal::affine_packed_bytes(w);
   const int64_t groups = (w.rows + kPackRows - 1) / kPackRows;
   return static_cast<size_t>(groups * (w.cols / kQBlock)) * internal::packed_block_bytes(w.type);
 }
 
 void pack_weights_into(const WeightView& w, uint8_t* dst) {
+  check_packable(w);
   ARBOR_CHECK(reinterpret_cast<uintptr_t>(dst) % 64 == 0) << "packed weights at " << dst;
-  (void)packed_weight_bytes(w);  // the checks
   if (internal::is_affine_type(w.type)) {
     internal::pack_affine(w, dst);
     return;
