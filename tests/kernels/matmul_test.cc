@@ -317,6 +317,42 @@ TEST(Matmul, SegmentsEqualOneMatmulPerColumnSlice) {
   }
 }
 
+TEST(Matmul, ThreadsQuantiseTheirOwnActivationsToTheSameBits) {
+  // Steps of up to 16 tokens have every thread quantise the activations into its own records
+  // (matmul.cc, kLocalActsTokens); longer ones share one copy. Either way the bits must be one
+  // thread's, on every ISA, and a call must read its own x, not the records of the call before
+  // (two calls in a row with different x on the same pool).
+  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+    std::mt19937 rng(17);
+    const int64_t rows = 512, cols = 1024;
+    const std::vector<float> wf = testing::random_floats(rng, rows * cols);
+    const std::vector<uint8_t> data =
+        testing::encode_weights(type, wf, rows, cols, weight_row_bytes(type, cols));
+    WeightView w = make_weight_view(type, data.data(), rows, cols);
+    const PackedWeights packed = pack_weights(w);
+    w.packed = packed.data();
+    for (Isa isa : testing::testable_isas()) {
+      set_active_isa(isa);
+      ThreadPool one(1);
+      for (int threads : {2, 3}) {
+        ThreadPool pool(threads);
+        for (int64_t nt : {1, 2, 5, 16, 17}) {
+          for (int call = 0; call < 2; ++call) {
+            const std::vector<float> x = testing::random_floats(rng, nt * cols);
+            std::vector<float> want(static_cast<size_t>(rows * nt)), got(want.size(), NAN);
+            matmul(w, x.data(), want.data(), nt, one);
+            matmul(w, x.data(), got.data(), nt, pool);
+            ASSERT_EQ(got, want) << gguf::ggml_type_name(type) << " isa " << isa_name(isa)
+                                 << " tokens " << nt << " threads " << threads << " call "
+                                 << call;
+          }
+        }
+      }
+    }
+    set_active_isa(best_isa());
+  }
+}
+
 TEST(Matmul, GenericPathForOtherTypes) {
   // Types without their own kernels dequantise each row and dot it in f32.
   ThreadPool pool(2);
