@@ -2,7 +2,8 @@
 #
 #   start_arbor_serve DIR NAME ARBOR [serve args...]
 #     runs ARBOR --log-level info serve ARGS --host 127.0.0.1 --port 0 --port-file DIR/NAME.port
-#     in the background with its log in DIR/NAME.log, waits (up to 90 s) for /health, and sets
+#     in the background with its log in DIR/NAME.log, waits (up to 300 s: a 17 GB mixture packs
+#     and measures its step costs for 100 s on 2 cores) for /health, and sets
 #     server_pid and server_url. Exits the script, naming the log, when the server dies first.
 #   stop_arbor_serve     SIGTERM server_pid and wait for it.
 start_arbor_serve() {
@@ -12,7 +13,7 @@ start_arbor_serve() {
   "$arbor" --log-level info serve --host 127.0.0.1 --port 0 --port-file "$pf" "$@" \
     >"$dir/$name.log" 2>&1 &
   server_pid=$!
-  for _ in $(seq 1 900); do
+  for _ in $(seq 1 3000); do
     [ -s "$pf" ] && curl -sf "http://127.0.0.1:$(cat "$pf")/health" >/dev/null 2>&1 && break
     kill -0 "$server_pid" 2>/dev/null || { echo "error: server $name died; see $dir/$name.log" >&2; exit 1; }
     sleep 0.1

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/fp16.h"
+#include "kernels/attention.h"
 #include "kernels/bandwidth.h"
 #include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
@@ -237,6 +238,52 @@ BENCHMARK(BM_StepQ4_0)->Apply(step_tokens);
 BENCHMARK(BM_StepF16)->Apply(step_tokens);
 BENCHMARK(BM_StepQ4_K)->Apply(step_tokens);
 BENCHMARK(BM_StepQ6_K)->Apply(step_tokens);
+
+// Paged attention of one sequence at the Qwen3-0.6B shape (16 query heads, 8 kv heads, head dim
+// 128, F16 cache in blocks of 16) over 256 cached keys, T new tokens (1: decode, 5: four
+// drafts), through 28 layers' caches in turn (29 MB, past the L3, as a step streams them between
+// the layers' weights). Time per layer call.
+void BM_AttentionVerify(benchmark::State& state) {
+  const int num_tokens = static_cast<int>(state.range(0));
+  constexpr int kLayers = 28, kHeads = 16, kKvHeads = 8, kHd = 128, kBs = 16, kContext = 256;
+  const int kv_len = kContext + num_tokens, blocks = (kv_len + kBs - 1) / kBs;
+  const size_t layer_elems = static_cast<size_t>(blocks) * kKvHeads * kBs * kHd;
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> bits(0x3000, 0x3bff);  // f16 in [0.125, 1)
+  std::vector<uint16_t> k(layer_elems * kLayers), v(k.size());
+  for (size_t i = 0; i < k.size(); ++i) {
+    k[i] = static_cast<uint16_t>(bits(rng));
+    v[i] = static_cast<uint16_t>(bits(rng));
+  }
+  std::vector<float> q(static_cast<size_t>(num_tokens) * kHeads * kHd, 0.01f), out(q.size());
+  std::vector<int32_t> pages(blocks);
+  for (int b = 0; b < blocks; ++b) pages[b] = b;
+  const int32_t qo[2] = {0, num_tokens}, kvp[2] = {0, blocks}, lens[1] = {kv_len};
+  PagedAttentionParams p;
+  p.num_seqs = 1;
+  p.num_q_heads = kHeads;
+  p.num_kv_heads = kKvHeads;
+  p.head_dim = kHd;
+  p.block_size = kBs;
+  p.scale = 0.0884f;
+  p.q = q.data();
+  p.out = out.data();
+  p.kv_dtype = KvDtype::kF16;
+  p.qo_indptr = qo;
+  p.kv_indptr = kvp;
+  p.kv_page_indices = pages.data();
+  p.kv_len = lens;
+  ThreadPool& pool = bench_pool();
+  int layer = 0;
+  for (auto _ : state) {
+    p.k_cache = k.data() + layer_elems * layer;
+    p.v_cache = v.data() + layer_elems * layer;
+    paged_attention(p, pool);
+    layer = (layer + 1) % kLayers;
+    benchmark::DoNotOptimize(out.data());
+  }
+}
+BENCHMARK(BM_AttentionVerify)->Arg(1)->Arg(2)->Arg(5)->Arg(9)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 void BM_ReadBandwidth(benchmark::State& state) {
   ThreadPool& pool = bench_pool();

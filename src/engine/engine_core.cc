@@ -175,19 +175,37 @@ sched::SpecCostModel EngineCore::measure_spec_costs() {
     return model;
   }
   const double one = (*costs)[0].seconds;
-  std::string curve;
   std::vector<sched::ExpertCostPoint> distinct, repeated;
   for (size_t i = 0; i < probes.size(); ++i) {
     const step::StepCostSample& c = (*costs)[i];
     const sched::ExpertCostPoint p{probes[i].num_tokens, c.seconds / one, c.experts_touched};
-    if (probes[i].repeat_token) {
-      repeated.push_back(p);
-      continue;
+    (probes[i].repeat_token ? repeated : distinct).push_back(p);
+  }
+  // Each series in order of size, made nondecreasing (a larger step never costs less: a lower
+  // median is the machine's noise, and a dip would make the policy prefer its size).
+  std::string raw;
+  for (std::vector<sched::ExpertCostPoint>* series : {&distinct, &repeated}) {
+    std::vector<double> c;
+    for (const sched::ExpertCostPoint& p : *series) c.push_back(p.cost);
+    const std::vector<double> fit = sched::nondecreasing_fit(c);
+    for (size_t i = 0; i < fit.size(); ++i) {
+      sched::ExpertCostPoint& p = (*series)[i];
+      if (fit[i] != p.cost && series == &distinct) raw += str_cat(" r(", p.num_tokens, ")=", p.cost);
+      p.cost = fit[i];
     }
-    distinct.push_back(p);
+  }
+  std::string curve;
+  for (size_t i = 0; i < distinct.size(); ++i) {
+    const sched::ExpertCostPoint& p = distinct[i];
     model.points.emplace_back(p.num_tokens, p.cost);
-    model.experts.touched.push_back(c.experts_touched);
-    if (sizes[i] <= 16 || i + 1 == sizes.size()) curve += str_cat(" r(", sizes[i], ")=", p.cost);
+    model.experts.touched.push_back(p.touched);
+    if (p.num_tokens <= 16 || i + 1 == distinct.size()) {
+      curve += str_cat(" r(", p.num_tokens, ")=", p.cost);
+    }
+  }
+  if (!raw.empty()) {
+    ARBOR_LOG(kDebug) << "speculation: step costs measured below a smaller step's were pooled with "
+                      << "it (nondecreasing fit); measured" << raw;
   }
   model.draft_cost = executor_->draft_token_cost() / one;
   model.one_token_seconds = one;

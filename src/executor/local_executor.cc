@@ -553,12 +553,24 @@ std::vector<int32_t> LocalExecutor::kv_group_windows() const {
 // One sequence with kContext committed tokens (whatever K/V the blocks hold) and n new distinct
 // tokens, logits for every row: the shape of a verification step (for a mixture of experts, with
 // the distinct experts n rows of text touch). Median of three after a warm-up.
+// Timed rounds of the step-cost measurement after one warm-up round: every probe runs once per
+// round, in turn, so a stall of the machine (a noisy neighbour, 10-20 % swings within seconds on
+// a VM) lands in one sample of several probes instead of every sample of one, and each probe's
+// median drops it. Drafts live at small sizes, where the policy compares neighbouring points:
+// those get more rounds.
+constexpr int kCostRounds = 3;
+constexpr int kCostRoundsSmall = 5;
+constexpr int32_t kCostSmallTokens = 16;
+
 Result<std::vector<step::StepCostSample>> LocalExecutor::measure_step_costs(
     std::span<const step::StepCostProbe> probes) {
-  std::vector<step::StepCostSample> costs;
   const int32_t bs = block_size();
   const int64_t slots = (num_kv_blocks() - 1) * bs;
-  for (const step::StepCostProbe& probe : probes) {
+  std::vector<std::vector<double>> runs(probes.size());
+  std::vector<step::StepCostSample> costs(probes.size());
+  // Runs probe i once; with `timed`, keeps its time.
+  const auto run = [&](size_t i, bool timed) -> Status {
+    const step::StepCostProbe& probe = probes[i];
     const int32_t n = probe.num_tokens;
     // Up to 64 committed tokens of context, as much as the pool leaves.
     const auto context = static_cast<int32_t>(std::clamp<int64_t>(slots - n, 0, 64));
@@ -577,9 +589,9 @@ Result<std::vector<step::StepCostSample>> LocalExecutor::measure_step_costs(
     // state, and a step's cost grows with the distinct experts its rows touch. The repeated
     // series (n copies of one token, routed to few experts) separates that expert term.
     tokens_.resize(static_cast<size_t>(n));
-    for (int32_t i = 0; i < n; ++i) {
-      const int64_t j = probe.repeat_token ? 0 : i;
-      tokens_[static_cast<size_t>(i)] = static_cast<int32_t>((1 + j * 7919) % vocab_size());
+    for (int32_t t = 0; t < n; ++t) {
+      const int64_t j = probe.repeat_token ? 0 : t;
+      tokens_[static_cast<size_t>(t)] = static_cast<int32_t>((1 + j * 7919) % vocab_size());
     }
     builder_.clear();
     builder_.add(model::SequenceInput{.block_table = blocks,
@@ -588,15 +600,26 @@ Result<std::vector<step::StepCostSample>> LocalExecutor::measure_step_costs(
                                       .logits = model::LogitsMode::kAll,
                                       .more_block_tables = more,
                                       .state_slot = recurrent_state_slots() > 0 ? 0 : -1});
-    std::vector<float> logits(static_cast<size_t>(n) * vocab_size());
-    std::vector<double> runs;
-    for (int r = 0; r < 4; ++r) {
-      const auto t0 = std::chrono::steady_clock::now();
-      ARBOR_RETURN_IF_ERROR(runner_->forward(builder_.batch(), logits.data()));
-      runs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    cost_logits_.resize(static_cast<size_t>(n) * vocab_size());
+    const auto t0 = std::chrono::steady_clock::now();
+    ARBOR_RETURN_IF_ERROR(runner_->forward(builder_.batch(), cost_logits_.data()));
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (timed) runs[i].push_back(seconds);
+    costs[i].experts_touched = runner_->experts_touched();
+    return Status();
+  };
+  for (int round = 0; round <= kCostRoundsSmall; ++round) {
+    for (size_t i = 0; i < probes.size(); ++i) {
+      const int rounds = probes[i].num_tokens <= kCostSmallTokens ? kCostRoundsSmall : kCostRounds;
+      if (round > rounds) continue;
+      ARBOR_RETURN_IF_ERROR(run(i, /*timed=*/round > 0));
     }
-    std::sort(runs.begin() + 1, runs.end());
-    costs.push_back({.seconds = runs[2], .experts_touched = runner_->experts_touched()});
+  }
+  for (size_t i = 0; i < probes.size(); ++i) {
+    std::vector<double>& r = runs[i];
+    std::nth_element(r.begin(), r.begin() + r.size() / 2, r.end());
+    costs[i].seconds = r[r.size() / 2];
   }
   return costs;
 }

@@ -195,6 +195,7 @@ class LocalExecutor : public step::ModelExecutor {
   std::vector<float> hidden_;       // [hidden rows, dim] the step's hidden-state rows
   std::vector<std::vector<float>> gathered_;  // per request: a verification's committed rows
   std::vector<int32_t> tokens_;     // scratch: one request's tokens run this step
+  std::vector<float> cost_logits_;  // scratch: the logits of measure_step_costs' steps
   std::vector<int32_t> positions_;  // scratch: one tree's positions, [1 + k]
   std::vector<uint8_t> mask_;       // scratch: one tree's packed mask, [ceil((1 + k)^2 / 8)]
   std::vector<int32_t> free_state_slots_;  // a recurrent model's unused state slots (a stack)

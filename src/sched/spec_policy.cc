@@ -78,6 +78,33 @@ double SpecCostModel::measured_rho() const {
   return rhos[rhos.size() / 2];
 }
 
+std::vector<double> nondecreasing_fit(std::span<const double> costs) {
+  // Blocks of pooled values: their sum and count, merged while a block's mean is below the one
+  // before it.
+  std::vector<double> sum;
+  std::vector<int64_t> count;
+  for (double c : costs) {
+    sum.push_back(c);
+    count.push_back(1);
+    while (sum.size() >= 2) {
+      const size_t b = sum.size() - 1;
+      if (sum[b - 1] * static_cast<double>(count[b]) <= sum[b] * static_cast<double>(count[b - 1])) {
+        break;  // mean[b - 1] <= mean[b]
+      }
+      sum[b - 1] += sum[b];
+      count[b - 1] += count[b];
+      sum.pop_back();
+      count.pop_back();
+    }
+  }
+  std::vector<double> out;
+  out.reserve(costs.size());
+  for (size_t b = 0; b < sum.size(); ++b) {
+    out.insert(out.end(), static_cast<size_t>(count[b]), sum[b] / static_cast<double>(count[b]));
+  }
+  return out;
+}
+
 double fit_cost_per_expert(std::span<const ExpertCostPoint> distinct,
                            std::span<const ExpertCostPoint> repeated) {
   std::vector<double> slopes;

@@ -200,6 +200,12 @@ struct ExpertCostPoint {
   double touched = 0.0;
 };
 
+// The nondecreasing sequence nearest to `costs` in least squares (pool adjacent violators, equal
+// weights): a measured step-cost series in order of step size, whose noise (a VM's stalls) can
+// make a larger step look cheaper than a smaller one, which a step never is. Pools of violating
+// neighbours become their mean; a nondecreasing input comes back unchanged. [costs.size()]
+std::vector<double> nondecreasing_fit(std::span<const double> costs);
+
 // The cost of one more distinct expert per layer, from two series of steps of equal sizes whose
 // rows touch many experts (`distinct`: distinct tokens) and few (`repeated`: one token
 // repeated): the median over the sizes present in both, with at least one more expert in

@@ -203,6 +203,52 @@ TEST(SpecExpertTerm, ExpectedExpertsAndRhoAreInverses) {
   EXPECT_EQ(e.rho_of(2, 8), 0.0);  // two rows on the same K experts: one row's worth
 }
 
+// The measured curve's nondecreasing fit: exact pools of the violators, the identity on a
+// nondecreasing series, and the least-squares property checked against every alternative
+// pooling of a small series (exhaustive over the 2^(n-1) ways to cut n points into runs).
+TEST(SpecCostCurve, NondecreasingFitPoolsViolatorsIntoTheirMean) {
+  using V = std::vector<double>;
+  EXPECT_EQ(nondecreasing_fit(V{}), V{});
+  EXPECT_EQ(nondecreasing_fit(V{1, 1.6, 2.1, 2.2, 2.9, 3.4}), (V{1, 1.6, 2.1, 2.2, 2.9, 3.4}));
+  // The startup curve of a Zen 4 VM (r(5) above r(6)): the two pooled at their mean.
+  EXPECT_EQ(nondecreasing_fit(V{1, 1.5, 2.5, 2.0, 3.0}), (V{1, 1.5, 2.25, 2.25, 3.0}));
+  // A dip that reaches back two points: all three pooled.
+  EXPECT_EQ(nondecreasing_fit(V{1, 3, 4, 1, 5}), (V{1, 8.0 / 3, 8.0 / 3, 8.0 / 3, 5}));
+  EXPECT_EQ(nondecreasing_fit(V{4, 3, 2, 1}), (V{2.5, 2.5, 2.5, 2.5}));
+  EXPECT_EQ(nondecreasing_fit(V{2, 2, 1}), (V{5.0 / 3, 5.0 / 3, 5.0 / 3}));
+  std::mt19937 rng(41);
+  std::uniform_real_distribution<double> u(0.0, 4.0);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int n = 1 + trial % 7;
+    V c(n);
+    for (double& x : c) x = u(rng);
+    const V fit = nondecreasing_fit(c);
+    ASSERT_EQ(fit.size(), c.size());
+    double fit_err = 0;
+    for (int i = 0; i < n; ++i) fit_err += (fit[i] - c[i]) * (fit[i] - c[i]);
+    for (int i = 1; i < n; ++i) ASSERT_LE(fit[i - 1], fit[i] + 1e-12) << "trial " << trial;
+    // Every cut of [0, n) into runs whose means do not decrease: none fits better.
+    for (uint32_t cuts = 0; cuts < (1u << (n - 1)); ++cuts) {
+      V alt(n);
+      int begin = 0;
+      for (int i = 0; i < n; ++i) {
+        if (i == n - 1 || ((cuts >> i) & 1)) {
+          double sum = 0;
+          for (int j = begin; j <= i; ++j) sum += c[j];
+          for (int j = begin; j <= i; ++j) alt[j] = sum / (i - begin + 1);
+          begin = i + 1;
+        }
+      }
+      bool monotone = true;
+      for (int i = 1; i < n; ++i) monotone = monotone && alt[i - 1] <= alt[i];
+      if (!monotone) continue;
+      double err = 0;
+      for (int i = 0; i < n; ++i) err += (alt[i] - c[i]) * (alt[i] - c[i]);
+      ASSERT_GE(err, fit_err - 1e-9) << "trial " << trial << " cuts " << cuts;
+    }
+  }
+}
+
 // Steps whose cost is 1 + 0.05 (T - 1) + 0.02 (X - 8): the fit recovers 0.02 from a distinct and a
 // repeated series, whatever X each happened to touch.
 TEST(SpecExpertTerm, FitRecoversTheCostPerExpert) {
