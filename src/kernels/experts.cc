@@ -106,19 +106,59 @@ void pack_pair_acts(const float* x, const ExpertRows& r, int64_t cols, Act* acts
   });
 }
 
-// Runs every unit: rows(w, acts of its expert, n_e, y of its expert, g0, g1).
-template <class Act, class Rows>
-void run_units(std::span<const ExpertMatmul> mats, const ExpertRows& r, const Act* acts,
-               ThreadPool& pool, const Rows& rows) {
+// Quantises expert e's pairs into acts (the layout of pack_pair_acts) on the calling thread.
+template <class Act, class Pack>
+void pack_expert_acts(const float* x, const ExpertRows& r, int64_t cols, int32_t e, Act* acts,
+                      const Pack& pack) {
+  const int64_t nb = cols / kQBlock;
+  const int32_t first = r.expert_indptr[e], n = pairs_of(r, e);
+  for (int32_t p = first; p < first + n; ++p) {
+    const int64_t src = r.src_rows != nullptr ? r.src_rows[p] : p;
+    pack(x + src * cols, acts + first * nb + (p - first), n);
+  }
+}
+
+// Steps of up to this many pairs quantise per thread: each thread quantises the pairs of an
+// expert into its own records (pool slot 1 + thread) when it first takes a unit of that expert,
+// so no record crosses between cores (matmul.cc, kLocalActsTokens, has the measurements) and a
+// decode step's few pairs are quantised inside the job by both threads rather than before it by
+// the caller alone. Larger steps (prefill) quantise once, split by pair, and share the records.
+constexpr int32_t kLocalActsPairs = 128;
+
+// Runs every unit: rows(w, acts of its expert, n_e, y of its expert, g0, g1), the activations
+// quantised by pack (pack_pair_acts' callback).
+template <class Act, class Pack, class Rows>
+void run_units(std::span<const ExpertMatmul> mats, const float* x, const ExpertRows& r,
+               ThreadPool& pool, const Pack& pack, const Rows& rows) {
   const WeightView& w0 = mats[0].experts[0];
-  const int64_t nb = w0.cols / kQBlock;
-  // The caller's list (a thread_local named inside the lambda would be each worker's own).
+  const int64_t cols = w0.cols, nb = cols / kQBlock;
+  const size_t bytes = static_cast<size_t>(r.num_pairs()) * nb * sizeof(Act);
+  // The caller's lists (a thread_local named inside the lambda would be each worker's own).
   thread_local std::vector<Unit> caller_units;
+  thread_local std::vector<uint8_t> caller_packed;  // [threads, experts]: this call packed it
   std::vector<Unit>& units = caller_units;
   plan_units(mats, r, pool.num_threads(), units);
-  auto run = [&](int64_t begin, int64_t end) {
+  const bool local = pool.num_threads() > 1 && r.num_pairs() <= kLocalActsPairs;
+  Act* shared = nullptr;
+  std::vector<uint8_t>& packed = caller_packed;
+  if (local) {
+    packed.assign(static_cast<size_t>(pool.num_threads()) * r.num_experts, 0);
+  } else {
+    shared = static_cast<Act*>(pool.workspace(0, bytes));
+    pack_pair_acts(x, r, cols, shared, pool, pack);
+  }
+  auto run = [&](int64_t begin, int64_t end, int thread) {
+    Act* acts = shared;
+    if (local) acts = static_cast<Act*>(pool.workspace(1 + thread, bytes));
     for (int64_t i = begin; i < end; ++i) {
       const Unit& u = units[i];
+      if (local) {
+        uint8_t& done = packed[static_cast<size_t>(thread) * r.num_experts + u.expert];
+        if (!done) {
+          pack_expert_acts(x, r, cols, u.expert, acts, pack);
+          done = 1;
+        }
+      }
       const WeightView& w = mats[u.mat].experts[u.expert];
       const int32_t first = r.expert_indptr[u.expert];
       rows(w, acts + first * nb, pairs_of(r, u.expert), mats[u.mat].y + first * w.rows, u.g0,
@@ -129,40 +169,36 @@ void run_units(std::span<const ExpertMatmul> mats, const ExpertRows& r, const Ac
   for (const ExpertMatmul& m : mats) macs += m.experts[0].rows * w0.cols * r.num_pairs();
   const int64_t num_units = static_cast<int64_t>(units.size());
   if (pool.num_threads() == 1 || macs < internal::kMinParallelMacs) {
-    run(0, num_units);
+    run(0, num_units, 0);
     return;
   }
   pool.parallel_for(
-      num_units, [&run](int64_t begin, int64_t end, int) { run(begin, end); }, 1);
+      num_units, [&run](int64_t begin, int64_t end, int thread) { run(begin, end, thread); }, 1);
 }
 
 void matmul_experts_packed(std::span<const ExpertMatmul> mats, const float* x,
                            const ExpertRows& r, ThreadPool& pool) {
   const WeightView& w0 = mats[0].experts[0];
-  const int64_t cols = w0.cols, nb = cols / kQBlock;
-  const size_t records = static_cast<size_t>(r.num_pairs()) * nb;
+  const int64_t cols = w0.cols;
   if (internal::is_affine_type(w0.type)) {
-    auto* acts = static_cast<internal::ActBlockAffine*>(
-        pool.workspace(0, records * sizeof(internal::ActBlockAffine)));
     const internal::AffineFormat f = internal::affine_format(w0.type);
-    pack_pair_acts(x, r, cols, acts, pool,
-                   [&](const float* row, internal::ActBlockAffine* out, int64_t stride) {
-                     internal::pack_act_row_affine(row, cols, f, out, stride, /*avx2=*/true);
-                   });
-    run_units(mats, r, acts, pool,
-              active_isa() >= Isa::kAvx512 ? internal::affine_rows_avx512
-              : cpu_features().avxvnni     ? internal::affine_rows_avxvnni
-                                           : internal::affine_rows_avx2);
+    run_units<internal::ActBlockAffine>(
+        mats, x, r, pool,
+        [&](const float* row, internal::ActBlockAffine* out, int64_t stride) {
+          internal::pack_act_row_affine(row, cols, f, out, stride, /*avx2=*/true);
+        },
+        active_isa() >= Isa::kAvx512 ? internal::affine_rows_avx512
+        : cpu_features().avxvnni     ? internal::affine_rows_avxvnni
+                                     : internal::affine_rows_avx2);
     return;
   }
-  auto* acts = static_cast<internal::ActBlockVnni*>(
-      pool.workspace(0, records * sizeof(internal::ActBlockVnni)));
   const int32_t k = w0.type == GgmlType::kQ4_0 ? 8 : 128;
-  pack_pair_acts(x, r, cols, acts, pool,
-                 [&](const float* row, internal::ActBlockVnni* out, int64_t stride) {
-                   internal::pack_act_row_vnni(row, cols, k, out, stride);
-                 });
-  run_units(mats, r, acts, pool, internal::packed_rows_avx512);
+  run_units<internal::ActBlockVnni>(
+      mats, x, r, pool,
+      [&](const float* row, internal::ActBlockVnni* out, int64_t stride) {
+        internal::pack_act_row_vnni(row, cols, k, out, stride);
+      },
+      internal::packed_rows_avx512);
 }
 
 // Types without a packed kernel: the pairs' rows gathered, then one matmul_multi per expert.

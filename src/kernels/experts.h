@@ -13,8 +13,9 @@
 // Each matrix set is one 3-D GGUF tensor seen as num_experts 2-D WeightViews (same type, rows and
 // cols), packed per expert like any matrix (pack_weights; each view's `packed`).
 //
-// Work split: the activations of each pair are quantised once per call into per-expert,
-// block-major records; then one parallel_for runs units of (matrix, expert, run of 16-row
+// Work split: the activations of each pair are quantised into per-expert, block-major records
+// (up to 128 pairs by every thread into its own records, for the experts it runs; above, once
+// per call, shared); one parallel_for runs units of (matrix, expert, run of 16-row
 // groups), the packed kernels' tile, cut so that every unit costs about the same — a unit of an
 // expert with n pairs covers fewer groups the larger n is (cost ~ groups x (n + a weight-read
 // term)) — so a step's threads share the work whether it routes one token to 8 experts (decode)

@@ -220,7 +220,6 @@ void check_grouped(const GroupedCase& c, uint32_t seed) {
   constexpr int kMaxTokens = 40;
   ExpertSet gate = make_experts(c.type, c.experts, c.rows, c.cols, rng);
   ExpertSet up = make_experts(c.type, c.experts, c.rows, c.cols, rng);
-  const std::vector<float> x = testing::random_floats(rng, kMaxTokens * c.cols);
   ThreadPool p1(1), p2(2);
   for (Isa isa : testing::testable_isas()) {
     IsaScope scope(isa);
@@ -229,7 +228,11 @@ void check_grouped(const GroupedCase& c, uint32_t seed) {
       const auto& g = packed ? gate.packed : gate.plain;
       const auto& u = packed ? up.packed : up.plain;
       for (ThreadPool* pool : {&p1, &p2}) {
-        for (auto [tokens, k] : {std::pair{1, 2}, {3, 1}, {5, 3}, {kMaxTokens, 2}}) {
+        // Up to 128 pairs each thread quantises the pairs of the experts it runs into its own
+        // records (experts.cc, kLocalActsPairs); 40 tokens x 4 share one copy. A fresh x every
+        // call: records left from the call before must not be read.
+        for (auto [tokens, k] : {std::pair{1, 2}, {3, 1}, {5, 3}, {kMaxTokens, 2}, {kMaxTokens, 4}}) {
+          const std::vector<float> x = testing::random_floats(rng, kMaxTokens * c.cols);
           SCOPED_TRACE(std::string(gguf::ggml_type_name(c.type)) + " isa=" +
                        std::string(isa_name(isa)) + (packed ? " packed" : " plain") +
                        " threads=" + std::to_string(pool->num_threads()) + " tokens=" +
