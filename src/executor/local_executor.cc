@@ -550,9 +550,9 @@ std::vector<int32_t> LocalExecutor::kv_group_windows() const {
   return runner_->kv_layout().windows();
 }
 
-// One sequence with kContext committed tokens (whatever K/V the blocks hold) and n new distinct
-// tokens, logits for every row: the shape of a verification step (for a mixture of experts, with
-// the distinct experts n rows of text touch). Median of three after a warm-up.
+// Each probe: one sequence with up to 64 committed tokens (whatever K/V the blocks hold) and n
+// new distinct (or repeated) tokens, logits for every row: the shape of a verification step (for
+// a mixture of experts, with the distinct experts n rows of text touch).
 // Timed rounds of the step-cost measurement after one warm-up round: every probe runs once per
 // round, in turn, so a stall of the machine (a noisy neighbour, 10-20 % swings within seconds on
 // a VM) lands in one sample of several probes instead of every sample of one, and each probe's
