@@ -6,6 +6,7 @@
 //   kernels_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -245,7 +246,11 @@ BENCHMARK(BM_StepQ6_K)->Apply(step_tokens);
 // the layers' weights). Time per layer call.
 void BM_AttentionVerify(benchmark::State& state) {
   const int num_tokens = static_cast<int>(state.range(0));
-  constexpr int kLayers = 28, kHeads = 16, kKvHeads = 8, kHd = 128, kBs = 16, kContext = 256;
+  constexpr int kHeads = 16, kKvHeads = 8, kHd = 128, kBs = 16, kContext = 256;
+  // ARBOR_BENCH_ATTN_LAYERS=1: one layer's cache (1.1 MB), which stays in L2 / L3: the kernels'
+  // arithmetic without the DRAM stream.
+  const char* layers_env = std::getenv("ARBOR_BENCH_ATTN_LAYERS");
+  const int kLayers = layers_env != nullptr ? std::max(1, std::atoi(layers_env)) : 28;
   const int kv_len = kContext + num_tokens, blocks = (kv_len + kBs - 1) / kBs;
   const size_t layer_elems = static_cast<size_t>(blocks) * kKvHeads * kBs * kHd;
   std::mt19937 rng(5);

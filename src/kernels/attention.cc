@@ -91,7 +91,7 @@ void f16_to_f32_scalar(const uint16_t* src, float* dst, int64_t n) {
 // eight elements at a time into a stack buffer, so no path needs the scratch copy.
 template <float (*kDot)(const float*, const float*, int), void (*kWiden)(const uint16_t*, float*,
                                                                        int64_t)>
-void scores_rows(const float* q, const void* k, bool f16, int n, int hd, float scale, float* s) {
+void scores_one(const float* q, const void* k, bool f16, int n, int hd, float scale, float* s) {
   float row[512];
   for (int j = 0; j < n; ++j) {
     const float* kr;
@@ -114,7 +114,7 @@ void scores_rows(const float* q, const void* k, bool f16, int n, int hd, float s
 
 template <void (*kAxpy)(float*, float, const float*, int), void (*kWiden)(const uint16_t*, float*,
                                                                         int64_t)>
-void accumulate_rows(float* acc, const float* e, const void* v, bool f16, int n, int hd) {
+void accumulate_one(float* acc, const float* e, const void* v, bool f16, int n, int hd) {
   float row[512];
   for (int j = 0; j < n; ++j) {
     if (e[j] == 0.0f) continue;
@@ -131,6 +131,31 @@ void accumulate_rows(float* acc, const float* e, const void* v, bool f16, int n,
   }
 }
 
+// The many-row ops of the scalar and AVX2 sets: the one-row op, row after row.
+template <void (*kScores)(const float*, const void*, bool, int, int, float, float*)>
+void scores_each(const float* const* q, int rows, const void* k, bool f16, int n, int hd,
+                 float scale, float* s, int s_stride) {
+  for (int r = 0; r < rows; ++r) kScores(q[r], k, f16, n, hd, scale, s + (size_t)r * s_stride);
+}
+
+template <void (*kAccumulate)(float*, const float*, const void*, bool, int, int)>
+void accumulate_each(float* acc, int rows, const float* e, int e_stride, const void* v, bool f16,
+                     int n, int hd) {
+  for (int r = 0; r < rows; ++r) {
+    kAccumulate(acc + (size_t)r * hd, e + (size_t)r * e_stride, v, f16, n, hd);
+  }
+}
+
+float block_max(const float* s, int n) {
+  float m = kNegInf;
+  for (int j = 0; j < n; ++j) m = std::max(m, s[j]);
+  return m;
+}
+
+void scale_row(float* x, int n, float c) {
+  for (int j = 0; j < n; ++j) x[j] *= c;
+}
+
 float exp_block(float* s, int n, float m) {
   float sum = 0.0f;
   for (int j = 0; j < n; ++j) {
@@ -145,13 +170,19 @@ float exp_block(float* s, int n, float m) {
 namespace internal {
 
 AttnBlockOps attn_block_ops_scalar() {
-  return {scores_rows<dot_scalar, f16_to_f32_scalar>, exp_block,
-          accumulate_rows<axpy_scalar, f16_to_f32_scalar>, f16_to_f32_scalar};
+  constexpr auto scores = scores_one<dot_scalar, f16_to_f32_scalar>;
+  constexpr auto accumulate = accumulate_one<axpy_scalar, f16_to_f32_scalar>;
+  return {scores,    exp_block, accumulate,          f16_to_f32_scalar,
+          block_max, scale_row, scores_each<scores>, accumulate_each<accumulate>,
+          /*widen_per_row=*/true};
 }
 
 AttnBlockOps attn_block_ops_avx2() {
-  return {scores_rows<dot_avx2, f16_to_f32_avx2>, exp_block,
-          accumulate_rows<axpy_avx2, f16_to_f32_avx2>, f16_to_f32_avx2};
+  constexpr auto scores = scores_one<dot_avx2, f16_to_f32_avx2>;
+  constexpr auto accumulate = accumulate_one<axpy_avx2, f16_to_f32_avx2>;
+  return {scores,    exp_block, accumulate,          f16_to_f32_avx2,
+          block_max, scale_row, scores_each<scores>, accumulate_each<accumulate>,
+          /*widen_per_row=*/true};
 }
 
 }  // namespace internal
@@ -167,8 +198,9 @@ AttnBlockOps block_ops(int head_dim) {
   return internal::attn_block_ops_scalar();
 }
 
-// A work item with at least this many query rows (tile tokens x query heads per kv head) widens
-// each F16 block once into scratch; smaller items read the cache directly.
+// With block ops that widen F16 per row (AttnBlockOps::widen_per_row), a work item with at least
+// this many query rows per kv head (tile tokens x query heads per kv head) widens each F16 block
+// once into scratch; smaller items, and the AVX-512 ops, read the cache directly.
 constexpr int kWidenRows = 4;
 
 // The chunk length: kSplitChunkKeys rounded down to whole blocks (at least one block), so chunk
@@ -275,7 +307,7 @@ struct Scratch {
   float* fm;     // [rows] the earlier chunks folded (fold_partial), items over several chunks
   float* fl;     // [rows]
   float* facc;   // [rows, head_dim]
-  float* s;      // [block_size]
+  float* s;      // [rows, block_size] one block's scores, then exponentials, per row
   float* kbuf;   // [block_size, head_dim]
   float* vbuf;   // [block_size, head_dim]
   // Keys-in-lanes path only (uses_lanes): one key chunk of one head transposed, and the rows'
@@ -304,7 +336,7 @@ size_t lanes_stride(const PagedAttentionParams& p) {
 size_t scratch_floats(const PagedAttentionParams& p) {
   const size_t rows = max_item_rows(p);
   const size_t lanes = uses_lanes(p) ? lanes_stride(p) * (2 * (size_t)p.head_dim + 1) : 0;
-  return 2 * rows * (2 + p.head_dim) + p.block_size * (1 + 2 * (size_t)p.head_dim) + lanes + 64;
+  return 2 * rows * (2 + p.head_dim) + p.block_size * (rows + 2 * (size_t)p.head_dim) + lanes + 64;
 }
 
 Scratch carve_scratch(float* base, const PagedAttentionParams& p) {
@@ -317,7 +349,7 @@ Scratch carve_scratch(float* base, const PagedAttentionParams& p) {
   s.fl = s.fm + rows;
   s.facc = s.fl + rows;
   s.s = s.facc + rows * p.head_dim;
-  s.kbuf = s.s + p.block_size;
+  s.kbuf = s.s + rows * p.block_size;
   s.vbuf = s.kbuf + (size_t)p.block_size * p.head_dim;
   s.kt = s.vbuf + (size_t)p.block_size * p.head_dim;
   s.vt = s.kt;
@@ -338,11 +370,12 @@ const void* block_rows(const PagedAttentionParams& p, const void* cache, int32_t
 
 constexpr int32_t kPrefetchBlocks = 4;
 
-// Brings `heads` consecutive kv heads' rows [block_size, head_dim] at `rows` towards L1.
+// Brings `heads` consecutive kv heads' rows [block_size, head_dim] at `rows` into L2
+// (prefetcht1): kPrefetchBlocks blocks of K and V would not fit in L1 beside the rows in use.
 void prefetch_block(const PagedAttentionParams& p, const void* rows, int heads) {
   const size_t bytes = (size_t)heads * p.block_size * p.head_dim * kv_dtype_size(p.kv_dtype);
   const char* c = static_cast<const char*>(rows);
-  for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, 0, 3);
+  for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, 0, 2);
 }
 
 // Whether new token i sees key k (a logical index of sequence b).
@@ -423,33 +456,46 @@ int32_t window_begin(const PagedAttentionParams& p, int32_t pos) {
   return p.window > 0 ? pos - p.window + 1 : std::numeric_limits<int32_t>::min();
 }
 
+// The online-softmax step of one query row for keys [kb0, kb1) of one block, whose scores are
+// in s[0, n): soft-caps them, hides keys below win_lo (the row's window) and, at or past
+// full_end, the keys `vis` hides; rescales (m, l, acc) to the new running max and turns s into
+// the exponentials that accumulate() adds. Hidden keys keep their place in the block (their
+// scores become -inf), so a row's bits do not depend on where the window starts. Returns false,
+// with (m, l, acc) untouched, when the row sees no key of the block.
+bool softmax_row(const PagedAttentionParams& p, int32_t kb0, int32_t kb1, int32_t win_lo,
+                 int32_t full_end, int32_t i, const Visibility& vis, float& m, float& l,
+                 float* acc, float* s, const AttnBlockOps& ops) {
+  const int n = kb1 - kb0;
+  if (p.softcap > 0.0f) softcap(s, n, p.softcap);
+  if (kb0 < win_lo || kb1 > full_end) {
+    for (int j = 0; j < n; ++j) {
+      if (kb0 + j < win_lo || (kb0 + j >= full_end && !vis(i, kb0 + j))) s[j] = kNegInf;
+    }
+  }
+  const float bmax = ops.block_max(s, n);
+  if (bmax == kNegInf) return false;
+  const float m_new = std::max(m, bmax);
+  // Rescale the running sum once per block; the caller then accumulates this block's keys.
+  const float corr = m == kNegInf ? 0.0f : std::exp(m - m_new);
+  if (corr != 1.0f) {
+    l *= corr;
+    ops.scale(acc, p.head_dim, corr);
+  }
+  l += ops.exp_block(s, n, m_new);
+  m = m_new;
+  return true;
+}
+
 // Online-softmax update of one query row with keys [kb0, kb1) of one block. k and v point at
-// key kb0's row (F16 when `f16`); keys below win_lo (the row's window) are hidden, and keys at
-// or past full_end are tested with `vis`. Hidden keys keep their place in the block (their
-// scores become -inf), so a row's bits do not depend on where the window starts.
+// key kb0's row (F16 when `f16`); see softmax_row for the window and visibility.
 void update_row(const PagedAttentionParams& p, const float* q, const void* k, const void* v,
                 bool f16, int32_t kb0, int32_t kb1, int32_t win_lo, int32_t full_end, int32_t i,
                 const Visibility& vis, float& m, float& l, float* acc, float* s,
                 const AttnBlockOps& ops) {
-  const int n = kb1 - kb0;
-  ops.scores(q, k, f16, n, p.head_dim, p.scale, s);
-  if (p.softcap > 0.0f) softcap(s, n, p.softcap);
-  float bmax = kNegInf;
-  for (int j = 0; j < n; ++j) {
-    if (kb0 + j < win_lo || (kb0 + j >= full_end && !vis(i, kb0 + j))) s[j] = kNegInf;
-    bmax = std::max(bmax, s[j]);
+  ops.scores(q, k, f16, kb1 - kb0, p.head_dim, p.scale, s);
+  if (softmax_row(p, kb0, kb1, win_lo, full_end, i, vis, m, l, acc, s, ops)) {
+    ops.accumulate(acc, s, v, f16, kb1 - kb0, p.head_dim);
   }
-  if (bmax == kNegInf) return;
-  const float m_new = std::max(m, bmax);
-  // Rescale the running sum once per block, then accumulate this block's keys.
-  const float corr = m == kNegInf ? 0.0f : std::exp(m - m_new);
-  if (corr != 1.0f) {
-    l *= corr;
-    for (int d = 0; d < p.head_dim; ++d) acc[d] *= corr;
-  }
-  l += ops.exp_block(s, n, m_new);
-  ops.accumulate(acc, s, v, f16, n, p.head_dim);
-  m = m_new;
 }
 
 // Folds a key chunk's partial (m, l, acc) into (fm, fl, facc), the fold of the chunks before it
@@ -596,8 +642,15 @@ void run_item(const PagedAttentionParams& p, const WorkItem& w, const Scratch& s
   const bool f16 = p.kv_dtype == KvDtype::kF16;
   RowLists& lists = row_lists();
   if (vis.bits) lists.build(vis, w.i0, w.i1);
+  // q of row gi * per_head + (i - i0) * r + hh: token i, query head (g0 + gi) * r + hh.
+  thread_local std::vector<const float*> q_rows;
+  q_rows.resize(rows);
+  for (int32_t row = 0; row < rows; ++row) {
+    const int32_t in_head = row % per_head, h = (w.g0 + row / per_head) * r + in_head % r;
+    q_rows[row] = p.q + ((q_row0 + in_head / r) * p.num_q_heads + h) * hd;
+  }
   // Widen each block once, then read f32 (the block ops' direct F16 reads stop at hd 512).
-  const bool widen = f16 && (per_head >= kWidenRows || hd > 512);
+  const bool widen = f16 && ((ops.widen_per_row && per_head >= kWidenRows) || hd > 512);
   const size_t elem = widen ? sizeof(float) : kv_dtype_size(p.kv_dtype);
   const int32_t first_kbase = w.k0 - w.k0 % p.block_size;
   for (int32_t kbase = first_kbase; kbase < w.k1; kbase += p.block_size) {
@@ -638,17 +691,26 @@ void run_item(const PagedAttentionParams& p, const WorkItem& w, const Scratch& s
       const size_t skip = (size_t)(kb0 - kbase) * hd * elem;
       const void* k0 = static_cast<const uint8_t*>(k) + skip;
       const void* v0 = static_cast<const uint8_t*>(v) + skip;
+      // The head's rows together: scores, each row's softmax step, then the accumulation.
+      const int32_t head_row = gi * per_head;
+      const bool f16_rows = f16 && !widen;
+      ops.scores_rows(q_rows.data() + head_row, per_head, k0, f16_rows, kb1 - kb0, hd, p.scale,
+                      sc.s, p.block_size);
       for (int32_t i = w.i0; i < w.i1; ++i) {
         // A tree row's position is its depth on its path; a plain row's is committed + i.
         const int32_t pos = vis.bits ? vis.committed + lists.count[i - w.i0] - 1 : vis.committed + i;
         const int32_t win_lo = window_begin(p, pos);
         for (int hh = 0; hh < r; ++hh) {
-          const int32_t row = gi * per_head + (i - w.i0) * r + hh;
-          const float* q = p.q + ((q_row0 + i - w.i0) * p.num_q_heads + g * r + hh) * hd;
-          update_row(p, q, k0, v0, f16 && !widen, kb0, kb1, win_lo, full_end, i, vis, sc.m[row],
-                     sc.l[row], sc.acc + (size_t)row * hd, sc.s, ops);
+          const int32_t in_head = (i - w.i0) * r + hh, row = head_row + in_head;
+          float* s = sc.s + (size_t)in_head * p.block_size;
+          if (!softmax_row(p, kb0, kb1, win_lo, full_end, i, vis, sc.m[row], sc.l[row],
+                           sc.acc + (size_t)row * hd, s, ops)) {
+            std::fill(s, s + (kb1 - kb0), 0.0f);  // adds nothing (accumulate skips zeros)
+          }
         }
       }
+      ops.accumulate_rows(sc.acc + (size_t)head_row * hd, per_head, sc.s, p.block_size, v0,
+                          f16_rows, kb1 - kb0, hd);
     }
   }
   if (multi_chunk) fold_rows(sc, rows, hd);

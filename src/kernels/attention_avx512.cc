@@ -1,6 +1,8 @@
 // AVX-512 block operations of paged attention (see attention_internal.h). Keys are read straight
 // from the cache, F16 widened in registers (no scratch copy), four keys per pass so each pass
-// over q (scores) or acc (accumulate) serves four K/V rows. head_dim must be a multiple of 16.
+// over q (scores) or acc (accumulate) serves four K/V rows; the many-row forms tile up to five
+// query rows by four keys (scores) or four 16-column chunks (accumulate) in registers, so each
+// K/V load serves every row of the tile. head_dim must be a multiple of 16.
 // Head dim 8 has its own keys-in-lanes kernel (lanes_chunk_row_avx512): 16 keys per register.
 #include <immintrin.h>
 
@@ -104,6 +106,23 @@ ARBOR_AVX512 float exp_block_avx512(float* s, int n, float m) {
   return _mm512_reduce_add_ps(sum);
 }
 
+ARBOR_AVX512 float block_max_avx512(const float* s, int n) {
+  __m512 m = _mm512_set1_ps(-__builtin_inff());
+  for (int j = 0; j < n; j += 16) {
+    const __mmask16 k = n - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - j)) - 1);
+    m = _mm512_mask_max_ps(m, k, m, _mm512_maskz_loadu_ps(k, s + j));
+  }
+  return _mm512_reduce_max_ps(m);
+}
+
+ARBOR_AVX512 void scale_avx512(float* x, int n, float c) {
+  const __m512 vc = _mm512_set1_ps(c);
+  for (int j = 0; j < n; j += 16) {
+    const __mmask16 k = n - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - j)) - 1);
+    _mm512_mask_storeu_ps(x + j, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + j), vc));
+  }
+}
+
 // acc += sum over t < m of e[idx[t]] * v_idx[t]: one load and store of acc per m rows.
 template <bool kF16>
 ARBOR_AVX512_INLINE void accumulate_rows(float* acc, const float* e, const void* v,
@@ -147,6 +166,185 @@ ARBOR_AVX512 void accumulate_avx512(float* acc, const float* e, const void* v, b
     accumulate_impl<true>(acc, e, v, n, hd);
   } else {
     accumulate_impl<false>(acc, e, v, n, hd);
+  }
+}
+
+// ---- Many rows at once: each K/V element loaded (and widened) once per group of rows. ----
+
+// Scores of kRows rows against keys [j, j + kKeys), kKeys <= 4: per row and key the FMA chain
+// over d and the reduce4 of scores_impl (missing keys' accumulators zero), so every score has
+// scores_impl's bits. Compile-time sizes keep the kRows x 4 accumulators in registers.
+template <bool kF16, int kRows, int kKeys>
+ARBOR_AVX512_INLINE void scores_group(const float* const* q, const void* k, int j, int hd,
+                                      __m128 vscale, float* s, int s_stride) {
+  __m512 a[kRows][4];
+#pragma GCC unroll 8
+  for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; ++t) a[r][t] = _mm512_setzero_ps();
+  }
+  for (int d = 0; d < hd; d += 16) {
+    __m512 kv[kKeys];
+#pragma GCC unroll 4
+    for (int t = 0; t < kKeys; ++t) kv[t] = load16<kF16>(k, j + t, hd, d);
+#pragma GCC unroll 8
+    for (int r = 0; r < kRows; ++r) {
+      const __m512 qv = _mm512_loadu_ps(q[r] + d);
+#pragma GCC unroll 4
+      for (int t = 0; t < kKeys; ++t) a[r][t] = _mm512_fmadd_ps(qv, kv[t], a[r][t]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < kRows; ++r) {
+    const __m128 sums = _mm_mul_ps(reduce4(a[r][0], a[r][1], a[r][2], a[r][3]), vscale);
+    float* out = s + (size_t)r * s_stride + j;
+    if constexpr (kKeys == 4) {
+      _mm_storeu_ps(out, sums);
+    } else {
+      _mm_mask_storeu_ps(out, static_cast<__mmask8>((1u << kKeys) - 1), sums);
+    }
+  }
+}
+
+template <bool kF16, int kRows>
+ARBOR_AVX512 void scores_rows_group(const float* const* q, const void* k, int n, int hd,
+                                    float scale, float* s, int s_stride) {
+  const __m128 vscale = _mm_set1_ps(scale);
+  int j = 0;
+  for (; j + 4 <= n; j += 4) scores_group<kF16, kRows, 4>(q, k, j, hd, vscale, s, s_stride);
+  switch (n - j) {
+    case 3: scores_group<kF16, kRows, 3>(q, k, j, hd, vscale, s, s_stride); break;
+    case 2: scores_group<kF16, kRows, 2>(q, k, j, hd, vscale, s, s_stride); break;
+    case 1: scores_group<kF16, kRows, 1>(q, k, j, hd, vscale, s, s_stride); break;
+    default: break;
+  }
+}
+
+// Rows in groups of at most kMaxGroupRows, as even as possible (10 rows: 5 + 5, not 4 + 4 + 2),
+// each group one register tile.
+constexpr int kMaxGroupRows = 5;
+
+template <typename Group>
+ARBOR_AVX512_INLINE void for_row_groups(int rows, Group&& group) {
+  const int groups = (rows + kMaxGroupRows - 1) / kMaxGroupRows;
+  int r = 0;
+  for (int gi = 0; gi < groups; ++gi) {
+    const int size = rows / groups + (gi < rows % groups ? 1 : 0);
+    group(r, size);
+    r += size;
+  }
+}
+
+template <bool kF16>
+ARBOR_AVX512 void scores_rows_impl(const float* const* q, int rows, const void* k, int n, int hd,
+                                   float scale, float* s, int s_stride) {
+  for_row_groups(rows, [&](int r, int size) {
+    float* sr = s + (size_t)r * s_stride;
+    switch (size) {
+      case 5: scores_rows_group<kF16, 5>(q + r, k, n, hd, scale, sr, s_stride); break;
+      case 4: scores_rows_group<kF16, 4>(q + r, k, n, hd, scale, sr, s_stride); break;
+      case 3: scores_rows_group<kF16, 3>(q + r, k, n, hd, scale, sr, s_stride); break;
+      case 2: scores_rows_group<kF16, 2>(q + r, k, n, hd, scale, sr, s_stride); break;
+      default: scores_rows_group<kF16, 1>(q + r, k, n, hd, scale, sr, s_stride); break;
+    }
+  });
+}
+
+ARBOR_AVX512 void scores_rows_avx512(const float* const* q, int rows, const void* k, bool f16,
+                                     int n, int hd, float scale, float* s, int s_stride) {
+  if (f16) {
+    scores_rows_impl<true>(q, rows, k, n, hd, scale, s, s_stride);
+  } else {
+    scores_rows_impl<false>(q, rows, k, n, hd, scale, s, s_stride);
+  }
+}
+
+// acc columns [d0, d0 + 16 kCh) of kRows rows += e * v over keys [0, n), skipping e == 0: per
+// lane the FMA chain of accumulate_impl (keys in order), so every row has accumulate_impl's bits.
+// kDense: no e is zero (no test per key).
+template <bool kF16, int kRows, int kCh, bool kDense>
+ARBOR_AVX512 void accumulate_group(float* acc, const float* e, int e_stride, const void* v, int n,
+                                   int hd, int d0) {
+  __m512 a[kRows][kCh];
+  for (int r = 0; r < kRows; ++r) {
+    for (int c = 0; c < kCh; ++c) a[r][c] = _mm512_loadu_ps(acc + (size_t)r * hd + d0 + 16 * c);
+  }
+  for (int j = 0; j < n; ++j) {
+    if constexpr (!kDense) {
+      bool any = false;
+      for (int r = 0; r < kRows; ++r) any |= e[(size_t)r * e_stride + j] != 0.0f;
+      if (!any) continue;
+    }
+    __m512 vv[kCh];
+    for (int c = 0; c < kCh; ++c) vv[c] = load16<kF16>(v, j, hd, d0 + 16 * c);
+    for (int r = 0; r < kRows; ++r) {
+      const float er = e[(size_t)r * e_stride + j];
+      if (!kDense && er == 0.0f) continue;
+      const __m512 ev = _mm512_set1_ps(er);
+      for (int c = 0; c < kCh; ++c) a[r][c] = _mm512_fmadd_ps(ev, vv[c], a[r][c]);
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    for (int c = 0; c < kCh; ++c) _mm512_storeu_ps(acc + (size_t)r * hd + d0 + 16 * c, a[r][c]);
+  }
+}
+
+// kRows rows, all of hd in passes of up to four 16-column chunks (16 accumulators).
+template <bool kF16, int kRows, bool kDense>
+ARBOR_AVX512_INLINE void accumulate_passes(float* acc, const float* e, int e_stride,
+                                           const void* v, int n, int hd) {
+  int d0 = 0;
+  for (; d0 + 64 <= hd; d0 += 64) {
+    accumulate_group<kF16, kRows, 4, kDense>(acc, e, e_stride, v, n, hd, d0);
+  }
+  switch ((hd - d0) / 16) {
+    case 3: accumulate_group<kF16, kRows, 3, kDense>(acc, e, e_stride, v, n, hd, d0); break;
+    case 2: accumulate_group<kF16, kRows, 2, kDense>(acc, e, e_stride, v, n, hd, d0); break;
+    case 1: accumulate_group<kF16, kRows, 1, kDense>(acc, e, e_stride, v, n, hd, d0); break;
+    default: break;
+  }
+}
+
+template <bool kF16, int kRows>
+ARBOR_AVX512 void accumulate_rows_group(float* acc, const float* e, int e_stride, const void* v,
+                                        int n, int hd) {
+  bool dense = true;
+  for (int r = 0; r < kRows; ++r) {
+    for (int j = 0; j < n; j += 16) {
+      const __mmask16 k = n - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - j)) - 1);
+      const __m512 x = _mm512_maskz_loadu_ps(k, e + (size_t)r * e_stride + j);
+      dense &= _mm512_mask_cmp_ps_mask(k, x, _mm512_setzero_ps(), _CMP_NEQ_UQ) == k;
+    }
+  }
+  if (dense) {
+    accumulate_passes<kF16, kRows, true>(acc, e, e_stride, v, n, hd);
+  } else {
+    accumulate_passes<kF16, kRows, false>(acc, e, e_stride, v, n, hd);
+  }
+}
+
+template <bool kF16>
+ARBOR_AVX512 void accumulate_rows_impl(float* acc, int rows, const float* e, int e_stride,
+                                       const void* v, int n, int hd) {
+  for_row_groups(rows, [&](int r, int size) {
+    float* ar = acc + (size_t)r * hd;
+    const float* er = e + (size_t)r * e_stride;
+    switch (size) {
+      case 5: accumulate_rows_group<kF16, 5>(ar, er, e_stride, v, n, hd); break;
+      case 4: accumulate_rows_group<kF16, 4>(ar, er, e_stride, v, n, hd); break;
+      case 3: accumulate_rows_group<kF16, 3>(ar, er, e_stride, v, n, hd); break;
+      case 2: accumulate_rows_group<kF16, 2>(ar, er, e_stride, v, n, hd); break;
+      default: accumulate_rows_group<kF16, 1>(ar, er, e_stride, v, n, hd); break;
+    }
+  });
+}
+
+ARBOR_AVX512 void accumulate_rows_avx512(float* acc, int rows, const float* e, int e_stride,
+                                         const void* v, bool f16, int n, int hd) {
+  if (f16) {
+    accumulate_rows_impl<true>(acc, rows, e, e_stride, v, n, hd);
+  } else {
+    accumulate_rows_impl<false>(acc, rows, e, e_stride, v, n, hd);
   }
 }
 
@@ -306,7 +504,9 @@ ARBOR_AVX512 void lanes_transpose_avx512(const void* src, bool f16, int n, float
 }
 
 AttnBlockOps attn_block_ops_avx512() {
-  return {scores_avx512, exp_block_avx512, accumulate_avx512, f16_to_f32_avx512};
+  return {scores_avx512,    exp_block_avx512, accumulate_avx512,  f16_to_f32_avx512,
+          block_max_avx512, scale_avx512,     scores_rows_avx512, accumulate_rows_avx512,
+          /*widen_per_row=*/false};
 }
 
 }  // namespace arbor::kernels::internal

@@ -1,6 +1,7 @@
 // Internal to the kernels module: the per-block vector operations of paged attention, one set
 // per ISA (scalar and AVX2 in attention.cc, AVX-512 in attention_avx512.cc). attention.cc picks a
-// set from active_isa() and calls it once per (query row, KV block).
+// set from active_isa() and calls the one-row ops once per (query row, KV block) and the
+// many-row ops once per (kv head's rows, KV block).
 #pragma once
 
 #include <cstdint>
@@ -17,6 +18,23 @@ struct AttnBlockOps {
   void (*accumulate)(float* acc, const float* e, const void* v, bool f16, int n, int hd);
   // dst[0, n) = src widened to f32.
   void (*f16_to_f32)(const uint16_t* src, float* dst, int64_t n);
+  // max(s[0, n)), n >= 1 (-inf only when every s[j] is -inf).
+  float (*block_max)(const float* s, int n);
+  // x[0, n) *= c.
+  void (*scale)(float* x, int n, float c);
+  // The many-row forms: for every row r in [0, rows), bit for bit what the one-row op computes
+  // for that row alone, so a row's result does not depend on the rows beside it (batch
+  // invariance). AVX-512 loads each K/V row once per group of rows; the others loop the rows.
+  // scores_rows: s + r * s_stride = scores(q[r], k, f16, n, hd, scale).
+  void (*scores_rows)(const float* const* q, int rows, const void* k, bool f16, int n, int hd,
+                      float scale, float* s, int s_stride);
+  // accumulate_rows: accumulate(acc + r * hd, e + r * e_stride, v, f16, n, hd).
+  void (*accumulate_rows)(float* acc, int rows, const float* e, int e_stride, const void* v,
+                          bool f16, int n, int hd);
+  // True when the many-row ops widen an F16 row once per query row (the scalar and AVX2 loops):
+  // items with many rows then widen each block into scratch first. The AVX-512 ops widen each
+  // K/V row once per group of rows in registers, so they read the cache directly.
+  bool widen_per_row;
 };
 
 // Keys in lanes, for head dims too small for a row-per-key dot to pay (hd 8: one FMA per key and

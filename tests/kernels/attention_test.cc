@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/fp16.h"
+#include "kernels/attention_internal.h"
 #include "kernels/cpu_features.h"
 #include "kernels_test_util.h"
 
@@ -508,6 +509,87 @@ TEST(AttentionTest, TreeRowsEqualTheirPathsDecodedBitForBit) {
   }
   set_active_isa(saved);
   EXPECT_GT(checked, 1000);
+}
+
+// The many-row block ops against their one-row forms, bit for bit (the batch-invariance
+// contract: a row's scores and accumulator never depend on the rows tiled beside it). Every ISA,
+// head dims that take every chunk tail (16..80, 128, 256; AVX2 / scalar also 24), 1-11 rows
+// (every row-group split up to two groups of five and a remainder), 1-20 keys (every key tail),
+// both dtypes; accumulate sees rows of all-zero, some-zero and no-zero exponentials.
+TEST(AttentionBlockOps, ManyRowFormsEqualTheOneRowOpsBitForBit) {
+  std::mt19937 rng(29);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (isa > best_isa()) continue;
+    const internal::AttnBlockOps ops = isa == Isa::kAvx512 ? internal::attn_block_ops_avx512()
+                                       : isa == Isa::kAvx2 ? internal::attn_block_ops_avx2()
+                                                           : internal::attn_block_ops_scalar();
+    std::vector<int> dims = {16, 32, 48, 64, 80, 128, 256};
+    if (isa != Isa::kAvx512) dims.push_back(24);
+    for (int hd : dims) {
+      for (bool f16 : {false, true}) {
+        for (int rows = 1; rows <= 11; ++rows) {
+          const int n = 1 + (rows * 7 + hd) % 20;  // 1..20 over the loop
+          std::vector<float> q((size_t)rows * hd), kf((size_t)n * hd), vf((size_t)n * hd);
+          for (float& x : q) x = dist(rng);
+          for (float& x : kf) x = dist(rng);
+          for (float& x : vf) x = dist(rng);
+          std::vector<uint16_t> kh(kf.size()), vh(vf.size());
+          for (size_t i = 0; i < kf.size(); ++i) {
+            kh[i] = fp32_to_fp16(kf[i]);
+            vh[i] = fp32_to_fp16(vf[i]);
+          }
+          const void* k = f16 ? static_cast<const void*>(kh.data()) : kf.data();
+          const void* v = f16 ? static_cast<const void*>(vh.data()) : vf.data();
+          std::vector<const float*> qp(rows);
+          for (int r = 0; r < rows; ++r) qp[r] = q.data() + (size_t)r * hd;
+          const int stride = n + 3;
+          std::vector<float> s_many((size_t)rows * stride, -7.0f), s_one(n);
+          ops.scores_rows(qp.data(), rows, k, f16, n, hd, 0.125f, s_many.data(), stride);
+          for (int r = 0; r < rows; ++r) {
+            ops.scores(qp[r], k, f16, n, hd, 0.125f, s_one.data());
+            ASSERT_EQ(std::memcmp(s_one.data(), s_many.data() + (size_t)r * stride,
+                                  sizeof(float) * n), 0)
+                << isa_name(isa) << " hd " << hd << " f16 " << f16 << " rows " << rows << " n "
+                << n << " row " << r;
+            EXPECT_EQ(s_many[(size_t)r * stride + n], -7.0f) << "wrote past n";
+          }
+          // Exponentials: row 0 all zero, odd rows about a third zero, the rest none.
+          std::vector<float> e((size_t)rows * stride);
+          for (int r = 0; r < rows; ++r) {
+            for (int j = 0; j < n; ++j) {
+              const float x = std::exp(dist(rng));
+              e[(size_t)r * stride + j] = r == 0 || (r % 2 == 1 && rng() % 3 == 0) ? 0.0f : x;
+            }
+          }
+          std::vector<float> acc_many((size_t)rows * hd);
+          for (float& x : acc_many) x = dist(rng);
+          std::vector<float> acc_one = acc_many;
+          ops.accumulate_rows(acc_many.data(), rows, e.data(), stride, v, f16, n, hd);
+          for (int r = 0; r < rows; ++r) {
+            ops.accumulate(acc_one.data() + (size_t)r * hd, e.data() + (size_t)r * stride, v, f16,
+                           n, hd);
+          }
+          ASSERT_EQ(std::memcmp(acc_one.data(), acc_many.data(), sizeof(float) * acc_one.size()),
+                    0)
+              << isa_name(isa) << " hd " << hd << " f16 " << f16 << " rows " << rows << " n "
+              << n;
+        }
+      }
+    }
+    // block_max and scale: exact against the plain loops, every length up to 40.
+    for (int n = 1; n <= 40; ++n) {
+      std::vector<float> x(n);
+      for (float& y : x) y = dist(rng);
+      if (n % 5 == 0) std::fill(x.begin(), x.end(), -INFINITY);
+      EXPECT_EQ(ops.block_max(x.data(), n), *std::max_element(x.begin(), x.end()))
+          << isa_name(isa) << " n " << n;
+      std::vector<float> y = x, want = x;
+      for (float& w : want) w *= 0.37f;
+      ops.scale(y.data(), n, 0.37f);
+      EXPECT_EQ(std::memcmp(y.data(), want.data(), sizeof(float) * n), 0) << isa_name(isa);
+    }
+  }
 }
 
 TEST(AttentionTest, EveryIsaMatchesReference) {
