@@ -100,6 +100,16 @@ inline int64_t bf16_act_stride(int64_t cols) { return (cols + 31) / 32 * 32 + 32
 //             Q8_0: 8 x 64 bytes, record j holding row i's elements 4j..4j+3 + 128 at 4i..4i+3.
 // So a 64-byte record is one zmm whose int32 lane i belongs to row i: vpdpbusd against an
 // activation dword broadcast to all lanes adds 4 products to each of the 16 rows at once.
+// The cache level a packed tile of T tokens prefetches its weight stream into, as
+// __builtin_prefetch's locality: L1 (prefetcht0) at one token, L2 (prefetcht1) for several. A
+// tile of several tokens spends long enough per record that 16 records ahead in L1 were evicted
+// before they were read: on the Qwen3-0.6B shape Q4_K_M (Zen 4, 2 threads, 2026-11-30, medians
+// of 8 interleaved rounds) L2 took the 5-token step from 18.65 to 17.64 ms, and BM_StepQ4_K/5
+// from 9.2-9.7 to 7.8-8.6 ms. A decode tile keeps L1: L2 was no faster there (2026-11-28), and
+// slower in one of two runs today (11.0-11.6 -> 12.4-12.8 ms a step).
+template <int T>
+inline constexpr int kWeightPrefetchLocality = T == 1 ? 3 : 2;
+
 inline constexpr int64_t kPackRows = 16;
 inline constexpr size_t kPackScaleBytes = 32;
 inline size_t packed_block_bytes(gguf::GgmlType type) {

@@ -39,11 +39,14 @@ ARBOR_AVX512_INLINE void load_record(const uint8_t* rec, __m512i (&z)[8]) {
   }
 }
 
-template <GgmlType kType>
+// A record into the cache level a tile of T tokens reads from (kWeightPrefetchLocality).
+template <GgmlType kType, int T>
 ARBOR_AVX512_INLINE void prefetch_record(const uint8_t* rec) {
   constexpr size_t kRec = kRecordBytes<kType>;
 #pragma GCC unroll 16
-  for (size_t off = 0; off < kRec; off += 64) _mm_prefetch(reinterpret_cast<const char*>(rec + off), _MM_HINT_T0);
+  for (size_t off = 0; off < kRec; off += 64) {
+    __builtin_prefetch(rec + off, 0, kWeightPrefetchLocality<T>);
+  }
 }
 
 // One output tile: acc[g][t] += the block dots of rows of groups g0.. x tokens t0.., every
@@ -102,7 +105,7 @@ ARBOR_AVX512 void Q0Kernel<kType>::tile(const WeightView& w, const ActBlockVnni*
       const uint8_t* rec = base[g] + static_cast<size_t>(b) * kRec;
       // Several tokens per record: fetch ahead (the group's records are contiguous, and the
       // next group's follow them).
-      prefetch_record<kType>(rec + kPrefetchRecords * kRec);
+      prefetch_record<kType, T>(rec + kPrefetchRecords * kRec);
       const __m512 wd =
           _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec)));
       __m512i z[8];

@@ -171,7 +171,7 @@ struct AffineKernel {
           const uint8_t* ahead = rec + kPrefetchBytes<kRec>;
 #pragma GCC unroll 8
           for (size_t off = 0; off < kRec + 64; off += 64) {
-            _mm_prefetch(reinterpret_cast<const char*>(ahead + off), _MM_HINT_T0);
+            __builtin_prefetch(ahead + off, 0, kWeightPrefetchLocality<T>);
           }
           __m512 s[2], m[2];
           scales(d[g], dm[g], rec, s, m);
