@@ -261,8 +261,7 @@ ARBOR_AVX512 void scores_rows_avx512(const float* const* q, int rows, const void
 
 // acc columns [d0, d0 + 16 kCh) of kRows rows += e * v over keys [0, n), skipping e == 0: per
 // lane the FMA chain of accumulate_impl (keys in order), so every row has accumulate_impl's bits.
-// kDense: no e is zero (no test per key).
-template <bool kF16, int kRows, int kCh, bool kDense>
+template <bool kF16, int kRows, int kCh>
 ARBOR_AVX512 void accumulate_group(float* acc, const float* e, int e_stride, const void* v, int n,
                                    int hd, int d0) {
   __m512 a[kRows][kCh];
@@ -270,16 +269,14 @@ ARBOR_AVX512 void accumulate_group(float* acc, const float* e, int e_stride, con
     for (int c = 0; c < kCh; ++c) a[r][c] = _mm512_loadu_ps(acc + (size_t)r * hd + d0 + 16 * c);
   }
   for (int j = 0; j < n; ++j) {
-    if constexpr (!kDense) {
-      bool any = false;
-      for (int r = 0; r < kRows; ++r) any |= e[(size_t)r * e_stride + j] != 0.0f;
-      if (!any) continue;
-    }
+    bool any = false;
+    for (int r = 0; r < kRows; ++r) any |= e[(size_t)r * e_stride + j] != 0.0f;
+    if (!any) continue;
     __m512 vv[kCh];
     for (int c = 0; c < kCh; ++c) vv[c] = load16<kF16>(v, j, hd, d0 + 16 * c);
     for (int r = 0; r < kRows; ++r) {
       const float er = e[(size_t)r * e_stride + j];
-      if (!kDense && er == 0.0f) continue;
+      if (er == 0.0f) continue;
       const __m512 ev = _mm512_set1_ps(er);
       for (int c = 0; c < kCh; ++c) a[r][c] = _mm512_fmadd_ps(ev, vv[c], a[r][c]);
     }
@@ -290,36 +287,16 @@ ARBOR_AVX512 void accumulate_group(float* acc, const float* e, int e_stride, con
 }
 
 // kRows rows, all of hd in passes of up to four 16-column chunks (16 accumulators).
-template <bool kF16, int kRows, bool kDense>
-ARBOR_AVX512_INLINE void accumulate_passes(float* acc, const float* e, int e_stride,
-                                           const void* v, int n, int hd) {
-  int d0 = 0;
-  for (; d0 + 64 <= hd; d0 += 64) {
-    accumulate_group<kF16, kRows, 4, kDense>(acc, e, e_stride, v, n, hd, d0);
-  }
-  switch ((hd - d0) / 16) {
-    case 3: accumulate_group<kF16, kRows, 3, kDense>(acc, e, e_stride, v, n, hd, d0); break;
-    case 2: accumulate_group<kF16, kRows, 2, kDense>(acc, e, e_stride, v, n, hd, d0); break;
-    case 1: accumulate_group<kF16, kRows, 1, kDense>(acc, e, e_stride, v, n, hd, d0); break;
-    default: break;
-  }
-}
-
 template <bool kF16, int kRows>
 ARBOR_AVX512 void accumulate_rows_group(float* acc, const float* e, int e_stride, const void* v,
                                         int n, int hd) {
-  bool dense = true;
-  for (int r = 0; r < kRows; ++r) {
-    for (int j = 0; j < n; j += 16) {
-      const __mmask16 k = n - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - j)) - 1);
-      const __m512 x = _mm512_maskz_loadu_ps(k, e + (size_t)r * e_stride + j);
-      dense &= _mm512_mask_cmp_ps_mask(k, x, _mm512_setzero_ps(), _CMP_NEQ_UQ) == k;
-    }
-  }
-  if (dense) {
-    accumulate_passes<kF16, kRows, true>(acc, e, e_stride, v, n, hd);
-  } else {
-    accumulate_passes<kF16, kRows, false>(acc, e, e_stride, v, n, hd);
+  int d0 = 0;
+  for (; d0 + 64 <= hd; d0 += 64) accumulate_group<kF16, kRows, 4>(acc, e, e_stride, v, n, hd, d0);
+  switch ((hd - d0) / 16) {
+    case 3: accumulate_group<kF16, kRows, 3>(acc, e, e_stride, v, n, hd, d0); break;
+    case 2: accumulate_group<kF16, kRows, 2>(acc, e, e_stride, v, n, hd, d0); break;
+    case 1: accumulate_group<kF16, kRows, 1>(acc, e, e_stride, v, n, hd, d0); break;
+    default: break;
   }
 }
 
