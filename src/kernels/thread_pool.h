@@ -45,9 +45,10 @@ class ThreadPool {
   // not allocate. Slot 0 is for data shared by all workers of one call (e.g. quantised
   // activations), prepared by the caller before parallel_for; slots 1..num_threads() are
   // per-thread (slot 1 + thread_index). Outside parallel_for the caller may use slot 0 and its
-  // own per-thread slot 1 (it is thread 0); inside fn, only the running thread's own slot. matmul() and matmul_experts() use slot 0
-  // and, for steps of few tokens, every per-thread slot (each thread's own activation records);
-  // attention uses the per-thread slots: no slot's contents survive one of those calls.
+  // own per-thread slot 1 (it is thread 0); inside fn, only the running thread's own slot.
+  // matmul() and matmul_experts() use slot 0 and, for steps of few tokens, every per-thread slot
+  // (each thread's own activation records); attention uses the per-thread slots: no slot's
+  // contents survive one of those calls.
   void* workspace(int slot, size_t bytes);
 
  private:
