@@ -261,27 +261,61 @@ ARBOR_AVX512 void scores_rows_avx512(const float* const* q, int rows, const void
 
 // acc columns [d0, d0 + 16 kCh) of kRows rows += e * v over keys [0, n), skipping e == 0: per
 // lane the FMA chain of accumulate_impl (keys in order), so every row has accumulate_impl's bits.
+// Branch-free per row: each 16-key chunk's nonzero exponentials are one mask per row; where every
+// row's are all nonzero (the usual case) the FMAs are plain, else each row's FMA is masked by its
+// key's bit (a masked-off lane keeps its accumulator exactly, whatever v holds).
 template <bool kF16, int kRows, int kCh>
 ARBOR_AVX512 void accumulate_group(float* acc, const float* e, int e_stride, const void* v, int n,
                                    int hd, int d0) {
   __m512 a[kRows][kCh];
+#pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 4
     for (int c = 0; c < kCh; ++c) a[r][c] = _mm512_loadu_ps(acc + (size_t)r * hd + d0 + 16 * c);
   }
-  for (int j = 0; j < n; ++j) {
-    bool any = false;
-    for (int r = 0; r < kRows; ++r) any |= e[(size_t)r * e_stride + j] != 0.0f;
-    if (!any) continue;
-    __m512 vv[kCh];
-    for (int c = 0; c < kCh; ++c) vv[c] = load16<kF16>(v, j, hd, d0 + 16 * c);
+  for (int j0 = 0; j0 < n; j0 += 16) {
+    const int m = n - j0 < 16 ? n - j0 : 16;
+    const __mmask16 live = m == 16 ? 0xFFFF : static_cast<__mmask16>((1u << m) - 1);
+    uint32_t nz[kRows];
+    uint32_t all = live, any = 0;
+#pragma GCC unroll 8
     for (int r = 0; r < kRows; ++r) {
-      const float er = e[(size_t)r * e_stride + j];
-      if (er == 0.0f) continue;
-      const __m512 ev = _mm512_set1_ps(er);
-      for (int c = 0; c < kCh; ++c) a[r][c] = _mm512_fmadd_ps(ev, vv[c], a[r][c]);
+      const __m512 er = _mm512_maskz_loadu_ps(live, e + (size_t)r * e_stride + j0);
+      nz[r] = _mm512_mask_cmp_ps_mask(live, er, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+      all &= nz[r];
+      any |= nz[r];
+    }
+    if (all == live) {
+      for (int j = j0; j < j0 + m; ++j) {
+        __m512 vv[kCh];
+#pragma GCC unroll 4
+        for (int c = 0; c < kCh; ++c) vv[c] = load16<kF16>(v, j, hd, d0 + 16 * c);
+#pragma GCC unroll 8
+        for (int r = 0; r < kRows; ++r) {
+          const __m512 ev = _mm512_set1_ps(e[(size_t)r * e_stride + j]);
+#pragma GCC unroll 4
+          for (int c = 0; c < kCh; ++c) a[r][c] = _mm512_fmadd_ps(ev, vv[c], a[r][c]);
+        }
+      }
+      continue;
+    }
+    for (int j = j0; j < j0 + m; ++j) {
+      if (((any >> (j - j0)) & 1) == 0) continue;
+      __m512 vv[kCh];
+#pragma GCC unroll 4
+      for (int c = 0; c < kCh; ++c) vv[c] = load16<kF16>(v, j, hd, d0 + 16 * c);
+#pragma GCC unroll 8
+      for (int r = 0; r < kRows; ++r) {
+        const __mmask16 k = static_cast<__mmask16>(-static_cast<int>((nz[r] >> (j - j0)) & 1));
+        const __m512 ev = _mm512_set1_ps(e[(size_t)r * e_stride + j]);
+#pragma GCC unroll 4
+        for (int c = 0; c < kCh; ++c) a[r][c] = _mm512_mask3_fmadd_ps(ev, vv[c], a[r][c], k);
+      }
     }
   }
+#pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 4
     for (int c = 0; c < kCh; ++c) _mm512_storeu_ps(acc + (size_t)r * hd + d0 + 16 * c, a[r][c]);
   }
 }

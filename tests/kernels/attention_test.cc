@@ -515,7 +515,8 @@ TEST(AttentionTest, TreeRowsEqualTheirPathsDecodedBitForBit) {
 // contract: a row's scores and accumulator never depend on the rows tiled beside it). Every ISA,
 // head dims that take every chunk tail (16..80, 128, 256; AVX2 / scalar also 24), 1-11 rows
 // (every row-group split up to two groups of five and a remainder), 1-20 keys (every key tail),
-// both dtypes; accumulate sees rows of all-zero, some-zero and no-zero exponentials.
+// both dtypes; accumulate sees rows of all-zero, some-zero and no-zero exponentials, and NaN /
+// Inf in the V of keys that rows skip.
 TEST(AttentionBlockOps, ManyRowFormsEqualTheOneRowOpsBitForBit) {
   std::mt19937 rng(29);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
@@ -562,13 +563,34 @@ TEST(AttentionBlockOps, ManyRowFormsEqualTheOneRowOpsBitForBit) {
               e[(size_t)r * stride + j] = r == 0 || (r % 2 == 1 && rng() % 3 == 0) ? 0.0f : x;
             }
           }
+          // A key no row sees holds NaN in V (a masked slot can hold anything), and one some
+          // rows skip an Inf in one column: a skipped key must leave the accumulator untouched,
+          // not add 0 * V.
+          std::vector<float> vfa = vf;
+          std::vector<uint16_t> vha = vh;
+          for (int j = 0; j < n; ++j) {
+            int zeros = 0;
+            for (int r = 0; r < rows; ++r) zeros += e[(size_t)r * stride + j] == 0.0f;
+            if (zeros == 0) continue;
+            const size_t at = (size_t)j * hd + (zeros == rows ? 0 : j % hd);
+            const size_t len = zeros == rows ? hd : 1;
+            for (size_t i = at; i < at + len; ++i) {
+              vfa[i] = zeros == rows ? NAN : INFINITY;
+              vha[i] = zeros == rows ? 0x7E00 : 0x7C00;
+            }
+          }
+          const void* va = f16 ? static_cast<const void*>(vha.data()) : vfa.data();
           std::vector<float> acc_many((size_t)rows * hd);
           for (float& x : acc_many) x = dist(rng);
           std::vector<float> acc_one = acc_many;
-          ops.accumulate_rows(acc_many.data(), rows, e.data(), stride, v, f16, n, hd);
+          ops.accumulate_rows(acc_many.data(), rows, e.data(), stride, va, f16, n, hd);
           for (int r = 0; r < rows; ++r) {
-            ops.accumulate(acc_one.data() + (size_t)r * hd, e.data() + (size_t)r * stride, v, f16,
-                           n, hd);
+            ops.accumulate(acc_one.data() + (size_t)r * hd, e.data() + (size_t)r * stride, va,
+                           f16, n, hd);
+            for (int c = 0; c < hd; ++c) {
+              ASSERT_FALSE(std::isnan(acc_one[(size_t)r * hd + c]))
+                  << "a skipped key's NaN reached row " << r << " (" << isa_name(isa) << ")";
+            }
           }
           ASSERT_EQ(std::memcmp(acc_one.data(), acc_many.data(), sizeof(float) * acc_one.size()),
                     0)
