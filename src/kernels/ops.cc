@@ -9,6 +9,7 @@
 #include <numbers>
 
 #include "base/check.h"
+#include "base/fp16.h"
 #include "kernels/cpu_features.h"
 #include "kernels/ops_internal.h"
 
@@ -218,6 +219,20 @@ float dot_f32(const float* a, const float* b, int64_t n) {
   float s = 0.0f;
   for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
   return s;
+}
+
+void f32_to_f16(const float* x, uint16_t* y, int64_t n) {
+  if (use_avx2()) return internal::f32_to_f16_avx2(x, y, n);
+  for (int64_t i = 0; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
+}
+
+bool any_nonfinite(const float* x, int64_t n) {
+  if (use_avx2()) return internal::any_nonfinite_avx2(x, n);
+  uint32_t bad = 0;  // an all-ones exponent: Inf or NaN
+  for (int64_t i = 0; i < n; ++i) {
+    bad |= (std::bit_cast<uint32_t>(x[i]) & 0x7F800000u) == 0x7F800000u;
+  }
+  return bad != 0;
 }
 
 namespace {

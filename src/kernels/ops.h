@@ -81,6 +81,12 @@ void scale(float* x, float s, int64_t n);
 // sum_i a[i] * b[i]; a, b: [n].
 float dot_f32(const float* a, const float* b, int64_t n);
 
+// y[i] = fp32_to_fp16(x[i]) (base/fp16.h: round to nearest even, NaN -> sign | 0x7e00), bit for
+// bit on every ISA; x: [n], y: [n].
+void f32_to_f16(const float* x, uint16_t* y, int64_t n);
+// Whether any x[i] is Inf or NaN; x: [n].
+bool any_nonfinite(const float* x, int64_t n);
+
 // Dequantises row `id` (0 <= id < w.rows) of w to f32 (embedding lookup). out: [w.cols].
 void get_row(const WeightView& w, int64_t id, float* out);
 

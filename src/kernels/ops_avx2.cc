@@ -2,9 +2,11 @@
 // rest of the binary baseline x86-64.
 #include <immintrin.h>
 
+#include <bit>
 #include <cmath>
 #include <limits>
 
+#include "base/fp16.h"
 #include "kernels/avx2_target.h"
 #include "kernels/ops_internal.h"
 
@@ -214,6 +216,45 @@ ARBOR_AVX2 float dot_f32_avx2(const float* a, const float* b, int64_t n) {
   float s = hsum(_mm256_add_ps(acc0, acc1));
   for (; i < n; ++i) s += a[i] * b[i];
   return s;
+}
+
+// vcvtps2ph rounds to nearest even and keeps subnormals as fp32_to_fp16 does; only its NaN
+// (the input's payload, quieted) differs, so NaN lanes are set to sign | 0x7e00 after it.
+ARBOR_AVX2 void f32_to_f16_avx2(const float* x, uint16_t* y, int64_t n) {
+  const __m256i sign_mask = _mm256_set1_epi32(static_cast<int>(0x80000000u));
+  const __m256i qnan = _mm256_set1_epi32(0x7e00);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+    if (_mm256_movemask_ps(nan) != 0) {
+      // sign | 0x7e00 as 32-bit lanes, packed to 16 bits (values < 0x10000: no saturation).
+      const __m256i fix = _mm256_or_si256(
+          _mm256_srli_epi32(_mm256_and_si256(_mm256_castps_si256(v), sign_mask), 16), qnan);
+      const __m128i fix16 = _mm_packus_epi32(_mm256_castsi256_si128(fix),
+                                             _mm256_extracti128_si256(fix, 1));
+      const __m128i nan16 = _mm_packs_epi32(_mm256_castsi256_si128(_mm256_castps_si256(nan)),
+                                            _mm256_extracti128_si256(_mm256_castps_si256(nan), 1));
+      h = _mm_blendv_epi8(h, fix16, nan16);
+    }
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), h);
+  }
+  for (; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
+}
+
+ARBOR_AVX2 bool any_nonfinite_avx2(const float* x, int64_t n) {
+  const __m256i exp = _mm256_set1_epi32(0x7F800000);
+  __m256i bad = _mm256_setzero_si256();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i v =
+        _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), exp);
+    bad = _mm256_or_si256(bad, _mm256_cmpeq_epi32(v, exp));
+  }
+  bool any = _mm256_testz_si256(bad, bad) == 0;
+  for (; i < n; ++i) any |= (std::bit_cast<uint32_t>(x[i]) & 0x7F800000u) == 0x7F800000u;
+  return any;
 }
 
 }  // namespace arbor::kernels::internal

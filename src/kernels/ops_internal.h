@@ -16,5 +16,7 @@ void add_avx2(float* y, const float* x, int64_t n);
 void axpy_avx2(float* y, float a, const float* x, int64_t n);
 void scale_avx2(float* x, float s, int64_t n);
 float dot_f32_avx2(const float* a, const float* b, int64_t n);
+void f32_to_f16_avx2(const float* x, uint16_t* y, int64_t n);
+bool any_nonfinite_avx2(const float* x, int64_t n);
 
 }  // namespace arbor::kernels::internal

@@ -311,15 +311,7 @@ void CpuForwardOps::softcap(float *x, int64_t n, float cap) {
 void CpuForwardOps::flag_nonfinite(const float *x, const int32_t *rows,
                                    int32_t n, int dim, uint8_t *flags) {
   for (int32_t i = 0; i < n; ++i) {
-    const float *row = x + static_cast<size_t>(rows[i]) * dim;
-    uint32_t bad =
-        0; // an all-ones exponent: Inf or NaN (integer ops, so it vectorises)
-    for (int c = 0; c < dim; ++c) {
-      uint32_t bits;
-      std::memcpy(&bits, row + c, sizeof(bits));
-      bad |= (bits & 0x7F800000u) == 0x7F800000u;
-    }
-    if (bad != 0)
+    if (kernels::any_nonfinite(x + static_cast<size_t>(rows[i]) * dim, dim))
       flags[i] = 1;
   }
 }

@@ -12,6 +12,7 @@
 
 #include "base/check.h"
 #include "base/fp16.h"
+#include "kernels/ops.h"
 
 namespace arbor::model {
 
@@ -219,12 +220,8 @@ void store_kv_token(const KvCacheShape& shape, void* k_pool, void* v_pool, int64
       std::memcpy(static_cast<float*>(k_pool) + off, ks, sizeof(float) * hd);
       std::memcpy(static_cast<float*>(v_pool) + off, vs, sizeof(float) * hd);
     } else {
-      uint16_t* kd = static_cast<uint16_t*>(k_pool) + off;
-      uint16_t* vd = static_cast<uint16_t*>(v_pool) + off;
-      for (int d = 0; d < hd; ++d) {
-        kd[d] = fp32_to_fp16(ks[d]);
-        vd[d] = fp32_to_fp16(vs[d]);
-      }
+      kernels::f32_to_f16(ks, static_cast<uint16_t*>(k_pool) + off, hd);
+      kernels::f32_to_f16(vs, static_cast<uint16_t*>(v_pool) + off, hd);
     }
   }
 }

@@ -813,7 +813,7 @@ void LlamaForward::name_nonfinite(int32_t nl, const LogitsOut& out) {
     bool finite = true;
     switch (kind) {
       case RowOut::kRow:
-        finite = std::all_of(row, row + vocab, [](float v) { return std::isfinite(v); });
+        finite = !kernels::any_nonfinite(row, static_cast<int64_t>(vocab));
         break;
       case RowOut::kArgmax: finite = out.argmax[i] >= 0; break;
       case RowOut::kTopK: finite = out.top_ids[static_cast<size_t>(i) * out.top_k] >= 0; break;

@@ -4,12 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <numeric>
 #include <random>
 #include <vector>
 
+#include "base/fp16.h"
 #include "kernels_test_util.h"
 
 namespace arbor::kernels {
@@ -277,6 +279,74 @@ TEST(Ops, AddAxpyScaleDot) {
         mag += std::fabs(a[i] * b[i]);
       }
       EXPECT_NEAR(dot_f32(a.data(), b.data(), n), ref, 1e-6 * mag + 1e-7) << isa_name(isa);
+    }
+  }
+}
+
+// f32_to_f16 equals base/fp16.h's fp32_to_fp16 bit for bit on every ISA: every half value's
+// float and the floats one ulp beside it (ties and near-ties of the rounding), the midpoints
+// between neighbouring halves (round half to even), the subnormal and overflow edges, signed
+// zeros, Infs, NaNs with payloads (quiet and signalling, both signs), f32 subnormals and a
+// million random bit patterns; in runs of every length 1..17 (vector bodies and tails).
+TEST(Ops, F32ToF16EqualsTheScalarConversionBitForBit) {
+  std::vector<float> x;
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const uint32_t b = std::bit_cast<uint32_t>(fp16_to_fp32(static_cast<uint16_t>(h)));
+    for (uint32_t d : {0u, 1u, 0xFFFFFFFFu}) x.push_back(std::bit_cast<float>(b + d));
+    if ((h & 0x7C00) != 0x7C00 && (h & 0x7FFF) != 0x7BFF) {
+      const float next = fp16_to_fp32(static_cast<uint16_t>(h + 1));
+      x.push_back(0.5f * (fp16_to_fp32(static_cast<uint16_t>(h)) + next));
+    }
+  }
+  for (uint32_t b : {0x00000000u, 0x80000000u, 0x7F800000u, 0xFF800000u, 0x7FC00000u, 0xFFC00000u,
+                     0x7F800001u, 0xFF812345u, 0x7FBFFFFFu, 0x00000001u, 0x807FFFFFu, 0x477FE000u,
+                     0x477FEFFFu, 0x477FF000u, 0x477FF001u, 0x33000000u, 0x33000001u, 0xB3000000u,
+                     0x387FE000u, 0x387FF000u, 0x387FFFFFu, 0x38800000u}) {
+    x.push_back(std::bit_cast<float>(b));
+  }
+  std::mt19937 rng(11);
+  for (int i = 0; i < 1000000; ++i) x.push_back(std::bit_cast<float>(static_cast<uint32_t>(rng())));
+  std::vector<uint16_t> want(x.size());
+  for (size_t i = 0; i < x.size(); ++i) want[i] = fp32_to_fp16(x[i]);
+  for (Isa isa : testing::testable_isas()) {
+    IsaScope scope(isa);
+    std::vector<uint16_t> got(x.size(), 0xABCD);
+    f32_to_f16(x.data(), got.data(), static_cast<int64_t>(x.size()));
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_EQ(got[i], want[i]) << isa_name(isa) << " x bits 0x" << std::hex
+                                 << std::bit_cast<uint32_t>(x[i]);
+    }
+    for (int64_t n = 1; n <= 17; ++n) {
+      std::vector<uint16_t> part(n + 1, 0xABCD);
+      f32_to_f16(x.data() + 1000, part.data(), n);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(part[i], want[1000 + i]) << isa_name(isa);
+      EXPECT_EQ(part[n], 0xABCD) << "wrote past n = " << n << " (" << isa_name(isa) << ")";
+    }
+  }
+}
+
+// any_nonfinite: one Inf or NaN at every position of every length 1..40 is found; finite
+// values (the largest, subnormals, zeros) are not flagged.
+TEST(Ops, AnyNonfiniteFindsEveryPosition) {
+  for (Isa isa : testing::testable_isas()) {
+    IsaScope scope(isa);
+    for (int64_t n = 1; n <= 40; ++n) {
+      std::vector<float> x(n);
+      for (int64_t i = 0; i < n; ++i) {
+        x[i] = i % 3 == 0   ? std::numeric_limits<float>::max()
+               : i % 3 == 1 ? -std::numeric_limits<float>::denorm_min()
+                            : -0.0f;
+      }
+      EXPECT_FALSE(any_nonfinite(x.data(), n)) << isa_name(isa) << " n " << n;
+      for (int64_t at = 0; at < n; ++at) {
+        for (float bad : {std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN()}) {
+          std::vector<float> y = x;
+          y[at] = bad;
+          EXPECT_TRUE(any_nonfinite(y.data(), n)) << isa_name(isa) << " n " << n << " at " << at;
+        }
+      }
     }
   }
 }
