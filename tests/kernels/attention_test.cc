@@ -541,7 +541,6 @@ TEST(AttentionBlockOps, ManyRowFormsEqualTheOneRowOpsBitForBit) {
             vh[i] = fp32_to_fp16(vf[i]);
           }
           const void* k = f16 ? static_cast<const void*>(kh.data()) : kf.data();
-          const void* v = f16 ? static_cast<const void*>(vh.data()) : vf.data();
           std::vector<const float*> qp(rows);
           for (int r = 0; r < rows; ++r) qp[r] = q.data() + (size_t)r * hd;
           const int stride = n + 3;
