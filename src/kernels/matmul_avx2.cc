@@ -11,6 +11,7 @@
 #include "base/fp16.h"
 #include "kernels/avx2_target.h"
 #include "kernels/matmul_internal.h"
+#include "kernels/packed_affine.h"
 
 
 namespace arbor::kernels::internal {
@@ -438,6 +439,23 @@ ARBOR_AVX2 void act_half_sums_avx2(const int8_t* qs, int32_t* sums) {
   const int64_t hi = _mm256_extract_epi64(s, 2) + _mm256_extract_epi64(s, 3);
   sums[0] = static_cast<int32_t>(lo) - 16 * 128;
   sums[1] = static_cast<int32_t>(hi) - 16 * 128;
+}
+
+ARBOR_AVX2 void pack_act_row_affine_avx2(const float* x, int64_t cols, const AffineFormat& f,
+                                         ActBlockAffine* out, int64_t out_stride) {
+  const int64_t group = act_scale_blocks(f);
+  for (int64_t g0 = 0; g0 < cols / kQBlock; g0 += group) {
+    const float* xg = x + g0 * kQBlock;
+    const float d = act_absmax_avx2(xg, kQBlock * group) / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int64_t j = 0; j < group; ++j) {
+      ActBlockAffine& a = out[(g0 + j) * out_stride];
+      quantize_act_block_avx2(xg + j * kQBlock, id, a.qs);
+      int32_t sums[2];
+      act_half_sums_avx2(a.qs, sums);
+      finish_act_block(f, d, sums[0], sums[1], a);
+    }
+  }
 }
 
 RowKernel avx2_kernel(GgmlType type) {

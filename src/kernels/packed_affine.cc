@@ -295,43 +295,23 @@ void pack_affine(const WeightView& w, uint8_t* dst) {
 void pack_act_row_affine(const float* x, int64_t cols, const AffineFormat& f, ActBlockAffine* out,
                          int64_t out_stride, bool avx2) {
   const int64_t group = act_scale_blocks(f);
-  const bool per_unit = scales_per_unit(f);
   ARBOR_CHECK_EQ(cols % (kQBlock * group), 0) << "activations of " << cols << " columns";
+  if (avx2) return pack_act_row_affine_avx2(x, cols, f, out, out_stride);
   for (int64_t g0 = 0; g0 < cols / kQBlock; g0 += group) {
     const float* xg = x + g0 * kQBlock;
-    const float amax = avx2 ? act_absmax_avx2(xg, kQBlock * group)
-                            : act_absmax_scalar(xg, kQBlock * group);
-    const float d = amax / 127.0f;
+    const float d = act_absmax_scalar(xg, kQBlock * group) / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     for (int64_t j = 0; j < group; ++j) {
       ActBlockAffine& a = out[(g0 + j) * out_stride];
-      if (avx2) {
-        quantize_act_block_avx2(xg + j * kQBlock, id, a.qs);
-      } else {
-        quantize_act_block_scalar(xg + j * kQBlock, id, a.qs);
+      quantize_act_block_scalar(xg + j * kQBlock, id, a.qs);
+      // Sums in locals: a.qs is int8_t, which may alias a.sum, so accumulating into a.sum
+      // would go through memory once per element.
+      int32_t s0 = 0, s1 = 0;
+      for (int l = 0; l < 16; ++l) {
+        s0 += a.qs[l];
+        s1 += a.qs[16 + l];
       }
-      a.d = d;
-      if (avx2) {
-        act_half_sums_avx2(a.qs, a.sum);
-      } else {
-        // Sums in locals: a.qs is int8_t, which may alias a.sum, so accumulating into a.sum
-        // would go through memory once per element.
-        int32_t s0 = 0, s1 = 0;
-        for (int l = 0; l < 16; ++l) {
-          s0 += a.qs[l];
-          s1 += a.qs[16 + l];
-        }
-        a.sum[0] = s0;
-        a.sum[1] = s1;
-      }
-      // What an offset M multiplies: with the activation scale, or without it (per unit: d
-      // multiplies the unit's sum at its end).
-      const float scale = per_unit ? 1.0f : d;
-      a.msum = scale * static_cast<float>(a.sum[0] + a.sum[1]);
-      for (int h = 0; h < 2; ++h) {
-        a.init[h] = -f.zero * a.sum[h];
-        a.msum_half[h] = scale * static_cast<float>(a.sum[h]);
-      }
+      finish_act_block(f, d, s0, s1, a);
     }
   }
 }

@@ -165,6 +165,23 @@ struct ActBlockAffine {
 };
 static_assert(sizeof(ActBlockAffine) == 64);
 
+// An activation block's fields after its qs, from its scale d and the sums of its halves
+// (s0: qs[0..15], s1: qs[16..31]); both pack_act_row_affine paths end each block here.
+inline void finish_act_block(const AffineFormat& f, float d, int32_t s0, int32_t s1,
+                             ActBlockAffine& a) {
+  a.d = d;
+  a.sum[0] = s0;
+  a.sum[1] = s1;
+  // What an offset M multiplies: with the activation scale, or without it (per unit: d
+  // multiplies the unit's sum at its end).
+  const float scale = f.blocks_per_unit > 1 ? 1.0f : d;
+  a.msum = scale * static_cast<float>(s0 + s1);
+  a.init[0] = -f.zero * s0;
+  a.init[1] = -f.zero * s1;
+  a.msum_half[0] = scale * static_cast<float>(s0);
+  a.msum_half[1] = scale * static_cast<float>(s1);
+}
+
 // Blocks of 32 activations sharing one scale for weights of format f: blocks_per_unit (8 for
 // the super-block types, 1 for the others).
 constexpr int act_scale_blocks(const AffineFormat& f) { return f.blocks_per_unit; }
@@ -176,6 +193,9 @@ constexpr bool scales_per_unit(const AffineFormat& f) { return f.blocks_per_unit
 // with quantize_act_group_avx2 (else the scalar twin; both give the same bytes).
 void pack_act_row_affine(const float* x, int64_t cols, const AffineFormat& f, ActBlockAffine* out,
                          int64_t out_stride, bool avx2);
+// Its AVX2 path (matmul_avx2.cc: the quantising pieces inlined into one loop).
+void pack_act_row_affine_avx2(const float* x, int64_t cols, const AffineFormat& f,
+                              ActBlockAffine* out, int64_t out_stride);
 
 // The contribution of one (row, block) to one token's partial sum, added to acc in the kernels'
 // order (every kernel, scalar or SIMD, does exactly these f32 operations per block), where lo /
