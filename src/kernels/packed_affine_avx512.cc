@@ -27,6 +27,15 @@ ARBOR_AVX512_INLINE __mmask64 load_mask(const uint8_t* p) {
   return _cvtu64_mask64(v);
 }
 
+// a | b as its own vpord: GCC folds an OR of an AND into one vpternlogd, which Zen 4 issues to
+// the pipes that run vpdpbusd and FMA (measured: 8 vpternlogd beside 8 vpdpbusd take 16 cycles,
+// 8 vpandd + 8 vpord take none extra), and the multi-token tiles are bound by those pipes.
+ARBOR_AVX512_INLINE __m512i or_unfused(__m512i a, __m512i b) {
+  __m512i r;
+  asm("vpord %2, %1, %0" : "=v"(r) : "v"(a), "v"(b));
+  return r;
+}
+
 // 16 int8 at p -> 16 f32.
 ARBOR_AVX512_INLINE __m512 load_i8_ps(const uint8_t* p) {
   return _mm512_cvtepi32_ps(
@@ -90,7 +99,7 @@ struct AffineKernel {
                                 : shift < 0 ? _mm512_srli_epi16(v, -shift)
                                             : v;
           if constexpr (kF.nibbles) {
-            z[4 * k + q] = _mm512_ternarylogic_epi32(z[4 * k + q], moved, keep, 0xF8);  // a|(b&c)
+            z[4 * k + q] = or_unfused(z[4 * k + q], _mm512_and_si512(moved, keep));
           } else {
             z[4 * k + q] = _mm512_and_si512(moved, keep);
           }
