@@ -241,16 +241,19 @@ BENCHMARK(BM_StepQ4_K)->Apply(step_tokens);
 BENCHMARK(BM_StepQ6_K)->Apply(step_tokens);
 
 // Paged attention of one sequence at the Qwen3-0.6B shape (16 query heads, 8 kv heads, head dim
-// 128, F16 cache in blocks of 16) over 256 cached keys, T new tokens (1: decode, 5: four
-// drafts), through 28 layers' caches in turn (29 MB, past the L3, as a step streams them between
-// the layers' weights). Time per layer call.
+// 128, F16 cache in blocks of 16) over 256 cached keys (ARBOR_BENCH_ATTN_CONTEXT), T new tokens
+// (1: decode, 5: four drafts), through 28 layers' caches in turn (29 MB at 256 keys, about the
+// L3: past it from ~512 keys, as a step streams them between the layers' weights). Time per
+// layer call; GB/s: the K and V it reads.
 void BM_AttentionVerify(benchmark::State& state) {
   const int num_tokens = static_cast<int>(state.range(0));
-  constexpr int kHeads = 16, kKvHeads = 8, kHd = 128, kBs = 16, kContext = 256;
+  constexpr int kHeads = 16, kKvHeads = 8, kHd = 128, kBs = 16;
   // ARBOR_BENCH_ATTN_LAYERS=1: one layer's cache (1.1 MB), which stays in L2 / L3: the kernels'
-  // arithmetic without the DRAM stream.
+  // arithmetic without the DRAM stream. ARBOR_BENCH_ATTN_CONTEXT: cached keys (256).
   const char* layers_env = std::getenv("ARBOR_BENCH_ATTN_LAYERS");
   const int kLayers = layers_env != nullptr ? std::max(1, std::atoi(layers_env)) : 28;
+  const char* context_env = std::getenv("ARBOR_BENCH_ATTN_CONTEXT");
+  const int kContext = context_env != nullptr ? std::max(1, std::atoi(context_env)) : 256;
   const int kv_len = kContext + num_tokens, blocks = (kv_len + kBs - 1) / kBs;
   const size_t layer_elems = static_cast<size_t>(blocks) * kKvHeads * kBs * kHd;
   std::mt19937 rng(5);
@@ -287,6 +290,12 @@ void BM_AttentionVerify(benchmark::State& state) {
     layer = (layer + 1) % kLayers;
     benchmark::DoNotOptimize(out.data());
   }
+  // K and V of every cached key (what a call must read).
+  const double kv_bytes = 2.0 * kv_len * kKvHeads * kHd * sizeof(uint16_t);
+  state.counters["GB/s"] = benchmark::Counter(kv_bytes * static_cast<double>(state.iterations()) /
+                                              1e9, benchmark::Counter::kIsRate);
+  state.SetLabel("context=" + std::to_string(kContext) + " layers=" + std::to_string(kLayers) +
+                 " threads=" + std::to_string(pool.num_threads()));
 }
 BENCHMARK(BM_AttentionVerify)->Arg(1)->Arg(2)->Arg(5)->Arg(9)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
