@@ -132,15 +132,18 @@ void accumulate_one(float* acc, const float* e, const void* v, bool f16, int n, 
 }
 
 // The many-row ops of the scalar and AVX2 sets: the one-row op, row after row.
+// The prefetch hint all at once (these loops are not the ones bound by memory).
 template <void (*kScores)(const float*, const void*, bool, int, int, float, float*)>
 void scores_each(const float* const* q, int rows, const void* k, bool f16, int n, int hd,
-                 float scale, float* s, int s_stride) {
+                 float scale, float* s, int s_stride, const void* prefetch) {
+  internal::prefetch_l2(prefetch, (size_t)n * hd * (f16 ? 2 : 4));
   for (int r = 0; r < rows; ++r) kScores(q[r], k, f16, n, hd, scale, s + (size_t)r * s_stride);
 }
 
 template <void (*kAccumulate)(float*, const float*, const void*, bool, int, int)>
 void accumulate_each(float* acc, int rows, const float* e, int e_stride, const void* v, bool f16,
-                     int n, int hd) {
+                     int n, int hd, const void* prefetch) {
+  internal::prefetch_l2(prefetch, (size_t)n * hd * (f16 ? 2 : 4));
   for (int r = 0; r < rows; ++r) {
     kAccumulate(acc + (size_t)r * hd, e + (size_t)r * e_stride, v, f16, n, hd);
   }
@@ -373,9 +376,8 @@ constexpr int32_t kPrefetchBlocks = 4;
 // Brings `heads` consecutive kv heads' rows [block_size, head_dim] at `rows` into L2
 // (prefetcht1): kPrefetchBlocks blocks of K and V would not fit in L1 beside the rows in use.
 void prefetch_block(const PagedAttentionParams& p, const void* rows, int heads) {
-  const size_t bytes = (size_t)heads * p.block_size * p.head_dim * kv_dtype_size(p.kv_dtype);
-  const char* c = static_cast<const char*>(rows);
-  for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, 0, 2);
+  internal::prefetch_l2(rows,
+                        (size_t)heads * p.block_size * p.head_dim * kv_dtype_size(p.kv_dtype));
 }
 
 // Whether new token i sees key k (a logical index of sequence b).
@@ -665,13 +667,16 @@ void run_item(const PagedAttentionParams& p, const WorkItem& w, const Scratch& s
     }
     const int32_t block_id = table[kbase / p.block_size];
     // Blocks are scattered, so the hardware prefetcher cannot run ahead: fetch the K and V rows
-    // kPrefetchBlocks ahead (the first call also fetches the ones before that). One block's
-    // compute is shorter than a DRAM miss, so one block ahead was not enough.
+    // kPrefetchBlocks ahead (the first block also fetches the ones before that). One block's
+    // compute is shorter than a DRAM miss, so one block ahead was not enough. The block
+    // kPrefetchBlocks ahead goes to the block ops, which spread its lines over their keys (the
+    // widening path fetches it here, at once).
     const int32_t bi = kbase / p.block_size;
     const int32_t last = (w.k1 - 1) / p.block_size;
+    const int32_t far = bi + kPrefetchBlocks <= last ? table[bi + kPrefetchBlocks] : -1;
     for (int32_t ahead = kbase == first_kbase ? 1 : kPrefetchBlocks; ahead <= kPrefetchBlocks;
          ++ahead) {
-      if (bi + ahead > last) break;
+      if (bi + ahead > last || (ahead == kPrefetchBlocks && !widen)) break;
       const int32_t next = table[bi + ahead];
       prefetch_block(p, block_rows(p, p.k_cache, next, w.g0), heads);
       prefetch_block(p, block_rows(p, p.v_cache, next, w.g0), heads);
@@ -694,8 +699,9 @@ void run_item(const PagedAttentionParams& p, const WorkItem& w, const Scratch& s
       // The head's rows together: scores, each row's softmax step, then the accumulation.
       const int32_t head_row = gi * per_head;
       const bool f16_rows = f16 && !widen;
+      const bool spread = !widen && far >= 0;
       ops.scores_rows(q_rows.data() + head_row, per_head, k0, f16_rows, kb1 - kb0, hd, p.scale,
-                      sc.s, p.block_size);
+                      sc.s, p.block_size, spread ? block_rows(p, p.k_cache, far, g) : nullptr);
       for (int32_t i = w.i0; i < w.i1; ++i) {
         // A tree row's position is its depth on its path; a plain row's is committed + i.
         const int32_t pos = vis.bits ? vis.committed + lists.count[i - w.i0] - 1 : vis.committed + i;
@@ -710,7 +716,8 @@ void run_item(const PagedAttentionParams& p, const WorkItem& w, const Scratch& s
         }
       }
       ops.accumulate_rows(sc.acc + (size_t)head_row * hd, per_head, sc.s, p.block_size, v0,
-                          f16_rows, kb1 - kb0, hd);
+                          f16_rows, kb1 - kb0, hd,
+                          spread ? block_rows(p, p.v_cache, far, g) : nullptr);
     }
   }
   if (multi_chunk) fold_rows(sc, rows, hd);

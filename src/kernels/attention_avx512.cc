@@ -213,12 +213,26 @@ ARBOR_AVX512_INLINE void scores_group(const float* const* q, const void* k, int 
   }
 }
 
+// The rows [j, j + m) of `prefetch` (laid out like k) into L2; nothing when it is null.
+template <bool kF16>
+ARBOR_AVX512_INLINE void prefetch_rows(const void* prefetch, int j, int m, int hd) {
+  constexpr size_t kElem = kF16 ? 2 : 4;
+  if (prefetch != nullptr) {
+    const size_t row = (size_t)hd * kElem;
+    prefetch_l2(static_cast<const char*>(prefetch) + (size_t)j * row, (size_t)m * row);
+  }
+}
+
 template <bool kF16, int kRows>
 ARBOR_AVX512 void scores_rows_group(const float* const* q, const void* k, int n, int hd,
-                                    float scale, float* s, int s_stride) {
+                                    float scale, float* s, int s_stride, const void* prefetch) {
   const __m128 vscale = _mm_set1_ps(scale);
   int j = 0;
-  for (; j + 4 <= n; j += 4) scores_group<kF16, kRows, 4>(q, k, j, hd, vscale, s, s_stride);
+  for (; j + 4 <= n; j += 4) {
+    prefetch_rows<kF16>(prefetch, j, 4, hd);
+    scores_group<kF16, kRows, 4>(q, k, j, hd, vscale, s, s_stride);
+  }
+  prefetch_rows<kF16>(prefetch, j, n - j, hd);
   switch (n - j) {
     case 3: scores_group<kF16, kRows, 3>(q, k, j, hd, vscale, s, s_stride); break;
     case 2: scores_group<kF16, kRows, 2>(q, k, j, hd, vscale, s, s_stride); break;
@@ -242,27 +256,30 @@ ARBOR_AVX512_INLINE void for_row_groups(int rows, Group&& group) {
   }
 }
 
+// The first row group spreads the prefetch over its keys.
 template <bool kF16>
 ARBOR_AVX512 void scores_rows_impl(const float* const* q, int rows, const void* k, int n, int hd,
-                                   float scale, float* s, int s_stride) {
+                                   float scale, float* s, int s_stride, const void* prefetch) {
   for_row_groups(rows, [&](int r, int size) {
     float* sr = s + (size_t)r * s_stride;
+    const void* pf = r == 0 ? prefetch : nullptr;
     switch (size) {
-      case 5: scores_rows_group<kF16, 5>(q + r, k, n, hd, scale, sr, s_stride); break;
-      case 4: scores_rows_group<kF16, 4>(q + r, k, n, hd, scale, sr, s_stride); break;
-      case 3: scores_rows_group<kF16, 3>(q + r, k, n, hd, scale, sr, s_stride); break;
-      case 2: scores_rows_group<kF16, 2>(q + r, k, n, hd, scale, sr, s_stride); break;
-      default: scores_rows_group<kF16, 1>(q + r, k, n, hd, scale, sr, s_stride); break;
+      case 5: scores_rows_group<kF16, 5>(q + r, k, n, hd, scale, sr, s_stride, pf); break;
+      case 4: scores_rows_group<kF16, 4>(q + r, k, n, hd, scale, sr, s_stride, pf); break;
+      case 3: scores_rows_group<kF16, 3>(q + r, k, n, hd, scale, sr, s_stride, pf); break;
+      case 2: scores_rows_group<kF16, 2>(q + r, k, n, hd, scale, sr, s_stride, pf); break;
+      default: scores_rows_group<kF16, 1>(q + r, k, n, hd, scale, sr, s_stride, pf); break;
     }
   });
 }
 
 ARBOR_AVX512 void scores_rows_avx512(const float* const* q, int rows, const void* k, bool f16,
-                                     int n, int hd, float scale, float* s, int s_stride) {
+                                     int n, int hd, float scale, float* s, int s_stride,
+                                     const void* prefetch) {
   if (f16) {
-    scores_rows_impl<true>(q, rows, k, n, hd, scale, s, s_stride);
+    scores_rows_impl<true>(q, rows, k, n, hd, scale, s, s_stride, prefetch);
   } else {
-    scores_rows_impl<false>(q, rows, k, n, hd, scale, s, s_stride);
+    scores_rows_impl<false>(q, rows, k, n, hd, scale, s, s_stride, prefetch);
   }
 }
 
@@ -273,7 +290,7 @@ ARBOR_AVX512 void scores_rows_avx512(const float* const* q, int rows, const void
 // key's bit (a masked-off lane keeps its accumulator exactly, whatever v holds).
 template <bool kF16, int kRows, int kCh>
 ARBOR_AVX512 void accumulate_group(float* acc, const float* e, int e_stride, const void* v, int n,
-                                   int hd, int d0) {
+                                   int hd, int d0, const void* prefetch) {
   __m512 a[kRows][kCh];
 #pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r) {
@@ -294,6 +311,7 @@ ARBOR_AVX512 void accumulate_group(float* acc, const float* e, int e_stride, con
     }
     if (all == live) {
       for (int j = j0; j < j0 + m; ++j) {
+        prefetch_rows<kF16>(prefetch, j, 1, hd);
         __m512 vv[kCh];
 #pragma GCC unroll 4
         for (int c = 0; c < kCh; ++c) vv[c] = load16<kF16>(v, j, hd, d0 + 16 * c);
@@ -307,6 +325,7 @@ ARBOR_AVX512 void accumulate_group(float* acc, const float* e, int e_stride, con
       continue;
     }
     for (int j = j0; j < j0 + m; ++j) {
+      prefetch_rows<kF16>(prefetch, j, 1, hd);
       if (((any >> (j - j0)) & 1) == 0) continue;
       __m512 vv[kCh];
 #pragma GCC unroll 4
@@ -327,42 +346,48 @@ ARBOR_AVX512 void accumulate_group(float* acc, const float* e, int e_stride, con
   }
 }
 
-// kRows rows, all of hd in passes of up to four 16-column chunks (16 accumulators).
+// kRows rows, all of hd in passes of up to four 16-column chunks (16 accumulators); the first
+// pass spreads the prefetch over its keys.
 template <bool kF16, int kRows>
 ARBOR_AVX512 void accumulate_rows_group(float* acc, const float* e, int e_stride, const void* v,
-                                        int n, int hd) {
+                                        int n, int hd, const void* prefetch) {
   int d0 = 0;
-  for (; d0 + 64 <= hd; d0 += 64) accumulate_group<kF16, kRows, 4>(acc, e, e_stride, v, n, hd, d0);
+  for (; d0 + 64 <= hd; d0 += 64) {
+    accumulate_group<kF16, kRows, 4>(acc, e, e_stride, v, n, hd, d0, d0 == 0 ? prefetch : nullptr);
+  }
+  const void* pf = d0 == 0 ? prefetch : nullptr;
   switch ((hd - d0) / 16) {
-    case 3: accumulate_group<kF16, kRows, 3>(acc, e, e_stride, v, n, hd, d0); break;
-    case 2: accumulate_group<kF16, kRows, 2>(acc, e, e_stride, v, n, hd, d0); break;
-    case 1: accumulate_group<kF16, kRows, 1>(acc, e, e_stride, v, n, hd, d0); break;
+    case 3: accumulate_group<kF16, kRows, 3>(acc, e, e_stride, v, n, hd, d0, pf); break;
+    case 2: accumulate_group<kF16, kRows, 2>(acc, e, e_stride, v, n, hd, d0, pf); break;
+    case 1: accumulate_group<kF16, kRows, 1>(acc, e, e_stride, v, n, hd, d0, pf); break;
     default: break;
   }
 }
 
 template <bool kF16>
 ARBOR_AVX512 void accumulate_rows_impl(float* acc, int rows, const float* e, int e_stride,
-                                       const void* v, int n, int hd) {
+                                       const void* v, int n, int hd, const void* prefetch) {
   for_row_groups(rows, [&](int r, int size) {
     float* ar = acc + (size_t)r * hd;
     const float* er = e + (size_t)r * e_stride;
+    const void* pf = r == 0 ? prefetch : nullptr;
     switch (size) {
-      case 5: accumulate_rows_group<kF16, 5>(ar, er, e_stride, v, n, hd); break;
-      case 4: accumulate_rows_group<kF16, 4>(ar, er, e_stride, v, n, hd); break;
-      case 3: accumulate_rows_group<kF16, 3>(ar, er, e_stride, v, n, hd); break;
-      case 2: accumulate_rows_group<kF16, 2>(ar, er, e_stride, v, n, hd); break;
-      default: accumulate_rows_group<kF16, 1>(ar, er, e_stride, v, n, hd); break;
+      case 5: accumulate_rows_group<kF16, 5>(ar, er, e_stride, v, n, hd, pf); break;
+      case 4: accumulate_rows_group<kF16, 4>(ar, er, e_stride, v, n, hd, pf); break;
+      case 3: accumulate_rows_group<kF16, 3>(ar, er, e_stride, v, n, hd, pf); break;
+      case 2: accumulate_rows_group<kF16, 2>(ar, er, e_stride, v, n, hd, pf); break;
+      default: accumulate_rows_group<kF16, 1>(ar, er, e_stride, v, n, hd, pf); break;
     }
   });
 }
 
 ARBOR_AVX512 void accumulate_rows_avx512(float* acc, int rows, const float* e, int e_stride,
-                                         const void* v, bool f16, int n, int hd) {
+                                         const void* v, bool f16, int n, int hd,
+                                         const void* prefetch) {
   if (f16) {
-    accumulate_rows_impl<true>(acc, rows, e, e_stride, v, n, hd);
+    accumulate_rows_impl<true>(acc, rows, e, e_stride, v, n, hd, prefetch);
   } else {
-    accumulate_rows_impl<false>(acc, rows, e, e_stride, v, n, hd);
+    accumulate_rows_impl<false>(acc, rows, e, e_stride, v, n, hd, prefetch);
   }
 }
 

@@ -4,6 +4,7 @@
 // many-row ops once per (kv head's rows, KV block).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace arbor::kernels::internal {
@@ -26,11 +27,16 @@ struct AttnBlockOps {
   // for that row alone, so a row's result does not depend on the rows beside it (batch
   // invariance). AVX-512 loads each K/V row once per group of rows; the others loop the rows.
   // scores_rows: s + r * s_stride = scores(q[r], k, f16, n, hd, scale).
+  // `prefetch` (null: none): n rows laid out like k (a later block's) that the op brings into L2
+  // while it computes, a few lines per key (AVX-512) or all at its start; the results do not
+  // depend on it. Lines fetched at once by the hundred left the core waiting on DRAM; spread
+  // over the arithmetic, memory and arithmetic overlap (docs/kernels.md, "Attention").
   void (*scores_rows)(const float* const* q, int rows, const void* k, bool f16, int n, int hd,
-                      float scale, float* s, int s_stride);
-  // accumulate_rows: accumulate(acc + r * hd, e + r * e_stride, v, f16, n, hd).
+                      float scale, float* s, int s_stride, const void* prefetch);
+  // accumulate_rows: accumulate(acc + r * hd, e + r * e_stride, v, f16, n, hd); `prefetch` as
+  // for scores_rows.
   void (*accumulate_rows)(float* acc, int rows, const float* e, int e_stride, const void* v,
-                          bool f16, int n, int hd);
+                          bool f16, int n, int hd, const void* prefetch);
   // True when the many-row ops widen an F16 row once per query row (the scalar and AVX2 loops):
   // items with many rows then widen each block into scratch first. The AVX-512 ops widen each
   // K/V row once per group of rows in registers, so they read the cache directly.
@@ -49,6 +55,13 @@ inline constexpr int kLanesHeadDim = 8;
 void lanes_chunk_row_avx512(const float* q, float scale, const float* kt, const float* vt,
                             int stride, int num_groups, const uint16_t* vis, float& m, float& l,
                             float* acc);
+
+// Prefetches [p, p + bytes) into L2, one prefetcht1 per 64-byte line (p null: nothing).
+inline void prefetch_l2(const void* p, size_t bytes) {
+  if (p == nullptr) return;
+  const char* c = static_cast<const char*>(p);
+  for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, 0, 2);
+}
 
 // dst[d * stride + j] = key j's element d, widened, for j in [0, n) and d in [0, kLanesHeadDim):
 // n consecutive rows of a cache block (F16 when `f16`, else F32).

@@ -545,7 +545,8 @@ TEST(AttentionBlockOps, ManyRowFormsEqualTheOneRowOpsBitForBit) {
           for (int r = 0; r < rows; ++r) qp[r] = q.data() + (size_t)r * hd;
           const int stride = n + 3;
           std::vector<float> s_many((size_t)rows * stride, -7.0f), s_one(n);
-          ops.scores_rows(qp.data(), rows, k, f16, n, hd, 0.125f, s_many.data(), stride);
+          ops.scores_rows(qp.data(), rows, k, f16, n, hd, 0.125f, s_many.data(), stride,
+                          rows % 2 == 0 ? k : nullptr);
           for (int r = 0; r < rows; ++r) {
             ops.scores(qp[r], k, f16, n, hd, 0.125f, s_one.data());
             ASSERT_EQ(std::memcmp(s_one.data(), s_many.data() + (size_t)r * stride,
@@ -582,7 +583,8 @@ TEST(AttentionBlockOps, ManyRowFormsEqualTheOneRowOpsBitForBit) {
           std::vector<float> acc_many((size_t)rows * hd);
           for (float& x : acc_many) x = dist(rng);
           std::vector<float> acc_one = acc_many;
-          ops.accumulate_rows(acc_many.data(), rows, e.data(), stride, va, f16, n, hd);
+          ops.accumulate_rows(acc_many.data(), rows, e.data(), stride, va, f16, n, hd,
+                              rows % 2 == 0 ? va : nullptr);
           for (int r = 0; r < rows; ++r) {
             ops.accumulate(acc_one.data() + (size_t)r * hd, e.data() + (size_t)r * stride, va,
                            f16, n, hd);
