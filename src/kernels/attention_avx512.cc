@@ -183,14 +183,18 @@ ARBOR_AVX512 void accumulate_avx512(float* acc, const float* e, const void* v, b
 // scores_impl's bits. Compile-time sizes keep the kRows x 4 accumulators in registers.
 template <bool kF16, int kRows, int kKeys>
 ARBOR_AVX512_INLINE void scores_group(const float* const* q, const void* k, int j, int hd,
-                                      __m128 vscale, float* s, int s_stride) {
+                                      __m128 vscale, float* s, int s_stride,
+                                      const char* prefetch) {
   __m512 a[kRows][4];
 #pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r) {
 #pragma GCC unroll 4
     for (int t = 0; t < 4; ++t) a[r][t] = _mm512_setzero_ps();
   }
+  // The prefetch hint's rows j .. j + kKeys, spread over the pass: kKeys x 16 elements each step.
+  constexpr size_t kStep = kKeys * 16 * (kF16 ? 2 : 4);
   for (int d = 0; d < hd; d += 16) {
+    if (prefetch != nullptr) prefetch_l2(prefetch + (size_t)d / 16 * kStep, kStep);
     __m512 kv[kKeys];
 #pragma GCC unroll 4
     for (int t = 0; t < kKeys; ++t) kv[t] = load16<kF16>(k, j + t, hd, d);
@@ -227,16 +231,17 @@ template <bool kF16, int kRows>
 ARBOR_AVX512 void scores_rows_group(const float* const* q, const void* k, int n, int hd,
                                     float scale, float* s, int s_stride, const void* prefetch) {
   const __m128 vscale = _mm_set1_ps(scale);
+  constexpr size_t kElem = kF16 ? 2 : 4;
+  const auto* pf = static_cast<const char*>(prefetch);
+  const auto rows_at = [&](int key) { return pf ? pf + (size_t)key * hd * kElem : nullptr; };
   int j = 0;
   for (; j + 4 <= n; j += 4) {
-    prefetch_rows<kF16>(prefetch, j, 4, hd);
-    scores_group<kF16, kRows, 4>(q, k, j, hd, vscale, s, s_stride);
+    scores_group<kF16, kRows, 4>(q, k, j, hd, vscale, s, s_stride, rows_at(j));
   }
-  prefetch_rows<kF16>(prefetch, j, n - j, hd);
   switch (n - j) {
-    case 3: scores_group<kF16, kRows, 3>(q, k, j, hd, vscale, s, s_stride); break;
-    case 2: scores_group<kF16, kRows, 2>(q, k, j, hd, vscale, s, s_stride); break;
-    case 1: scores_group<kF16, kRows, 1>(q, k, j, hd, vscale, s, s_stride); break;
+    case 3: scores_group<kF16, kRows, 3>(q, k, j, hd, vscale, s, s_stride, rows_at(j)); break;
+    case 2: scores_group<kF16, kRows, 2>(q, k, j, hd, vscale, s, s_stride, rows_at(j)); break;
+    case 1: scores_group<kF16, kRows, 1>(q, k, j, hd, vscale, s, s_stride, rows_at(j)); break;
     default: break;
   }
 }
