@@ -55,10 +55,15 @@ Result<sampling::TokenTree> Drafter::drafts_to_verify(const step::ScheduledReque
   return it->second.prefix(s.num_drafts);
 }
 
-std::optional<int32_t> Drafter::first_draft(step::RequestId id) const {
+std::optional<int32_t> Drafter::chain_draft(step::RequestId id, int32_t k) const {
   const auto it = trees_.find(id);
-  if (it == trees_.end() || it->second.num_nodes() == 0) return std::nullopt;
-  return it->second.node(0).token_id;
+  if (it == trees_.end() || k < 0 || it->second.num_nodes() <= k) return std::nullopt;
+  for (int32_t i = 0; i <= k; ++i) {
+    if (it->second.node(i).parent != (i == 0 ? sampling::TokenTree::kRoot : i - 1)) {
+      return std::nullopt;
+    }
+  }
+  return it->second.node(k).token_id;
 }
 
 std::optional<sampling::SiblingDraws> Drafter::rule(const sampling::TokenTree& tree) const {

@@ -68,8 +68,11 @@ class Drafter {
   // when 0). kInternal when fewer are kept.
   Result<sampling::TokenTree> drafts_to_verify(const step::ScheduledRequest& s) const;
 
-  // The token of the first draft kept for `id` (the proposer's best first token), if any.
-  std::optional<int32_t> first_draft(step::RequestId id) const;
+  // The token of kept draft k for `id` when drafts 0 .. k form a chain (draft i's parent is
+  // draft i - 1): the draft after the first k, which a step that verified those k (all
+  // accepted) did not verify. None when fewer are kept or they branch. k = 0: the proposer's
+  // best first token.
+  std::optional<int32_t> chain_draft(step::RequestId id, int32_t k) const;
 
   // The stochastic rule's sibling draws when `tree` holds drafts drawn from q; none: verify by
   // sample-and-compare.

@@ -279,9 +279,13 @@ step::RequestResult LocalExecutor::sample(const step::ScheduledRequest& s,
   step::RequestResult r =
       verifier_.verify(s, states_.at(s.request_id), tree, rule, *rows, grammars_);
   if (r.error.ok()) compact_kv(s, r.accepted_draft_indices);
-  if (r.error.ok() && s.num_drafts == 0 && drafter_ != nullptr && !r.tokens.empty()) {
-    if (const std::optional<int32_t> first = drafter_->first_draft(s.request_id)) {
-      r.unverified_first_draft_agreed = *first == r.tokens[0].token_id ? 1 : 0;
+  // The first draft this step did not verify, when every verified one was accepted: was it the
+  // token sampled after them (step.h, unverified_first_draft_agreed)?
+  const int32_t k = s.num_drafts;
+  if (r.error.ok() && drafter_ != nullptr && r.num_accepted == k &&
+      r.tokens.size() == static_cast<size_t>(k) + 1) {
+    if (const std::optional<int32_t> next = drafter_->chain_draft(s.request_id, k)) {
+      r.unverified_first_draft_agreed = *next == r.tokens[k].token_id ? 1 : 0;
     }
   }
   return r;

@@ -241,17 +241,19 @@ void DraftPlanner::plan_next(std::span<RequestPlan> plans, int64_t budget_left,
 }
 
 void DraftPlanner::observe_verification(Request& req, std::span<const int32_t> parents,
-                                        int32_t accepted) {
+                                        int32_t accepted, int32_t next_agreed) {
   SpecState& s = req.spec;
   if (s.backoff_steps > 0) --s.backoff_steps;
   if (parents.empty()) return;
   if (accepted > 0) s.backoff_next = 0;
   const int32_t levels = step::draft_levels(parents);
+  const bool chain = levels == static_cast<int32_t>(parents.size());
+  // A chain accepted whole with the kept draft after it reported: learn from one level more.
+  const int32_t extra = chain && accepted == levels && next_agreed >= 0 ? 1 : 0;
+  const int32_t learned = accepted + (extra == 1 ? next_agreed : 0);
   // Chains only: a tree's first level has several chances.
-  if (levels == static_cast<int32_t>(parents.size())) {
-    policy_.calibrate(s.acceptance, levels, accepted);
-  }
-  policy_.observe(s.acceptance, levels, accepted);
+  if (chain) policy_.calibrate(s.acceptance, levels + extra, learned);
+  policy_.observe(s.acceptance, levels + extra, learned);
   ++s.stats.num_verify_steps;
   s.stats.num_draft_tokens += static_cast<int64_t>(parents.size());
   s.stats.num_accepted_tokens += accepted;

@@ -89,8 +89,14 @@ class DraftPlanner {
 
   // A sampling step of `req` verified drafts with these parents (the verified prefix; empty:
   // none) and accepted `accepted`: one backoff step passes; with drafts, the acceptance
-  // estimates and the request's counters learn from it.
-  void observe_verification(Request& req, std::span<const int32_t> parents, int32_t accepted);
+  // estimates and the request's counters learn from it. `next_agreed` (-1: not reported) is
+  // step::RequestResult::unverified_first_draft_agreed: with every draft of a verified chain
+  // accepted, whether the kept draft after them was the token sampled next. The estimates then
+  // learn from the chain one level longer, as if that draft had been verified too (the request's
+  // counters count only what was verified), so a policy that verifies short chains still learns
+  // what a longer one would be worth.
+  void observe_verification(Request& req, std::span<const int32_t> parents, int32_t accepted,
+                            int32_t next_agreed = -1);
   // A step of `req` verified none of its drafts, and its first draft was (agreed) or was not the
   // token sampled: the acceptance estimates learn from it as from a verification of one draft,
   // so a request whose estimate fell below what pays can climb back without paying to verify.

@@ -410,7 +410,7 @@ void Scheduler::commit(Request& req, const ScheduledRequest& s, const RequestRes
   }
   const auto parents =
       std::span<const int32_t>(verified.parent_ids).first(static_cast<size_t>(k));
-  drafts_.observe_verification(req, parents, r->num_accepted);
+  drafts_.observe_verification(req, parents, r->num_accepted, r->unverified_first_draft_agreed);
   if (k == 0 && r->unverified_first_draft_agreed >= 0) {
     drafts_.observe_unverified(req, r->unverified_first_draft_agreed == 1);
   }

@@ -142,9 +142,9 @@ Status check_result(const ScheduledRequest& s, const RequestResult& r, int32_t v
     }
   }
   const int32_t agreed = r.unverified_first_draft_agreed;
-  if (agreed < -1 || agreed > 1 || (agreed >= 0 && s.num_draft_tokens() > 0)) {
-    return internal_error("request ", id, ": unverified_first_draft_agreed ", agreed,
-                          " with ", s.num_draft_tokens(), " drafts verified");
+  if (agreed < -1 || agreed > 1 || (agreed >= 0 && r.num_accepted != s.num_draft_tokens())) {
+    return internal_error("request ", id, ": unverified_first_draft_agreed ", agreed, " with ",
+                          r.num_accepted, " of ", s.num_draft_tokens(), " drafts accepted");
   }
   return check_next_drafts(s, r);
 }

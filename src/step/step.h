@@ -191,9 +191,11 @@ struct RequestResult {
   // The drafts proposed for the next step, kept by the executor: at most max_next_draft_tokens
   // levels and, when max_next_draft_nodes > 0, that many nodes (else a chain).
   DraftShape next_drafts;
-  // A step that verified none of the drafts kept for the request (num_draft_tokens == 0 with
-  // some kept): 1 when the first of them is the token sampled, 0 when not; -1 otherwise. The
-  // scheduler learns acceptance from it while the policy declines drafts, for free.
+  // The first kept draft the step did not verify, when it verified a chain of k >= 0 drafts and
+  // accepted all k, and the kept drafts continue that chain: 1 when that draft (draft k) is the
+  // token sampled after the accepted ones (tokens[k]), 0 when not; -1 otherwise. The scheduler
+  // learns acceptance from it for free: while the policy declines drafts (k = 0), and for the
+  // level after the longest chain it verifies (so it learns what a longer chain would be worth).
   int32_t unverified_first_draft_agreed = -1;
 };
 
@@ -231,7 +233,8 @@ struct StepResult {
 // ok when `result` answers `output`: exactly one result per sampling request and none for
 // others; num_draft_tokens equal to the request's k; 0 <= num_accepted <= k; tokens.size() ==
 // num_accepted + 1; accepted_draft_indices naming num_accepted drafts below k; token ids in
-// [0, vocab_size); unverified_first_draft_agreed -1 when drafts were verified, else -1, 0 or 1;
+// [0, vocab_size); unverified_first_draft_agreed -1, 0 or 1, and -1 when not every draft was
+// accepted;
 // next drafts within max_next_draft_tokens levels and max_next_draft_nodes
 // nodes (a chain when that is 0), with valid parents and probabilities; prompt logprobs exactly for the
 // requests with a range, covering it (first_position, one entry per position), with token ids and

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <vector>
 
 namespace arbor::executor {
@@ -122,6 +123,11 @@ TEST(Drafter, KeepsTheTreeReturnsItsShapeAndHandsBackPrefixes) {
   }
   s.num_drafts = 6;
   EXPECT_EQ(drafter.drafts_to_verify(s).status().code(), StatusCode::kInternal);
+  // The draft after a verified chain: node k while nodes 0 .. k are a chain. Here node 1 is a
+  // second root, so only node 0 qualifies; none for a request without drafts.
+  EXPECT_EQ(drafter.chain_draft(7, 0), std::optional<int32_t>(5));
+  for (int32_t k : {-1, 1, 2, 5}) EXPECT_FALSE(drafter.chain_draft(7, k).has_value()) << k;
+  EXPECT_FALSE(drafter.chain_draft(8, 0).has_value());
   s.request_id = 8;
   s.num_drafts = 1;
   EXPECT_EQ(drafter.drafts_to_verify(s).status().code(), StatusCode::kInternal)
@@ -147,6 +153,8 @@ TEST(Drafter, AStepThatAsksNothingDropsTheKeptDraftsAndFailedRequestsGetNone) {
   ASSERT_TRUE(drafter.propose(step_asking(3, 5, 0), res, w.states, w.grammars).ok());
   EXPECT_EQ(res.requests[0].next_drafts.parent_ids, (std::vector<int32_t>{-1, 0, 1, 2, 3}));
   EXPECT_EQ(p->seen.back().max_nodes, 0) << "chains without a tree budget";
+  for (int32_t k = 0; k < 5; ++k) EXPECT_EQ(drafter.chain_draft(3, k), kTokens[k]) << k;
+  EXPECT_FALSE(drafter.chain_draft(3, 5).has_value()) << "past the kept chain";
   step::StepResult plain = result_with(3, {10});
   ASSERT_TRUE(drafter.propose(step_asking(3, 0, 0), plain, w.states, w.grammars).ok());
   EXPECT_TRUE(plain.requests[0].next_drafts.empty());

@@ -42,6 +42,9 @@ class FakeModel {
   int32_t draft_correct = -1;
   bool trees = false;
   bool report_unverified = true;  // set unverified_first_draft_agreed as the executor does
+  // ... also after a verified chain accepted whole (the draft after it), as the executor does;
+  // false: only for steps that verified no draft.
+  bool report_next_level = true;
   // Each chain draft before index draft_correct is the true token only with this probability
   // (independently, from a generator seeded with draft_seed; the rest of the chain after a wrong
   // one is wrong too): a draft of known acceptance rate.
@@ -117,11 +120,15 @@ class FakeModel {
           if (drafts.parents[i] == node && drafts.tokens[i] == t) next = i;
         }
         if (next < 0) {
-          // Drafts kept but none verified: whether the first was the token sampled (the
-          // executor's unverified_first_draft_agreed).
-          if (report_unverified && s.num_draft_tokens() == 0 && !drafts.tokens.empty() &&
-              rr.tokens.size() == 1) {
-            rr.unverified_first_draft_agreed = drafts.tokens[0] == t ? 1 : 0;
+          // Every verified draft of a chain accepted (or none verified) and the kept drafts go
+          // on: whether the next was the token sampled (the executor's
+          // unverified_first_draft_agreed).
+          const int32_t k = s.num_draft_tokens();
+          bool chain = static_cast<int32_t>(drafts.tokens.size()) > k;
+          for (int32_t i = 0; chain && i <= k; ++i) chain = drafts.parents[i] == i - 1;
+          if (report_unverified && (k == 0 || report_next_level) && chain &&
+              rr.num_accepted == k) {
+            rr.unverified_first_draft_agreed = drafts.tokens[k] == t ? 1 : 0;
           }
           break;
         }

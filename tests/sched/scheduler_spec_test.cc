@@ -251,6 +251,41 @@ TEST(SchedulerSpec, DeclinedDraftsStillTeachAcceptanceSoAPerfectDraftComesBack) 
   EXPECT_GE(run(true), 80);
 }
 
+// The level after the longest chain a request verifies teaches the later drafts' estimate too.
+// Request A's drafter gets its first draft right and never a later one, so the policy learns to
+// verify one draft; then request B's gets every draft right. Verifying one draft a step, B only
+// shows its later drafts are good through the report of the kept draft after the verified one
+// (unverified_first_draft_agreed after a chain accepted whole); without it the policy never
+// verifies the second level that would show it, and B stays at one draft a step.
+TEST(SchedulerSpec, TheDraftAfterAnAcceptedChainTeachesLongerChains) {
+  const auto run = [](bool report_next, int64_t* b_drafts) {
+    SchedulerOptions o = spec_opts(8, /*budget=*/256);
+    o.spec_cost.points = {{1, 1.0}, {2, 1.6}, {5, 2.6}, {9, 3.5}, {16, 5.0}};
+    o.spec_cost.draft_cost = 0.0005;
+    Harness h(o, kopts(1024));
+    h.model.draft_correct = 100;
+    h.model.later_agreement = 0.0;
+    h.model.report_next_level = report_next;
+    EXPECT_TRUE(h.add("A", iota_prompt(4), 200).ok());
+    h.run();
+    h.model.later_agreement = 1.0;
+    const int64_t drafts_before = h.num_draft_tokens, accepted_before = h.num_accepted_tokens;
+    EXPECT_TRUE(h.add("B", iota_prompt(5), 200).ok());
+    h.run();
+    EXPECT_EQ(h.tokens["B"], testing::alone_tokens(iota_prompt(5), 200));
+    *b_drafts = h.num_draft_tokens - drafts_before;
+    return h.num_accepted_tokens - accepted_before;
+  };
+  // Measured: 99 of 99 drafts without the report (one a step), 174 of 174 with it.
+  int64_t drafts_off = 0, drafts_on = 0;
+  const int64_t accepted_off = run(false, &drafts_off);
+  EXPECT_EQ(accepted_off, drafts_off);
+  EXPECT_LE(accepted_off, 110) << "one draft a step: about 100 of the 200 tokens";
+  const int64_t accepted_on = run(true, &drafts_on);
+  EXPECT_EQ(accepted_on, drafts_on);
+  EXPECT_GE(accepted_on, 150) << "longer chains once the later drafts' estimate learned";
+}
+
 // A costly drafter that keeps up by itself (an MTP head: 30 % of a step per draft) and a prior
 // at which no draft pays: nobody proposes, so no estimate would ever change — except that one
 // request proposes one draft every kProbeInterval such steps (a probe; a draft model only where

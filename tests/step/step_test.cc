@@ -95,6 +95,19 @@ TEST(ValidateStepResult, EachBrokenRuleIsAnInternalError) {
   EXPECT_TRUE(check(one_request(0, 3, 0), r).ok()) << "a failed request, nothing returned";
   r.next_drafts.parent_ids = {-1};
   EXPECT_FALSE(check(one_request(0, 3, 0), r).ok()) << "a failed request with drafts";
+  // The next kept draft's agreement: reported only when every verified draft was accepted
+  // (none verified counts), and 0 or 1.
+  for (int32_t k = 0; k <= 2; ++k) {
+    for (int32_t accepted = 0; accepted <= k; ++accepted) {
+      for (int32_t agreed : {-2, -1, 0, 1, 2}) {
+        r = result(k, accepted);
+        r.unverified_first_draft_agreed = agreed;
+        const bool ok = agreed == -1 || ((agreed == 0 || agreed == 1) && accepted == k);
+        EXPECT_EQ(check(one_request(k, 3, 0), r).ok(), ok)
+            << "k " << k << " accepted " << accepted << " agreed " << agreed;
+      }
+    }
+  }
 }
 
 }  // namespace
