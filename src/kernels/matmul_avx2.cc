@@ -441,21 +441,28 @@ ARBOR_AVX2 void act_half_sums_avx2(const int8_t* qs, int32_t* sums) {
   sums[1] = static_cast<int32_t>(hi) - 16 * 128;
 }
 
+namespace {
+
+struct Avx2ActPieces {
+  static float absmax(const float* x, int64_t n) {
+    return act_absmax_avx2(x, n);
+  }
+  static void quantize(const float* x, float id, int8_t* qs) {
+    quantize_act_block_avx2(x, id, qs);
+  }
+  static void half_sums(const int8_t* qs, int32_t& s0, int32_t& s1) {
+    int32_t sums[2];
+    act_half_sums_avx2(qs, sums);
+    s0 = sums[0];
+    s1 = sums[1];
+  }
+};
+
+}  // namespace
+
 ARBOR_AVX2 void pack_act_row_affine_avx2(const float* x, int64_t cols, const AffineFormat& f,
                                          ActBlockAffine* out, int64_t out_stride) {
-  const int64_t group = act_scale_blocks(f);
-  for (int64_t g0 = 0; g0 < cols / kQBlock; g0 += group) {
-    const float* xg = x + g0 * kQBlock;
-    const float d = act_absmax_avx2(xg, kQBlock * group) / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    for (int64_t j = 0; j < group; ++j) {
-      ActBlockAffine& a = out[(g0 + j) * out_stride];
-      quantize_act_block_avx2(xg + j * kQBlock, id, a.qs);
-      int32_t sums[2];
-      act_half_sums_avx2(a.qs, sums);
-      finish_act_block(f, d, sums[0], sums[1], a);
-    }
-  }
+  pack_act_units<Avx2ActPieces>(x, cols, f, out, out_stride);
 }
 
 RowKernel avx2_kernel(GgmlType type) {

@@ -292,28 +292,28 @@ void pack_affine(const WeightView& w, uint8_t* dst) {
 
 // ---- Activations and the scalar kernel ----
 
+struct ScalarActPieces {
+  static float absmax(const float* x, int64_t n) { return act_absmax_scalar(x, n); }
+  static void quantize(const float* x, float id, int8_t* qs) {
+    quantize_act_block_scalar(x, id, qs);
+  }
+  // Sums in locals: qs is int8_t, which may alias anything, so accumulating into memory would
+  // go through it once per element.
+  static void half_sums(const int8_t* qs, int32_t& s0, int32_t& s1) {
+    s0 = s1 = 0;
+    for (int l = 0; l < 16; ++l) {
+      s0 += qs[l];
+      s1 += qs[16 + l];
+    }
+  }
+};
+
 void pack_act_row_affine(const float* x, int64_t cols, const AffineFormat& f, ActBlockAffine* out,
                          int64_t out_stride, bool avx2) {
   const int64_t group = act_scale_blocks(f);
   ARBOR_CHECK_EQ(cols % (kQBlock * group), 0) << "activations of " << cols << " columns";
   if (avx2) return pack_act_row_affine_avx2(x, cols, f, out, out_stride);
-  for (int64_t g0 = 0; g0 < cols / kQBlock; g0 += group) {
-    const float* xg = x + g0 * kQBlock;
-    const float d = act_absmax_scalar(xg, kQBlock * group) / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    for (int64_t j = 0; j < group; ++j) {
-      ActBlockAffine& a = out[(g0 + j) * out_stride];
-      quantize_act_block_scalar(xg + j * kQBlock, id, a.qs);
-      // Sums in locals: a.qs is int8_t, which may alias a.sum, so accumulating into a.sum
-      // would go through memory once per element.
-      int32_t s0 = 0, s1 = 0;
-      for (int l = 0; l < 16; ++l) {
-        s0 += a.qs[l];
-        s1 += a.qs[16 + l];
-      }
-      finish_act_block(f, d, s0, s1, a);
-    }
-  }
+  pack_act_units<ScalarActPieces>(x, cols, f, out, out_stride);
 }
 
 float affine_block_step(const AffineFormat& f, const AffineBlock& blk, const ActBlockAffine& a,

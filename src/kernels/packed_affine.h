@@ -188,6 +188,31 @@ constexpr int act_scale_blocks(const AffineFormat& f) { return f.blocks_per_unit
 // True when the kernels sum a unit's blocks before its activation scale (act_scale_blocks > 1).
 constexpr bool scales_per_unit(const AffineFormat& f) { return f.blocks_per_unit > 1; }
 
+// The loop of pack_act_row_affine over one ISA's pieces (the scalar twin and the AVX2 path
+// give the same bytes): Pieces::absmax(x, n) = max|x|, Pieces::quantize(x, id, qs) one block's
+// int8 values, Pieces::half_sums(qs, s0, s1) their halves' sums. Inlined where it is called, so
+// the AVX2 instance inlines its pieces too.
+template <class Pieces>
+__attribute__((always_inline)) inline void pack_act_units(const float* x, int64_t cols,
+                                                          const AffineFormat& f,
+                                                          ActBlockAffine* out,
+                                                          int64_t out_stride) {
+  constexpr int64_t kBlock = sizeof(ActBlockAffine::qs);  // 32 activations a block
+  const int64_t group = act_scale_blocks(f);
+  for (int64_t g0 = 0; g0 < cols / kBlock; g0 += group) {
+    const float* xg = x + g0 * kBlock;
+    const float d = Pieces::absmax(xg, kBlock * group) / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int64_t j = 0; j < group; ++j) {
+      ActBlockAffine& a = out[(g0 + j) * out_stride];
+      Pieces::quantize(xg + j * kBlock, id, a.qs);
+      int32_t s0, s1;
+      Pieces::half_sums(a.qs, s0, s1);
+      finish_act_block(f, d, s0, s1, a);
+    }
+  }
+}
+
 // x: [cols] -> out[b * out_stride] for b in [0, cols / 32) (block-major like the Q4_0 packed
 // path), for weights of format f (cols a multiple of 32 * act_scale_blocks(f)). `avx2`: quantise
 // with quantize_act_group_avx2 (else the scalar twin; both give the same bytes).
