@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "base/bits.h"
+#include "kernels/ops.h"
 #include "sampling/rng.h"
 
 namespace arbor::executor {
@@ -199,15 +200,10 @@ int32_t DraftModelProposer::pick(const DraftInput& in, std::span<const float> lo
   return token;
 }
 
-bool DraftModelProposer::argmax_drafts(const DraftInput& in) {
-  return !in.draw.has_value() && in.sampling->greedy() && !in.sampling->has_logit_transforms();
-}
-
-Status DraftModelProposer::forward_rows(std::span<const model::RowOut> want) {
+Status DraftModelProposer::forward_rows() {
   const auto rows = static_cast<size_t>(builder_.num_logits());
   logits_.resize(rows * static_cast<size_t>(vocab_size()));
-  argmax_.assign(rows, 0);
-  model::LogitsOut out{.logits = logits_.data(), .want = want, .argmax = argmax_.data()};
+  model::LogitsOut out{.logits = logits_.data()};
   if (mtp_ != nullptr) {
     mtp_->out.resize(static_cast<size_t>(builder_.num_hidden()) * mtp_->dim);
     out.hidden = mtp_->out.data();
@@ -215,8 +211,7 @@ Status DraftModelProposer::forward_rows(std::span<const model::RowOut> want) {
   return runner_->forward(builder_.batch(), out);
 }
 
-Status DraftModelProposer::catch_up(std::span<const DraftInput> inputs,
-                                    std::span<const model::RowOut> want) {
+Status DraftModelProposer::catch_up(std::span<const DraftInput> inputs) {
   builder_.clear();
   chunks_.resize(inputs.size());
   std::vector<int64_t> valids(inputs.size()), ends(inputs.size());
@@ -258,7 +253,7 @@ Status DraftModelProposer::catch_up(std::span<const DraftInput> inputs,
     }
     builder_.add(seq);
   }
-  const Status st = builder_.num_tokens() > 0 ? forward_rows(want) : ok_status();
+  const Status st = builder_.num_tokens() > 0 ? forward_rows() : ok_status();
   if (!st.ok()) {
     for (const DraftInput& in : inputs) {
       states_.erase(in.request_id);
@@ -284,20 +279,10 @@ Result<std::vector<DraftOutput>> DraftModelProposer::propose_chains(
   const int32_t vocab = vocab_size();
   std::vector<DraftOutput> outs(inputs.size());
   // Round 0: catch up on committed tokens not yet run (at least the last one) and draft 1 token.
-  want_.clear();  // [inputs]; a row of catch_up's for the drafting ones
-  std::vector<model::RowOut> want;
-  for (const DraftInput& in : inputs) {
-    want_.push_back(argmax_drafts(in) ? model::RowOut::kArgmax : model::RowOut::kRow);
-    if (in.max_depth > 0) want.push_back(want_.back());
-  }
-  ARBOR_RETURN_IF_ERROR(catch_up(inputs, want));
+  ARBOR_RETURN_IF_ERROR(catch_up(inputs));
   int32_t max_drafts = 0;
   for (const DraftInput& in : inputs) max_drafts = std::max(max_drafts, in.max_depth);
   for (int32_t round = 0; round < max_drafts; ++round) {
-    want.clear();  // the rows of this round, in order
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      if (inputs[i].max_depth > round) want.push_back(want_[i]);
-    }
     if (round > 0) {
       builder_.clear();
       for (size_t i = 0; i < inputs.size(); ++i) {
@@ -316,7 +301,7 @@ Result<std::vector<DraftOutput>> DraftModelProposer::propose_chains(
         }
         builder_.add(seq);
       }
-      const Status st = forward_rows(want);
+      const Status st = forward_rows();
       if (!st.ok()) {
         for (const DraftInput& in : inputs) {
           states_.erase(in.request_id);
@@ -337,17 +322,37 @@ Result<std::vector<DraftOutput>> DraftModelProposer::propose_chains(
       }
       std::span<const float> logits(logits_.data() + row * vocab, static_cast<size_t>(vocab));
       const int64_t position = static_cast<int64_t>(in.token_ids.size()) + round;
-      if (want_[i] == model::RowOut::kArgmax) {
-        // Sampler::sample's greedy token; a row with a non-finite logit (-1) proposes token 0,
-        // which verification rejects unless the target agrees.
-        outs[i].tokens.push_back(std::max(argmax_[row], 0));
-      } else {
-        outs[i].tokens.push_back(pick(in, logits, position, outs[i].tokens, outs[i]));
+      const int32_t token = pick(in, logits, position, outs[i].tokens, outs[i]);
+      if (!in.draw.has_value()) {
+        outs[i].probs.push_back(chosen_prob(in, logits, outs[i].tokens, token));
       }
+      outs[i].tokens.push_back(token);
       ++row;
     }
   }
   return outs;
+}
+
+float DraftModelProposer::ranking_logits(const DraftInput& in, std::span<const float> row,
+                                         std::span<const int32_t> path) {
+  work_.assign(row.begin(), row.end());
+  history_.assign(in.token_ids.begin() + in.num_prompt_tokens, in.token_ids.end());
+  history_.insert(history_.end(), path.begin(), path.end());
+  sampler_.apply_penalties(
+      work_, *in.sampling, sampling::TokenHistory{in.token_ids.first(in.num_prompt_tokens), history_});
+  return in.sampling->greedy() ? 1.0f : 1.0f / in.sampling->temperature;
+}
+
+float DraftModelProposer::chosen_prob(const DraftInput& in, std::span<const float> row,
+                                      std::span<const int32_t> path, int32_t token) {
+  if (token < 0 || static_cast<size_t>(token) >= row.size()) return 0.0f;
+  const float inv_t = ranking_logits(in, row, path);
+  if (inv_t != 1.0f) {
+    for (float& x : work_) x *= inv_t;
+  }
+  kernels::softmax(work_.data(), static_cast<int64_t>(work_.size()));
+  const float p = work_[static_cast<size_t>(token)];
+  return p >= 0.0f && p <= 1.0f ? p : 0.0f;  // NaN (a NaN or +Inf logit): no confidence
 }
 
 // The `width` most probable next tokens after the committed tokens and `path`, with the draft's
@@ -358,12 +363,7 @@ std::vector<sampling::Candidate> DraftModelProposer::top_children(const DraftInp
                                                                   std::span<const float> row,
                                                                   std::span<const int32_t> path,
                                                                   int32_t width) {
-  work_.assign(row.begin(), row.end());
-  history_.assign(in.token_ids.begin() + in.num_prompt_tokens, in.token_ids.end());
-  history_.insert(history_.end(), path.begin(), path.end());
-  sampler_.apply_penalties(
-      work_, *in.sampling, sampling::TokenHistory{in.token_ids.first(in.num_prompt_tokens), history_});
-  const float inv_t = in.sampling->greedy() ? 1.0f : 1.0f / in.sampling->temperature;
+  const float inv_t = ranking_logits(in, row, path);
   const float max_logit = *std::max_element(work_.begin(), work_.end());
   double total = 0.0;
   for (float& x : work_) {
@@ -575,7 +575,7 @@ Result<std::vector<sampling::TokenTree>> DraftModelProposer::propose_tree(
       any = true;
     }
     if (!any) break;
-    const Status st = forward_rows({});
+    const Status st = forward_rows();
     if (!st.ok()) {
       for (const DraftInput& in : inputs) {
         states_.erase(in.request_id);
@@ -616,8 +616,9 @@ Status DraftModelProposer::propose(std::span<const spec::DraftRequest> requests,
   if (!chains.empty()) {
     ARBOR_ASSIGN_OR_RETURN(std::vector<DraftOutput> drafts, propose_chains(chains));
     for (size_t j = 0; j < chains.size(); ++j) {
-      out[chain_at[j]] = chains[j].draw ? sampling::TokenTree::from_chain(drafts[j].tokens, drafts[j].q)
-                                        : sampling::TokenTree::from_chain(drafts[j].tokens);
+      out[chain_at[j]] = chains[j].draw
+                             ? sampling::TokenTree::from_chain(drafts[j].tokens, drafts[j].q)
+                             : sampling::TokenTree::from_chain(drafts[j].tokens, drafts[j].probs);
     }
   }
   if (!trees.empty()) {

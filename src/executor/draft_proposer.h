@@ -55,6 +55,10 @@ using DraftInput = spec::DraftRequest;
 struct DraftOutput {
   std::vector<int32_t> tokens;
   std::vector<std::vector<sampling::Candidate>> q;
+  // [tokens] when not drawn: the draft's probability of each token (top_children's: softmax
+  // after the request's logit bias and penalties, at its temperature, 1 for greedy requests),
+  // which the scheduler's policy reads as the draft's confidence (step::DraftShape::probs).
+  std::vector<float> probs;
 };
 
 class DraftModelProposer final : public spec::Proposer {
@@ -100,8 +104,8 @@ class DraftModelProposer final : public spec::Proposer {
 
   // [inputs.size()] chain proposals: each input's max_depth tokens decoded one per forward,
   // sampled with the request's params at Rng::at(seed, position, kDraft) (the argmax for greedy
-  // ones), with the q of each when the input draws. Errors come from the forward (the state is
-  // then reset).
+  // ones), with the q of each when the input draws, else each token's probability. Errors come
+  // from the forward (the state is then reset).
   Result<std::vector<DraftOutput>> propose_chains(std::span<const DraftInput> inputs);
   // Token trees (EAGLE-2's dynamic tree): per input a tree of at most `budget` (max_nodes) nodes and
   // max_depth levels, parents first, every node one-hot (a chosen token) with draft_prob = the
@@ -129,10 +133,6 @@ class DraftModelProposer final : public spec::Proposer {
   // Seconds of a one-token draft step (median of three after a warm-up), kept as token_cost();
   // before any propose().
   Result<double> measure_token_cost();
-  // Whether a chain draft of `in` is the argmax of the draft's row (greedy, no logit_bias or
-  // penalties, no q kept): then only the argmax comes back from the device (model::LogitsOut).
-  static bool argmax_drafts(const DraftInput& in);
-
  private:
   explicit DraftModelProposer(std::unique_ptr<model::ModelRunner> runner);
   // MTP mode's state.
@@ -167,22 +167,29 @@ class DraftModelProposer final : public spec::Proposer {
                std::span<const int32_t> drafted, DraftOutput& out);
   // Runs the committed tokens each input's draft K/V lacks (at least the last one); logits_
   // gets one row per input that drafts (max_depth > 0), the distribution after its last
-  // committed token, or argmax_ its argmax where want[row] is kArgmax (empty want: every row
-  // whole). MTP mode: inputs that do not draft only keep up (no row when nothing is new), and
+  // committed token. MTP mode: inputs that do not draft only keep up (no row when nothing is new), and
   // mtp_->chain[i] gets each drafting input's hidden row of the head.
-  Status catch_up(std::span<const DraftInput> inputs, std::span<const model::RowOut> want = {});
+  Status catch_up(std::span<const DraftInput> inputs);
   // MTP mode: the rows [valid, end) input i runs now and their input hidden rows (into
   // mtp_->inputs[i]); may lower `valid` (a resumed request, a re-run last row).
   int64_t mtp_rows(const DraftInput& in, size_t i, int64_t& valid);
   // MTP mode: after a successful catch-up of rows [valid, end) of `in`.
   void mtp_advance(const DraftInput& in, int64_t valid, int64_t end);
-  // runner_->forward of builder_'s batch into logits_ (and argmax_ for kArgmax rows).
-  Status forward_rows(std::span<const model::RowOut> want);
+  // runner_->forward of builder_'s batch into logits_ (every row whole).
+  Status forward_rows();
   struct TreeBuild;
   void draw_children(const DraftInput& in, std::span<const float> row, int32_t u, int32_t depth,
                      int32_t width, TreeBuild& t);
   std::vector<sampling::Candidate> top_children(const DraftInput& in, std::span<const float> row,
                                                 std::span<const int32_t> path, int32_t width);
+  // work_ = `row` after the committed tokens and `path` with the request's logit bias and
+  // penalties applied; returns 1 / its temperature (1 for greedy requests).
+  float ranking_logits(const DraftInput& in, std::span<const float> row,
+                       std::span<const int32_t> path);
+  // `token`'s probability in the draft's row as top_children ranks it: softmax of
+  // ranking_logits at that temperature (0 for a row holding a NaN or +Inf). O(vocab).
+  float chosen_prob(const DraftInput& in, std::span<const float> row,
+                    std::span<const int32_t> path, int32_t token);
 
   std::unique_ptr<model::ModelRunner> runner_;
   double token_cost_ = 0.0;
@@ -192,8 +199,6 @@ class DraftModelProposer final : public spec::Proposer {
   sampling::Sampler sampler_;
   std::unordered_map<step::RequestId, std::vector<int32_t>> states_;  // run_tokens per request
   std::vector<float> logits_;
-  std::vector<int32_t> argmax_;          // [rows] of the last forward, for kArgmax rows
-  std::vector<model::RowOut> want_;      // [inputs] scratch of propose()
   std::vector<float> work_;
   std::vector<int32_t> history_;
   std::vector<std::vector<int32_t>> chunks_;  // per input: the tokens of this forward

@@ -34,10 +34,14 @@ Status check_drafter_options(const DrafterOptions& o) {
 step::DraftShape draft_shape(const sampling::TokenTree& tree) {
   step::DraftShape shape;
   const bool drawn = tree.num_draft_dists() > 0;
+  bool informative = false;  // some probability below 1
   for (const sampling::TreeNode& n : tree.nodes()) {
     shape.parent_ids.push_back(n.parent);
-    if (!drawn) shape.probs.push_back(static_cast<float>(std::clamp(n.draft_prob, 0.0, 1.0)));
+    if (drawn) continue;
+    shape.probs.push_back(static_cast<float>(std::clamp(n.draft_prob, 0.0, 1.0)));
+    informative = informative || shape.probs.back() < 1.0f;
   }
+  if (!informative) shape.probs.clear();  // all 1: no ranking, no confidence (a one-hot chain)
   return shape;
 }
 

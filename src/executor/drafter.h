@@ -104,7 +104,8 @@ class Drafter {
   std::unordered_map<step::RequestId, sampling::TokenTree> trees_;
 };
 
-// The shape of `tree` as the scheduler sees it; probabilities only for one-hot trees.
+// The shape of `tree` as the scheduler sees it; probabilities only for one-hot trees, and only
+// when some node's is below 1 (step::DraftShape::probs).
 step::DraftShape draft_shape(const sampling::TokenTree& tree);
 
 }  // namespace arbor::executor

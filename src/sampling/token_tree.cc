@@ -7,10 +7,15 @@
 
 namespace arbor::sampling {
 
-TokenTree TokenTree::from_chain(std::span<const int32_t> token_ids) {
+TokenTree TokenTree::from_chain(std::span<const int32_t> token_ids,
+                                std::span<const float> probs) {
+  ARBOR_CHECK(probs.empty() || probs.size() == token_ids.size())
+      << probs.size() << " probabilities for " << token_ids.size() << " tokens";
   TokenTree tree;
   int32_t parent = kRoot;
-  for (int32_t token : token_ids) parent = tree.add_node(parent, token);
+  for (size_t i = 0; i < token_ids.size(); ++i) {
+    parent = tree.add_node(parent, token_ids[i], probs.empty() ? 1.0 : probs[i]);
+  }
   return tree;
 }
 

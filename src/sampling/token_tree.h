@@ -54,8 +54,10 @@ class TokenTree {
 
   TokenTree() : children_(1) {}  // just the root
 
-  // The chain d_0 -> d_1 -> ... (node i = d_i, child of node i-1), one-hot, draft_prob 1.
-  static TokenTree from_chain(std::span<const int32_t> token_ids);
+  // The chain d_0 -> d_1 -> ... (node i = d_i, child of node i-1), one-hot, draft_prob 1 or
+  // probs[i] (probs: [k], or empty).
+  static TokenTree from_chain(std::span<const int32_t> token_ids,
+                              std::span<const float> probs = {});
   // The chain of a model draft: node i drawn from draft_probs[i] (its own group), draft_prob =
   // q_i(d_i). draft_probs: [k], one per token (CHECKed).
   static TokenTree from_chain(std::span<const int32_t> token_ids,

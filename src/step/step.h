@@ -147,9 +147,10 @@ bool is_chain(std::span<const int32_t> parents);
 struct DraftShape {
   std::vector<int32_t> parent_ids;  // [n] kDraftRoot or an earlier index; parents first
   // [n] or empty: the proposer's probability of each draft given its parent (the draft model's,
-  // or a model-free proposer's relative confidence); the SpecPolicy ranks tree nodes by it.
-  // Empty for drafts drawn from q: a prefix chosen by their drawn values would no longer be
-  // draws from q.
+  // or a model-free proposer's relative confidence); the SpecPolicy ranks tree nodes by it and
+  // prices a chain's drafts by it (the draft model's confidence). Empty for drafts drawn from q
+  // (a prefix chosen by their drawn values would no longer be draws from q) and where every
+  // probability would be 1 (no ranking: a model-free proposer's chain).
   std::vector<float> probs;
   int32_t size() const { return static_cast<int32_t>(parent_ids.size()); }
   bool empty() const { return parent_ids.empty(); }

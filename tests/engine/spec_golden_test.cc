@@ -395,10 +395,11 @@ TEST(SpecSampled, UnseededDistributionIsTheTargetsWithTokenTrees) {
 }
 
 
-// A greedy chain draft comes back from the draft model's device as its argmax only
-// (DraftModelProposer::argmax_drafts); it must be the token the sampler picks from the whole
-// row, which the same requests get when they keep their q (whole rows).
-TEST(DraftModelProposer, ArgmaxDraftsAreTheSamplersPicks) {
+// A greedy chain's drafts are the tokens the sampler picks from the draft model's whole rows
+// (the same as requests that keep their q get), and each comes with the draft's probability of
+// it — the policy's confidence — which is the softmax at that token of the draft's row after
+// the drafts before it, here recomputed with the draft model run alone (SingleSequence).
+TEST(DraftModelProposer, GreedyChainDraftsComeWithTheDraftsProbabilities) {
   auto draft = executor::DraftModelProposer::load(draft_gguf(3), 64, 16,
                                                   std::make_shared<kernels::ThreadPool>(1));
   ASSERT_TRUE(draft.ok()) << draft.status().to_string();
@@ -410,7 +411,7 @@ TEST(DraftModelProposer, ArgmaxDraftsAreTheSamplersPicks) {
   for (size_t i = 0; i < prompts.size(); ++i) {
     blocks.push_back(model::SingleSequence::contiguous_blocks(static_cast<int32_t>(4 * i), 4));
   }
-  std::vector<std::vector<int32_t>> proposed[2];
+  std::vector<executor::DraftOutput> proposed[2];
   for (int keep = 0; keep < 2; ++keep) {
     std::vector<executor::DraftInput> inputs;
     for (size_t i = 0; i < prompts.size(); ++i) {
@@ -425,14 +426,39 @@ TEST(DraftModelProposer, ArgmaxDraftsAreTheSamplersPicks) {
           .block_ids = blocks[i],
           .draw = keep == 1 ? std::optional(sampling::SiblingDraws::kWithReplacement)
                             : std::nullopt});
-      EXPECT_EQ(executor::DraftModelProposer::argmax_drafts(inputs.back()), keep == 0);
     }
     auto outs = (*draft)->propose_chains(inputs);
     ASSERT_TRUE(outs.ok()) << outs.status().to_string();
-    for (const executor::DraftOutput& o : *outs) proposed[keep].push_back(o.tokens);
+    proposed[keep] = *outs;
   }
-  EXPECT_EQ(proposed[0], proposed[1]);
-  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(proposed[0][i].size(), 6 - i);
+  auto alone = model::ModelRunner::load(draft_gguf(3), {.num_blocks = 16, .num_threads = 1});
+  ASSERT_TRUE(alone.ok()) << alone.status().to_string();
+  double lowest = 1.0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const executor::DraftOutput& out = proposed[0][i];
+    EXPECT_EQ(out.tokens, proposed[1][i].tokens) << "request " << i;
+    ASSERT_EQ(out.tokens.size(), 6 - i);
+    ASSERT_EQ(out.probs.size(), out.tokens.size());
+    EXPECT_TRUE(proposed[1][i].probs.empty()) << "drawn drafts carry their q instead";
+    model::SingleSequence seq(**alone, model::SingleSequence::contiguous_blocks(0, 16));
+    std::vector<int32_t> tokens = prompts[i];
+    tokens.insert(tokens.end(), out.tokens.begin(), out.tokens.end() - 1);
+    auto rows = seq.append_all_logits(tokens);
+    ASSERT_TRUE(rows.ok()) << rows.status().to_string();
+    const size_t vocab = rows->size() / tokens.size();
+    for (size_t j = 0; j < out.tokens.size(); ++j) {
+      const std::span<const float> row =
+          rows->subspan((prompts[i].size() - 1 + j) * vocab, vocab);
+      const auto best = std::max_element(row.begin(), row.end());
+      EXPECT_EQ(out.tokens[j], best - row.begin()) << "request " << i << " draft " << j;
+      double sum = 0.0;
+      for (float x : row) sum += std::exp(static_cast<double>(x) - *best);
+      const double p = std::exp(static_cast<double>(row[out.tokens[j]]) - *best) / sum;
+      EXPECT_NEAR(out.probs[j], p, 1e-5 + 1e-3 * p) << "request " << i << " draft " << j;
+      lowest = std::min(lowest, p);
+    }
+  }
+  EXPECT_LT(lowest, 0.9) << "some draft is unsure, or the test could not tell 1 from p";
 }
 
 }  // namespace

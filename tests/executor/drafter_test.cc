@@ -210,6 +210,19 @@ TEST(Drafter, AModelDrawsForUnseededSamplingRequestsOnly) {
   EXPECT_TRUE(draft_shape(drawn).probs.empty()) << "a drawn tree is planned without its draws";
 }
 
+// A chain goes to the scheduler with the proposer's confidence in each draft when it gave one
+// (a draft model's probabilities), and without probabilities when every one is 1 (a one-hot
+// chain of a model-free proposer: nothing to rank or price by).
+TEST(Drafter, ChainShapesCarryConfidencesOnlyWhenThereAreAny) {
+  const std::vector<int32_t> tokens{5, 6, 7};
+  EXPECT_TRUE(draft_shape(sampling::TokenTree::from_chain(tokens)).probs.empty());
+  const std::vector<float> ones{1, 1, 1}, probs{0.9f, 1.0f, 0.25f};
+  EXPECT_TRUE(draft_shape(sampling::TokenTree::from_chain(tokens, ones)).probs.empty());
+  const step::DraftShape shape = draft_shape(sampling::TokenTree::from_chain(tokens, probs));
+  EXPECT_EQ(shape.parent_ids, (std::vector<int32_t>{-1, 0, 1}));
+  EXPECT_EQ(shape.probs, probs);
+}
+
 TEST(Drafter, OptionsOutsideTheFlagsLimitsAreRefusedByName) {
   EXPECT_TRUE(check_drafter_options({}).ok());
   const auto message = [](DrafterOptions o) { return check_drafter_options(o).message(); };
