@@ -70,8 +70,10 @@ void DraftPlanner::choose_drafts(std::span<RequestPlan> plans, int64_t& budget,
     const auto parents = std::span<const int32_t>(req.spec.drafts.parent_ids).first(max_k);
     const auto probs = std::span<const float>(req.spec.drafts.probs)
                            .first(req.spec.drafts.probs.empty() ? 0 : static_cast<size_t>(max_k));
-    gains.push_back(step::is_chain(parents) ? std::vector<double>{}
-                                            : tree_node_gains(a, parents, probs));
+    // A chain whose proposer gave its confidence in each draft is priced draft by draft.
+    gains.push_back(!step::is_chain(parents) ? tree_node_gains(a, parents, probs)
+                    : probs.empty()          ? std::vector<double>{}
+                                             : policy_.chain_gains(req.spec.acceptance, probs));
     const double later = policy_.later_acceptance(req.spec.acceptance);
     candidates.push_back(SpecPolicy::Candidate{
         .acceptance = a, .later = later, .max_k = max_k, .fixed = is_fixed(req)});
@@ -241,7 +243,8 @@ void DraftPlanner::plan_next(std::span<RequestPlan> plans, int64_t budget_left,
 }
 
 void DraftPlanner::observe_verification(Request& req, std::span<const int32_t> parents,
-                                        int32_t accepted, int32_t next_agreed) {
+                                        int32_t accepted, int32_t next_agreed,
+                                        std::span<const float> probs) {
   SpecState& s = req.spec;
   if (s.backoff_steps > 0) --s.backoff_steps;
   if (parents.empty()) return;
@@ -251,16 +254,24 @@ void DraftPlanner::observe_verification(Request& req, std::span<const int32_t> p
   // A chain accepted whole with the kept draft after it reported: learn from one level more.
   const int32_t extra = chain && accepted == levels && next_agreed >= 0 ? 1 : 0;
   const int32_t learned = accepted + (extra == 1 ? next_agreed : 0);
-  // Chains only: a tree's first level has several chances.
-  if (chain) policy_.calibrate(s.acceptance, levels + extra, learned);
+  // Chains only: a tree's first level has several chances. The confidences of the drafts
+  // learned from, when the proposer gave them.
+  const bool confident = probs.size() >= static_cast<size_t>(levels + extra);
+  if (chain) {
+    policy_.calibrate(s.acceptance, levels + extra, learned,
+                      confident ? probs.first(static_cast<size_t>(levels + extra))
+                                : std::span<const float>());
+  }
   policy_.observe(s.acceptance, levels + extra, learned);
   ++s.stats.num_verify_steps;
   s.stats.num_draft_tokens += static_cast<int64_t>(parents.size());
   s.stats.num_accepted_tokens += accepted;
 }
 
-void DraftPlanner::observe_unverified(Request& req, bool agreed) {
-  policy_.calibrate(req.spec.acceptance, 1, agreed ? 1 : 0);
+void DraftPlanner::observe_unverified(Request& req, bool agreed, float confidence) {
+  const std::span<const float> c = confidence >= 0 ? std::span<const float>(&confidence, 1)
+                                                   : std::span<const float>();
+  policy_.calibrate(req.spec.acceptance, 1, agreed ? 1 : 0, c);
   policy_.observe(req.spec.acceptance, 1, agreed ? 1 : 0);
 }
 

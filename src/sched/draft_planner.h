@@ -94,13 +94,15 @@ class DraftPlanner {
   // accepted, whether the kept draft after them was the token sampled next. The estimates then
   // learn from the chain one level longer, as if that draft had been verified too (the request's
   // counters count only what was verified), so a policy that verifies short chains still learns
-  // what a longer one would be worth.
+  // what a longer one would be worth. `probs`: the kept drafts' step::DraftShape::probs (the
+  // proposer's confidence in each; empty: none), which the calibrations learn with.
   void observe_verification(Request& req, std::span<const int32_t> parents, int32_t accepted,
-                            int32_t next_agreed = -1);
+                            int32_t next_agreed = -1, std::span<const float> probs = {});
   // A step of `req` verified none of its drafts, and its first draft was (agreed) or was not the
   // token sampled: the acceptance estimates learn from it as from a verification of one draft,
   // so a request whose estimate fell below what pays can climb back without paying to verify.
-  void observe_unverified(Request& req, bool agreed);
+  // `confidence`: the proposer's in that draft (< 0: none).
+  void observe_unverified(Request& req, bool agreed, float confidence = -1.0f);
   // The measured wall time of executing `out` and the distinct experts per layer its rows were
   // routed to (StepResult::experts_touched; 0 for a dense model) (Scheduler::observe_step).
   void observe_step(const step::SchedulerOutput& out, double seconds,

@@ -410,9 +410,11 @@ void Scheduler::commit(Request& req, const ScheduledRequest& s, const RequestRes
   }
   const auto parents =
       std::span<const int32_t>(verified.parent_ids).first(static_cast<size_t>(k));
-  drafts_.observe_verification(req, parents, r->num_accepted, r->unverified_first_draft_agreed);
+  drafts_.observe_verification(req, parents, r->num_accepted, r->unverified_first_draft_agreed,
+                               verified.probs);
   if (k == 0 && r->unverified_first_draft_agreed >= 0) {
-    drafts_.observe_unverified(req, r->unverified_first_draft_agreed == 1);
+    drafts_.observe_unverified(req, r->unverified_first_draft_agreed == 1,
+                               verified.probs.empty() ? -1.0f : verified.probs[0]);
   }
   // The accepted drafts' K/V was computed in the context of committed tokens: it stays valid.
   req.num_computed_tokens += r->num_accepted;

@@ -157,7 +157,7 @@ std::vector<double> tree_node_gains(double acceptance, std::span<const int32_t> 
   return gain;
 }
 
-void AcceptanceCalibration::observe(double estimate, bool agreed) {
+void AcceptanceCalibration::observe(double estimate, bool agreed, double confidence) {
   const double x = std::clamp(estimate, 0.0, 1.0), y = agreed ? 1.0 : 0.0;
   const double keep = 1.0 - kWeight;
   n_ = keep * n_ + 1;
@@ -165,6 +165,22 @@ void AcceptanceCalibration::observe(double estimate, bool agreed) {
   sy_ = keep * sy_ + y;
   sxx_ = keep * sxx_ + x * x;
   sxy_ = keep * sxy_ + x * y;
+  if (confidence < 0) return;
+  Plane& p = plane_;
+  for (double* v : {&p.n, &p.x, &p.c, &p.y, &p.xx, &p.xc, &p.cc, &p.xy, &p.cy}) *v *= keep;
+  p.add(1.0, x, std::clamp(confidence, 0.0, 1.0), y);
+}
+
+void AcceptanceCalibration::Plane::add(double w, double xi, double ci, double yi) {
+  n += w;
+  x += w * xi;
+  c += w * ci;
+  y += w * yi;
+  xx += w * xi * xi;
+  xc += w * xi * ci;
+  cc += w * ci * ci;
+  xy += w * xi * yi;
+  cy += w * ci * yi;
 }
 
 AcceptanceCalibration::Sums AcceptanceCalibration::with_prior() const {
@@ -172,6 +188,35 @@ AcceptanceCalibration::Sums AcceptanceCalibration::with_prior() const {
   const double sq = kLow * kLow + kHigh * kHigh;
   return {n_ + 2 * w, sx_ + w * (kLow + kHigh), sy_ + w * (kLow + kHigh), sxx_ + w * sq,
           sxy_ + w * sq};
+}
+
+AcceptanceCalibration::Plane AcceptanceCalibration::plane_with_prior() const {
+  // Four points on probability = estimate, two confidences each: the fit starts as the
+  // identity in the estimate with no confidence term.
+  Plane p = plane_;
+  for (double x : {0.2, 0.9}) {
+    for (double c : {0.2, 0.9}) p.add(kPriorWeight, x, c, x);
+  }
+  return p;
+}
+
+bool AcceptanceCalibration::solve(const Plane& p, double& alpha, double& beta, double& gamma) {
+  // Centred normal equations of y ~ alpha + beta x + gamma c.
+  const double mx = p.x / p.n, mc = p.c / p.n, my = p.y / p.n;
+  const double vxx = p.xx - p.n * mx * mx, vcc = p.cc - p.n * mc * mc, vxc = p.xc - p.n * mx * mc;
+  const double vxy = p.xy - p.n * mx * my, vcy = p.cy - p.n * mc * my;
+  const double det = vxx * vcc - vxc * vxc;
+  if (!(det > 1e-12 * std::max(vxx * vcc, 1e-300))) return false;
+  beta = (vcc * vxy - vxc * vcy) / det;
+  gamma = (vxx * vcy - vxc * vxy) / det;
+  alpha = my - beta * mx - gamma * mc;
+  return true;
+}
+
+double AcceptanceCalibration::confidence_slope() const {
+  if (plane_.n <= 0) return 0.0;
+  double alpha = 0, beta = 0, gamma = 0;
+  return solve(plane_with_prior(), alpha, beta, gamma) ? gamma : 0.0;
 }
 
 double AcceptanceCalibration::Sums::slope() const {
@@ -182,7 +227,12 @@ double AcceptanceCalibration::Sums::slope() const {
 
 double AcceptanceCalibration::slope() const { return with_prior().slope(); }
 
-double AcceptanceCalibration::map(double estimate) const {
+double AcceptanceCalibration::map(double estimate, double confidence) const {
+  double alpha = 0, beta = 0, gamma = 0;
+  if (confidence >= 0 && solve(plane_with_prior(), alpha, beta, gamma)) {
+    const double x = std::clamp(estimate, 0.0, 1.0), c = std::clamp(confidence, 0.0, 1.0);
+    return std::clamp(alpha + beta * x + gamma * c, 0.0, kMaxAcceptance);
+  }
   const Sums s = with_prior();
   return std::clamp(s.y / s.n + s.slope() * (estimate - s.x / s.n), 0.0, kMaxAcceptance);
 }
@@ -206,16 +256,40 @@ void SpecPolicy::observe(double& estimate, int32_t k, int32_t accepted) {
   global_ = (1 - w / 2) * global_ + (w / 2) * a;
 }
 
-void SpecPolicy::observe_first_draft(double estimate, bool agreed) {
-  calibration_.observe(raw_acceptance(estimate), agreed);
+void SpecPolicy::observe_first_draft(double estimate, bool agreed, double confidence) {
+  calibration_.observe(raw_acceptance(estimate), agreed, confidence);
 }
 
-void SpecPolicy::observe_later_drafts(double estimate, int32_t k, int32_t accepted) {
+void SpecPolicy::observe_later_drafts(double estimate, int32_t k, int32_t accepted,
+                                      std::span<const float> confidences) {
   ARBOR_CHECK(k >= 1 && accepted >= 0 && accepted <= k) << k << " drafts, " << accepted;
+  ARBOR_CHECK(confidences.empty() || confidences.size() >= static_cast<size_t>(k))
+      << confidences.size() << " confidences for " << k << " drafts";
   // Drafts 2 .. min(accepted + 1, k) were reached (their predecessors accepted).
   for (int32_t j = 2; j <= std::min(accepted + 1, k); ++j) {
-    later_calibration_.observe(raw_acceptance(estimate), accepted >= j);
+    const double c = confidences.empty() ? -1.0 : confidences[static_cast<size_t>(j - 1)];
+    later_calibration_.observe(raw_acceptance(estimate), accepted >= j, c);
   }
+}
+
+void SpecPolicy::calibrate(double estimate, int32_t k, int32_t accepted,
+                           std::span<const float> confidences) {
+  ARBOR_CHECK(confidences.empty() || confidences.size() >= static_cast<size_t>(k))
+      << confidences.size() << " confidences for " << k << " drafts";
+  observe_first_draft(estimate, accepted > 0, confidences.empty() ? -1.0 : confidences[0]);
+  observe_later_drafts(estimate, k, accepted, confidences);
+}
+
+std::vector<double> SpecPolicy::chain_gains(double estimate,
+                                            std::span<const float> confidences) const {
+  std::vector<double> gains(confidences.size());
+  double reach = 1.0;
+  for (size_t j = 0; j < confidences.size(); ++j) {
+    const double c = confidences[j];
+    reach *= j == 0 ? acceptance(estimate, c) : later_acceptance(estimate, c);
+    gains[j] = reach;
+  }
+  return gains;
 }
 
 namespace {

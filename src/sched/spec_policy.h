@@ -89,15 +89,27 @@ inline constexpr double kMaxAcceptance = 0.98;
 // their true rate; drafts that agree in runs (a good draft on familiar text) keep the slope that
 // lets the estimate follow them. Starts as the identity (two prior points on it, weight
 // kPriorWeight each).
+//
+// With the draft's confidence — the proposer's probability of the draft, step::DraftShape::
+// probs — a second fit takes it as a second variable: probability ~ alpha + beta estimate +
+// gamma confidence, fitted to the outcomes that came with one (its prior: four points on the
+// plane probability = estimate, so it starts as the first fit's identity with gamma 0). A draft
+// model's confidence tells which of a chain's drafts are the uncertain ones (where 4-bit weights
+// or a smaller model's doubts move the argmax), so the policy can stop a chain before them
+// (docs/speculation.md, "Confidence").
 class AcceptanceCalibration {
  public:
   static constexpr double kWeight = 0.01;      // the newest outcome's weight (~100 outcomes)
   static constexpr double kPriorWeight = 1.0;  // each of the prior points (0.2, 0.2), (0.9, 0.9)
-  // Folds in one first draft: the estimate held before the step and whether it was accepted.
-  void observe(double estimate, bool agreed);
-  // The fitted probability for `estimate`, within [0, kMaxAcceptance].
-  double map(double estimate) const;
+  // Folds in one draft: the estimate held before the step, whether it was accepted and, when
+  // known (>= 0), the proposer's confidence in it (in [0, 1]).
+  void observe(double estimate, bool agreed, double confidence = -1.0);
+  // The fitted probability for `estimate` (and `confidence`, when >= 0), within
+  // [0, kMaxAcceptance].
+  double map(double estimate, double confidence = -1.0) const;
   double slope() const;
+  // The second fit's coefficient of the confidence (0 before any outcome with one).
+  double confidence_slope() const;
 
  private:
   // Weighted sums of 1, x, y, x^2, xy.
@@ -109,6 +121,16 @@ class AcceptanceCalibration {
   // where outcomes are few, and outcomes outweigh it ~100:2 once there are many).
   Sums with_prior() const;
   double n_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;  // the outcomes' decayed sums
+  // The second fit: weighted sums of 1, x, c, y, xx, xc, cc, xy, cy over outcomes with a
+  // confidence c, and its coefficients (beta, gamma) and the fitted value at the means.
+  struct Plane {
+    double n = 0, x = 0, c = 0, y = 0, xx = 0, xc = 0, cc = 0, xy = 0, cy = 0;
+    void add(double w, double xi, double ci, double yi);
+  };
+  Plane plane_with_prior() const;
+  // (alpha, beta, gamma); false when the fit is degenerate.
+  static bool solve(const Plane& p, double& alpha, double& beta, double& gamma);
+  Plane plane_;
 };
 
 struct SpecPolicyOptions {
@@ -127,8 +149,9 @@ class SpecPolicy {
     double later = -1.0;
     int32_t max_k = 0;        // drafts available and allowed, >= 0
     bool fixed = false;       // verify max_k whatever the cost (mode "fixed")
-    // A token tree's nodes in order: [>= max_k] the expected tokens each adds (the probability
-    // that it is accepted; tree_node_gains()). Empty: a chain, whose j-th draft adds a^j.
+    // [>= max_k] the expected tokens each draft adds (the probability that it is accepted): a
+    // token tree's nodes in order (tree_node_gains()), or a chain whose drafts came with the
+    // proposer's confidence (chain_gains()). Empty: a chain whose j-th draft adds a c^(j-1).
     std::span<const double> gains;
   };
   // k for each candidate (fixed ones get max_k, within the budget), given that the step already
@@ -141,7 +164,9 @@ class SpecPolicy {
 
   // The acceptance rate the policy plans with for a request: its estimate (`estimate` >= 0, else
   // the engine-wide one), calibrated (AcceptanceCalibration).
-  double acceptance(double estimate) const { return calibration_.map(raw_acceptance(estimate)); }
+  double acceptance(double estimate, double confidence = -1.0) const {
+    return calibration_.map(raw_acceptance(estimate), confidence);
+  }
   // The estimate itself, uncalibrated.
   double raw_acceptance(double estimate) const { return estimate >= 0 ? estimate : global_; }
   // Folds in one verification (k >= 1 drafts, `accepted` of them) into a request's `estimate`
@@ -149,21 +174,26 @@ class SpecPolicy {
   void observe(double& estimate, int32_t k, int32_t accepted);
   // The first draft of a request whose estimate was `estimate` (< 0: none yet) when the step was
   // planned was (`agreed`) or was not the token sampled: the calibration learns from it.
-  void observe_first_draft(double estimate, bool agreed);
+  void observe_first_draft(double estimate, bool agreed, double confidence = -1.0);
   // Both calibrations learn from a chain of k drafts (k = 1: a declined step's reported first
-  // draft) of which `accepted` were, planned with `estimate`: observe_first_draft and
-  // observe_later_drafts.
-  void calibrate(double estimate, int32_t k, int32_t accepted) {
-    observe_first_draft(estimate, accepted > 0);
-    observe_later_drafts(estimate, k, accepted);
-  }
+  // draft) of which `accepted` were, planned with `estimate`, with the proposer's confidence in
+  // each (`confidences`: [>= k], or empty: none): observe_first_draft and observe_later_drafts.
+  void calibrate(double estimate, int32_t k, int32_t accepted,
+                 std::span<const float> confidences = {});
   const AcceptanceCalibration& calibration() const { return calibration_; }
   // A verified chain of k drafts of which `accepted` were, planned with `estimate`: the later
-  // drafts' calibration learns from drafts 2 .. accepted + 1 (those reached).
-  void observe_later_drafts(double estimate, int32_t k, int32_t accepted);
+  // drafts' calibration learns from drafts 2 .. accepted + 1 (those reached), with their
+  // confidences when given ([>= k]).
+  void observe_later_drafts(double estimate, int32_t k, int32_t accepted,
+                            std::span<const float> confidences = {});
+  // The expected tokens each draft of a chain adds (SpecPolicy::Candidate::gains) when the
+  // proposer gave its confidence in each ([k]): the probability that the chain is accepted up
+  // to it, the first draft at acceptance(estimate, confidence) and each later one at
+  // later_acceptance(estimate, confidence).
+  std::vector<double> chain_gains(double estimate, std::span<const float> confidences) const;
   // c of the model above for a request's estimate (< 0: the engine-wide one), calibrated.
-  double later_acceptance(double estimate) const {
-    return later_calibration_.map(raw_acceptance(estimate));
+  double later_acceptance(double estimate, double confidence = -1.0) const {
+    return later_calibration_.map(raw_acceptance(estimate), confidence);
   }
   const AcceptanceCalibration& later_calibration() const { return later_calibration_; }
 

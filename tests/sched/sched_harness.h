@@ -57,6 +57,12 @@ class FakeModel {
   double agreement_alt = 1.0;
   // >= 0: drafts after the first agree (given the earlier did) with this probability instead.
   double later_agreement = -1.0;
+  // >= 0: a calibrated draft model's chains instead. Each draft before draft_correct gets a
+  // confidence — with this probability a sure one, uniform in [0.9, 1), else an unsure one,
+  // uniform in [0.2, 0.7) — and agrees (given the earlier did) with exactly that probability;
+  // the chain goes to the scheduler with the confidences when report_confidence is set.
+  double sure_share = -1.0;
+  bool report_confidence = true;
   std::vector<int32_t> kv_windows;  // empty: no K/V shadow
   int32_t kv_block_size = 0;
   int64_t kv_reads_checked = 0;     // positions checked so far
@@ -161,13 +167,19 @@ class FakeModel {
         for (int32_t i = 0; i < s.max_next_draft_tokens; ++i) {
           const int32_t t = fake_next_token(upto);
           upto.push_back(t);
-          right = right && i < draft_correct &&
-                  uniform_(rng_) < (i > 0 && later_agreement >= 0
-                                        ? later_agreement
-                                        : agreement_at(static_cast<int64_t>(upto.size())));
-          next.add(right ? t : (t == 3 ? 4 : 3), i - 1, 1.0f);
+          double agree = i > 0 && later_agreement >= 0
+                             ? later_agreement
+                             : agreement_at(static_cast<int64_t>(upto.size()));
+          if (sure_share >= 0) {
+            agree = uniform_(rng_) < sure_share ? 0.9 + 0.1 * uniform_(rng_)
+                                                : 0.2 + 0.5 * uniform_(rng_);
+          }
+          right = right && i < draft_correct && uniform_(rng_) < agree;
+          next.add(right ? t : (t == 3 ? 4 : 3), i - 1, static_cast<float>(agree));
         }
-        rr.next_drafts = {next.parents, {}};
+        rr.next_drafts = {next.parents,
+                          sure_share >= 0 && report_confidence ? next.probs
+                                                               : std::vector<float>{}};
       }
       current_drafts_[s.request_id] = drafts;
       r.requests.push_back(std::move(rr));

@@ -343,7 +343,8 @@ struct SteepCurveRun {
   int64_t drafts = 0, accepted = 0;
 };
 SteepCurveRun run_on_steep_curve(double p, uint64_t seed, int32_t period = 0, double alt = 1.0,
-                                 double later = -1.0) {
+                                 double later = -1.0, double sure_share = -1.0,
+                                 bool report_confidence = true) {
   constexpr int32_t kRequests = 20, kTokens = 256;
   SchedulerOptions o = spec_opts(8, /*budget=*/256);
   o.spec_cost.points = {{1, 1.0},  {2, 1.67}, {3, 2.0},  {4, 2.34}, {5, 2.69},
@@ -356,6 +357,8 @@ SteepCurveRun run_on_steep_curve(double p, uint64_t seed, int32_t period = 0, do
   h.model.agreement_period = period;
   h.model.agreement_alt = alt;
   h.model.later_agreement = later;
+  h.model.sure_share = sure_share;
+  h.model.report_confidence = report_confidence;
   double plain = 0, spec = 0;
   for (int32_t i = 0; i < kRequests; ++i) {
     const std::string name = "R" + std::to_string(i);
@@ -410,6 +413,23 @@ TEST(SchedulerSpec, OnASteepCurveLaterDraftsAreValuedAtTheirOwnRate) {
     const SteepCurveRun r = run_on_steep_curve(0.75, seed, 0, 1.0, /*later=*/0.95);
     EXPECT_GE(r.speedup, 1.62) << "seed " << seed << ": " << r.accepted << " of " << r.drafts
                                << " drafts accepted";
+  }
+}
+
+// A draft model that knows when it is unsure — 80 % of its drafts sure (confidence 0.9-1, and
+// agreeing that often), the rest unsure (0.2-0.7) — is worth more when the policy reads its
+// confidence in each draft (step::DraftShape::probs): a chain is verified up to where it turns
+// unsure, instead of to a length set by the average rate (~0.86 here), which pays for rows
+// past an unsure draft that are wasted whenever it fails. Three seeds: 1.64-1.66x against
+// 1.49-1.53x (+9-11 %), with 11-12 % fewer drafts verified and as many accepted.
+TEST(SchedulerSpec, OnASteepCurveChainsStopWhereTheDraftTurnsUnsure) {
+  for (uint64_t seed = 1; seed <= 3; ++seed) {
+    const SteepCurveRun blind = run_on_steep_curve(0, seed, 0, 1.0, -1.0, 0.8, false);
+    const SteepCurveRun seeing = run_on_steep_curve(0, seed, 0, 1.0, -1.0, 0.8, true);
+    EXPECT_GE(seeing.speedup, blind.speedup * 1.06)
+        << "seed " << seed << ": " << seeing.speedup << "x (" << seeing.accepted << " of "
+        << seeing.drafts << ") against " << blind.speedup << "x (" << blind.accepted << " of "
+        << blind.drafts << ")";
   }
 }
 
