@@ -12,6 +12,11 @@
 //     past estimates were worth (AcceptanceCalibration below) for first drafts and for later
 //     drafts (a draft that agrees with its target on most tokens gets past the first draft far
 //     more often than it passes the first: the uncertain tokens come first).
+//   * Where the proposer gave its confidence in each draft of a chain (a draft model's
+//     probability of it), each draft is priced by itself: its calibrated probability given the
+//     request's estimate and its confidence, and a chain's j-th draft adds the product of its
+//     and its predecessors' (chain_gains), so a chain is verified up to where the draft turns
+//     unsure.
 //   * A step of T tokens costs cost(T) (SpecCostModel, measured at startup by the executor),
 //     and each draft costs draft_cost more (a draft model's forward; 0 for model-free proposers).
 //   * A mixture of experts adds the expert term: a step's cost also grows with the distinct
@@ -121,8 +126,8 @@ class AcceptanceCalibration {
   // where outcomes are few, and outcomes outweigh it ~100:2 once there are many).
   Sums with_prior() const;
   double n_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;  // the outcomes' decayed sums
-  // The second fit: weighted sums of 1, x, c, y, xx, xc, cc, xy, cy over outcomes with a
-  // confidence c, and its coefficients (beta, gamma) and the fitted value at the means.
+  // The second fit: the outcomes' decayed weighted sums of 1, x, c, y, xx, xc, cc, xy, cy over
+  // the outcomes that came with a confidence c.
   struct Plane {
     double n = 0, x = 0, c = 0, y = 0, xx = 0, xc = 0, cc = 0, xy = 0, cy = 0;
     void add(double w, double xi, double ci, double yi);
