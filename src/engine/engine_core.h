@@ -109,7 +109,12 @@ class EngineCore final : public Engine {
   Inbox wait_for_work();
   void handle_add(OutputGroupSpec group, sched::Request request);
   void handle_abort(const std::string& request_id);
+  // The SpecPolicy's step-cost curve, measured; a mixture's again (up to kCurveTries in all)
+  // while its expert term is impossible (Experts::one_token_share() > 1: measured in a stall),
+  // keeping the measurement with the lowest share.
   sched::SpecCostModel measure_spec_costs();
+  sched::SpecCostModel measure_spec_costs_once();
+  static constexpr int kCurveTries = 3;
   void step();
   void forget_finished();
   void observe_speculation(const sched::RequestOutput& o);

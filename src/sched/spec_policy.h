@@ -57,6 +57,10 @@ struct SpecCostModel {
     // The cost of one more distinct expert per layer, relative to a 1-token step (>= 0).
     double cost_per_expert = 0.0;
     bool active() const { return num_experts > 0 && cost_per_expert > 0; }
+    // What the K experts a 1-token step is routed to cost by this fit, relative to the whole
+    // step (0 without the term). Above 1 the fit is impossible — a step's routed experts cannot
+    // cost more than the step — and comes from steps measured while the machine stalled.
+    double one_token_share() const { return active() ? num_used * cost_per_expert : 0.0; }
     // E (1 - (1 - K/E)^(1 + rho (T - 1))), in [K, E] for T >= 1.
     double expected(double num_tokens, double rho) const;
     // The rho whose expected(T) is `touched` (clamped to [kMinRho, kMaxRho]); T >= 2, 0 < X < E.

@@ -236,6 +236,23 @@ SpecCostModel::Experts experts_128_8() {
   return e;
 }
 
+// The experts a 1-token step reads are part of the step, so a fit that prices them above the
+// whole step is impossible (EngineCore measures such a curve again): the 30B-A3B shape's
+// measured terms, 0.055-0.104 per expert per layer with 8 routed, give 0.44-0.84; one measured
+// in a stall, 0.126, gives 1.005.
+TEST(SpecExpertTerm, TheRoutedExpertsShareOfAStepIsAtMostOneWhenMeasuredWell) {
+  SpecCostModel::Experts e = experts_128_8();
+  EXPECT_EQ(e.one_token_share(), 0.0) << "no term, no share";
+  e.cost_per_expert = 0.055;
+  EXPECT_NEAR(e.one_token_share(), 0.44, 1e-12);
+  e.cost_per_expert = 0.104;
+  EXPECT_LT(e.one_token_share(), 1.0);
+  e.cost_per_expert = 0.1256;
+  EXPECT_GT(e.one_token_share(), 1.0);
+  e.num_experts = 0;  // a dense model
+  EXPECT_EQ(e.one_token_share(), 0.0);
+}
+
 TEST(SpecExpertTerm, ExpectedExpertsAndRhoAreInverses) {
   const SpecCostModel::Experts e = experts_128_8();
   EXPECT_DOUBLE_EQ(e.expected(1, 1.0), 8.0);  // one row: its K experts
