@@ -77,12 +77,13 @@ serve_only=${BENCH_SERVE_ONLY:-0}
 [ "$serve_only" != 1 ] && say '```'
 
 # The microbenchmarks are outside the default build: `make bench` builds them (target arbor_bench).
-for b in kv/kv_bench tokenizer/tokenizer_bench kernels/kernels_bench grammar/grammar_bench; do
+for b in kv/kv_bench tokenizer/tokenizer_bench kernels/kernels_bench grammar/grammar_bench \
+         engine/engine_bench; do
   [ -x "$build/bench/$b" ] || [ "$serve_only" = 1 ] ||
     say "warning: $build/bench/$b not built (cmake --build $build --target arbor_bench); skipped"
 done
 gbench="--benchmark_repetitions=$reps --benchmark_report_aggregates_only=true"
-for b in kv/kv_bench tokenizer/tokenizer_bench kernels/kernels_bench; do
+for b in kv/kv_bench tokenizer/tokenizer_bench kernels/kernels_bench engine/engine_bench; do
   if [ -x "$build/bench/$b" ] && [ "$serve_only" != 1 ]; then
     # shellcheck disable=SC2086
     run "$build/bench/$b" $gbench

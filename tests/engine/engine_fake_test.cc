@@ -3,10 +3,8 @@
 
 #include <algorithm>
 #include <set>
-#include <cstdio>
 #include <thread>
 
-#include "base/clock.h"
 #include "engine/engine_core.h"
 #include "executor/fake_executor.h"
 #include "engine_test_util.h"
@@ -269,78 +267,6 @@ TEST(EngineFake, MetricsCountTokensAndLatencies) {
   EXPECT_EQ(m.batch_size.count(), static_cast<uint64_t>(m.num_steps));
   EXPECT_EQ(m.tokens_per_step.sum(), 32 + 80 - 8);  // the last token of each is never run
   EXPECT_EQ(m.kv_usage, 0.0);
-}
-
-}  // namespace
-}  // namespace arbor::engine
-
-namespace arbor::engine {
-namespace {
-
-// The engine thread's own time (everything but the executor) for one request of `prompt_len`
-// tokens with `best_of` samples, with a real tokenizer (so every sample primes a detokenizer):
-// the least of five runs, seconds.
-double engine_overhead_s(int32_t prompt_len, int32_t best_of, const tokenizer::Tokenizer& tok) {
-  double best = 1e9;
-  for (int run = 0; run < 5; ++run) {
-    EngineCoreConfig cfg;
-    cfg.tokenizer = &tok;
-    FakeExecutorOptions f;
-    f.vocab_size = tok.vocab_size();
-    f.num_kv_blocks = 8192;
-    EngineCore engine(std::make_unique<FakeExecutor>(f), cfg);
-    GenerateRequest r;
-    for (int32_t i = 0; i < prompt_len; ++i) r.prompt_token_ids.push_back(3 + (i * 7) % 400);
-    r.sampling.temperature = 1.0f;
-    r.n = 1;
-    r.best_of = best_of;
-    r.max_tokens = 4;
-    r.stop = {"never appears in this text, but is checked"};
-    auto s = engine.submit(std::move(r));
-    EXPECT_TRUE(s.ok());
-    if (!s.ok()) return best;
-    testing::drain(**s, 1);
-    engine.wait_idle();
-    const EngineMetricsSnapshot m = engine.metrics();
-    best = std::min(best, m.engine_busy_s - m.executor_s);
-  }
-  return best;
-}
-
-// Calibration on this machine, now: the least of five times to detokenise `len` prompt tokens,
-// what a sample setup that primes its detokenizer with the whole prompt would cost per sample.
-double prompt_decode_s(int32_t len, const tokenizer::Tokenizer& tok) {
-  double best = 1e9;
-  for (int run = 0; run < 5; ++run) {
-    const double t0 = steady_seconds();
-    tokenizer::IncrementalDetokenizer d(tok);
-    size_t bytes = 0;
-    for (int32_t i = 0; i < len; ++i) bytes += d.add(3 + (i * 7) % 400).size();
-    EXPECT_GT(bytes, 0u);
-    best = std::min(best, steady_seconds() - t0);
-  }
-  return best;
-}
-
-TEST(EngineFake, SampleSetupCostDoesNotGrowWithThePrompt) {
-  auto tok = tokenizer::Tokenizer::from_file(testing::stories260k_path());
-  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
-  const int32_t len = 32000;
-  const double one = engine_overhead_s(len, 1, **tok);
-  const double eight = engine_overhead_s(len, 8, **tok);
-  const double decode = prompt_decode_s(len, **tok);
-  std::printf("engine-thread overhead: %d-token prompt best_of 1 %.3f ms, best_of 8 %.3f ms; "
-              "decoding the prompt once %.3f ms\n",
-              len, one * 1e3, eight * 1e3, decode * 1e3);
-  // Seven more samples must cost less than seven decodes of the prompt, which is what priming
-  // every sample's detokenizer with the prompt adds on top of what remains (copies of the token
-  // ids and block tables, measured at ~0.15 ms per sample here). And the whole request stays
-  // within a few ms of engine time.
-  EXPECT_LT(eight - one, 7 * decode);
-#ifndef ARBOR_SANITIZE_BUILD
-  // An absolute bound only without the sanitizers (-O1 and instrumented there: ~12 ms).
-  EXPECT_LT(eight, 10e-3);
-#endif
 }
 
 }  // namespace

@@ -104,5 +104,30 @@ TEST(SampleText, MultibyteCharactersAreNeverSplit) {
   }
 }
 
+// A sample's setup primes its detokenizer with the prompt's last kPrimeTokens tokens only, so a
+// request with best_of 8 and a 32,000-token prompt costs the engine no more than one with 64
+// (bench/engine/engine_bench.cc prints the figures). The only state priming leaves is whether a
+// word has been written (a SentencePiece vocabulary drops the first word's leading space), which
+// makes what it read observable: after kPrimeTokens textless tokens the prompt's words are out of
+// reach, after one fewer they are not.
+TEST(SampleText, OnlyThePromptsLastFewTokensPrimeTheDetokenizer) {
+  auto tok = load_tokenizer();
+  const std::vector<int32_t> lily = tok->encode("Lily", {.add_bos = false});
+  ASSERT_EQ(lily.size(), 1u);
+  ASSERT_EQ(tok->token_to_piece(lily[0]).front(), ' ') << "a space-prefixed vocabulary";
+  const std::vector<int32_t> words = tok->encode("Once upon a time there was a girl",
+                                                 {.add_bos = false});
+  const auto first_output = [&](size_t textless) {
+    std::vector<int32_t> prompt;
+    while (prompt.size() < 32000) prompt.insert(prompt.end(), words.begin(), words.end());
+    prompt.insert(prompt.end(), textless, tok->bos_id());
+    SampleText st(*tok, prompt, {});
+    return st.add(lily[0]).text + st.finish();
+  };
+  EXPECT_EQ(first_output(SampleText::kPrimeTokens), "Lily");
+  EXPECT_EQ(first_output(SampleText::kPrimeTokens - 1), " Lily");
+  EXPECT_EQ(first_output(0), " Lily");
+}
+
 }  // namespace
 }  // namespace arbor::engine
