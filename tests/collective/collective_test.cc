@@ -227,11 +227,12 @@ TEST(ShmCollective, MissingRankFailsAtTheDeadlineAndTheGroupStaysBroken) {
       << s.to_string();
   EXPECT_GE(ms, 290.0);
   EXPECT_LT(ms, 3000.0);
-  // Broken: the next call fails at once with the same error.
+  // Broken: the next call fails at once with the same error (well within the 300 ms it would
+  // wait for the missing rank again; the margin is for a loaded 2-core machine).
   const auto t1 = std::chrono::steady_clock::now();
   const Status again = c.gather(v, 4, v, {2, 3, 1});
   EXPECT_EQ(again.message(), s.message());
-  EXPECT_LT(std::chrono::steady_clock::now() - t1, milliseconds(50));
+  EXPECT_LT(std::chrono::steady_clock::now() - t1, milliseconds(200));
 }
 
 TEST(ShmCollective, ARankThatFailsFailsTheOthersAtOnce) {
