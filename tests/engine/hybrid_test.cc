@@ -14,6 +14,7 @@
 
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -42,8 +43,9 @@ struct ModelFiles {
 };
 
 const ModelFiles& models() {
-  static ModelFiles* m = [] {
-    auto* f = new ModelFiles;
+  // Owned by a static (not leaked) so that its TempDir is removed when the test process exits.
+  static const std::unique_ptr<ModelFiles> m = [] {
+    auto f = std::make_unique<ModelFiles>();
     kernels::ThreadPool pool(2);
     // Writes `s` (Q8_0, the stories260K vocabulary) as f->path[name].
     const auto write = [&](const std::string& name, model::SynthShape s, uint64_t seed) {

@@ -13,6 +13,7 @@
 
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -56,8 +57,9 @@ std::string write_model(const std::string& arch, int64_t layers, int64_t window,
 }
 
 const ModelFiles& models() {
-  static ModelFiles* m = [] {
-    auto* f = new ModelFiles;
+  // Owned by a static (not leaked) so that its TempDir is removed when the test process exits.
+  static const std::unique_ptr<ModelFiles> m = [] {
+    auto f = std::make_unique<ModelFiles>();
     f->gemma3 = write_model("gemma3", 6, 8, 3, 21, f->dir / "gemma3.gguf");
     f->gemma3_draft = write_model("gemma3", 3, 8, 3, 22, f->dir / "gemma3_draft.gguf");
     f->gemma2 = write_model("gemma2", 4, 13, 2, 23, f->dir / "gemma2.gguf");
