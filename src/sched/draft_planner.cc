@@ -1,6 +1,7 @@
 #include "sched/draft_planner.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 #include <vector>
 
@@ -35,7 +36,9 @@ bool DraftPlanner::negligible_draft_cost() const {
 }
 
 DraftPlanner::DraftPlanner(DraftPlannerOptions options)
-    : options_(std::move(options)), policy_(options_.cost, options_.policy) {}
+    : options_(std::move(options)),
+      policy_(options_.cost, options_.policy),
+      served_(options_.cost.one_token_seconds) {}
 
 int32_t DraftPlanner::max_drafts(const Request& req, int64_t extra_tokens) const {
   if (options_.max_spec_tokens == 0 || req.spec.params.mode == SpecMode::kOff ||
@@ -78,9 +81,13 @@ void DraftPlanner::choose_drafts(std::span<RequestPlan> plans, int64_t& budget,
     candidates.push_back(SpecPolicy::Candidate{
         .acceptance = a, .later = later, .max_k = max_k, .fixed = is_fixed(req)});
   }
-  if (candidates.empty()) return;
+  if (candidates.empty()) {
+    if (base_emitted > 0) ++declined_steps_;
+    return;
+  }
   for (size_t c = 0; c < candidates.size(); ++c) candidates[c].gains = gains[c];
-  const std::vector<int32_t> k = policy_.choose(base_tokens, base_emitted, budget, candidates);
+  std::vector<int32_t> k = policy_.choose(base_tokens, base_emitted, budget, candidates);
+  explore(candidates, budget, k);
   for (size_t c = 0; c < candidates.size(); ++c) {
     RequestPlan& p = *index[c];
     ++num_candidates_;
@@ -90,6 +97,40 @@ void DraftPlanner::choose_drafts(std::span<RequestPlan> plans, int64_t& budget,
     p.num_drafts = kc;
     budget -= kc;
   }
+}
+
+// The served curve learns only from the steps the policy runs: on a startup curve too steep for
+// any draft to pay, a negligible or model-free drafter's drafts would be declined for good and
+// the curve never corrected. So after kProbeInterval sampling steps in a row that verify no
+// draft (a model-free proposer proposes again for the last of them, plan_next), the
+// candidate whose first draft is likeliest verifies the drafts it reaches with probability >=
+// kProbeReach (none when its first is below that: a draft that weak pays on no curve worth
+// probing): the step's time teaches the fit what such a step costs.
+void DraftPlanner::explore(std::span<const SpecPolicy::Candidate> candidates, int64_t budget,
+                           std::vector<int32_t>& k) {
+  const bool costly = options_.cost.draft_cost > 0 && !negligible_draft_cost();
+  if (costly || std::any_of(k.begin(), k.end(), [](int32_t v) { return v > 0; })) {
+    declined_steps_ = 0;
+    return;
+  }
+  if (++declined_steps_ < kProbeInterval) return;
+  const auto reach = [](const SpecPolicy::Candidate& c, int32_t j) {
+    if (!c.gains.empty()) return c.gains[static_cast<size_t>(j)];
+    return c.acceptance * std::pow(c.later < 0 ? c.acceptance : c.later, j);
+  };
+  size_t best = 0;
+  for (size_t c = 1; c < candidates.size(); ++c) {
+    if (reach(candidates[c], 0) > reach(candidates[best], 0)) best = c;
+  }
+  int32_t depth = 0;
+  while (depth < candidates[best].max_k && depth < budget &&
+         reach(candidates[best], depth) >= kProbeReach) {
+    ++depth;
+  }
+  declined_steps_ = 0;
+  if (depth == 0) return;
+  k[best] = depth;
+  ++num_probes_;
 }
 
 void DraftPlanner::decline(Request& req, bool fixed) {
@@ -225,9 +266,11 @@ void DraftPlanner::plan_next(std::span<RequestPlan> plans, int64_t budget_left,
   }
   if (options_.cost.draft_cost > 0) {
     limit_draft_model_asks(plans, budget_left);
-  } else if (options_.max_spec_tokens > 0 && !drafts_may_pay(plans, budget_left)) {
+  } else if (options_.max_spec_tokens > 0 && declined_steps_ + 1 < kProbeInterval &&
+             !drafts_may_pay(plans, budget_left)) {
     // Model-free proposers cost no forward, but proposing still costs the engine thread time
-    // (suffix tries); in a step where no draft could pay, nobody proposes.
+    // (suffix tries); in a step where no draft could pay, nobody proposes (but before a probe,
+    // explore()).
     for (RequestPlan& p : plans) {
       if (!is_fixed(*p.req)) p.ask_depth = 0;
     }
@@ -277,51 +320,52 @@ void DraftPlanner::observe_unverified(Request& req, bool agreed, float confidenc
 
 void DraftPlanner::observe_step(const step::SchedulerOutput& out, double seconds,
                                 double experts_touched) {
-  constexpr double kWeight = 0.05;  // about the last 20 steps of each kind
   int64_t drafts = 0, proposals = 0;
   for (const step::ScheduledRequest& s : out.requests) {
     if (s.num_scheduled_tokens != 1 + s.num_draft_tokens()) return;  // a prefill chunk
     drafts += s.num_draft_tokens();
     proposals += s.max_next_draft_tokens;
   }
-  if (out.requests.empty() || seconds <= 0) return;
+  if (out.requests.empty() || !(seconds > 0)) return;
   policy_.observe_experts(out.total_num_scheduled_tokens, experts_touched);
-  const SpecCostModel& cost = policy_.cost_model();
-  const double predicted = policy_.step_cost(out.total_num_scheduled_tokens) +
-                           cost.draft_cost * static_cast<double>(proposals);
-  const double scale = seconds / predicted;
+  const double base = 1.0 + policy_.cost_model().draft_cost * static_cast<double>(proposals);
+  const double rise = policy_.step_cost(out.total_num_scheduled_tokens) - 1.0;
   // A draft model of negligible cost proposes in every step: its steps that verify nothing are
-  // the plain reference (their proposals are in the prediction).
-  const bool negligible = negligible_draft_cost();
-  const bool speculative = drafts > 0 || (proposals > 0 && !negligible);
-  double& mean = speculative ? spec_step_scale_ : plain_step_scale_;
+  // plain ones (their proposals are in `base`).
+  const bool speculative = drafts > 0 || (proposals > 0 && !negligible_draft_cost());
   // A server's first steps of each kind touch pages and scratch for the first time (the first
-  // speculative ones were 1.5x the rest on the Qwen3.5-2B + MTP head): they are not the
-  // overhead, and with a costly drafter one of them would keep speculation off until probes
-  // corrected it. So the first kWarmupSteps of each kind are skipped, and a step more than
-  // kMaxJump times the mean so far counts as kMaxJump (a noisy neighbour's stall).
+  // speculative ones were 1.5x the rest on the Qwen3.5-2B + MTP head): they are not the curve,
+  // and with a costly drafter one of them would keep speculation off until probes corrected
+  // it. So the first kWarmupSteps of each kind are skipped, and a step more than kMaxJump times
+  // the fit's prediction counts as kMaxJump times it (a noisy neighbour's stall).
   int64_t& seen = speculative ? spec_steps_seen_ : plain_steps_seen_;
   if (++seen <= kWarmupSteps) return;
-  const double sample = mean < 0 ? scale : std::min(scale, kMaxJump * mean);
-  mean = mean < 0 ? sample : (1 - kWeight) * mean + kWeight * sample;
-  // The plain reference: plain decode steps once seen, else the startup measurement (a loaded
-  // engine may speculate in every step).
-  const double reference = plain_step_scale_ > 0 ? plain_step_scale_ : cost.one_token_seconds;
-  if (reference > 0 && spec_step_scale_ > 0) {
-    policy_.set_overhead(spec_step_scale_ / reference);
-    // Logged when it crosses 1.25 upwards or 1.15 downwards (an overhead hovering at one level
-    // would log every few steps).
-    const double now = policy_.overhead();
-    if (now >= kOverheadLogHigh && !overhead_high_) {
-      overhead_high_ = true;
-      ARBOR_LOG(kInfo) << "speculation: a speculative step costs " << now
-                       << "x the measured curve (drafts pay less)";
-    } else if (now <= kOverheadLogLow && overhead_high_) {
-      overhead_high_ = false;
-      ARBOR_LOG(kInfo) << "speculation: a speculative step costs " << now
-                       << "x the measured curve (back near it)";
-    }
-  }
+  const double predicted = served_.predict(base, rise, speculative);
+  const double sample =
+      served_.num_steps() > 0 && predicted > 0 ? std::min(seconds, kMaxJump * predicted) : seconds;
+  served_.observe(base, rise, speculative, sample);
+  policy_.set_served_curve(served_.steepness(), served_.overhead());
+  log_served_curve();
+}
+
+// Logged when the served curve's steepness moves a quarter away from the last logged one, or a
+// speculative step's extra cost crosses 0.25 upwards or 0.15 downwards (a value hovering at one
+// level would log every few steps).
+void DraftPlanner::log_served_curve() {
+  const double steep = policy_.steepness(), extra = policy_.overhead();
+  const bool steep_moved = steep > 1.25 * logged_steepness_ || steep < logged_steepness_ / 1.25;
+  const bool extra_crossed = (extra >= kOverheadLogHigh && !overhead_high_) ||
+                             (extra <= kOverheadLogLow && overhead_high_);
+  if (!steep_moved && !extra_crossed) return;
+  logged_steepness_ = steep;
+  overhead_high_ = extra >= kOverheadLogHigh;
+  const SpecCostModel& c = policy_.cost_model();
+  ARBOR_LOG(kInfo) << "speculation: served steps put a 2-token step at "
+                   << policy_.served_cost(2, false) << " (startup curve " << policy_.step_cost(2)
+                   << "; steepness " << steep << "x) and a speculative step's extra cost at "
+                   << extra << " of a 1-token step, "
+                   << served_.unit_seconds() * 1e3 << " ms (startup "
+                   << c.one_token_seconds * 1e3 << " ms)";
 }
 
 }  // namespace arbor::sched

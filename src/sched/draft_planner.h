@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <vector>
 
 #include "sched/request.h"
 #include "sched/request_plan.h"
@@ -42,6 +43,9 @@ inline constexpr double kNegligibleDraftCost = 0.02;
 // every this many steps — a probe: its first draft and its step's cost keep the acceptance and
 // overhead estimates current, so one unlucky estimate cannot stop speculation for good.
 inline constexpr int64_t kProbeInterval = 16;
+// A negligible or model-free drafter's probe (DraftPlanner::explore) verifies the drafts it
+// reaches with at least this probability.
+inline constexpr double kProbeReach = 0.5;
 
 struct DraftPlannerOptions {
   int32_t max_spec_tokens = 0;  // levels verified per request per step; 0 = no speculation
@@ -108,12 +112,15 @@ class DraftPlanner {
   void observe_step(const step::SchedulerOutput& out, double seconds,
                     double experts_touched = 0.0);
 
+  // The served curve (SpecPolicy::set_served_curve): what a speculative step costs more, in
+  // 1-token steps, and the curve's steepness relative to the startup measurement's.
   double overhead() const { return policy_.overhead(); }
+  double steepness() const { return policy_.steepness(); }
   double rho() const { return policy_.rho(); }
   double acceptance() const { return policy_.acceptance(-1.0); }
   int64_t num_candidates() const { return num_candidates_; }
   int64_t num_declined() const { return num_declined_; }
-  // Probes made (kProbeInterval).
+  // Probes made (kProbeInterval): a costly drafter's asks and the others' verifications.
   int64_t num_probes() const { return num_probes_; }
 
  private:
@@ -126,6 +133,9 @@ class DraftPlanner {
   void limit_draft_model_asks(std::span<RequestPlan> plans, int64_t budget);
   void limit_to_policy(std::span<RequestPlan> plans, int64_t budget) const;
   void decline(Request& req, bool fixed);
+  // Sets k (the policy's choice, [candidates]) to an exploration probe when one is due.
+  void explore(std::span<const SpecPolicy::Candidate> candidates, int64_t budget,
+               std::vector<int32_t>& k);
 
   DraftPlannerOptions options_;
   SpecPolicy policy_;
@@ -133,15 +143,19 @@ class DraftPlanner {
   int64_t num_declined_ = 0;
   int64_t num_probes_ = 0;
   int64_t steps_since_probe_ = 0;  // steps where no draft could pay, since the last probe
-  // Exponential means of seconds / predicted relative cost (observe_step); < 0: none yet.
-  double plain_step_scale_ = -1.0;
-  double spec_step_scale_ = -1.0;
+  // What served decode steps say of the curve (observe_step); the policy plans with it.
+  StepTimeFit served_;
   int64_t plain_steps_seen_ = 0, spec_steps_seen_ = 0;
   static constexpr int64_t kWarmupSteps = 2;
   static constexpr double kMaxJump = 1.5;
-  // The overhead was last logged at or above kOverheadLogHigh (observe_step).
+  void log_served_curve();
+  double logged_steepness_ = 1.0;
+  // The overhead was last logged at or above kOverheadLogHigh (log_served_curve).
   bool overhead_high_ = false;
-  static constexpr double kOverheadLogHigh = 1.25, kOverheadLogLow = 1.15;
+  static constexpr double kOverheadLogHigh = 0.25, kOverheadLogLow = 0.15;
+  // Sampling steps in a row that verified no draft of a negligible or model-free drafter
+  // (explore()'s probe).
+  int64_t declined_steps_ = 0;
 };
 
 }  // namespace arbor::sched

@@ -168,14 +168,16 @@ class Scheduler {
   SchedulerOutput schedule();
 
   // The measured wall time of executing `out`. Decode-only steps (no prefill chunk) feed the
-  // SpecPolicy's overhead: the mean of seconds / predicted cost over steps that speculate
-  // (verify drafts or propose for the next step) divided by the mean over steps that do not
-  // (before any, by the cost model's one_token_seconds).
-  // So whatever speculation costs beyond the curve (proposing, catch-ups, bookkeeping) makes
-  // drafts pay less, and speculation turns itself down where it does not pay.
+  // served curve the SpecPolicy plans with (sched::StepTimeFit): how steep the step-cost curve
+  // is now relative to its startup measurement, and what a step that speculates (verifies
+  // drafts or proposes costly ones) costs more, in 1-token steps. So whatever speculation costs
+  // beyond the curve (proposing, catch-ups, bookkeeping) makes drafts pay less, a curve measured
+  // too steep at startup is flattened by what steps really cost, and speculation turns itself
+  // down where it does not pay.
   // experts_touched: StepResult::experts_touched (a mixture's expert term learns from it).
   void observe_step(const SchedulerOutput& out, double seconds, double experts_touched = 0.0);
   double spec_overhead() const { return drafts_.overhead(); }
+  double spec_steepness() const { return drafts_.steepness(); }
   double spec_expert_rho() const { return drafts_.rho(); }
   // Checks `result` against `output` (step::validate_step_result: a malformed result is an error
   // and changes nothing); then appends each request's tokens in order, stopping at the first

@@ -1,6 +1,7 @@
 #include "sched/spec_policy.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <queue>
 #include <utility>
@@ -132,8 +133,96 @@ void SpecPolicy::observe_experts(int64_t num_tokens, double experts_touched) {
   rho_ = (1 - kWeight) * rho_ + kWeight * rho;
 }
 
-void SpecPolicy::set_overhead(double overhead) {
-  overhead_ = std::clamp(overhead, 1.0, kMaxSpecOverhead);
+void SpecPolicy::set_served_curve(double steepness, double overhead) {
+  steepness_ = std::clamp(steepness, kMinSteepness, kMaxSteepness);
+  overhead_ = std::clamp(overhead, 0.0, kMaxSpecOverhead);
+}
+
+double SpecPolicy::served_cost(int64_t num_tokens, bool drafts) const {
+  return 1.0 + steepness_ * (step_cost(num_tokens) - 1.0) + (drafts ? overhead_ : 0.0);
+}
+
+namespace {
+
+// Solves the symmetric 3 x 3 system a x = b (upper triangle of `a` given) by Gaussian elimination
+// with partial pivoting; false when it is singular.
+bool solve3(const double (&upper)[3][3], const double (&b)[3], double (&x)[3]) {
+  double m[3][4];
+  for (int i = 0; i < 3; ++i) {
+    for (int j = 0; j < 3; ++j) m[i][j] = i <= j ? upper[i][j] : upper[j][i];
+    m[i][3] = b[i];
+  }
+  for (int c = 0; c < 3; ++c) {
+    int pivot = c;
+    for (int r = c + 1; r < 3; ++r) {
+      if (std::abs(m[r][c]) > std::abs(m[pivot][c])) pivot = r;
+    }
+    if (std::abs(m[pivot][c]) < 1e-300) return false;
+    if (pivot != c) std::swap(m[pivot], m[c]);
+    for (int r = c + 1; r < 3; ++r) {
+      const double f = m[r][c] / m[c][c];
+      for (int j = c; j < 4; ++j) m[r][j] -= f * m[c][j];
+    }
+  }
+  for (int i = 2; i >= 0; --i) {
+    double v = m[i][3];
+    for (int j = i + 1; j < 3; ++j) v -= m[i][j] * x[j];
+    x[i] = v / m[i][i];
+  }
+  return true;
+}
+
+}  // namespace
+
+double StepTimeFit::predict(double base, double rise, bool speculative) const {
+  return u_ * base + v_ * rise + (speculative ? w_ : 0.0);
+}
+
+void StepTimeFit::observe(double base, double rise, bool speculative, double seconds) {
+  if (!(seconds > 0) || !(base >= 1) || !(rise >= 0)) return;
+  if (reference_ <= 0) reference_ = seconds / (base + rise);  // the first step: on the curve
+  const double x[3] = {base, rise, speculative ? 1.0 : 0.0};
+  for (int i = 0; i < 3; ++i) {
+    for (int j = i; j < 3; ++j) xx_[i][j] = (1 - kWeight) * xx_[i][j] + kWeight * x[i] * x[j];
+    xy_[i] = (1 - kWeight) * xy_[i] + kWeight * x[i] * seconds;
+  }
+  plain_ = (1 - kWeight) * plain_ + (speculative ? 0.0 : kWeight);
+  ++num_steps_;
+  double a[3][3], b[3];
+  for (int i = 0; i < 3; ++i) {
+    for (int j = i; j < 3; ++j) a[i][j] = xx_[i][j];
+    b[i] = xy_[i];
+  }
+  // Prior points p . (u, v, w) = y, each weighted as `steps` steps of the data (whose weights
+  // sum to 1 / kWeight steps' worth).
+  const auto prior = [&](double steps, std::array<double, 3> p, double y) {
+    for (int i = 0; i < 3; ++i) {
+      for (int j = i; j < 3; ++j) a[i][j] += steps * kWeight * p[i] * p[j];
+      b[i] += steps * kWeight * p[i] * y;
+    }
+  };
+  prior(kSteepnessPrior, {-1, 1, 0}, 0.0);
+  prior(kOverheadPrior, {0, 0, 1}, 0.0);
+  if (plain_ >= kMinPlainWeight) {
+    prior(kUnitPrior, {1, 0, 0}, reference_);
+    double fit[3];
+    if (!solve3(a, b, fit) || !(fit[0] > 0)) return;
+    u_ = fit[0];
+    v_ = fit[1];
+    w_ = fit[2];
+    reference_ = u_;
+    return;
+  }
+  // Too few plain steps to tell u from w: u stays the reference, v and w fit what is left
+  // (the 2 x 2 system of the last two unknowns with u's column moved to the right).
+  const double u = reference_;
+  const double a11 = a[1][1], a12 = a[1][2], a22 = a[2][2];
+  const double b1 = b[1] - a[0][1] * u, b2 = b[2] - a[0][2] * u;
+  const double det = a11 * a22 - a12 * a12;
+  if (!(std::abs(det) > 1e-300)) return;
+  u_ = u;
+  v_ = (b1 * a22 - b2 * a12) / det;
+  w_ = (a11 * b2 - a12 * b1) / det;
 }
 
 std::vector<double> tree_node_gains(double acceptance, std::span<const int32_t> parents,
@@ -330,7 +419,7 @@ std::vector<int32_t> SpecPolicy::choose(int64_t base_tokens, int64_t base_emitte
   }
   const auto goodput = [&](double em, int64_t toks, double dcost) {
     const bool drafts = toks > base_tokens;
-    return (base_emitted + em) / (step_cost(toks) * (drafts ? overhead_ : 1.0) + dcost);
+    return (base_emitted + em) / (served_cost(toks, drafts) + dcost);
   };
   double best = goodput(emitted, tokens, drafts_cost);
   std::vector<size_t> order;  // the adaptive drafts in the order taken

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <random>
 #include <string>
@@ -361,7 +362,9 @@ class Harness {
       blocks = std::max(blocks, s.num_table_blocks());
     }
     for (RequestId p : out.preempted_ids) row += "preempt:" + name(p) + " ";
-    Result<std::vector<RequestOutput>> outs = sched.update_from_output(out, model.execute(out));
+    const StepResult result = model.execute(out);
+    if (step_seconds) sched.observe_step(out, step_seconds(out));  // as the engine loop does
+    Result<std::vector<RequestOutput>> outs = sched.update_from_output(out, result);
     EXPECT_TRUE(outs.ok()) << outs.status().to_string();
     last_outputs = outs.ok() ? std::move(outs).value() : std::vector<RequestOutput>{};
     for (const RequestOutput& o : last_outputs) {
@@ -412,6 +415,9 @@ class Harness {
   // RequestSpec::pooling of the requests add() adds from now on (give them max_tokens 0).
   std::optional<step::PoolingType> pooling;
   std::map<std::string, std::vector<float>> pooled;  // pooled vectors, by name
+  // When set, each step's simulated seconds, given to Scheduler::observe_step (the served
+  // curve learns from them).
+  std::function<double(const SchedulerOutput&)> step_seconds;
   int64_t num_draft_tokens = 0;     // over all steps
   int64_t num_accepted_tokens = 0;
 
