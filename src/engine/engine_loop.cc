@@ -246,6 +246,9 @@ void EngineCore::publish_metrics() {
   metrics_.num_spec_candidates = st.num_spec_candidates;
   metrics_.num_spec_declined = st.num_spec_declined;
   metrics_.spec_acceptance_estimate = st.spec_acceptance;
+  metrics_.num_spec_probes = st.num_spec_probes;
+  metrics_.spec_steepness = st.spec_steepness;
+  metrics_.spec_overhead = st.spec_overhead;
   metrics_.kv_usage = st.kv.usage;
   metrics_.kv_usable_blocks = st.kv.num_usable_blocks;
   metrics_.kv_group_used_blocks = st.kv.group_used_blocks;

@@ -99,6 +99,11 @@ struct EngineMetricsSnapshot {
   int64_t num_spec_candidates = 0;         // decoding requests that had drafts to verify
   int64_t num_spec_declined = 0;           // ... for which the policy chose to verify none
   double spec_acceptance_estimate = 0.0;   // the policy's engine-wide acceptance estimate
+  int64_t num_spec_probes = 0;             // probes made where no draft paid (kProbeInterval)
+  // The served curve the policy plans with (sched::StepTimeFit): its steepness relative to the
+  // startup measurement, and a speculative step's extra cost in 1-token steps.
+  double spec_steepness = 1.0;
+  double spec_overhead = 0.0;
   // Model shards (docs/shards.md), [num_shards]; empty when the model runs in process.
   std::vector<step::ShardStats> shards;
   int64_t num_executor_faults = 0;      // steps the executor lost (a shard died, hung, refused)

@@ -152,7 +152,7 @@ class DraftPlanner {
   double logged_steepness_ = 1.0;
   // The overhead was last logged at or above kOverheadLogHigh (log_served_curve).
   bool overhead_high_ = false;
-  static constexpr double kOverheadLogHigh = 0.25, kOverheadLogLow = 0.15;
+  static constexpr double kOverheadLogHigh = 0.5, kOverheadLogLow = 0.25;
   // Sampling steps in a row that verified no draft of a negligible or model-free drafter
   // (explore()'s probe).
   int64_t declined_steps_ = 0;

@@ -273,6 +273,8 @@ SchedulerStats Scheduler::stats() const {
       .num_spec_declined = drafts_.num_declined(),
       .num_spec_probes = drafts_.num_probes(),
       .spec_acceptance = drafts_.acceptance(),
+      .spec_steepness = drafts_.steepness(),
+      .spec_overhead = drafts_.overhead(),
       .num_steps = num_steps_,
       .num_state_checkpoints = checkpoints_.size(),
       .num_state_checkpoint_saves = num_checkpoint_saves_,

@@ -143,8 +143,12 @@ struct SchedulerStats {
   int64_t num_priority_preemptions = 0;  // ... of those, made for a waiting request (kPriority)
   int64_t num_spec_candidates = 0;   // decoding requests that had drafts to verify (total)
   int64_t num_spec_declined = 0;     // ... for which the policy chose k = 0
-  int64_t num_spec_probes = 0;       // costly drafters' probes (kProbeInterval), total
+  int64_t num_spec_probes = 0;       // probes (kProbeInterval), total
   double spec_acceptance = 0.0;      // the policy's engine-wide acceptance estimate
+  // The served curve (sched::StepTimeFit): steepness relative to the startup curve, and a
+  // speculative step's extra cost in 1-token steps.
+  double spec_steepness = 1.0;
+  double spec_overhead = 0.0;
   int64_t num_steps = 0;
   // A recurrent model's state checkpoints (SchedulerOptions::state_checkpoints): held now,
   // saved and continued from since construction.

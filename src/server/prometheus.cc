@@ -182,6 +182,15 @@ void speculation(Out& out, const engine::EngineMetricsSnapshot& m) {
          "... of which the policy verified none (speculation did not pay).", m.num_spec_declined);
   scalar(out, "arbor_spec_acceptance_estimate", "gauge",
          "The speculation policy's engine-wide acceptance estimate.", m.spec_acceptance_estimate);
+  scalar(out, "arbor_spec_probes_total", "counter",
+         "Steps that proposed or verified drafts although none paid, to keep learning.",
+         m.num_spec_probes);
+  scalar(out, "arbor_spec_served_steepness", "gauge",
+         "The step-cost curve's steepness served steps show, relative to the startup "
+         "measurement (1: as measured).",
+         m.spec_steepness);
+  scalar(out, "arbor_spec_overhead", "gauge",
+         "What a speculative step costs beyond the curve, in 1-token steps.", m.spec_overhead);
 }
 
 }  // namespace
