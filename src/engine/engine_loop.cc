@@ -139,7 +139,7 @@ void EngineCore::step() {
     metrics_.executor_healthy = true;
     metrics_.executor_error.clear();
   }
-  if (res.ok()) scheduler_->observe_step(out, exec_s, res->experts_touched);
+  if (res.ok()) scheduler_->observe_step(out, exec_s, res->experts_touched, res->propose_seconds);
   Result<std::vector<sched::RequestOutput>> outs =
       res.ok() ? scheduler_->update_from_output(out, *res)
                : Result<std::vector<sched::RequestOutput>>(res.status());

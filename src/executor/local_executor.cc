@@ -91,7 +91,10 @@ Result<step::StepResult> LocalExecutor::execute(const step::SchedulerOutput& out
   if (drafter_ != nullptr) {
     std::vector<TargetHidden> hidden;  // only an MTP head reads them
     if (drafter_->proposer().reads_hidden()) hidden = committed_hidden(output, rows, result.requests);
+    const auto t0 = std::chrono::steady_clock::now();
     ARBOR_RETURN_IF_ERROR(drafter_->propose(output, result, states_, grammars_, hidden));
+    result.propose_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   return result;
 }

@@ -32,7 +32,7 @@ bool is_fixed(const Request& req) { return req.spec.params.mode == SpecMode::kFi
 
 bool DraftPlanner::negligible_draft_cost() const {
   return options_.cost.draft_cost > 0 &&
-         options_.cost.draft_cost * options_.max_spec_tokens <= kNegligibleDraftCost;
+         draft_cost() * options_.max_spec_tokens <= kNegligibleDraftCost;
 }
 
 DraftPlanner::DraftPlanner(DraftPlannerOptions options)
@@ -214,7 +214,7 @@ void DraftPlanner::limit_draft_model_asks(std::span<RequestPlan> plans, int64_t 
         options_.draft_keeps_up
             ? 0.0
             : static_cast<double>(req.num_tokens() - req.spec.draft_synced_tokens) *
-                  options_.cost.draft_cost;
+                  draft_cost();
     const bool costly_catch_up = !options_.draft_keeps_up && !req.spec.draft_in_sync &&
                                  num_sampling > 2 && catch_up > kMaxDraftCatchUpCost;
     // A draft model of negligible cost keeps proposing where no draft pays (its first draft
@@ -319,12 +319,15 @@ void DraftPlanner::observe_unverified(Request& req, bool agreed, float confidenc
 }
 
 void DraftPlanner::observe_step(const step::SchedulerOutput& out, double seconds,
-                                double experts_touched) {
+                                double experts_touched, double propose_seconds) {
   int64_t drafts = 0, proposals = 0;
   for (const step::ScheduledRequest& s : out.requests) {
-    if (s.num_scheduled_tokens != 1 + s.num_draft_tokens()) return;  // a prefill chunk
     drafts += s.num_draft_tokens();
     proposals += s.max_next_draft_tokens;
+  }
+  observe_proposals(proposals, propose_seconds);
+  for (const step::ScheduledRequest& s : out.requests) {
+    if (s.num_scheduled_tokens != 1 + s.num_draft_tokens()) return;  // a prefill chunk
   }
   if (out.requests.empty() || !(seconds > 0)) return;
   policy_.observe_experts(out.total_num_scheduled_tokens, experts_touched);
@@ -348,24 +351,50 @@ void DraftPlanner::observe_step(const step::SchedulerOutput& out, double seconds
   log_served_curve();
 }
 
-// Logged when the served curve's steepness moves by half away from the last logged one, or a
-// speculative step's extra cost crosses 0.5 upwards or 0.25 downwards (a fit of ~50 noisy steps
-// moves by a quarter within seconds: finer steps logged 46 lines in 3 minutes on the 30B shape).
+// A draft token's cost at startup is one bare forward of the draft model on an empty context;
+// serving, a proposal also reads its request's context, picks each draft from the whole row
+// (penalties, its probability) and runs the catch-ups of requests that were behind. So the draft
+// cost the policy plans with (and which makes a drafter negligible or costly) follows the
+// measured proposing time per draft token asked for, relative to the served 1-token step: an
+// exponential mean (newest 5 %) after the first kWarmupSteps, a sample above kMaxJump times the
+// mean counting as that (a request's first proposal runs its prompt's catch-up). stories260K
+// beside the 30B shape: 0.0016 of a step served against 0.0014 at startup.
+void DraftPlanner::observe_proposals(int64_t proposals, double propose_seconds) {
+  const double unit = served_.unit_seconds();
+  if (proposals <= 0 || !(propose_seconds > 0) || !(unit > 0)) return;
+  if (++propose_steps_seen_ <= kWarmupSteps) return;
+  constexpr double kDraftWeight = 0.05;
+  const double sample = propose_seconds / static_cast<double>(proposals) / unit;
+  const double now = draft_cost();
+  const double clamped = now > 0 ? std::min(sample, kMaxJump * now) : sample;
+  policy_.set_draft_cost(now > 0 ? (1 - kDraftWeight) * now + kDraftWeight * clamped : clamped);
+}
+
+// Logged after the first kLogFirstSteps fitted steps and then at most every kLogEverySteps, when
+// the steepness moved by a quarter or the overhead by a quarter of a step since last logged: a
+// fit of ~50 noisy steps moves that much within seconds (logging every such move wrote 33-46
+// lines in 3 minutes on the 30B shape).
 void DraftPlanner::log_served_curve() {
   const double steep = policy_.steepness(), extra = policy_.overhead();
-  const bool steep_moved = steep > 1.5 * logged_steepness_ || steep < logged_steepness_ / 1.5;
-  const bool extra_crossed = (extra >= kOverheadLogHigh && !overhead_high_) ||
-                             (extra <= kOverheadLogLow && overhead_high_);
-  if (!steep_moved && !extra_crossed) return;
+  const int64_t n = served_.num_steps();
+  if (n < kLogFirstSteps || (logged_at_ > 0 && n < logged_at_ + kLogEverySteps)) return;
+  if (logged_at_ > 0 && steep < 1.25 * logged_steepness_ && steep > logged_steepness_ / 1.25 &&
+      std::abs(extra - logged_overhead_) < 0.25 && draft_cost() < 1.25 * logged_draft_cost_ &&
+      draft_cost() > logged_draft_cost_ / 1.25) {
+    return;
+  }
+  logged_at_ = n;
   logged_steepness_ = steep;
-  overhead_high_ = extra >= kOverheadLogHigh;
+  logged_overhead_ = extra;
+  logged_draft_cost_ = draft_cost();
   const SpecCostModel& c = policy_.cost_model();
   ARBOR_LOG(kInfo) << "speculation: served steps put a 2-token step at "
                    << policy_.served_cost(2, false) << " (startup curve " << policy_.step_cost(2)
                    << "; steepness " << steep << "x) and a speculative step's extra cost at "
                    << extra << " of a 1-token step, "
                    << served_.unit_seconds() * 1e3 << " ms (startup "
-                   << c.one_token_seconds * 1e3 << " ms)";
+                   << c.one_token_seconds * 1e3 << " ms); a draft token "
+                   << draft_cost() << " of a step (startup " << options_.cost.draft_cost << ")";
 }
 
 }  // namespace arbor::sched

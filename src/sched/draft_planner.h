@@ -109,8 +109,12 @@ class DraftPlanner {
   void observe_unverified(Request& req, bool agreed, float confidence = -1.0f);
   // The measured wall time of executing `out` and the distinct experts per layer its rows were
   // routed to (StepResult::experts_touched; 0 for a dense model) (Scheduler::observe_step).
+  // propose_seconds: StepResult::propose_seconds (observe_proposals).
   void observe_step(const step::SchedulerOutput& out, double seconds,
-                    double experts_touched = 0.0);
+                    double experts_touched = 0.0, double propose_seconds = 0.0);
+  // A draft token's cost relative to a 1-token step that the policy plans with: the startup
+  // measurement, then the measured proposing time (observe_proposals).
+  double draft_cost() const { return policy_.cost_model().draft_cost; }
 
   // The served curve (SpecPolicy::set_served_curve): what a speculative step costs more, in
   // 1-token steps, and the curve's steepness relative to the startup measurement's.
@@ -149,10 +153,11 @@ class DraftPlanner {
   static constexpr int64_t kWarmupSteps = 2;
   static constexpr double kMaxJump = 1.5;
   void log_served_curve();
-  double logged_steepness_ = 1.0;
-  // The overhead was last logged at or above kOverheadLogHigh (log_served_curve).
-  bool overhead_high_ = false;
-  static constexpr double kOverheadLogHigh = 0.5, kOverheadLogLow = 0.25;
+  void observe_proposals(int64_t proposals, double propose_seconds);
+  int64_t propose_steps_seen_ = 0;
+  static constexpr int64_t kLogFirstSteps = 64, kLogEverySteps = 1024;
+  int64_t logged_at_ = 0;  // served_.num_steps() when last logged; 0: never
+  double logged_steepness_ = 1.0, logged_overhead_ = 0.0, logged_draft_cost_ = 0.0;
   // Sampling steps in a row that verified no draft of a negligible or model-free drafter
   // (explore()'s probe).
   int64_t declined_steps_ = 0;

@@ -178,8 +178,13 @@ class Scheduler {
   // beyond the curve (proposing, catch-ups, bookkeeping) makes drafts pay less, a curve measured
   // too steep at startup is flattened by what steps really cost, and speculation turns itself
   // down where it does not pay.
-  // experts_touched: StepResult::experts_touched (a mixture's expert term learns from it).
-  void observe_step(const SchedulerOutput& out, double seconds, double experts_touched = 0.0);
+  // experts_touched: StepResult::experts_touched (a mixture's expert term learns from it);
+  // propose_seconds: StepResult::propose_seconds (a draft token's real cost learns from it).
+  void observe_step(const SchedulerOutput& out, double seconds, double experts_touched = 0.0,
+                    double propose_seconds = 0.0);
+  // A draft token's cost relative to a 1-token step: the startup measurement, then what
+  // proposing took in served steps.
+  double spec_draft_cost() const { return drafts_.draft_cost(); }
   double spec_overhead() const { return drafts_.overhead(); }
   double spec_steepness() const { return drafts_.steepness(); }
   double spec_expert_rho() const { return drafts_.rho(); }

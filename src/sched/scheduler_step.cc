@@ -354,8 +354,8 @@ void Scheduler::resolve_state_saves(RequestId id) {
 }
 
 void Scheduler::observe_step(const SchedulerOutput& out, double seconds,
-                             double experts_touched) {
-  drafts_.observe_step(out, seconds, experts_touched);
+                             double experts_touched, double propose_seconds) {
+  drafts_.observe_step(out, seconds, experts_touched, propose_seconds);
 }
 
 // ---- update_from_output() ----

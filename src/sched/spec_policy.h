@@ -37,6 +37,7 @@
 // Threading: the engine thread (inside Scheduler::schedule()).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -260,6 +261,8 @@ class SpecPolicy {
   const AcceptanceCalibration& later_calibration() const { return later_calibration_; }
 
   const SpecCostModel& cost_model() const { return cost_; }
+  // A draft token's cost as served steps measure it (SpecCostModel::draft_cost, >= 0).
+  void set_draft_cost(double draft_cost) { cost_.draft_cost = std::max(0.0, draft_cost); }
   // A step's relative cost as the policy predicts it: the curve, with the expert term at the
   // current rho.
   double step_cost(int64_t num_tokens) const;

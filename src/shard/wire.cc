@@ -527,6 +527,7 @@ sampling::SamplingParams decode_sampling(const wire::Sampling& m) {
 
 void encode_result(const step::StepResult& result, wire::StepReply* m) {
   m->set_experts_touched(result.experts_touched);
+  m->set_propose_seconds(result.propose_seconds);
   for (const step::RequestResult& r : result.requests) {
     wire::RequestResult* w = m->add_requests();
     w->set_request_id(r.request_id);
@@ -630,6 +631,7 @@ Result<step::PromptLogprobsResult> decode_prompt_logprobs(const wire::PromptLogp
 Result<step::StepResult> decode_result(const wire::StepReply& m) {
   step::StepResult result;
   result.experts_touched = m.experts_touched();
+  result.propose_seconds = m.propose_seconds();
   result.requests.reserve(static_cast<size_t>(m.requests_size()));
   for (const wire::RequestResult& w : m.requests()) {
     step::RequestResult r;

@@ -229,6 +229,9 @@ struct StepResult {
   // routed to in the target's forward (the SpecPolicy's expert term learns from it); 0 for a
   // dense model or an empty step, -1 when the executor could not tell.
   double experts_touched = 0.0;
+  // Wall seconds the executor spent proposing drafts for the next step (the drafter's forwards
+  // and picks; the SpecPolicy learns a draft token's real cost from it); 0: none proposed.
+  double propose_seconds = 0.0;
 };
 
 // ok when `result` answers `output`: exactly one result per sampling request and none for

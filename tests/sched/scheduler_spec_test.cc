@@ -537,6 +537,42 @@ TEST(SchedulerSpec, ObservedStepTimesSetTheServedCurve) {
   }
 }
 
+// What proposing takes in served steps sets the draft cost the policy plans with: a draft model
+// measured at startup as negligible (8 drafts: 0.8 % of a step) whose proposals take 1.5 % of a
+// step per draft token becomes a costly drafter (12 % for 8), and then proposes only when it
+// may pay; the first two proposing steps and a request's first proposal (its prompt's
+// catch-up: 100x) do not move it much.
+TEST(SchedulerSpec, MeasuredProposalTimeSetsTheDraftCost) {
+  SchedulerOptions o = spec_opts(8);
+  o.spec_cost.points = {{1, 1.0}, {16, 1.6}};
+  o.spec_cost.draft_cost = 0.001;
+  o.spec_cost.one_token_seconds = 0.01;
+  kv::KvCacheManager kv(kopts(64));
+  Scheduler sched(o, kv);
+  const auto step = [](int32_t proposals) {
+    SchedulerOutput out;
+    ScheduledRequest s;
+    s.request_id = 1;
+    s.num_scheduled_tokens = 1;
+    s.max_next_draft_tokens = proposals;
+    out.requests.push_back(s);
+    out.total_num_scheduled_tokens = 1;
+    return out;
+  };
+  EXPECT_DOUBLE_EQ(sched.spec_draft_cost(), 0.001);
+  sched.observe_step(step(8), 0.011, 0.0, 8 * 0.01 * 0.015 * 100);  // warm-up: ignored
+  sched.observe_step(step(8), 0.011, 0.0, 8 * 0.01 * 0.015 * 100);
+  EXPECT_DOUBLE_EQ(sched.spec_draft_cost(), 0.001);
+  sched.observe_step(step(8), 0.011, 0.0, 8 * 0.01 * 0.015 * 100);  // a catch-up: clamped
+  EXPECT_LT(sched.spec_draft_cost(), 0.0011);
+  for (int i = 0; i < 400; ++i) sched.observe_step(step(8), 0.0112, 0.0, 8 * 0.01 * 0.015);
+  EXPECT_NEAR(sched.spec_draft_cost(), 0.015, 0.0015);
+  // Steps without proposals, or without a time, leave it.
+  sched.observe_step(step(0), 0.01, 0.0, 0.0);
+  sched.observe_step(step(8), 0.01, 0.0, 0.0);
+  EXPECT_NEAR(sched.spec_draft_cost(), 0.015, 0.0015);
+}
+
 TEST(SchedulerSpec, MalformedResultsAreErrorsThatChangeNothing) {
   Harness h(spec_opts(4), kopts(64));
   h.model.draft_correct = 100;

@@ -332,10 +332,14 @@ TEST(ShardWire, ResultsRoundTrip) {
                                      .top = {{1, -0.1f}, {2, -0.2f}}},
                                     {.token_id = 8, .logprob = -0.25f, .rank = 1, .top = {}}}}};
   r.pooled = {{.request_id = 6, .error = ok_status(), .values = {0.5f, -1.0f}}};
+  r.experts_touched = 12.5;
+  r.propose_seconds = 0.0025;
   wire::StepReply m;
   encode_result(r, &m);
   Result<step::StepResult> back = decode_result(m);
   ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(back->experts_touched, 12.5);
+  EXPECT_EQ(back->propose_seconds, 0.0025);
   ASSERT_EQ(back->requests.size(), 2u);
   const step::RequestResult& x = back->requests[0];
   EXPECT_EQ(x.tokens.size(), 2u);
