@@ -186,7 +186,7 @@ void StepTimeFit::observe(double base, double rise, bool speculative, double sec
     for (int j = i; j < 3; ++j) xx_[i][j] = (1 - kWeight) * xx_[i][j] + kWeight * x[i] * x[j];
     xy_[i] = (1 - kWeight) * xy_[i] + kWeight * x[i] * seconds;
   }
-  plain_ = (1 - kWeight) * plain_ + (speculative ? 0.0 : kWeight);
+  plain_ = (1 - kWeight) * plain_ + (speculative || rise > 0 ? 0.0 : kWeight);
   ++num_steps_;
   double a[3][3], b[3];
   for (int i = 0; i < 3; ++i) {
@@ -213,16 +213,15 @@ void StepTimeFit::observe(double base, double rise, bool speculative, double sec
     reference_ = u_;
     return;
   }
-  // Too few plain steps to tell u from w: u stays the reference, v and w fit what is left
-  // (the 2 x 2 system of the last two unknowns with u's column moved to the right).
+  // Too few plain 1-token steps to tell the unit from the slope: u stays the reference and the
+  // steepness the last fitted, and w alone fits what speculative steps cost beyond them (least
+  // squares of their residuals, with its prior).
   const double u = reference_;
-  const double a11 = a[1][1], a12 = a[1][2], a22 = a[2][2];
-  const double b1 = b[1] - a[0][1] * u, b2 = b[2] - a[0][2] * u;
-  const double det = a11 * a22 - a12 * a12;
-  if (!(std::abs(det) > 1e-300)) return;
+  const double v = u * (u_ > 0 ? v_ / u_ : 1.0);
+  const double residual = xy_[2] - u * xx_[0][2] - v * xx_[1][2];
   u_ = u;
-  v_ = (b1 * a22 - b2 * a12) / det;
-  w_ = (a11 * b2 - a12 * b1) / det;
+  v_ = v;
+  w_ = residual / (xx_[2][2] + kOverheadPrior * kWeight);
 }
 
 std::vector<double> tree_node_gains(double acceptance, std::span<const int32_t> parents,

@@ -87,8 +87,9 @@ inline constexpr double kMaxRho = 2.0;
 
 // The served curve's bounds (SpecPolicy::set_served_curve): its steepness relative to the startup
 // curve's, and a speculative step's extra cost in 1-token steps.
-inline constexpr double kMinSteepness = 0.2;
-inline constexpr double kMaxSteepness = 5.0;
+// (Startup curves on one VM spread r(2) over 1.35-2.65; served steps put steepness at 0.5-1.4.)
+inline constexpr double kMinSteepness = 0.5;
+inline constexpr double kMaxSteepness = 2.0;
 inline constexpr double kMaxSpecOverhead = 8.0;
 // The highest acceptance rate the policy plans with (an estimate of 1 would make every chain
 // look free of risk).
@@ -158,10 +159,12 @@ class AcceptanceCalibration {
 // curve's cost of the step less 1 (SpecPolicy::step_cost(T) - 1, with the expert term) and
 // [speculative] 1 for a step that verified drafts (or proposed costly ones): u is a 1-token step's
 // seconds now, v / u the steepness (1: the startup curve's) and w / u what speculating adds, in
-// 1-token steps. Only plain steps tell u from w: while they weigh less than one recent step
-// (an engine that speculates in every step), u stays the reference — the startup 1-token time,
-// then the last u fitted with plain steps — and everything else speculative steps cost is w
-// (the cautious side: drafts pay less). Priors, never decaying, hold the fit where steps cannot
+// 1-token steps. Only plain 1-token steps tell u from v: while they weigh less than one recent
+// step (several streams, whose steps all have rows to spare — fitted freely, their intercept,
+// an extrapolation to one row, swung from 20 to 816 ms on the 30B shape with 4 and 16 streams —
+// or an engine that speculates in every step), u stays the reference (the startup 1-token time,
+// then the last u fitted with such steps), the steepness the last fitted, and w alone fits what
+// speculative steps cost beyond them. Priors, never decaying, hold the fit where steps cannot
 // tell: v = u (steepness 1), w = 0 and u = the reference (speculative steps all of one size
 // cannot tell steepness from overhead: the priors split them, and the prediction at that size is
 // the data's either way). Their weights, in steps, were chosen on simulated series (plain steps 1
@@ -190,7 +193,7 @@ class StepTimeFit {
   // The data's decayed weighted sums: x x^T (upper triangle of the 3 x 3) and x y.
   double xx_[3][3] = {};
   double xy_[3] = {};
-  double plain_ = 0.0;  // the decayed weight of plain steps
+  double plain_ = 0.0;  // the decayed weight of plain 1-token steps (rise 0)
   double reference_ = 0.0;
   double u_ = 0.0, v_ = 0.0, w_ = 0.0;
   int64_t num_steps_ = 0;

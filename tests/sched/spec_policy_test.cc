@@ -122,6 +122,17 @@ TEST(StepTimeFit, RecoversTheServedCurveFromStepTimes) {
   }
   EXPECT_NEAR(one_size.predict(1.0, 2.0, true), seconds(1.0, 2.0, true), 0.01 * u);
   EXPECT_NEAR(one_size.predict(1.0, 0.0, false), u, 0.01 * u);
+  // Several streams: no step has one row, so u stays the reference and the steepness the last
+  // fitted (1 here), and w alone fits what speculative steps of 5-12 rows cost beyond that.
+  StepTimeFit streams(u);
+  for (int i = 0; i < 1000; ++i) {
+    const int k = i % 9;  // 0: a plain step of 4 rows
+    const double rise = 1.0 + 0.67 * k;
+    streams.observe(1.0, rise, k > 0, u * (1 + rise) + (k > 0 ? w : 0.0));
+  }
+  EXPECT_DOUBLE_EQ(streams.unit_seconds(), u);
+  EXPECT_NEAR(streams.steepness(), 1.0, 1e-9);
+  EXPECT_NEAR(streams.overhead(), w / u, 0.01);
   // Nonsense is ignored.
   one_size.observe(1.0, 1.0, true, -1.0);
   one_size.observe(0.0, 1.0, true, 1.0);

@@ -124,8 +124,8 @@ TEST_F(ServerSpec, GreedyOutputIsUnchangedAndUsageReportsAcceptance) {
   EXPECT_GT(server_->metric("arbor_spec_accepted_tokens_total"), 0);
   EXPECT_GE(server_->metric("arbor_spec_mean_accepted_length"), 1.0);
   // The served curve the policy plans with, within its bounds (missing metrics read -1).
-  EXPECT_GE(server_->metric("arbor_spec_served_steepness"), 0.2);
-  EXPECT_LE(server_->metric("arbor_spec_served_steepness"), 5.0);
+  EXPECT_GE(server_->metric("arbor_spec_served_steepness"), 0.5);
+  EXPECT_LE(server_->metric("arbor_spec_served_steepness"), 2.0);
   EXPECT_GE(server_->metric("arbor_spec_overhead"), 0.0);
   EXPECT_LE(server_->metric("arbor_spec_overhead"), 8.0);
   EXPECT_GE(server_->metric("arbor_spec_probes_total"), 0.0);
