@@ -473,6 +473,20 @@ TEST(SchedulerSpec, ServedStepTimesCorrectAStartupCurveMeasuredTooSteep) {
   }
 }
 
+// A decode step of one request: `tokens` rows, `drafts` of them drafts, and `proposals` drafts
+// asked for the next step (what Scheduler::observe_step reads of a step).
+SchedulerOutput one_request_step(int32_t tokens, int32_t drafts, int32_t proposals) {
+  SchedulerOutput out;
+  ScheduledRequest s;
+  s.request_id = 1;
+  s.num_scheduled_tokens = tokens;
+  s.num_drafts = drafts;
+  s.max_next_draft_tokens = proposals;
+  out.requests.push_back(s);
+  out.total_num_scheduled_tokens = tokens;
+  return out;
+}
+
 // Measured step times feed the served curve: speculative decode steps that cost one 1-token step
 // more than the curve says make the policy's overhead 1 (steps of several sizes tell it from the
 // steepness); steps that are half as steep as the curve make its steepness 1/2; prefill steps do
@@ -482,17 +496,7 @@ TEST(SchedulerSpec, ObservedStepTimesSetTheServedCurve) {
   o.spec_cost.points = {{1, 1.0}, {2, 1.5}, {16, 8.5}};
   o.spec_cost.draft_cost = 0.01;  // 8 proposals: 0.08 of a step, not negligible
   o.spec_cost.one_token_seconds = 0.01;
-  const auto step = [](int32_t tokens, int32_t drafts, int32_t proposals) {
-    SchedulerOutput out;
-    ScheduledRequest s;
-    s.request_id = 1;
-    s.num_scheduled_tokens = tokens;
-    s.num_drafts = drafts;
-    s.max_next_draft_tokens = proposals;
-    out.requests.push_back(s);
-    out.total_num_scheduled_tokens = tokens;
-    return out;
-  };
+  const auto step = one_request_step;
   const SpecCostModel& c = o.spec_cost;
   const auto seconds = [&](int32_t tokens, int32_t proposals, double steep, double extra) {
     return 0.01 * (1 + c.draft_cost * proposals + steep * (c.cost(tokens) - 1) + extra);
@@ -549,16 +553,7 @@ TEST(SchedulerSpec, MeasuredProposalTimeSetsTheDraftCost) {
   o.spec_cost.one_token_seconds = 0.01;
   kv::KvCacheManager kv(kopts(64));
   Scheduler sched(o, kv);
-  const auto step = [](int32_t proposals) {
-    SchedulerOutput out;
-    ScheduledRequest s;
-    s.request_id = 1;
-    s.num_scheduled_tokens = 1;
-    s.max_next_draft_tokens = proposals;
-    out.requests.push_back(s);
-    out.total_num_scheduled_tokens = 1;
-    return out;
-  };
+  const auto step = [](int32_t proposals) { return one_request_step(1, 0, proposals); };
   EXPECT_DOUBLE_EQ(sched.spec_draft_cost(), 0.001);
   sched.observe_step(step(8), 0.011, 0.0, 8 * 0.01 * 0.015 * 100);  // warm-up: ignored
   sched.observe_step(step(8), 0.011, 0.0, 8 * 0.01 * 0.015 * 100);
