@@ -3,7 +3,8 @@
 // to verify (the SpecPolicy over the whole step), what each sampling request asks the executor
 // to propose next (levels and tree nodes, with a draft model's backoff, catch-up and may-pay
 // gates), and the lookahead slots a draft model writes into; after the step it learns from the
-// verifications (acceptance) and from the measured step time (the policy's overhead).
+// verifications (acceptance) and from the measured step times (the served curve, StepTimeFit,
+// and the draft cost).
 //
 // It works on the scheduler's RequestPlans (request_plan.h) before anything is allocated; KV
 // slots for drafts and lookahead are asked of the scheduler through a Fits callback, which
