@@ -114,17 +114,13 @@ void DraftPlanner::explore(std::span<const SpecPolicy::Candidate> candidates, in
     return;
   }
   if (++declined_steps_ < kProbeInterval) return;
-  const auto reach = [](const SpecPolicy::Candidate& c, int32_t j) {
-    if (!c.gains.empty()) return c.gains[static_cast<size_t>(j)];
-    return c.acceptance * std::pow(c.later < 0 ? c.acceptance : c.later, j);
-  };
   size_t best = 0;
   for (size_t c = 1; c < candidates.size(); ++c) {
-    if (reach(candidates[c], 0) > reach(candidates[best], 0)) best = c;
+    if (candidates[c].gain(0) > candidates[best].gain(0)) best = c;
   }
   int32_t depth = 0;
   while (depth < candidates[best].max_k && depth < budget &&
-         reach(candidates[best], depth) >= kProbeReach) {
+         candidates[best].gain(depth) >= kProbeReach) {
     ++depth;
   }
   declined_steps_ = 0;

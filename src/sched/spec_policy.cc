@@ -133,6 +133,13 @@ void SpecPolicy::observe_experts(int64_t num_tokens, double experts_touched) {
   rho_ = (1 - kWeight) * rho_ + kWeight * rho;
 }
 
+// A chain's first draft is accepted with `acceptance`, each later one (given the earlier were)
+// with `later` (`acceptance` if < 0).
+double SpecPolicy::Candidate::gain(int32_t j) const {
+  if (!gains.empty()) return gains[static_cast<size_t>(j)];
+  return acceptance * std::pow(later < 0 ? acceptance : later, j);
+}
+
 void SpecPolicy::set_served_curve(double steepness, double overhead) {
   steepness_ = std::clamp(steepness, kMinSteepness, kMaxSteepness);
   overhead_ = std::clamp(overhead, 0.0, kMaxSpecOverhead);
@@ -380,17 +387,6 @@ std::vector<double> SpecPolicy::chain_gains(double estimate,
   return gains;
 }
 
-namespace {
-
-// The expected tokens the (j+1)-th draft of `c` adds: a chain's first draft is accepted with
-// c.acceptance, each later one (given the earlier were) with c.later (c.acceptance if < 0).
-double gain_of(const SpecPolicy::Candidate& c, int32_t j) {
-  if (!c.gains.empty()) return c.gains[static_cast<size_t>(j)];
-  return c.acceptance * std::pow(c.later < 0 ? c.acceptance : c.later, j);
-}
-
-}  // namespace
-
 std::vector<int32_t> SpecPolicy::choose(int64_t base_tokens, int64_t base_emitted,
                                         int64_t budget,
                                         std::span<const Candidate> candidates) const {
@@ -404,7 +400,7 @@ std::vector<int32_t> SpecPolicy::choose(int64_t base_tokens, int64_t base_emitte
     budget -= k[i];
     tokens += k[i];
     drafts_cost += cost_.draft_cost * k[i];
-    for (int32_t j = 1; j <= k[i]; ++j) emitted += gain_of(candidates[i], j - 1);
+    for (int32_t j = 1; j <= k[i]; ++j) emitted += candidates[i].gain(j - 1);
   }
   // Max-heap of the next draft's marginal gain a^(k+1) per adaptive candidate; drafts are taken
   // in that order and the best prefix is kept (the overhead makes the first draft of a step
@@ -413,7 +409,7 @@ std::vector<int32_t> SpecPolicy::choose(int64_t base_tokens, int64_t base_emitte
   std::priority_queue<Entry> heap;
   for (size_t i = 0; i < candidates.size(); ++i) {
     if (!candidates[i].fixed && candidates[i].max_k > 0) {
-      heap.emplace(gain_of(candidates[i], 0), i);
+      heap.emplace(candidates[i].gain(0), i);
     }
   }
   const auto goodput = [&](double em, int64_t toks, double dcost) {
@@ -437,7 +433,7 @@ std::vector<int32_t> SpecPolicy::choose(int64_t base_tokens, int64_t base_emitte
       best = g;
       best_len = order.size();
     }
-    if (k[i] < candidates[i].max_k) heap.emplace(gain_of(candidates[i], k[i]), i);
+    if (k[i] < candidates[i].max_k) heap.emplace(candidates[i].gain(k[i]), i);
   }
   for (size_t j = best_len; j < order.size(); ++j) --k[order[j]];
   return k;

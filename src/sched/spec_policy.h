@@ -219,6 +219,8 @@ class SpecPolicy {
     // token tree's nodes in order (tree_node_gains()), or a chain whose drafts came with the
     // proposer's confidence (chain_gains()). Empty: a chain whose j-th draft adds a c^(j-1).
     std::span<const double> gains;
+    // The expected tokens the j-th draft (0-based, j < max_k) adds: gains[j], or a c^j.
+    double gain(int32_t j) const;
   };
   // k for each candidate (fixed ones get max_k, within the budget), given that the step already
   // runs `base_tokens` tokens (prefill chunks and one token per decoding request), emits
