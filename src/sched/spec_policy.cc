@@ -179,6 +179,17 @@ bool solve3(const double (&upper)[3][3], const double (&b)[3], double (&x)[3]) {
   return true;
 }
 
+// The least squares (upper, b) with x[2] = 0: the normal equations of x[0] and x[1] alone.
+// False when they are singular or x[0] comes out <= 0.
+bool solve_without_overhead(const double (&upper)[3][3], const double (&b)[3], double (&x)[3]) {
+  const double det = upper[0][0] * upper[1][1] - upper[0][1] * upper[0][1];
+  if (!(std::abs(det) > 1e-300)) return false;
+  x[0] = (b[0] * upper[1][1] - upper[0][1] * b[1]) / det;
+  x[1] = (upper[0][0] * b[1] - upper[0][1] * b[0]) / det;
+  x[2] = 0.0;
+  return x[0] > 0;
+}
+
 }  // namespace
 
 double StepTimeFit::predict(double base, double rise, bool speculative) const {
@@ -214,6 +225,12 @@ void StepTimeFit::observe(double base, double rise, bool speculative, double sec
     prior(kUnitPrior, {1, 0, 0}, reference_);
     double fit[3];
     if (!solve3(a, b, fit) || !(fit[0] > 0)) return;
+    // The policy never plans with a negative overhead (set_served_curve clamps it at 0), so
+    // speculative steps cheaper than the curve say so through a flatter steepness instead: with
+    // speculative steps all of one size the two trade off, and the priors put most of such a
+    // difference into w (served on the 30B shape: w -0.84..-1.05 steps with the steepness held
+    // at 1.0, which the policy then planned with as 1.0 and 0).
+    if (fit[2] < 0 && !solve_without_overhead(a, b, fit)) return;
     u_ = fit[0];
     v_ = fit[1];
     w_ = fit[2];

@@ -139,6 +139,28 @@ TEST(StepTimeFit, RecoversTheServedCurveFromStepTimes) {
   EXPECT_EQ(one_size.num_steps(), 500);
 }
 
+// Speculative steps cheaper than the startup curve, all of one size (one stream verifying two
+// drafts every step, as served on the 30B shape): the fit flattens the steepness and keeps the
+// overhead at 0 — never a negative overhead (which the policy clamps) beside an unchanged,
+// too steep curve. The prediction of those steps stays right either way.
+TEST(StepTimeFit, CheaperSpeculativeStepsFlattenTheCurveNotANegativeOverhead) {
+  const double u = 0.04, v = 0.02;  // served steepness 0.5 of the startup curve, no overhead
+  for (const double noise : {0.0, 0.1}) {
+    std::mt19937_64 rng(11);
+    std::uniform_real_distribution<double> jitter(1 - noise, 1 + noise);
+    StepTimeFit fit(u);
+    for (int i = 0; i < 1000; ++i) {
+      const bool spec = i % 3 != 0;
+      const double rise = spec ? 1.8 : 0.0;
+      fit.observe(1.0, rise, spec, (u + v * rise) * jitter(rng));
+    }
+    EXPECT_NEAR(fit.steepness(), v / u, 0.05) << "noise " << noise;
+    EXPECT_GE(fit.overhead(), 0.0) << "noise " << noise;
+    EXPECT_LE(fit.overhead(), 0.05) << "noise " << noise;
+    EXPECT_NEAR(fit.predict(1.0, 1.8, true), u + v * 1.8, 0.05 * u) << "noise " << noise;
+  }
+}
+
 TEST(SpecPolicy, SwitchesItselfOffUnderLoad) {
   // Memory-bound up to 16 tokens, compute-bound beyond (the shape measured on a CPU).
   SpecCostModel m{.points = {{1, 1.0}, {16, 1.6}, {32, 3.2}}};
