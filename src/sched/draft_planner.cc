@@ -327,7 +327,7 @@ void DraftPlanner::observe_step(const step::SchedulerOutput& out, double seconds
   }
   if (out.requests.empty() || !(seconds > 0)) return;
   policy_.observe_experts(out.total_num_scheduled_tokens, experts_touched);
-  const double base = 1.0 + policy_.cost_model().draft_cost * static_cast<double>(proposals);
+  const double base = 1.0 + draft_cost() * static_cast<double>(proposals);
   const double rise = policy_.step_cost(out.total_num_scheduled_tokens) - 1.0;
   // A draft model of negligible cost proposes in every step: its steps that verify nothing are
   // plain ones (their proposals are in `base`).

@@ -168,9 +168,9 @@ class AcceptanceCalibration {
 // tell: v = u (steepness 1), w = 0 and u = the reference (speculative steps all of one size
 // cannot tell steepness from overhead: the priors split them, and the prediction at that size is
 // the data's either way) — but w is never fitted below 0 (the policy clamps it there), so steps
-// cheaper than the curve flatten the steepness instead. Their weights, in steps, were chosen on simulated series (plain steps 1
-// in 9 or 1 in 20, the reference 2x off, +-10 % noise): the prediction stays within 3 % where the
-// sizes vary.
+// cheaper than the curve flatten the steepness instead. Their weights, in steps, were chosen on
+// simulated series (plain steps 1 in 9 or 1 in 20, the reference 2x off, +-10 % noise): the
+// prediction stays within 3 % where the sizes vary.
 class StepTimeFit {
  public:
   static constexpr double kWeight = 0.02;  // the newest step's weight (~50 steps)
