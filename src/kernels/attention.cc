@@ -140,32 +140,42 @@ void scores_each(const float* const* q, int rows, const void* k, bool f16, int n
   for (int r = 0; r < rows; ++r) kScores(q[r], k, f16, n, hd, scale, s + (size_t)r * s_stride);
 }
 
-template <void (*kAccumulate)(float*, const float*, const void*, bool, int, int)>
-void accumulate_each(float* acc, int rows, const float* e, int e_stride, const void* v, bool f16,
-                     int n, int hd, const void* prefetch) {
-  internal::prefetch_l2(prefetch, (size_t)n * hd * (f16 ? 2 : 4));
-  for (int r = 0; r < rows; ++r) {
-    kAccumulate(acc + (size_t)r * hd, e + (size_t)r * e_stride, v, f16, n, hd);
-  }
-}
-
-float block_max(const float* s, int n) {
-  float m = kNegInf;
-  for (int j = 0; j < n; ++j) m = std::max(m, s[j]);
-  return m;
-}
-
 void scale_row(float* x, int n, float c) {
   for (int j = 0; j < n; ++j) x[j] *= c;
 }
 
-float exp_block(float* s, int n, float m) {
-  float sum = 0.0f;
-  for (int j = 0; j < n; ++j) {
-    s[j] = s[j] == kNegInf ? 0.0f : std::exp(s[j] - m);
-    sum += s[j];
+template <void (*kAccumulate)(float*, const float*, const void*, bool, int, int)>
+void accumulate_each(float* acc, int rows, const float* e, int e_stride, const void* v, bool f16,
+                     int n, int hd, const void* prefetch, const float* corr) {
+  internal::prefetch_l2(prefetch, (size_t)n * hd * (f16 ? 2 : 4));
+  for (int r = 0; r < rows; ++r) {
+    if (corr != nullptr && corr[r] != 1.0f) scale_row(acc + (size_t)r * hd, hd, corr[r]);
+    kAccumulate(acc + (size_t)r * hd, e + (size_t)r * e_stride, v, f16, n, hd);
   }
-  return sum;
+}
+
+// AttnBlockOps::softmax_rows of the scalar and AVX2 sets: std::exp per element, baseline code
+// (no FMA contraction).
+void softmax_rows_scalar(float* s, int rows, int s_stride, int n, float* m, float* l, float* corr) {
+  for (int r = 0; r < rows; ++r) {
+    float* sr = s + (size_t)r * s_stride;
+    float bmax = kNegInf;
+    for (int j = 0; j < n; ++j) bmax = std::max(bmax, sr[j]);
+    if (bmax == kNegInf) {
+      std::fill(sr, sr + n, 0.0f);
+      corr[r] = 1.0f;
+      continue;
+    }
+    const float m_new = std::max(m[r], bmax);
+    corr[r] = m[r] == kNegInf ? 0.0f : std::exp(m[r] - m_new);
+    float sum = 0.0f;
+    for (int j = 0; j < n; ++j) {
+      sr[j] = sr[j] == kNegInf ? 0.0f : std::exp(sr[j] - m_new);
+      sum += sr[j];
+    }
+    l[r] = l[r] * corr[r] + sum;
+    m[r] = m_new;
+  }
 }
 
 }  // namespace
@@ -175,17 +185,15 @@ namespace internal {
 AttnBlockOps attn_block_ops_scalar() {
   constexpr auto scores = scores_one<dot_scalar, f16_to_f32_scalar>;
   constexpr auto accumulate = accumulate_one<axpy_scalar, f16_to_f32_scalar>;
-  return {scores,    exp_block, accumulate,          f16_to_f32_scalar,
-          block_max, scale_row, scores_each<scores>, accumulate_each<accumulate>,
-          /*widen_per_row=*/true};
+  return {scores,       accumulate,           f16_to_f32_scalar, softmax_rows_scalar,
+          scores_each<scores>, accumulate_each<accumulate>, /*widen_per_row=*/true};
 }
 
 AttnBlockOps attn_block_ops_avx2() {
   constexpr auto scores = scores_one<dot_avx2, f16_to_f32_avx2>;
   constexpr auto accumulate = accumulate_one<axpy_avx2, f16_to_f32_avx2>;
-  return {scores,    exp_block, accumulate,          f16_to_f32_avx2,
-          block_max, scale_row, scores_each<scores>, accumulate_each<accumulate>,
-          /*widen_per_row=*/true};
+  return {scores,       accumulate,           f16_to_f32_avx2, softmax_rows_scalar,
+          scores_each<scores>, accumulate_each<accumulate>, /*widen_per_row=*/true};
 }
 
 }  // namespace internal
@@ -311,6 +319,7 @@ struct Scratch {
   float* fl;     // [rows]
   float* facc;   // [rows, head_dim]
   float* s;      // [rows, block_size] one block's scores, then exponentials, per row
+  float* corr;   // [rows] one block's rescaling of each row's accumulator (softmax_rows)
   float* kbuf;   // [block_size, head_dim]
   float* vbuf;   // [block_size, head_dim]
   // Keys-in-lanes path only (uses_lanes): one key chunk of one head transposed, and the rows'
@@ -339,7 +348,8 @@ size_t lanes_stride(const PagedAttentionParams& p) {
 size_t scratch_floats(const PagedAttentionParams& p) {
   const size_t rows = max_item_rows(p);
   const size_t lanes = uses_lanes(p) ? lanes_stride(p) * (2 * (size_t)p.head_dim + 1) : 0;
-  return 2 * rows * (2 + p.head_dim) + p.block_size * (rows + 2 * (size_t)p.head_dim) + lanes + 64;
+  return 2 * rows * (2 + p.head_dim) + p.block_size * (rows + 2 * (size_t)p.head_dim) + rows +
+         lanes + 64;
 }
 
 Scratch carve_scratch(float* base, const PagedAttentionParams& p) {
@@ -352,7 +362,8 @@ Scratch carve_scratch(float* base, const PagedAttentionParams& p) {
   s.fl = s.fm + rows;
   s.facc = s.fl + rows;
   s.s = s.facc + rows * p.head_dim;
-  s.kbuf = s.s + rows * p.block_size;
+  s.corr = s.s + rows * p.block_size;
+  s.kbuf = s.corr + rows;
   s.vbuf = s.kbuf + (size_t)p.block_size * p.head_dim;
   s.kt = s.vbuf + (size_t)p.block_size * p.head_dim;
   s.vt = s.kt;
@@ -458,15 +469,12 @@ int32_t window_begin(const PagedAttentionParams& p, int32_t pos) {
   return p.window > 0 ? pos - p.window + 1 : std::numeric_limits<int32_t>::min();
 }
 
-// The online-softmax step of one query row for keys [kb0, kb1) of one block, whose scores are
-// in s[0, n): soft-caps them, hides keys below win_lo (the row's window) and, at or past
-// full_end, the keys `vis` hides; rescales (m, l, acc) to the new running max and turns s into
-// the exponentials that accumulate() adds. Hidden keys keep their place in the block (their
-// scores become -inf), so a row's bits do not depend on where the window starts. Returns false,
-// with (m, l, acc) untouched, when the row sees no key of the block.
-bool softmax_row(const PagedAttentionParams& p, int32_t kb0, int32_t kb1, int32_t win_lo,
-                 int32_t full_end, int32_t i, const Visibility& vis, float& m, float& l,
-                 float* acc, float* s, const AttnBlockOps& ops) {
+// Readies one query row's scores s[0, n) of keys [kb0, kb1) of one block for the online-softmax
+// step (AttnBlockOps::softmax_rows): soft-caps them and hides keys below win_lo (the row's
+// window) and, at or past full_end, the keys `vis` hides. Hidden keys keep their place in the
+// block (their scores become -inf), so a row's bits do not depend on where the window starts.
+void mask_row(const PagedAttentionParams& p, int32_t kb0, int32_t kb1, int32_t win_lo,
+              int32_t full_end, int32_t i, const Visibility& vis, float* s) {
   const int n = kb1 - kb0;
   if (p.softcap > 0.0f) softcap(s, n, p.softcap);
   if (kb0 < win_lo || kb1 > full_end) {
@@ -474,30 +482,21 @@ bool softmax_row(const PagedAttentionParams& p, int32_t kb0, int32_t kb1, int32_
       if (kb0 + j < win_lo || (kb0 + j >= full_end && !vis(i, kb0 + j))) s[j] = kNegInf;
     }
   }
-  const float bmax = ops.block_max(s, n);
-  if (bmax == kNegInf) return false;
-  const float m_new = std::max(m, bmax);
-  // Rescale the running sum once per block; the caller then accumulates this block's keys.
-  const float corr = m == kNegInf ? 0.0f : std::exp(m - m_new);
-  if (corr != 1.0f) {
-    l *= corr;
-    ops.scale(acc, p.head_dim, corr);
-  }
-  l += ops.exp_block(s, n, m_new);
-  m = m_new;
-  return true;
 }
 
-// Online-softmax update of one query row with keys [kb0, kb1) of one block. k and v point at
-// key kb0's row (F16 when `f16`); see softmax_row for the window and visibility.
+// Online-softmax update of one query row with keys [kb0, kb1) of one block: the many-row ops
+// with one row, so a tree row's arithmetic is a plain row's. k and v point at key kb0's row (F16
+// when `f16`); see mask_row for the window and visibility.
 void update_row(const PagedAttentionParams& p, const float* q, const void* k, const void* v,
                 bool f16, int32_t kb0, int32_t kb1, int32_t win_lo, int32_t full_end, int32_t i,
                 const Visibility& vis, float& m, float& l, float* acc, float* s,
                 const AttnBlockOps& ops) {
-  ops.scores(q, k, f16, kb1 - kb0, p.head_dim, p.scale, s);
-  if (softmax_row(p, kb0, kb1, win_lo, full_end, i, vis, m, l, acc, s, ops)) {
-    ops.accumulate(acc, s, v, f16, kb1 - kb0, p.head_dim);
-  }
+  const int n = kb1 - kb0;
+  ops.scores(q, k, f16, n, p.head_dim, p.scale, s);
+  mask_row(p, kb0, kb1, win_lo, full_end, i, vis, s);
+  float corr;
+  ops.softmax_rows(s, 1, n, n, &m, &l, &corr);
+  ops.accumulate_rows(acc, 1, s, n, v, f16, n, p.head_dim, nullptr, &corr);
 }
 
 // Folds a key chunk's partial (m, l, acc) into (fm, fl, facc), the fold of the chunks before it
@@ -707,17 +706,15 @@ void run_item(const PagedAttentionParams& p, const WorkItem& w, const Scratch& s
         const int32_t pos = vis.bits ? vis.committed + lists.count[i - w.i0] - 1 : vis.committed + i;
         const int32_t win_lo = window_begin(p, pos);
         for (int hh = 0; hh < r; ++hh) {
-          const int32_t in_head = (i - w.i0) * r + hh, row = head_row + in_head;
-          float* s = sc.s + (size_t)in_head * p.block_size;
-          if (!softmax_row(p, kb0, kb1, win_lo, full_end, i, vis, sc.m[row], sc.l[row],
-                           sc.acc + (size_t)row * hd, s, ops)) {
-            std::fill(s, s + (kb1 - kb0), 0.0f);  // adds nothing (accumulate skips zeros)
-          }
+          const int32_t in_head = (i - w.i0) * r + hh;
+          mask_row(p, kb0, kb1, win_lo, full_end, i, vis, sc.s + (size_t)in_head * p.block_size);
         }
       }
+      ops.softmax_rows(sc.s, per_head, p.block_size, kb1 - kb0, sc.m + head_row, sc.l + head_row,
+                       sc.corr);
       ops.accumulate_rows(sc.acc + (size_t)head_row * hd, per_head, sc.s, p.block_size, v0,
                           f16_rows, kb1 - kb0, hd,
-                          spread ? block_rows(p, p.v_cache, far, g) : nullptr);
+                          spread ? block_rows(p, p.v_cache, far, g) : nullptr, sc.corr);
     }
   }
   if (multi_chunk) fold_rows(sc, rows, hd);

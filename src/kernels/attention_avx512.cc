@@ -100,7 +100,8 @@ ARBOR_AVX512_INLINE __m512 exp_nonpositive(__m512 x) {
   return _mm512_maskz_scalef_ps(live, p, n);
 }
 
-ARBOR_AVX512 float exp_block_avx512(float* s, int n, float m) {
+// s[j] = exp(s[j] - m) for j in [0, n), exp(-inf) = 0, m >= every s[j]; returns their sum.
+ARBOR_AVX512_INLINE float exp_block(float* s, int n, float m) {
   const __m512 vm = _mm512_set1_ps(m);
   __m512 sum = _mm512_setzero_ps();
   for (int j = 0; j < n; j += 16) {
@@ -113,7 +114,8 @@ ARBOR_AVX512 float exp_block_avx512(float* s, int n, float m) {
   return _mm512_reduce_add_ps(sum);
 }
 
-ARBOR_AVX512 float block_max_avx512(const float* s, int n) {
+// max(s[0, n)), n >= 1 (-inf only when every s[j] is -inf).
+ARBOR_AVX512_INLINE float block_max(const float* s, int n) {
   __m512 m = _mm512_set1_ps(-__builtin_inff());
   for (int j = 0; j < n; j += 16) {
     const __mmask16 k = n - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - j)) - 1);
@@ -122,11 +124,27 @@ ARBOR_AVX512 float block_max_avx512(const float* s, int n) {
   return _mm512_reduce_max_ps(m);
 }
 
-ARBOR_AVX512 void scale_avx512(float* x, int n, float c) {
-  const __m512 vc = _mm512_set1_ps(c);
-  for (int j = 0; j < n; j += 16) {
-    const __mmask16 k = n - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - j)) - 1);
-    _mm512_mask_storeu_ps(x + j, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + j), vc));
+// AttnBlockOps::softmax_rows, every row inline (one call per block, not three per row), so the
+// rows' dependency chains overlap. corr by the same exp polynomial as the scores.
+ARBOR_AVX512 void softmax_rows_avx512(float* s, int rows, int s_stride, int n, float* m, float* l,
+                                      float* corr) {
+  const float neg_inf = -__builtin_inff();
+  for (int r = 0; r < rows; ++r) {
+    float* sr = s + (size_t)r * s_stride;
+    const float bmax = block_max(sr, n);
+    if (bmax == neg_inf) {
+      std::memset(sr, 0, sizeof(float) * n);
+      corr[r] = 1.0f;
+      continue;
+    }
+    const float m_new = m[r] > bmax ? m[r] : bmax;
+    const float c =
+        m[r] == neg_inf ? 0.0f : _mm512_cvtss_f32(exp_nonpositive(_mm512_set1_ps(m[r] - m_new)));
+    float scaled = l[r] * c;
+    asm("" : "+v"(scaled));  // rounded before the add: never contracted into an FMA
+    l[r] = scaled + exp_block(sr, n, m_new);
+    m[r] = m_new;
+    corr[r] = c;
   }
 }
 
@@ -288,19 +306,25 @@ ARBOR_AVX512 void scores_rows_avx512(const float* const* q, int rows, const void
   }
 }
 
-// acc columns [d0, d0 + 16 kCh) of kRows rows += e * v over keys [0, n), skipping e == 0: per
+// acc columns [d0, d0 + 16 kCh) of kRows rows, times corr[r] (null: 1), += e * v over keys
+// [0, n), skipping e == 0: per
 // lane the FMA chain of accumulate_impl (keys in order), so every row has accumulate_impl's bits.
 // Branch-free per row: each 16-key chunk's nonzero exponentials are one mask per row; where every
 // row's are all nonzero (the usual case) the FMAs are plain, else each row's FMA is masked by its
 // key's bit (a masked-off lane keeps its accumulator exactly, whatever v holds).
 template <bool kF16, int kRows, int kCh>
 ARBOR_AVX512 void accumulate_group(float* acc, const float* e, int e_stride, const void* v, int n,
-                                   int hd, int d0, const void* prefetch) {
+                                   int hd, int d0, const void* prefetch, const float* corr) {
   __m512 a[kRows][kCh];
 #pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r) {
 #pragma GCC unroll 4
     for (int c = 0; c < kCh; ++c) a[r][c] = _mm512_loadu_ps(acc + (size_t)r * hd + d0 + 16 * c);
+    if (corr != nullptr) {
+      const __m512 cr = _mm512_set1_ps(corr[r]);
+#pragma GCC unroll 4
+      for (int c = 0; c < kCh; ++c) a[r][c] = _mm512_mul_ps(a[r][c], cr);
+    }
   }
   for (int j0 = 0; j0 < n; j0 += 16) {
     const int m = n - j0 < 16 ? n - j0 : 16;
@@ -355,44 +379,47 @@ ARBOR_AVX512 void accumulate_group(float* acc, const float* e, int e_stride, con
 // pass spreads the prefetch over its keys.
 template <bool kF16, int kRows>
 ARBOR_AVX512 void accumulate_rows_group(float* acc, const float* e, int e_stride, const void* v,
-                                        int n, int hd, const void* prefetch) {
+                                        int n, int hd, const void* prefetch, const float* corr) {
   int d0 = 0;
   for (; d0 + 64 <= hd; d0 += 64) {
-    accumulate_group<kF16, kRows, 4>(acc, e, e_stride, v, n, hd, d0, d0 == 0 ? prefetch : nullptr);
+    accumulate_group<kF16, kRows, 4>(acc, e, e_stride, v, n, hd, d0, d0 == 0 ? prefetch : nullptr,
+                                     corr);
   }
   const void* pf = d0 == 0 ? prefetch : nullptr;
   switch ((hd - d0) / 16) {
-    case 3: accumulate_group<kF16, kRows, 3>(acc, e, e_stride, v, n, hd, d0, pf); break;
-    case 2: accumulate_group<kF16, kRows, 2>(acc, e, e_stride, v, n, hd, d0, pf); break;
-    case 1: accumulate_group<kF16, kRows, 1>(acc, e, e_stride, v, n, hd, d0, pf); break;
+    case 3: accumulate_group<kF16, kRows, 3>(acc, e, e_stride, v, n, hd, d0, pf, corr); break;
+    case 2: accumulate_group<kF16, kRows, 2>(acc, e, e_stride, v, n, hd, d0, pf, corr); break;
+    case 1: accumulate_group<kF16, kRows, 1>(acc, e, e_stride, v, n, hd, d0, pf, corr); break;
     default: break;
   }
 }
 
 template <bool kF16>
 ARBOR_AVX512 void accumulate_rows_impl(float* acc, int rows, const float* e, int e_stride,
-                                       const void* v, int n, int hd, const void* prefetch) {
+                                       const void* v, int n, int hd, const void* prefetch,
+                                       const float* corr) {
   for_row_groups(rows, [&](int r, int size) {
     float* ar = acc + (size_t)r * hd;
     const float* er = e + (size_t)r * e_stride;
     const void* pf = r == 0 ? prefetch : nullptr;
+    const float* cr = corr != nullptr ? corr + r : nullptr;
     switch (size) {
-      case 5: accumulate_rows_group<kF16, 5>(ar, er, e_stride, v, n, hd, pf); break;
-      case 4: accumulate_rows_group<kF16, 4>(ar, er, e_stride, v, n, hd, pf); break;
-      case 3: accumulate_rows_group<kF16, 3>(ar, er, e_stride, v, n, hd, pf); break;
-      case 2: accumulate_rows_group<kF16, 2>(ar, er, e_stride, v, n, hd, pf); break;
-      default: accumulate_rows_group<kF16, 1>(ar, er, e_stride, v, n, hd, pf); break;
+      case 5: accumulate_rows_group<kF16, 5>(ar, er, e_stride, v, n, hd, pf, cr); break;
+      case 4: accumulate_rows_group<kF16, 4>(ar, er, e_stride, v, n, hd, pf, cr); break;
+      case 3: accumulate_rows_group<kF16, 3>(ar, er, e_stride, v, n, hd, pf, cr); break;
+      case 2: accumulate_rows_group<kF16, 2>(ar, er, e_stride, v, n, hd, pf, cr); break;
+      default: accumulate_rows_group<kF16, 1>(ar, er, e_stride, v, n, hd, pf, cr); break;
     }
   });
 }
 
 ARBOR_AVX512 void accumulate_rows_avx512(float* acc, int rows, const float* e, int e_stride,
                                          const void* v, bool f16, int n, int hd,
-                                         const void* prefetch) {
+                                         const void* prefetch, const float* corr) {
   if (f16) {
-    accumulate_rows_impl<true>(acc, rows, e, e_stride, v, n, hd, prefetch);
+    accumulate_rows_impl<true>(acc, rows, e, e_stride, v, n, hd, prefetch, corr);
   } else {
-    accumulate_rows_impl<false>(acc, rows, e, e_stride, v, n, hd, prefetch);
+    accumulate_rows_impl<false>(acc, rows, e, e_stride, v, n, hd, prefetch, corr);
   }
 }
 
@@ -552,8 +579,8 @@ ARBOR_AVX512 void lanes_transpose_avx512(const void* src, bool f16, int n, float
 }
 
 AttnBlockOps attn_block_ops_avx512() {
-  return {scores_avx512,    exp_block_avx512, accumulate_avx512,  f16_to_f32_avx512,
-          block_max_avx512, scale_avx512,     scores_rows_avx512, accumulate_rows_avx512,
+  return {scores_avx512,      accumulate_avx512,     f16_to_f32_avx512,
+          softmax_rows_avx512, scores_rows_avx512,    accumulate_rows_avx512,
           /*widen_per_row=*/false};
 }
 

@@ -13,16 +13,20 @@ struct AttnBlockOps {
   // s[j] = scale * <q, k_j> for j in [0, n). q: [hd] f32; k: n rows of hd elements, F16 when
   // `f16`, else F32, row j at k + j * hd.
   void (*scores)(const float* q, const void* k, bool f16, int n, int hd, float scale, float* s);
-  // s[j] = exp(s[j] - m) for j in [0, n), with exp(-inf) = 0; m >= every s[j]. Returns the sum.
-  float (*exp_block)(float* s, int n, float m);
   // acc[0, hd) += sum over j in [0, n) with e[j] != 0 of e[j] * v_j (rows laid out like k above).
   void (*accumulate)(float* acc, const float* e, const void* v, bool f16, int n, int hd);
   // dst[0, n) = src widened to f32.
   void (*f16_to_f32)(const uint16_t* src, float* dst, int64_t n);
-  // max(s[0, n)), n >= 1 (-inf only when every s[j] is -inf).
-  float (*block_max)(const float* s, int n);
-  // x[0, n) *= c.
-  void (*scale)(float* x, int n, float c);
+  // The online-softmax step of rows [0, rows) over one block: row r's scores at
+  // s + r * s_stride, [0, n), already soft-capped and with the keys it does not see at -inf;
+  // (m[r], l[r]) its running max and sum. A row whose scores are all -inf sees no key of the
+  // block: (m, l) stay, its scores become 0 and corr[r] = 1. Any other row: m_new = max(m,
+  // max_j s[j]), corr[r] = exp(m - m_new) (0 while m is -inf; exactly 1 when the max stays),
+  // s[j] = exp(s[j] - m_new) (0 for -inf), l = l * corr[r] + sum_j s[j] (the product rounded
+  // first), m = m_new. corr[r] is the factor the row's accumulator takes before this block's
+  // keys are added (accumulate_rows). Rows are independent: a row's bits never depend on the
+  // rows beside it, so the one-row step of a tree row is this op with rows = 1.
+  void (*softmax_rows)(float* s, int rows, int s_stride, int n, float* m, float* l, float* corr);
   // The many-row forms: for every row r in [0, rows), bit for bit what the one-row op computes
   // for that row alone, so a row's result does not depend on the rows beside it (batch
   // invariance). AVX-512 loads each K/V row once per group of rows; the others loop the rows.
@@ -33,10 +37,12 @@ struct AttnBlockOps {
   // over the arithmetic, memory and arithmetic overlap (docs/kernels.md, "Attention").
   void (*scores_rows)(const float* const* q, int rows, const void* k, bool f16, int n, int hd,
                       float scale, float* s, int s_stride, const void* prefetch);
-  // accumulate_rows: accumulate(acc + r * hd, e + r * e_stride, v, f16, n, hd); `prefetch` as
-  // for scores_rows.
+  // accumulate_rows: row r's acc (at acc + r * hd) times corr[r] (one rounded product per
+  // element; corr null: no product), then accumulate(acc + r * hd, e + r * e_stride, v, f16, n,
+  // hd); `prefetch` as for scores_rows. The product is the online softmax's rescaling, done
+  // where the accumulator is in registers anyway.
   void (*accumulate_rows)(float* acc, int rows, const float* e, int e_stride, const void* v,
-                          bool f16, int n, int hd, const void* prefetch);
+                          bool f16, int n, int hd, const void* prefetch, const float* corr);
   // True when the many-row ops widen an F16 row once per query row (the scalar and AVX2 loops):
   // items with many rows then widen each block into scratch first. The AVX-512 ops widen each
   // K/V row once per group of rows in registers, so they read the cache directly.

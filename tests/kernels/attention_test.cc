@@ -516,7 +516,8 @@ TEST(AttentionTest, TreeRowsEqualTheirPathsDecodedBitForBit) {
 // head dims that take every chunk tail (16..80, 128, 256; AVX2 / scalar also 24), 1-11 rows
 // (every row-group split up to two groups of five and a remainder), 1-20 keys (every key tail),
 // both dtypes; accumulate sees rows of all-zero, some-zero and no-zero exponentials, and NaN /
-// Inf in the V of keys that rows skip.
+// Inf in the V of keys that rows skip, with and without a rescaling by corr; softmax_rows sees
+// first blocks, maxes that stay and grow, and rows with some or every key hidden.
 TEST(AttentionBlockOps, ManyRowFormsEqualTheOneRowOpsBitForBit) {
   std::mt19937 rng(29);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
@@ -583,13 +584,20 @@ TEST(AttentionBlockOps, ManyRowFormsEqualTheOneRowOpsBitForBit) {
           std::vector<float> acc_many((size_t)rows * hd);
           for (float& x : acc_many) x = dist(rng);
           std::vector<float> acc_one = acc_many;
+          // Every other call rescales the rows first: by 0, exactly 1 and in between.
+          std::vector<float> corr(rows);
+          for (int r = 0; r < rows; ++r) corr[r] = r % 3 == 0 ? 0.0f : r % 3 == 1 ? 1.0f : 0.37f;
+          const bool rescale = (rows + hd) % 2 == 0;
           ops.accumulate_rows(acc_many.data(), rows, e.data(), stride, va, f16, n, hd,
-                              rows % 2 == 0 ? va : nullptr);
+                              rows % 2 == 0 ? va : nullptr, rescale ? corr.data() : nullptr);
           for (int r = 0; r < rows; ++r) {
-            ops.accumulate(acc_one.data() + (size_t)r * hd, e.data() + (size_t)r * stride, va,
-                           f16, n, hd);
+            float* one = acc_one.data() + (size_t)r * hd;
+            if (rescale) {
+              for (int c = 0; c < hd; ++c) one[c] *= corr[r];
+            }
+            ops.accumulate(one, e.data() + (size_t)r * stride, va, f16, n, hd);
             for (int c = 0; c < hd; ++c) {
-              ASSERT_FALSE(std::isnan(acc_one[(size_t)r * hd + c]))
+              ASSERT_FALSE(std::isnan(one[c]))
                   << "a skipped key's NaN reached row " << r << " (" << isa_name(isa) << ")";
             }
           }
@@ -600,17 +608,58 @@ TEST(AttentionBlockOps, ManyRowFormsEqualTheOneRowOpsBitForBit) {
         }
       }
     }
-    // block_max and scale: exact against the plain loops, every length up to 40.
+    // softmax_rows: the rows at once equal each row alone, bit for bit, and each row is the
+    // online-softmax step: max and corr exact where they must be, the exponentials to 1e-6.
     for (int n = 1; n <= 40; ++n) {
-      std::vector<float> x(n);
-      for (float& y : x) y = dist(rng);
-      if (n % 5 == 0) std::fill(x.begin(), x.end(), -INFINITY);
-      EXPECT_EQ(ops.block_max(x.data(), n), *std::max_element(x.begin(), x.end()))
-          << isa_name(isa) << " n " << n;
-      std::vector<float> y = x, want = x;
-      for (float& w : want) w *= 0.37f;
-      ops.scale(y.data(), n, 0.37f);
-      EXPECT_EQ(std::memcmp(y.data(), want.data(), sizeof(float) * n), 0) << isa_name(isa);
+      const int rows = 1 + n % 11, stride = n + 2;
+      std::vector<float> s((size_t)rows * stride), m(rows), l(rows);
+      for (int r = 0; r < rows; ++r) {
+        for (int j = 0; j < n; ++j) s[(size_t)r * stride + j] = 4.0f * dist(rng);
+        // Row kinds: a first block (m = -inf), a max that stays, one that grows, all hidden,
+        // some keys hidden.
+        const int kind = (r + n) % 5;
+        m[r] = kind == 0 ? -INFINITY : kind == 1 ? 5.0f : -5.0f;
+        l[r] = kind == 0 ? 0.0f : 2.5f;
+        if (kind == 3) std::fill(s.begin() + (size_t)r * stride, s.begin() + (size_t)r * stride + n, -INFINITY);
+        if (kind == 4) s[(size_t)r * stride + (size_t)(r % n)] = -INFINITY;
+      }
+      std::vector<float> s_many = s, m_many = m, l_many = l, corr_many(rows);
+      ops.softmax_rows(s_many.data(), rows, stride, n, m_many.data(), l_many.data(),
+                       corr_many.data());
+      for (int r = 0; r < rows; ++r) {
+        std::vector<float> s_one(s.begin() + (size_t)r * stride, s.begin() + (size_t)r * stride + n);
+        float m_one = m[r], l_one = l[r], corr_one;
+        ops.softmax_rows(s_one.data(), 1, n, n, &m_one, &l_one, &corr_one);
+        ASSERT_EQ(std::memcmp(s_one.data(), s_many.data() + (size_t)r * stride, sizeof(float) * n), 0)
+            << isa_name(isa) << " n " << n << " row " << r;
+        ASSERT_EQ(std::memcmp(&m_one, &m_many[r], sizeof(float)), 0);
+        ASSERT_EQ(std::memcmp(&l_one, &l_many[r], sizeof(float)), 0);
+        ASSERT_EQ(std::memcmp(&corr_one, &corr_many[r], sizeof(float)), 0);
+        // Against the plain step.
+        const float* in = s.data() + (size_t)r * stride;
+        const float bmax = *std::max_element(in, in + n);
+        if (bmax == -INFINITY) {
+          EXPECT_EQ(m_one, m[r]);
+          EXPECT_EQ(l_one, l[r]);
+          EXPECT_EQ(corr_one, 1.0f);
+          for (float x : s_one) EXPECT_EQ(x, 0.0f);
+          continue;
+        }
+        const float m_new = std::max(m[r], bmax);
+        EXPECT_EQ(m_one, m_new) << isa_name(isa);
+        const double want_corr = m[r] == -INFINITY ? 0.0 : std::exp((double)m[r] - m_new);
+        if (m_new == m[r]) {
+          EXPECT_EQ(corr_one, 1.0f) << "a max that stays rescales nothing";
+        }
+        EXPECT_NEAR(corr_one, want_corr, 1e-6 * want_corr) << isa_name(isa);
+        double sum = 0.0;
+        for (int j = 0; j < n; ++j) {
+          const double want = in[j] == -INFINITY ? 0.0 : std::exp((double)in[j] - m_new);
+          EXPECT_NEAR(s_one[j], want, 1e-6 * want + 1e-30) << isa_name(isa) << " key " << j;
+          sum += want;
+        }
+        EXPECT_NEAR(l_one, l[r] * want_corr + sum, 1e-5 * (l[r] * want_corr + sum)) << isa_name(isa);
+      }
     }
   }
 }
