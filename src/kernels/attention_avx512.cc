@@ -307,8 +307,8 @@ ARBOR_AVX512 void scores_rows_avx512(const float* const* q, int rows, const void
 }
 
 // acc columns [d0, d0 + 16 kCh) of kRows rows, times corr[r] (null: 1), += e * v over keys
-// [0, n), skipping e == 0: per
-// lane the FMA chain of accumulate_impl (keys in order), so every row has accumulate_impl's bits.
+// [0, n), skipping e == 0: per lane the FMA chain of accumulate_impl (keys in order), so every row
+// has accumulate_impl's bits.
 // Branch-free per row: each 16-key chunk's nonzero exponentials are one mask per row; where every
 // row's are all nonzero (the usual case) the FMAs are plain, else each row's FMA is masked by its
 // key's bit (a masked-off lane keeps its accumulator exactly, whatever v holds).

@@ -14,6 +14,8 @@ struct AttnBlockOps {
   // `f16`, else F32, row j at k + j * hd.
   void (*scores)(const float* q, const void* k, bool f16, int n, int hd, float scale, float* s);
   // acc[0, hd) += sum over j in [0, n) with e[j] != 0 of e[j] * v_j (rows laid out like k above).
+  // The one-row form that accumulate_rows equals row by row (the block-ops test's reference);
+  // paged attention itself, tree rows included, calls accumulate_rows.
   void (*accumulate)(float* acc, const float* e, const void* v, bool f16, int n, int hd);
   // dst[0, n) = src widened to f32.
   void (*f16_to_f32)(const uint16_t* src, float* dst, int64_t n);
