@@ -6,6 +6,7 @@
 // a time, which also owns the pool for the call.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "kernels/thread_pool.h"
@@ -90,6 +91,14 @@ public:
                   const float *scale, int32_t *ids, float *values) override;
 
 private:
+  // fn(begin, end) over [0, n): on this thread below kParallelElements, else
+  // split over the pool in chunks that start and end at multiples of 16
+  // (except the last, which ends at n), so a vector kernel's element i falls
+  // in the same lane and the same loop part (whole vectors or the tail)
+  // whether the range is split or not: its bits never depend on the split.
+  void split_elements(int64_t n,
+                      const std::function<void(int64_t, int64_t)> &fn);
+
   const LlamaModel &model_;
   kernels::ThreadPool &pool_;
   std::vector<float> segment_out_; // [segments - 1, T, rows] matmul_segmented's products

@@ -414,14 +414,19 @@ TEST(Matmul, AffineScalarKernelEqualsPackedBitForBit) {
 // The super-block types (the K-quants, IQ4_XS) quantise activations with one scale per 256
 // columns, as llama.cpp's Q8_K; the others per 32. Each record's d, int8 values, sums, initial
 // dots and what an offset multiplies (bare sums per 256, d * sum per 32), exactly, from both
-// quantisers: an outlier in one block sets the scale of its whole super-block, and an all-zero
-// super-block gets d = 0.
+// quantisers: an outlier in one block sets the scale of its whole super-block, an all-zero
+// super-block gets d = 0, and halves round to even (super-block 3: max |x| 127, so id = 1 and
+// x = +-k.5 exactly).
 TEST(Matmul, AffineActivationsShareAScalePerSuperBlock) {
   std::mt19937 rng(77);
-  constexpr int64_t kCols = 768;
+  constexpr int64_t kCols = 1024;
   std::vector<float> x = testing::random_floats(rng, kCols);
   x[300] = 40.0f;                                       // super-block 1, block 9
-  std::fill(x.begin() + 512, x.end(), 0.0f);            // super-block 2: all zero
+  std::fill(x.begin() + 512, x.begin() + 768, 0.0f);    // super-block 2: all zero
+  for (int64_t c = 768; c < kCols; ++c) {               // super-block 3: ties
+    x[c] = static_cast<float>((c % 2 == 0 ? 1 : -1) * ((c % 9) + 0.5));
+  }
+  x[1000] = 127.0f;
   for (GgmlType type : {GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ2_K,
                         GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K,
                         GgmlType::kIQ4_NL, GgmlType::kIQ4_XS, GgmlType::kMXFP4}) {
@@ -460,6 +465,9 @@ TEST(Matmul, AffineActivationsShareAScalePerSuperBlock) {
       // The outlier: per 256 it scales all of super-block 1, per 32 only its own block.
       EXPECT_EQ(acts[8].d == acts[9].d, per_unit);
       EXPECT_EQ(acts[16].d, 0.0f);
+      if (per_unit) {
+        EXPECT_EQ(acts[24].d, 1.0f);  // the ties really are ties
+      }
     }
   }
 }

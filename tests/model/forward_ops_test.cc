@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -15,6 +16,7 @@
 #include <random>
 
 #include "golden_util.h"
+#include "kernels/ops.h"
 #include "model/batch_builder.h"
 #include "model/cpu_forward_ops.h"
 #include "model/kv_cache.h"
@@ -532,6 +534,47 @@ int32_t naive_argmax(const float *row, int32_t n) {
     if (best < 0 || row[i] > row[best]) best = i;
   }
   return best;
+}
+
+// The gated activations split over the pool (CpuForwardOps::split_elements)
+// give every element the bits one kernel call over the whole range gives, at
+// sizes around the split threshold, odd tails and a five-token step's FFN.
+TEST(ForwardOpsTest, GatedActivationsSplitOverThePoolEqualOneCall) {
+  auto runner = load(4, 8, false);
+  ASSERT_TRUE(runner);
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> dist(-12.0f, 12.0f);
+  for (const int threads : {2, 3}) {
+    kernels::ThreadPool pool(threads);
+    CpuForwardOps ops(runner->model(), pool);
+    for (const int64_t n : {int64_t{100}, int64_t{8191}, int64_t{8192},
+                            int64_t{8193}, int64_t{8199}, int64_t{15360},
+                            int64_t{3 * 8192 + 5}}) {
+      std::vector<float> gate(n), up(n);
+      for (float &v : gate) v = dist(rng);
+      for (float &v : up) v = dist(rng);
+      for (int op = 0; op < 3; ++op) {
+        SCOPED_TRACE(::testing::Message() << "threads " << threads << " n "
+                                          << n << " op " << op);
+        std::vector<float> split = gate, whole = gate;
+        if (op == 0) {
+          ops.silu_mul(split.data(), up.data(), n);
+          kernels::silu_mul(whole.data(), up.data(), n);
+        } else if (op == 1) {
+          ops.gelu_mul(split.data(), up.data(), n);
+          kernels::gelu_mul(whole.data(), up.data(), n);
+        } else {
+          ops.swiglu_oai(split.data(), up.data(), n, 1.702f, 7.0f);
+          kernels::swiglu_oai(whole.data(), up.data(), n, 1.702f, 7.0f);
+        }
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(split[i]),
+                    std::bit_cast<uint32_t>(whole[i]))
+              << "element " << i;
+        }
+      }
+    }
+  }
 }
 
 TEST(ForwardOpsTest, ArgmaxRowsTiesToTheLowestIdAndFlagsNonFiniteRows) {
