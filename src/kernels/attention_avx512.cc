@@ -100,51 +100,160 @@ ARBOR_AVX512_INLINE __m512 exp_nonpositive(__m512 x) {
   return _mm512_maskz_scalef_ps(live, p, n);
 }
 
-// s[j] = exp(s[j] - m) for j in [0, n), exp(-inf) = 0, m >= every s[j]; returns their sum.
-ARBOR_AVX512_INLINE float exp_block(float* s, int n, float m) {
-  const __m512 vm = _mm512_set1_ps(m);
+// a + b, or max(a, b) (the second operand where equal, as vmaxps).
+template <bool kMax>
+ARBOR_AVX512_INLINE __m512 add_or_max(__m512 a, __m512 b) {
+  return kMax ? _mm512_max_ps(a, b) : _mm512_add_ps(a, b);
+}
+
+// Lane r of the result: v[r]'s 16 lanes summed (or their max, kMax), 16 vectors at once, pairing lanes 8
+// apart, then 4, 2 and 1 (the tree of _mm512_reduce_add_ps, so a row's sum has the bits one
+// vector's reduction gives it): 15 ops and 31 shuffles for 16 rows, and lane r depends on v[r]
+// alone.
+template <bool kMax>
+ARBOR_AVX512_INLINE __m512 reduce_lanes16(const __m512 (&v)[16]) {
+  constexpr auto op = add_or_max<kMax>;
+  __m512 b[8], c[4], d[2];
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) {  // b[k]: 128-bit lanes 0-1 v[2k]'s 256-bit fold, 2-3 v[2k+1]'s
+    b[k] = op(_mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)),
+              _mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)));
+  }
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {  // c[k]: 128-bit lane L is v[4k + L]'s 128-bit fold
+    c[k] = op(_mm512_shuffle_f32x4(b[2 * k], b[2 * k + 1], _MM_SHUFFLE(3, 1, 3, 1)),
+              _mm512_shuffle_f32x4(b[2 * k], b[2 * k + 1], _MM_SHUFFLE(2, 0, 2, 0)));
+  }
+#pragma GCC unroll 2
+  for (int k = 0; k < 2; ++k) {  // d[k] lanes 4L, 4L+1: v[8k + L] in two; 4L+2, 4L+3: v[8k+4+L]
+    d[k] = op(_mm512_shuffle_ps(c[2 * k], c[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+              _mm512_shuffle_ps(c[2 * k], c[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  // e lane 4L + p holds v[4p + L]'s reduction.
+  const __m512 e = op(_mm512_shuffle_ps(d[0], d[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                      _mm512_shuffle_ps(d[0], d[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return _mm512_permutexvar_ps(idx, e);
+}
+
+// One vector's lanes summed (or their max, kMax) by reduce_lanes16's tree: 8 apart, 4, 2, 1,
+// each max with reduce_lanes16's operand order (which of +0 and -0 a tie keeps).
+template <bool kMax>
+ARBOR_AVX512_INLINE float reduce_lanes(__m512 v) {
+  const __m256 top = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+  const __m256 h = kMax ? _mm256_max_ps(top, _mm512_castps512_ps256(v))
+                        : _mm256_add_ps(top, _mm512_castps512_ps256(v));
+  const __m128 lo = _mm256_castps256_ps128(h), hi = _mm256_extractf128_ps(h, 1);
+  const __m128 q = kMax ? _mm_max_ps(hi, lo) : _mm_add_ps(hi, lo);
+  const __m128 q2 = _mm_movehl_ps(q, q);  // lanes 2, 3
+  const __m128 p = kMax ? _mm_max_ps(q, q2) : _mm_add_ps(q, q2);
+  const __m128 p1 = _mm_movehdup_ps(p);  // lane 1
+  return _mm_cvtss_f32(kMax ? _mm_max_ss(p, p1) : _mm_add_ss(p, p1));
+}
+
+// softmax_group's step for one row, by reduce_lanes: the same bits, cheaper for a few rows.
+ARBOR_AVX512_INLINE void softmax_row(float* sr, int n, float& m, float& l, float& corr) {
+  const float neg_inf = -__builtin_inff();
+  __m512 vmax = _mm512_set1_ps(neg_inf);
+  for (int j = 0; j < n; j += 16) {
+    const __mmask16 k = n - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - j)) - 1);
+    vmax = _mm512_mask_max_ps(vmax, k, vmax, _mm512_maskz_loadu_ps(k, sr + j));
+  }
+  const float bmax = reduce_lanes<true>(vmax);
+  if (bmax == neg_inf) {
+    std::memset(sr, 0, sizeof(float) * n);
+    corr = 1.0f;
+    return;
+  }
+  const float m_new = m > bmax ? m : bmax;
+  const float c = _mm512_cvtss_f32(exp_nonpositive(_mm512_set1_ps(m - m_new)));
+  float scaled = l * c;
+  asm("" : "+v"(scaled));  // rounded before the add: never contracted into an FMA
+  const __m512 vm = _mm512_set1_ps(m_new);
   __m512 sum = _mm512_setzero_ps();
   for (int j = 0; j < n; j += 16) {
     const __mmask16 k = n - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - j)) - 1);
-    const __m512 x = _mm512_maskz_loadu_ps(k, s + j);
+    const __m512 x = _mm512_maskz_loadu_ps(k, sr + j);
     const __m512 e = _mm512_maskz_mov_ps(k, exp_nonpositive(_mm512_sub_ps(x, vm)));
-    _mm512_mask_storeu_ps(s + j, k, e);
+    _mm512_mask_storeu_ps(sr + j, k, e);
     sum = _mm512_add_ps(sum, e);
   }
-  return _mm512_reduce_add_ps(sum);
+  l = scaled + reduce_lanes<false>(sum);
+  m = m_new;
+  corr = c;
 }
 
-// max(s[0, n)), n >= 1 (-inf only when every s[j] is -inf).
-ARBOR_AVX512_INLINE float block_max(const float* s, int n) {
-  __m512 m = _mm512_set1_ps(-__builtin_inff());
-  for (int j = 0; j < n; j += 16) {
-    const __mmask16 k = n - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - j)) - 1);
-    m = _mm512_mask_max_ps(m, k, m, _mm512_maskz_loadu_ps(k, s + j));
+// softmax_rows for up to 16 rows, a row a lane: each row's block max (lane-wise over its 16-key
+// chunks, then reduce_lanes16), m_new, corr and the rescaled l as one vector each; then per row
+// s[j] = exp(s[j] - m_new) (exp(-inf) = 0) and their sum. A row whose keys are all hidden keeps
+// m and l, gets corr 1 and exponentials 0.
+ARBOR_AVX512_INLINE void softmax_group(float* s, int g, int s_stride, int n, float* m, float* l,
+                                       float* corr) {
+  const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
+  const __mmask16 live = static_cast<__mmask16>((1u << g) - 1);
+  __m512 v[16];
+#pragma GCC unroll 16
+  for (int r = 0; r < 16; ++r) {
+    v[r] = neg_inf;
+    if (r >= g) continue;
+    const float* sr = s + (size_t)r * s_stride;
+    for (int j = 0; j < n; j += 16) {
+      const __mmask16 k = n - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - j)) - 1);
+      v[r] = _mm512_mask_max_ps(v[r], k, v[r], _mm512_maskz_loadu_ps(k, sr + j));
+    }
   }
-  return _mm512_reduce_max_ps(m);
+  const __m512 bmax = reduce_lanes16<true>(v);
+  const __m512 m_old = _mm512_mask_loadu_ps(neg_inf, live, m);
+  const __m512 m_new = _mm512_max_ps(m_old, bmax);  // bmax where equal, as m > bmax ? m : bmax
+  const __mmask16 hidden = _mm512_cmp_ps_mask(bmax, neg_inf, _CMP_EQ_OQ);
+  // exp(-inf) = 0 where m was -inf; 1 where every key is hidden.
+  const __m512 c = _mm512_mask_blend_ps(hidden, exp_nonpositive(_mm512_sub_ps(m_old, m_new)),
+                                        _mm512_set1_ps(1.0f));
+  __m512 scaled = _mm512_mul_ps(_mm512_maskz_loadu_ps(live, l), c);
+  asm("" : "+v"(scaled));  // rounded before the add: never contracted into an FMA
+  alignas(64) float mn[16];
+  _mm512_store_ps(mn, m_new);
+#pragma GCC unroll 16
+  for (int r = 0; r < 16; ++r) {
+    __m512 sum = _mm512_setzero_ps();
+    if (r < g) {
+      const __m512 vm = _mm512_set1_ps(mn[r]);
+      float* sr = s + (size_t)r * s_stride;
+      for (int j = 0; j < n; j += 16) {
+        const __mmask16 k = n - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - j)) - 1);
+        const __m512 x = _mm512_maskz_loadu_ps(k, sr + j);
+        const __m512 e = _mm512_maskz_mov_ps(k, exp_nonpositive(_mm512_sub_ps(x, vm)));
+        _mm512_mask_storeu_ps(sr + j, k, e);
+        sum = _mm512_add_ps(sum, e);
+      }
+    }
+    v[r] = sum;
+  }
+  const __m512 sums = reduce_lanes16<false>(v);
+  _mm512_mask_storeu_ps(l, live, _mm512_add_ps(scaled, sums));
+  _mm512_mask_storeu_ps(m, live, m_new);
+  _mm512_mask_storeu_ps(corr, live, c);
 }
 
-// AttnBlockOps::softmax_rows, every row inline (one call per block, not three per row), so the
-// rows' dependency chains overlap. corr by the same exp polynomial as the scores.
+// Groups of fewer rows go row by row (softmax_row): the 16-lane reductions cost more than
+// they save below about four rows (Zen 5: 2 rows 135 cycles a block row by row, 200 as a group;
+// 10 rows 410 and 235).
+constexpr int kLaneGroupRows = 4;
+
+// AttnBlockOps::softmax_rows: the rows in groups of 16 (softmax_group), a last group of fewer
+// than kLaneGroupRows row by row; both give a row the same bits. corr by the same exp polynomial
+// as the scores.
 ARBOR_AVX512 void softmax_rows_avx512(float* s, int rows, int s_stride, int n, float* m, float* l,
                                       float* corr) {
-  const float neg_inf = -__builtin_inff();
-  for (int r = 0; r < rows; ++r) {
-    float* sr = s + (size_t)r * s_stride;
-    const float bmax = block_max(sr, n);
-    if (bmax == neg_inf) {
-      std::memset(sr, 0, sizeof(float) * n);
-      corr[r] = 1.0f;
+  for (int r0 = 0; r0 < rows; r0 += 16) {
+    const int g = rows - r0 < 16 ? rows - r0 : 16;
+    if (g >= kLaneGroupRows) {
+      softmax_group(s + (size_t)r0 * s_stride, g, s_stride, n, m + r0, l + r0, corr + r0);
       continue;
     }
-    const float m_new = m[r] > bmax ? m[r] : bmax;
-    const float c =
-        m[r] == neg_inf ? 0.0f : _mm512_cvtss_f32(exp_nonpositive(_mm512_set1_ps(m[r] - m_new)));
-    float scaled = l[r] * c;
-    asm("" : "+v"(scaled));  // rounded before the add: never contracted into an FMA
-    l[r] = scaled + exp_block(sr, n, m_new);
-    m[r] = m_new;
-    corr[r] = c;
+    for (int r = r0; r < r0 + g; ++r) {
+      softmax_row(s + (size_t)r * s_stride, n, m[r], l[r], corr[r]);
+    }
   }
 }
 

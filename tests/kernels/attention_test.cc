@@ -610,18 +610,20 @@ TEST(AttentionBlockOps, ManyRowFormsEqualTheOneRowOpsBitForBit) {
     }
     // softmax_rows: the rows at once equal each row alone, bit for bit, and each row is the
     // online-softmax step: max and corr exact where they must be, the exponentials to 1e-6.
+    // 1-37 rows: row by row, one or two groups of 16 in lanes, a group and a few rows after it.
     for (int n = 1; n <= 40; ++n) {
-      const int rows = 1 + n % 11, stride = n + 2;
+      const int rows = 1 + n * 5 % 37, stride = n + 2;
       std::vector<float> s((size_t)rows * stride), m(rows), l(rows);
       for (int r = 0; r < rows; ++r) {
         for (int j = 0; j < n; ++j) s[(size_t)r * stride + j] = 4.0f * dist(rng);
         // Row kinds: a first block (m = -inf), a max that stays, one that grows, all hidden,
-        // some keys hidden.
-        const int kind = (r + n) % 5;
-        m[r] = kind == 0 ? -INFINITY : kind == 1 ? 5.0f : -5.0f;
-        l[r] = kind == 0 ? 0.0f : 2.5f;
+        // some keys hidden, a first block of +0 and -0 only (which zero a max keeps).
+        const int kind = (r + n) % 6;
+        m[r] = kind == 0 || kind == 5 ? -INFINITY : kind == 1 ? 5.0f : -5.0f;
+        l[r] = kind == 0 || kind == 5 ? 0.0f : 2.5f;
         if (kind == 3) std::fill(s.begin() + (size_t)r * stride, s.begin() + (size_t)r * stride + n, -INFINITY);
         if (kind == 4) s[(size_t)r * stride + (size_t)(r % n)] = -INFINITY;
+        for (int j = 0; kind == 5 && j < n; ++j) s[(size_t)r * stride + j] = (j + r) % 3 ? -0.0f : 0.0f;
       }
       std::vector<float> s_many = s, m_many = m, l_many = l, corr_many(rows);
       ops.softmax_rows(s_many.data(), rows, stride, n, m_many.data(), l_many.data(),
