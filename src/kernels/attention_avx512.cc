@@ -106,10 +106,10 @@ ARBOR_AVX512_INLINE __m512 add_or_max(__m512 a, __m512 b) {
   return kMax ? _mm512_max_ps(a, b) : _mm512_add_ps(a, b);
 }
 
-// Lane r of the result: v[r]'s 16 lanes summed (or their max, kMax), 16 vectors at once, pairing lanes 8
-// apart, then 4, 2 and 1 (the tree of _mm512_reduce_add_ps, so a row's sum has the bits one
-// vector's reduction gives it): 15 ops and 31 shuffles for 16 rows, and lane r depends on v[r]
-// alone.
+// Lane r of the result: v[r]'s 16 lanes summed (or their max, kMax), 16 vectors at once,
+// pairing lanes 8 apart, then 4, 2 and 1 (the tree of _mm512_reduce_add_ps, so a row's sum has
+// the bits one vector's reduction gives it): 15 ops and 31 shuffles for 16 rows, and lane r
+// depends on v[r] alone.
 template <bool kMax>
 ARBOR_AVX512_INLINE __m512 reduce_lanes16(const __m512 (&v)[16]) {
   constexpr auto op = add_or_max<kMax>;
@@ -151,15 +151,35 @@ ARBOR_AVX512_INLINE float reduce_lanes(__m512 v) {
   return _mm_cvtss_f32(kMax ? _mm_max_ss(p, p1) : _mm_add_ss(p, p1));
 }
 
-// softmax_group's step for one row, by reduce_lanes: the same bits, cheaper for a few rows.
-ARBOR_AVX512_INLINE void softmax_row(float* sr, int n, float& m, float& l, float& corr) {
-  const float neg_inf = -__builtin_inff();
-  __m512 vmax = _mm512_set1_ps(neg_inf);
+// Lane-wise max of a row's scores sr[0, n) over its 16-key chunks (-inf in lanes past n).
+ARBOR_AVX512_INLINE __m512 chunk_max(const float* sr, int n) {
+  __m512 vmax = _mm512_set1_ps(-__builtin_inff());
   for (int j = 0; j < n; j += 16) {
     const __mmask16 k = n - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - j)) - 1);
     vmax = _mm512_mask_max_ps(vmax, k, vmax, _mm512_maskz_loadu_ps(k, sr + j));
   }
-  const float bmax = reduce_lanes<true>(vmax);
+  return vmax;
+}
+
+// sr[j] = exp(sr[j] - m) for j in [0, n) (exp(-inf) = 0); returns their lane-wise sum over the
+// 16-key chunks, in chunk order.
+ARBOR_AVX512_INLINE __m512 chunk_exp_sum(float* sr, int n, float m) {
+  const __m512 vm = _mm512_set1_ps(m);
+  __m512 sum = _mm512_setzero_ps();
+  for (int j = 0; j < n; j += 16) {
+    const __mmask16 k = n - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - j)) - 1);
+    const __m512 x = _mm512_maskz_loadu_ps(k, sr + j);
+    const __m512 e = _mm512_maskz_mov_ps(k, exp_nonpositive(_mm512_sub_ps(x, vm)));
+    _mm512_mask_storeu_ps(sr + j, k, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  return sum;
+}
+
+// softmax_group's step for one row, by reduce_lanes: the same bits, cheaper for a few rows.
+ARBOR_AVX512_INLINE void softmax_row(float* sr, int n, float& m, float& l, float& corr) {
+  const float neg_inf = -__builtin_inff();
+  const float bmax = reduce_lanes<true>(chunk_max(sr, n));
   if (bmax == neg_inf) {
     std::memset(sr, 0, sizeof(float) * n);
     corr = 1.0f;
@@ -169,16 +189,7 @@ ARBOR_AVX512_INLINE void softmax_row(float* sr, int n, float& m, float& l, float
   const float c = _mm512_cvtss_f32(exp_nonpositive(_mm512_set1_ps(m - m_new)));
   float scaled = l * c;
   asm("" : "+v"(scaled));  // rounded before the add: never contracted into an FMA
-  const __m512 vm = _mm512_set1_ps(m_new);
-  __m512 sum = _mm512_setzero_ps();
-  for (int j = 0; j < n; j += 16) {
-    const __mmask16 k = n - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - j)) - 1);
-    const __m512 x = _mm512_maskz_loadu_ps(k, sr + j);
-    const __m512 e = _mm512_maskz_mov_ps(k, exp_nonpositive(_mm512_sub_ps(x, vm)));
-    _mm512_mask_storeu_ps(sr + j, k, e);
-    sum = _mm512_add_ps(sum, e);
-  }
-  l = scaled + reduce_lanes<false>(sum);
+  l = scaled + reduce_lanes<false>(chunk_exp_sum(sr, n, m_new));
   m = m_new;
   corr = c;
 }
@@ -193,15 +204,7 @@ ARBOR_AVX512_INLINE void softmax_group(float* s, int g, int s_stride, int n, flo
   const __mmask16 live = static_cast<__mmask16>((1u << g) - 1);
   __m512 v[16];
 #pragma GCC unroll 16
-  for (int r = 0; r < 16; ++r) {
-    v[r] = neg_inf;
-    if (r >= g) continue;
-    const float* sr = s + (size_t)r * s_stride;
-    for (int j = 0; j < n; j += 16) {
-      const __mmask16 k = n - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - j)) - 1);
-      v[r] = _mm512_mask_max_ps(v[r], k, v[r], _mm512_maskz_loadu_ps(k, sr + j));
-    }
-  }
+  for (int r = 0; r < 16; ++r) v[r] = r < g ? chunk_max(s + (size_t)r * s_stride, n) : neg_inf;
   const __m512 bmax = reduce_lanes16<true>(v);
   const __m512 m_old = _mm512_mask_loadu_ps(neg_inf, live, m);
   const __m512 m_new = _mm512_max_ps(m_old, bmax);  // bmax where equal, as m > bmax ? m : bmax
@@ -215,19 +218,7 @@ ARBOR_AVX512_INLINE void softmax_group(float* s, int g, int s_stride, int n, flo
   _mm512_store_ps(mn, m_new);
 #pragma GCC unroll 16
   for (int r = 0; r < 16; ++r) {
-    __m512 sum = _mm512_setzero_ps();
-    if (r < g) {
-      const __m512 vm = _mm512_set1_ps(mn[r]);
-      float* sr = s + (size_t)r * s_stride;
-      for (int j = 0; j < n; j += 16) {
-        const __mmask16 k = n - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - j)) - 1);
-        const __m512 x = _mm512_maskz_loadu_ps(k, sr + j);
-        const __m512 e = _mm512_maskz_mov_ps(k, exp_nonpositive(_mm512_sub_ps(x, vm)));
-        _mm512_mask_storeu_ps(sr + j, k, e);
-        sum = _mm512_add_ps(sum, e);
-      }
-    }
-    v[r] = sum;
+    v[r] = r < g ? chunk_exp_sum(s + (size_t)r * s_stride, n, mn[r]) : _mm512_setzero_ps();
   }
   const __m512 sums = reduce_lanes16<false>(v);
   _mm512_mask_storeu_ps(l, live, _mm512_add_ps(scaled, sums));
