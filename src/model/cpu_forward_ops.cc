@@ -278,19 +278,23 @@ void CpuForwardOps::add_gated_rows(float *y, const float *x, const float *gate,
 // five tokens' took 7 us, 4 split over two).
 constexpr int64_t kParallelElements = 8192;
 
-void CpuForwardOps::split_elements(
-    int64_t n, const std::function<void(int64_t, int64_t)> &fn) {
+template <class Fn>
+void CpuForwardOps::split_elements(int64_t n, const Fn &fn) {
   const int64_t chunks = pool_.num_threads();
   if (n < kParallelElements || chunks < 2) {
     fn(0, n);
     return;
   }
-  const int64_t per = ((n + chunks - 1) / chunks + 15) / 16 * 16;
-  pool_.parallel_for(chunks, [&](int64_t begin, int64_t end, int) {
+  // One pointer captured, so the pool's std::function stores it inline.
+  const struct {
+    int64_t n, per;
+    const Fn &fn;
+  } split{n, ((n + chunks - 1) / chunks + 15) / 16 * 16, fn};
+  pool_.parallel_for(chunks, [s = &split](int64_t begin, int64_t end, int) {
     for (int64_t c = begin; c < end; ++c) {
-      const int64_t i0 = c * per, i1 = std::min(n, i0 + per);
+      const int64_t i0 = c * s->per, i1 = std::min(s->n, i0 + s->per);
       if (i0 < i1)
-        fn(i0, i1);
+        s->fn(i0, i1);
     }
   });
 }

@@ -6,7 +6,6 @@
 // a time, which also owns the pool for the call.
 #pragma once
 
-#include <functional>
 #include <vector>
 
 #include "kernels/thread_pool.h"
@@ -96,8 +95,8 @@ private:
   // (except the last, which ends at n), so a vector kernel's element i falls
   // in the same lane and the same loop part (whole vectors or the tail)
   // whether the range is split or not: its bits never depend on the split.
-  void split_elements(int64_t n,
-                      const std::function<void(int64_t, int64_t)> &fn);
+  // (Defined in cpu_forward_ops.cc, its only user.)
+  template <class Fn> void split_elements(int64_t n, const Fn &fn);
 
   const LlamaModel &model_;
   kernels::ThreadPool &pool_;
