@@ -107,9 +107,9 @@ ARBOR_AVX512_INLINE __m512 add_or_max(__m512 a, __m512 b) {
 }
 
 // Lane r of the result: v[r]'s 16 lanes summed (or their max, kMax), 16 vectors at once,
-// pairing lanes 8 apart, then 4, 2 and 1 (the tree of _mm512_reduce_add_ps, so a row's sum has
-// the bits one vector's reduction gives it): 15 ops and 31 shuffles for 16 rows, and lane r
-// depends on v[r] alone.
+// pairing lanes 8 apart, then 4, 2 and 1 (reduce_lanes' tree for one vector, and GCC's
+// _mm512_reduce_add_ps'), so a row's result has the bits reduce_lanes gives it alone: 15 ops and
+// 31 shuffles for 16 rows, and lane r depends on v[r] alone.
 template <bool kMax>
 ARBOR_AVX512_INLINE __m512 reduce_lanes16(const __m512 (&v)[16]) {
   constexpr auto op = add_or_max<kMax>;
